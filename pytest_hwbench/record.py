@@ -1,0 +1,215 @@
+"""The `BenchmarkRecord`: one finished benchmark case, the unit every sink stores.
+
+This module depends on nothing else of ours, so sinks, reports and `hwsel` can read records
+without importing torch or pytest.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import uuid
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, Literal
+
+SCHEMA_VERSION = 1
+
+Status = Literal["passed", "failed"]
+STATUSES: tuple[str, ...] = ("passed", "failed")
+
+#: Params: what a case *is*. Same names and types for every case (MLflow compares runs by them).
+PARAM_FIELDS: tuple[str, ...] = (
+    "model",
+    "family",
+    "model_type",
+    "backend",
+    "hardware",
+    "device_name",
+    "precision",
+    "mode",
+    "batch_size",
+    "sequence_length",
+    "image_size",
+    "audio_samples",
+    "param_count",
+    "flops_per_forward",
+    "threads",
+)
+
+#: Metrics: what a case *measured*. Missing values are None (e.g. device memory on CPU).
+METRIC_FIELDS: tuple[str, ...] = (
+    "latency_ms_mean",
+    "latency_ms_median",
+    "latency_ms_min",
+    "latency_ms_max",
+    "latency_ms_stddev",
+    "latency_ms_iqr",
+    "latency_ms_p90",
+    "latency_ms_p95",
+    "latency_ms_p99",
+    "iterations",
+    "throughput_items_per_s",
+    "load_time_s",
+    "cold_latency_ms",
+    "peak_host_rss_mb",
+    "peak_device_memory_mb",
+    "achieved_tflops",
+)
+
+
+@dataclass(frozen=True)
+class BenchmarkRecord:
+    """One benchmark case's parameters, measurements and context.
+
+    `precision` is the precision that ran, read back from the runtime, not only the one asked for.
+    Failed cases (out of memory, export error, ...) are records too: `status="failed"` and `error`.
+    """
+
+    # identity
+    case_id: str
+    session_id: str
+    status: Status
+    # params
+    model: str
+    family: str
+    model_type: str
+    backend: str
+    hardware: str
+    device_name: str
+    precision: str
+    mode: str
+    batch_size: int
+    sequence_length: int | None = None
+    image_size: int | None = None
+    audio_samples: int | None = None
+    param_count: int | None = None
+    flops_per_forward: float | None = None
+    threads: int | None = None
+    # metrics
+    latency_ms_mean: float | None = None
+    latency_ms_median: float | None = None
+    latency_ms_min: float | None = None
+    latency_ms_max: float | None = None
+    latency_ms_stddev: float | None = None
+    latency_ms_iqr: float | None = None
+    latency_ms_p90: float | None = None
+    latency_ms_p95: float | None = None
+    latency_ms_p99: float | None = None
+    iterations: int | None = None
+    throughput_items_per_s: float | None = None
+    load_time_s: float | None = None
+    cold_latency_ms: float | None = None
+    peak_host_rss_mb: float | None = None
+    peak_device_memory_mb: float | None = None
+    achieved_tflops: float | None = None
+    # raw per-iteration timings, milliseconds
+    timings_ms: tuple[float, ...] = ()
+    # context
+    error: str | None = None
+    nodeid: str = ""
+    host: str = ""
+    worker: str = "main"
+    cpu_affinity: tuple[int, ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    record_id: str = field(default_factory=lambda: uuid.uuid4().hex)
+    created_at: str = field(default_factory=lambda: _dt.datetime.now(_dt.timezone.utc).isoformat())
+    schema_version: int = SCHEMA_VERSION
+
+    def __post_init__(self) -> None:
+        if self.status not in STATUSES:
+            raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+
+    @property
+    def run_name(self) -> str:
+        """Readable name, e.g. ``bert-base/cuda/fp16/b64``."""
+        return f"{self.model}/{self.hardware}/{self.backend}/{self.precision}/b{self.batch_size}"
+
+    def params(self) -> dict[str, Any]:
+        """The case parameters, always the same keys."""
+        return {name: getattr(self, name) for name in PARAM_FIELDS}
+
+    def metrics(self) -> dict[str, float | None]:
+        """The measurements, always the same keys (None where not measured)."""
+        return {name: getattr(self, name) for name in METRIC_FIELDS}
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict (tuples become lists)."""
+        data = dataclasses.asdict(self)
+        data["timings_ms"] = list(self.timings_ms)
+        data["cpu_affinity"] = list(self.cpu_affinity)
+        data["extra"] = dict(self.extra)
+        return data
+
+    def to_json(self) -> str:
+        """One line of JSON."""
+        return json.dumps(self.to_dict(), sort_keys=True, default=str)
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> BenchmarkRecord:
+        """Build a record from a dict of any schema version (see `normalize_record`)."""
+        return cls(**normalize_record(data))
+
+
+@dataclass(frozen=True)
+class SessionInfo:
+    """One pytest session (or one replay): the parent of its records."""
+
+    session_id: str
+    started_at: str
+    host: str
+    git_commit: str = ""
+    git_branch: str = ""
+    runner_label: str = ""
+    hardware_summary: str = ""
+    package_versions: Mapping[str, str] = field(default_factory=dict)
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        data = dataclasses.asdict(self)
+        data["package_versions"] = dict(self.package_versions)
+        data["extra"] = dict(self.extra)
+        return data
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> SessionInfo:
+        """Inverse of `to_dict`; unknown keys go to `extra`."""
+        known = {f.name for f in dataclasses.fields(cls)}
+        extra = dict(data.get("extra") or {})
+        extra.update({k: v for k, v in data.items() if k not in known})
+        return cls(**{k: v for k, v in data.items() if k in known and k != "extra"}, extra=extra)
+
+
+_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(BenchmarkRecord))
+
+
+def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
+    """Upgrade a record dict of an older schema version to the current one.
+
+    Unknown keys (written by a newer version) move into `extra` instead of failing.
+    """
+    out = dict(data)
+    # Version 1 is the first schema: nothing to back-fill yet. Later versions add steps here.
+    out["schema_version"] = SCHEMA_VERSION
+    extra = dict(out.get("extra") or {})
+    for key in list(out):
+        if key not in _FIELD_NAMES:
+            extra[key] = out.pop(key)
+    out["extra"] = extra
+    out["timings_ms"] = tuple(float(t) for t in out.get("timings_ms") or ())
+    out["cpu_affinity"] = tuple(int(c) for c in out.get("cpu_affinity") or ())
+    return out
+
+
+__all__ = [
+    "METRIC_FIELDS",
+    "PARAM_FIELDS",
+    "SCHEMA_VERSION",
+    "BenchmarkRecord",
+    "SessionInfo",
+    "normalize_record",
+]
