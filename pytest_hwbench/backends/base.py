@@ -1,0 +1,110 @@
+"""The backend protocol and registry.
+
+A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision.
+Base code never names an implementation: each backend module calls `register_backend` on
+import, and third-party packages add theirs through the ``pytest_hwbench.backends`` entry-point
+group.
+"""
+
+from __future__ import annotations
+
+import importlib
+from collections.abc import Callable
+from dataclasses import dataclass
+from importlib.metadata import entry_points
+from typing import Any, Protocol, runtime_checkable
+
+from ..hardware import HardwareInfo
+from ..models import ModelSpec
+
+#: Our own backend modules, imported lazily by `registered_backends()`.
+BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
+    "pytest_hwbench.backends.torch_eager",
+)
+ENTRY_POINT_GROUP = "pytest_hwbench.backends"
+
+
+@dataclass
+class LoadedModel:
+    """A model ready to run on one device at one precision.
+
+    `precision` is read back from the runtime after loading: the precision that will run.
+    `prepare(inputs)` turns torch tensors from the zoo's input factory into a zero-argument
+    call that runs one forward; `sync()` waits for the device; `timer` picks the tracker.
+    """
+
+    precision: str
+    device_name: str
+    prepare: Callable[[dict[str, Any]], Callable[[], Any]]
+    sync: Callable[[], None] = lambda: None
+    timer: str = "wall"
+    device_kind: str = "cpu"
+    device_index: int = 0
+    threads: int | None = None
+    close: Callable[[], None] = lambda: None
+    details: dict[str, Any] | None = None
+
+
+@runtime_checkable
+class Backend(Protocol):
+    """What every backend module provides (a module-level object or class instance)."""
+
+    #: Short name used in case ids and `--hwbench-backends` (``torch``, ``onnxruntime``...).
+    name: str
+    #: Hardware targets the backend can address (``cpu``, ``cuda``...).
+    hardware: tuple[str, ...]
+    #: Precisions the backend can run somewhere.
+    precisions: tuple[str, ...]
+
+    def markers(self, hardware: str) -> tuple[str, ...]:
+        """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""
+        ...
+
+    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
+        """Precisions to run by default here: fp32 plus those the hardware runs natively."""
+        ...
+
+    def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
+        """None when the case can run here, else a skip reason naming what is missing."""
+        ...
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
+        """Build, convert and load the model; raise `UnsupportedCase` for a known gap."""
+        ...
+
+
+_REGISTRY: dict[str, Backend] = {}
+_LOADED = False
+
+
+def register_backend(backend: Backend) -> Backend:
+    """Add a backend (called by each backend module at import)."""
+    if not isinstance(backend, Backend):
+        raise TypeError(f"{backend!r} does not implement the Backend protocol (name, hardware, precisions, "
+                        "markers, default_precisions, unavailable, load)")
+    _REGISTRY[backend.name] = backend
+    return backend
+
+
+def registered_backends() -> dict[str, Backend]:
+    """All backends: ours and those from the entry-point group, imported once."""
+    global _LOADED
+    if not _LOADED:
+        _LOADED = True
+        for module in BUILTIN_BACKEND_MODULES:
+            importlib.import_module(module)
+        for ep in entry_points(group=ENTRY_POINT_GROUP):
+            ep.load()
+    return dict(_REGISTRY)
+
+
+def get_backend(name: str) -> Backend:
+    """The backend named `name`; an unknown name lists the known ones."""
+    backends = registered_backends()
+    try:
+        return backends[name]
+    except KeyError:
+        raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(backends))}") from None
+
+
+__all__ = ["Backend", "LoadedModel", "get_backend", "register_backend", "registered_backends"]

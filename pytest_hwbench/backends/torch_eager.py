@@ -1,0 +1,152 @@
+"""PyTorch eager backend: cpu, cuda, rocm, mps and xpu through torch itself."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ..errors import PrecisionMismatch, UnsupportedCase
+from ..hardware import HardwareInfo
+from ..models import ModelSpec
+from .base import LoadedModel, register_backend
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+#: Share of the weights dynamic int8 must cover before we call a model int8.
+INT8_MIN_COVERAGE = 0.5
+
+
+def _device(hardware: str, index: int) -> str:
+    return {"cpu": "cpu", "cuda": f"cuda:{index}", "rocm": f"cuda:{index}", "mps": "mps", "xpu": f"xpu:{index}"}[hardware]
+
+
+def _sync_for(hardware: str, device: str) -> Any:
+    import torch
+
+    if hardware in ("cuda", "rocm"):
+        return lambda: torch.cuda.synchronize(device)
+    if hardware == "xpu":
+        return lambda: torch.xpu.synchronize(device)
+    if hardware == "mps":
+        return torch.mps.synchronize
+    return lambda: None
+
+
+def _quantize_int8(model: Any, name: str) -> Any:
+    import torch
+
+    # Embedding tables are lookups, not compute: leave them out of the share.
+    embedding = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+    total = sum(p.numel() for p in model.parameters()) - embedding
+    linear = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Linear))
+    if total == 0 or linear / total < INT8_MIN_COVERAGE:
+        raise UnsupportedCase(
+            f"int8: torch dynamic quantization covers nn.Linear only, {linear / max(total, 1):.0%} of "
+            f"{name}'s non-embedding weights (needs {INT8_MIN_COVERAGE:.0%}); use onnxruntime or openvino for int8"
+        )
+    return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def effective_precision(model: Any) -> str:
+    """The precision `model` runs at, read from its modules and parameters."""
+    import torch
+
+    if any(type(m).__module__.startswith("torch.ao.nn.quantized") for m in model.modules()):
+        return "int8"
+    dtypes = {p.dtype for p in model.parameters() if p.is_floating_point()}
+    names = {torch.float32: "fp32", torch.float16: "fp16", torch.bfloat16: "bf16"}
+    found = sorted({names.get(d, str(d)) for d in dtypes})
+    return found[0] if len(found) == 1 else "mixed(" + ",".join(found) + ")"
+
+
+class TorchEagerBackend:
+    """torch eager on any device torch supports."""
+
+    name = "torch"
+    hardware = ("cpu", "cuda", "rocm", "mps", "xpu")
+    precisions = ("fp32", "fp16", "bf16", "int8")
+
+    def markers(self, hardware: str) -> tuple[str, ...]:
+        return (hardware,)
+
+    def _precisions_for(self, hardware: str) -> tuple[str, ...]:
+        return self.precisions if hardware == "cpu" else ("fp32", "fp16", "bf16")
+
+    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
+        target = hw[hardware]
+        allowed = self._precisions_for(hardware)
+        if not target.available:
+            return allowed
+        return tuple(p for p in allowed if p == "fp32" or p in target.precisions)
+
+    def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
+        target = hw[hardware]
+        if not target.available:
+            return f"{hardware}: {target.reason}"
+        if precision not in self._precisions_for(hardware):
+            return f"{precision}: torch eager runs {', '.join(self._precisions_for(hardware))} on {hardware}"
+        if precision == "int8":
+            import torch
+
+            if not torch.backends.quantized.supported_engines or \
+                    torch.backends.quantized.supported_engines == ["none"]:
+                return "int8: this torch build has no quantized engine (fbgemm/qnnpack)"
+            return None
+        if precision == "fp32":
+            return None
+        return target.unsupported_precision(precision)
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
+        import torch
+
+        device = _device(hardware, device_index)
+        if hardware in ("cuda", "rocm"):
+            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5).
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        model = spec.build_model("cpu")
+        if precision == "int8":
+            model = _quantize_int8(model, spec.name)
+        elif precision != "fp32":
+            model = model.to(getattr(torch, _DTYPES[precision]))
+        model = model.to(device)
+        ran = effective_precision(model)
+        if ran != precision:
+            raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
+        dtype = None if precision == "int8" else getattr(torch, _DTYPES[precision])
+        sync = _sync_for(hardware, device)
+
+        def prepare(inputs: dict[str, Any]) -> Any:
+            moved = {
+                k: v.to(device=device, dtype=dtype) if v.is_floating_point() and dtype is not None else v.to(device)
+                for k, v in inputs.items()
+            }
+
+            def call() -> Any:
+                with torch.inference_mode():
+                    return model(**moved)
+
+            return call
+
+        if hardware == "cpu":
+            from ..hardware import detect_hardware
+
+            device_name = detect_hardware()["cpu"].details.get("model", "cpu")
+        elif hardware == "mps":
+            device_name = "Apple MPS"
+        else:
+            module = torch.xpu if hardware == "xpu" else torch.cuda
+            device_name = module.get_device_name(device_index)
+        return LoadedModel(
+            precision=ran,
+            device_name=str(device_name),
+            prepare=prepare,
+            sync=sync,
+            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            device_kind=hardware,
+            device_index=device_index,
+            threads=torch.get_num_threads() if hardware == "cpu" else None,
+        )
+
+
+BACKEND = register_backend(TorchEagerBackend())
+
+__all__ = ["BACKEND", "TorchEagerBackend", "effective_precision"]

@@ -1,0 +1,214 @@
+"""Run one benchmark case: load (cached), prepare inputs, cold call, timed loop, memory.
+
+Works without pytest: `Runner().run(BenchCase(...))` from a script or notebook gives a
+`CaseResult`; `CaseResult.to_record(...)` turns it into a `BenchmarkRecord`.
+"""
+
+from __future__ import annotations
+
+import gc
+import socket
+import time
+from collections import OrderedDict
+from dataclasses import dataclass, field
+from typing import Any
+
+from .backends.base import LoadedModel, get_backend
+from .hardware import PRECISIONS, HardwareInfo, detect_hardware
+from .models import ModelSpec, achieved_tflops, get_model
+from .record import BenchmarkRecord
+from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+
+MODES: tuple[str, ...] = ("inference",)
+
+
+@dataclass(frozen=True)
+class BenchCase:
+    """One point of the benchmark grid."""
+
+    model: str
+    backend: str
+    hardware: str
+    precision: str
+    batch_size: int
+    mode: str = "inference"
+
+    def __post_init__(self) -> None:
+        if self.batch_size < 1:
+            raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.precision not in PRECISIONS:
+            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        if self.mode not in MODES:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+
+    @property
+    def id(self) -> str:
+        """Readable case id, e.g. ``bert-base-cpu-torch-fp32-b8``."""
+        return f"{self.model}-{self.hardware}-{self.backend}-{self.precision}-b{self.batch_size}"
+
+    @property
+    def load_key(self) -> tuple[str, str, str, str]:
+        """Cases with the same key share one loaded model."""
+        return (self.model, self.backend, self.hardware, self.precision)
+
+    def unavailable(self, hw: HardwareInfo | None = None) -> str | None:
+        """None when this case can run here, else the skip reason."""
+        return get_backend(self.backend).unavailable(self.hardware, self.precision, hw or detect_hardware())
+
+
+@dataclass(frozen=True)
+class CaseResult:
+    """What one case measured."""
+
+    case: BenchCase
+    spec: ModelSpec
+    precision: str
+    device_name: str
+    threads: int | None
+    latency: Latency
+    cold_latency_ms: float
+    load_time_s: float
+    memory: Memory
+    load_cached: bool
+    details: dict[str, Any] = field(default_factory=dict)
+
+    @property
+    def throughput(self) -> float:
+        """Items per second at the median latency."""
+        return self.latency.throughput(self.case.batch_size)
+
+    def to_record(self, session_id: str, *, nodeid: str = "", worker: str = "main",
+                  cpu_affinity: tuple[int, ...] = (), extra: dict[str, Any] | None = None) -> BenchmarkRecord:
+        """A passed `BenchmarkRecord` of this result."""
+        arch = self.spec.architecture
+        lat = self.latency
+        return BenchmarkRecord(
+            **_case_fields(self.case, self.spec, session_id),
+            status="passed",
+            device_name=self.device_name,
+            precision=self.precision,
+            threads=self.threads,
+            latency_ms_mean=lat.mean,
+            latency_ms_median=lat.median,
+            latency_ms_min=lat.min,
+            latency_ms_max=lat.max,
+            latency_ms_stddev=lat.stddev,
+            latency_ms_iqr=lat.iqr,
+            latency_ms_p90=lat.p90,
+            latency_ms_p95=lat.p95,
+            latency_ms_p99=lat.p99,
+            iterations=lat.iterations,
+            throughput_items_per_s=self.throughput,
+            load_time_s=self.load_time_s,
+            cold_latency_ms=self.cold_latency_ms,
+            peak_host_rss_mb=self.memory.peak_host_rss_mb,
+            peak_device_memory_mb=self.memory.peak_device_mb,
+            achieved_tflops=achieved_tflops(arch.flops_per_item, self.case.batch_size, lat.median / 1e3),
+            timings_ms=lat.values_ms,
+            nodeid=nodeid,
+            host=socket.gethostname(),
+            worker=worker,
+            cpu_affinity=cpu_affinity,
+            extra={"load_cached": self.load_cached, **self.details, **(extra or {})},
+        )
+
+
+def _case_fields(case: BenchCase, spec: ModelSpec, session_id: str) -> dict[str, Any]:
+    arch = spec.architecture
+    return {
+        "case_id": case.id,
+        "session_id": session_id,
+        "model": case.model,
+        "family": spec.family,
+        "model_type": arch.model_type,
+        "backend": case.backend,
+        "hardware": case.hardware,
+        "mode": case.mode,
+        "batch_size": case.batch_size,
+        "param_count": arch.param_count,
+        "flops_per_forward": arch.flops_per_item * case.batch_size,
+        **spec.input_shape(),
+    }
+
+
+def failed_record(case: BenchCase, session_id: str, error: BaseException | str, *, nodeid: str = "",
+                  worker: str = "main", cpu_affinity: tuple[int, ...] = ()) -> BenchmarkRecord:
+    """A failed `BenchmarkRecord`: the case, the error, no measurements."""
+    spec = get_model(case.model)
+    message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
+    return BenchmarkRecord(
+        **_case_fields(case, spec, session_id),
+        status="failed",
+        device_name="",
+        precision=case.precision,
+        error=message[:4000],
+        nodeid=nodeid,
+        host=socket.gethostname(),
+        worker=worker,
+        cpu_affinity=cpu_affinity,
+    )
+
+
+class Runner:
+    """Runs cases, keeping the last `cache_size` loaded models for reuse across batch sizes."""
+
+    def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1) -> None:
+        self.timing = timing or TimingConfig()
+        self.cache_size = max(1, cache_size)
+        self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float]] = OrderedDict()
+
+    def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, bool]:
+        key = (*case.load_key, device_index)
+        if key in self._cache:
+            self._cache.move_to_end(key)
+            loaded, load_time = self._cache[key]
+            return loaded, load_time, True
+        while len(self._cache) >= self.cache_size:
+            self._evict()
+        start = time.perf_counter()
+        loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
+        load_time = time.perf_counter() - start
+        self._cache[key] = (loaded, load_time)
+        return loaded, load_time, False
+
+    def _evict(self) -> None:
+        _, (loaded, _) = self._cache.popitem(last=False)
+        loaded.close()
+        gc.collect()
+        if loaded.device_kind in ("cuda", "rocm"):
+            import torch
+
+            torch.cuda.empty_cache()
+
+    def close(self) -> None:
+        """Release every cached model."""
+        while self._cache:
+            self._evict()
+
+    def run(self, case: BenchCase, device_index: int = 0) -> CaseResult:
+        """Measure one case (the caller checks `case.unavailable()` first)."""
+        spec = get_model(case.model)
+        loaded, load_time, cached = self._load(case, spec, device_index)
+        call = loaded.prepare(spec.make_inputs(case.batch_size))
+        tracker = LatencyTracker(loaded.timer, loaded.sync)
+        memory = MemoryTracker(loaded.device_kind, loaded.device_index)
+        with memory.track():
+            cold = tracker.time_once(call)
+            latency = tracker.run(call, self.timing)
+        assert memory.result is not None
+        return CaseResult(
+            case=case,
+            spec=spec,
+            precision=loaded.precision,
+            device_name=loaded.device_name,
+            threads=loaded.threads,
+            latency=latency,
+            cold_latency_ms=cold,
+            load_time_s=load_time,
+            memory=memory.result,
+            load_cached=cached,
+            details=dict(loaded.details or {}),
+        )
+
+
+__all__ = ["MODES", "BenchCase", "CaseResult", "Runner", "failed_record"]

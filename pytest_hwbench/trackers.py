@@ -1,0 +1,232 @@
+"""Trackers: latency and memory measurement as context managers that yield value objects.
+
+Device synchronisation lives here, never in a benchmark body. On CUDA/ROCm/XPU each iteration
+is bracketed by device events and the host syncs once, at the end of the timed loop; elsewhere
+each iteration is timed with `time.perf_counter` around the call and its `sync`.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from collections.abc import Callable, Iterator, Sequence
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu")
+
+
+@dataclass(frozen=True)
+class Latency:
+    """Statistics of per-iteration latencies, in milliseconds."""
+
+    values_ms: tuple[float, ...]
+    mean: float
+    median: float
+    min: float
+    max: float
+    stddev: float
+    iqr: float
+    p90: float
+    p95: float
+    p99: float
+
+    @property
+    def iterations(self) -> int:
+        """Number of timed iterations."""
+        return len(self.values_ms)
+
+    @classmethod
+    def from_values(cls, values_ms: Sequence[float]) -> Latency:
+        """Statistics of `values_ms` (linear-interpolated percentiles, sample stddev)."""
+        if len(values_ms) == 0:
+            raise ValueError("Latency.from_values needs at least one value")
+        arr = np.asarray(values_ms, dtype=float)
+        q1, median, q3, p90, p95, p99 = np.percentile(arr, [25, 50, 75, 90, 95, 99])
+        return cls(
+            values_ms=tuple(float(v) for v in arr),
+            mean=float(arr.mean()),
+            median=float(median),
+            min=float(arr.min()),
+            max=float(arr.max()),
+            stddev=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
+            iqr=float(q3 - q1),
+            p90=float(p90),
+            p95=float(p95),
+            p99=float(p99),
+        )
+
+    def throughput(self, items_per_call: int) -> float:
+        """Items per second at the median latency."""
+        return items_per_call / (self.median / 1e3) if self.median > 0 else math.inf
+
+
+@dataclass(frozen=True)
+class TimingConfig:
+    """How long to warm up and how long to measure."""
+
+    warmup_iterations: int = 3
+    min_iterations: int = 10
+    min_time_s: float = 1.0
+    max_iterations: int = 100_000
+
+    def __post_init__(self) -> None:
+        if self.warmup_iterations < 0:
+            raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
+        if self.min_iterations < 1:
+            raise ValueError(f"min_iterations must be >= 1, got {self.min_iterations}")
+        if self.min_time_s < 0:
+            raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s}")
+        if self.max_iterations < self.min_iterations:
+            raise ValueError(f"max_iterations ({self.max_iterations}) must be >= min_iterations ({self.min_iterations})")
+
+
+def _event_module(kind: str) -> Any:
+    import torch
+
+    return torch.cuda if kind == "cuda" else torch.xpu
+
+
+@dataclass
+class LatencyTracker:
+    """Times calls of a zero-argument function on one device.
+
+    `kind` is ``"wall"`` (perf_counter around call + sync), ``"cuda"`` (CUDA/HIP events, one
+    sync at the end) or ``"xpu"`` (XPU events, one sync at the end).
+    """
+
+    kind: str = "wall"
+    sync: Callable[[], None] = lambda: None
+
+    def __post_init__(self) -> None:
+        if self.kind not in TIMER_KINDS:
+            raise ValueError(f"timer kind {self.kind!r} is not one of {TIMER_KINDS}")
+
+    def time_once(self, fn: Callable[[], Any]) -> float:
+        """One synchronised call, in milliseconds (for cold-start latency)."""
+        self.sync()
+        start = time.perf_counter()
+        fn()
+        self.sync()
+        return (time.perf_counter() - start) * 1e3
+
+    def run(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
+        """Warm up, then time iterations until both `min_iterations` and `min_time_s` are met."""
+        for _ in range(config.warmup_iterations):
+            fn()
+        self.sync()
+        if self.kind == "wall":
+            return self._run_wall(fn, config)
+        return self._run_events(fn, config)
+
+    def _run_wall(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
+        sync, clock = self.sync, time.perf_counter
+        values: list[float] = []
+        deadline = clock() + config.min_time_s
+        while len(values) < config.max_iterations:
+            start = clock()
+            fn()
+            sync()
+            end = clock()
+            values.append((end - start) * 1e3)
+            if len(values) >= config.min_iterations and end >= deadline:
+                break
+        return Latency.from_values(values)
+
+    def _run_events(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
+        module = _event_module(self.kind)
+        pairs: list[tuple[Any, Any]] = []
+        clock = time.perf_counter
+        deadline = clock() + config.min_time_s
+        # The host only enqueues work here; the deadline check uses host time, which runs ahead
+        # of the device by at most the queue depth, so the loop may end slightly early. The
+        # iteration count stays exact.
+        while len(pairs) < config.max_iterations:
+            start, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
+            start.record()
+            fn()
+            end.record()
+            pairs.append((start, end))
+            if len(pairs) >= config.min_iterations and clock() >= deadline:
+                break
+        self.sync()
+        return Latency.from_values([s.elapsed_time(e) for s, e in pairs])
+
+
+# --- memory ----------------------------------------------------------------------------------
+
+_CLEAR_REFS = Path("/proc/self/clear_refs")
+_STATUS = Path("/proc/self/status")
+
+
+def _read_hwm_mb() -> float | None:
+    try:
+        for line in _STATUS.read_text().splitlines():
+            if line.startswith("VmHWM:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    import resource
+    import sys
+
+    peak = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss
+    return peak / 2**20 if sys.platform == "darwin" else peak / 1024
+
+
+def _reset_hwm() -> None:
+    # Writing 5 resets the peak-RSS high-water mark (Linux >= 4.0, proc(5) clear_refs).
+    try:
+        _CLEAR_REFS.write_text("5")
+    except OSError:
+        pass
+
+
+@dataclass(frozen=True)
+class Memory:
+    """Peak host RSS and peak device memory during a tracked block, in MiB."""
+
+    peak_host_rss_mb: float | None
+    peak_device_mb: float | None
+
+
+class MemoryTracker:
+    """Tracks peak host RSS (process high-water mark) and peak device memory of one device."""
+
+    def __init__(self, device_kind: str = "cpu", device_index: int = 0) -> None:
+        self.device_kind = device_kind
+        self.device_index = device_index
+        self.result: Memory | None = None
+
+    def _device_module(self) -> Any | None:
+        if self.device_kind not in ("cuda", "rocm", "xpu", "mps"):
+            return None
+        import torch
+
+        return {"cuda": torch.cuda, "rocm": torch.cuda, "xpu": getattr(torch, "xpu", None),
+                "mps": getattr(torch, "mps", None)}[self.device_kind]
+
+    @contextmanager
+    def track(self) -> Iterator[MemoryTracker]:
+        """Measure within the block; read `self.result` afterwards."""
+        module = self._device_module()
+        if module is not None and hasattr(module, "reset_peak_memory_stats"):
+            module.reset_peak_memory_stats(self.device_index)
+        _reset_hwm()
+        try:
+            yield self
+        finally:
+            device_mb = None
+            if module is not None:
+                if hasattr(module, "max_memory_allocated"):
+                    device_mb = module.max_memory_allocated(self.device_index) / 2**20
+                elif hasattr(module, "driver_allocated_memory"):
+                    # MPS has no peak counter: the driver's current allocation is the best bound.
+                    device_mb = module.driver_allocated_memory() / 2**20
+            self.result = Memory(_read_hwm_mb(), device_mb)
+
+
+__all__ = ["Latency", "LatencyTracker", "Memory", "MemoryTracker", "TimingConfig"]
