@@ -1,0 +1,3 @@
+"""hwsel: hardware selection and performance prediction from hwbench runs (in progress, issue 4)."""
+
+__all__: list[str] = []

@@ -1,0 +1,51 @@
+"""Sessions: tests, lint, per-hardware benchmarks. `nox -l` lists them."""
+
+from __future__ import annotations
+
+import os
+
+import nox
+
+nox.options.sessions = ["lint", "tests"]
+nox.options.reuse_existing_virtualenvs = True
+
+HARDWARE = ["cpu", "cuda", "rocm", "mps", "xpu", "openvino", "qnn"]
+# The CPU wheel that lies on the CI disk; GPU runners get the default (CUDA) build instead.
+CPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch==2.13.0")
+GPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch>=2.4")
+
+
+def _install(session: nox.Session, torch_spec: str, extras: str) -> None:
+    session.install(torch_spec)
+    session.install("-e", f".[{extras}]")
+
+
+@nox.session
+def tests(session: nox.Session) -> None:
+    """Run the test suite (real MLflow/DuckDB stores, tiny real models)."""
+    _install(session, CPU_TORCH, "all")
+    session.run("pytest", "tests", "--strict-markers", "--strict-config", *session.posargs)
+
+
+@nox.session
+def lint(session: nox.Session) -> None:
+    """Lint with ruff."""
+    session.install("ruff>=0.6")
+    session.run("ruff", "check", "pytest_hwbench", "hwsel", "bench_suites", "tests", "benchmarks", "noxfile.py",
+                *session.posargs)
+
+
+@nox.session(default=False)
+@nox.parametrize("hardware", HARDWARE)
+def bench(session: nox.Session, hardware: str) -> None:
+    """Run the benchmark suite for one hardware marker, e.g. nox -s "bench(cuda)"."""
+    gpu = hardware in ("cuda", "rocm", "xpu", "mps")
+    _install(session, GPU_TORCH if gpu else CPU_TORCH, "all" if hardware != "qnn" else "all,qnn")
+    session.run("pytest", "bench_suites", "-m", hardware, "--strict-markers", "-rs", *session.posargs)
+
+
+@nox.session(default=False)
+def smoke(session: nox.Session) -> None:
+    """Run the quick CPU tier (tiny models), as CI does."""
+    _install(session, CPU_TORCH, "all")
+    session.run("pytest", "bench_suites", "-m", "cpu and quick", "--strict-markers", *session.posargs)
