@@ -419,7 +419,7 @@ class Hwbench:
         return result
 
     def _feed_pytest_benchmark(self, result: CaseResult, record: BenchmarkRecord) -> None:
-        if not self._request.config.pluginmanager.hasplugin("pytest_benchmark.plugin"):
+        if not self._request.config.pluginmanager.hasplugin("benchmark"):
             return
         bench = self._request.getfixturevalue("benchmark")
         bench.extra_info.update({**record.params(), **{k: v for k, v in record.metrics().items() if v is not None}})
