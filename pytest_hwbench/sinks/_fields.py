@@ -1,0 +1,143 @@
+"""What each `BenchmarkRecord` field holds, derived once from the dataclass.
+
+Sinks that store records as text (MLflow params and tags) or as typed columns (DuckDB) need the
+same answer to "is this an int, a float, a string, a tuple or a mapping, and may it be None?".
+Deriving it from the record's own type hints keeps the sinks in step with `record.py`.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import json
+import types
+import typing
+from collections.abc import Mapping
+from typing import Any, Literal
+
+from pytest_hwbench.record import BenchmarkRecord
+
+Kind = Literal["str", "int", "float", "int_tuple", "float_tuple", "mapping"]
+
+#: How MLflow params spell None, the same for every param so names and types stay stable.
+NONE_TEXT = "none"
+
+
+@dataclasses.dataclass(frozen=True)
+class FieldKind:
+    """The storage kind of one record field and whether it may be None."""
+
+    name: str
+    kind: Kind
+    optional: bool
+
+
+def _kind_of(name: str, hint: Any) -> FieldKind:
+    optional = False
+    origin = typing.get_origin(hint)
+    if origin in (typing.Union, types.UnionType):
+        args = [a for a in typing.get_args(hint) if a is not type(None)]
+        optional = len(args) < len(typing.get_args(hint))
+        if len(args) != 1:
+            raise TypeError(f"BenchmarkRecord.{name}: unsupported union {hint!r}")
+        hint = args[0]
+        origin = typing.get_origin(hint)
+    if hint is str or origin is Literal:
+        return FieldKind(name, "str", optional)
+    if hint is bool:
+        raise TypeError(f"BenchmarkRecord.{name}: bool fields are not supported by the sinks yet")
+    if hint is int:
+        return FieldKind(name, "int", optional)
+    if hint is float:
+        return FieldKind(name, "float", optional)
+    if origin is tuple:
+        args = typing.get_args(hint)
+        if args and args[0] is int:
+            return FieldKind(name, "int_tuple", optional)
+        if args and args[0] is float:
+            return FieldKind(name, "float_tuple", optional)
+    if origin in (Mapping, dict) or hint in (Mapping, dict):
+        return FieldKind(name, "mapping", optional)
+    raise TypeError(f"BenchmarkRecord.{name}: no sink mapping for type {hint!r}")
+
+
+def _derive() -> dict[str, FieldKind]:
+    hints = typing.get_type_hints(BenchmarkRecord)
+    return {f.name: _kind_of(f.name, hints[f.name]) for f in dataclasses.fields(BenchmarkRecord)}
+
+
+#: Every record field, in dataclass order.
+FIELDS: dict[str, FieldKind] = _derive()
+
+
+def to_text(name: str, value: Any) -> str:
+    """A field value as text for MLflow; the same field always gets the same spelling of its type."""
+    if value is None:
+        return NONE_TEXT
+    kind = FIELDS[name].kind
+    if kind == "int":
+        return str(int(value))
+    if kind == "float":
+        return repr(float(value))
+    if kind in ("int_tuple", "float_tuple"):
+        return json.dumps(list(value))
+    if kind == "mapping":
+        return json.dumps(dict(value), sort_keys=True, default=str)
+    return str(value)
+
+
+def from_text(name: str, text: str | None) -> Any:
+    """Inverse of `to_text`: cast a stored string back to the field's type.
+
+    Raises ValueError (naming the field and the text) when the text does not parse.
+    """
+    field = FIELDS[name]
+    if text is None or (text == NONE_TEXT and (field.optional or field.kind != "str")):
+        return None
+    try:
+        if field.kind == "int":
+            try:
+                return int(text)
+            except ValueError:
+                return int(float(text))
+        if field.kind == "float":
+            return float(text)
+        if field.kind == "int_tuple":
+            return tuple(int(v) for v in json.loads(text))
+        if field.kind == "float_tuple":
+            return tuple(float(v) for v in json.loads(text))
+        if field.kind == "mapping":
+            data = json.loads(text)
+            return dict(data) if isinstance(data, dict) else {}
+    except (ValueError, TypeError) as exc:
+        raise ValueError(f"cannot read BenchmarkRecord.{name} from {text!r}: {exc}") from exc
+    return text
+
+
+def epoch_ms(iso: str | None, default: int | None = None) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 timestamp (naive means UTC); `default` if unparsable."""
+    if not iso:
+        return default
+    try:
+        stamp = _dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
+    except ValueError:
+        return default
+    if stamp.tzinfo is None:
+        stamp = stamp.replace(tzinfo=_dt.timezone.utc)
+    return int(stamp.timestamp() * 1000)
+
+
+def utc_now_iso() -> str:
+    """Now, as an ISO-8601 string in UTC."""
+    return _dt.datetime.now(_dt.timezone.utc).isoformat()
+
+
+def truncate(text: str, limit: int) -> str:
+    """`text` cut to at most `limit` characters, marking the cut."""
+    if len(text) <= limit:
+        return text
+    marker = "...[truncated]"
+    return text[: max(0, limit - len(marker))] + marker
+
+
+__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "to_text", "truncate", "utc_now_iso"]

@@ -1,0 +1,186 @@
+"""The `Sink` protocol, the sink registry and `open_sink`.
+
+A sink stores finished `BenchmarkRecord`s somewhere durable (MLflow, DuckDB, ...). Sink modules
+register themselves here with `register_sink`; this module never names an implementation.
+Sink modules import their heavy library (mlflow, duckdb, pandas) inside functions, so importing
+the registry, or a sink module, costs nothing until a sink is used.
+
+Third-party sinks register the same way: a module that calls `register_sink` when imported,
+listed under the entry-point group ``pytest_hwbench.sinks``.
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+import re
+import warnings
+from collections.abc import Iterable, Sequence
+from pathlib import PurePath
+from typing import Any, Protocol, runtime_checkable
+
+from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+
+#: Entry-point group for sinks that live outside this package.
+ENTRY_POINT_GROUP = "pytest_hwbench.sinks"
+
+#: Session statuses every sink understands, and the words that mean them.
+SESSION_STATUSES: tuple[str, ...] = ("finished", "failed", "killed")
+_STATUS_ALIASES: dict[str, str] = {
+    "finished": "finished",
+    "passed": "finished",
+    "ok": "finished",
+    "success": "finished",
+    "failed": "failed",
+    "failure": "failed",
+    "error": "failed",
+    "killed": "killed",
+    "interrupted": "killed",
+    "aborted": "killed",
+}
+
+
+def normalize_status(status: str) -> str:
+    """The canonical session status (``finished``, ``failed`` or ``killed``) for `status`.
+
+    Accepts pytest-ish words too (``passed``, ``interrupted``); raises ValueError otherwise.
+    """
+    canonical = _STATUS_ALIASES.get(str(status).strip().lower())
+    if canonical is None:
+        raise ValueError(
+            f"session status {status!r} is not one of {SESSION_STATUSES} "
+            f"(aliases: {sorted(k for k in _STATUS_ALIASES if k not in SESSION_STATUSES)})"
+        )
+    return canonical
+
+
+@runtime_checkable
+class Sink(Protocol):
+    """Somewhere records are stored. Called from one thread of one process (the controller).
+
+    Order of calls: `open_session` once, `write` any number of times, `close` once. `existing_ids`
+    may be called at any time, also without a session (replay asks before it opens one).
+    A sink raises on failure; the `Recorder` decides what to do (spool and retry later).
+    """
+
+    #: Short stable name, used as the key in reports and replay results (``mlflow``, ``duckdb``).
+    name: str
+
+    def open_session(self, session: SessionInfo) -> None:
+        """Start (or resume, if the sink already holds it) the session the next records belong to."""
+        ...
+
+    def write(self, records: Sequence[BenchmarkRecord]) -> None:
+        """Store `records` (all of the open session). Either all are stored or the call raises."""
+        ...
+
+    def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
+        """Which of `record_ids` the sink already holds completely (for idempotent replay)."""
+        ...
+
+    def close(self, status: str) -> None:
+        """End the open session with `status` (see `normalize_status`); no-op without one."""
+        ...
+
+
+class SinkFactory(Protocol):
+    """Builds a sink from a target (a URI or a path; None for the sink's default) and options."""
+
+    def __call__(self, target: str | None, /, **options: Any) -> Sink: ...
+
+
+#: Registered sinks: name -> factory. Filled by the sink modules when they are imported.
+SINKS: dict[str, SinkFactory] = {}
+_SCHEMES: dict[str, str] = {}
+_SUFFIXES: dict[str, str] = {}
+_plugins_loaded = False
+
+
+def register_sink(
+    name: str,
+    factory: SinkFactory,
+    *,
+    schemes: Iterable[str] = (),
+    suffixes: Iterable[str] = (),
+) -> None:
+    """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`.
+
+    Registering the same name again replaces the earlier factory (a user's sink may override ours).
+    """
+    if not re.fullmatch(r"[a-z][a-z0-9_+.-]*", name):
+        raise ValueError(f"sink name {name!r} must be lowercase letters, digits, '_', '+', '.', '-'")
+    SINKS[name] = factory
+    for scheme in schemes:
+        _SCHEMES[scheme.lower()] = name
+    for suffix in suffixes:
+        _SUFFIXES[suffix.lower()] = name
+
+
+def _load_plugins() -> None:
+    """Import the modules listed under `ENTRY_POINT_GROUP` once; each registers itself."""
+    global _plugins_loaded
+    if _plugins_loaded:
+        return
+    _plugins_loaded = True
+    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
+        try:
+            entry.load()
+        except Exception as exc:  # a broken third-party sink must not stop ours
+            warnings.warn(
+                f"hwbench: could not load sink plugin {entry.name!r} ({entry.value}): {exc!r}",
+                HwbenchWarning,
+                stacklevel=2,
+            )
+
+
+def _accepted_forms() -> str:
+    names = ", ".join(sorted(SINKS)) or "(none registered)"
+    schemes = ", ".join(f"{s}://..." for s in sorted(_SCHEMES))
+    suffixes = ", ".join(f"PATH{s}" for s in sorted(_SUFFIXES))
+    return f"a sink name ({names}), NAME:TARGET, a URI ({schemes}) or a file ({suffixes})"
+
+
+def open_sink(uri_or_name: str, **options: Any) -> Sink:
+    """Build the sink that `uri_or_name` names. Nothing is connected until the sink is used.
+
+    Accepted forms, tried in this order:
+
+    - a registered name alone (``"mlflow"``, ``"duckdb"``): that sink with its default target;
+    - ``NAME:TARGET`` (``"duckdb:results/bench.duckdb"``, ``"mlflow:sqlite:///m.db"``);
+    - a URI whose scheme a sink registered (``"sqlite:///mlruns/mlflow.db"``, ``"http://host:5000"``);
+    - a path whose suffix a sink registered (``"bench.duckdb"``).
+
+    `options` go to the factory (e.g. ``experiment="hwbench"`` for MLflow).
+    Raises ValueError naming the value and the accepted forms.
+    """
+    text = str(uri_or_name).strip()
+    for attempt in range(2):
+        if attempt == 1:
+            _load_plugins()
+        if text in SINKS:
+            return SINKS[text](None, **options)
+        prefix, sep, rest = text.partition(":")
+        # A one-letter "scheme" is a Windows drive (C:\...), not a sink name or URI scheme.
+        if sep and len(prefix) > 1:
+            if prefix in SINKS:
+                return SINKS[prefix](rest or None, **options)
+            # "postgresql+psycopg2://..." is the postgresql scheme with a driver.
+            scheme = prefix.lower().split("+", 1)[0]
+            if scheme in _SCHEMES:
+                return SINKS[_SCHEMES[scheme]](text, **options)
+        suffix = PurePath(text).suffix.lower()
+        if suffix and suffix in _SUFFIXES:
+            return SINKS[_SUFFIXES[suffix]](text, **options)
+    raise ValueError(f"no sink for {uri_or_name!r}: expected {_accepted_forms()}")
+
+
+__all__ = [
+    "ENTRY_POINT_GROUP",
+    "SESSION_STATUSES",
+    "SINKS",
+    "Sink",
+    "SinkFactory",
+    "normalize_status",
+    "open_sink",
+    "register_sink",
+]

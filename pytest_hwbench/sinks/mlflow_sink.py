@@ -1,0 +1,613 @@
+"""MLflow sink: one parent run per session, one child run per record.
+
+Everything goes through one `MlflowClient` with explicit run ids; the fluent API's global active
+run is never touched (mlflow #159, #9235: hidden global state breaks under concurrency and when a
+user's own code has a run open).
+
+Layout in the experiment (default ``hwbench``):
+
+- parent run ``session <session_id>``: tags ``hwbench.kind=session``, ``hwbench.session_id``,
+  git commit/branch (also as ``mlflow.source.git.*``), host, runner label, hardware summary,
+  package versions; on `close`, an artifact ``hwbench_records/part-*.json`` holding the full
+  records written (with their raw timings, which child runs do not carry);
+- child run ``record.run_name``: tag ``mlflow.parentRunId``, ``hwbench.kind=record``,
+  ``hwbench.record_id``, ``hwbench.session_id`` and every other context field as
+  ``hwbench.<field>``; params = `record.params()` (every name always present, None spelled
+  ``none``, each field always the same type); metrics = `record.metrics()` minus the Nones;
+  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones.
+
+Per record the critical path is create_run + one log_batch + set_terminated on a cached client
+and experiment id; searches happen only in `open_session` (once) and `existing_ids` (replay).
+
+``mlflow`` is imported inside the functions that need it: `validate_tracking_uri` and `ping` are
+cheap and usable without it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import tempfile
+import time
+import urllib.error
+import urllib.request
+import uuid
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+from urllib.parse import urlsplit
+
+from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
+from pytest_hwbench.sinks.base import normalize_status, register_sink
+
+if TYPE_CHECKING:
+    from mlflow.entities import Run
+    from mlflow.tracking import MlflowClient
+
+DEFAULT_EXPERIMENT = "hwbench"
+DEFAULT_STORE_DIR = "mlruns"
+KIND_TAG = "hwbench.kind"
+SESSION_TAG = "hwbench.session_id"
+RECORD_TAG = "hwbench.record_id"
+PARENT_TAG = "mlflow.parentRunId"
+RECORDS_ARTIFACT_DIR = "hwbench_records"
+
+#: MLflow allows 8000 characters per tag value; stay clear of it (the spool keeps the full text).
+TAG_VALUE_LIMIT = 5000
+
+ACCEPTED_FORMS = (
+    "sqlite:///PATH/mlflow.db (relative) or sqlite:////ABS/PATH/mlflow.db, "
+    "http(s)://HOST:PORT (an `mlflow server`), postgresql://USER:PASS@HOST:PORT/DB, "
+    "mysql://..., mssql://..., databricks"
+)
+_SQL_SCHEMES = frozenset({"postgresql", "mysql", "mssql"})
+_HTTP_SCHEMES = frozenset({"http", "https"})
+# Context fields (neither params, metrics nor raw timings) travel as tags ``hwbench.<field>``.
+_CONTEXT_FIELDS: tuple[str, ...] = tuple(
+    name for name in FIELDS if name not in PARAM_FIELDS and name not in METRIC_FIELDS and name != "timings_ms"
+)
+_RUN_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
+_SESSION_STATUS = {v: k for k, v in _RUN_STATUS.items()}
+_TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+
+
+def resolve_tracking_uri(
+    tracking_uri: str | None = None, store_dir: str | os.PathLike[str] | None = None
+) -> str:
+    """The tracking URI to use: `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else the local default.
+
+    The local default is ``sqlite:///<store_dir>/mlflow.db`` with `store_dir` defaulting to
+    ``mlruns/`` in the current directory (made absolute here, so a later chdir does not move it).
+    """
+    if tracking_uri:
+        return tracking_uri
+    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if env:
+        return env
+    store = Path(store_dir if store_dir is not None else DEFAULT_STORE_DIR).resolve()
+    return f"sqlite:///{store / 'mlflow.db'}"
+
+
+def _sqlite_path(uri: str) -> Path:
+    """The database file of a ``sqlite:///`` URI (``sqlite:////abs`` is absolute)."""
+    return Path(uri[len("sqlite:///") :].split("?", 1)[0])
+
+
+def validate_tracking_uri(uri: str) -> str:
+    """Check that MLflow 3 can use `uri` as a tracking store; return it stripped.
+
+    Side-effect free: nothing is created or contacted. Raises ValueError naming the URI and the
+    accepted forms. Plain paths and ``file:`` URIs are refused: MLflow 3 raises on the file store
+    unless ``MLFLOW_ALLOW_FILE_STORE=true`` (see FACTS.md), so we say so up front.
+    """
+    text = str(uri).strip()
+    hint = f"accepted forms: {ACCEPTED_FORMS}"
+    if not text:
+        raise ValueError(f"MLflow tracking URI is empty; {hint}")
+    if text.lower() == "databricks":  # MLflow's name for the workspace in the environment
+        return text
+    parsed = urlsplit(text)
+    scheme = parsed.scheme.lower()
+    base = scheme.split("+", 1)[0]
+    if base == "sqlite":
+        if not text.lower().startswith("sqlite:///") or not _sqlite_path(text).name or ":memory:" in text:
+            raise ValueError(
+                f"MLflow tracking URI {text!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
+            )
+        return text
+    if base in _HTTP_SCHEMES:
+        if not parsed.hostname:
+            raise ValueError(f"MLflow tracking URI {text!r} has no host; use http://HOST:PORT; {hint}")
+        try:
+            parsed.port  # noqa: B018  (raises ValueError on a non-numeric port)
+        except ValueError as exc:
+            raise ValueError(f"MLflow tracking URI {text!r} has a bad port ({exc}); {hint}") from exc
+        return text
+    if base in _SQL_SCHEMES:
+        if not parsed.netloc:
+            raise ValueError(f"MLflow tracking URI {text!r} has no host; {hint}")
+        return text
+    if base == "databricks":
+        return text
+    if base in ("", "file") or len(scheme) == 1:  # "" or a Windows drive letter: a plain path
+        path = parsed.path if base == "file" else text
+        suggestion = f"sqlite:///{Path(path) / 'mlflow.db'}"
+        raise ValueError(
+            f"MLflow tracking URI {text!r} is a file store, which MLflow 3 refuses; "
+            f"use a SQLite store instead, e.g. {suggestion!r}; {hint}"
+        )
+    raise ValueError(f"MLflow tracking URI {text!r} has an unsupported scheme {scheme!r}; {hint}")
+
+
+def ping(uri: str, timeout: float = 2.0) -> str | None:
+    """Why `uri` is not usable right now, or None if it looks fine.
+
+    For ``http(s)://`` asks the server's ``/health`` endpoint within `timeout` seconds. Other
+    stores have nothing to reach over the network: None. Never raises; the caller decides whether
+    an unreachable server is fatal (the recorder spools either way).
+    """
+    try:
+        text = validate_tracking_uri(uri)
+    except ValueError as exc:
+        return str(exc)
+    if urlsplit(text).scheme.lower() not in _HTTP_SCHEMES:
+        return None
+    url = text.rstrip("/") + "/health"
+    try:
+        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http(s) only)
+            if response.status != 200:
+                return f"{url} answered HTTP {response.status}"
+    except urllib.error.HTTPError as exc:
+        return f"{url} answered HTTP {exc.code} {exc.reason}"
+    except urllib.error.URLError as exc:
+        return f"cannot reach {url}: {exc.reason}"
+    except (TimeoutError, OSError) as exc:
+        return f"cannot reach {url} within {timeout} s: {exc}"
+    return None
+
+
+def _run_duration_ms(record: BenchmarkRecord) -> int:
+    """Rough wall time of the case before its record was made (load + timed iterations)."""
+    total = sum(record.timings_ms) + 1000.0 * (record.load_time_s or 0.0)
+    return max(0, int(total))
+
+
+class MlflowSink:
+    """Writes records to an MLflow tracking store (see the module docstring for the layout).
+
+    Construction only resolves and validates the URI; the client is made on first use.
+
+    Args:
+        tracking_uri: store URI; None means ``$MLFLOW_TRACKING_URI`` or the local SQLite default.
+        experiment: experiment name, created on first use.
+        artifact_location: artifact root for a newly created experiment. For SQLite stores it
+            defaults to ``<directory of the .db>/artifacts``; for servers the server decides.
+        store_dir: directory of the local default store (``mlruns/`` in the current directory).
+        http_max_retries: retries per HTTP request (MLflow's own default of 7 with exponential
+            backoff blocks about 4 minutes per call when a server is down; the spool and `replay`
+            are our retry, so we fail fast). ``$MLFLOW_HTTP_REQUEST_MAX_RETRIES`` wins if set.
+        http_timeout_s: seconds per HTTP request (``$MLFLOW_HTTP_REQUEST_TIMEOUT`` wins if set).
+    """
+
+    name = "mlflow"
+
+    def __init__(
+        self,
+        tracking_uri: str | None = None,
+        experiment: str = DEFAULT_EXPERIMENT,
+        artifact_location: str | None = None,
+        *,
+        store_dir: str | os.PathLike[str] | None = None,
+        http_max_retries: int = 2,
+        http_timeout_s: int = 30,
+    ) -> None:
+        self.tracking_uri = validate_tracking_uri(resolve_tracking_uri(tracking_uri, store_dir))
+        if not experiment:
+            raise ValueError("MLflow experiment name is empty")
+        self.experiment = experiment
+        self._is_sqlite = self.tracking_uri.lower().startswith("sqlite:")
+        self._is_http = urlsplit(self.tracking_uri).scheme.lower() in _HTTP_SCHEMES
+        if artifact_location is None and self._is_sqlite:
+            # Without this MLflow puts artifacts in ./mlruns of whatever the cwd is.
+            artifact_location = (_sqlite_path(self.tracking_uri).resolve().parent / "artifacts").as_uri()
+        self.artifact_location = artifact_location
+        if http_max_retries < 0 or http_timeout_s < 1:
+            raise ValueError(
+                f"http_max_retries must be >= 0 and http_timeout_s >= 1, got {http_max_retries}, {http_timeout_s}"
+            )
+        self.http_max_retries = http_max_retries
+        self.http_timeout_s = http_timeout_s
+        self._client_obj: MlflowClient | None = None
+        self._experiment_id: str | None = None
+        self._parent_run_id: str | None = None
+        self._session_id: str | None = None
+        self._written: list[dict[str, Any]] = []
+        # record_id -> run ids of child runs left RUNNING by an interrupted write; replaced on write.
+        self._stale: dict[str, list[str]] = {}
+
+    def __repr__(self) -> str:
+        return f"MlflowSink({self.tracking_uri!r}, experiment={self.experiment!r})"
+
+    # -- plumbing ---------------------------------------------------------------------------
+    @contextlib.contextmanager
+    def _mlflow_env(self) -> Iterator[None]:
+        """Fail fast and quietly: set some of MLflow's variables for our calls only.
+
+        MLflow reads them from the environment on every call and offers no per-client setting.
+        Variables the user set are left alone; the ones we add are removed afterwards.
+        """
+        wanted = {
+            # A tqdm bar per artifact download, in the middle of pytest's or the CLI's output.
+            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
+        }
+        if self._is_http:
+            wanted.update(
+                {
+                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(self.http_max_retries),
+                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(self.http_timeout_s)),
+                    # Else set_terminated fetches the run again (one more request per record)
+                    # just to print "View run ... at: URL" to stdout.
+                    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
+                }
+            )
+        added = [key for key in wanted if key not in os.environ]
+        for key in added:
+            os.environ[key] = wanted[key]
+        try:
+            yield
+        finally:
+            for key in added:
+                os.environ.pop(key, None)
+
+    def _client(self) -> MlflowClient:
+        if self._client_obj is None:
+            from mlflow.tracking import MlflowClient
+
+            if self._is_sqlite:
+                _sqlite_path(self.tracking_uri).parent.mkdir(parents=True, exist_ok=True)
+            self._client_obj = MlflowClient(tracking_uri=self.tracking_uri)
+        return self._client_obj
+
+    def _experiment(self, create: bool = True) -> str | None:
+        """The experiment id (cached); None if it does not exist and `create` is False."""
+        if self._experiment_id is not None:
+            return self._experiment_id
+        from mlflow.exceptions import MlflowException
+
+        client = self._client()
+        experiment = client.get_experiment_by_name(self.experiment)
+        if experiment is None:
+            if not create:
+                return None
+            try:
+                self._experiment_id = client.create_experiment(
+                    self.experiment, artifact_location=self.artifact_location
+                )
+            except MlflowException:
+                experiment = client.get_experiment_by_name(self.experiment)  # created meanwhile?
+                if experiment is None:
+                    raise
+                self._experiment_id = experiment.experiment_id
+            return self._experiment_id
+        if experiment.lifecycle_stage == "deleted":
+            raise RuntimeError(
+                f"MLflow experiment {self.experiment!r} at {self.tracking_uri} is deleted; restore it "
+                f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) "
+                "or choose another experiment name"
+            )
+        self._experiment_id = experiment.experiment_id
+        return self._experiment_id
+
+    def _search(self, filter_string: str) -> Iterator[Run]:
+        experiment_id = self._experiment(create=False)
+        if experiment_id is None:
+            return
+        client = self._client()
+        token: str | None = None
+        while True:
+            page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
+            yield from page
+            token = page.token
+            if not token:
+                return
+
+    # -- Sink protocol ----------------------------------------------------------------------
+    def open_session(self, session: SessionInfo) -> None:
+        """Create the session's parent run, or reuse the one already tagged with its id."""
+        sid = session.session_id
+        if not sid or "'" in sid or "`" in sid:
+            raise ValueError(f"session_id {sid!r} is empty or contains a quote")
+        with self._mlflow_env():
+            client = self._client()
+            experiment_id = self._experiment()
+            assert experiment_id is not None
+            found = client.search_runs(
+                [experiment_id],
+                f"tags.`{KIND_TAG}` = 'session' AND tags.`{SESSION_TAG}` = '{sid}'",
+                max_results=1,
+            )
+            if found:
+                run_id = found[0].info.run_id
+            else:
+                run = client.create_run(
+                    experiment_id,
+                    start_time=epoch_ms(session.started_at),
+                    tags=_session_tags(session),
+                    run_name=f"session {sid}",
+                )
+                run_id = run.info.run_id
+        self._parent_run_id = run_id
+        self._session_id = sid
+        self._written = []
+
+    def write(self, records: Sequence[BenchmarkRecord]) -> None:
+        """One child run per record: create_run (with tags), one log_batch, set_terminated."""
+        if self._parent_run_id is None:
+            raise RuntimeError("MlflowSink.write called before open_session; open a session first")
+        from mlflow.entities import Metric, Param
+
+        with self._mlflow_env():
+            client = self._client()
+            experiment_id = self._experiment()
+            assert experiment_id is not None
+            for record in records:
+                if record.session_id != self._session_id:
+                    raise ValueError(
+                        f"record {record.record_id} belongs to session {record.session_id!r}, "
+                        f"but session {self._session_id!r} is open"
+                    )
+                for stale in self._stale.pop(record.record_id, ()):
+                    with contextlib.suppress(Exception):  # cosmetic: the new run supersedes it
+                        client.delete_run(stale)
+                created = epoch_ms(record.created_at) or int(time.time() * 1000)
+                run = client.create_run(
+                    experiment_id,
+                    start_time=created - _run_duration_ms(record),
+                    tags=self._record_tags(record),
+                    run_name=record.run_name,
+                )
+                run_id = run.info.run_id
+                try:
+                    client.log_batch(
+                        run_id,
+                        metrics=[
+                            Metric(key, float(value), created, 0)
+                            for key, value in record.metrics().items()
+                            if value is not None
+                        ],
+                        params=[Param(key, to_text(key, value)) for key, value in record.params().items()],
+                    )
+                    client.set_terminated(
+                        run_id, "FINISHED" if record.status == "passed" else "FAILED", end_time=created
+                    )
+                except BaseException:
+                    # Half-written run: delete it when this record is written again.
+                    self._stale.setdefault(record.record_id, []).append(run_id)
+                    raise
+                self._written.append(record.to_dict())
+
+    def _record_tags(self, record: BenchmarkRecord) -> dict[str, str]:
+        assert self._parent_run_id is not None
+        tags = {PARENT_TAG: self._parent_run_id, KIND_TAG: "record"}
+        for name in _CONTEXT_FIELDS:
+            value = getattr(record, name)
+            if value is None or value == "":
+                continue
+            tags[f"hwbench.{name}"] = truncate(to_text(name, value), TAG_VALUE_LIMIT)
+        return tags
+
+    def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
+        """Record ids with a finished child run in the experiment.
+
+        One paged search over the experiment's child runs (tags cannot be searched with IN).
+        Child runs left RUNNING by an interrupted write do not count; they are remembered and
+        deleted when the record is written again.
+        """
+        wanted = set(record_ids)
+        if not wanted:
+            return set()
+        found: set[str] = set()
+        stale: dict[str, list[str]] = {}
+        with self._mlflow_env():
+            for run in self._search(f"tags.`{KIND_TAG}` = 'record'"):
+                record_id = run.data.tags.get(RECORD_TAG)
+                if record_id not in wanted:
+                    continue
+                if run.info.status in _TERMINAL:
+                    found.add(record_id)
+                else:
+                    stale.setdefault(record_id, []).append(run.info.run_id)
+        self._stale = {rid: runs for rid, runs in stale.items() if rid not in found}
+        return found
+
+    def close(self, status: str) -> None:
+        """Log the records written since `open_session` as a JSON artifact; terminate the parent."""
+        if self._parent_run_id is None:
+            return
+        run_status = _RUN_STATUS[normalize_status(status)]
+        parent, written = self._parent_run_id, self._written
+        self._parent_run_id, self._session_id, self._written = None, None, []
+        with self._mlflow_env():
+            client = self._client()
+            try:
+                if written:
+                    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
+                    client.log_text(
+                        parent,
+                        json.dumps(written, sort_keys=True, default=str),
+                        f"{RECORDS_ARTIFACT_DIR}/part-{stamp}-{uuid.uuid4().hex[:8]}.json",
+                    )
+            finally:
+                client.set_terminated(parent, run_status)
+
+    # -- reading back -----------------------------------------------------------------------
+    def read_sessions(self) -> list[tuple[SessionInfo, str]]:
+        """(session, status) for every parent run; status is finished/failed/killed/running."""
+        out: list[tuple[SessionInfo, str]] = []
+        with self._mlflow_env():
+            for run in self._search(f"tags.`{KIND_TAG}` = 'session'"):
+                out.append(
+                    (_session_from_tags(run.data.tags), _SESSION_STATUS.get(run.info.status, "running"))
+                )
+        return out
+
+    def read_records(self, *, with_timings: bool = True) -> list[BenchmarkRecord]:
+        """Rebuild the records of every finished child run (params cast back from text).
+
+        Raw timings are not in child runs; with `with_timings` they are read from the parent
+        runs' ``hwbench_records/`` artifacts where those exist (best effort: an unreadable
+        artifact store gives an `HwbenchWarning` and records without timings).
+        """
+        rows: list[tuple[dict[str, Any], str]] = []
+        with self._mlflow_env():
+            for run in self._search(f"tags.`{KIND_TAG}` = 'record'"):
+                if run.info.status not in _TERMINAL or RECORD_TAG not in run.data.tags:
+                    continue
+                rows.append((_record_data(run), run.data.tags.get(PARENT_TAG, "")))
+            full: dict[str, dict[str, Any]] = {}
+            if with_timings and rows:
+                full = self._artifact_records({parent for _, parent in rows if parent})
+        records: list[BenchmarkRecord] = []
+        for data, _ in rows:
+            original = full.get(data["record_id"])
+            if original is not None:
+                data["timings_ms"] = original.get("timings_ms") or ()
+                if data.get("extra") is None:  # the tag was cut at TAG_VALUE_LIMIT
+                    data["extra"] = original.get("extra") or {}
+            if data.get("extra") is None:
+                data["extra"] = {}
+            try:
+                records.append(BenchmarkRecord.from_dict(data))
+            except (TypeError, ValueError) as exc:
+                warnings.warn(
+                    f"hwbench: MLflow run of record {data.get('record_id')} in {self.tracking_uri} "
+                    f"cannot be read back: {exc}",
+                    HwbenchWarning,
+                    stacklevel=2,
+                )
+        return records
+
+    def _artifact_records(self, parent_run_ids: Iterable[str]) -> dict[str, dict[str, Any]]:
+        """record_id -> full record dict from the parents' ``hwbench_records/*.json`` artifacts."""
+        client = self._client()
+        out: dict[str, dict[str, Any]] = {}
+        for parent in sorted(parent_run_ids):
+            try:
+                if not client.list_artifacts(parent, RECORDS_ARTIFACT_DIR):
+                    continue
+                with tempfile.TemporaryDirectory(prefix="hwbench-mlflow-") as tmp:
+                    local = Path(client.download_artifacts(parent, RECORDS_ARTIFACT_DIR, tmp))
+                    for part in sorted(local.glob("*.json")):
+                        for item in json.loads(part.read_text(encoding="utf-8")):
+                            if isinstance(item, dict) and "record_id" in item:
+                                out[str(item["record_id"])] = item
+            except Exception as exc:  # best effort: records stay usable without raw timings
+                warnings.warn(
+                    f"hwbench: cannot read the records artifact of MLflow run {parent} "
+                    f"({self.tracking_uri}): {exc!r}; importing without raw timings",
+                    HwbenchWarning,
+                    stacklevel=3,
+                )
+        return out
+
+
+def _session_tags(session: SessionInfo) -> dict[str, str]:
+    tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
+    plain = {
+        "started_at": session.started_at,
+        "host": session.host,
+        "git_commit": session.git_commit,
+        "git_branch": session.git_branch,
+        "runner_label": session.runner_label,
+        "hardware_summary": session.hardware_summary,
+    }
+    for key, value in plain.items():
+        if value:
+            tags[f"hwbench.{key}"] = truncate(str(value), TAG_VALUE_LIMIT)
+    if session.package_versions:
+        versions = dict(session.package_versions)
+        tags["hwbench.package_versions"] = truncate(json.dumps(versions, sort_keys=True), TAG_VALUE_LIMIT)
+        for package, version in sorted(versions.items())[:50]:
+            key = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(package))
+            tags[f"hwbench.version.{key}"] = truncate(str(version), 250)
+    if session.extra:
+        tags["hwbench.extra"] = truncate(
+            json.dumps(dict(session.extra), sort_keys=True, default=str), TAG_VALUE_LIMIT
+        )
+    if session.git_commit:
+        tags["mlflow.source.git.commit"] = session.git_commit
+    if session.git_branch:
+        tags["mlflow.source.git.branch"] = session.git_branch
+    return tags
+
+
+def _json_or(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def _session_from_tags(tags: dict[str, str]) -> SessionInfo:
+    return SessionInfo(
+        session_id=tags.get(SESSION_TAG, ""),
+        started_at=tags.get("hwbench.started_at", ""),
+        host=tags.get("hwbench.host", ""),
+        git_commit=tags.get("hwbench.git_commit", ""),
+        git_branch=tags.get("hwbench.git_branch", ""),
+        runner_label=tags.get("hwbench.runner_label", ""),
+        hardware_summary=tags.get("hwbench.hardware_summary", ""),
+        package_versions=_json_or(tags.get("hwbench.package_versions"), {}),
+        extra=_json_or(tags.get("hwbench.extra"), {}),
+    )
+
+
+def _record_data(run: Run) -> dict[str, Any]:
+    """A record dict from a child run: params and context tags cast back, metrics as logged."""
+    data: dict[str, Any] = {}
+    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
+    for name in PARAM_FIELDS:
+        if name in params:
+            data[name] = from_text(name, params[name])
+    for name in METRIC_FIELDS:
+        if name in metrics:
+            value = metrics[name]
+            data[name] = int(round(value)) if FIELDS[name].kind == "int" else float(value)
+    for name in _CONTEXT_FIELDS:
+        text = tags.get(f"hwbench.{name}")
+        if text is None:
+            continue
+        try:
+            data[name] = from_text(name, text)
+        except ValueError:
+            data[name] = None  # cut at TAG_VALUE_LIMIT; the caller may fill it from the artifact
+    if "status" not in data:
+        data["status"] = "passed" if run.info.status == "FINISHED" else "failed"
+    return data
+
+
+def _factory(target: str | None, /, **options: Any) -> MlflowSink:
+    return MlflowSink(target, **options)
+
+
+register_sink(
+    "mlflow",
+    _factory,
+    schemes=("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"),
+)
+
+__all__ = [
+    "ACCEPTED_FORMS",
+    "DEFAULT_EXPERIMENT",
+    "MlflowSink",
+    "ping",
+    "resolve_tracking_uri",
+    "validate_tracking_uri",
+]

@@ -1,0 +1,166 @@
+"""The spool: an append-only JSONL journal written before any sink sees a record.
+
+Every record goes here first, one ``record.to_json()`` per line of ``records.jsonl``, flushed and
+fsynced before `append` returns, so a crash or an unreachable sink loses nothing: `replay` pushes
+the spooled records to the sinks later. Sessions go to ``sessions.jsonl`` (a start line with the
+`SessionInfo`, an end line with the final status).
+
+Only one process writes a spool (the controller under xdist). Lines are written with one
+``write`` on an ``O_APPEND`` descriptor, so a reader never sees two records interleaved.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks._fields import utc_now_iso
+
+RECORDS_FILE = "records.jsonl"
+SESSIONS_FILE = "sessions.jsonl"
+
+
+def _append_line(path: Path, line: str) -> None:
+    """Append `line` and a newline to `path`, durably (fsync) and as one write."""
+    path.parent.mkdir(parents=True, exist_ok=True)
+    data = line.encode("utf-8") + b"\n"
+    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
+    try:
+        size = os.fstat(fd).st_size
+        if size:
+            os.lseek(fd, size - 1, os.SEEK_SET)
+            if os.read(fd, 1) != b"\n":
+                # A crash mid-write left a partial last line: end it, or this record would be
+                # glued onto it and lost with it.
+                data = b"\n" + data
+        view = memoryview(data)
+        while view:
+            written = os.write(fd, view)
+            view = view[written:]
+        os.fsync(fd)
+    finally:
+        os.close(fd)
+
+
+def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
+    """(line number, parsed object) for each JSON line of `path`.
+
+    A last line that does not parse and has no newline is a write cut short by a crash: skipped
+    silently. Any other bad line is skipped with an `HwbenchWarning` naming file and line.
+    """
+    if not path.exists():
+        return
+    with path.open("r", encoding="utf-8", errors="replace") as handle:
+        # Streamed with one line of look-ahead, so only the last line counts as a cut-off tail.
+        previous: str | None = None
+        number = 0
+        for raw in handle:
+            if previous is not None:
+                parsed = _parse_line(path, number, previous, last=False)
+                if parsed is not None:
+                    yield number, parsed
+            previous = raw
+            number += 1
+        if previous is not None:
+            parsed = _parse_line(path, number, previous, last=True)
+            if parsed is not None:
+                yield number, parsed
+
+
+def _parse_line(path: Path, number: int, raw: str, *, last: bool) -> dict[str, Any] | None:
+    text = raw.strip()
+    if not text:
+        return None
+    try:
+        data = json.loads(text)
+        if not isinstance(data, dict):
+            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+    except ValueError as exc:
+        if not (last and not raw.endswith("\n")):
+            warnings.warn(
+                f"hwbench: skipping unreadable line {number} of {path}: {exc}",
+                HwbenchWarning,
+                stacklevel=4,
+            )
+        return None
+    return data
+
+
+class Spool:
+    """Append-only JSONL journal of records and sessions in `directory`.
+
+    Creating a `Spool` touches nothing; the directory is made on the first append.
+    """
+
+    def __init__(self, directory: str | os.PathLike[str]) -> None:
+        self.directory = Path(directory)
+
+    def __repr__(self) -> str:
+        return f"Spool({str(self.directory)!r})"
+
+    @property
+    def records_path(self) -> Path:
+        """The records journal, ``<directory>/records.jsonl``."""
+        return self.directory / RECORDS_FILE
+
+    @property
+    def sessions_path(self) -> Path:
+        """The sessions journal, ``<directory>/sessions.jsonl``."""
+        return self.directory / SESSIONS_FILE
+
+    def append(self, record: BenchmarkRecord) -> None:
+        """Write `record` as one line; durable (fsynced) when this returns."""
+        _append_line(self.records_path, record.to_json())
+
+    def append_session(self, info: SessionInfo) -> None:
+        """Write the start line of a session."""
+        line = {"event": "start", "session": info.to_dict()}
+        _append_line(self.sessions_path, json.dumps(line, sort_keys=True, default=str))
+
+    def append_session_end(self, session_id: str, status: str) -> None:
+        """Write the end line of a session with its final status."""
+        line = {"event": "end", "session_id": session_id, "status": status, "ended_at": utc_now_iso()}
+        _append_line(self.sessions_path, json.dumps(line, sort_keys=True))
+
+    def records(self) -> Iterator[BenchmarkRecord]:
+        """Every spooled record, in the order written (old schema versions upgraded on read)."""
+        for number, data in _read_lines(self.records_path):
+            try:
+                yield BenchmarkRecord.from_dict(data)
+            except (TypeError, ValueError) as exc:
+                warnings.warn(
+                    f"hwbench: line {number} of {self.records_path} is not a valid record: {exc}",
+                    HwbenchWarning,
+                    stacklevel=2,
+                )
+
+    def sessions(self) -> Iterator[SessionInfo]:
+        """Every spooled session start, in the order written."""
+        for number, data in _read_lines(self.sessions_path):
+            if data.get("event") != "start":
+                continue
+            try:
+                yield SessionInfo.from_dict(data["session"])
+            except (KeyError, TypeError, ValueError) as exc:
+                warnings.warn(
+                    f"hwbench: line {number} of {self.sessions_path} is not a valid session: {exc!r}",
+                    HwbenchWarning,
+                    stacklevel=2,
+                )
+
+    def session_statuses(self) -> dict[str, str]:
+        """session_id -> final status, for sessions whose end was spooled (the last end wins)."""
+        return {
+            str(data["session_id"]): str(data["status"])
+            for _, data in _read_lines(self.sessions_path)
+            if data.get("event") == "end" and "session_id" in data and "status" in data
+        }
+
+
+__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "Spool"]
