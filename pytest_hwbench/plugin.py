@@ -28,6 +28,7 @@ from .models import FAMILIES, MODELS, ModelSpec, get_model, load_model_set, regi
 from .record import BenchmarkRecord, SessionInfo
 from .runner import BenchCase, CaseResult, Runner, failed_record
 from .trackers import TimingConfig
+from .tracking import Tracker, TrackingConfig
 
 HARDWARE_MARKERS: dict[str, str] = {
     "cpu": "cases that run on the host CPU (any backend)",
@@ -132,8 +133,19 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=_positive("--hwbench-cache-size", int), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
+    group.addoption("--hwbench-store", dest="hwbench_store", default=None, metavar="DIR",
+                    help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
+    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri", default=None, metavar="URI",
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<store>/mlflow.db)")
+    group.addoption("--hwbench-db", dest="hwbench_db", default=None, metavar="PATH",
+                    help="DuckDB results file (default: <store>/hwbench.duckdb)")
+    group.addoption("--hwbench-experiment", dest="hwbench_experiment", default=None, metavar="NAME",
+                    help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
+                    help="record nothing: no spool, no MLflow, no DuckDB")
 
 
+@pytest.hookimpl(trylast=True)  # after xdist has registered its "dsession" on a controller
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in {**HARDWARE_MARKERS, **OTHER_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
@@ -155,6 +167,17 @@ def pytest_configure(config: pytest.Config) -> None:
     state = HwbenchState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(state, "hwbench-state")
+    if not state.is_worker and not config.getoption("hwbench_no_track"):
+        try:
+            tracking = TrackingConfig.resolve(
+                config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
+                config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        # An xdist controller measures nothing: it writes each record as it arrives.
+        controller = config.pluginmanager.hasplugin("dsession")
+        config.pluginmanager.register(Tracker(tracking, defer=not controller), "hwbench-tracker")
 
 
 # --- per-process state ------------------------------------------------------------------------

@@ -1,0 +1,125 @@
+"""Where a session's records go: the spool, then MLflow and DuckDB (the plugin's record hooks).
+
+`TrackingConfig.resolve` validates the store settings before any case runs; `Tracker` is the
+pytest plugin object that feeds a `Recorder` on the controller (or the serial process).
+"""
+
+from __future__ import annotations
+
+import os
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from .record import BenchmarkRecord, SessionInfo
+from .sinks import DuckDBSink, MlflowSink, Recorder, RecorderReport, Spool
+from .sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+
+DEFAULT_STORE = "mlruns"
+DEFAULT_EXPERIMENT = "hwbench"
+
+
+@dataclass(frozen=True)
+class TrackingConfig:
+    """Resolved store locations for one session."""
+
+    store_dir: Path
+    mlflow_uri: str
+    db_path: Path
+    experiment: str
+
+    @property
+    def spool_dir(self) -> Path:
+        """The append-only record journal (written before any sink)."""
+        return self.store_dir / "spool"
+
+    @classmethod
+    def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
+                experiment: str | None, root: Path) -> TrackingConfig:
+        """Fill defaults and validate; raises ValueError naming the bad setting and the fix."""
+        store = Path(store_dir) if store_dir else root / DEFAULT_STORE
+        store = store if store.is_absolute() else (root / store)
+        uri = validate_tracking_uri(resolve_tracking_uri(mlflow_uri, store))
+        db = Path(db_path) if db_path else store / "hwbench.duckdb"
+        db = db if db.is_absolute() else Path.cwd() / db
+        if db.is_dir():
+            raise ValueError(f"--hwbench-db {db} is a directory; give a file path such as {db / 'hwbench.duckdb'}")
+        _check_creatable("--hwbench-db", db.parent)
+        _check_creatable("--hwbench-store", store)
+        name = experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
+        return cls(store, uri, db, name)
+
+
+def _check_creatable(option: str, directory: Path) -> None:
+    """Raise ValueError unless `directory` exists writable or can be made (nothing is created)."""
+    probe = directory
+    while not probe.exists():
+        probe = probe.parent
+    if not probe.is_dir():
+        raise ValueError(f"{option}: {directory} cannot be created, {probe} is a file; choose another path")
+    if not os.access(probe, os.W_OK | os.X_OK):
+        raise ValueError(f"{option}: {directory} cannot be created, {probe} is not writable; choose another path")
+
+
+def _status(exitstatus: int) -> str:
+    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+        return "finished"
+    if exitstatus == pytest.ExitCode.INTERRUPTED:
+        return "killed"
+    return "failed"
+
+
+class Tracker:
+    """Controller-side plugin: session start -> records -> finish, through a `Recorder`.
+
+    `defer=True` (serial sessions) writes the sinks once at the end so that no sink I/O runs
+    between two measurements; an xdist controller measures nothing and writes as records arrive.
+    """
+
+    def __init__(self, config: TrackingConfig, *, defer: bool) -> None:
+        self.config = config
+        self.defer = defer
+        self.recorder: Recorder | None = None
+        self.report: RecorderReport | None = None
+        self._session: SessionInfo | None = None
+
+    def pytest_hwbench_session_start(self, session: SessionInfo) -> None:
+        # The stores are opened at the first record, so a session without benchmark cases
+        # (e.g. the project's own tests) creates nothing.
+        self._session = session
+
+    def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
+        if self.recorder is None:
+            assert self._session is not None, "pytest_hwbench_session_start must come first"
+            sinks = [MlflowSink(self.config.mlflow_uri, self.config.experiment), DuckDBSink(self.config.db_path)]
+            self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer)
+            self.recorder.start(self._session)
+        self.recorder.emit(record)
+
+    def pytest_hwbench_session_finish(self, exitstatus: int) -> None:
+        if self.recorder is not None:
+            self.report = self.recorder.finish(_status(exitstatus))
+
+    @pytest.hookimpl(trylast=True)  # after the plugin's own "hwbench" summary line
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        report = self.report
+        if report is None or not report.records:
+            return
+        write = terminalreporter.write_line
+        write(f"hwbench: MLflow {self.config.mlflow_uri} (experiment {self.config.experiment!r}), "
+              f"DuckDB {self.config.db_path}")
+        pending = {name: n for name, n in report.pending.items() if n}
+        if pending:
+            counts = ", ".join(f"{n} for {name}" for name, n in pending.items())
+            terminalreporter.write_line(
+                f"hwbench: WARNING {max(pending.values())} records spooled, not yet delivered ({counts}); "
+                f"run `hwbench replay --store {self.config.store_dir}` once the store is back",
+                yellow=True, bold=True,
+            )
+            for name, error in report.errors.items():
+                write(f"hwbench:   {name}: {error}")
+
+
+__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_STORE", "Tracker", "TrackingConfig"]
