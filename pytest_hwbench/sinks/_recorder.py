@@ -137,9 +137,16 @@ class Recorder:
             self.spool.append_session(session)
         except OSError as exc:
             self._spool_failed(exc)
+        if not self.defer:  # deferred sinks open at finish, off the measurement path
+            self._open_all()
+
+    def _open_all(self) -> None:
+        assert self._session is not None
         for state in self._states:
+            if state.opened or state.failed:
+                continue
             try:
-                state.sink.open_session(session)
+                state.sink.open_session(self._session)
                 state.opened = True
             except Exception as exc:
                 self._mark_failed(state, exc, "open_session")
@@ -219,12 +226,15 @@ class Recorder:
 
     # -- internals ----------------------------------------------------------------------------
     def _flush_deferred(self) -> None:
-        batch, self._deferred = self._deferred, []
-        if not batch:
+        if not self.defer:
             return
+        batch, self._deferred = self._deferred, []
+        self._open_all()
         for state in self._states:
             if state.failed:
                 state.pending.extend(batch)
+                continue
+            if not batch:
                 continue
             try:
                 state.sink.write(batch)
