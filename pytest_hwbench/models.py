@@ -12,11 +12,15 @@ import difflib
 import functools
 import json
 import math
-import tomllib
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
 
 FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
 MODALITIES: tuple[str, ...] = ("text", "text2text", "image", "audio_features", "audio_waveform", "image_text")
@@ -220,6 +224,9 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
     model = spec.build_model("meta")
     params = sum(p.numel() for p in model.parameters())
     inputs = spec.make_inputs(1, device="meta")
+    # An all-ones attention mask changes no FLOPs, but transformers inspects its values
+    # (`.item()`), which a meta tensor cannot give: count without it.
+    inputs.pop("attention_mask", None)
     try:
         counter = FlopCounterMode(display=False)
         with counter, torch.no_grad():
@@ -227,9 +234,10 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
         flops = float(counter.get_total_flops())
     except (AssertionError, RuntimeError, NotImplementedError):
         # FlopCounterMode rejects grouped-query attention shapes (FACTS.md); fall back to the
-        # dense-transformer estimate 2 * params * tokens.
+        # dense-transformer estimate 2 * (non-embedding params) * tokens.
+        embedding = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
         tokens = spec.input_shape().get("sequence_length") or 1
-        flops = 2.0 * params * tokens
+        flops = 2.0 * (params - embedding) * tokens
     config = spec._config()
     return ModelArchitecture(
         model_type=str(getattr(config, "model_type", spec.config_class)),

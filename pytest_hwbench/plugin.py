@@ -9,6 +9,7 @@ controller with the report, and `pytest_hwbench_record` fires there (or in the s
 from __future__ import annotations
 
 import datetime as _dt
+import math
 import os
 import socket
 import subprocess
@@ -97,8 +98,8 @@ def _positive(option: str, kind: type) -> Any:
             number = kind(value)
         except ValueError:
             raise pytest.UsageError(f"{option}: {value!r} is not a number") from None
-        if number < 0:
-            raise pytest.UsageError(f"{option}: {value!r} must be >= 0")
+        if not math.isfinite(number) or number < 0:
+            raise pytest.UsageError(f"{option}: {value!r} must be a finite number >= 0")
         return number
 
     return parse
@@ -149,6 +150,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in {**HARDWARE_MARKERS, **OTHER_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
+    if not config.pluginmanager.hasplugin("xdist"):
+        # Cases carry xdist_group for `--dist loadgroup`; without xdist nobody registers it.
+        config.addinivalue_line("markers", "xdist_group(name): keep cases of one loaded model on one xdist worker")
     for path in config.getoption("hwbench_model_sets"):
         try:
             for spec in load_model_set(path):
@@ -348,12 +352,20 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
     """The grid of cases this run asks for, in an order that reuses loaded models."""
     narrowed = narrowed or {}
     hw = detect_hardware()
-    models = config.getoption("hwbench_models") or narrowed.get("models") or list(MODELS)
-    families = config.getoption("hwbench_families") or narrowed.get("families")
-    batch_sizes = config.getoption("hwbench_batch_sizes") or narrowed.get("batch_sizes") or DEFAULT_BATCH_SIZES
-    precisions = config.getoption("hwbench_precisions") or narrowed.get("precisions")
+
+    def pick(option: str, key: str) -> tuple[Any, ...] | None:
+        # A marker narrows the test, the command line narrows the run: both apply.
+        from_option, from_marker = config.getoption(option), narrowed.get(key)
+        if from_option and from_marker:
+            return tuple(v for v in from_marker if v in from_option)
+        return tuple(from_option or from_marker or ()) or None
+
     backends = registered_backends()
-    wanted_backends = config.getoption("hwbench_backends") or narrowed.get("backends") or list(backends)
+    models = pick("hwbench_models", "models") or tuple(MODELS)
+    families = pick("hwbench_families", "families")
+    batch_sizes = pick("hwbench_batch_sizes", "batch_sizes") or DEFAULT_BATCH_SIZES
+    precisions = pick("hwbench_precisions", "precisions")
+    wanted_backends = pick("hwbench_backends", "backends") or tuple(backends)
     wanted_hardware = narrowed.get("hardware")
     cases = []
     for name in models:

@@ -113,28 +113,37 @@ class CaseResult:
         )
 
 
-def _case_fields(case: BenchCase, spec: ModelSpec, session_id: str) -> dict[str, Any]:
-    arch = spec.architecture
+def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str) -> dict[str, Any]:
+    """Record fields that describe the case; model numbers are None when the model cannot be built."""
+    try:
+        arch = spec.architecture if spec is not None else None
+        shape = spec.input_shape() if spec is not None else {}
+    except Exception:  # the failure being recorded may be this very one
+        arch, shape = None, {}
     return {
         "case_id": case.id,
         "session_id": session_id,
         "model": case.model,
-        "family": spec.family,
-        "model_type": arch.model_type,
+        "family": spec.family if spec is not None else "unknown",
+        "model_type": arch.model_type if arch else "unknown",
         "backend": case.backend,
         "hardware": case.hardware,
         "mode": case.mode,
         "batch_size": case.batch_size,
-        "param_count": arch.param_count,
-        "flops_per_forward": arch.flops_per_item * case.batch_size,
-        **spec.input_shape(),
+        "param_count": arch.param_count if arch else None,
+        "flops_per_forward": arch.flops_per_item * case.batch_size if arch else None,
+        **shape,
     }
+
 
 
 def failed_record(case: BenchCase, session_id: str, error: BaseException | str, *, nodeid: str = "",
                   worker: str = "main", cpu_affinity: tuple[int, ...] = ()) -> BenchmarkRecord:
     """A failed `BenchmarkRecord`: the case, the error, no measurements."""
-    spec = get_model(case.model)
+    try:
+        spec: ModelSpec | None = get_model(case.model)
+    except KeyError:
+        spec = None
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return BenchmarkRecord(
         **_case_fields(case, spec, session_id),

@@ -79,8 +79,8 @@ class TimingConfig:
             raise ValueError(f"warmup_iterations must be >= 0, got {self.warmup_iterations}")
         if self.min_iterations < 1:
             raise ValueError(f"min_iterations must be >= 1, got {self.min_iterations}")
-        if self.min_time_s < 0:
-            raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s}")
+        if not math.isfinite(self.min_time_s) or self.min_time_s < 0:
+            raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s}; give a finite number of seconds")
         if self.max_iterations < self.min_iterations:
             raise ValueError(f"max_iterations ({self.max_iterations}) must be >= min_iterations ({self.min_iterations})")
 

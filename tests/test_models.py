@@ -85,17 +85,8 @@ def test_quick_model_flops_are_linear_in_batch(name):
     assert flops_2 / flops_1 == pytest.approx(2.0, rel=0.05)
 
 
-_META_FLOPS_BUG = pytest.mark.xfail(
-    strict=True,
-    reason="models.py _architecture: the meta-device forward with an attention_mask raises "
-    "'Tensor.item() cannot be called on meta tensors' inside transformers' mask code, so the "
-    "estimate 2 * params * tokens is used; it counts embedding tables as compute",
-)
-
-
 @pytest.mark.parametrize(
-    "name", [pytest.param(n, marks=_META_FLOPS_BUG) if n in {"bert-tiny", "t5-tiny", "clip-tiny"} else n
-             for n in QUICK],
+    "name", QUICK,
 )
 def test_architecture_flops_match_a_real_count(name):
     spec = get_model(name)

@@ -162,12 +162,6 @@ def test_strict_markers_accept_every_plugin_marker(bench):
     assert len(_case_ids(result)) >= 2  # every case is an inference case
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin.py _param always adds pytest.mark.xdist_group; that marker is registered by "
-    "xdist's own pytest_configure, so with `-p no:xdist --strict-markers` collection fails with "
-    "\"'xdist_group' not found in `markers` configuration option\"",
-)
 def test_strict_markers_without_xdist(bench):
     result = bench.runpytest_subprocess("-p", "no:xdist", "--strict-markers", "--collect-only", "-q", *FAST)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
@@ -262,12 +256,6 @@ def _case_ids_with(result, outcome: str) -> list[str]:
     return [m.group(1) for line in result.stdout.lines if (m := pattern.search(line))]
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="runner.py failed_record -> _case_fields reads spec.architecture, whose meta-device "
-    "forward raises the same error as the real forward; the exception escapes the `except` in "
-    "plugin.py Hwbench.measure, so a crashing case produces no failed record",
-)
 def test_a_crashing_case_still_yields_a_failed_record(bench):
     bench.makefile(".toml", broken=BROKEN_MODEL_SET)
     result = bench.runpytest_subprocess(*FAST, *FP32, "-m", "cpu", "--hwbench-batch-sizes", "1",
@@ -385,13 +373,6 @@ def test_hwbench_marker_unknown_kwarg_is_named(pytester):
     assert _case_ids(result) == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="plugin.py generate_cases: `config.getoption(...) or narrowed.get(...)` lets any "
-    "--hwbench-* option replace the marker's list instead of intersecting with it, so a test "
-    "marked batch_sizes=[2] also runs b1 under --hwbench-batch-sizes 1,2 (and models=[...] "
-    "runs whatever --hwbench-models names)",
-)
 def test_hwbench_marker_still_narrows_under_command_line_options(pytester):
     pytester.makepyfile(test_narrowed=NARROWED)
     result = pytester.runpytest("--collect-only", "-q", *FAST, *FP32)
