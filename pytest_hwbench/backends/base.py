@@ -20,6 +20,8 @@ from ..models import ModelSpec
 #: Our own backend modules, imported lazily by `registered_backends()`.
 BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
     "pytest_hwbench.backends.torch_eager",
+    "pytest_hwbench.backends.onnxruntime",
+    "pytest_hwbench.backends.openvino",
 )
 ENTRY_POINT_GROUP = "pytest_hwbench.backends"
 
