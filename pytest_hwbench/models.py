@@ -64,14 +64,23 @@ class ModelSpec:
             ) from None
         return cls(**self.config_kwargs)
 
-    def build_model(self, device: Any = "cpu", dtype: Any = None) -> Any:
-        """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing)."""
+    def build_model(self, device: Any = "cpu", dtype: Any = None, seed: int | None = 0) -> Any:
+        """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing).
+
+        The weights come from `seed` (None: the global RNG), so every backend runs the same
+        model; the caller's RNG state is left as it was.
+        """
+        import contextlib
+
         import torch
         import transformers
 
         config = self.build_config()
         auto = getattr(transformers, self.auto_class)
-        with torch.device(device):
+        rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+        with rng, torch.device(device):
+            if seed is not None:
+                torch.manual_seed(seed)
             model = auto.from_config(config, dtype=dtype) if dtype is not None else auto.from_config(config)
         return model.eval()
 
