@@ -1,0 +1,450 @@
+"""The REST API: ``create_app()`` returns a FastAPI app over one loaded `Predictor`.
+
+Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
+``POST /hardware/select``, ``POST /hardware/batch``, ``POST /hardware/map``,
+``POST /performance/predict``, ``POST /performance/matrix``, ``POST /training/distributed``,
+``POST /analysis/model``. Bad input answers 4xx with ``{"status": "error", "message": ...}``:
+422 for a bad value (batch size 0, unknown hardware or precision), 404 for an unknown model.
+Request sizes are bounded so that no request can run for long.
+
+Serve with ``hwsel serve`` (binds 127.0.0.1 by default) or any ASGI server.
+"""
+
+from __future__ import annotations
+
+import logging
+import math
+import os
+from typing import Annotated, Any, Literal
+
+from fastapi import FastAPI, Request
+from fastapi.exceptions import RequestValidationError
+from fastapi.responses import JSONResponse
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from starlette.exceptions import HTTPException as StarletteHTTPException
+
+from .config import SelectionConfig
+from .distributed import distributed_training_config
+from .predict import Predictor, model_info, prediction_matrix, with_sequence_length
+from .select import analyze_model, detect_hardware, select_hardware, select_hardware_for_task, selection_map
+
+log = logging.getLogger("hwsel.app")
+
+VERSION = "0.1.0"
+
+# --- request fields ---------------------------------------------------------------------------------
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
+                                 description="zoo name or hub-style alias, e.g. bert-base-uncased")]
+Hardware = Annotated[str, Field(min_length=1, max_length=64)]
+BatchSize = Annotated[int, Field(ge=1, le=65536)]
+SeqLength = Annotated[int, Field(ge=1, le=1 << 17)]
+Precision = Literal["fp32", "fp16", "bf16", "int8"]
+Mode = Literal["inference", "training"]
+Family = Literal["embedding", "text_generation", "vision", "audio", "multimodal"]
+Backend = Annotated[str, Field(min_length=1, max_length=64)]
+
+
+class _Request(BaseModel):
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+
+class SelectRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = Field(None, description="checked against the model's family when given")
+    batch_size: BatchSize = 1
+    sequence_length: SeqLength | None = None
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    available_hardware: list[Hardware] | None = Field(None, max_length=32, description="default: detected here")
+    task_type: str | None = Field(None, max_length=64, description="task profile; overrides mode")
+    backend: Backend | None = None
+
+
+class PredictionModel(_Response):
+    hardware: str
+    latency_ms: float
+    throughput: float
+    memory_mb: float
+    source: str
+    interval: tuple[float, float]
+    backend: str | None
+    precision: str
+    batch_size: int
+    mode: str
+    detail: str
+    latency: float
+    memory_usage: float
+
+
+class ScoreModel(_Response):
+    hardware: str
+    compatible: bool
+    score: float
+    latency_score: float
+    throughput_score: float
+    memory_score: float
+    compatibility_score: float
+    preference_factor: float
+    reason: str
+    source: str | None
+    predictions: dict[str, Any] | None
+    prediction: PredictionModel | None
+
+
+class RecommendationResponse(_Response):
+    model_name: str
+    model_family: str
+    model_size: int
+    model_size_category: str
+    batch_size: int
+    batch_size_category: str
+    sequence_length: int | None
+    mode: str
+    precision: str
+    task_type: str | None
+    backend: str | None
+    primary_recommendation: str | None
+    fallback_options: list[str]
+    compatible_hardware: list[str]
+    all_scores: dict[str, ScoreModel]
+    explanation: str
+    prediction_source: str | None
+    prediction_sources: dict[str, str]
+    weights: dict[str, float]
+
+
+class BatchModel(_Request):
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    family: Family | None = None
+
+
+class BatchRequest(_Request):
+    models: list[BatchModel | Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        ..., min_length=1, max_length=64)
+    batch_size: BatchSize = 1
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    available_hardware: list[Hardware] | None = Field(None, max_length=32)
+
+
+class BatchEntry(_Response):
+    primary: str | None
+    fallbacks: list[str]
+    explanation: str
+    prediction_source: str | None
+    error: str | None = None
+
+
+class MapRequest(_Request):
+    model_families: list[Family] | None = Field(None, min_length=1, max_length=5)
+    batch_sizes: list[BatchSize] = Field([1, 4, 16, 32, 64], min_length=1, max_length=16)
+    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
+    modes: list[Mode] = Field(["inference", "training"], min_length=1, max_length=2)
+    precision: Precision = "fp32"
+
+
+class MapResponse(_Response):
+    timestamp: str
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    modes: list[str]
+    precision: str
+    prediction_layers: dict[str, Any]
+    model_families: dict[str, Any]
+
+
+class PredictRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = None
+    hardware: list[Hardware] | Hardware | None = Field(None, description="default: every configured target")
+    batch_size: BatchSize = 1
+    sequence_length: SeqLength | None = None
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    backend: Backend | None = None
+
+
+class PredictResponse(_Response):
+    model_name: str
+    model_family: str
+    batch_size: int
+    sequence_length: int | None
+    mode: str
+    precision: str
+    backend: str | None
+    predictions: dict[str, PredictionModel]
+
+
+class MatrixRequest(_Request):
+    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(None, min_length=1,
+                                                                                    max_length=16)
+    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
+    batch_sizes: list[BatchSize] = Field([1, 8, 32], min_length=1, max_length=16)
+    precisions: list[Precision] = Field(["fp32", "fp16"], min_length=1, max_length=4)
+    mode: Mode = "inference"
+    backend: Backend | None = None
+
+
+class MatrixResponse(_Response):
+    timestamp: str
+    mode: str
+    models: dict[str, Any]
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    precision_options: list[str]
+    sources: dict[str, int]
+    configurations: int
+
+
+class DistributedRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = None
+    gpu_count: int = Field(8, ge=1, le=4096)
+    batch_size: BatchSize = 8
+    max_memory_gb: float = Field(16.0, gt=0, le=1e5, allow_inf_nan=False)
+    precision: Literal["fp32", "fp16", "bf16"] = "bf16"
+
+
+class MemoryModel(_Response):
+    parameters_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    total_gb: float
+    per_gpu_gb: float
+
+
+class DistributedResponse(_Response):
+    model_name: str
+    model_family: str
+    param_count: int
+    distributed_strategy: str
+    gpu_count: int
+    per_gpu_batch_size: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    global_batch_size: int
+    mixed_precision: bool
+    precision: str
+    gradient_checkpointing: bool
+    activation_checkpointing: bool
+    cpu_offload: bool
+    sharding_strategy: str | None
+    fits: bool
+    max_memory_gb: float
+    estimated_memory: MemoryModel
+    explanation: str
+    steps: list[str]
+
+
+class AnalysisRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = None
+    batch_sizes: list[BatchSize] = Field([1, 8, 32], min_length=1, max_length=16)
+    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
+    modes: list[Mode] = Field(["inference", "training"], min_length=1, max_length=2)
+    precision: Precision = "fp32"
+
+
+class AnalysisResponse(_Response):
+    model_name: str
+    model_family: str
+    model_size: int
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    precision: str
+    timestamp: str
+    inference: dict[str, Any] | None = None
+    training: dict[str, Any] | None = None
+
+
+class HealthResponse(_Response):
+    status: str
+    version: str
+    available_components: dict[str, bool]
+    database_connected: bool
+    prediction_layers: dict[str, Any]
+    config_origin: str
+
+
+class TargetModel(_Response):
+    available: bool
+    reason: str
+    devices: list[str]
+    precisions: list[str]
+
+
+class DetectResponse(_Response):
+    hardware: dict[str, bool]
+    details: dict[str, TargetModel]
+
+
+class ErrorResponse(_Response):
+    status: Literal["error"] = "error"
+    message: str
+    errors: list[dict[str, Any]] | None = None
+
+
+# --- helpers --------------------------------------------------------------------------------------
+
+def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+    body: dict[str, Any] = {"status": "error", "message": message}
+    if errors is not None:
+        body["errors"] = errors
+    return JSONResponse(status_code=status, content=body)
+
+
+def _message(exc: BaseException) -> str:
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+def _plain(value: Any) -> Any:
+    """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500)."""
+    if isinstance(value, float):
+        return value if math.isfinite(value) else None
+    if isinstance(value, dict):
+        return {str(k): _plain(v) for k, v in value.items()}
+    if isinstance(value, list | tuple):
+        return [_plain(v) for v in value]
+    if isinstance(value, str | int | bool) or value is None:
+        return value
+    return str(value)
+
+
+def _model(name: str, family: str | None, sequence_length: int | None = None) -> Any:
+    info = with_sequence_length(model_info(name), sequence_length)
+    if family is not None and family != info.family:
+        raise ValueError(f"model {name!r} is a {info.family} model, not {family}; drop model_family or fix it")
+    return info
+
+
+# --- the app ---------------------------------------------------------------------------------------
+
+def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[str] | None = None,
+               tracking_uri: str | None = None,
+               config: SelectionConfig | str | os.PathLike[str] | None = None) -> FastAPI:
+    """A FastAPI app answering from `predictor` (default: `Predictor.load(source, ...)`, loaded now)."""
+    pred = predictor if predictor is not None else Predictor.load(source, tracking_uri=tracking_uri, config=config)
+    app = FastAPI(title="hwsel", version=VERSION,
+                  description="Hardware selection and performance prediction from hwbench runs.",
+                  responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
+    app.state.predictor = pred
+
+    @app.exception_handler(RequestValidationError)
+    async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
+        # Only loc/msg/type: the offending input may be NaN or bytes, which JSON cannot carry.
+        errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
+                  for e in exc.errors()]
+        first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
+        where = ".".join(x for x in first["loc"] if x != "body") or "body"
+        return _error(422, f"invalid request: {where}: {first['msg']}", errors)
+
+    @app.exception_handler(StarletteHTTPException)
+    async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
+        # unknown paths, wrong methods, bodies that are not UTF-8 JSON: our error shape too
+        return JSONResponse(status_code=exc.status_code, content={"status": "error", "message": str(exc.detail)},
+                            headers=getattr(exc, "headers", None))
+
+    @app.exception_handler(KeyError)
+    async def _unknown(request: Request, exc: KeyError) -> JSONResponse:
+        return _error(404, _message(exc))
+
+    @app.exception_handler(ValueError)
+    async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
+        return _error(422, _message(exc))
+
+    @app.exception_handler(Exception)
+    async def _internal(request: Request, exc: Exception) -> JSONResponse:
+        log.exception("internal error on %s", request.url.path)
+        return _error(500, f"internal error: {type(exc).__name__}: {exc}")
+
+    @app.get("/health", response_model=HealthResponse)
+    def health() -> dict[str, Any]:
+        layers = pred.describe()
+        return _plain({
+            "status": "healthy", "version": VERSION,
+            "available_components": {**{k: v["available"] for k, v in layers.items()}, "fastapi": True},
+            "database_connected": bool(layers["measured"]["available"]),
+            "prediction_layers": layers, "config_origin": pred.config.origin,
+        })
+
+    @app.get("/hardware/detect", response_model=DetectResponse)
+    def detect() -> dict[str, Any]:
+        hw = detect_hardware()
+        details = {name: {"available": t.available, "reason": t.reason, "devices": [d.name for d in t.devices],
+                          "precisions": list(t.precisions)} for name, t in hw.targets.items()}
+        return {"hardware": {n: d["available"] for n, d in details.items()}, "details": details}
+
+    @app.post("/hardware/select", response_model=RecommendationResponse)
+    def select(req: SelectRequest) -> dict[str, Any]:
+        info = _model(req.model_name, req.model_family, req.sequence_length)
+        if req.task_type:
+            rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
+                                           available_hardware=req.available_hardware, backend=req.backend,
+                                           predictor=pred)
+        else:
+            rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
+                                  available_hardware=req.available_hardware, backend=req.backend, predictor=pred)
+        return _plain(rec.to_dict())
+
+    @app.post("/hardware/batch", response_model=dict[str, BatchEntry])
+    def batch(req: BatchRequest) -> dict[str, Any]:
+        if req.available_hardware is not None:
+            pred.config.check_hardware(req.available_hardware)  # the request's fault, not one model's
+        out: dict[str, Any] = {}
+        for item in req.models:
+            name, family = (item, None) if isinstance(item, str) else (item.name, item.family)
+            try:
+                rec = select_hardware(_model(name, family), batch_size=req.batch_size, mode=req.mode,
+                                      precision=req.precision, available_hardware=req.available_hardware,
+                                      predictor=pred)
+            except (KeyError, ValueError) as exc:
+                out[name] = {"primary": None, "fallbacks": [], "explanation": _message(exc),
+                             "prediction_source": None, "error": _message(exc)}
+                continue
+            out[name] = {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
+                         "explanation": rec.explanation, "prediction_source": rec.prediction_source}
+        return out
+
+    @app.post("/hardware/map", response_model=MapResponse)
+    def hardware_map(req: MapRequest) -> dict[str, Any]:
+        return _plain(selection_map(req.model_families, req.batch_sizes, req.hardware_platforms, req.modes,
+                                    req.precision, predictor=pred))
+
+    @app.post("/performance/predict", response_model=PredictResponse)
+    def predict(req: PredictRequest) -> dict[str, Any]:
+        info = _model(req.model_name, req.model_family, req.sequence_length)
+        hardware = req.hardware if req.hardware is not None else pred.config.hardware_names
+        preds = pred.predict(info, hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
+                             backend=req.backend)
+        return _plain({"model_name": info.name, "model_family": info.family, "batch_size": req.batch_size,
+                       "sequence_length": info.sequence_length, "mode": req.mode, "precision": req.precision,
+                       "backend": req.backend, "predictions": {hw: p.to_dict() for hw, p in preds.items()}})
+
+    @app.post("/performance/matrix", response_model=MatrixResponse)
+    def matrix(req: MatrixRequest) -> dict[str, Any]:
+        return _plain(prediction_matrix(req.models, req.hardware_platforms, req.batch_sizes, req.precisions,
+                                        req.mode, req.backend, predictor=pred))
+
+    @app.post("/training/distributed", response_model=DistributedResponse)
+    def distributed(req: DistributedRequest) -> dict[str, Any]:
+        info = _model(req.model_name, req.model_family)
+        plan = distributed_training_config(info, req.gpu_count, req.batch_size, req.max_memory_gb,
+                                           precision=req.precision)
+        return _plain(plan.to_dict())
+
+    @app.post("/analysis/model", response_model=AnalysisResponse)
+    def analysis(req: AnalysisRequest) -> dict[str, Any]:
+        info = _model(req.model_name, req.model_family)
+        return _plain(analyze_model(info, req.batch_sizes, req.hardware_platforms, req.modes, req.precision,
+                                    predictor=pred))
+
+    return app
+
+
+__all__ = ["VERSION", "create_app"]

@@ -1,0 +1,402 @@
+"""``hwsel``: train predictors, select hardware, predict performance, plan distributed training, serve.
+
+Exit codes: 0 ok, 1 failure while running (a store that breaks mid-way, a port in use, a
+training plan that does not fit), 2 bad input (unknown model, hardware or precision, a batch
+size of 0, a bad config file, a data source that does not exist or has no runs).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import logging
+import math
+import os
+import sys
+import warnings
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+from .config import FAMILIES, HARDWARE, MODES, PRECISIONS
+
+EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+
+
+class UsageError(Exception):
+    """Bad input from the command line: exit code 2."""
+
+
+def _json(data: Any) -> str:
+    return json.dumps(data, indent=2, sort_keys=False, default=str, allow_nan=False)
+
+
+def _emit(data: Any, text: str, as_json: bool) -> None:
+    print(_json(data) if as_json else text)
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where data and models come from")
+    g.add_argument("--source", default=None,
+                   help="benchmark data: MLflow tracking URI, .duckdb or .parquet file "
+                        "(default: $MLFLOW_TRACKING_URI or mlruns/ here, if present)")
+    g.add_argument("--tracking-uri", default=None,
+                   help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
+                        "mlruns/mlflow.db)")
+    g.add_argument("--selection-config", dest="config", default=None, metavar="FILE",
+                   help="selection settings (weights, hardware preferences, thresholds), TOML or JSON "
+                        "(default: $HWSEL_CONFIG, else built-in)")
+
+
+def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
+    p.add_argument("--model", required=True, help="zoo name or hub-style alias (bert-base-uncased, gpt2, ...)")
+    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
+                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
+    p.add_argument("--seq-length", type=_positive_int, default=None,
+                   help="tokens per item, for text models (default: the zoo model's)")
+    p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)} (default fp32)")
+    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    p.add_argument("--backend", default=None, help="runtime to predict for (torch, onnxruntime, openvino); "
+                                                   "default: the fastest measured, torch for estimates")
+    p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="hwsel",
+        description="Hardware selection and performance prediction from hwbench runs. Predictions come "
+                    "from measured data, then registered models, then a roofline estimate, then rules; "
+                    "each answer says which.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("train", help="train and register the latency/throughput/memory predictors",
+                       description="Train Optuna-tuned scikit-learn predictors on the benchmark runs, "
+                                   "register them in the MLflow Model Registry and move @champion when "
+                                   "a new version wins.")
+    p.add_argument("--source", default=None, help="benchmark data: MLflow URI, .duckdb or .parquet "
+                                                  "(default: the tracking store)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow store for the training run and the registry")
+    p.add_argument("--trials", type=_positive_int, default=30, help="Optuna trials per target (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--experiment", default="hwbench", help="MLflow experiment of the benchmark runs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("select", help="recommend hardware for a model",
+                       description="Score each hardware target on predicted latency, throughput, memory "
+                                   "and compatibility; print the best, the fallbacks and why.")
+    _case_options(p, hardware_help=f"targets to choose among (default: those detected here); "
+                                   f"known: {', '.join(HARDWARE)}")
+    p.add_argument("--task", default=None, help="task profile instead of --mode: classification, generation, "
+                                                "embedding, speech_recognition, fine_tuning, training")
+    _store_options(p)
+
+    p = sub.add_parser("predict", help="predict latency, throughput and memory",
+                       description="Predict performance of one case on each hardware target, with the "
+                                   "source of each prediction and a latency interval.")
+    _case_options(p, hardware_help=f"targets (default: all known: {', '.join(HARDWARE)})")
+    _store_options(p)
+
+    p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",
+                       description="Recommendations for every model family, size category, batch size and "
+                                   "mode, as JSON.")
+    p.add_argument("--output", default="selection_map.json", help="JSON file to write ('-' for stdout)")
+    p.add_argument("--families", nargs="+", default=None, help=f"default: all of {', '.join(FAMILIES)}")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 4, 16, 32, 64])
+    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
+    p.add_argument("--modes", nargs="+", default=list(MODES))
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--json", action="store_true", help="print the map as JSON as well")
+    _store_options(p)
+
+    p = sub.add_parser("matrix", help="write a prediction matrix (model x hardware x batch x precision)",
+                       description="Predicted throughput, latency and memory for every combination, as JSON.")
+    p.add_argument("--output", default="matrix.json", help="JSON file to write ('-' for stdout)")
+    p.add_argument("--models", nargs="+", default=None, help="default: the full-tier zoo models")
+    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
+    p.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
+    p.add_argument("--mode", default="inference")
+    p.add_argument("--backend", default=None)
+    p.add_argument("--json", action="store_true", help="print the matrix as JSON as well")
+    _store_options(p)
+
+    p = sub.add_parser("distributed", help="plan distributed training (DDP/FSDP, memory)",
+                       description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
+                                   "gradient accumulation and CPU offload; print the memory estimate.")
+    p.add_argument("--model", required=True, help="zoo name or hub-style alias")
+    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
+                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    p.add_argument("--gpus", type=_positive_int, default=8, help="number of GPUs (default 8)")
+    p.add_argument("--batch-size", type=_positive_int, default=8, help="items per GPU per step (default 8)")
+    p.add_argument("--max-memory-gb", type=_positive_float, default=16.0, help="memory per GPU, GiB (default 16)")
+    p.add_argument("--precision", default="bf16", help="fp32, or fp16/bf16 mixed precision (default bf16)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
+    p.add_argument("--model", required=True, help="zoo name or hub-style alias")
+    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
+                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
+    p.add_argument("--hardware", nargs="+", default=None)
+    p.add_argument("--modes", nargs="+", default=list(MODES))
+    p.add_argument("--precision", default="fp32")
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _store_options(p)
+
+    p = sub.add_parser("detect", help="hardware found on this machine")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("serve", help="serve the REST API (FastAPI + uvicorn)",
+                       description="Serve /health, /hardware/*, /performance/*, /training/distributed and "
+                                   "/analysis/model. Binds 127.0.0.1 unless --host says otherwise.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    _store_options(p)
+    return parser
+
+
+# --- commands -----------------------------------------------------------------------------------
+
+def _model(args: argparse.Namespace) -> Any:
+    from .predict import model_info, with_sequence_length
+
+    info = model_info(args.model, getattr(args, "model_config", None))
+    return with_sequence_length(info, getattr(args, "seq_length", None))
+
+
+def _predictor(args: argparse.Namespace) -> Any:
+    from .predict import Predictor
+
+    return Predictor.load(args.source, tracking_uri=args.tracking_uri, config=args.config)
+
+
+def _write(data: Any, output: str) -> str:
+    text = _json(data)
+    if output == "-":
+        print(text)
+        return "stdout"
+    path = Path(output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write {output}: {exc.strerror or exc}; pass another --output") from None
+    return str(path)
+
+
+def cmd_train(args: argparse.Namespace) -> int:
+    try:
+        from .train import train
+    except ImportError as exc:
+        raise UsageError(f"training needs scikit-learn, optuna and mlflow ({exc}); "
+                         "pip install 'pytest-hwbench'") from None
+    result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
+                   experiment=args.experiment, progress=not args.no_progress)
+    data = {"run_id": result.run_id, "tracking_uri": result.tracking_uri, "rows": result.n_rows,
+            "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
+            "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
+                            "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
+    lines = [f"trained on {result.n_rows} rows (run {result.run_id}, store {result.tracking_uri})"]
+    for t, r in result.targets.items():
+        state = "now @champion" if r.alias_moved else "champion unchanged"
+        lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g}, {state} ({r.reason})")
+    _emit(data, "\n".join(lines), args.json)
+    return EXIT_OK
+
+
+def _fmt_pred(hw: str, p: Any) -> str:
+    lo, hi = p.interval
+    return (f"  {hw:<9} {p.latency_ms:>10.4g} ms  [{lo:.4g}, {hi:.4g}]  {p.throughput:>10.4g} items/s  "
+            f"{p.memory_mb:>9.4g} MiB  {p.source}" + (f" ({p.detail})" if p.detail else ""))
+
+
+def cmd_select(args: argparse.Namespace) -> int:
+    from .select import select_hardware, select_hardware_for_task
+
+    predictor = _predictor(args)
+    model = _model(args)
+    if args.task:
+        rec = select_hardware_for_task(args.task, model, batch_size=args.batch_size, precision=args.precision,
+                                       available_hardware=args.hardware, backend=args.backend, predictor=predictor)
+    else:
+        rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
+                              available_hardware=args.hardware, backend=args.backend, predictor=predictor)
+    lines = [f"{rec.model_name} ({rec.model_family}, {rec.model_size / 1e6:.4g}M params), batch {rec.batch_size}, "
+             f"{rec.precision}, {rec.mode}",
+             f"primary:   {rec.primary_recommendation or 'none compatible'}",
+             f"fallbacks: {', '.join(rec.fallback_options) or '-'}"]
+    for hw, s in rec.all_scores.items():
+        if s.prediction is not None:
+            mark = f"score {s.score:.3f}" if s.compatible else f"incompatible: {s.reason}"
+            lines.append(_fmt_pred(hw, s.prediction) + f"  {mark}")
+    lines.append(rec.explanation)
+    _emit(rec.to_dict(), "\n".join(lines), args.json)
+    return EXIT_OK
+
+
+def cmd_predict(args: argparse.Namespace) -> int:
+    from .predict import predict_performance
+
+    predictor = _predictor(args)
+    model = _model(args)
+    preds = predict_performance(model, args.hardware, batch_size=args.batch_size, precision=args.precision,
+                                mode=args.mode, backend=args.backend, predictor=predictor)
+    data = {"model_name": model.name, "model_family": model.family, "batch_size": args.batch_size,
+            "precision": args.precision, "mode": args.mode, "sequence_length": model.sequence_length,
+            "predictions": {hw: p.to_dict() for hw, p in preds.items()}}
+    lines = [f"{model.name}, batch {args.batch_size}, {args.precision}, {args.mode}:"]
+    lines += [_fmt_pred(hw, p) for hw, p in preds.items()]
+    _emit(data, "\n".join(lines), args.json)
+    return EXIT_OK
+
+
+def cmd_map(args: argparse.Namespace) -> int:
+    from .select import selection_map
+
+    data = selection_map(args.families, args.batch_sizes, args.hardware, args.modes, args.precision,
+                         predictor=_predictor(args))
+    where = _write(data, args.output)
+    if args.json and args.output != "-":
+        print(_json(data))
+    elif args.output != "-":
+        print(f"selection map for {len(data['model_families'])} families x {len(data['batch_sizes'])} batch sizes "
+              f"x {len(data['modes'])} modes written to {where}")
+    return EXIT_OK
+
+
+def cmd_matrix(args: argparse.Namespace) -> int:
+    from .predict import prediction_matrix
+
+    data = prediction_matrix(args.models, args.hardware, args.batch_sizes, args.precisions, args.mode, args.backend,
+                             predictor=_predictor(args))
+    where = _write(data, args.output)
+    if args.json and args.output != "-":
+        print(_json(data))
+    elif args.output != "-":
+        sources = ", ".join(f"{k} {v}" for k, v in data["sources"].items())
+        print(f"{data['configurations']} predictions ({sources}) written to {where}")
+    return EXIT_OK
+
+
+def cmd_distributed(args: argparse.Namespace) -> int:
+    from .distributed import distributed_training_config
+
+    plan = distributed_training_config(_model(args), args.gpus, args.batch_size, args.max_memory_gb,
+                                       precision=args.precision)
+    m = plan.estimated_memory
+    lines = [f"strategy: {plan.distributed_strategy} on {plan.gpu_count} GPU(s)"
+             + (f" ({plan.sharding_strategy})" if plan.sharding_strategy else ""),
+             f"batch: {plan.micro_batch_size} per GPU x {plan.gradient_accumulation_steps} accumulation step(s) "
+             f"x {plan.gpu_count} GPU(s) = {plan.global_batch_size} per optimizer step",
+             f"precision: {plan.precision}{' (mixed)' if plan.mixed_precision else ''}; activation checkpointing: "
+             f"{'on' if plan.activation_checkpointing else 'off'}; CPU offload: {'on' if plan.cpu_offload else 'off'}",
+             f"memory per replica: parameters {m.parameters_gb:.3g} GiB, gradients {m.gradients_gb:.3g}, optimizer "
+             f"{m.optimizer_gb:.3g}, activations {m.activations_gb:.3g}; per GPU {m.per_gpu_gb:.3g} of "
+             f"{plan.max_memory_gb:g} GiB",
+             plan.explanation]
+    _emit(plan.to_dict(), "\n".join(lines), args.json)
+    return EXIT_OK if plan.fits else EXIT_FAILED
+
+
+def cmd_analyze(args: argparse.Namespace) -> int:
+    from .select import analyze_model
+
+    data = analyze_model(_model(args), args.batch_sizes, args.hardware, args.modes, args.precision,
+                         predictor=_predictor(args))
+    lines = [f"{data['model_name']} ({data['model_family']})"]
+    for mode in args.modes:
+        for b, rec in data[mode]["recommendations"].items():
+            lines.append(f"  {mode:<9} batch {b:>4}: {rec['primary']} (fallbacks {', '.join(rec['fallbacks']) or '-'};"
+                         f" {rec['source']})")
+    _emit(data, "\n".join(lines), args.json)
+    return EXIT_OK
+
+
+def cmd_detect(args: argparse.Namespace) -> int:
+    from .select import detect_hardware
+
+    hw = detect_hardware()
+    data = {name: {"available": t.available, "reason": t.reason, "devices": [d.name for d in t.devices],
+                   "precisions": list(t.precisions)} for name, t in hw.targets.items()}
+    lines = [f"  {name:<12} {'yes' if d['available'] else 'no ':<4} "
+             + (", ".join(d["devices"]) if d["available"] else d["reason"]) for name, d in data.items()]
+    _emit({"hardware": data}, "\n".join(lines), args.json)
+    return EXIT_OK
+
+
+def cmd_serve(args: argparse.Namespace) -> int:
+    try:
+        import uvicorn
+    except ImportError:
+        raise UsageError("serving needs uvicorn and fastapi: pip install 'pytest-hwbench[serve]'") from None
+    from .app import create_app
+
+    if not 0 < args.port < 65536:
+        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config)
+    uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
+    return EXIT_OK
+
+
+COMMANDS = {"train": cmd_train, "select": cmd_select, "predict": cmd_predict, "map": cmd_map, "matrix": cmd_matrix,
+            "distributed": cmd_distributed, "analyze": cmd_analyze, "detect": cmd_detect, "serve": cmd_serve}
+
+
+def _message(exc: BaseException) -> str:
+    # KeyError's str() quotes its argument; show the message as written
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
+def main(argv: Sequence[str] | None = None) -> int:
+    """Entry point of ``hwsel``; returns the exit code."""
+    parser = build_parser()
+    args = parser.parse_args(argv)
+    level = logging.WARNING - 10 * min(args.verbose, 2)
+    logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    if args.verbose == 0:
+        # our warnings say which layer is off and why; once is enough
+        warnings.filterwarnings("once")
+        # MLflow draws a progress bar per downloaded model; noise on a terminal that asked for JSON
+        os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
+    try:
+        return COMMANDS[args.command](args)
+    except (UsageError, ValueError, LookupError, FileNotFoundError) as exc:
+        print(f"hwsel {args.command}: error: {_message(exc)}", file=sys.stderr)
+        return EXIT_USAGE
+    except KeyboardInterrupt:
+        return 130
+    except Exception as exc:  # a failure while running: say what, exit 1
+        if args.verbose:
+            raise
+        print(f"hwsel {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
+              file=sys.stderr)
+        return EXIT_FAILED
+
+
+__all__ = ["build_parser", "main"]

@@ -1,0 +1,197 @@
+"""Distributed training configuration: DDP or FSDP, and what to turn on when memory is short.
+
+The plan is built from a memory estimate per GPU (`hwsel.predict.memory_breakdown`):
+parameters, gradients, optimizer states (AdamW) and activations. In order, until it fits in
+`max_memory_gb` (less a 10% reserve for the allocator and communication buffers):
+
+1. DDP: every GPU holds a full replica.
+2. FSDP (full shard): parameters, gradients and optimizer states split over the GPUs.
+3. Activation checkpointing: keep only each layer's input, recompute the rest in backward.
+4. Gradient accumulation: smaller micro-batches, same batch per optimizer step.
+5. CPU offload of parameters and optimizer states (FSDP ``CPUOffload``).
+
+If nothing fits, the plan says so and names the memory needed.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+from typing import Any
+
+from .predict import check_batch_size, check_precision, memory_breakdown, model_info
+
+#: Part of each GPU's memory kept free for the allocator, NCCL buffers and fragmentation.
+RESERVE = 0.10
+#: CUDA context and framework overhead per GPU, GiB.
+RUNTIME_GB = 0.5
+MAX_GPUS = 65536
+
+
+@dataclass(frozen=True)
+class MemoryEstimate:
+    """GiB per replica (parameters .. activations), the whole job (total) and one GPU."""
+
+    parameters_gb: float
+    gradients_gb: float
+    optimizer_gb: float
+    activations_gb: float
+    total_gb: float
+    per_gpu_gb: float
+
+    def to_dict(self) -> dict[str, float]:
+        return {k: round(v, 4) for k, v in self.__dict__.items()}
+
+
+@dataclass(frozen=True)
+class DistributedConfig:
+    """A training plan for `gpu_count` GPUs of `max_memory_gb` each."""
+
+    model_name: str
+    model_family: str
+    param_count: int
+    distributed_strategy: str  # "single" | "DDP" | "FSDP"
+    gpu_count: int
+    per_gpu_batch_size: int
+    micro_batch_size: int
+    gradient_accumulation_steps: int
+    global_batch_size: int
+    mixed_precision: bool
+    precision: str
+    activation_checkpointing: bool
+    cpu_offload: bool
+    sharding_strategy: str | None
+    fits: bool
+    max_memory_gb: float
+    estimated_memory: MemoryEstimate
+    explanation: str
+    steps: tuple[str, ...] = field(default=())
+
+    @property
+    def gradient_checkpointing(self) -> bool:
+        """The Hugging Face name of activation checkpointing."""
+        return self.activation_checkpointing
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready, in the predecessor's shape."""
+        return {
+            "model_name": self.model_name,
+            "model_family": self.model_family,
+            "param_count": self.param_count,
+            "distributed_strategy": self.distributed_strategy,
+            "gpu_count": self.gpu_count,
+            "per_gpu_batch_size": self.per_gpu_batch_size,
+            "micro_batch_size": self.micro_batch_size,
+            "gradient_accumulation_steps": self.gradient_accumulation_steps,
+            "global_batch_size": self.global_batch_size,
+            "mixed_precision": self.mixed_precision,
+            "precision": self.precision,
+            "gradient_checkpointing": self.activation_checkpointing,
+            "activation_checkpointing": self.activation_checkpointing,
+            "cpu_offload": self.cpu_offload,
+            "sharding_strategy": self.sharding_strategy,
+            "fits": self.fits,
+            "max_memory_gb": self.max_memory_gb,
+            "estimated_memory": self.estimated_memory.to_dict(),
+            "explanation": self.explanation,
+            "steps": list(self.steps),
+        }
+
+
+def _check_gpus(gpus: Any) -> int:
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise ValueError(f"gpus must be a whole number between 1 and {MAX_GPUS}, got {gpus!r}")
+    return gpus
+
+
+def _check_memory(max_memory_gb: Any) -> float:
+    if isinstance(max_memory_gb, bool) or not isinstance(max_memory_gb, int | float) \
+            or not math.isfinite(max_memory_gb) or not 0 < max_memory_gb <= 1e6:
+        raise ValueError(f"max_memory_gb must be a number of GiB in (0, 1e6], got {max_memory_gb!r}")
+    return float(max_memory_gb)
+
+
+def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, max_memory_gb: float = 16.0, *,
+                                precision: str = "bf16") -> DistributedConfig:
+    """A DDP/FSDP plan for training `model` with `batch_size` items per GPU per optimizer step.
+
+    `precision` is the compute precision: fp32, or fp16/bf16 as mixed precision (fp32 master
+    weights and optimizer states). Raises ValueError/KeyError for bad input.
+    """
+    gpus, batch_size = _check_gpus(gpus), check_batch_size(batch_size)
+    budget_total = _check_memory(max_memory_gb)
+    precision = check_precision(precision)
+    if precision == "int8":
+        raise ValueError("int8 is not a training precision; use fp32, fp16 or bf16")
+    info = model_info(model)
+    budget = budget_total * (1 - RESERVE)
+    gib = 1024.0
+
+    def per_gpu(strategy: str, micro: int, ckpt: bool, offload: bool) -> tuple[float, Any]:
+        bd = memory_breakdown(info, batch_size=micro, precision=precision, mode="training", checkpointing=ckpt)
+        states = (bd.parameters_mb + bd.gradients_mb + bd.optimizer_mb) / gib
+        if strategy == "FSDP":  # FULL_SHARD; on one GPU it only helps through CPU offload
+            if offload:
+                # parameters and optimizer states live on the CPU; a GPU holds its gradient shard
+                # and the gathered parameters of the layer being computed
+                states = bd.gradients_mb / gib / gpus
+            else:
+                states /= gpus
+            layers = max(1, int(getattr(info, "num_layers", None) or 12))
+            states += 2 * bd.parameters_mb / gib / layers  # one layer all-gathered (and the prefetched next)
+        return states + bd.activations_mb / gib + RUNTIME_GB, bd
+
+    def micro_sizes() -> list[int]:
+        """Divisors of batch_size below it, largest first: micro-batch x steps == batch_size exactly."""
+        small = [d for d in range(1, math.isqrt(batch_size) + 1) if batch_size % d == 0]
+        return sorted({*small, *(batch_size // d for d in small)} - {batch_size}, reverse=True)
+
+    sharded = "single" if gpus == 1 else "FSDP"
+    attempts: list[tuple[str, int, bool, bool]] = (
+        [("single", batch_size, False, False), ("single", batch_size, True, False)] if gpus == 1 else
+        [("DDP", batch_size, False, False), ("FSDP", batch_size, False, False), ("FSDP", batch_size, True, False)])
+    attempts += [(sharded, m, True, False) for m in micro_sizes()]
+    attempts += [("FSDP", m, True, True) for m in [batch_size, *micro_sizes()]]
+    steps: list[str] = []
+    plan = None
+    for attempt in attempts:
+        strategy, micro, ckpt, offload = attempt
+        need, bd = per_gpu(strategy, micro, ckpt, offload)
+        if need <= budget:
+            plan = attempt
+            break
+        label = " + ".join(x for x, on in ((strategy, True), ("activation checkpointing", ckpt),
+                                             ("CPU offload", offload)) if on)
+        steps.append(f"{label} at micro-batch {micro}: {need:.3g} GiB per GPU > {budget:.3g} GiB usable")
+    fits = plan is not None
+    strategy, micro, ckpt, offload = plan or attempts[-1]
+    need, bd = per_gpu(strategy, micro, ckpt, offload)
+    accumulation = batch_size // micro
+    replica_gb = (bd.parameters_mb + bd.gradients_mb + bd.optimizer_mb) / gib
+    estimate = MemoryEstimate(
+        parameters_gb=bd.parameters_mb / gib, gradients_gb=bd.gradients_mb / gib,
+        optimizer_gb=bd.optimizer_mb / gib, activations_gb=bd.activations_mb / gib,
+        total_gb=replica_gb * (1 if strategy == "FSDP" else gpus) + (bd.activations_mb / gib + RUNTIME_GB) * gpus,
+        per_gpu_gb=need)
+    mixed = precision in ("fp16", "bf16")
+    if fits:
+        what = {"single": "one GPU holds the model", "DDP": "each GPU holds a full replica (DDP)",
+                "FSDP": "parameters, gradients and optimizer states are sharded over the GPUs (FSDP)"}[strategy]
+        extras = [x for x, on in (("activation checkpointing", ckpt), (f"gradient accumulation x{accumulation}",
+                                  accumulation > 1), ("CPU offload", offload)) if on]
+        explanation = (f"{info.name} ({info.param_count / 1e6:.4g}M parameters) needs about {need:.3g} GiB per GPU "
+                       f"of {budget_total:g} GiB: {what}" + (f", with {', '.join(extras)}" if extras else "") + ".")
+    else:
+        explanation = (f"{info.name} does not fit: even FSDP with checkpointing, micro-batch 1 and CPU offload needs "
+                       f"about {need:.3g} GiB per GPU, more than {budget:.3g} GiB usable of {budget_total:g} GiB. "
+                       f"Use more GPUs (--gpus), GPUs with more memory (--max-memory-gb) or a smaller model.")
+    return DistributedConfig(
+        model_name=info.name, model_family=info.family, param_count=int(info.param_count),
+        distributed_strategy=strategy, gpu_count=gpus, per_gpu_batch_size=batch_size, micro_batch_size=micro,
+        gradient_accumulation_steps=accumulation, global_batch_size=micro * accumulation * gpus,
+        mixed_precision=mixed, precision=precision, activation_checkpointing=ckpt, cpu_offload=offload,
+        sharding_strategy="FULL_SHARD" if strategy == "FSDP" else None, fits=fits, max_memory_gb=budget_total,
+        estimated_memory=estimate, explanation=explanation, steps=tuple(steps))
+
+
+__all__ = ["DistributedConfig", "MemoryEstimate", "distributed_training_config"]

@@ -1,0 +1,972 @@
+"""Performance prediction with a layered fallback; every answer says where it came from.
+
+For one case (model, hardware, precision, batch size, mode, backend) a `Predictor` answers from
+the first layer that can:
+
+1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`), indexed once
+                  into a dict keyed by the case; the interval is the measured spread.
+2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), loaded once;
+                  only for (hardware, backend, precision, mode) combinations their training
+                  snapshot holds; the interval is the champion's residual band.
+3. ``roofline``   a compute/memory-bound estimate from the device's peak FLOP/s and bandwidth
+                  (`hwsel.features`' roofline) plus a launch overhead per forward.
+4. ``rules``      plain heuristics (a table of effective FLOP/s and overheads per hardware); no
+                  data, no scikit-learn, no MLflow.
+
+Loading is the only step that touches MLflow or DuckDB. After it, predictions are dict lookups
+or in-memory arithmetic; many rows of one layer go to one vectorised call
+(`Predictor.predict_many`), and answers are cached by case. The first question about a model
+also scores its whole registered grid (`Predictor.WARM_BATCH_SIZES`) in that one call, since a
+forest costs as much for 300 rows as for one.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import functools
+import gc
+import importlib
+import logging
+import math
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+from .config import MODES, PRECISIONS, SOURCES, SelectionConfig, load_config
+
+log = logging.getLogger("hwsel")
+
+TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
+_BYTES = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1})
+#: Batch sizes above this are refused: predictions stay finite and requests stay cheap.
+MAX_BATCH_SIZE = 1 << 20
+
+
+class HwselWarning(UserWarning):
+    """Warnings from hwsel (filter with ``-W ignore::hwsel.HwselWarning``)."""
+
+
+# --- values ---------------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Prediction:
+    """Predicted (or measured) performance of one case on one hardware target.
+
+    `interval` is a (low, high) range for the latency in milliseconds: the measured spread, the
+    registered model's prediction interval, or a fixed factor around an estimate.
+    """
+
+    hardware: str
+    latency_ms: float
+    throughput: float
+    memory_mb: float
+    source: str
+    interval: tuple[float, float]
+    backend: str | None = None
+    precision: str = "fp32"
+    batch_size: int = 1
+    mode: str = "inference"
+    detail: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; also carries the predecessor's names (latency, memory_usage)."""
+        return {
+            "hardware": self.hardware,
+            "latency_ms": self.latency_ms,
+            "throughput": self.throughput,
+            "memory_mb": self.memory_mb,
+            "source": self.source,
+            "interval": list(self.interval),
+            "backend": self.backend,
+            "precision": self.precision,
+            "batch_size": self.batch_size,
+            "mode": self.mode,
+            "detail": self.detail,
+            "latency": self.latency_ms,
+            "memory_usage": self.memory_mb,
+        }
+
+
+@dataclass(frozen=True)
+class Query:
+    """One case to predict."""
+
+    model: Any  # hwsel.features.ModelInfo
+    hardware: str
+    precision: str = "fp32"
+    batch_size: int = 1
+    mode: str = "inference"
+    backend: str | None = None
+    device_name: str | None = None
+
+
+# --- optional layers, imported lazily ------------------------------------------------------------
+
+@contextlib.contextmanager
+def _bulk(size: int) -> Iterator[None]:
+    """Pause the cyclic GC while building many small objects.
+
+    With torch's object graph in memory, the generation-2 collections that 10,000 new results
+    trigger cost up to a second (seen on a loaded 2-core machine); none of these objects form
+    cycles, so pausing loses nothing.
+    """
+    if size < 1000 or not gc.isenabled():
+        yield
+        return
+    gc.disable()
+    try:
+        yield
+    finally:
+        gc.enable()
+
+
+def _optional(module: str) -> Any | None:
+    """Our sibling module, or None when it (or what it needs) is not installed."""
+    try:
+        return importlib.import_module(f"hwsel.{module}")
+    except ImportError as exc:
+        log.debug("hwsel.%s unavailable: %s", module, exc)
+        return None
+
+
+# --- validation ------------------------------------------------------------------------------------
+
+def check_batch_size(batch_size: Any, name: str = "batch_size") -> int:
+    """A whole number in [1, MAX_BATCH_SIZE]; else ValueError naming the value."""
+    if isinstance(batch_size, bool) or not isinstance(batch_size, int):
+        if isinstance(batch_size, float) and batch_size.is_integer():
+            batch_size = int(batch_size)
+        else:
+            raise ValueError(f"{name} must be a whole number >= 1, got {batch_size!r}")
+    if not 1 <= batch_size <= MAX_BATCH_SIZE:
+        raise ValueError(f"{name} must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+    return batch_size
+
+
+def check_precision(precision: Any) -> str:
+    """One of fp32, fp16, bf16, int8; else ValueError listing them."""
+    if precision not in PRECISIONS:
+        raise ValueError(f"unknown precision {precision!r}; accepted: {', '.join(PRECISIONS)}")
+    return str(precision)
+
+
+def check_mode(mode: Any) -> str:
+    """inference or training; else ValueError listing them."""
+    if mode not in MODES:
+        raise ValueError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    return str(mode)
+
+
+# --- models ----------------------------------------------------------------------------------------
+
+def model_info(model: Any, config: str | os.PathLike[str] | None = None) -> Any:
+    """A `ModelInfo` for a zoo name, a hub-style alias, or a ModelInfo-like object (returned as is).
+
+    Unknown names raise KeyError listing close matches and how to describe a model of your own.
+    """
+    if not isinstance(model, str):
+        if all(hasattr(model, a) for a in ("name", "family", "param_count", "flops_per_item")):
+            return model
+        raise TypeError(f"model must be a name or a ModelInfo, got {type(model).__name__}")
+    if not model or len(model) > 200:
+        raise KeyError(f"unknown model {model[:200]!r}: give a zoo name such as bert-base or gpt2")
+    from .features import resolve_model
+
+    return resolve_model(model, config)
+
+
+def with_sequence_length(info: Any, sequence_length: int | None) -> Any:
+    """`info` at another sequence length (FLOPs scaled linearly), renamed ``name@seqN``.
+
+    The new name keeps measured data of the default length from answering for it.
+    """
+    if sequence_length is None or sequence_length == getattr(info, "sequence_length", None):
+        return info
+    length = check_batch_size(sequence_length, "sequence_length")
+    old = getattr(info, "sequence_length", None)
+    if not old:
+        raise ValueError(f"sequence_length does not apply to {info.name}: its input is not a token sequence")
+    return dataclasses.replace(info, name=f"{info.name}@seq{length}", sequence_length=length,
+                               flops_per_item=float(info.flops_per_item) * length / old)
+
+
+def _tokens(m: Any) -> int:
+    if getattr(m, "sequence_length", None):
+        tokens = int(m.sequence_length)
+    elif getattr(m, "image_size", None):
+        tokens = max(1, (int(m.image_size) // 16) ** 2)
+    elif getattr(m, "audio_samples", None):
+        tokens = max(1, int(m.audio_samples) // 320)
+    else:
+        tokens = 128
+    return max(1, tokens)
+
+
+def _shape(m: Any) -> tuple[int, int, int]:
+    """(tokens, hidden, layers), guessed from the parameter count where the config is silent."""
+    layers = int(getattr(m, "num_layers", None) or 12)
+    hidden = getattr(m, "hidden_size", None)
+    if not hidden:
+        hidden = max(64, int(math.sqrt(max(m.param_count, 1) / (12 * layers))))
+    return _tokens(m), int(hidden), max(1, layers)
+
+
+@dataclass(frozen=True)
+class MemoryBreakdown:
+    """Memory of one replica in MiB: weights, gradients, optimizer states, activations."""
+
+    parameters_mb: float
+    gradients_mb: float
+    optimizer_mb: float
+    activations_mb: float
+    runtime_mb: float
+
+    @property
+    def total_mb(self) -> float:
+        return self.parameters_mb + self.gradients_mb + self.optimizer_mb + self.activations_mb + self.runtime_mb
+
+
+def memory_breakdown(model: Any, *, batch_size: int, precision: str = "fp32", mode: str = "inference",
+                     checkpointing: bool = False, runtime_mb: float = 0.0) -> MemoryBreakdown:
+    """Memory needed by one replica, from parameter count and shape (no data needed).
+
+    Training keeps gradients in the compute precision and AdamW states in fp32 (two moments,
+    plus an fp32 master copy under mixed precision): 16 bytes per parameter with half-precision
+    weights, as in the ZeRO paper. Activations follow Korthikanti et al. (2022): per layer and
+    item ``tokens * hidden * (34 + 5 * heads * tokens / hidden)`` bytes in 16 bit; with activation
+    checkpointing only each layer's input (2 * tokens * hidden bytes) plus one layer's full set.
+    Inference keeps one layer's working set per item.
+    """
+    mib = 2.0**20
+    nbytes = _BYTES[precision]
+    params = float(model.param_count)
+    tokens, hidden, layers = _shape(model)
+    heads = max(1, hidden // 64)
+    scale = nbytes / 2  # the formula is for 16-bit activations
+    per_layer = tokens * hidden * (34 + 5 * heads * tokens / hidden) * scale
+    if mode == "training":
+        weights = params * nbytes
+        grads = params * nbytes
+        optimizer = params * (8 + (4 if nbytes < 4 else 0))
+        if checkpointing:
+            acts = batch_size * (layers * 2 * tokens * hidden * scale + per_layer)
+        else:
+            acts = batch_size * layers * per_layer
+    else:
+        weights, grads, optimizer = params * nbytes, 0.0, 0.0
+        acts = batch_size * per_layer / 2
+    return MemoryBreakdown(weights / mib, grads / mib, optimizer / mib, acts / mib, runtime_mb)
+
+
+def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
+    """`hwsel.features`' roofline for many queries at once (arrays: latency_ms, memory_mb, ...).
+
+    Device specs are looked up once per (hardware, device name); the arithmetic is one
+    vectorised call of the same function `features.roofline` uses, so the two never disagree.
+    """
+    import numpy as np
+
+    from . import features
+    from .specs import spec_for
+
+    specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
+    col = functools.partial(np.fromiter, dtype=float, count=len(queries))
+    nan = float("nan")
+    return features._roofline_arrays(
+        col(float(q.model.param_count) for q in queries),
+        col(float(q.model.flops_per_item) for q in queries),
+        col(float(q.model.hidden_size or nan) for q in queries),
+        col(float(q.model.num_layers or nan) for q in queries),
+        col(float(q.batch_size) for q in queries),
+        col(features.BYTES_PER_ELEMENT.get(q.precision, 4.0) for q in queries),
+        col(specs[q.hardware, q.device_name].tflops(q.precision) for q in queries),
+        col(specs[q.hardware, q.device_name].memory_bandwidth_gbs for q in queries),
+    )
+
+
+# --- rules: the last layer, pure heuristics --------------------------------------------------------
+
+#: Effective (not peak) TFLOP/s of eager frameworks on a common device of each kind. Seen:
+#: BERT-base on a 2-core CPU about 0.1 TFLOP/s, on an H100 fp16 about 160 (FACTS.md).
+_RULE_TFLOPS: Mapping[str, Mapping[str, float]] = MappingProxyType({
+    "cuda": {"fp32": 20.0, "fp16": 120.0, "bf16": 120.0, "int8": 150.0},
+    "rocm": {"fp32": 15.0, "fp16": 90.0, "bf16": 90.0, "int8": 100.0},
+    "xpu": {"fp32": 8.0, "fp16": 40.0, "bf16": 40.0, "int8": 50.0},
+    "mps": {"fp32": 3.0, "fp16": 5.0, "bf16": 4.0, "int8": 3.0},
+    "openvino": {"fp32": 0.3, "fp16": 0.3, "bf16": 0.8, "int8": 1.0},
+    "qnn": {"fp32": 1.0, "fp16": 8.0, "bf16": 4.0, "int8": 16.0},
+    "cpu": {"fp32": 0.15, "fp16": 0.04, "bf16": 0.35, "int8": 0.4},
+})
+#: Fixed cost per forward for a 12-layer model, ms: GPUs in eager mode are launch bound
+#: (BERT-base on an H100 takes about 7 ms at batch 1 and 8 ms at batch 128, FACTS.md).
+_RULE_OVERHEAD_MS = MappingProxyType(
+    {"cuda": 6.0, "rocm": 7.0, "xpu": 8.0, "mps": 5.0, "openvino": 0.5, "qnn": 2.0, "cpu": 0.5})
+_RULE_RUNTIME_MB = MappingProxyType(
+    {"cuda": 500.0, "rocm": 500.0, "xpu": 400.0, "mps": 300.0, "openvino": 150.0, "qnn": 50.0, "cpu": 150.0})
+_TRAIN_FLOPS = 3.0  # forward + backward
+
+
+def launch_overhead_ms(q: Query) -> float:
+    """Fixed cost per forward (twice per training step) that no FLOP count shows: kernel
+    launches and framework dispatch, scaled by depth from a 12-layer model."""
+    layers = int(getattr(q.model, "num_layers", None) or 12)
+    return _RULE_OVERHEAD_MS.get(q.hardware, 1.0) * layers / 12 * (2.0 if q.mode == "training" else 1.0)
+
+
+def rules_estimate(q: Query) -> tuple[float, float, float]:
+    """(latency ms, throughput items/s, memory MiB) from heuristics alone."""
+    m = q.model
+    tflops = _RULE_TFLOPS.get(q.hardware, _RULE_TFLOPS["cpu"])[q.precision]
+    flops = float(m.flops_per_item) * q.batch_size * (_TRAIN_FLOPS if q.mode == "training" else 1.0)
+    latency = launch_overhead_ms(q) + flops / (tflops * 1e12) * 1e3
+    mem = memory_breakdown(m, batch_size=q.batch_size, precision=q.precision, mode=q.mode,
+                           runtime_mb=_RULE_RUNTIME_MB.get(q.hardware, 200.0)).total_mb
+    return latency, q.batch_size / latency * 1e3, mem
+
+
+# --- measured data ----------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Measured:
+    """The measurements of one case on one backend (median over repeated runs)."""
+
+    latency_ms: float
+    throughput: float
+    memory_mb: float | None
+    low: float
+    high: float
+    backend: str
+    runs: int
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+#: A record from an OpenVINO backend also counts as hardware "openvino" (its device is cpu/gpu/npu).
+_BACKEND_AS_HARDWARE = ("openvino",)
+
+
+class MeasuredIndex:
+    """Benchmark rows indexed by the exact case: (model, hardware, precision, batch, mode) -> backend -> Measured."""
+
+    def __init__(self, runs: Any = None) -> None:
+        self._index: dict[tuple[str, str, str, int, str], dict[str, Measured]] = {}
+        self.rows = 0
+        self.hardware: frozenset[str] = frozenset()
+        self.backends: frozenset[str] = frozenset()
+        if runs is not None and len(runs):
+            self._build(runs)
+
+    def _build(self, runs: Any) -> None:
+        import pandas as pd
+
+        df = pd.DataFrame(runs).copy()
+        need = ("model", "hardware", "precision", "batch_size", "latency_ms_median")
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise ValueError(f"benchmark data lacks column {missing[0]!r}; got {', '.join(map(str, df.columns))}")
+        for col, default in (("backend", "torch"), ("mode", "inference")):
+            if col not in df.columns:
+                df[col] = default
+        if "status" in df.columns:
+            df = df[df["status"].fillna("passed") == "passed"]
+        df = df[pd.to_numeric(df["latency_ms_median"], errors="coerce") > 0]
+        groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        for row in df.to_dict("records"):
+            try:
+                key = (str(row["model"]), str(row["hardware"]), str(row["precision"]), int(row["batch_size"]),
+                       str(row["mode"]), str(row["backend"]))
+            except (TypeError, ValueError):
+                continue
+            groups.setdefault(key, []).append(row)
+            if key[5] in _BACKEND_AS_HARDWARE and key[1] != key[5]:
+                groups.setdefault((key[0], key[5], *key[2:]), []).append(row)
+        hardware, backends = set(), set()
+        for (model, hw, prec, batch, mode, backend), rows in groups.items():
+            self._index.setdefault((model, hw, prec, batch, mode), {})[backend] = self._summarise(rows, batch, backend)
+            hardware.add(hw)
+            backends.add(backend)
+        self.rows = len(df)
+        self.hardware, self.backends = frozenset(hardware), frozenset(backends)
+
+    @staticmethod
+    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str) -> Measured:
+        import statistics
+
+        lat = [v for r in rows if (v := _finite(r.get("latency_ms_median")))]
+        median = statistics.median(lat)
+        thr = [v for r in rows if (v := _finite(r.get("throughput_items_per_s")))]
+        mem = [v for r in rows if (v := _finite(r.get("peak_device_memory_mb")) or _finite(r.get("peak_host_rss_mb")))]
+        def first(row: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
+            return next((v for k in keys if (v := _finite(row.get(k))) is not None), None)
+
+        # per run: its fastest iteration .. its p95 (p90, max where p95 is missing)
+        lows = [v for r in rows if (v := first(r, ("latency_ms_min", "latency_ms_median"))) is not None]
+        highs = [v for r in rows if (v := first(r, ("latency_ms_p95", "latency_ms_p90", "latency_ms_max",
+                                                     "latency_ms_median"))) is not None]
+        return Measured(
+            latency_ms=median,
+            throughput=statistics.median(thr) if thr else batch / median * 1e3,
+            memory_mb=statistics.median(mem) if mem else None,
+            low=min(lows + [median]),
+            high=max(highs + [median]),
+            backend=backend,
+            runs=len(rows),
+        )
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
+               backend: str | None = None) -> Measured | None:
+        """The exact case; with no backend named, the fastest backend measured."""
+        found = self._index.get((model, hardware, precision, batch_size, mode))
+        if not found:
+            return None
+        if backend is not None:
+            return found.get(backend)
+        return min(found.values(), key=lambda m: m.latency_ms)
+
+    def cases(self) -> list[tuple[str, str, str, int, str]]:
+        """Every indexed case key."""
+        return list(self._index)
+
+
+# --- the predictor -----------------------------------------------------------------------------------
+
+@dataclass
+class LayerStatus:
+    """Whether a layer is on, and why not."""
+
+    available: bool
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+def _default_store(tracking_uri: str | None = None) -> str | None:
+    """The store to read when none is named, or None when there is none here.
+
+    ``$MLFLOW_TRACKING_URI`` or ``mlruns/mlflow.db`` (what `hwsel.data.default_source` reads), else
+    the DuckDB file ``mlruns/hwbench.duckdb``. We never create a store just by looking (opening a
+    SQLite URI would).
+    """
+    if tracking_uri:
+        return tracking_uri
+    if os.environ.get("MLFLOW_TRACKING_URI") or Path("mlruns/mlflow.db").exists():
+        from .data import default_source
+
+        return default_source()
+    if Path("mlruns/hwbench.duckdb").exists():
+        return "mlruns/hwbench.duckdb"
+    return None
+
+
+class Predictor:
+    """Answers performance queries from the first layer that can (see the module docstring).
+
+    Build with `Predictor.load(...)` (reads data and champions once) or directly from a runs
+    DataFrame and champion objects. `layers` limits which layers may answer.
+    """
+
+    def __init__(self, *, runs: Any = None, champions: Mapping[str, Any] | None = None,
+                 config: SelectionConfig | str | os.PathLike[str] | None = None,
+                 layers: Iterable[str] = SOURCES, notes: Mapping[str, str] | None = None,
+                 champion_domain: Iterable[tuple[str, str, str, str]] | None = None) -> None:
+        self.config = load_config(config)
+        self.layers = tuple(layers)
+        bad = [s for s in self.layers if s not in SOURCES]
+        if bad:
+            raise ValueError(f"unknown layer {bad[0]!r}; accepted: {', '.join(SOURCES)}")
+        notes = dict(notes or {})
+        self.index = MeasuredIndex(runs if "measured" in self.layers else None)
+        self.champions = {t: c for t, c in (champions or {}).items() if c is not None} \
+            if "registered" in self.layers else {}
+        # Champions answer only for (hardware, backend, precision, mode) combinations their training
+        # data had: a regression extrapolated to an unseen device or precision is worse than the
+        # roofline estimate. The domain comes from the training snapshot (`champion_domain`, see
+        # `Predictor.load`), else from the loaded benchmark data; with neither it is open.
+        domain = None if champion_domain is None else frozenset(champion_domain)
+        if self.champions and domain is None and self.index.rows:
+            domain = frozenset((hw, be, prec, mode) for (_, hw, prec, _, mode), per in self.index._index.items()
+                               for be in per)
+        self._domain: frozenset[tuple[str, str, str, str]] | None = domain
+        self.status: dict[str, LayerStatus] = {
+            "measured": LayerStatus(bool(len(self.index)),
+                                    "" if len(self.index) else notes.get("measured") or "no usable benchmark rows",
+                                    {"rows": self.index.rows, "cases": len(self.index)}),
+            "registered": LayerStatus("latency" in self.champions,
+                                      "" if "latency" in self.champions else notes.get(
+                                          "registered", "no registered latency model"),
+                                      {**{t: _champion_summary(c) for t, c in self.champions.items()},
+                                       "domain": None if domain is None else sorted("/".join(d) for d in domain)}),
+            "roofline": LayerStatus("roofline" in self.layers, ""),
+            "rules": LayerStatus("rules" in self.layers, ""),
+        }
+        for name in SOURCES:
+            if name not in self.layers:
+                self.status[name] = LayerStatus(False, "layer turned off")
+        if not any(s.available for s in self.status.values()):
+            raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
+        self._cache: dict[Query, Prediction] = {}
+        self._warmed: set[Any] = set()
+
+    # -- loading ------------------------------------------------------------------------------
+
+    @classmethod
+    def load(cls, source: str | os.PathLike[str] | None = None, *, tracking_uri: str | None = None,
+             config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
+             experiment: str = "hwbench") -> Predictor:
+        """Read the benchmark data and the registered champions once; failures turn a layer off.
+
+        `source` is an MLflow tracking URI, a ``.duckdb`` or a ``.parquet`` file. With neither a
+        source nor a default store here (``mlruns/``), the data layer is off and says so.
+        """
+        layers = tuple(layers)
+        notes: dict[str, str] = {}
+        runs = None
+        if "measured" in layers:
+            runs, notes["measured"] = _load_runs(source, experiment)
+        champions: dict[str, Any] = {}
+        domain = None
+        if "registered" in layers:
+            champions, notes["registered"] = _load_champions(tracking_uri)
+            if "latency" in champions:
+                domain = champion_domain(champions["latency"], tracking_uri)
+        return cls(runs=runs, champions=champions, config=config, layers=layers, notes=notes,
+                   champion_domain=domain)
+
+    def describe(self) -> dict[str, Any]:
+        """Which layers answer, with row counts, champion versions and why a layer is off."""
+        return {name: {"available": s.available, "note": s.note, **s.details} for name, s in self.status.items()}
+
+    # -- prediction --------------------------------------------------------------------------
+
+    def query(self, model: Any, hardware: str, *, batch_size: int = 1, precision: str = "fp32",
+              mode: str = "inference", backend: str | None = None) -> Query:
+        """A validated `Query` (raises ValueError/KeyError naming the bad value)."""
+        info = model_info(model)
+        hw = self.config.check_hardware([hardware])[0]
+        return Query(info, hw, check_precision(precision), check_batch_size(batch_size), check_mode(mode),
+                     _check_backend(backend))
+
+    def predict(self, model: Any, hardware: str | Sequence[str], *, batch_size: int = 1, precision: str = "fp32",
+                mode: str = "inference", backend: str | None = None) -> dict[str, Prediction]:
+        """hardware -> `Prediction` for one model and case."""
+        names = self.config.check_hardware(hardware)
+        queries = [self.query(model, hw, batch_size=batch_size, precision=precision, mode=mode, backend=backend)
+                   for hw in names]
+        return dict(zip(names, self.predict_many(queries), strict=True))
+
+    def predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
+        """Predictions for many validated queries, each from the first layer that can answer.
+
+        Rows the measured index misses get one feature frame between them; the registered
+        models score all of them in one ``predict`` call per target, and the roofline reads the
+        same frame. Answers are cached by query.
+        """
+        with _bulk(len(queries)):
+            return self._predict_many(queries)
+
+    def _predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
+        out: list[Prediction | None] = [self._cache.get(q) for q in queries]
+        todo = [i for i, p in enumerate(out) if p is None]
+        if not todo:
+            return out  # type: ignore[return-value]
+        work = [queries[i] for i in todo]
+        if self.status["registered"].available:
+            work += self._warm_grid({q.model for q in work} - self._warmed, set(work))
+        preds = self._run_layers(work)
+        if len(self._cache) > 100_000:
+            self._cache.clear()
+        for q, p in zip(work, preds, strict=True):
+            self._cache[q] = p
+        for i, p in zip(todo, preds, strict=False):
+            out[i] = p
+        return out  # type: ignore[return-value]
+
+    def _run_layers(self, queries: Sequence[Query]) -> list[Prediction]:
+        out: list[Prediction | None] = [None] * len(queries)
+        todo = list(range(len(queries)))
+        for layer in SOURCES:
+            if todo and self.status[layer].available:
+                todo = self._fill(out, todo, getattr(self, f"_layer_{layer}")([queries[i] for i in todo]))
+        if todo:  # only when the rules layer is off
+            q = queries[todo[0]]
+            raise ValueError(f"no enabled layer can predict {q.model.name} on {q.hardware}; "
+                             f"enable the rules layer (layers={self.layers})")
+        return out  # type: ignore[return-value]
+
+    #: Batch sizes predicted for a model's whole registered domain the first time it is asked
+    #: about: a registered model costs about as much for 300 rows as for one (a random forest
+    #: scores tree by tree), so later selections at these batch sizes are dict lookups.
+    WARM_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+    def _warm_grid(self, models: set[Any], asked: set[Query]) -> list[Query]:
+        if not models or not self._domain:
+            return []
+        self._warmed.update(models)
+        hardware = set(self.config.hardware)
+        grid = [Query(m, hw, prec, b, mode, None if be == "torch" else be)
+                for m in models for (hw, be, prec, mode) in sorted(self._domain) if hw in hardware
+                for b in self.WARM_BATCH_SIZES]
+        return [q for q in grid if q not in asked and q not in self._cache]
+
+    @staticmethod
+    def _fill(out: list[Prediction | None], todo: list[int], answered: Sequence[Prediction | None]) -> list[int]:
+        rest = []
+        for i, pred in zip(todo, answered, strict=True):
+            if pred is None:
+                rest.append(i)
+            else:
+                out[i] = pred
+        return rest
+
+    def _layer_measured(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        out: list[Prediction | None] = []
+        for q in queries:
+            m = self.index.lookup(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend)
+            if m is None:
+                out.append(None)
+                continue
+            memory = m.memory_mb
+            detail = f"{m.runs} run(s), backend {m.backend}"
+            if memory is None:
+                memory = rules_estimate(q)[2]
+                detail += "; memory estimated by rules (not measured)"
+            out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
+                                  m.backend, q.precision, q.batch_size, q.mode, detail))
+        return out
+
+    @staticmethod
+    def _frame(queries: Sequence[Query]) -> Any:
+        """`FEATURE_COLUMNS` for many queries: one `feature_frame` call (as training used)."""
+        import pandas as pd
+
+        from .features import feature_frame, query_row
+
+        rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or "torch", precision=q.precision,
+                          batch_size=q.batch_size, mode=q.mode, device_name=q.device_name) for q in queries]
+        return feature_frame(pd.DataFrame(rows))
+
+    def _layer_registered(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        import numpy as np
+
+        out: list[Prediction | None] = [None] * len(queries)
+        dom = self._domain
+        idx = [i for i, q in enumerate(queries)
+               if dom is None or (q.hardware, q.backend or "torch", q.precision, q.mode) in dom]
+        if not idx:
+            return out
+        try:
+            sub = self._frame([queries[i] for i in idx])
+            lat_log = _champion_log(self.champions["latency"], sub)
+            lat = np.exp(lat_log)
+            low, high = _champion_interval(self.champions["latency"], sub, lat_log)
+            # Throughput is not learned on its own (hwsel.train derives it from latency), so
+            # derive it here too instead of scoring the same forest again.
+            thr = None
+            mem = np.exp(_champion_log(self.champions["memory"], sub)) if "memory" in self.champions else None
+        except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
+            warnings.warn(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer",
+                          HwselWarning, stacklevel=3)
+            return out
+        version = _champion_summary(self.champions["latency"]).get("version")
+        for j, i in enumerate(idx):
+            q = queries[i]
+            latency = float(lat[j])
+            if not math.isfinite(latency) or latency <= 0:
+                continue
+            throughput = float(thr[j]) if thr is not None and math.isfinite(thr[j]) and thr[j] > 0 \
+                else q.batch_size / latency * 1e3
+            memory, detail = (float(mem[j]), "") if mem is not None and math.isfinite(mem[j]) and mem[j] > 0 \
+                else (rules_estimate(q)[2], "; memory estimated by rules")
+            lo, hi = float(low[j]), float(high[j])
+            if not (math.isfinite(lo) and math.isfinite(hi)):
+                lo, hi = latency, latency
+            out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
+                                (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
+                                q.batch_size, q.mode, f"champion model version {version}{detail}")
+        return out
+
+    def _layer_roofline(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        f = self.config.thresholds.interval_factor["roofline"]
+        est = roofline_arrays(queries)
+        lat, mem, comp, bw = est["latency_ms"], est["memory_mb"], est["compute_ms"], est["memory_ms"]
+        out: list[Prediction | None] = []
+        for j, q in enumerate(queries):
+            latency, memory = float(lat[j]), float(mem[j])
+            if not (math.isfinite(latency) and latency > 0 and math.isfinite(memory)):
+                out.append(None)
+                continue
+            bound = "compute" if comp[j] >= bw[j] else "memory"
+            if q.mode == "training":
+                # The roofline models a forward; a training step is about three (forward + backward),
+                # and it also holds gradients and optimizer states.
+                latency *= _TRAIN_FLOPS
+                bd = memory_breakdown(q.model, batch_size=q.batch_size, precision=q.precision, mode="training")
+                memory += bd.gradients_mb + bd.optimizer_mb + bd.activations_mb
+            # A roofline alone ignores launch overhead, and would then call a GPU 1000x faster than a
+            # CPU for a tiny model at batch 1 (eager GPUs are launch bound there, FACTS.md).
+            overhead = launch_overhead_ms(q)
+            latency += overhead
+            memory += _RULE_RUNTIME_MB.get(q.hardware, 200.0)  # the roofline counts the model only
+            out.append(Prediction(q.hardware, latency, q.batch_size / latency * 1e3, memory, "roofline",
+                                  (latency / f, latency * f), q.backend, q.precision, q.batch_size, q.mode,
+                                  f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
+                                  f"+ {overhead:.3g} ms launch overhead"))
+        return out
+
+    def _layer_rules(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        f = self.config.thresholds.interval_factor["rules"]
+        out: list[Prediction | None] = []
+        for q in queries:
+            latency, throughput, memory = rules_estimate(q)
+            out.append(Prediction(q.hardware, latency, throughput, memory, "rules", (latency / f, latency * f),
+                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate"))
+        return out
+
+
+def _check_backend(backend: Any) -> str | None:
+    if backend is None:
+        return None
+    if not isinstance(backend, str) or not backend or len(backend) > 64:
+        raise ValueError(f"backend must be a short name such as torch, onnxruntime or openvino, got {backend!r}")
+    return backend
+
+
+def _champion_log(champion: Any, features: Any) -> Any:
+    """Log-space prediction (`ChampionModel.predict_log`), or the log of `predict`."""
+    import numpy as np
+
+    if hasattr(champion, "predict_log"):
+        return np.asarray(champion.predict_log(features), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.asarray(champion.predict(features), dtype=float))
+
+
+def _champion_interval(champion: Any, features: Any, log_pred: Any) -> tuple[Any, Any]:
+    """The champion's (low, high), from its residual quantiles when it has them (no second scoring)."""
+    import numpy as np
+
+    q10, q90 = getattr(champion, "residual_q10", None), getattr(champion, "residual_q90", None)
+    if q10 is not None and q90 is not None:
+        return np.exp(log_pred + q10), np.exp(log_pred + q90)
+    low, high = champion.interval(features)
+    return np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+
+
+def _champion_summary(champion: Any) -> dict[str, Any]:
+    return {"version": getattr(champion, "version", None), "run_id": getattr(champion, "run_id", None)}
+
+
+def _load_runs(source: str | os.PathLike[str] | None, experiment: str) -> tuple[Any, str]:
+    data = _optional("data")
+    if data is None:
+        return None, "hwsel.data is not importable"
+    if source is None:
+        source = _default_store()
+        if source is None:
+            return None, "no benchmark data: no mlruns/ store here and no --source given"
+    try:
+        runs = data.load_runs(str(source), experiment=experiment)
+    except Exception as exc:  # any unreadable store: say so and answer from the other layers
+        warnings.warn(f"benchmark data not loaded from {source or 'the default store'}: {exc}", HwselWarning,
+                      stacklevel=3)
+        return None, f"benchmark data not loaded: {exc}"
+    if runs is None or not len(runs):
+        return None, f"no passed benchmark runs in {source or 'the default store'}"
+    return runs, ""
+
+
+def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset[tuple[str, str, str, str]] | None:
+    """(hardware, backend, precision, mode) combinations in a champion's training snapshot.
+
+    Read once at load from the Parquet artifact the version's ``hwsel.snapshot`` tag names;
+    None when it cannot be read (the caller then falls back to the loaded data).
+    """
+    uri = (getattr(champion, "tags", None) or {}).get("hwsel.snapshot")
+    if not uri:
+        return None
+    try:
+        import tempfile
+
+        import mlflow.artifacts
+        import pandas as pd
+
+        from .data import default_source
+
+        with tempfile.TemporaryDirectory(prefix="hwsel-domain-") as tmp:
+            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp,
+                                                        tracking_uri=tracking_uri or default_source())
+            cols = ["hardware", "backend", "precision", "mode"]
+            frame = pd.read_parquet(local, columns=cols)
+    except Exception as exc:  # the snapshot is a nicety: without it the data decides
+        log.debug("champion domain unknown: %s", exc)
+        return None
+    frame = frame.fillna({"backend": "torch", "mode": "inference"}).astype(str)
+    return frozenset(map(tuple, frame.drop_duplicates().to_numpy().tolist()))
+
+
+def _load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
+    registry = _optional("registry")
+    if registry is None:
+        return {}, "hwsel.registry is not importable"
+    if _default_store(tracking_uri) is None:
+        return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
+    champions = {}
+    for target in TARGETS:
+        try:
+            champion = registry.load_champion(target, tracking_uri)
+        except Exception as exc:  # an unreadable registry must not stop estimates from the other layers
+            warnings.warn(f"registered {target} model not loaded: {type(exc).__name__}: {exc}", HwselWarning,
+                          stacklevel=3)
+            champion = None
+        if champion is not None:
+            champions[target] = champion
+    return champions, "" if champions else "no champion registered (run `hwsel train`)"
+
+
+# --- module-level API ---------------------------------------------------------------------------------
+
+_PREDICTORS: dict[tuple[Any, ...], Predictor] = {}
+
+
+def get_predictor(source: str | os.PathLike[str] | None = None, *, tracking_uri: str | None = None,
+                  config: SelectionConfig | str | os.PathLike[str] | None = None,
+                  layers: Iterable[str] = SOURCES) -> Predictor:
+    """The shared `Predictor` for these arguments, loaded on first use and kept for the process.
+
+    `clear_predictors()` forgets them (e.g. after `hwsel train` registered a new champion).
+    """
+    from .config import ENV_VAR
+
+    cfg_key = config if config is None or isinstance(config, str | os.PathLike) else id(config)
+    key = (None if source is None else str(source), tracking_uri, cfg_key, tuple(layers), os.environ.get(ENV_VAR))
+    predictor = _PREDICTORS.get(key)
+    if predictor is None:
+        predictor = _PREDICTORS[key] = Predictor.load(source, tracking_uri=tracking_uri, config=config,
+                                                      layers=layers)
+    return predictor
+
+
+def clear_predictors() -> None:
+    """Forget the shared predictors; the next call loads data and champions again."""
+    _PREDICTORS.clear()
+
+
+def _predictor(predictor: Predictor | None, source: Any, tracking_uri: str | None, config: Any) -> Predictor:
+    if predictor is not None:
+        return predictor
+    return get_predictor(source, tracking_uri=tracking_uri, config=config)
+
+
+def predict_performance(model: Any, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
+                        precision: str = "fp32", mode: str = "inference", backend: str | None = None, *,
+                        predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
+                        tracking_uri: str | None = None,
+                        config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Prediction]:
+    """hardware -> `Prediction` (latency_ms, throughput, memory_mb, source, interval) for one case.
+
+    `hardware` defaults to every configured target: prediction is for hardware you may not have.
+    """
+    p = _predictor(predictor, source, tracking_uri, config)
+    return p.predict(model, hardware if hardware is not None else p.config.hardware_names, batch_size=batch_size,
+                     precision=precision, mode=mode, backend=backend)
+
+
+#: The full-tier zoo models: the matrix's default rows.
+DEFAULT_MATRIX_MODELS: tuple[str, ...] = ("bert-base", "gpt2", "t5-small", "vit-base", "resnet-50", "whisper-tiny",
+                                          "wav2vec2-base", "clip-vit-b32")
+
+
+def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[str] | None = None,
+                      batch_sizes: Sequence[int] = (1, 8, 32), precisions: Sequence[str] = ("fp32", "fp16"),
+                      mode: str = "inference", backend: str | None = None, *, predictor: Predictor | None = None,
+                      source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
+                      config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Predictions for every model x hardware x batch size x precision, in the predecessor's shape.
+
+    ``models[name]["predictions"][hardware][str(batch)][precision]`` holds throughput,
+    latency_mean, memory_usage, source and interval. All rows are predicted in one
+    `predict_many` call, so each layer scores its rows in one batch.
+    """
+    p = _predictor(predictor, source, tracking_uri, config)
+    names = list(models) if models is not None else list(DEFAULT_MATRIX_MODELS)
+    infos = [model_info(m["name"] if isinstance(m, Mapping) else m) for m in names]
+    hws = p.config.check_hardware(hardware if hardware is not None else p.config.hardware_names)
+    batches = [check_batch_size(b) for b in batch_sizes]
+    precs = [check_precision(x) for x in precisions]
+    mode = check_mode(mode)
+    backend = _check_backend(backend)
+    if not infos or not batches or not precs:
+        raise ValueError("prediction_matrix needs at least one model, batch size and precision")
+    queries = [Query(info, hw, prec, b, mode, backend) for info in infos for hw in hws for b in batches for prec in precs]
+    with _bulk(len(queries)):
+        return _matrix(p, infos, hws, batches, precs, mode, queries)
+
+
+def _matrix(p: Predictor, infos: Sequence[Any], hws: Sequence[str], batches: Sequence[int], precs: Sequence[str],
+            mode: str, queries: Sequence[Query]) -> dict[str, Any]:
+    import datetime as _dt
+
+    preds = iter(p.predict_many(queries))
+    out: dict[str, Any] = {}
+    sources: dict[str, int] = {}
+    for info in infos:
+        table: dict[str, Any] = {}
+        for hw in hws:
+            per_batch: dict[str, Any] = {}
+            for b in batches:
+                per_prec: dict[str, Any] = {}
+                for prec in precs:
+                    pred = next(preds)
+                    sources[pred.source] = sources.get(pred.source, 0) + 1
+                    per_prec[prec] = {"throughput": pred.throughput, "latency_mean": pred.latency_ms,
+                                      "memory_usage": pred.memory_mb, "source": pred.source,
+                                      "interval": list(pred.interval), "backend": pred.backend}
+                per_batch[str(b)] = per_prec
+            table[hw] = per_batch
+        out[info.name] = {"name": info.name, "category": info.family, "param_count": int(info.param_count),
+                          "predictions": table}
+    return {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "mode": mode,
+        "models": out,
+        "hardware_platforms": list(hws),
+        "batch_sizes": batches,
+        "precision_options": precs,
+        "sources": sources,
+        "configurations": len(queries),
+    }
+
+
+__all__ = [
+    "DEFAULT_MATRIX_MODELS",
+    "MAX_BATCH_SIZE",
+    "HwselWarning",
+    "Measured",
+    "MeasuredIndex",
+    "MemoryBreakdown",
+    "Prediction",
+    "Predictor",
+    "Query",
+    "champion_domain",
+    "clear_predictors",
+    "get_predictor",
+    "memory_breakdown",
+    "model_info",
+    "predict_performance",
+    "prediction_matrix",
+    "rules_estimate",
+    "with_sequence_length",
+]

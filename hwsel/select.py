@@ -1,0 +1,468 @@
+"""Hardware selection: score each target on predicted latency, throughput, memory and compatibility.
+
+A target is first checked for compatibility (family rating, precision support, training on an
+inference-only runtime, memory capacity); the compatible ones are scored with the mode's (or
+task's) weights from `hwsel.config`, each criterion relative to the best candidate, and the
+score is multiplied by the target's availability / cost preference. The result says where each
+prediction came from (measured, registered, roofline, rules) and why.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import functools
+import math
+import os
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from types import MappingProxyType
+from typing import Any
+
+from .config import FAMILIES, MODES, RATINGS, SIZE_CATEGORIES, SelectionConfig, Weights, load_config
+from .predict import (
+    Prediction,
+    Predictor,
+    Query,
+    _check_backend,
+    _predictor,
+    check_batch_size,
+    check_mode,
+    check_precision,
+    model_info,
+)
+
+
+def detect_hardware() -> Any:
+    """This machine's hardware (`pytest_hwbench.hardware.detect_hardware`, probed once per process)."""
+    from pytest_hwbench.hardware import detect_hardware as _detect
+
+    return _detect()
+
+
+def available_hardware(config: SelectionConfig | None = None) -> tuple[str, ...]:
+    """Configured targets that `detect_hardware()` finds here (cpu at least), in fallback order."""
+    cfg = config or load_config()
+    try:
+        found = set(detect_hardware().available())
+    except Exception:  # detection is best effort: the CPU is always there
+        found = set()
+    found.add("cpu")
+    return tuple(hw for hw in cfg.hardware_names if hw in found)
+
+
+@dataclass(frozen=True)
+class HardwareScore:
+    """How one target scored (0 when incompatible, with the reason)."""
+
+    hardware: str
+    compatible: bool
+    score: float
+    latency_score: float = 0.0
+    throughput_score: float = 0.0
+    memory_score: float = 0.0
+    compatibility_score: float = 0.0
+    preference_factor: float = 1.0
+    prediction: Prediction | None = None
+    reason: str = ""
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready; ``predictions`` keeps the predecessor's keys (latency, throughput, memory_usage)."""
+        p = self.prediction
+        return {
+            "hardware": self.hardware,
+            "compatible": self.compatible,
+            "score": self.score,
+            "latency_score": self.latency_score,
+            "throughput_score": self.throughput_score,
+            "memory_score": self.memory_score,
+            "compatibility_score": self.compatibility_score,
+            "preference_factor": self.preference_factor,
+            "reason": self.reason,
+            "source": p.source if p else None,
+            "predictions": {"latency": p.latency_ms, "throughput": p.throughput, "memory_usage": p.memory_mb,
+                            "interval": list(p.interval)} if p else None,
+            "prediction": p.to_dict() if p else None,
+        }
+
+
+@dataclass(frozen=True)
+class Recommendation:
+    """A hardware recommendation: the best target, fallbacks in order, and every target's score."""
+
+    model_name: str
+    model_family: str
+    model_size: int
+    model_size_category: str
+    batch_size: int
+    batch_size_category: str
+    mode: str
+    precision: str
+    primary_recommendation: str | None
+    fallback_options: tuple[str, ...]
+    compatible_hardware: tuple[str, ...]
+    all_scores: Mapping[str, HardwareScore]
+    explanation: str
+    prediction_source: str | None
+    prediction_sources: Mapping[str, str]
+    task_type: str | None = None
+    backend: str | None = None
+    sequence_length: int | None = None
+    weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict in the predecessor's shape (plus our extra fields)."""
+        return {
+            "model_name": self.model_name,
+            "model_family": self.model_family,
+            "model_size": self.model_size,
+            "model_size_category": self.model_size_category,
+            "batch_size": self.batch_size,
+            "batch_size_category": self.batch_size_category,
+            "sequence_length": self.sequence_length,
+            "mode": self.mode,
+            "precision": self.precision,
+            "task_type": self.task_type,
+            "backend": self.backend,
+            "primary_recommendation": self.primary_recommendation,
+            "fallback_options": list(self.fallback_options),
+            "compatible_hardware": list(self.compatible_hardware),
+            "all_scores": {hw: s.to_dict() for hw, s in self.all_scores.items()},
+            "explanation": self.explanation,
+            "prediction_source": self.prediction_source,
+            "prediction_sources": dict(self.prediction_sources),
+            "weights": dict(self.weights),
+        }
+
+
+def _fmt_ms(ms: float) -> str:
+    return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
+
+
+def _incompatibility(cfg: SelectionConfig, family: str, hw: str, precision: str, mode: str) -> str:
+    if cfg.rating(family, hw) == "none":
+        return f"{family} models are marked incompatible with {hw} (compatibility.{family}.{hw} = none)"
+    supported = cfg.precision_support.get(hw)
+    if supported is not None and precision not in supported:
+        return f"{hw} does not run {precision} (runs {', '.join(supported)})"
+    if mode == "training" and hw in cfg.inference_only:
+        return f"{hw} is an inference runtime; training needs autograd"
+    return ""
+
+
+_DEFAULT_HOST_GB = 64.0
+
+
+@functools.cache
+def _host_memory_gb() -> float:
+    """This host's memory (the capacity of cpu and openvino unless the config names one)."""
+    try:
+        import psutil
+
+        return float(psutil.virtual_memory().total) / 2**30
+    except Exception:  # psutil missing or unable to read: a common server's memory
+        return _DEFAULT_HOST_GB
+
+
+def _capacity_gb(cfg: SelectionConfig, hw: str) -> float:
+    cap = cfg.hardware[hw].memory_gb
+    return cap if cap is not None else _host_memory_gb()
+
+
+def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[str, Prediction],
+           reasons: dict[str, str]) -> dict[str, HardwareScore]:
+    """Scores in [0, 1] per criterion, weighted, times the hardware preference factor.
+
+    Latency and throughput are relative to the best candidate (1.0 = best). Memory is the share
+    of the target's memory left free (1 - need / capacity): memory figures differ in kind between
+    sources and targets (host RSS of a whole process on a CPU, allocator peaks on a GPU), so
+    they are compared with what each target has rather than with each other.
+    """
+    ok = {hw: p for hw, p in preds.items() if not reasons.get(hw)}
+    scores: dict[str, HardwareScore] = {}
+    if ok:
+        best_lat = min(p.latency_ms for p in ok.values())
+        best_thr = max(p.throughput for p in ok.values())
+    for hw, p in preds.items():
+        factor = cfg.hardware[hw].factor
+        if reasons.get(hw):
+            scores[hw] = HardwareScore(hw, False, 0.0, preference_factor=factor, prediction=p, reason=reasons[hw])
+            continue
+        lat = best_lat / p.latency_ms if p.latency_ms > 0 else 1.0
+        thr = p.throughput / best_thr if best_thr > 0 else 1.0
+        mem = min(1.0, max(0.0, 1.0 - p.memory_mb / (_capacity_gb(cfg, hw) * 1024)))
+        compat = RATINGS[cfg.rating(family, hw)]
+        total = (weights.latency * lat + weights.throughput * thr + weights.memory * mem
+                 + weights.compatibility * compat) * factor
+        scores[hw] = HardwareScore(hw, True, total, lat, thr, mem, compat, factor, p)
+    return scores
+
+
+def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mapping[str, HardwareScore],
+             mode: str, task: str | None, predictor: Predictor) -> str:
+    parts: list[str] = []
+    goal = f"task {task} ({mode})" if task else mode
+    if primary is None:
+        why = "; ".join(f"{hw}: {s.reason}" for hw, s in scores.items())
+        return f"No compatible hardware for {goal}. {why}."
+    best = scores[primary]
+    p = best.prediction
+    assert p is not None
+    what = {"measured": f"measured ({p.detail})", "registered": f"predicted by the registered model ({p.detail})",
+            "roofline": "estimated by the roofline model (device peaks, no benchmark data for this case)",
+            "rules": "estimated by heuristic rules (no benchmark data or registered model)"}[p.source]
+    parts.append(f"{primary} scores best for {goal}: {_fmt_ms(p.latency_ms)} latency "
+                 f"({_fmt_ms(p.interval[0])}-{_fmt_ms(p.interval[1])}), {p.throughput:.4g} items/s, "
+                 f"{p.memory_mb:.4g} MiB; {what}.")
+    if len(ranked) > 1:
+        others = ", ".join(f"{s.hardware} {s.score:.2f} ({_fmt_ms(s.prediction.latency_ms)}, {s.prediction.source})"
+                           for s in ranked[1:] if s.prediction)
+        parts.append(f"Score {best.score:.2f}; fallbacks: {others}.")
+    bad = [f"{hw} ({s.reason})" for hw, s in scores.items() if not s.compatible]
+    if bad:
+        parts.append("Incompatible: " + "; ".join(bad) + ".")
+    off = [f"{name}: {st.note}" for name, st in predictor.status.items()
+           if not st.available and st.note and name in ("measured", "registered")]
+    if off:
+        parts.append("Note: " + "; ".join(off) + ".")
+    return " ".join(parts)
+
+
+def _select(predictor: Predictor, cfg: SelectionConfig, info: Any, *, batch_size: int, mode: str, precision: str,
+            hardware: Sequence[str], backend: str | None, weights: Weights, task: str | None) -> Recommendation:
+    reasons = {hw: _incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
+    preds = dict(zip(hardware, predictor.predict_many(
+        [Query(info, hw, precision, batch_size, mode, backend) for hw in hardware]), strict=True))
+    for hw, p in preds.items():
+        cap = _capacity_gb(cfg, hw)
+        if not reasons[hw] and p.memory_mb > cap * 1024:
+            where = f"hardware.{hw}.memory_gb" if cfg.hardware[hw].memory_gb is not None else "this host's memory"
+            reasons[hw] = (f"needs about {p.memory_mb / 1024:.3g} GiB ({p.source}), {hw} has {cap:.3g} GiB "
+                           f"({where}); lower the batch size or precision")
+    scores = _score(cfg, weights, info.family, preds, reasons)
+    order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
+    ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
+    primary = ranked[0].hardware if ranked else None
+    return Recommendation(
+        model_name=info.name,
+        model_family=info.family,
+        model_size=int(info.param_count),
+        model_size_category=cfg.thresholds.model_size_category(int(info.param_count)),
+        batch_size=batch_size,
+        batch_size_category=cfg.thresholds.batch_size_category(batch_size),
+        mode=mode,
+        precision=precision,
+        primary_recommendation=primary,
+        fallback_options=tuple(s.hardware for s in ranked[1:]),
+        compatible_hardware=tuple(s.hardware for s in ranked),
+        all_scores=MappingProxyType(scores),
+        explanation=_explain(primary, ranked, scores, mode, task, predictor),
+        prediction_source=scores[primary].prediction.source if primary else None,  # type: ignore[union-attr]
+        prediction_sources=MappingProxyType({hw: p.source for hw, p in preds.items()}),
+        task_type=task,
+        backend=backend,
+        sequence_length=getattr(info, "sequence_length", None),
+        weights=MappingProxyType(weights.as_dict()),
+    )
+
+
+def _hardware_list(cfg: SelectionConfig, available: Sequence[str] | str | None) -> tuple[str, ...]:
+    if available is None:
+        return available_hardware(cfg)
+    return cfg.check_hardware(available)
+
+
+def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
+                    available_hardware: Sequence[str] | str | None = None, *, backend: str | None = None,
+                    predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
+                    tracking_uri: str | None = None,
+                    config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
+    """The best hardware for `model` (a zoo name, hub-style alias or ModelInfo) at this batch size.
+
+    `available_hardware` defaults to what `detect_hardware()` finds here. Predictions come from
+    the shared predictor for (source, tracking_uri, config) unless `predictor` is given.
+    Invalid input raises ValueError (bad value) or KeyError (unknown model), naming what is
+    accepted.
+    """
+    batch_size, mode, precision = check_batch_size(batch_size), check_mode(mode), check_precision(precision)
+    backend = _check_backend(backend)
+    p = _predictor(predictor, source, tracking_uri, config)
+    cfg = p.config if config is None or predictor is None else load_config(config)
+    info = model_info(model)
+    hardware = _hardware_list(cfg, available_hardware)
+    return _select(p, cfg, info, batch_size=batch_size, mode=mode, precision=precision, hardware=hardware,
+                   backend=backend, weights=cfg.weights[mode], task=None)
+
+
+def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precision: str = "fp32",
+                             available_hardware: Sequence[str] | str | None = None, *,
+                             backend: str | None = None, predictor: Predictor | None = None,
+                             source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
+                             config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
+    """Like `select_hardware`, with the mode and weights of a task profile (classification,
+    generation, embedding, speech_recognition, fine_tuning, training, or one from the config)."""
+    p = _predictor(predictor, source, tracking_uri, config)
+    cfg = p.config if config is None or predictor is None else load_config(config)
+    if task not in cfg.tasks:
+        raise ValueError(f"unknown task {task!r}; accepted: {', '.join(cfg.tasks)} (add one under [tasks] in the config)")
+    profile = cfg.tasks[task]
+    batch_size, precision = check_batch_size(batch_size), check_precision(precision)
+    info = model_info(model)
+    hardware = _hardware_list(cfg, available_hardware)
+    return _select(p, cfg, info, batch_size=batch_size, mode=profile.mode, precision=precision, hardware=hardware,
+                   backend=_check_backend(backend), weights=profile.weights, task=task)
+
+
+# --- selection map ---------------------------------------------------------------------------------
+
+#: The zoo model each family's map rows start from.
+FAMILY_BASE_MODELS: Mapping[str, str] = MappingProxyType({
+    "embedding": "bert-base", "text_generation": "gpt2", "vision": "vit-base", "audio": "whisper-tiny",
+    "multimodal": "clip-vit-b32"})
+#: Other zoo models considered as a family's representative of a size category.
+_FAMILY_MODELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "embedding": ("bert-base",), "text_generation": ("gpt2", "t5-small"), "vision": ("vit-base", "resnet-50"),
+    "audio": ("whisper-tiny", "wav2vec2-base"), "multimodal": ("clip-vit-b32",)})
+
+
+def _scaled(info: Any, params: int, name: str) -> Any:
+    """`info` grown or shrunk to `params` parameters (depth and width each by the cube root)."""
+    ratio = params / max(int(info.param_count), 1)
+    change: dict[str, Any] = {"name": name, "param_count": int(params),
+                              "flops_per_item": float(info.flops_per_item) * ratio}
+    if getattr(info, "num_layers", None):
+        change["num_layers"] = max(1, round(info.num_layers * ratio ** (1 / 3)))
+    if getattr(info, "hidden_size", None):
+        change["hidden_size"] = max(8, round(info.hidden_size * ratio ** (1 / 3)))
+    return dataclasses.replace(info, **change)
+
+
+def representative_models(config: SelectionConfig, families: Sequence[str]) -> dict[str, dict[str, Any]]:
+    """family -> size category -> a ModelInfo: a zoo model of that size, else the base model scaled."""
+    th = config.thresholds.model_size
+    lows = {"small": 1, "medium": th["small"] + 1, "large": th["medium"] + 1}
+    targets = {"small": th["small"] // 2, "medium": int(math.sqrt(th["small"] * th["medium"])),
+               "large": int(math.sqrt(th["medium"] * th["large"]))}
+    out: dict[str, dict[str, Any]] = {}
+    for fam in families:
+        infos = [model_info(n) for n in _FAMILY_MODELS[fam]]
+        sizes: dict[str, Any] = {}
+        for cat in SIZE_CATEGORIES:
+            fit = [i for i in infos if lows[cat] <= i.param_count <= th[cat]]
+            sizes[cat] = fit[0] if fit else _scaled(infos[0], targets[cat], f"{fam}-{cat}-scaled")
+        out[fam] = sizes
+    return out
+
+
+def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[int] = (1, 4, 16, 32, 64),
+                  hardware: Sequence[str] | None = None, modes: Sequence[str] = MODES, precision: str = "fp32", *,
+                  predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
+                  tracking_uri: str | None = None,
+                  config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Recommendations per family x model size x batch size x mode, in the predecessor's shape.
+
+    ``model_families[fam]["model_sizes"][size][mode]`` holds the primary and fallbacks at the
+    first batch size and ``["batch_sizes"][b]`` per batch size; ``model_families[fam][mode]
+    ["batch_sizes"][b]`` holds the family's base zoo model per batch size. `hardware` defaults
+    to every configured target (a map is for planning, not only for this machine).
+    """
+    p = _predictor(predictor, source, tracking_uri, config)
+    cfg = p.config if config is None or predictor is None else load_config(config)
+    fams = list(families) if families is not None else list(FAMILIES)
+    for fam in fams:
+        if fam not in FAMILIES:
+            raise ValueError(f"unknown model family {fam!r}; accepted: {', '.join(FAMILIES)}")
+    batches = [check_batch_size(b) for b in batch_sizes]
+    mode_list = [check_mode(m) for m in modes]
+    precision = check_precision(precision)
+    hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
+    if not fams or not batches or not mode_list:
+        raise ValueError("selection_map needs at least one family, batch size and mode")
+    reps = representative_models(cfg, fams)
+
+    def entry(info: Any, b: int, mode: str) -> dict[str, Any]:
+        rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=None,
+                      weights=cfg.weights[mode], task=None)
+        return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
+                "source": rec.prediction_source}
+
+    families_out: dict[str, Any] = {}
+    for fam in fams:
+        sizes_out: dict[str, Any] = {}
+        for cat, info in reps[fam].items():
+            per_mode: dict[str, Any] = {"model": info.name, "param_count": int(info.param_count)}
+            for mode in mode_list:
+                per_batch = {str(b): entry(info, b, mode) for b in batches}
+                first = per_batch[str(batches[0])]
+                per_mode[mode] = {"primary": first["primary"], "fallbacks": first["fallbacks"],
+                                  "batch_sizes": per_batch}
+            sizes_out[cat] = per_mode
+        base = model_info(FAMILY_BASE_MODELS[fam])
+        fam_out: dict[str, Any] = {"model_sizes": sizes_out, "base_model": base.name}
+        for mode in mode_list:
+            fam_out[mode] = {"batch_sizes": {str(b): entry(base, b, mode) for b in batches}}
+        families_out[fam] = fam_out
+    return {
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "hardware_platforms": list(hws),
+        "batch_sizes": batches,
+        "modes": mode_list,
+        "precision": precision,
+        "prediction_layers": p.describe(),
+        "model_families": families_out,
+    }
+
+
+def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware: Sequence[str] | None = None,
+                  modes: Sequence[str] = MODES, precision: str = "fp32", *, predictor: Predictor | None = None,
+                  source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
+                  config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
+    """Performance of one model on each target per batch size and mode, with the recommendation.
+
+    ``result[mode]["performance"][str(batch)][hardware]`` holds throughput, latency,
+    memory_usage, source and interval; ``result[mode]["recommendations"][str(batch)]`` the
+    primary and fallbacks. `hardware` defaults to every configured target.
+    """
+    p = _predictor(predictor, source, tracking_uri, config)
+    cfg = p.config if config is None or predictor is None else load_config(config)
+    info = model_info(model)
+    batches = [check_batch_size(b) for b in batch_sizes]
+    mode_list = [check_mode(m) for m in modes]
+    precision = check_precision(precision)
+    hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
+    if not batches or not mode_list:
+        raise ValueError("analyze_model needs at least one batch size and mode")
+    out: dict[str, Any] = {
+        "model_name": info.name, "model_family": info.family, "model_size": int(info.param_count),
+        "hardware_platforms": list(hws), "batch_sizes": batches, "precision": precision,
+        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+    }
+    for mode in mode_list:
+        performance: dict[str, Any] = {}
+        recommendations: dict[str, Any] = {}
+        for b in batches:
+            rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=None,
+                          weights=cfg.weights[mode], task=None)
+            performance[str(b)] = {
+                hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
+                     "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
+                     "interval": list(s.prediction.interval), "compatible": s.compatible, "reason": s.reason}
+                for hw, s in rec.all_scores.items() if s.prediction is not None}
+            recommendations[str(b)] = {"primary": rec.primary_recommendation,
+                                       "fallbacks": list(rec.fallback_options), "source": rec.prediction_source}
+        out[mode] = {"performance": performance, "recommendations": recommendations}
+    return out
+
+
+__all__ = [
+    "FAMILY_BASE_MODELS",
+    "HardwareScore",
+    "Recommendation",
+    "analyze_model",
+    "available_hardware",
+    "detect_hardware",
+    "representative_models",
+    "select_hardware",
+    "select_hardware_for_task",
+    "selection_map",
+]
