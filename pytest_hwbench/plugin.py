@@ -146,7 +146,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="record nothing: no spool, no MLflow, no DuckDB")
 
 
-@pytest.hookimpl(trylast=True)  # after xdist has registered its "dsession" on a controller
 def pytest_configure(config: pytest.Config) -> None:
     for name, doc in {**HARDWARE_MARKERS, **OTHER_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
@@ -179,9 +178,7 @@ def pytest_configure(config: pytest.Config) -> None:
             )
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
-        # An xdist controller measures nothing: it writes each record as it arrives.
-        controller = config.pluginmanager.hasplugin("dsession")
-        config.pluginmanager.register(Tracker(tracking, defer=not controller), "hwbench-tracker")
+        config.pluginmanager.register(Tracker(tracking), "hwbench-tracker")
 
 
 # --- per-process state ------------------------------------------------------------------------

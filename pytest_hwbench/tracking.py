@@ -7,6 +7,7 @@ pytest plugin object that feeds a `Recorder` on the controller (or the serial pr
 from __future__ import annotations
 
 import os
+import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -46,21 +47,29 @@ class TrackingConfig:
         db = db if db.is_absolute() else Path.cwd() / db
         if db.is_dir():
             raise ValueError(f"--hwbench-db {db} is a directory; give a file path such as {db / 'hwbench.duckdb'}")
-        _check_creatable("--hwbench-db", db.parent)
-        _check_creatable("--hwbench-store", store)
+        _check_creatable("--hwbench-db", db.parent, db)
+        _check_creatable("--hwbench-store", store, store)
         name = experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
         return cls(store, uri, db, name)
 
 
-def _check_creatable(option: str, directory: Path) -> None:
-    """Raise ValueError unless `directory` exists writable or can be made (nothing is created)."""
+def _check_creatable(option: str, directory: Path, shown: Path) -> None:
+    """Raise ValueError unless `directory` exists writable or can be made.
+
+    Probes with a real temporary directory in the nearest existing ancestor (removed again):
+    `os.access` says yes to root even on /proc.
+    """
     probe = directory
     while not probe.exists():
         probe = probe.parent
     if not probe.is_dir():
-        raise ValueError(f"{option}: {directory} cannot be created, {probe} is a file; choose another path")
-    if not os.access(probe, os.W_OK | os.X_OK):
-        raise ValueError(f"{option}: {directory} cannot be created, {probe} is not writable; choose another path")
+        raise ValueError(f"{option} {shown}: cannot be created, {probe} is a file; choose another path")
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".hwbench-probe-", dir=probe))
+    except OSError as exc:
+        raise ValueError(
+            f"{option} {shown}: cannot be created in {probe} ({exc.strerror}); choose another path"
+        ) from None
 
 
 def _status(exitstatus: int) -> str:
@@ -74,18 +83,21 @@ def _status(exitstatus: int) -> str:
 class Tracker:
     """Controller-side plugin: session start -> records -> finish, through a `Recorder`.
 
-    `defer=True` (serial sessions) writes the sinks once at the end so that no sink I/O runs
+    A serial session defers: it writes the sinks once at the end, so that no sink I/O runs
     between two measurements; an xdist controller measures nothing and writes as records arrive.
     """
 
-    def __init__(self, config: TrackingConfig, *, defer: bool) -> None:
+    def __init__(self, config: TrackingConfig) -> None:
         self.config = config
-        self.defer = defer
+        self.defer = True
         self.recorder: Recorder | None = None
         self.report: RecorderReport | None = None
         self._session: SessionInfo | None = None
 
-    def pytest_hwbench_session_start(self, session: SessionInfo) -> None:
+    def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
+        # An xdist controller measures nothing: it writes each record as it arrives. xdist
+        # registers its "dsession" in a trylast pytest_configure, so ask here, not there.
+        self.defer = not config.pluginmanager.hasplugin("dsession")
         # The stores are opened at the first record, so a session without benchmark cases
         # (e.g. the project's own tests) creates nothing.
         self._session = session
