@@ -22,6 +22,7 @@ BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
     "pytest_hwbench.backends.torch_eager",
     "pytest_hwbench.backends.onnxruntime",
     "pytest_hwbench.backends.openvino",
+    "pytest_hwbench.backends.qai_hub",
 )
 ENTRY_POINT_GROUP = "pytest_hwbench.backends"
 
