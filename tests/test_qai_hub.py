@@ -110,7 +110,7 @@ def test_details_are_flat_and_json_ready():
     json.dumps(details)
     assert details["remote_timings_ms"] == [pytest.approx(1.012)]
     assert details["qai_hub_layers_gpu"] == 2 and details["qai_hub_layers_cpu"] == 1
-    assert details["qai_hub_peak_memory_mb_high"] == pytest.approx(12.0)
+    assert details["qai_hub_peak_memory_mb_high"] == details["remote_peak_device_memory_mb"] == pytest.approx(12.0)
     assert all(not isinstance(v, (dict, tuple)) for v in details.values())
 
 
@@ -378,7 +378,7 @@ def _record_of(loaded: Any, batch: int) -> Any:
     result = CaseResult(case=BenchCase("bert-tiny", "qai_hub", "qnn", loaded.precision, batch), spec=spec,
                         precision=loaded.precision, device_name=loaded.device_name, threads=None,
                         latency=Latency.from_values(timings), cold_latency_ms=timings[0], load_time_s=0.0,
-                        memory=Memory(None, details["qai_hub_peak_memory_mb_high"]), load_cached=False,
+                        memory=Memory(None, details.pop("remote_peak_device_memory_mb")), load_cached=False,
                         details=details)
     return result.to_record("session-1", nodeid="test_bench.py::test_bench[qnn]")
 

@@ -6,8 +6,9 @@ Nothing runs on this machine but the export: AI Hub compiles the graph for the d
 default) and returns a profile. So a `LoadedModel` from this backend cannot be timed with a local
 clock. Its ``timer`` is ``"remote"`` and `prepare(inputs)` submits a compile job and a profile job
 for the shape of `inputs` (cached per shape) and puts the device's per-iteration times into
-``details["remote_timings_ms"]``. A runner uses those times instead of its own loop; the
-call that `prepare` returns raises if anything tries to time it locally.
+``details["remote_timings_ms"]`` (and its peak memory, MiB, into
+``details["remote_peak_device_memory_mb"]``). A runner uses those instead of its own loop and
+trackers; the call that `prepare` returns raises if anything tries to time it locally.
 
 `profile_to_measurement` turns a downloaded profile (the dict ``ProfileJob.download_profile()``
 returns) into a `RemoteProfile`. It is a pure function, tested on recorded profile shapes in
@@ -158,7 +159,9 @@ class RemoteProfile:
         """Flat, JSON-ready entries for `LoadedModel.details` (and so the record's extra)."""
         low, high = self.peak_memory_mb or (None, None)
         out: dict[str, Any] = {
+            # Generic keys a runner reads for any backend with timer "remote":
             "remote_timings_ms": list(self.times_ms),
+            "remote_peak_device_memory_mb": high,
             "qai_hub_per_iteration_times": self.per_iteration,
             "qai_hub_estimated_inference_ms": self.estimated_ms,
             "qai_hub_peak_memory_mb_low": low,
