@@ -279,7 +279,8 @@ def qai_hub_configured() -> str | None:
     """None when Qualcomm AI Hub has a token, else how to configure one."""
     if os.environ.get("QAI_HUB_API_TOKEN"):
         return None
-    if (Path.home() / ".qai_hub" / "client.ini").exists():
+    ini = os.environ.get("QAIHUB_CLIENT_INI") or str(Path.home() / ".qai_hub" / "client.ini")
+    if Path(ini).exists():
         return None
     return ("no Qualcomm AI Hub token: run `qai-hub configure --api_token TOKEN` "
             "or set QAI_HUB_API_TOKEN")
@@ -294,7 +295,8 @@ def detect_qnn() -> TargetInfo:
     reason = qai_hub_configured()
     if reason:
         return _not_available("qnn", reason, version=getattr(hub, "__version__", "?"))
-    return TargetInfo("qnn", True, "", (), ("fp32", "fp16", "int8"),
+    # The Hexagon NPU runs float graphs in fp16: there is no native fp32 there.
+    return TargetInfo("qnn", True, "", (), ("fp16", "int8"),
                       {"version": getattr(hub, "__version__", "?")})
 
 
