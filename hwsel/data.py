@@ -1,0 +1,271 @@
+"""Benchmark runs in, one training table out.
+
+`load_runs` reads the records pytest-hwbench wrote, from any of its stores:
+
+- an MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``):
+  the child runs of experiment ``hwbench`` (one per case, tag ``hwbench.record_id``), params cast
+  back from strings (``none`` is None) with the record schema's types, metrics as logged;
+- a DuckDB file (``*.duckdb``): the ``results`` table;
+- a Parquet snapshot (``*.parquet``): what `snapshot` wrote, or any frame with record fields.
+
+`training_table` adds the targets (latency, throughput derived from it, memory) and drops rows
+that cannot teach anything. `snapshot` writes that table to Parquet with a content digest, so a
+registered model can say exactly what it learned from.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import math
+import os
+import typing
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord
+
+DEFAULT_EXPERIMENT = "hwbench"
+RECORD_TAG = "hwbench.record_id"
+PARENT_TAG = "mlflow.parentRunId"
+NONE_TEXT = "none"
+
+#: Identity and context columns kept next to params and metrics.
+ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error")
+
+#: Columns of a runs frame, in order.
+RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS
+
+#: Target columns `training_table` adds, in natural units.
+TARGET_COLUMNS: dict[str, str] = {"latency": "latency_ms", "throughput": "throughput", "memory": "memory_mb"}
+
+
+def _field_types() -> dict[str, str]:
+    """Record field -> "int" | "float" | "str", from the record's own type hints."""
+    hints = typing.get_type_hints(BenchmarkRecord)
+    out = {}
+    for name in PARAM_FIELDS + METRIC_FIELDS:
+        text = str(hints[name])
+        out[name] = "int" if "int" in text and "float" not in text else "float" if "float" in text else "str"
+    return out
+
+
+FIELD_TYPES: dict[str, str] = _field_types()
+
+
+def _cast(name: str, text: Any) -> Any:
+    """A param value logged as text, back in the record schema's type (None for ``none``)."""
+    if text is None:
+        return None
+    kind = FIELD_TYPES.get(name, "str")
+    if kind == "str":
+        return str(text)
+    if str(text).strip().lower() in (NONE_TEXT, "", "nan"):
+        return None
+    try:
+        value = float(text)
+    except ValueError:
+        return None
+    if kind == "int":
+        return int(value) if math.isfinite(value) else None
+    return value
+
+
+def default_source() -> str:
+    """``$MLFLOW_TRACKING_URI``, else the local store ``sqlite:///<cwd>/mlruns/mlflow.db``."""
+    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
+    if env:
+        return env
+    return f"sqlite:///{(Path('mlruns') / 'mlflow.db').resolve()}"
+
+
+def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
+    """Every `RUN_COLUMNS` column present, with schema types (ints as nullable Int64)."""
+    out = frame.copy()
+    for name in RUN_COLUMNS:
+        if name not in out.columns:
+            out[name] = None
+    for name, kind in FIELD_TYPES.items():
+        if kind == "int":
+            out[name] = pd.to_numeric(out[name], errors="coerce").round().astype("Int64")
+        elif kind == "float":
+            out[name] = pd.to_numeric(out[name], errors="coerce").astype(float)
+        else:
+            out[name] = out[name].astype(object).where(out[name].notna(), None)
+    for name in ID_COLUMNS:
+        out[name] = out[name].astype(object).where(out[name].notna(), None)
+        out[name] = out[name].map(lambda v: None if v is None else str(v))
+    extra = [c for c in out.columns if c not in RUN_COLUMNS]
+    return out.loc[:, list(RUN_COLUMNS) + extra].reset_index(drop=True)
+
+
+def _from_mlflow(uri: str, experiment: str) -> pd.DataFrame:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    exp = client.get_experiment_by_name(experiment)
+    if exp is None:
+        raise LookupError(
+            f"MLflow store {uri} has no experiment {experiment!r}; run the bench suite first "
+            "(pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
+        )
+    rows: list[dict[str, Any]] = []
+    token: str | None = None
+    while True:
+        page = client.search_runs([exp.experiment_id], "", max_results=1000, page_token=token)
+        for run in page:
+            tags = run.data.tags
+            if RECORD_TAG not in tags:  # a session (parent) run or something else
+                continue
+            row: dict[str, Any] = {name: _cast(name, run.data.params.get(name)) for name in PARAM_FIELDS}
+            row.update({name: run.data.metrics.get(name) for name in METRIC_FIELDS})
+            status = tags.get("hwbench.status")
+            if status is None:
+                status = "passed" if run.info.status == "FINISHED" else "failed"
+            row.update(
+                record_id=tags[RECORD_TAG],
+                session_id=tags.get("hwbench.session_id"),
+                case_id=tags.get("hwbench.case_id"),
+                status=status,
+                host=tags.get("hwbench.host"),
+                created_at=tags.get("hwbench.created_at") or pd.Timestamp(run.info.start_time, unit="ms",
+                                                                          tz="UTC").isoformat(),
+                error=tags.get("hwbench.error"),
+                run_id=run.info.run_id,
+                run_status=run.info.status,
+            )
+            rows.append(row)
+        token = page.token
+        if not token:
+            break
+    return pd.DataFrame(rows)
+
+
+def load_runs(
+    source: str | os.PathLike[str] | None = None,
+    *,
+    experiment: str = DEFAULT_EXPERIMENT,
+    passed_only: bool = True,
+) -> pd.DataFrame:
+    """Benchmark records as a frame with `RUN_COLUMNS` (and ``run_id`` for MLflow sources).
+
+    Args:
+        source: MLflow tracking URI, a ``.duckdb`` file or a ``.parquet`` snapshot; None means
+            `default_source()`.
+        experiment: MLflow experiment holding the records.
+        passed_only: keep passed cases with a positive latency only.
+
+    Raises:
+        FileNotFoundError: a file source that does not exist.
+        LookupError: an MLflow store without the experiment.
+    """
+    text = str(source) if source is not None else default_source()
+    lower = text.lower()
+    if lower.endswith((".duckdb", ".db")) and not lower.startswith(("sqlite:", "http")):
+        path = Path(text)
+        if not path.exists():
+            raise FileNotFoundError(f"DuckDB file {path} does not exist")
+        from pytest_hwbench.sinks.duckdb_sink import load_results
+
+        frame = load_results(path)
+    elif lower.endswith(".parquet"):
+        path = Path(text)
+        if not path.exists():
+            raise FileNotFoundError(f"Parquet snapshot {path} does not exist")
+        frame = pd.read_parquet(path)
+    else:
+        frame = _from_mlflow(text, experiment)
+    frame = _normalize(frame)
+    if len(frame) and frame["record_id"].notna().any():
+        frame = frame.drop_duplicates("record_id", keep="last")
+    if passed_only:
+        latency = frame["latency_ms_median"].to_numpy(dtype=float)
+        keep = (frame["status"] == "passed").to_numpy() & np.isfinite(latency) & (latency > 0)
+        frame = frame.loc[keep]
+    return frame.reset_index(drop=True)
+
+
+#: What makes two records measurements of the same configuration.
+CONFIG_KEYS: tuple[str, ...] = (
+    "model", "backend", "hardware", "device_name", "precision", "mode", "batch_size",
+    "sequence_length", "image_size", "audio_samples", "threads",
+)
+
+
+def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFrame:
+    """Runs plus the targets, in natural units.
+
+    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine);
+    - ``throughput``: ``batch_size / latency_ms * 1000`` items/s, derived so the two always agree
+      (the runner reports throughput at the median too);
+    - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
+
+    With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, e.g. the same
+    suite run in two sessions) become one row: the repeat with the lowest median latency, since
+    contention from other processes only ever adds time, so the fastest repeat is the closest to
+    what the configuration does on a machine of its own. ``repeats`` counts them and
+    ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
+
+    Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
+    the row).
+    """
+    table = runs.reset_index(drop=True)
+    latency = pd.to_numeric(table["latency_ms_median"], errors="coerce").astype(float)
+    batch = pd.to_numeric(table["batch_size"], errors="coerce").astype(float)
+    keep = np.isfinite(latency) & (latency > 0) & np.isfinite(batch) & (batch >= 1)
+    table = table.loc[keep].copy()
+    table["latency_ms"] = latency[keep]
+    table["throughput"] = batch[keep] / latency[keep] * 1e3
+    device = pd.to_numeric(table["peak_device_memory_mb"], errors="coerce").astype(float)
+    host = pd.to_numeric(table["peak_host_rss_mb"], errors="coerce").astype(float)
+    memory = device.where(device > 0, host)
+    table["memory_mb"] = memory.where(memory > 0)
+    table["repeats"] = 1
+    table["latency_spread"] = 1.0
+    if aggregate and len(table):
+        keys = [k for k in CONFIG_KEYS if k in table.columns]
+        # groupby drops None keys unless told; text keys as str keep None and NaN apart from values.
+        key_frame = table[keys].astype(str)
+        groups = table.groupby([key_frame[k] for k in keys], sort=False, dropna=False)
+        stats = pd.DataFrame({
+            "repeats": groups["latency_ms"].transform("size"),
+            "latency_spread": groups["latency_ms"].transform("max") / groups["latency_ms"].transform("min"),
+            "memory_mb": groups["memory_mb"].transform("median"),
+        })
+        table[["repeats", "latency_spread", "memory_mb"]] = stats
+        order = table.sort_values("latency_ms", kind="mergesort").index
+        first = ~key_frame.loc[order].duplicated(keep="first")
+        table = table.loc[order[first.to_numpy()]]
+    return table.reset_index(drop=True)
+
+
+def frame_digest(frame: pd.DataFrame) -> str:
+    """SHA-256 of a frame's content (row order and column order included)."""
+    hashed = pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy()
+    digest = hashlib.sha256(hashed.tobytes())
+    digest.update(",".join(map(str, frame.columns)).encode())
+    return digest.hexdigest()
+
+
+def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
+    """Write `frame` to Parquet (zstd, without the nested ``extra``/``cpu_affinity`` columns)."""
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    flat = frame.drop(columns=[c for c in ("extra", "cpu_affinity", "timings_ms") if c in frame.columns])
+    flat.to_parquet(path, index=False, compression="zstd")
+    return path
+
+
+__all__ = [
+    "CONFIG_KEYS",
+    "DEFAULT_EXPERIMENT",
+    "RUN_COLUMNS",
+    "TARGET_COLUMNS",
+    "default_source",
+    "frame_digest",
+    "load_runs",
+    "snapshot",
+    "training_table",
+]

@@ -1,0 +1,279 @@
+"""The MLflow Model Registry side: register predictors, find and load the champions.
+
+Three registered models, one per target: ``hwsel-latency`` (ms per forward), ``hwsel-throughput``
+(items/s) and ``hwsel-memory`` (peak MiB). Each version is an sklearn pipeline over
+`hwsel.features.FEATURE_COLUMNS` that predicts the *log* of its target; `ChampionModel` turns that
+back into natural units. The alias ``champion`` marks the version to serve; `hwsel.train` moves it
+only when a new version wins (see its module docstring).
+
+Each version carries tags saying what it learned from: ``hwsel.training_run_id``,
+``hwsel.data_sha256``, ``hwsel.snapshot`` (the Parquet artifact of the training table),
+``hwsel.params``, the cross-validated ``hwsel.score`` and residual quantiles
+(``hwsel.residual_q10``/``q90``) that `ChampionModel.interval` uses.
+
+All calls go through an explicit `MlflowClient`; models are saved locally and uploaded with
+`log_artifacts`, so no fluent run is ever started (mlflow #159, #9235).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import math
+import os
+import tempfile
+import warnings
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
+MODEL_NAMES: dict[str, str] = {"latency": "hwsel-latency", "throughput": "hwsel-throughput",
+                               "memory": "hwsel-memory"}
+ALIAS = "champion"
+UNITS: dict[str, str] = {"latency": "ms", "throughput": "items/s", "memory": "MiB"}
+
+#: Serialization: cloudpickle, not MLflow's default skops, which would need every hwsel class
+#: listed as trusted and imports torch on save (FACTS.md: 15 s for the first log_model).
+SERIALIZATION = "cloudpickle"
+
+
+def pip_requirements() -> list[str]:
+    """Explicit requirements (MLflow's inference of them takes ~7 s, FACTS.md)."""
+    import cloudpickle
+    import sklearn
+
+    return [
+        f"scikit-learn=={sklearn.__version__}",
+        f"numpy=={np.__version__}",
+        f"pandas=={pd.__version__}",
+        f"cloudpickle=={cloudpickle.__version__}",
+        "pytest-hwbench",  # the pipelines hold hwsel.train estimator classes
+    ]
+
+
+def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
+    """The id of experiment `name`, created if missing (artifacts next to a SQLite store)."""
+    from mlflow.exceptions import MlflowException
+
+    found = client.get_experiment_by_name(name)
+    if found is not None:
+        if found.lifecycle_stage == "deleted":
+            raise RuntimeError(f"MLflow experiment {name!r} at {tracking_uri} is deleted; restore it "
+                               f"(mlflow experiments restore --experiment-id {found.experiment_id})")
+        return str(found.experiment_id)
+    location = None
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        location = (db.resolve().parent / "artifacts").as_uri()
+    try:
+        return str(client.create_experiment(name, artifact_location=location))
+    except MlflowException:
+        again = client.get_experiment_by_name(name)  # created meanwhile by another process
+        if again is None:
+            raise
+        return str(again.experiment_id)
+
+
+def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
+             tags: dict[str, str] | None = None) -> str:
+    """Log `model` under ``<target>/model`` of `run_id` and register it; returns the version."""
+    import mlflow.sklearn
+    from mlflow.exceptions import MlflowException
+    from mlflow.models import infer_signature
+
+    name = MODEL_NAMES[target]
+    sample = X.head(50)
+    signature = infer_signature(sample, np.asarray(model.predict(sample), dtype=float))
+    with tempfile.TemporaryDirectory(prefix="hwsel-model-") as tmp:
+        path = Path(tmp) / "model"
+        mlflow.sklearn.save_model(
+            model, str(path), serialization_format=SERIALIZATION, signature=signature,
+            pip_requirements=pip_requirements(),
+            metadata={"target": target, "units": UNITS[target], "predicts": f"log({UNITS[target]})"},
+        )
+        client.log_artifacts(run_id, str(path), f"{target}/model")
+    try:
+        client.create_registered_model(
+            name, description=f"hwsel {target} predictor: log({UNITS[target]}) from hwsel.features.FEATURE_COLUMNS")
+    except MlflowException:
+        pass  # already registered
+    artifact_uri = client.get_run(run_id).info.artifact_uri
+    version = client.create_model_version(name, f"{artifact_uri}/{target}/model", run_id=run_id,
+                                          tags=dict(tags or {}))
+    return str(version.version)
+
+
+def champion_version(client: Any, target: str) -> Any | None:
+    """The ModelVersion behind ``@champion`` of `target`, or None if there is none."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        return client.get_model_version_by_alias(MODEL_NAMES[target], ALIAS)
+    except MlflowException:
+        return None
+
+
+@contextlib.contextmanager
+def _quiet_downloads() -> Iterator[None]:
+    """No tqdm bar per artifact download (MLflow reads the variable on every call); a value the
+    user set is left alone."""
+    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
+    added = key not in os.environ
+    if added:
+        os.environ[key] = "false"
+    try:
+        yield
+    finally:
+        if added:
+            os.environ.pop(key, None)
+
+
+@functools.lru_cache(maxsize=32)
+def _load_cached(tracking_uri: str, name: str, version: str, run_id: str, source: str) -> Any:
+    import mlflow.sklearn
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=tracking_uri)
+    with tempfile.TemporaryDirectory(prefix="hwsel-load-") as tmp, _quiet_downloads():
+        target = next(t for t, n in MODEL_NAMES.items() if n == name)
+        try:
+            local = client.download_artifacts(run_id, f"{target}/model", tmp)
+        except Exception:
+            import mlflow.artifacts
+
+            local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
+                                                        tracking_uri=tracking_uri)
+        return mlflow.sklearn.load_model(local)
+
+
+def load_version_model(client: Any, target: str, version: str) -> Any:
+    """The fitted pipeline of one registered version (predicts log units)."""
+    mv = client.get_model_version(MODEL_NAMES[target], str(version))
+    return _load_cached(client.tracking_uri, mv.name, str(mv.version), mv.run_id, mv.source)
+
+
+def _float(text: Any, default: float) -> float:
+    try:
+        value = float(text)
+    except (TypeError, ValueError):
+        return default
+    return value if math.isfinite(value) else default
+
+
+@dataclass(frozen=True)
+class ChampionModel:
+    """The registered version behind ``@champion`` for one target, loaded.
+
+    `predict` and `interval` take a frame of `hwsel.features.FEATURE_COLUMNS` (from
+    `feature_frame` or `query_frame`) and return natural units: ms, items/s or MiB.
+    """
+
+    target: str
+    name: str
+    version: str
+    run_id: str
+    metrics: dict[str, float]
+    tags: dict[str, str]
+    model: Any = field(repr=False, compare=False)
+    residual_q10: float = 0.0
+    residual_q90: float = 0.0
+
+    def predict_log(self, features: pd.DataFrame) -> np.ndarray:
+        """Natural log of the prediction."""
+        from hwsel.features import FEATURE_COLUMNS
+
+        missing = [c for c in FEATURE_COLUMNS if c not in features.columns]
+        if missing:
+            raise ValueError(f"{self.name} v{self.version}: features lack columns {missing}; "
+                             "build them with hwsel.features.feature_frame or query_frame")
+        return np.asarray(self.model.predict(features.loc[:, list(FEATURE_COLUMNS)]), dtype=float)
+
+    def predict(self, features: pd.DataFrame) -> np.ndarray:
+        """Predictions in natural units (ms, items/s, MiB)."""
+        return np.exp(self.predict_log(features))
+
+    def interval(self, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high): the 10%-90% band from cross-validated log residuals (held-out batch sizes
+        and held-out models pooled) around `predict`."""
+        log = self.predict_log(features)
+        return np.exp(log + self.residual_q10), np.exp(log + self.residual_q90)
+
+
+def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel | None:
+    """The champion of `target` ("latency", "throughput" or "memory"), or None.
+
+    None (never an exception) when the store is unreachable, the model is not registered, it has
+    no ``champion`` alias, or the version cannot be loaded; the reason goes to an
+    `HwbenchWarning` only for the last case (the others are the normal state of a fresh setup).
+    Loaded pipelines are cached per (store, version).
+
+    Raises:
+        ValueError: `target` is not one of `TARGETS`.
+    """
+    if target not in MODEL_NAMES:
+        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+    from hwsel.data import default_source
+
+    uri = tracking_uri or default_source()
+    try:
+        from mlflow.tracking import MlflowClient
+
+        from pytest_hwbench.sinks.mlflow_sink import ping
+
+        if ping(uri, timeout=2.0) is not None:
+            return None
+        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).exists():
+            return None  # do not create an empty store just by asking
+        client = MlflowClient(tracking_uri=uri)
+        mv = champion_version(client, target)
+        if mv is None:
+            return None
+    except Exception:  # unreachable, bad URI, schema error: no champion to offer
+        return None
+    try:
+        model = _load_cached(uri, mv.name, str(mv.version), mv.run_id, mv.source)
+    except Exception as exc:
+        from pytest_hwbench.errors import HwbenchWarning
+
+        warnings.warn(f"hwsel: cannot load {mv.name} v{mv.version} from {uri}: {exc!r}", HwbenchWarning,
+                      stacklevel=2)
+        return None
+    tags = dict(mv.tags or {})
+    metrics: dict[str, float] = {}
+    try:
+        run = client.get_run(mv.run_id)
+        prefix = f"{target}."
+        metrics = {k[len(prefix):]: float(v) for k, v in run.data.metrics.items() if k.startswith(prefix)}
+    except Exception:
+        metrics = {}
+    return ChampionModel(
+        target=target,
+        name=mv.name,
+        version=str(mv.version),
+        run_id=str(mv.run_id),
+        metrics=metrics,
+        tags=tags,
+        model=model,
+        residual_q10=_float(tags.get("hwsel.residual_q10"), 0.0),
+        residual_q90=_float(tags.get("hwsel.residual_q90"), 0.0),
+    )
+
+
+__all__ = [
+    "ALIAS",
+    "MODEL_NAMES",
+    "TARGETS",
+    "UNITS",
+    "ChampionModel",
+    "champion_version",
+    "ensure_experiment",
+    "load_champion",
+    "load_version_model",
+    "pip_requirements",
+    "register",
+]

@@ -1,0 +1,229 @@
+"""Device specifications: peak FLOP/s per precision, memory bandwidth and memory, per device.
+
+Two uses: spec features for the learned predictors (a model trained on an H100 and an L4 can say
+something about an A100 because it sees FLOP/s and bandwidth, not only a name), and the
+roofline estimate in `hwsel.features.roofline`.
+
+Figures are vendors' dense (no sparsity) datasheet numbers; tensor-core rates for fp16/bf16/int8,
+plain FP32 (not TF32) for fp32, since eager PyTorch runs fp32 matmuls in full FP32 by default
+(``torch.backends.cuda.matmul.allow_tf32`` is False). The CPU spec is derived from
+`pytest_hwbench.hardware.detect_hardware()`: cores x FMA lanes x clock.
+"""
+
+from __future__ import annotations
+
+import functools
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+
+
+@dataclass(frozen=True)
+class DeviceSpec:
+    """Peak numbers of one device.
+
+    Attributes:
+        name: short key, e.g. ``"h100"``, ``"cpu:AMD EPYC"``.
+        peak_tflops: precision -> dense peak TFLOP/s (TOP/s for int8). A precision the device does
+            not run natively is absent; `tflops` then falls back to fp32.
+        memory_bandwidth_gbs: peak memory bandwidth, GB/s.
+        memory_gb: device memory (host memory for CPUs), GB.
+        known: False for the generic fallback specs used when a device name matches nothing.
+        kind: "gpu", "cpu", "npu" or "apple".
+    """
+
+    name: str
+    peak_tflops: Mapping[str, float]
+    memory_bandwidth_gbs: float
+    memory_gb: float
+    known: bool = True
+    kind: str = "gpu"
+    aliases: tuple[str, ...] = field(default=(), compare=False, repr=False)
+
+    def tflops(self, precision: str) -> float:
+        """Peak TFLOP/s at `precision`, fp32's rate where the precision has no native path."""
+        value = self.peak_tflops.get(precision)
+        if value is None:
+            value = self.peak_tflops.get("fp32") or min(self.peak_tflops.values())
+        return float(value)
+
+
+def _gpu(name: str, fp32: float, fp16: float, bf16: float | None, int8: float | None, bw: float, mem: float,
+         *aliases: str, kind: str = "gpu") -> DeviceSpec:
+    peaks = {"fp32": fp32, "fp16": fp16}
+    if bf16 is not None:
+        peaks["bf16"] = bf16
+    if int8 is not None:
+        peaks["int8"] = int8
+    return DeviceSpec(name, peaks, bw, mem, True, kind, aliases)
+
+
+#: Known accelerators, matched against device names by the regexes in `aliases` (lower case).
+KNOWN_DEVICES: tuple[DeviceSpec, ...] = (
+    _gpu("h200", 67.0, 989.0, 989.0, 1979.0, 4800.0, 141.0, r"\bh200\b"),
+    _gpu("h100-pcie", 51.0, 756.0, 756.0, 1513.0, 2000.0, 80.0, r"\bh100\b.*pcie"),
+    _gpu("h100", 67.0, 989.0, 989.0, 1979.0, 3350.0, 80.0, r"\bh100\b", r"\bgh200\b"),
+    _gpu("a100-40gb", 19.5, 312.0, 312.0, 624.0, 1555.0, 40.0, r"\ba100\b.*40\s*gb"),
+    _gpu("a100", 19.5, 312.0, 312.0, 624.0, 2039.0, 80.0, r"\ba100\b"),
+    _gpu("l40s", 91.6, 362.0, 362.0, 733.0, 864.0, 48.0, r"\bl40s\b"),
+    _gpu("l4", 30.3, 121.0, 121.0, 242.0, 300.0, 24.0, r"\bl4\b"),
+    _gpu("a10", 31.2, 125.0, 125.0, 250.0, 600.0, 24.0, r"\ba10g?\b"),
+    _gpu("t4", 8.1, 65.0, None, 130.0, 320.0, 16.0, r"\bt4\b"),
+    _gpu("v100", 15.7, 125.0, None, None, 900.0, 32.0, r"\bv100\b"),
+    _gpu("rtx-4090", 82.6, 165.2, 165.2, 660.6, 1008.0, 24.0, r"\b4090\b"),
+    _gpu("rtx-3090", 35.6, 71.0, 71.0, 284.0, 936.0, 24.0, r"\b3090\b"),
+    _gpu("mi300x", 163.4, 1307.0, 1307.0, 2615.0, 5300.0, 192.0, r"\bmi300x?\b"),
+    _gpu("mi250x", 47.9, 383.0, 383.0, 383.0, 3277.0, 128.0, r"\bmi250x?\b"),
+    # Intel GPUs (torch.xpu, OpenVINO GPU): XMX rates for fp16/bf16/int8.
+    _gpu("intel-max-1550", 52.4, 839.0, 839.0, 1678.0, 3277.0, 128.0, r"max\s*1550", r"data center gpu max"),
+    _gpu("intel-arc-a770", 19.7, 138.0, 138.0, 275.0, 560.0, 16.0, r"\ba770\b"),
+    _gpu("intel-arc-b580", 13.7, 117.0, 117.0, 233.0, 456.0, 12.0, r"\bb580\b"),
+    _gpu("intel-igpu", 2.0, 4.0, 4.0, 8.0, 90.0, 16.0, r"\biris\b", r"\buhd\b", r"intel.*graphics"),
+    # Apple GPUs through MPS: no tensor cores, fp16 runs at the fp32 rate or a little above.
+    _gpu("apple-m1", 2.6, 2.6, None, None, 68.0, 16.0, r"\bm1\b(?!\s*(pro|max|ultra))", kind="apple"),
+    _gpu("apple-m1-pro", 5.2, 5.2, None, None, 200.0, 32.0, r"\bm1\s*pro\b", kind="apple"),
+    _gpu("apple-m1-max", 10.4, 10.4, None, None, 400.0, 64.0, r"\bm1\s*(max|ultra)\b", kind="apple"),
+    _gpu("apple-m2", 3.6, 3.6, 3.6, None, 100.0, 24.0, r"\bm2\b(?!\s*(pro|max|ultra))", kind="apple"),
+    _gpu("apple-m2-max", 13.6, 13.6, 13.6, None, 400.0, 96.0, r"\bm2\s*(pro|max|ultra)\b", kind="apple"),
+    _gpu("apple-m3", 4.1, 4.1, 4.1, None, 100.0, 24.0, r"\bm3\b(?!\s*(pro|max|ultra))", kind="apple"),
+    _gpu("apple-m3-max", 16.4, 16.4, 16.4, None, 400.0, 128.0, r"\bm3\s*(pro|max|ultra)\b", kind="apple"),
+    _gpu("apple-m4", 4.3, 4.3, 4.3, None, 120.0, 32.0, r"\bm4\b(?!\s*(pro|max|ultra))", kind="apple"),
+    _gpu("apple-m4-max", 18.4, 18.4, 18.4, None, 546.0, 128.0, r"\bm4\s*(pro|max|ultra)\b", kind="apple"),
+    # Intel NPU (Core Ultra), through OpenVINO.
+    _gpu("intel-npu", 1.4, 5.5, 5.5, 11.0, 90.0, 16.0, r"\bnpu\b", r"ai boost", kind="npu"),
+)
+
+#: When a device name matches nothing: a middling device of the hardware kind, marked unknown.
+_GENERIC: dict[str, DeviceSpec] = {
+    "cuda": DeviceSpec("cuda-generic", {"fp32": 20.0, "fp16": 150.0, "bf16": 150.0, "int8": 300.0},
+                       900.0, 24.0, False),
+    "rocm": DeviceSpec("rocm-generic", {"fp32": 25.0, "fp16": 200.0, "bf16": 200.0, "int8": 200.0},
+                       1200.0, 32.0, False),
+    "mps": DeviceSpec("apple-generic", {"fp32": 4.0, "fp16": 4.0, "bf16": 4.0}, 120.0, 24.0, False, "apple"),
+    "xpu": DeviceSpec("xpu-generic", {"fp32": 15.0, "fp16": 100.0, "bf16": 100.0, "int8": 200.0},
+                      500.0, 16.0, False),
+    "gpu": DeviceSpec("intel-gpu-generic", {"fp32": 2.0, "fp16": 4.0, "bf16": 4.0, "int8": 8.0},
+                      90.0, 16.0, False),
+    "npu": DeviceSpec("npu-generic", {"fp32": 1.4, "fp16": 5.5, "int8": 11.0}, 90.0, 16.0, False, "npu"),
+    "qnn": DeviceSpec("qnn-generic", {"fp32": 1.0, "fp16": 8.0, "int8": 16.0}, 60.0, 12.0, False, "npu"),
+}
+
+#: Targets whose device is the host CPU unless the device name says otherwise.
+CPU_TARGETS = frozenset({"cpu", "onnxruntime", "openvino"})
+
+
+def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,
+              known: bool = True) -> DeviceSpec:
+    """Peak FLOP/s of `cores` cores: FMA lanes x 2 FMA pipes x 2 FLOP x clock.
+
+    AVX-512: 16 fp32 lanes, AVX2: 8, Arm NEON: 4. bf16 doubles the fp32 rate with avx512_bf16
+    (VDPBF16PS) and reaches 8x with AMX; int8 is 4x fp32 with VNNI, 16x with AMX.
+    Memory bandwidth is a rough per-core share of a server socket (~8 GB/s/core, capped).
+    """
+    if "avx512f" in flags:
+        lanes = 16
+    elif "avx2" in flags:
+        lanes = 8
+    else:
+        lanes = 4
+    fp32 = cores * lanes * 2 * 2 * ghz / 1e3  # TFLOP/s
+    peaks = {"fp32": fp32}
+    if flags & {"amx_bf16", "amx_tile"}:
+        peaks["bf16"] = 8 * fp32
+    elif flags & {"avx512_bf16", "bf16"}:
+        peaks["bf16"] = 2 * fp32
+    if flags & {"amx_fp16", "avx512_fp16", "asimdhp", "fphp"}:
+        peaks["fp16"] = 2 * fp32
+    if flags & {"amx_int8"}:
+        peaks["int8"] = 16 * fp32
+    elif flags & {"avx512_vnni", "avx_vnni", "i8mm"}:
+        peaks["int8"] = 4 * fp32
+    else:
+        peaks["int8"] = 2 * fp32
+    bandwidth = min(8.0 * cores, 300.0) + 10.0
+    return DeviceSpec(name, peaks, bandwidth, memory_gb, known, "cpu")
+
+
+def _clock_ghz(model: str) -> float:
+    match = re.search(r"@\s*([0-9.]+)\s*ghz", model.lower())
+    if match:
+        return float(match.group(1))
+    try:
+        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
+            for line in fh:
+                if line.startswith("cpu MHz"):
+                    return float(line.split(":", 1)[1]) / 1e3
+    except (OSError, ValueError):
+        pass
+    return 2.5
+
+
+@functools.cache
+def local_cpu_spec() -> DeviceSpec:
+    """The spec of this machine's CPU, from `detect_hardware()` (generic if detection fails)."""
+    try:
+        from pytest_hwbench.hardware import detect_hardware
+
+        cpu = detect_hardware()["cpu"]
+        details = dict(cpu.details)
+        model = str(details.get("model") or "cpu")
+        cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
+        flags = frozenset(details.get("flags") or ())
+        memory_gb = float(details.get("memory_mb") or 16 * 1024) / 1024
+    except Exception:  # detection is best effort here: the spec only feeds features
+        return generic_cpu_spec()
+    return _cpu_spec(f"cpu:{model}", cores, flags, _clock_ghz(model), memory_gb)
+
+
+def generic_cpu_spec() -> DeviceSpec:
+    """A CPU we know nothing about: 8 AVX2 cores at 2.5 GHz."""
+    return _cpu_spec("cpu-generic", 8, frozenset({"avx2"}), 2.5, 32.0, known=False)
+
+
+def _match(device_name: str) -> DeviceSpec | None:
+    text = device_name.lower()
+    for spec in KNOWN_DEVICES:
+        if any(re.search(pattern, text) for pattern in spec.aliases):
+            return spec
+    return None
+
+
+def _is_cpu_name(device_name: str) -> bool:
+    text = device_name.lower()
+    if text.startswith("cpu") or "cpuexecutionprovider" in text:
+        return True
+    return bool(re.search(r"xeon|epyc|ryzen|core\(tm\)|core i[3579]|threadripper|graviton|neoverse|ampere", text))
+
+
+@functools.lru_cache(maxsize=256)
+def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
+    """The `DeviceSpec` for a hardware target and (optional) device name.
+
+    ``cpu`` (and the CPU devices of ``onnxruntime``/``openvino``) is this machine's CPU when the
+    name is empty or names this CPU, else a generic CPU spec. Accelerators match `KNOWN_DEVICES`
+    by name; no match gives a generic spec of the target's kind with ``known=False``.
+    """
+    hardware = (hardware or "cpu").lower()
+    name = (device_name or "").strip()
+    if hardware in CPU_TARGETS and (not name or _is_cpu_name(name) or _same_as_local_cpu(name)):
+        return local_cpu_spec() if not name or _same_as_local_cpu(name) else generic_cpu_spec()
+    if name:
+        found = _match(name)
+        if found is not None:
+            return found
+    if hardware in _GENERIC:
+        return _GENERIC[hardware]
+    if hardware in CPU_TARGETS or _is_cpu_name(name):
+        return local_cpu_spec() if _same_as_local_cpu(name) else generic_cpu_spec()
+    return _GENERIC["cuda"] if hardware.startswith("cuda") else generic_cpu_spec()
+
+
+def _same_as_local_cpu(device_name: str) -> bool:
+    local = local_cpu_spec().name.removeprefix("cpu:").strip().lower()
+    text = device_name.strip().lower().removeprefix("cpu:").strip()
+    return bool(local) and (text == local or text.endswith(local))
+
+
+__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "generic_cpu_spec", "local_cpu_spec", "spec_for"]

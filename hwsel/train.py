@@ -1,0 +1,656 @@
+"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory.
+
+One `train()` call:
+
+1. loads runs (`hwsel.data.load_runs`) and builds the training table; snapshots it to Parquet and
+   logs the snapshot with the training run (experiment ``hwsel-training``), with its SHA-256;
+2. per learned target (latency, memory) runs a seeded TPE study that picks the estimator
+   (histogram gradient-boosted trees, random forest, or Ridge over log roofline terms and the
+   other features) and its hyperparameters. Every target is learned in log space; each
+   estimator may predict the residual against the roofline estimate (``offset="roofline"``),
+   which lets trees generalise to models of sizes they have not seen. The objective is the mean
+   absolute log error over two grouped cross-validations, the questions users ask:
+   *held-out batch sizes* (GroupKFold over batch size) and *held-out models* (GroupKFold over
+   model). Trials report after each fold and are pruned (MedianPruner) when behind;
+3. throughput is not learned separately: ``log throughput = log(1000 * batch) - log latency``
+   (`ThroughputFromLatency`), so the two predictions always agree;
+4. fits the winner on all rows, evaluates out-of-fold (MAPE, median/p90 error, share within
+   10%, roofline baseline), logs study and evaluation, registers a new version of
+   ``hwsel-latency``, ``hwsel-throughput`` and ``hwsel-memory`` (`hwsel.registry`);
+5. moves each model's ``champion`` alias only when the new version wins on the same
+   evaluation. The current champion's *recipe* (its estimator and hyperparameters, cloned from
+   the registered pipeline) is cross-validated on the new table with the same splits; its
+   already-fitted weights are not scored, as they may have been trained on the held-out rows.
+   The new version wins when its score is lower by more than `SCORE_TOLERANCE`; on a tie with
+   the very same recipe it wins only if the data changed (same recipe, more data: a refresh).
+   Training twice on the same data with the same seed therefore leaves the alias where it is.
+   ``hwsel-throughput`` follows ``hwsel-latency`` (same model), so the two champions agree.
+
+Everything is logged through one `MlflowClient` with explicit run ids; no fluent active run.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import datetime as _dt
+import json
+import math
+import os
+import tempfile
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import BaseEstimator, RegressorMixin, clone
+from sklearn.compose import ColumnTransformer
+from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegressor
+from sklearn.impute import SimpleImputer
+from sklearn.linear_model import Ridge
+from sklearn.model_selection import GroupKFold
+from sklearn.pipeline import Pipeline
+from sklearn.preprocessing import OneHotEncoder, StandardScaler
+
+from hwsel.data import frame_digest, load_runs, snapshot, training_table
+from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATURES, feature_frame
+
+TRAINING_EXPERIMENT = "hwsel-training"
+#: Lower by more than this (mean absolute log error) to beat the champion.
+SCORE_TOLERANCE = 1e-9
+ESTIMATORS: tuple[str, ...] = ("hgb", "rf", "ridge")
+SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model")
+_LOG_1000 = math.log(1000.0)
+
+#: target -> (table column, roofline offset feature). Throughput derives from latency.
+LEARNED: dict[str, tuple[str, str]] = {
+    "latency": ("latency_ms", "log_roofline_ms"),
+    "memory": ("memory_mb", "log_roofline_memory_mb"),
+}
+
+
+# --- estimators (scikit-learn rules: __init__ stores, fit returns self, fitted state ends in _) ---
+
+class OffsetRegressor(RegressorMixin, BaseEstimator):
+    """Fits `estimator` to ``y - X[offset]`` and adds the offset back when predicting.
+
+    With ``offset="log_roofline_ms"`` the inner model learns log(measured / roofline), an
+    efficiency that varies far less across model sizes than latency itself does. ``offset=None``
+    is a plain pass-through.
+    """
+
+    def __init__(self, estimator: Any = None, offset: str | None = None) -> None:
+        self.estimator = estimator
+        self.offset = offset
+
+    def _offset(self, X: pd.DataFrame) -> np.ndarray:
+        if self.offset is None:
+            return np.zeros(len(X))
+        values = np.asarray(X[self.offset], dtype=float)
+        return np.where(np.isfinite(values), values, 0.0)
+
+    def fit(self, X: pd.DataFrame, y: Any) -> OffsetRegressor:
+        self.estimator_ = clone(self.estimator).fit(X, np.asarray(y, dtype=float) - self._offset(X))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return np.asarray(self.estimator_.predict(X), dtype=float) + self._offset(X)
+
+
+class ThroughputFromLatency(RegressorMixin, BaseEstimator):
+    """Log throughput (items/s) from a log-latency (ms) regressor: log(1000 * batch) - log latency.
+
+    `fit` takes log throughput, turns it into log latency and fits a clone of `latency`.
+    `from_fitted` wraps an already fitted latency model, so both registered models give
+    ``throughput == batch / latency`` exactly.
+    """
+
+    def __init__(self, latency: Any = None) -> None:
+        self.latency = latency
+
+    @staticmethod
+    def _log_items(X: pd.DataFrame) -> np.ndarray:
+        return _LOG_1000 + np.asarray(X["log_batch_size"], dtype=float)
+
+    def fit(self, X: pd.DataFrame, y: Any) -> ThroughputFromLatency:
+        self.latency_ = clone(self.latency).fit(X, self._log_items(X) - np.asarray(y, dtype=float))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self._log_items(X) - np.asarray(self.latency_.predict(X), dtype=float)
+
+    @classmethod
+    def from_fitted(cls, latency: Any) -> ThroughputFromLatency:
+        """Wrap a fitted latency model (no refit)."""
+        model = cls(latency=latency)
+        model.latency_ = latency
+        return model
+
+
+def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> OffsetRegressor:
+    """The unfitted log-target regressor that `params` (an Optuna trial's choice) describes."""
+    kind = params["estimator"]
+    onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False)
+    if kind == "ridge":
+        numeric = Pipeline([("impute", SimpleImputer(strategy="constant", fill_value=0.0, add_indicator=True,
+                                                     keep_empty_features=True)),
+                            ("scale", StandardScaler())])
+        model: Any = Ridge(alpha=float(params.get("alpha", 1.0)))
+    else:
+        numeric = "passthrough"  # both tree models take NaN natively
+        if kind == "hgb":
+            model = HistGradientBoostingRegressor(
+                loss=str(params.get("loss", "squared_error")),
+                learning_rate=float(params.get("learning_rate", 0.1)),
+                max_iter=int(params.get("max_iter", 200)),
+                max_leaf_nodes=int(params.get("max_leaf_nodes", 31)),
+                min_samples_leaf=int(params.get("min_samples_leaf", 20)),
+                l2_regularization=float(params.get("l2_regularization", 0.0)),
+                early_stopping=False,
+                random_state=seed,
+            )
+        elif kind == "rf":
+            model = RandomForestRegressor(
+                n_estimators=int(params.get("n_estimators", 100)),
+                min_samples_leaf=int(params.get("rf_min_samples_leaf", 1)),
+                max_features=float(params.get("max_features", 1.0)),
+                n_jobs=1,
+                random_state=seed,
+            )
+        else:
+            raise ValueError(f"unknown estimator {kind!r}; choose one of {', '.join(ESTIMATORS)}")
+    columns = ColumnTransformer(
+        [("cat", onehot, list(CATEGORICAL_FEATURES)), ("num", numeric, list(NUMERIC_FEATURES))],
+        verbose_feature_names_out=False,
+    )
+    pipeline = Pipeline([("features", columns), ("model", model)])
+    offset = offset_column if params.get("offset", "roofline") == "roofline" else None
+    return OffsetRegressor(pipeline, offset=offset)
+
+
+def suggest(trial: Any) -> dict[str, Any]:
+    """The search space: estimator, roofline offset and the estimator's hyperparameters."""
+    params: dict[str, Any] = {
+        "estimator": trial.suggest_categorical("estimator", list(ESTIMATORS)),
+        "offset": trial.suggest_categorical("offset", ["roofline", "none"]),
+    }
+    if params["estimator"] == "hgb":
+        # absolute_error: a robust loss, since contention on a shared machine only ever adds time.
+        params["loss"] = trial.suggest_categorical("loss", ["squared_error", "absolute_error"])
+        params["learning_rate"] = trial.suggest_float("learning_rate", 0.02, 0.3, log=True)
+        params["max_iter"] = trial.suggest_int("max_iter", 100, 500, step=50)
+        params["max_leaf_nodes"] = trial.suggest_int("max_leaf_nodes", 7, 63)
+        params["min_samples_leaf"] = trial.suggest_int("min_samples_leaf", 2, 30)
+        params["l2_regularization"] = trial.suggest_float("l2_regularization", 1e-4, 10.0, log=True)
+    elif params["estimator"] == "rf":
+        params["n_estimators"] = trial.suggest_int("n_estimators", 50, 250, step=50)
+        params["rf_min_samples_leaf"] = trial.suggest_int("rf_min_samples_leaf", 1, 8)
+        params["max_features"] = trial.suggest_float("max_features", 0.3, 1.0)
+    else:
+        params["alpha"] = trial.suggest_float("alpha", 1e-3, 100.0, log=True)
+    return params
+
+
+@contextlib.contextmanager
+def one_thread() -> Iterator[None]:
+    """Run OpenMP/BLAS code (HistGradientBoosting, Ridge) on one thread inside the block.
+
+    The tables are small (hundreds to thousands of rows), so threads buy little, and on a shared
+    2-core machine HistGradientBoosting's OpenMP threads stall: 11 CV folds took 109 s with the
+    default threads and 5 s with one.
+    """
+    from threadpoolctl import threadpool_limits
+
+    with threadpool_limits(limits=1):
+        yield
+
+
+# --- cross-validation -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fold:
+    """One train/test split of one scheme."""
+
+    scheme: str
+    index: int
+    train: np.ndarray
+    test: np.ndarray
+
+
+def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
+    """Grouped folds: held-out batch sizes (one group per batch size) and held-out models.
+
+    Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
+    same folds. A scheme with fewer than two groups is skipped.
+    """
+    folds: list[Fold] = []
+    groups = {
+        "heldout_batch": table["batch_size"].astype(int).to_numpy(),
+        "heldout_model": table["model"].astype(str).to_numpy(),
+    }
+    for scheme, group in groups.items():
+        n_groups = len(np.unique(group))
+        if n_groups < 2:
+            continue
+        # One fold per batch size (up to 8): each batch size is held out once on its own.
+        limit = 8 if scheme == "heldout_batch" else max(2, max_folds)
+        splitter = GroupKFold(n_splits=min(limit, n_groups))
+        for i, (train_idx, test_idx) in enumerate(splitter.split(table, groups=group)):
+            folds.append(Fold(scheme, i, train_idx, test_idx))
+    if not folds:
+        raise ValueError("cannot cross-validate: the data has a single model and a single batch size")
+    return folds
+
+
+def out_of_fold(
+    estimator: Any,
+    X: pd.DataFrame,
+    y: np.ndarray,
+    folds: Sequence[Fold],
+    *,
+    report: Callable[[int, float], None] | None = None,
+) -> pd.DataFrame:
+    """Out-of-fold log predictions: columns scheme, fold, row, y_true, y_pred (log units).
+
+    `report(step, running_score)` is called after each fold (Optuna pruning hooks in there).
+    """
+    parts = []
+    errors: dict[str, list[np.ndarray]] = {}
+    for step, fold in enumerate(folds):
+        model = clone(estimator).fit(X.iloc[fold.train], y[fold.train])
+        pred = np.asarray(model.predict(X.iloc[fold.test]), dtype=float)
+        parts.append(pd.DataFrame({"scheme": fold.scheme, "fold": fold.index, "row": fold.test,
+                                   "y_true": y[fold.test], "y_pred": pred}))
+        errors.setdefault(fold.scheme, []).append(np.abs(pred - y[fold.test]))
+        if report is not None:
+            report(step, _combine(errors))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _combine(errors: Mapping[str, Sequence[np.ndarray]]) -> float:
+    """Mean over schemes of the mean absolute log error of that scheme's rows."""
+    values = []
+    for parts in errors.values():
+        err = np.concatenate(list(parts))
+        values.append(float(np.mean(err)) if np.all(np.isfinite(err)) else math.inf)
+    return float(np.mean(values)) if values else math.inf
+
+
+def score_oof(oof: pd.DataFrame) -> float:
+    """The selection score: mean over schemes of mean |log(pred / measured)|; lower is better."""
+    return _combine({scheme: [np.abs(g["y_pred"].to_numpy() - g["y_true"].to_numpy())]
+                     for scheme, g in oof.groupby("scheme", sort=True)})
+
+
+def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Errors in natural units from log values: MAPE, median and p90 APE, share within 10%."""
+    true = np.exp(np.asarray(y_true, dtype=float))
+    pred = np.exp(np.asarray(y_pred, dtype=float))
+    ape = np.abs(pred - true) / true
+    if len(ape) == 0:
+        return {"mape": math.nan, "median_ape": math.nan, "p90_ape": math.nan, "within_10pct": math.nan,
+                "log_mae": math.nan, "n": 0.0}
+    return {
+        "mape": float(np.mean(ape)),
+        "median_ape": float(np.median(ape)),
+        "p90_ape": float(np.quantile(ape, 0.9)),
+        "within_10pct": float(np.mean(ape <= 0.10)),
+        "log_mae": float(np.mean(np.abs(np.log(pred) - np.log(true)))),
+        "n": float(len(ape)),
+    }
+
+
+def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """`error_metrics` per scheme of an out-of-fold frame."""
+    return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
+            for scheme, g in oof.groupby("scheme", sort=True)}
+
+
+# --- the study ------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class StudyResult:
+    """Best recipe of one target's study, its out-of-fold predictions and the trials."""
+
+    params: dict[str, Any]
+    score: float
+    oof: pd.DataFrame
+    trials: pd.DataFrame
+
+
+def run_study(
+    X: pd.DataFrame,
+    y: np.ndarray,
+    folds: Sequence[Fold],
+    *,
+    offset_column: str,
+    trials: int,
+    seed: int,
+    progress: bool = False,
+    name: str = "hwsel",
+) -> StudyResult:
+    """A seeded TPE study over `suggest`'s space, pruning across folds (MedianPruner)."""
+    import optuna
+
+    def objective(trial: optuna.Trial) -> float:
+        params = suggest(trial)
+        estimator = build_estimator(params, offset_column=offset_column, seed=seed)
+
+        def report(step: int, value: float) -> None:
+            trial.report(value, step)
+            if trial.should_prune():
+                raise optuna.TrialPruned()
+
+        return score_oof(out_of_fold(estimator, X, y, folds, report=report))
+
+    # Optuna logs one INFO line per trial; keep training quiet, through Optuna's own switch.
+    previous = optuna.logging.get_verbosity()
+    optuna.logging.set_verbosity(optuna.logging.WARNING)
+    try:
+        sampler = optuna.samplers.TPESampler(seed=seed, n_startup_trials=min(10, max(1, trials // 3)))
+        pruner = optuna.pruners.MedianPruner(n_startup_trials=5, n_warmup_steps=max(1, len(folds) // 3))
+        study = optuna.create_study(direction="minimize", sampler=sampler, pruner=pruner, study_name=name)
+        with one_thread():
+            study.optimize(objective, n_trials=trials, show_progress_bar=progress, gc_after_trial=False)
+    finally:
+        optuna.logging.set_verbosity(previous)
+    complete = [t for t in study.trials if t.state == optuna.trial.TrialState.COMPLETE]
+    if not complete:
+        raise RuntimeError(f"study {name!r}: no trial completed out of {len(study.trials)}")
+    best = min(complete, key=lambda t: (t.value, t.number))
+    params = dict(best.params)
+    estimator = build_estimator(params, offset_column=offset_column, seed=seed)
+    with one_thread():
+        oof = out_of_fold(estimator, X, y, folds)
+    frame = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration"))
+    return StudyResult(params, score_oof(oof), oof, frame)
+
+
+# --- results --------------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class TargetResult:
+    """What training did for one target."""
+
+    target: str
+    model_name: str
+    version: str
+    score: float
+    cv: Mapping[str, Mapping[str, float]]
+    params: Mapping[str, Any]
+    alias_moved: bool
+    champion_before: str | None
+    champion_score: float | None
+    reason: str
+
+
+@dataclass(frozen=True)
+class TrainResult:
+    """One `train()` call: the training run, the snapshot and what happened per target."""
+
+    run_id: str
+    tracking_uri: str
+    snapshot_path: Path
+    data_digest: str
+    n_rows: int
+    targets: Mapping[str, TargetResult] = field(default_factory=dict)
+
+    @property
+    def versions(self) -> dict[str, str]:
+        """target -> registered version."""
+        return {t: r.version for t, r in self.targets.items()}
+
+    @property
+    def alias_moved(self) -> dict[str, bool]:
+        """target -> whether @champion now points at the new version."""
+        return {t: r.alias_moved for t, r in self.targets.items()}
+
+    @property
+    def cv(self) -> dict[str, Mapping[str, Mapping[str, float]]]:
+        """target -> scheme -> metrics."""
+        return {t: r.cv for t, r in self.targets.items()}
+
+
+# --- train ----------------------------------------------------------------------------------
+
+def _default_snapshot_dir(tracking_uri: str) -> Path:
+    if tracking_uri.startswith("sqlite:///"):
+        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
+        return db.resolve().parent / "hwsel-snapshots"
+    return Path("mlruns") / "hwsel-snapshots"
+
+
+def _flatten(prefix: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
+    return {f"{prefix}.{scheme}.{name}": float(value) for scheme, values in metrics.items()
+            for name, value in values.items() if math.isfinite(float(value))}
+
+
+def train(
+    source: str | os.PathLike[str] | None = None,
+    *,
+    tracking_uri: str | None = None,
+    trials: int = 30,
+    seed: int = 0,
+    experiment: str = "hwbench",
+    progress: bool = True,
+    snapshot_dir: str | os.PathLike[str] | None = None,
+) -> TrainResult:
+    """Train, evaluate and register the latency, throughput and memory predictors.
+
+    Args:
+        source: where the runs are (see `hwsel.data.load_runs`); None: the tracking store.
+        tracking_uri: MLflow store for the training run and the registry; None:
+            ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
+        trials: Optuna trials per learned target (latency, memory).
+        seed: seeds the TPE sampler and the estimators; same data + same seed = same models.
+        experiment: MLflow experiment holding the benchmark runs (for an MLflow source).
+        progress: show Optuna's progress bar.
+        snapshot_dir: where the training-table Parquet goes (default: next to the SQLite store,
+            else ``mlruns/hwsel-snapshots``); it is also logged as an artifact of the run.
+    """
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    from hwsel import registry
+    from hwsel.data import default_source
+
+    if trials < 1:
+        raise ValueError(f"trials must be >= 1, got {trials}")
+    uri = tracking_uri or default_source()
+    runs = load_runs(source if source is not None else uri, experiment=experiment)
+    table = training_table(runs)
+    if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
+        raise ValueError(f"{source or uri}: need runs of at least two models or two batch sizes, "
+                         f"found {len(table)} usable rows")
+    table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
+                              kind="mergesort").reset_index(drop=True)
+    digest = frame_digest(table.drop(columns=[c for c in ("extra", "cpu_affinity") if c in table.columns]))
+    snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
+    snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
+    X = feature_frame(table)
+
+    client = MlflowClient(tracking_uri=uri)
+    exp_id = registry.ensure_experiment(client, uri, TRAINING_EXPERIMENT)
+    stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
+    run = client.create_run(exp_id, run_name=f"train {stamp}", tags={"hwsel.kind": "training"})
+    run_id = run.info.run_id
+    status = "FAILED"
+    results: dict[str, TargetResult] = {}
+    try:
+        import sklearn
+
+        client.log_batch(run_id, params=[
+            Param("source", str(source or uri)[:500]),
+            Param("experiment", experiment),
+            Param("trials", str(trials)),
+            Param("seed", str(seed)),
+            Param("n_rows", str(len(table))),
+            Param("n_models", str(table["model"].nunique())),
+            Param("data_sha256", digest),
+            Param("sklearn_version", sklearn.__version__),
+            Param("feature_columns", ",".join(FEATURE_COLUMNS)[:6000]),
+        ], tags=[RunTag("hwsel.data_sha256", digest)])
+        client.log_artifact(run_id, str(snap_path), "data")
+        snapshot_uri = f"runs:/{run_id}/data/{snap_path.name}"
+        folds = cv_folds(table)
+        now = int(time.time() * 1000)
+
+        fitted: dict[str, Any] = {}
+        for target, (column, offset_col) in LEARNED.items():
+            y_all = np.log(table[column].to_numpy(dtype=float))
+            rows = np.isfinite(y_all)
+            sub = table.loc[rows].reset_index(drop=True)
+            Xs, ys = X.loc[rows].reset_index(drop=True), y_all[rows]
+            target_folds = folds if rows.all() else cv_folds(sub)
+            study = run_study(Xs, ys, target_folds, offset_column=offset_col, trials=trials, seed=seed,
+                              progress=progress, name=f"hwsel-{target}")
+            with one_thread():
+                model = build_estimator(study.params, offset_column=offset_col, seed=seed).fit(Xs, ys)
+            fitted[target] = (model, study, sub, Xs, ys, target_folds)
+            _log_study(client, run_id, target, study, sub, now)
+            if target == "latency":
+                tp_oof = study.oof.copy()
+                log_items = _LOG_1000 + Xs["log_batch_size"].to_numpy()[tp_oof["row"].to_numpy()]
+                tp_oof["y_true"] = log_items - tp_oof["y_true"]
+                tp_oof["y_pred"] = log_items - tp_oof["y_pred"]
+                tp_study = dataclasses.replace(study, oof=tp_oof)
+                fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), tp_study, sub, Xs,
+                                        _LOG_1000 + Xs["log_batch_size"].to_numpy() - ys, target_folds)
+                _log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
+
+        for target in registry.TARGETS:
+            model, study, sub, Xs, ys, target_folds = fitted[target]
+            cv = scheme_metrics(study.oof)
+            residual = (study.oof["y_true"] - study.oof["y_pred"]).to_numpy()
+            q10, q90 = (float(np.quantile(residual, 0.1)), float(np.quantile(residual, 0.9)))
+            metrics = {**_flatten(target, cv), f"{target}.score": study.score,
+                       f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
+            client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
+            version = registry.register(
+                client, run_id, target, model, Xs,
+                tags={"hwsel.data_sha256": digest, "hwsel.snapshot": snapshot_uri,
+                      "hwsel.training_run_id": run_id, "hwsel.score": repr(study.score),
+                      "hwsel.residual_q10": repr(q10), "hwsel.residual_q90": repr(q90),
+                      "hwsel.params": json.dumps(study.params, sort_keys=True),
+                      "hwsel.n_rows": str(len(sub))},
+            )
+            if target == "throughput":
+                # Throughput is the latency model seen through batch / latency: its champion
+                # follows latency's, so the two champions always agree with each other.
+                lat = results["latency"]
+                current = registry.champion_version(client, target)
+                moved, before = lat.alias_moved or current is None, (
+                    str(current.version) if current is not None else None)
+                champ_score = lat.champion_score
+                reason = f"follows hwsel-latency (throughput derives from it): {lat.reason}"
+                if current is None:
+                    reason = "no champion yet; " + reason
+            else:
+                moved, before, champ_score, reason = _decide(client, target, model, study.score, digest,
+                                                             Xs, ys, target_folds)
+            if moved:
+                client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
+            client.set_model_version_tag(registry.MODEL_NAMES[target], version, "hwsel.champion_decision",
+                                         reason[:5000])
+            client.log_batch(run_id, metrics=[Metric(f"{target}.alias_moved", float(moved), now, 0)]
+                             + ([Metric(f"{target}.champion_score", champ_score, now, 0)]
+                                if champ_score is not None and math.isfinite(champ_score) else []),
+                             tags=[RunTag(f"hwsel.{target}.version", version),
+                                   RunTag(f"hwsel.{target}.decision", reason[:5000])])
+            results[target] = TargetResult(target, registry.MODEL_NAMES[target], version, study.score, cv,
+                                           dict(study.params), moved, before, champ_score, reason)
+        status = "FINISHED"
+    finally:
+        client.set_terminated(run_id, status)
+    return TrainResult(run_id, uri, snap_path, digest, len(table), results)
+
+
+def _log_study(client: Any, run_id: str, target: str, study: StudyResult, sub: pd.DataFrame, now: int) -> None:
+    from mlflow.entities import Metric, Param
+
+    values = study.trials["value"].to_numpy(dtype=float)
+    client.log_batch(run_id, metrics=[Metric(f"{target}.trial_value", float(v), now, int(i))
+                                      for i, v in enumerate(values) if math.isfinite(v)],
+                     params=[Param(f"{target}.best.{k}", str(v)[:500]) for k, v in study.params.items()])
+    with tempfile.TemporaryDirectory(prefix="hwsel-train-") as tmp:
+        trials_path = Path(tmp) / f"{target}_trials.csv"
+        study.trials.to_csv(trials_path, index=False)
+        oof = study.oof.copy()
+        rows = oof["row"].to_numpy()
+        for col in ("model", "backend", "hardware", "precision", "batch_size"):
+            oof[col] = sub[col].to_numpy()[rows]
+        oof_path = Path(tmp) / f"{target}_oof.parquet"
+        oof.to_parquet(oof_path, index=False)
+        client.log_artifact(run_id, str(trials_path), "study")
+        client.log_artifact(run_id, str(oof_path), "evaluation")
+
+
+def _log_roofline_baseline(client: Any, run_id: str, sub: pd.DataFrame, Xs: pd.DataFrame,
+                           oof: pd.DataFrame, now: int) -> None:
+    from mlflow.entities import Metric
+
+    rows = oof["row"].to_numpy()
+    base = oof.assign(y_pred=Xs["log_roofline_ms"].to_numpy()[rows])
+    metrics = _flatten("roofline_latency", scheme_metrics(base))
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
+
+
+def _decide(
+    client: Any, target: str, model: Any, score: float, digest: str, X: pd.DataFrame, y: np.ndarray,
+    folds: Sequence[Fold],
+) -> tuple[bool, str | None, float | None, str]:
+    """(move alias?, champion version before, its score on this data, why)."""
+    from hwsel import registry
+
+    current = registry.champion_version(client, target)
+    if current is None:
+        return True, None, None, "no champion yet"
+    current_version = str(current.version)
+    try:
+        recipe = clone(registry.load_version_model(client, target, current_version))
+    except Exception as exc:  # an unreadable or incompatible champion cannot defend its title
+        return True, current_version, None, f"champion v{current_version} unusable ({type(exc).__name__}: {exc})"
+    try:
+        with one_thread():
+            champ_score = score_oof(out_of_fold(recipe, X, y, folds))
+    except Exception as exc:
+        return True, current_version, None, (
+            f"champion v{current_version} cannot be evaluated on this data ({type(exc).__name__}: {exc})")
+    if not math.isfinite(champ_score):
+        return True, current_version, champ_score, f"champion v{current_version} scores {champ_score}"
+    if score < champ_score - SCORE_TOLERANCE:
+        return True, current_version, champ_score, (
+            f"new score {score:.6f} < champion v{current_version} {champ_score:.6f} on the same folds")
+    same_recipe = repr(recipe.get_params(deep=True)) == repr(clone(model).get_params(deep=True))
+    old_digest = (current.tags or {}).get("hwsel.data_sha256")
+    if abs(score - champ_score) <= SCORE_TOLERANCE and same_recipe and old_digest and old_digest != digest:
+        return True, current_version, champ_score, (
+            f"same recipe and score as champion v{current_version}, trained on newer data")
+    return False, current_version, champ_score, (
+        f"new score {score:.6f} does not beat champion v{current_version} {champ_score:.6f} on the same folds")
+
+
+__all__ = [
+    "ESTIMATORS",
+    "SCHEMES",
+    "TRAINING_EXPERIMENT",
+    "Fold",
+    "OffsetRegressor",
+    "StudyResult",
+    "TargetResult",
+    "ThroughputFromLatency",
+    "TrainResult",
+    "build_estimator",
+    "cv_folds",
+    "error_metrics",
+    "one_thread",
+    "out_of_fold",
+    "run_study",
+    "scheme_metrics",
+    "score_oof",
+    "suggest",
+    "train",
+]

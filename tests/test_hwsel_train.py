@@ -1,0 +1,206 @@
+"""hwsel training, registry, features and data loading, on real runs in a real MLflow store.
+
+The store is a SQLite MLflow store in a temporary directory, filled by `MlflowSink` (the sink the
+pytest plugin uses) with records from the committed snapshot of real CPU runs
+(`benchmarks/data/cpu_runs.parquet`). Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+import uuid
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hwsel.data import CONFIG_KEYS, load_runs, training_table
+from hwsel.features import (
+    FEATURE_COLUMNS,
+    ModelInfo,
+    feature_frame,
+    query_frame,
+    resolve_model,
+    roofline,
+)
+from hwsel.registry import MODEL_NAMES, TARGETS, load_champion
+from hwsel.specs import spec_for
+from hwsel.train import train
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks import MlflowSink
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
+#: A slice of the snapshot that keeps the test fast: three architectures, three batch sizes.
+TEST_MODELS = ("bert-tiny", "resnet-tiny", "gpt2-tiny")
+
+
+def _records(frame: pd.DataFrame) -> list[BenchmarkRecord]:
+    fields = set(BenchmarkRecord.__dataclass_fields__)
+    records = []
+    for row in frame.to_dict(orient="records"):
+        data = {k: (None if isinstance(v, float) and math.isnan(v) else v) for k, v in row.items()
+                if k in fields and v is not pd.NA}
+        data = {k: v for k, v in data.items() if v is not None or k not in ("timings_ms", "extra")}
+        records.append(BenchmarkRecord.from_dict(data))
+    return records
+
+
+@pytest.fixture(scope="module")
+def snapshot_runs() -> pd.DataFrame:
+    runs = load_runs(SNAPSHOT)
+    runs = runs[runs["model"].isin(TEST_MODELS) & runs["batch_size"].isin([1, 4, 16])]
+    # Two repeats per configuration at most: enough to exercise the aggregation, fewer runs to log.
+    keys = [runs[k].map(repr) for k in CONFIG_KEYS]
+    return runs.sort_values("created_at").groupby(keys, sort=False).head(2).reset_index(drop=True)
+
+
+@pytest.fixture(scope="module")
+def store(tmp_path_factory: pytest.TempPathFactory, snapshot_runs: pd.DataFrame) -> str:
+    """A SQLite MLflow store holding the slice as one real hwbench session (parent + child runs)."""
+    root = tmp_path_factory.mktemp("mlflow")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    session = SessionInfo(session_id=uuid.uuid4().hex, started_at="2026-11-23T00:00:00+00:00", host="test")
+    records = _records(snapshot_runs.assign(session_id=session.session_id))
+    sink = MlflowSink(uri)
+    sink.open_session(session)
+    sink.write(records)
+    sink.close("finished")
+    return uri
+
+
+def test_load_runs_from_mlflow_matches_the_snapshot(store: str, snapshot_runs: pd.DataFrame) -> None:
+    runs = load_runs(store)
+    assert len(runs) == len(snapshot_runs)
+    assert runs["batch_size"].dtype.name == "Int64"  # params cast back from strings
+    assert runs["image_size"].isna().sum() == snapshot_runs["image_size"].isna().sum()  # "none" -> None
+    mine = runs.set_index("record_id").sort_index()
+    theirs = snapshot_runs.set_index("record_id").sort_index()
+    np.testing.assert_allclose(mine["latency_ms_median"], theirs["latency_ms_median"])
+    assert (mine["backend"] == theirs["backend"]).all()
+
+
+def test_train_registers_champions_and_keeps_them_on_a_rerun(store: str, tmp_path: Path) -> None:
+    first = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
+    assert first.versions == {t: "1" for t in TARGETS}
+    assert all(first.alias_moved.values())
+    assert first.snapshot_path.exists()
+    assert pd.read_parquet(first.snapshot_path).shape[0] == first.n_rows
+    for target in TARGETS:
+        assert set(first.cv[target]) == {"heldout_batch", "heldout_model"}
+        assert 0 < first.cv[target]["heldout_model"]["mape"] < 10
+
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=store)
+    for target in TARGETS:
+        mv = client.get_model_version_by_alias(MODEL_NAMES[target], "champion")
+        assert str(mv.version) == "1"
+        assert mv.tags["hwsel.data_sha256"] == first.data_digest
+        assert client.list_artifacts(first.run_id, "data")  # the snapshot travels with the run
+
+    second = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
+    assert second.versions == {t: "2" for t in TARGETS}
+    assert second.data_digest == first.data_digest
+    # Same data, same seed: the same recipe scores the same, so the champion stays.
+    assert not any(second.alias_moved.values()), {t: r.reason for t, r in second.targets.items()}
+    for target in TARGETS:
+        assert str(client.get_model_version_by_alias(MODEL_NAMES[target], "champion").version) == "1"
+        assert second.targets[target].champion_score == pytest.approx(second.targets[target].score)
+
+    # Champions predict positive, finite values in natural units; throughput agrees with latency.
+    latency, throughput, memory = (load_champion(t, tracking_uri=store) for t in TARGETS)
+    assert latency is not None and throughput is not None and memory is not None
+    assert latency.version == "1" and "heldout_model.mape" in latency.metrics
+    queries = pd.concat([
+        query_frame(resolve_model(name), hardware="cpu", backend=backend, precision="fp32", batch_size=batch)
+        for name in ("bert-tiny", "bert-base", "vit-base") for backend in ("torch", "onnxruntime")
+        for batch in (1, 8, 64)
+    ], ignore_index=True)
+    lat, tp, mem = latency.predict(queries), throughput.predict(queries), memory.predict(queries)
+    for values in (lat, tp, mem):
+        assert np.all(np.isfinite(values)) and np.all(values > 0)
+    np.testing.assert_allclose(tp, 1e3 * queries["batch_size"].to_numpy() / lat, rtol=1e-9)
+    low, high = latency.interval(queries)
+    assert np.all(low <= lat) and np.all(lat <= high)
+
+
+def test_load_champion_is_none_without_a_champion(tmp_path: Path) -> None:
+    assert load_champion("latency", tracking_uri=f"sqlite:///{tmp_path / 'none.db'}") is None
+    started = time.perf_counter()
+    assert load_champion("memory", tracking_uri="http://127.0.0.1:9") is None  # nothing listens
+    assert time.perf_counter() - started < 10
+    with pytest.raises(ValueError, match="latency, throughput, memory"):
+        load_champion("energy")
+
+
+def test_resolve_model_zoo_aliases_and_close_matches() -> None:
+    bert = resolve_model("bert-base")
+    assert bert.family == "embedding" and bert.model_type == "bert" and bert.param_count > 100e6
+    assert resolve_model("bert-base-uncased") == bert
+    assert resolve_model("google/vit-base-patch16-224").name == "vit-base"
+    assert resolve_model("openai/clip-vit-base-patch32").name == "clip-vit-b32"
+    assert resolve_model("microsoft/resnet-50").image_size == 224
+    with pytest.raises(KeyError) as info:
+        resolve_model("bert-bse")
+    message = str(info.value)
+    assert "bert-base" in message and "--config" in message and "config=" in message
+
+
+def test_resolve_model_from_a_config_directory(tmp_path: Path) -> None:
+    (tmp_path / "config.json").write_text(
+        '{"model_type": "bert", "num_hidden_layers": 1, "hidden_size": 32, "num_attention_heads": 2,'
+        ' "intermediate_size": 64, "vocab_size": 100}')
+    info = resolve_model("my-bert", config=tmp_path)
+    assert info.name == "my-bert" and info.num_layers == 1 and info.hidden_size == 32
+    assert 0 < info.param_count < 1e6 and info.flops_per_item > 0
+
+
+def test_feature_frame_columns(snapshot_runs: pd.DataFrame) -> None:
+    table = training_table(snapshot_runs)
+    features = feature_frame(table)
+    assert tuple(features.columns) == FEATURE_COLUMNS
+    assert len(features) == len(table)
+    assert "model" not in features.columns  # architecture, not names
+    numeric = features.select_dtypes("number")
+    assert np.isfinite(numeric["log_roofline_ms"]).all()
+    one = query_frame(resolve_model("bert-tiny"), hardware="cpu", backend="torch", precision="fp32",
+                      batch_size=4)
+    assert tuple(one.columns) == FEATURE_COLUMNS and len(one) == 1
+
+
+@pytest.mark.parametrize(("hardware", "device", "precision"),
+                         [("cpu", None, "fp32"), ("cuda", "NVIDIA H100 80GB HBM3", "fp16"),
+                          ("cuda", "Tesla T4", "int8"), ("mps", "Apple M2", "fp32")])
+def test_roofline_is_monotone_in_batch(hardware: str, device: str | None, precision: str) -> None:
+    model = resolve_model("bert-base")
+    estimates = [roofline(model, hardware=hardware, precision=precision, batch_size=b, device_name=device)
+                 for b in (1, 2, 4, 8, 16, 32, 64, 128)]
+    latencies = [e.latency_ms for e in estimates]
+    memories = [e.memory_mb for e in estimates]
+    assert all(a < b for a, b in zip(latencies, latencies[1:], strict=False))
+    assert all(a <= b for a, b in zip(memories, memories[1:], strict=False))
+    for e, b in zip(estimates, (1, 2, 4, 8, 16, 32, 64, 128), strict=True):
+        assert e.latency_ms == pytest.approx(max(e.compute_ms, e.memory_ms))
+        assert e.throughput == pytest.approx(b / e.latency_ms * 1e3)
+
+
+def test_device_specs() -> None:
+    assert spec_for("cuda", "NVIDIA H100 80GB HBM3").name == "h100"
+    assert spec_for("cuda", "NVIDIA H200").memory_gb == 141
+    assert spec_for("cuda", "NVIDIA A100-SXM4-40GB").name == "a100-40gb"
+    assert spec_for("cuda", "Tesla T4").tflops("bf16") == spec_for("cuda", "Tesla T4").tflops("fp32")
+    assert not spec_for("cuda", "Some Future GPU").known
+    cpu = spec_for("cpu")
+    assert cpu.kind == "cpu" and cpu.tflops("fp32") > 0
+    small = ModelInfo("x", "embedding", "bert", 1000, 1e6)
+    assert roofline(small, hardware="cpu", precision="fp32", batch_size=1).latency_ms > 0
+
+
+def test_zoo_table_matches_a_fresh_meta_build() -> None:
+    from hwsel.features import _measure_spec
+    from pytest_hwbench.models import get_model
+
+    fresh = _measure_spec(get_model("bert-tiny"))
+    assert resolve_model("bert-tiny") == fresh
