@@ -1,9 +1,16 @@
 """The model zoo: models built from transformers config classes, never downloaded.
 
 A `ModelSpec` names a config class and its kwargs, the auto class that builds the model, and
-the modality whose input factory feeds it. Parameter count and FLOPs per forward come from a
-meta-device build: no weights are allocated. Users add models with a TOML/JSON model-set file
-or a local directory holding a `config.json` (`load_model_set`, `--hwbench-model-set`).
+the modality whose input factory feeds it. Parameter count, FLOPs per forward and the peak
+activation memory come from a meta-device build: no weights are allocated, so the numbers of a
+7B model cost about a second. Users add models with a TOML/JSON model-set file or a local
+directory holding a `config.json` (`load_model_set`, `--hwbench-model-set`).
+
+The predecessor's key model set (BERT, CLAP, CLIP, DETR, LLaMA, LLaVA, Qwen2, T5, ViT, Wav2Vec2,
+Whisper, XCLIP; `KEY_MODELS`) comes in tiers: ``quick`` (two layers, hidden 64: CI smoke on any
+CPU), ``full`` (real sizes that fit a 24 GB CPU machine in fp32, e.g. TinyLlama-1.1B, Qwen2-0.5B)
+and ``large`` (real sizes for GPU runners: LLaMA-7B, Qwen2-7B, LLaVA-1.5-7B). Cases whose
+`ModelSpec.estimated_memory_mb` exceeds the target's memory are skipped (`BenchCase.unavailable`).
 """
 
 from __future__ import annotations
@@ -23,8 +30,18 @@ except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
 FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
-MODALITIES: tuple[str, ...] = ("text", "text2text", "image", "audio_features", "audio_waveform", "image_text")
-TIERS: tuple[str, ...] = ("full", "quick")
+MODALITIES: tuple[str, ...] = (
+    "text", "text2text", "image", "audio_features", "audio_waveform", "image_text",
+    "audio_text", "video_text", "image_text_tokens",
+)
+#: quick: tiny variants for CI; full: real sizes that fit a 24 GB CPU host in fp32; large: real
+#: sizes for GPU runners (their CPU cases skip on hosts without the memory).
+TIERS: tuple[str, ...] = ("full", "quick", "large")
+#: Bytes per weight at each precision. int8 is dynamic quantization of the Linear weights, so
+#: this is a floor: embeddings and norms stay fp32.
+WEIGHT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+#: Bytes per activation value: dynamic int8 quantizes weights only and keeps fp32 activations.
+ACTIVATION_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 4}
 
 
 @dataclass(frozen=True)
@@ -39,6 +56,9 @@ class ModelSpec:
     auto_class: str = "AutoModel"
     tier: str = "full"
     sequence_length: int = 128
+    #: backend name -> why this model cannot run there, for gaps no backend can detect before
+    #: a wrong result (e.g. an export that silently fixes the batch size). A skip reason.
+    backend_gaps: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
         if self.family not in FAMILIES:
@@ -108,6 +128,27 @@ class ModelSpec:
         """Parameter count, FLOPs per item and shape numbers, from a meta-device build."""
         return _architecture(self)
 
+    def weights_memory_mb(self, precision: str = "fp32") -> float:
+        """MiB the weights take at `precision` (`WEIGHT_BYTES` per parameter)."""
+        return self.architecture.param_count * _bytes(WEIGHT_BYTES, precision) / 2**20
+
+    def activation_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
+        """MiB of activations alive at the peak of one forward over `batch_size` items.
+
+        The peak is measured once, at batch 1 in fp32, on the meta device: the most bytes that
+        op outputs of the forward held at one time, the returned outputs (logits, KV cache)
+        included, weights and inputs excluded. It is scaled linearly in the batch and by
+        `ACTIVATION_BYTES` / 4 for the precision. Runtime overhead (CUDA context, allocator
+        slack, a second copy while exporting) is not in it. 0 when the forward cannot run on
+        the meta device.
+        """
+        per_item = self.architecture.activation_bytes_per_item or 0.0
+        return per_item * _bytes(ACTIVATION_BYTES, precision) / 4 * batch_size / 2**20
+
+    def estimated_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
+        """MiB one forward needs at `precision` and `batch_size`: weights plus peak activations."""
+        return self.weights_memory_mb(precision) + self.activation_memory_mb(precision, batch_size)
+
 
 @dataclass(frozen=True)
 class ModelArchitecture:
@@ -118,6 +159,15 @@ class ModelArchitecture:
     flops_per_item: float
     num_layers: int | None
     hidden_size: int | None
+    #: Peak bytes of activations of one fp32 forward at batch 1 (None: not measurable on meta).
+    activation_bytes_per_item: float | None = None
+
+
+def _bytes(table: Mapping[str, int], precision: str) -> int:
+    try:
+        return table[precision]
+    except KeyError:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(table)}") from None
 
 
 # --- input factories, one per modality -------------------------------------------------------
@@ -189,6 +239,72 @@ def _in_image_text(spec: ModelSpec, config: Any, batch: int, gen: Any) -> dict[s
     return inputs
 
 
+#: CLAP's feature extractor works at 48 kHz with a hop of 480 samples (ClapFeatureExtractor).
+_CLAP_HOP = 480
+
+
+def _clap_frames(config: Any) -> int:
+    # ClapAudioEncoder.reshape_mel2img folds (time, mel) into a spec_size x spec_size image:
+    # time is stretched to spec_size * (spec_size // num_mel_bins) frames (1024 for HTSAT, about
+    # 10 s at 48 kHz). Feed exactly that many, so the encoder does no resampling of its own.
+    audio = config.audio_config
+    return int(audio.spec_size) * (int(audio.spec_size) // int(audio.num_mel_bins))
+
+
+def _in_audio_text(spec: ModelSpec, config: Any, batch: int, gen: Any) -> dict[str, Any]:
+    import torch
+
+    # ClapModel: input_features is (batch, 1, time, mel) log-mel (4 channels only with fusion).
+    mel = int(config.audio_config.num_mel_bins)
+    inputs = _in_text(spec, config, batch, gen)
+    inputs["input_features"] = torch.randn((batch, 1, _clap_frames(config), mel), generator=gen)
+    return inputs
+
+
+def _in_video_text(spec: ModelSpec, config: Any, batch: int, gen: Any) -> dict[str, Any]:
+    import torch
+
+    # XCLIPModel: pixel_values is (batch, frames, channels, H, W) with frames == vision num_frames.
+    vision = config.vision_config
+    size = _image_size(config)
+    shape = (batch, int(vision.num_frames), int(getattr(vision, "num_channels", 3)), size, size)
+    inputs = _in_text(spec, config, batch, gen)
+    inputs["pixel_values"] = torch.randn(shape, generator=gen)
+    return inputs
+
+
+def _image_tokens(config: Any) -> int:
+    """Placeholder tokens one image takes in a LLaVA prompt: one per image feature.
+
+    LlavaModel.get_image_features keeps every patch of the chosen vision layer, and the CLS
+    token too only under the "full" strategy; get_placeholder_mask then wants exactly that many
+    image tokens in input_ids (576 for LLaVA-1.5's 336 px, patch 14).
+    """
+    vision = config.vision_config
+    patches = (int(vision.image_size) // int(vision.patch_size)) ** 2
+    return patches + (1 if config.vision_feature_select_strategy == "full" else 0)
+
+
+def _tokens_text_len(spec: ModelSpec, config: Any) -> int:
+    limit = int(config.text_config.max_position_embeddings) - _image_tokens(config)
+    return max(1, min(spec.sequence_length, limit))
+
+
+def _in_image_text_tokens(spec: ModelSpec, config: Any, batch: int, gen: Any) -> dict[str, Any]:
+    import torch
+
+    # LLaVA-style prompt: the image's placeholder tokens, then `sequence_length` text tokens
+    # (random ids that never collide with the image token).
+    image_token = int(config.image_token_index)
+    text = _ids(config, (batch, _tokens_text_len(spec, config)), gen)
+    text = torch.where(text == image_token, torch.zeros_like(text), text)
+    image = torch.full((batch, _image_tokens(config)), image_token, dtype=text.dtype)
+    ids = torch.cat([image, text], dim=1)
+    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
+    inputs.update(_in_image(spec, config, batch, gen))
+    return inputs
+
+
 _INPUTS = {
     "text": _in_text,
     "text2text": _in_text2text,
@@ -196,19 +312,33 @@ _INPUTS = {
     "audio_features": _in_audio_features,
     "audio_waveform": _in_audio_waveform,
     "image_text": _in_image_text,
+    "audio_text": _in_audio_text,
+    "video_text": _in_video_text,
+    "image_text_tokens": _in_image_text_tokens,
 }
 
+
+def _shape(sequence_length: int | None = None, image_size: int | None = None,
+           audio_samples: int | None = None) -> dict[str, int | None]:
+    return {"sequence_length": sequence_length, "image_size": image_size, "audio_samples": audio_samples}
+
+
+#: modality -> the size of one item. Keys are `BenchmarkRecord` fields: video frames have none,
+#: so a video item reports its frame size only (the frame count is in the config).
 _SHAPES = {
-    "text": lambda s, c: {"sequence_length": _text_len(s, c), "image_size": None, "audio_samples": None},
-    "text2text": lambda s, c: {"sequence_length": _text_len(s, c), "image_size": None, "audio_samples": None},
-    "image": lambda s, c: {"sequence_length": None, "image_size": _image_size(c), "audio_samples": None},
-    "audio_features": lambda s, c: {
-        "sequence_length": min(s.sequence_length, int(c.max_target_positions)),
-        "image_size": None,
-        "audio_samples": _audio_frames(c) * int(getattr(c, "hop_length", 160) or 160),
-    },
-    "audio_waveform": lambda s, c: {"sequence_length": None, "image_size": None, "audio_samples": _AUDIO_SAMPLES},
-    "image_text": lambda s, c: {"sequence_length": _text_len(s, c), "image_size": _image_size(c), "audio_samples": None},
+    "text": lambda s, c: _shape(_text_len(s, c)),
+    "text2text": lambda s, c: _shape(_text_len(s, c)),
+    "image": lambda s, c: _shape(image_size=_image_size(c)),
+    "audio_features": lambda s, c: _shape(
+        min(s.sequence_length, int(c.max_target_positions)),
+        audio_samples=_audio_frames(c) * int(getattr(c, "hop_length", 160) or 160),
+    ),
+    "audio_waveform": lambda s, c: _shape(audio_samples=_AUDIO_SAMPLES),
+    "image_text": lambda s, c: _shape(_text_len(s, c), _image_size(c)),
+    "audio_text": lambda s, c: _shape(_text_len(s, c), audio_samples=_clap_frames(c) * _CLAP_HOP),
+    "video_text": lambda s, c: _shape(_text_len(s, c), _image_size(c)),
+    # the tokens the language model sees: the image's placeholders plus the text
+    "image_text_tokens": lambda s, c: _shape(_image_tokens(c) + _tokens_text_len(s, c), _image_size(c)),
 }
 
 
@@ -226,34 +356,134 @@ def _first_attr(config: Any, names: Iterable[str]) -> int | None:
     return None
 
 
+@functools.cache
+def _meta_run_mode() -> type:
+    """A dispatch mode for a meta-device forward: records peak activation bytes, reads checks as true.
+
+    Peak: every op output with storage of its own (not a view, not an in-place result) is live
+    from its creation until its storage is freed (a weakref on the storage, so views keep it
+    alive, as they do in a real run). Meta storages have sizes, not data.
+
+    Checks: transformers reads booleans out of tensors (`padding_mask.all()` in its mask
+    helpers, LLaVA's image-token count check), which a meta tensor cannot give. A boolean
+    scalar read on meta answers True: the zoo's inputs are valid and its masks all ones, so the
+    checks hold. Other scalar reads still raise, and the caller falls back to estimates.
+    Defined on first use: this module imports torch lazily.
+    """
+    import weakref
+
+    import torch
+    from torch.utils._python_dispatch import TorchDispatchMode
+    from torch.utils._pytree import tree_leaves
+
+    class MetaRun(TorchDispatchMode):
+        def __init__(self) -> None:
+            super().__init__()
+            self.live = 0
+            self.peak = 0
+            self._refs: dict[int, Any] = {}
+
+        def _free(self, key: int, nbytes: int) -> None:
+            self.live -= nbytes
+            self._refs.pop(key, None)
+
+        def __torch_dispatch__(self, func: Any, types: Any, args: Any = (), kwargs: Any = None) -> Any:
+            if func is torch.ops.aten._local_scalar_dense.default and args[0].is_meta \
+                    and args[0].dtype == torch.bool:
+                return True
+            out = func(*args, **(kwargs or {}))
+            if any(r.alias_info is not None for r in func._schema.returns):
+                return out  # a view or an in-place result: no new memory
+            for t in tree_leaves(out):
+                if not isinstance(t, torch.Tensor):
+                    continue
+                storage = t.untyped_storage()
+                key = id(storage)
+                ref = self._refs.get(key)
+                if ref is not None and ref() is storage:
+                    continue
+                nbytes = int(storage.nbytes())
+                self.live += nbytes
+                self.peak = max(self.peak, self.live)
+                self._refs[key] = weakref.ref(storage, lambda _, k=key, n=nbytes: self._free(k, n))
+            return out
+
+    return MetaRun
+
+
+def _tied_output_weight(model: Any, embeddings: list[Any]) -> int:
+    """Size of an output head that shares its weight with an input embedding (Qwen2-0.5B)."""
+    get = getattr(model, "get_output_embeddings", None)
+    head = get() if callable(get) else None
+    weight = getattr(head, "weight", None)
+    if weight is None or not any(e.weight is weight for e in embeddings):
+        return 0
+    return int(weight.numel())
+
+
+def dense_flops_estimate(model: Any, tokens: int, num_layers: int | None, hidden_size: int | None) -> float:
+    """Forward FLOPs of a dense transformer for one item of `tokens` tokens, from its weights.
+
+    2 FLOPs per weight per token (Kaplan et al. 2020, C_forward ~ 2N) over the weights a token
+    passes through: all parameters but the embedding tables (lookups), plus an output head tied
+    to an embedding (it is a matmul however it is stored); then 4 * layers * tokens^2 * hidden
+    for the attention scores and their weighted sum. Within 0.1% of FlopCounterMode for the
+    LLaMA and Qwen2 sizes of the zoo at 128 tokens.
+    """
+    import torch
+
+    embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
+    params = sum(p.numel() for p in model.parameters())
+    matmul_weights = params - sum(e.weight.numel() for e in embeddings) + _tied_output_weight(model, embeddings)
+    attention = 4.0 * (num_layers or 0) * tokens * tokens * (hidden_size or 0)
+    return 2.0 * matmul_weights * tokens + attention
+
+
+#: What a meta-device forward raises where it cannot go on (FlopCounterMode's GQA shape assert,
+#: `.item()` on a meta tensor, a kernel without a meta implementation, a data-dependent check).
+_META_ERRORS = (AssertionError, RuntimeError, NotImplementedError, ValueError)
+
+
 def _architecture(spec: ModelSpec) -> ModelArchitecture:
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
     model = spec.build_model("meta")
     params = sum(p.numel() for p in model.parameters())
+    # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
+    # which the meta-run mode answers (see `_meta_run_mode`).
     inputs = spec.make_inputs(1, device="meta")
-    # An all-ones attention mask changes no FLOPs, but transformers inspects its values
-    # (`.item()`), which a meta tensor cannot give: count without it.
-    inputs.pop("attention_mask", None)
+    config = spec._config()
+    num_layers = _first_attr(config, ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "depths"))
+    hidden_size = _first_attr(config, ("hidden_size", "n_embd", "d_model", "hidden_sizes"))
+    live = _meta_run_mode()()
+    activations: float | None = None
     try:
         counter = FlopCounterMode(display=False)
-        with counter, torch.no_grad():
+        with live, counter, torch.no_grad():
             model(**inputs)
         flops = float(counter.get_total_flops())
-    except (AssertionError, RuntimeError, NotImplementedError):
-        # FlopCounterMode rejects grouped-query attention shapes (FACTS.md); fall back to the
-        # dense-transformer estimate 2 * (non-embedding params) * tokens.
-        embedding = sum(m.weight.numel() for m in model.modules() if isinstance(m, torch.nn.Embedding))
+        activations = float(live.peak)
+    except _META_ERRORS:
+        # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and
+        # a model may not run on meta at all: estimate from the weights instead, and measure
+        # the activations without the counter where the forward itself runs.
         tokens = spec.input_shape().get("sequence_length") or 1
-        flops = 2.0 * (params - embedding) * tokens
-    config = spec._config()
+        flops = dense_flops_estimate(model, tokens, num_layers, hidden_size)
+        live = _meta_run_mode()()
+        try:
+            with live, torch.no_grad():
+                model(**inputs)
+            activations = float(live.peak)
+        except _META_ERRORS:
+            activations = None
     return ModelArchitecture(
         model_type=str(getattr(config, "model_type", spec.config_class)),
         param_count=int(params),
         flops_per_item=flops,
-        num_layers=_first_attr(config, ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "depths")),
-        hidden_size=_first_attr(config, ("hidden_size", "n_embd", "d_model", "hidden_sizes")),
+        num_layers=num_layers,
+        hidden_size=hidden_size,
+        activation_bytes_per_item=activations,
     )
 
 
@@ -261,6 +491,33 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
 
 _TINY_TEXT = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128,
               "vocab_size": 1000}
+#: Decoder-only LMs: grouped-query attention as in the real ones (4 query heads, 2 KV heads).
+_TINY_LM = {**_TINY_TEXT, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
+_TINY_VISION = {**_TINY_TEXT, "image_size": 64, "patch_size": 16} | {"vocab_size": None}
+
+# Real sizes, written out rather than left to config defaults, which move between releases.
+#: LLaMA-7B (Llama-2-7b dims: multi-head attention, no GQA): 6.74B parameters.
+_LLAMA_7B = {"hidden_size": 4096, "intermediate_size": 11008, "num_hidden_layers": 32, "num_attention_heads": 32,
+             "num_key_value_heads": 32, "vocab_size": 32000, "max_position_embeddings": 4096}
+#: TinyLlama-1.1B: LLaMA-2 layout at 22 layers, hidden 2048, GQA with 4 KV heads: 1.10B parameters.
+_TINYLLAMA = {"hidden_size": 2048, "intermediate_size": 5632, "num_hidden_layers": 22, "num_attention_heads": 32,
+              "num_key_value_heads": 4, "vocab_size": 32000, "max_position_embeddings": 2048}
+#: CLIP ViT-L/14 at 336 px, LLaVA-1.5's vision tower: 304M parameters, 576 patches.
+_CLIP_L336 = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers": 24, "num_attention_heads": 16,
+              "image_size": 336, "patch_size": 14, "projection_dim": 768}
+#: LLaVA-1.5 pads the LLaMA vocabulary to 32064 and puts <image> at 32000.
+_LLAVA = {"image_token_index": 32000, "vision_feature_layer": -2, "vision_feature_select_strategy": "default"}
+#: Seen with torch 2.13 / transformers 5.23: LlavaModel.get_image_features turns the image batch
+#: into a Python list (`list(image_features)`), so the TorchScript exporter bakes the example
+#: batch into a Split node (onnxruntime and OpenVINO then fail at any other batch size), and the
+#: dynamo exporter stops at transformers' shape check (`torch._check_tensor_all`), which has no
+#: ONNX function, or with TRANSFORMERS_DISABLE_TORCH_CHECK=1 gives a graph fixed at batch 2.
+_LLAVA_ONNX_GAP = ("no dynamic-batch ONNX export of LLaVA: transformers' LlavaModel.get_image_features "
+                   "splits the image batch into a Python list, so the TorchScript exporter fixes the batch "
+                   "at 2 (a Split node) and the dynamo exporter has no ONNX function for aten._is_all_true")
+_LLAVA_GAPS = {"onnxruntime": _LLAVA_ONNX_GAP, "onnxruntime-trt": _LLAVA_ONNX_GAP, "openvino": _LLAVA_ONNX_GAP}
+#: DETR's ResNet-50 backbone built by transformers (not timm), without pretrained weights.
+_DETR = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 
 ZOO_SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("bert-base", "embedding", "BertConfig", "text"),
@@ -272,6 +529,45 @@ ZOO_SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("wav2vec2-base", "audio", "Wav2Vec2Config", "audio_waveform"),
     ModelSpec("clip-vit-b32", "multimodal", "CLIPConfig", "image_text", sequence_length=77,
               config_kwargs={"vision_config": {"patch_size": 32}}),
+    # CLAP consumes audio and text, as CLIP consumes images and text: multimodal, like CLIP here
+    # (the predecessor filed it under audio). laion/clap-htsat-unfused: HTSAT + RoBERTa, 153M.
+    ModelSpec("clap-htsat-unfused", "multimodal", "ClapConfig", "audio_text"),
+    # DETR-ResNet-50 (41.5M) at 800 x 800: its processor resizes the short side to 800.
+    ModelSpec("detr-resnet-50", "vision", "DetrConfig", "image",
+              {**_DETR, "backbone_config": {"model_type": "resnet",
+                                            "out_features": ["stage1", "stage2", "stage3", "stage4"]},
+               "num_labels": 91, "image_size": 800},
+              auto_class="AutoModelForObjectDetection"),
+    # microsoft/xclip-base-patch32: 8 frames of 224 px, 197M.
+    ModelSpec("xclip-base-p32", "multimodal", "XCLIPConfig", "video_text", sequence_length=77),
+    ModelSpec("tinyllama-1.1b", "text_generation", "LlamaConfig", "text", _TINYLLAMA,
+              auto_class="AutoModelForCausalLM"),
+    # Qwen2-0.5B: GQA (14 query, 2 KV heads), output head tied to the embedding: 494M.
+    ModelSpec("qwen2-0.5b", "text_generation", "Qwen2Config", "text",
+              {"hidden_size": 896, "intermediate_size": 4864, "num_hidden_layers": 24, "num_attention_heads": 14,
+               "num_key_value_heads": 2, "vocab_size": 151936, "max_position_embeddings": 32768,
+               "tie_word_embeddings": True},
+              auto_class="AutoModelForCausalLM"),
+    # A LLaVA that fits a CPU host: LLaVA-1.5's vision tower and projector on TinyLlama-1.1B
+    # (the TinyLLaVA recipe), 1.41B.
+    ModelSpec("llava-tinyllama-1.4b", "multimodal", "LlavaConfig", "image_text_tokens",
+              {**_LLAVA, "vision_config": {"model_type": "clip_vision_model", **_CLIP_L336},
+               "text_config": {"model_type": "llama", **_TINYLLAMA, "vocab_size": 32064}},
+              auto_class="AutoModelForImageTextToText", backend_gaps=_LLAVA_GAPS),
+    # the large tier: real sizes for GPU runners
+    ModelSpec("llama-7b", "text_generation", "LlamaConfig", "text", _LLAMA_7B,
+              auto_class="AutoModelForCausalLM", tier="large"),
+    # Qwen2-7B: GQA (28 query, 4 KV heads), untied head: 7.62B.
+    ModelSpec("qwen2-7b", "text_generation", "Qwen2Config", "text",
+              {"hidden_size": 3584, "intermediate_size": 18944, "num_hidden_layers": 28, "num_attention_heads": 28,
+               "num_key_value_heads": 4, "vocab_size": 152064, "max_position_embeddings": 32768,
+               "tie_word_embeddings": False},
+              auto_class="AutoModelForCausalLM", tier="large"),
+    # llava-hf/llava-1.5-7b-hf: CLIP ViT-L/14-336 + Vicuna-7B (LLaMA-7B dims), 7.06B.
+    ModelSpec("llava-7b", "multimodal", "LlavaConfig", "image_text_tokens",
+              {**_LLAVA, "vision_config": {"model_type": "clip_vision_model", **_CLIP_L336},
+               "text_config": {"model_type": "llama", **_LLAMA_7B, "vocab_size": 32064}},
+              auto_class="AutoModelForImageTextToText", tier="large", backend_gaps=_LLAVA_GAPS),
     # the quick tier: same architectures, two layers, hidden 64
     ModelSpec("bert-tiny", "embedding", "BertConfig", "text", _TINY_TEXT, tier="quick", sequence_length=32),
     ModelSpec("gpt2-tiny", "text_generation", "GPT2Config", "text",
@@ -280,8 +576,7 @@ ZOO_SPECS: tuple[ModelSpec, ...] = (
     ModelSpec("t5-tiny", "text_generation", "T5Config", "text2text",
               {"num_layers": 2, "num_decoder_layers": 2, "d_model": 64, "d_kv": 32, "d_ff": 128, "num_heads": 2,
                "vocab_size": 1000}, auto_class="AutoModelForSeq2SeqLM", tier="quick", sequence_length=32),
-    ModelSpec("vit-tiny", "vision", "ViTConfig", "image",
-              {**_TINY_TEXT, "image_size": 64, "patch_size": 16} | {"vocab_size": None}, tier="quick"),
+    ModelSpec("vit-tiny", "vision", "ViTConfig", "image", _TINY_VISION, tier="quick"),
     ModelSpec("resnet-tiny", "vision", "ResNetConfig", "image",
               {"embedding_size": 16, "hidden_sizes": [16, 32], "depths": [1, 1], "layer_type": "basic",
                "image_size": 64}, tier="quick"),
@@ -296,10 +591,59 @@ ZOO_SPECS: tuple[ModelSpec, ...] = (
               tier="quick"),
     ModelSpec("clip-tiny", "multimodal", "CLIPConfig", "image_text",
               {"text_config": {**_TINY_TEXT, "max_position_embeddings": 77} | {"vocab_size": None},
-               "vision_config": {**_TINY_TEXT, "image_size": 64, "patch_size": 16} | {"vocab_size": None},
+               "vision_config": _TINY_VISION, "projection_dim": 32},
+              tier="quick", sequence_length=32),
+    ModelSpec("clap-tiny", "multimodal", "ClapConfig", "audio_text",
+              {"text_config": {**_TINY_TEXT, "max_position_embeddings": 66},
+               # two Swin stages: 16 -> 32 channels, spec 64 x 64 from 256 frames of 16 mel bins
+               "audio_config": {"spec_size": 64, "num_mel_bins": 16, "patch_embeds_hidden_size": 32,
+                                "hidden_size": 64, "depths": [1, 1], "num_attention_heads": [2, 2],
+                                "window_size": 4},
                "projection_dim": 32},
               tier="quick", sequence_length=32),
+    ModelSpec("detr-tiny", "vision", "DetrConfig", "image",
+              {**_DETR, "backbone_config": {"model_type": "resnet", "embedding_size": 16, "hidden_sizes": [16, 32],
+                                            "depths": [1, 1], "layer_type": "basic",
+                                            "out_features": ["stage1", "stage2"]},
+               "d_model": 64, "encoder_layers": 2, "decoder_layers": 2, "encoder_attention_heads": 2,
+               "decoder_attention_heads": 2, "encoder_ffn_dim": 128, "decoder_ffn_dim": 128, "num_queries": 10,
+               "num_labels": 91, "image_size": 64},
+              auto_class="AutoModelForObjectDetection", tier="quick"),
+    ModelSpec("xclip-tiny", "multimodal", "XCLIPConfig", "video_text",
+              {"text_config": {**_TINY_TEXT, "max_position_embeddings": 77},
+               "vision_config": {**_TINY_VISION, "num_frames": 4, "mit_hidden_size": 64, "mit_intermediate_size": 128,
+                                 "mit_num_hidden_layers": 1, "mit_num_attention_heads": 2},
+               "projection_dim": 64, "prompt_num_attention_heads": 2},
+              tier="quick", sequence_length=32),
+    ModelSpec("llama-tiny", "text_generation", "LlamaConfig", "text", _TINY_LM,
+              auto_class="AutoModelForCausalLM", tier="quick", sequence_length=32),
+    ModelSpec("qwen2-tiny", "text_generation", "Qwen2Config", "text", _TINY_LM,
+              auto_class="AutoModelForCausalLM", tier="quick", sequence_length=32),
+    # 16 image tokens (64 px, patch 16) + 32 text tokens; <image> is id 1000 of 1024
+    ModelSpec("llava-tiny", "multimodal", "LlavaConfig", "image_text_tokens",
+              {"image_token_index": 1000, "vision_feature_layer": -2, "vision_feature_select_strategy": "default",
+               "vision_config": {"model_type": "clip_vision_model", **_TINY_VISION, "projection_dim": 32},
+               "text_config": {"model_type": "llama", **_TINY_LM, "vocab_size": 1024}},
+              auto_class="AutoModelForImageTextToText", tier="quick", sequence_length=32,
+              backend_gaps=_LLAVA_GAPS),
 )
+
+#: The predecessor's key model set (model-benchmarking-guide): architecture -> its zoo variants,
+#: smallest first. LLaVA-Next is left out: it is LLaVA with image tiling.
+KEY_MODELS: dict[str, tuple[str, ...]] = {
+    "BERT": ("bert-tiny", "bert-base"),
+    "CLAP": ("clap-tiny", "clap-htsat-unfused"),
+    "CLIP": ("clip-tiny", "clip-vit-b32"),
+    "DETR": ("detr-tiny", "detr-resnet-50"),
+    "LLaMA": ("llama-tiny", "tinyllama-1.1b", "llama-7b"),
+    "LLaVA": ("llava-tiny", "llava-tinyllama-1.4b", "llava-7b"),
+    "Qwen2": ("qwen2-tiny", "qwen2-0.5b", "qwen2-7b"),
+    "T5": ("t5-tiny", "t5-small"),
+    "ViT": ("vit-tiny", "vit-base"),
+    "Wav2Vec2": ("wav2vec2-tiny", "wav2vec2-base"),
+    "Whisper": ("whisper-micro", "whisper-tiny"),
+    "XCLIP": ("xclip-tiny", "xclip-base-p32"),
+}
 
 
 def _clean(spec: ModelSpec) -> ModelSpec:
@@ -349,6 +693,10 @@ _MODEL_TYPES: dict[str, tuple[str, str, str]] = {
     "whisper": ("audio", "audio_features", "AutoModel"),
     "wav2vec2": ("audio", "audio_waveform", "AutoModel"),
     "clip": ("multimodal", "image_text", "AutoModel"),
+    "clap": ("multimodal", "audio_text", "AutoModel"),
+    "xclip": ("multimodal", "video_text", "AutoModel"),
+    "llava": ("multimodal", "image_text_tokens", "AutoModelForImageTextToText"),
+    "detr": ("vision", "image", "AutoModelForObjectDetection"),
 }
 
 
@@ -361,7 +709,8 @@ def _spec_from_dir(path: Path) -> ModelSpec:
             f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead."
         )
     family, modality, auto = _MODEL_TYPES[model_type]
-    return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto)
+    gaps = _LLAVA_GAPS if model_type == "llava" else {}
+    return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
 
 
 def load_model_set(path: str | Path) -> list[ModelSpec]:
@@ -410,12 +759,17 @@ def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float)
 
 
 __all__ = [
+    "ACTIVATION_BYTES",
     "FAMILIES",
+    "KEY_MODELS",
     "MODALITIES",
     "MODELS",
+    "TIERS",
+    "WEIGHT_BYTES",
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",
+    "dense_flops_estimate",
     "get_model",
     "load_model_set",
     "register_model",

@@ -52,8 +52,85 @@ class BenchCase:
         return (self.model, self.backend, self.hardware, self.precision)
 
     def unavailable(self, hw: HardwareInfo | None = None) -> str | None:
-        """None when this case can run here, else the skip reason."""
-        return get_backend(self.backend).unavailable(self.hardware, self.precision, hw or detect_hardware())
+        """None when this case can run here, else the skip reason.
+
+        The backend's reason comes first (hardware, runtime, precision); then the model's known
+        gap on this backend (`ModelSpec.backend_gaps`); then memory: a case whose
+        `ModelSpec.estimated_memory_mb` does not fit its device is skipped before it is built
+        (`memory_shortfall`).
+        """
+        hw = hw or detect_hardware()
+        reason = get_backend(self.backend).unavailable(self.hardware, self.precision, hw)
+        if reason:
+            return reason
+        try:
+            gap = get_model(self.model).backend_gaps.get(self.backend)
+        except KeyError:  # an unknown model fails in its run, with the zoo's hint
+            gap = None
+        return f"{self.model} on {self.backend}: {gap}" if gap else memory_shortfall(self, hw)
+
+
+#: Share of a device's memory a case may plan to use: the OS, the Python process, the runtime
+#: (CUDA context, allocator slack) and the estimate's own error need the rest.
+MEMORY_USABLE_SHARE = 0.9
+
+
+def _device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
+    """Memory of the device a case on `hardware` runs on: host RAM for the CPU, the smallest
+    device of an accelerator target; None where detection gives no figure (mps, OpenVINO
+    devices, ...), and then only the host check applies."""
+    if hardware == "cpu":
+        return _host_memory_mb(hw)
+    target = hw.targets.get(hardware)
+    if target is None or not target.available:
+        return None
+    sizes = [d.memory_mb for d in target.devices if d.memory_mb]
+    return float(min(sizes)) if sizes else None
+
+
+def _host_memory_mb(hw: HardwareInfo) -> float | None:
+    cpu = hw.targets.get("cpu")
+    memory = cpu.details.get("memory_mb") if cpu is not None else None
+    return float(memory) if memory else None
+
+
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB"
+
+
+def memory_shortfall(case: BenchCase, hw: HardwareInfo) -> str | None:
+    """None when `case` fits in memory here, else a skip reason naming the figures.
+
+    Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports:
+    - the device: weights at the case's precision plus peak activations at its batch size
+      (`ModelSpec.estimated_memory_mb`) against host RAM (cpu) or the accelerator's memory;
+    - the host: every backend builds the seeded model in fp32 on the host before it casts,
+      moves or exports it, so fp32 weights must fit in host RAM whatever the target.
+    The quick tier is tiny by contract (CI smoke on any machine) and is not estimated: the
+    estimate builds the model on the meta device, which imports torch and transformers at
+    collection. A model that cannot be built or measured is not skipped here: its run fails
+    with the error.
+    """
+    try:
+        spec = get_model(case.model)
+        if spec.tier == "quick":
+            return None
+        need = spec.estimated_memory_mb(case.precision, case.batch_size)
+        build = spec.weights_memory_mb("fp32")
+        weights = spec.weights_memory_mb(case.precision)
+    except Exception:  # unknown or unbuildable model: the run records the error itself
+        return None
+    usable = f"{MEMORY_USABLE_SHARE:.0%} usable"
+    device = _device_memory_mb(case.hardware, hw)
+    if device is not None and need > device * MEMORY_USABLE_SHARE:
+        return (f"needs ~{_gib(need)} for {case.model} {case.precision} at batch {case.batch_size} "
+                f"({_gib(weights)} weights + {_gib(need - weights)} activations), "
+                f"{case.hardware} has {_gib(device)} ({usable})")
+    host = _host_memory_mb(hw)
+    if host is not None and build > host * MEMORY_USABLE_SHARE:
+        return (f"needs ~{_gib(build)} of host memory to build {case.model} in fp32 before running it at "
+                f"{case.precision} on {case.hardware}, cpu has {_gib(host)} ({usable})")
+    return None
 
 
 @dataclass(frozen=True)
@@ -220,4 +297,4 @@ class Runner:
         )
 
 
-__all__ = ["MODES", "BenchCase", "CaseResult", "Runner", "failed_record"]
+__all__ = ["MEMORY_USABLE_SHARE", "MODES", "BenchCase", "CaseResult", "Runner", "failed_record", "memory_shortfall"]
