@@ -400,6 +400,7 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
 
 
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Skip by capability at collection, so absent hardware costs no fixture set-up.
     hw = None

@@ -276,12 +276,24 @@ class Runner:
         spec = get_model(case.model)
         loaded, load_time, cached = self._load(case, spec, device_index)
         call = loaded.prepare(spec.make_inputs(case.batch_size))
-        tracker = LatencyTracker(loaded.timer, loaded.sync)
-        memory = MemoryTracker(loaded.device_kind, loaded.device_index)
-        with memory.track():
-            cold = tracker.time_once(call)
-            latency = tracker.run(call, self.timing)
-        assert memory.result is not None
+        details = dict(loaded.details or {})
+        if loaded.timer == "remote":
+            # Measured on a remote device (Qualcomm AI Hub): the backend's prepare() ran the
+            # profile job and left the per-iteration times and peak memory in details.
+            remote = details.pop("remote_timings_ms", None)
+            if not remote:
+                raise RuntimeError(f"{case.backend}: timer 'remote' but no details['remote_timings_ms']")
+            latency = Latency.from_values(remote)
+            cold = latency.values_ms[0]
+            memory_result = Memory(None, details.pop("remote_peak_device_memory_mb", None))
+        else:
+            tracker = LatencyTracker(loaded.timer, loaded.sync)
+            memory = MemoryTracker(loaded.device_kind, loaded.device_index)
+            with memory.track():
+                cold = tracker.time_once(call)
+                latency = tracker.run(call, self.timing)
+            assert memory.result is not None
+            memory_result = memory.result
         return CaseResult(
             case=case,
             spec=spec,
@@ -291,9 +303,9 @@ class Runner:
             latency=latency,
             cold_latency_ms=cold,
             load_time_s=load_time,
-            memory=memory.result,
+            memory=memory_result,
             load_cached=cached,
-            details=dict(loaded.details or {}),
+            details=details,
         )
 
 

@@ -19,6 +19,7 @@ from pytest_hwbench.backends.base import get_backend
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import detect_hardware
 from pytest_hwbench.models import MODELS
+from pytest_hwbench.runner import BenchCase
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")
@@ -59,7 +60,8 @@ def _check(backend: str, name: str, precision: str, references: dict[str, Any],
     """Load once; at batch 1 and 4 compare every output with torch eager fp32; return the load."""
     tolerance = TOLERANCE[precision] if tolerance is None else tolerance
     b = get_backend(backend)
-    reason = b.unavailable("cpu", precision, detect_hardware())
+    # The case's own check: the backend's reasons and the model's known gaps on it.
+    reason = BenchCase(name, backend, "cpu", precision, 1).unavailable(detect_hardware())
     if reason:
         pytest.skip(reason)
     spec = MODELS[name]
