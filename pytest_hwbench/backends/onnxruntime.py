@@ -174,7 +174,7 @@ class OnnxRuntimeBackend:
         provider = self.providers[hardware]
         providers = list(target.details.get("providers", ()))
         if provider not in providers:
-            return f"{self.name}: {provider} not available (providers: {', '.join(providers) or 'none'})"
+            return f"{hardware}: {self.name} {provider} not available (providers: {', '.join(providers) or 'none'})"
         allowed = self._precisions_for(hardware)
         if precision not in allowed:
             return f"{precision}: {self.name} runs {', '.join(allowed)} on {hardware} ({provider})"
