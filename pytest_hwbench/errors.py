@@ -22,4 +22,9 @@ class PrecisionMismatch(HwbenchError):
     """The runtime ran a different precision from the one asked for."""
 
 
-__all__ = ["HwbenchError", "HwbenchWarning", "PrecisionMismatch", "UnsupportedCase"]
+class OutOfMemory(HwbenchError):
+    """A case ran out of device or host memory. Its memory has been freed; the case is recorded
+    as failed (data for the compatibility matrix) and the next case runs."""
+
+
+__all__ = ["HwbenchError", "HwbenchWarning", "OutOfMemory", "PrecisionMismatch", "UnsupportedCase"]

@@ -23,11 +23,12 @@ import pytest
 
 from . import hookspecs
 from .backends.base import registered_backends
-from .errors import UnsupportedCase
+from .errors import OutOfMemory, UnsupportedCase
 from .hardware import PRECISIONS, HardwareInfo, detect_hardware
 from .models import FAMILIES, MODELS, ModelSpec, get_model, load_model_set, register_model
 from .record import BenchmarkRecord, SessionInfo
-from .runner import BenchCase, CaseResult, Runner, failed_record
+from .runner import DEFAULT_NEW_TOKENS, MODES, BenchCase, CaseResult, Runner, failed_record
+from .scenarios import get_scenario
 from .trackers import TimingConfig
 from .tracking import Tracker, TrackingConfig
 
@@ -42,12 +43,14 @@ HARDWARE_MARKERS: dict[str, str] = {
 }
 OTHER_MARKERS: dict[str, str] = {
     "quick": "tiny model variants, for CI smoke runs",
-    "inference": "forward-pass benchmark cases",
-    "training": "training-step benchmark cases",
-    "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=)":
-        "narrow the hwbench_case grid of one test",
+    "inference": "forward-pass benchmark cases (mode inference)",
+    "generate": "text generation cases: time to first token, per-token decode, tokens/s (mode generate)",
+    "train": "training-step cases: forward, backward, optimizer step (mode train)",
+    "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=, modes=, new_tokens=, "
+    "input_lengths=)": "narrow the hwbench_case grid of one test",
 }
-HWBENCH_MARKER_KWARGS = frozenset({"models", "families", "backends", "precisions", "batch_sizes", "hardware"})
+HWBENCH_MARKER_KWARGS = frozenset({"models", "families", "backends", "precisions", "batch_sizes", "hardware",
+                                   "modes", "new_tokens", "input_lengths"})
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
 
@@ -120,6 +123,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-precisions", dest="hwbench_precisions",
                     type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
                     help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
+    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", MODES),
+                    default=None, metavar="M,..",
+                    help=f"modes: {', '.join(MODES)} (default: inference, or what the test's hwbench marker names)")
+    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens", type=_batch_sizes, default=None,
+                    metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
+    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths", type=_batch_sizes, default=None,
+                    metavar="N,..", help="text input (prompt) lengths in tokens (default: each model's own)")
     group.addoption("--hwbench-backends", dest="hwbench_backends", type=_split, default=None, metavar="NAMES",
                     help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
     group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
@@ -350,35 +360,57 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
     narrowed = narrowed or {}
     hw = detect_hardware()
 
-    def pick(option: str, key: str) -> tuple[Any, ...] | None:
-        # A marker narrows the test, the command line narrows the run: both apply.
+    def pick(option: str, key: str, default: Any) -> Any:
+        # A marker narrows the test, the command line narrows the run: both apply (and may
+        # leave nothing, e.g. a generate-only test under --hwbench-modes inference).
         from_option, from_marker = config.getoption(option), narrowed.get(key)
         if from_option and from_marker:
             return tuple(v for v in from_marker if v in from_option)
-        return tuple(from_option or from_marker or ()) or None
+        chosen = from_option or from_marker
+        return tuple(chosen) if chosen else default
 
     backends = registered_backends()
-    models = pick("hwbench_models", "models") or tuple(MODELS)
-    families = pick("hwbench_families", "families")
-    batch_sizes = pick("hwbench_batch_sizes", "batch_sizes") or DEFAULT_BATCH_SIZES
-    precisions = pick("hwbench_precisions", "precisions")
-    wanted_backends = pick("hwbench_backends", "backends") or tuple(backends)
+    models = pick("hwbench_models", "models", tuple(MODELS))
+    families = pick("hwbench_families", "families", None)
+    batch_sizes = pick("hwbench_batch_sizes", "batch_sizes", DEFAULT_BATCH_SIZES)
+    precisions = pick("hwbench_precisions", "precisions", None)
+    wanted_backends = pick("hwbench_backends", "backends", tuple(backends))
     wanted_hardware = narrowed.get("hardware")
+    modes = pick("hwbench_modes", "modes", ("inference",))
+    new_tokens = pick("hwbench_new_tokens", "new_tokens", (DEFAULT_NEW_TOKENS,))
+    input_lengths = pick("hwbench_input_lengths", "input_lengths", (None,))
     cases = []
-    for name in models:
-        spec: ModelSpec = get_model(name)
-        if families and spec.family not in families:
-            continue
-        for backend_name in wanted_backends:
-            backend = backends[backend_name]
-            for hardware in backend.hardware:
-                if wanted_hardware and hardware not in wanted_hardware:
+    for mode in modes:
+        scenario = get_scenario(mode) if mode != "inference" else None
+        for name in models:
+            spec: ModelSpec = get_model(name)
+            if families is not None and spec.family not in families:
+                continue
+            if scenario is not None and not scenario.supports(spec):
+                continue  # e.g. generate on an encoder: no case, rather than a skip per grid point
+            lengths = input_lengths if spec.modality in _TEXT_MODALITIES else (None,)
+            for backend_name in wanted_backends:
+                if scenario is not None and backend_name not in scenario.backends:
                     continue
-                for precision in precisions or backend.default_precisions(hardware, hw):
-                    for batch in batch_sizes:
-                        cases.append(BenchCase(name, backend_name, hardware, precision, int(batch)))
+                backend = backends[backend_name]
+                for hardware in backend.hardware:
+                    if wanted_hardware and hardware not in wanted_hardware:
+                        continue
+                    defaults = backend.default_precisions(hardware, hw)
+                    if scenario is not None:  # asked-for precisions the mode lacks skip with its reason
+                        defaults = tuple(p for p in defaults if p in scenario.precisions)
+                    for precision in (precisions if precisions is not None else defaults):
+                        for length in lengths:
+                            for tokens in (new_tokens if mode == "generate" else (None,)):
+                                for batch in batch_sizes:
+                                    cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
+                                                           mode, tokens, length))
     config.hook.pytest_hwbench_modify_cases(config=config, cases=cases)
     return cases
+
+
+#: Modalities whose main input is a token sequence, which ``input_lengths`` sets.
+_TEXT_MODALITIES = frozenset({"text", "text2text"})
 
 
 def _param(case: BenchCase) -> Any:
@@ -433,7 +465,11 @@ class Hwbench:
         self.record: BenchmarkRecord | None = None
 
     def measure(self, case: BenchCase) -> CaseResult:
-        """Measure `case`; skip when the backend cannot run it here; a crash is a failed record."""
+        """Measure `case`; skip when the backend cannot run it here; a crash is a failed record.
+
+        Running out of memory is an outcome, not a bug: the failed record keeps the error (data
+        for the compatibility matrix), the memory is freed and the test is reported xfailed.
+        """
         state, node = self._state, self._request.node
         placement = state.placement
         common = {"nodeid": node.nodeid, "worker": placement.worker, "cpu_affinity": placement.cpu_affinity}
@@ -441,6 +477,10 @@ class Hwbench:
             result = state.runner.run(case, placement.device_index)
         except UnsupportedCase as exc:
             pytest.skip(str(exc))
+        except OutOfMemory as exc:
+            self.record = failed_record(case, state.session_id, exc, **common)
+            node.stash[_RECORD] = self.record
+            pytest.xfail(f"{case.id}: {exc} (recorded as a failed case)")
         except Exception as exc:
             self.record = failed_record(case, state.session_id, exc, **common)
             node.stash[_RECORD] = self.record

@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 Status = Literal["passed", "failed"]
 STATUSES: tuple[str, ...] = ("passed", "failed")
@@ -36,6 +36,7 @@ PARAM_FIELDS: tuple[str, ...] = (
     "param_count",
     "flops_per_forward",
     "threads",
+    "new_tokens",
 )
 
 #: Metrics: what a case *measured*. Missing values are None (e.g. device memory on CPU).
@@ -56,6 +57,12 @@ METRIC_FIELDS: tuple[str, ...] = (
     "peak_host_rss_mb",
     "peak_device_memory_mb",
     "achieved_tflops",
+    "compile_time_s",
+    "ttft_ms",
+    "decode_ms_per_token",
+    "tokens_per_s",
+    "energy_j_per_item",
+    "avg_power_w",
 )
 
 
@@ -87,6 +94,8 @@ class BenchmarkRecord:
     param_count: int | None = None
     flops_per_forward: float | None = None
     threads: int | None = None
+    #: generate mode: tokens generated per sequence (prompt length is `sequence_length`)
+    new_tokens: int | None = None
     # metrics
     latency_ms_mean: float | None = None
     latency_ms_median: float | None = None
@@ -104,6 +113,17 @@ class BenchmarkRecord:
     peak_host_rss_mb: float | None = None
     peak_device_memory_mb: float | None = None
     achieved_tflops: float | None = None
+    #: compiled backends: seconds spent compiling for this case's input shape (not in latency)
+    compile_time_s: float | None = None
+    #: generate mode: time to first token (prefill + one decode step), median
+    ttft_ms: float | None = None
+    #: generate mode: each further token, (full - ttft) / (new_tokens - 1), medians
+    decode_ms_per_token: float | None = None
+    #: generate mode: generated tokens per second over the batch
+    tokens_per_s: float | None = None
+    #: energy per item from the device's counter (NVML), where it can be read
+    energy_j_per_item: float | None = None
+    avg_power_w: float | None = None
     # raw per-iteration timings, milliseconds
     timings_ms: tuple[float, ...] = ()
     # context
@@ -193,7 +213,8 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     Unknown keys (written by a newer version) move into `extra` instead of failing.
     """
     out = dict(data)
-    # Version 1 is the first schema: nothing to back-fill yet. Later versions add steps here.
+    # Version 2 added new_tokens and the compile/generation/energy metrics: all optional, so a
+    # version-1 record reads as one that measured none of them. Later versions add steps here.
     out["schema_version"] = SCHEMA_VERSION
     extra = dict(out.get("extra") or {})
     for key in list(out):

@@ -6,6 +6,7 @@ Works without pytest: `Runner().run(BenchCase(...))` from a script or notebook g
 
 from __future__ import annotations
 
+import dataclasses
 import gc
 import socket
 import time
@@ -14,17 +15,28 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from .backends.base import LoadedModel, get_backend
+from .errors import OutOfMemory
 from .hardware import PRECISIONS, HardwareInfo, detect_hardware
 from .models import ModelSpec, achieved_tflops, get_model
-from .record import BenchmarkRecord
+from .record import METRIC_FIELDS, BenchmarkRecord
+from .scenarios import get_scenario
 from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
 
-MODES: tuple[str, ...] = ("inference",)
+#: ``inference``: one forward through a backend; ``generate``: one fixed-length ``generate()``
+#: call; ``train``: one optimizer step (see `pytest_hwbench.scenarios`).
+MODES: tuple[str, ...] = ("inference", "generate", "train")
+#: Tokens a generate case makes per sequence when none is given.
+DEFAULT_NEW_TOKENS = 32
 
 
 @dataclass(frozen=True)
 class BenchCase:
-    """One point of the benchmark grid."""
+    """One point of the benchmark grid.
+
+    `new_tokens` (generate mode only, default `DEFAULT_NEW_TOKENS`) is the number of tokens each
+    sequence generates; `input_length` replaces the model's sequence length (the prompt length
+    in generate mode) for text inputs.
+    """
 
     model: str
     backend: str
@@ -32,6 +44,8 @@ class BenchCase:
     precision: str
     batch_size: int
     mode: str = "inference"
+    new_tokens: int | None = None
+    input_length: int | None = None
 
     def __post_init__(self) -> None:
         if self.batch_size < 1:
@@ -40,16 +54,39 @@ class BenchCase:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
         if self.mode not in MODES:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        if self.mode == "generate":
+            if self.new_tokens is None:
+                object.__setattr__(self, "new_tokens", DEFAULT_NEW_TOKENS)
+            elif self.new_tokens < 1:
+                raise ValueError(f"new_tokens must be >= 1, got {self.new_tokens}")
+        elif self.new_tokens is not None:
+            raise ValueError(f"new_tokens applies to generate mode only, not {self.mode!r}")
+        if self.input_length is not None and self.input_length < 1:
+            raise ValueError(f"input_length must be >= 1, got {self.input_length}")
 
     @property
     def id(self) -> str:
-        """Readable case id, e.g. ``bert-base-cpu-torch-fp32-b8``."""
-        return f"{self.model}-{self.hardware}-{self.backend}-{self.precision}-b{self.batch_size}"
+        """Readable case id, e.g. ``bert-base-cpu-torch-fp32-b8``, ``gpt2-cpu-torch-fp32-b1-generate-out32``."""
+        base = f"{self.model}-{self.hardware}-{self.backend}-{self.precision}-b{self.batch_size}"
+        if self.mode != "inference":
+            base += f"-{self.mode}"
+        if self.input_length is not None:
+            base += f"-in{self.input_length}"
+        if self.new_tokens is not None:
+            base += f"-out{self.new_tokens}"
+        return base
 
     @property
-    def load_key(self) -> tuple[str, str, str, str]:
+    def load_key(self) -> tuple[str, ...]:
         """Cases with the same key share one loaded model."""
-        return (self.model, self.backend, self.hardware, self.precision)
+        return (self.model, self.backend, self.hardware, self.precision, self.mode)
+
+    def spec(self) -> ModelSpec:
+        """The zoo model, with `input_length` as its sequence length when given."""
+        spec = get_model(self.model)
+        if self.input_length is not None and self.input_length != spec.sequence_length:
+            spec = dataclasses.replace(spec, sequence_length=self.input_length)
+        return spec
 
     def unavailable(self, hw: HardwareInfo | None = None) -> str | None:
         """None when this case can run here, else the skip reason.
@@ -64,9 +101,18 @@ class BenchCase:
         if reason:
             return reason
         try:
-            gap = get_model(self.model).backend_gaps.get(self.backend)
+            spec: ModelSpec | None = self.spec()
         except KeyError:  # an unknown model fails in its run, with the zoo's hint
-            gap = None
+            spec = None
+        if self.mode != "inference":
+            scenario = get_scenario(self.mode)
+            if self.backend not in scenario.backends:
+                return f"{self.mode}: runs on {', '.join(scenario.backends)}; {self.backend} runs inference only"
+            if spec is not None:
+                reason = scenario.unavailable(spec, self.backend, self.hardware, self.precision, hw)
+                if reason:
+                    return reason
+        gap = spec.backend_gaps.get(self.backend) if spec is not None else None
         return f"{self.model} on {self.backend}: {gap}" if gap else memory_shortfall(self, hw)
 
 
@@ -112,7 +158,7 @@ def memory_shortfall(case: BenchCase, hw: HardwareInfo) -> str | None:
     with the error.
     """
     try:
-        spec = get_model(case.model)
+        spec = case.spec()
         if spec.tier == "quick":
             return None
         need = spec.estimated_memory_mb(case.precision, case.batch_size)
@@ -148,6 +194,8 @@ class CaseResult:
     memory: Memory
     load_cached: bool
     details: dict[str, Any] = field(default_factory=dict)
+    #: further metrics named as `BenchmarkRecord` fields (compile time, time to first token...)
+    metrics: dict[str, float] = field(default_factory=dict)
 
     @property
     def throughput(self) -> float:
@@ -187,6 +235,7 @@ class CaseResult:
             worker=worker,
             cpu_affinity=cpu_affinity,
             extra={"load_cached": self.load_cached, **self.details, **(extra or {})},
+            **self.metrics,
         )
 
 
@@ -207,6 +256,7 @@ def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str) -> di
         "hardware": case.hardware,
         "mode": case.mode,
         "batch_size": case.batch_size,
+        "new_tokens": case.new_tokens,
         "param_count": arch.param_count if arch else None,
         "flops_per_forward": arch.flops_per_item * case.batch_size if arch else None,
         **shape,
@@ -218,7 +268,7 @@ def failed_record(case: BenchCase, session_id: str, error: BaseException | str, 
                   worker: str = "main", cpu_affinity: tuple[int, ...] = ()) -> BenchmarkRecord:
     """A failed `BenchmarkRecord`: the case, the error, no measurements."""
     try:
-        spec: ModelSpec | None = get_model(case.model)
+        spec: ModelSpec | None = case.spec()
     except KeyError:
         spec = None
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
@@ -233,6 +283,23 @@ def failed_record(case: BenchCase, session_id: str, error: BaseException | str, 
         worker=worker,
         cpu_affinity=cpu_affinity,
     )
+
+
+def is_out_of_memory(exc: BaseException) -> bool:
+    """Whether `exc` says a device or the host ran out of memory (torch, CPU allocator, ORT)."""
+    if isinstance(exc, (MemoryError, OutOfMemory)):
+        return True
+    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch
+        return True
+    text = str(exc).lower()
+    return isinstance(exc, RuntimeError) and any(
+        marker in text for marker in ("out of memory", "can't allocate memory", "not enough memory",
+                                      "failed to allocate memory")
+    )
+
+
+#: Record metrics a backend or scenario may report through `LoadedModel.details`.
+_DETAIL_METRICS = frozenset(METRIC_FIELDS)
 
 
 class Runner:
@@ -252,7 +319,11 @@ class Runner:
         while len(self._cache) >= self.cache_size:
             self._evict()
         start = time.perf_counter()
-        loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
+        if case.mode == "inference":
+            loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
+        else:
+            options = {"new_tokens": case.new_tokens} if case.new_tokens is not None else {}
+            loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index, **options)
         load_time = time.perf_counter() - start
         self._cache[key] = (loaded, load_time)
         return loaded, load_time, False
@@ -261,10 +332,7 @@ class Runner:
         _, (loaded, _) = self._cache.popitem(last=False)
         loaded.close()
         gc.collect()
-        if loaded.device_kind in ("cuda", "rocm"):
-            import torch
-
-            torch.cuda.empty_cache()
+        _empty_device_cache(loaded.device_kind)
 
     def close(self) -> None:
         """Release every cached model."""
@@ -272,11 +340,29 @@ class Runner:
             self._evict()
 
     def run(self, case: BenchCase, device_index: int = 0) -> CaseResult:
-        """Measure one case (the caller checks `case.unavailable()` first)."""
-        spec = get_model(case.model)
+        """Measure one case (the caller checks `case.unavailable()` first).
+
+        Running out of memory raises `OutOfMemory` after every cached model is released and the
+        device's cache emptied, so the next case starts with the memory free.
+        """
+        try:
+            return self._run(case, device_index)
+        except Exception as exc:
+            if not is_out_of_memory(exc):
+                raise
+            detail = f"{type(exc).__name__}: {str(exc)[:1000]}"
+            del exc  # its traceback holds the frames, and with them the tensors
+            self.close()
+            gc.collect()
+            _empty_device_cache(case.hardware)
+            raise OutOfMemory(f"out of memory on {case.hardware} ({detail}); memory freed for the next case") from None
+
+    def _run(self, case: BenchCase, device_index: int) -> CaseResult:
+        spec = case.spec()
         loaded, load_time, cached = self._load(case, spec, device_index)
         call = loaded.prepare(spec.make_inputs(case.batch_size))
         details = dict(loaded.details or {})
+        metrics = {k: float(details.pop(k)) for k in list(details) if k in _DETAIL_METRICS}
         if loaded.timer == "remote":
             # Measured on a remote device (Qualcomm AI Hub): the backend's prepare() ran the
             # profile job and left the per-iteration times and peak memory in details.
@@ -292,6 +378,9 @@ class Runner:
             with memory.track():
                 cold = tracker.time_once(call)
                 latency = tracker.run(call, self.timing)
+                more = getattr(call, "measure_more", None)
+                if more is not None:
+                    metrics.update(more(tracker, self.timing, latency))
             assert memory.result is not None
             memory_result = memory.result
         return CaseResult(
@@ -306,7 +395,29 @@ class Runner:
             memory=memory_result,
             load_cached=cached,
             details=details,
+            metrics=metrics,
         )
 
 
-__all__ = ["MEMORY_USABLE_SHARE", "MODES", "BenchCase", "CaseResult", "Runner", "failed_record", "memory_shortfall"]
+def _empty_device_cache(device_kind: str) -> None:
+    """Return cached allocator blocks of `device_kind` to the device (no-op on the CPU)."""
+    if device_kind not in ("cuda", "rocm", "xpu", "mps"):
+        return
+    import torch
+
+    module = torch.cuda if device_kind in ("cuda", "rocm") else getattr(torch, device_kind, None)
+    if module is not None and hasattr(module, "empty_cache"):
+        module.empty_cache()
+
+
+__all__ = [
+    "DEFAULT_NEW_TOKENS",
+    "MEMORY_USABLE_SHARE",
+    "MODES",
+    "BenchCase",
+    "CaseResult",
+    "Runner",
+    "failed_record",
+    "is_out_of_memory",
+    "memory_shortfall",
+]

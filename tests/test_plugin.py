@@ -155,7 +155,7 @@ def test_cuda_cases_are_skipped_at_collection_naming_cuda(bench):
 # Marker checks run in a subprocess: pytest's global `pytest.mark` caches the marker names of
 # every config it has seen, so in-process it would accept what this outer session registered.
 def test_strict_markers_accept_every_plugin_marker(bench):
-    expr = "cuda or rocm or mps or xpu or openvino or qnn or quick or inference or training"
+    expr = "cuda or rocm or mps or xpu or openvino or qnn or quick or inference or generate or train"
     result = bench.runpytest_subprocess("--strict-markers", "-m", expr, "--collect-only", "-q", *FAST)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     assert "not found in `markers`" not in result.stdout.str()
@@ -369,7 +369,7 @@ def test_hwbench_marker_unknown_kwarg_is_named(pytester):
     assert result.ret != pytest.ExitCode.OK
     out = result.stdout.str()
     assert "got modles" in out
-    assert "batch_sizes, families, hardware, models, precisions" in out  # the accepted kwargs
+    assert "batch_sizes, families, hardware, input_lengths, models, modes, new_tokens, precisions" in out
     assert _case_ids(result) == []
 
 

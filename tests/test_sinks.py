@@ -21,7 +21,7 @@ import sys
 import time
 import urllib.request
 import uuid
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
@@ -431,6 +431,42 @@ def test_duckdb_sink_round_trip_schema_and_export(tmp_path: Path) -> None:
     with pytest.raises(RuntimeError, match="newer"):
         upgrade(con, db)
     con.close()
+
+
+def test_duckdb_version_1_file_is_upgraded_by_writer_and_reader(tmp_path: Path) -> None:
+    """A file written by schema version 1 gains the version-2 columns, keeps its rows, and reads."""
+    import duckdb
+
+    from pytest_hwbench.sinks import duckdb_sink
+
+    session = make_session()
+    old, new = make_records(session, 2)
+    for opener in ("reader", "writer"):
+        db = tmp_path / f"{opener}.duckdb"
+        con = duckdb.connect(str(db))
+        for statement in duckdb_sink.UPGRADES[1]:
+            con.execute(statement)
+        con.execute("CREATE TABLE schema_info (version INTEGER NOT NULL, applied_at TIMESTAMPTZ)")
+        con.execute("INSERT INTO schema_info VALUES (1, now())")
+        v1 = [name for name, _ in duckdb_sink._RESULTS_V1]
+        values = [getattr(old, name) for name in v1]
+        values = [json.dumps(dict(v)) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v
+                  for v in values]
+        con.execute(f"INSERT INTO results ({', '.join(v1)}) VALUES ({', '.join('?' * len(v1))})", values)
+        con.close()
+        if opener == "writer":
+            sink = DuckDBSink(db)
+            sink.open_session(session)
+            sink.write([new])
+            sink.close("passed")
+        frame = load_results(db)
+        assert {"new_tokens", "ttft_ms", "energy_j_per_item"} <= set(frame.columns)
+        assert old.record_id in set(frame["record_id"])
+        assert len(frame) == (2 if opener == "writer" else 1)
+        assert frame.loc[frame["record_id"] == old.record_id, "ttft_ms"].isna().all()
+        con = duckdb.connect(str(db), read_only=True)
+        assert con.execute("SELECT max(version) FROM schema_info").fetchall() == [(SCHEMA_VERSION,)]
+        con.close()
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """DuckDB sink and readers: sessions, results and raw timings in one local file.
 
-Tables (schema version 1):
+Tables (schema version 2):
 
 - ``sessions``: one row per `SessionInfo` (package versions and extra as JSON text), plus the
   final ``status`` and ``ended_at`` set by `DuckDBSink.close`;
@@ -38,7 +38,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_PATH = Path("mlruns") / "hwbench.duckdb"
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
 
 #: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
 _RESULTS_V1: tuple[tuple[str, str], ...] = (
@@ -107,6 +107,17 @@ def _create(table: str, columns: tuple[tuple[str, str], ...], key: str | None) -
     return f"CREATE TABLE IF NOT EXISTS {table} (\n    {cols}\n)"
 
 
+#: results columns added by schema version 2 (generate mode, compiled backends, energy).
+_RESULTS_V2_ADDED: tuple[tuple[str, str], ...] = (
+    ("new_tokens", "BIGINT"),
+    ("compile_time_s", "DOUBLE"),
+    ("ttft_ms", "DOUBLE"),
+    ("decode_ms_per_token", "DOUBLE"),
+    ("tokens_per_s", "DOUBLE"),
+    ("energy_j_per_item", "DOUBLE"),
+    ("avg_power_w", "DOUBLE"),
+)
+
 #: version -> SQL steps that bring the previous version to it. Add a version, never edit one.
 UPGRADES: dict[int, tuple[str, ...]] = {
     1: (
@@ -114,10 +125,11 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         _create("results", _RESULTS_V1, "record_id"),
         "CREATE TABLE IF NOT EXISTS timings (record_id VARCHAR NOT NULL, iteration INTEGER NOT NULL, ms DOUBLE)",
     ),
+    2: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V2_ADDED),
 }
 
-#: Current columns (v1 plus any later additions, which go here and into UPGRADES together).
-RESULT_COLUMNS: tuple[tuple[str, str], ...] = _RESULTS_V1
+#: Current columns (v1 plus later additions, which go here and into UPGRADES together).
+RESULT_COLUMNS: tuple[tuple[str, str], ...] = _RESULTS_V1 + _RESULTS_V2_ADDED
 SESSION_COLUMNS: tuple[tuple[str, str], ...] = _SESSIONS_V1
 
 
@@ -346,6 +358,13 @@ def _read(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
     con = duckdb.connect(str(file), read_only=True)
     try:
         version = _schema_version(con)
+        if 0 < version < SCHEMA_VERSION:
+            # An older file: upgrade it in place (adds columns only), then read it.
+            con.close()
+            with duckdb.connect(str(file)) as writer:
+                upgrade(writer, file)
+            con = duckdb.connect(str(file), read_only=True)
+            version = _schema_version(con)
         if version != SCHEMA_VERSION:
             raise RuntimeError(
                 f"{file} has hwbench DuckDB schema version {version}, this hwbench reads {SCHEMA_VERSION}; "
