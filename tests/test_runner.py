@@ -70,3 +70,90 @@ def test_model_is_loaded_once_across_batch_sizes(remote_backend):
     assert remote_backend.loads == 1
     assert (first.load_cached, second.load_cached) == (False, True)
     assert first.load_time_s == second.load_time_s
+
+
+class _HungryBackend:
+    """A torch backend whose forward allocates ``batch_size`` TiB: the real CPU allocator fails
+    at large batches, as a device does when activations outgrow its memory."""
+
+    name = "hungry-test"
+    hardware = ("cpu",)
+    precisions = ("fp32",)
+
+    def __init__(self) -> None:
+        self.closed = 0
+
+    def markers(self, hardware: str) -> tuple[str, ...]:
+        return ("cpu",)
+
+    def default_precisions(self, hardware, hw):
+        return ("fp32",)
+
+    def unavailable(self, hardware, precision, hw):
+        return None
+
+    def load(self, spec, hardware, precision, device_index=0):
+        import torch
+
+        def prepare(inputs):
+            batch = next(iter(inputs.values())).shape[0]
+            tib = 2**40 if batch >= 4 else 1024
+
+            def call():
+                return torch.ones(batch * tib, dtype=torch.uint8).sum()
+            return call
+
+        def close():
+            self.closed += 1
+
+        return LoadedModel(precision="fp32", device_name="cpu", prepare=prepare, close=close)
+
+
+@pytest.fixture
+def hungry_backend():
+    backend = _HungryBackend()
+    register_backend(backend)
+    yield backend
+    _REGISTRY.pop(backend.name, None)
+
+
+def test_out_of_memory_frees_the_cache_and_the_next_case_runs(hungry_backend):
+    from pytest_hwbench.errors import OutOfMemory
+    from pytest_hwbench.runner import failed_record, is_out_of_memory
+
+    runner = Runner(TimingConfig(warmup_iterations=0, min_iterations=2, min_time_s=0), cache_size=2)
+    runner.run(BenchCase("bert-tiny", "hungry-test", "cpu", "fp32", 1))
+    with pytest.raises(OutOfMemory, match="out of memory on cpu .*can't allocate memory") as info:
+        runner.run(BenchCase("bert-tiny", "hungry-test", "cpu", "fp32", 8))
+    assert hungry_backend.closed == 1 and not runner._cache  # released before the error left run()
+    assert is_out_of_memory(info.value)
+    record = failed_record(BenchCase("bert-tiny", "hungry-test", "cpu", "fp32", 8), "s1", info.value)
+    assert record.status == "failed" and "out of memory" in (record.error or "")
+    after = runner.run(BenchCase("bert-tiny", "hungry-test", "cpu", "fp32", 2))  # loads afresh and runs
+    assert not after.load_cached and after.latency.iterations >= 2
+
+
+def test_out_of_memory_is_an_xfailed_case_with_a_failed_record(pytester, tmp_path):
+    from pytest_hwbench.sinks import load_results
+
+    pytester.makeconftest(f"""
+        import sys
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        from test_runner import _HungryBackend
+        from pytest_hwbench.backends.base import register_backend
+        register_backend(_HungryBackend())
+    """)
+    pytester.makepyfile(test_oom="""
+        def test_case(hwbench_case, hwbench):
+            hwbench.measure(hwbench_case)
+    """)
+    store = tmp_path / "store"
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--hwbench-models", "bert-tiny", "--hwbench-backends", "hungry-test",
+        "--hwbench-batch-sizes", "1,8,2", "--hwbench-warmup", "0", "--hwbench-min-iterations", "1",
+        "--hwbench-min-time", "0", "--hwbench-store", str(store), "-rx")
+    result.assert_outcomes(passed=2, xfailed=1)
+    result.stdout.fnmatch_lines(["*bert-tiny-cpu-hungry-test-fp32-b8*out of memory on cpu*recorded as a failed case*"])
+    frame = load_results(store / "hwbench.duckdb").set_index("batch_size")
+    assert frame.loc[8, "status"] == "failed" and "can't allocate memory" in frame.loc[8, "error"]
+    assert (frame.loc[[1, 2], "status"] == "passed").all()
