@@ -15,9 +15,11 @@ the first layer that can:
 
 Loading is the only step that touches MLflow or DuckDB. After it, predictions are dict lookups
 or in-memory arithmetic; many rows of one layer go to one vectorised call
-(`Predictor.predict_many`), and answers are cached by case. The first question about a model
-also scores its whole registered grid (`Predictor.WARM_BATCH_SIZES`) in that one call, since a
-forest costs as much for 300 rows as for one.
+(`Predictor.predict_many`), and answers are cached by case. The registered layer scores each (model, hardware, backend,
+precision, mode) at the batch sizes of `Predictor.GRID_BATCH_SIZES` once, in one call with the
+other rows asked for (a forest costs as much for 300 rows as for one); any batch size between
+answers by interpolating log latency and log memory linearly in log batch size between its two
+grid neighbours, so later questions never score again.
 """
 
 from __future__ import annotations
@@ -471,6 +473,33 @@ def _default_store(tracking_uri: str | None = None) -> str | None:
     return None
 
 
+@dataclass(frozen=True)
+class _GridRow:
+    """Registered-model outputs in log space for a run of rows (log latency, interval, memory)."""
+
+    latency: Any
+    low: Any
+    high: Any
+    memory: Any | None
+
+    def slice(self, start: int, stop: int) -> _GridRow:
+        return _GridRow(self.latency[start:stop], self.low[start:stop], self.high[start:stop],
+                        None if self.memory is None else self.memory[start:stop])
+
+    def at(self, j: int) -> tuple[float, float, float, float | None]:
+        return (float(self.latency[j]), float(self.low[j]), float(self.high[j]),
+                None if self.memory is None else float(self.memory[j]))
+
+    def interpolate(self, log_grid: Any, log_batch: float) -> tuple[float, float, float, float | None]:
+        """Values at `log_batch`, linear in log batch between the grid neighbours (exact on the grid)."""
+        import numpy as np
+
+        def at(values: Any) -> float:
+            return float(np.interp(log_batch, log_grid, values))
+
+        return (at(self.latency), at(self.low), at(self.high), None if self.memory is None else at(self.memory))
+
+
 class Predictor:
     """Answers performance queries from the first layer that can (see the module docstring).
 
@@ -518,7 +547,10 @@ class Predictor:
         if not any(s.available for s in self.status.values()):
             raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
         self._cache: dict[Query, Prediction] = {}
-        self._warmed: set[Any] = set()
+        #: (model, hardware, precision, mode, backend, device) -> registered predictions on the grid
+        self._grid: dict[tuple[Any, ...], _GridRow] = {}
+        #: rows the registered models have scored so far (each grid point once)
+        self.scored_rows = 0
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -583,8 +615,6 @@ class Predictor:
         if not todo:
             return out  # type: ignore[return-value]
         work = [queries[i] for i in todo]
-        if self.status["registered"].available:
-            work += self._warm_grid({q.model for q in work} - self._warmed, set(work))
         preds = self._run_layers(work)
         if len(self._cache) > 100_000:
             self._cache.clear()
@@ -606,20 +636,9 @@ class Predictor:
                              f"enable the rules layer (layers={self.layers})")
         return out  # type: ignore[return-value]
 
-    #: Batch sizes predicted for a model's whole registered domain the first time it is asked
-    #: about: a registered model costs about as much for 300 rows as for one (a random forest
-    #: scores tree by tree), so later selections at these batch sizes are dict lookups.
-    WARM_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-    def _warm_grid(self, models: set[Any], asked: set[Query]) -> list[Query]:
-        if not models or not self._domain:
-            return []
-        self._warmed.update(models)
-        hardware = set(self.config.hardware)
-        grid = [Query(m, hw, prec, b, mode, None if be == "torch" else be)
-                for m in models for (hw, be, prec, mode) in sorted(self._domain) if hw in hardware
-                for b in self.WARM_BATCH_SIZES]
-        return [q for q in grid if q not in asked and q not in self._cache]
+    #: Batch sizes the registered models score for every case key they are asked about; batch
+    #: sizes between them interpolate (log-log), larger ones are scored as asked.
+    GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
 
     @staticmethod
     def _fill(out: list[Prediction | None], todo: list[int], answered: Sequence[Prediction | None]) -> list[int]:
@@ -658,6 +677,22 @@ class Predictor:
                           batch_size=q.batch_size, mode=q.mode, device_name=q.device_name) for q in queries]
         return feature_frame(pd.DataFrame(rows))
 
+    @staticmethod
+    def _grid_key(q: Query) -> tuple[Any, ...]:
+        return (q.model, q.hardware, q.precision, q.mode, q.backend, q.device_name)
+
+    def _score(self, queries: Sequence[Query]) -> _GridRow:
+        """The champions' log latency, log interval and log memory for `queries` (one call each)."""
+        import numpy as np
+
+        sub = self._frame(queries)
+        lat_log = _champion_log(self.champions["latency"], sub)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low, high = (np.log(v) for v in _champion_interval(self.champions["latency"], sub, lat_log))
+        mem = _champion_log(self.champions["memory"], sub) if "memory" in self.champions else None
+        self.scored_rows += len(queries)
+        return _GridRow(lat_log, low, high, mem)
+
     def _layer_registered(self, queries: Sequence[Query]) -> list[Prediction | None]:
         import numpy as np
 
@@ -667,32 +702,48 @@ class Predictor:
                if dom is None or (q.hardware, q.backend or "torch", q.precision, q.mode) in dom]
         if not idx:
             return out
+        grid = self.GRID_BATCH_SIZES
+        top = grid[-1]
+        beyond = [i for i in idx if queries[i].batch_size > top]
+        missing = list(dict.fromkeys(self._grid_key(queries[i]) for i in idx if queries[i].batch_size <= top
+                                     and self._grid_key(queries[i]) not in self._grid))
         try:
-            sub = self._frame([queries[i] for i in idx])
-            lat_log = _champion_log(self.champions["latency"], sub)
-            lat = np.exp(lat_log)
-            low, high = _champion_interval(self.champions["latency"], sub, lat_log)
-            # Throughput is not learned on its own (hwsel.train derives it from latency), so
-            # derive it here too instead of scoring the same forest again.
-            thr = None
-            mem = np.exp(_champion_log(self.champions["memory"], sub)) if "memory" in self.champions else None
+            if missing:
+                rows = [dataclasses.replace(queries[next(i for i in idx if self._grid_key(queries[i]) == key)],
+                                            batch_size=b) for key in missing for b in grid]
+                scored = self._score(rows)
+                if len(self._grid) > 100_000:
+                    self._grid.clear()
+                for k, key in enumerate(missing):
+                    self._grid[key] = scored.slice(k * len(grid), (k + 1) * len(grid))
+            far = self._score([queries[i] for i in beyond]) if beyond else None
         except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
             warnings.warn(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer",
                           HwselWarning, stacklevel=3)
             return out
         version = _champion_summary(self.champions["latency"]).get("version")
-        for j, i in enumerate(idx):
+        log_grid = np.log(np.asarray(grid, dtype=float))
+        position = {i: j for j, i in enumerate(beyond)}
+        for i in idx:
             q = queries[i]
-            latency = float(lat[j])
+            if i in position:
+                assert far is not None
+                values = far.at(position[i])
+            else:
+                values = self._grid[self._grid_key(q)].interpolate(log_grid, math.log(q.batch_size))
+            lat_log, low_log, high_log, mem_log = values
+            latency = math.exp(lat_log) if math.isfinite(lat_log) else math.nan
             if not math.isfinite(latency) or latency <= 0:
                 continue
-            throughput = float(thr[j]) if thr is not None and math.isfinite(thr[j]) and thr[j] > 0 \
-                else q.batch_size / latency * 1e3
-            memory, detail = (float(mem[j]), "") if mem is not None and math.isfinite(mem[j]) and mem[j] > 0 \
-                else (rules_estimate(q)[2], "; memory estimated by rules")
-            lo, hi = float(low[j]), float(high[j])
-            if not (math.isfinite(lo) and math.isfinite(hi)):
-                lo, hi = latency, latency
+            throughput = q.batch_size / latency * 1e3  # derived, as hwsel.train derives it
+            memory = math.exp(mem_log) if mem_log is not None and math.isfinite(mem_log) else math.nan
+            detail = ""
+            if not (math.isfinite(memory) and memory > 0):
+                memory, detail = rules_estimate(q)[2], "; memory estimated by rules"
+            lo = math.exp(low_log) if math.isfinite(low_log) else latency
+            hi = math.exp(high_log) if math.isfinite(high_log) else latency
+            if q.batch_size not in grid and q.batch_size <= top:
+                detail += "; interpolated between the model's grid batch sizes"
             out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
                                 (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
                                 q.batch_size, q.mode, f"champion model version {version}{detail}")
