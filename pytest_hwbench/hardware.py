@@ -3,7 +3,9 @@
 `detect_hardware()` runs the probes once per process and returns a `HardwareInfo`: one
 `TargetInfo` per target (cpu, cuda, rocm, mps, xpu, openvino, onnxruntime, qnn), each saying
 whether it is available, why not, its devices and the precisions it runs natively.
-Probes name capabilities, never backend classes.
+Probes name capabilities, never backend classes. The torch GPU runtimes (cuda, rocm, mps, xpu)
+are read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation
+is tested on facts recorded on machines that have the hardware.
 """
 
 from __future__ import annotations
@@ -150,83 +152,319 @@ def _torch() -> Any | None:
         return None
 
 
-def _gpu_devices(module: Any, count: int, bf16: Callable[[int], bool]) -> tuple[DeviceInfo, ...]:
-    devices = []
-    for i in range(count):
-        props = module.get_device_properties(i)
-        capability = f"{props.major}.{props.minor}" if hasattr(props, "major") else None
-        precisions = ("fp32", "fp16") + (("bf16",) if bf16(i) else ())
-        devices.append(DeviceInfo(i, props.name, round(props.total_memory / 2**20), capability, precisions))
-    return tuple(devices)
+# --- torch GPU runtimes: recorded facts in, TargetInfo out ------------------------------------
+#
+# Detection of cuda, rocm, mps and xpu is split in two: `gather_torch_facts` asks torch what it
+# sees and interprets nothing; `target_from_facts` turns those facts into a `TargetInfo` and
+# touches no runtime. Facts recorded on real machines (tests/data/runtimes/*.json) pin the
+# interpretation for hardware a CI runner does not have.
+
+#: Runtimes that torch itself drives, in `TorchFacts.runtime`.
+TORCH_RUNTIMES: tuple[str, ...] = ("cuda", "rocm", "mps", "xpu")
+
+#: `torch.cuda.get_device_properties(i)` fields worth recording, named as torch names them.
+#: ``pci_*`` exist from torch 2.8; on CUDA builds ``gcnArchName`` repeats ``name``
+#: (torch/csrc/cuda/Module.cpp), so it is recorded on ROCm builds only.
+CUDA_PROPERTY_FIELDS: tuple[str, ...] = (
+    "name", "major", "minor", "total_memory", "multi_processor_count", "is_integrated",
+    "uuid", "pci_bus_id", "pci_device_id", "pci_domain_id", "L2_cache_size",
+)
+ROCM_PROPERTY_FIELDS: tuple[str, ...] = (*CUDA_PROPERTY_FIELDS, "gcnArchName")
+#: `torch.xpu.get_device_properties(i)` fields worth recording (`torch._C._XpuDeviceProperties`).
+XPU_PROPERTY_FIELDS: tuple[str, ...] = (
+    "name", "platform_name", "vendor", "type", "device_id", "driver_version", "version",
+    "total_memory", "max_compute_units", "gpu_eu_count", "gpu_subslice_count", "has_fp16",
+    "has_fp64", "has_bfloat16_conversions", "has_subgroup_matrix_multiply_accumulate",
+    "is_integrated_gpu", "architecture", "uuid",
+)
+#: Environment variables that change which devices a runtime sees.
+VISIBILITY_ENV: Mapping[str, tuple[str, ...]] = {
+    "cuda": ("CUDA_VISIBLE_DEVICES", "CUDA_DEVICE_ORDER"),
+    "rocm": ("HIP_VISIBLE_DEVICES", "ROCR_VISIBLE_DEVICES", "CUDA_VISIBLE_DEVICES"),
+    "mps": (),
+    "xpu": ("ZE_AFFINITY_MASK", "ONEAPI_DEVICE_SELECTOR"),
+}
+#: gfx architectures with bfloat16 arithmetic in hardware (CDNA1+, RDNA3+; HIP's
+#: docs/reference/hardware_features.rst). torch.cuda.is_bf16_supported() answers True on every
+#: ROCm device, emulated or not, so it cannot tell.
+ROCM_BF16_ARCHS: tuple[str, ...] = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
+#: MPS refuses bfloat16 before macOS 14 ("MPS BFloat16 is only supported on MacOS 14 or newer").
+MPS_BF16_MACOS: tuple[int, int] = (14, 0)
 
 
-def _cuda_like(name: str) -> TargetInfo:
-    torch = _torch()
-    if torch is None:
-        return _not_available(name, "torch is not installed")
-    hip = getattr(torch.version, "hip", None)
-    if name == "cuda" and hip:
-        return _not_available(name, f"torch is a ROCm build (hip {hip}); see the rocm target")
-    if name == "rocm" and not hip:
-        return _not_available(name, "torch is not a ROCm build (torch.version.hip is None)")
-    if name == "cuda" and torch.version.cuda is None:
-        return _not_available(name, f"torch {torch.__version__} is built without CUDA (torch.version.cuda is None)")
-    if not torch.cuda.is_available():
-        return _not_available(name, "torch.cuda.is_available() is False")
+@dataclass(frozen=True)
+class TorchFacts:
+    """What the installed torch reported about one runtime: the whole input of its detection.
 
-    def bf16(index: int) -> bool:
-        with torch.cuda.device(index):
-            return bool(torch.cuda.is_bf16_supported(including_emulation=False))
+    `devices` holds one mapping per device with the fields torch reports, under torch's own
+    names (``total_memory`` in bytes, ``gcnArchName``, ``has_fp16``...). For mps, which has no
+    device properties, the single device holds ``name`` (`torch.backends.mps.get_name()`),
+    ``core_count`` and ``recommended_max_memory`` (bytes). `extra` holds ``env`` (the set
+    visibility variables), ``driver`` (cuda: `torch._C._cuda_getDriverVersion()`) and
+    ``macos`` (mps: `platform.mac_ver()`). `error` is an exception raised while asking.
+    """
 
-    devices = _gpu_devices(torch.cuda, torch.cuda.device_count(), bf16)
-    details: dict[str, Any] = {"torch": torch.__version__}
-    if hip:
-        details["hip"] = hip
+    runtime: str
+    torch_installed: bool = True
+    torch_version: str | None = None
+    version: Mapping[str, str | None] = field(default_factory=dict)
+    is_built: bool = False
+    is_available: bool = False
+    device_count: int = 0
+    devices: tuple[Mapping[str, Any], ...] = ()
+    extra: Mapping[str, Any] = field(default_factory=dict)
+    error: str | None = None
+
+    def __post_init__(self) -> None:
+        if self.runtime not in TORCH_RUNTIMES:
+            raise ValueError(f"runtime {self.runtime!r} is not one of {TORCH_RUNTIMES}")
+
+    @classmethod
+    def from_dict(cls, data: Mapping[str, Any]) -> TorchFacts:
+        """Facts from a JSON-ready dict (`to_dict`'s shape; other keys such as ``source`` are ignored)."""
+        return cls(
+            runtime=data["runtime"],
+            torch_installed=bool(data.get("torch_installed", True)),
+            torch_version=data.get("torch_version"),
+            version=dict(data.get("version") or {}),
+            is_built=bool(data.get("is_built", False)),
+            is_available=bool(data.get("is_available", False)),
+            device_count=int(data.get("device_count", 0)),
+            devices=tuple(dict(d) for d in data.get("devices") or ()),
+            extra=dict(data.get("extra") or {}),
+            error=data.get("error"),
+        )
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict; `from_dict` reads it back."""
+        out = asdict(self)
+        out["devices"] = [dict(d) for d in self.devices]
+        return out
+
+
+def _plain(value: Any) -> Any:
+    """A JSON-ready copy of a property value (torch's uuid objects become their string)."""
+    if value is None or isinstance(value, (bool, int, float, str)):
+        return value
+    if isinstance(value, (list, tuple)):
+        return [_plain(v) for v in value]
+    return str(value)
+
+
+def _properties(props: Any, fields: tuple[str, ...]) -> dict[str, Any]:
+    return {name: _plain(getattr(props, name)) for name in fields if hasattr(props, name)}
+
+
+def _gather(torch: Any, runtime: str, facts: dict[str, Any]) -> TorchFacts:
+    version = facts["version"]
+    if runtime in ("cuda", "rocm"):
+        # A ROCm build drives AMD GPUs through torch.cuda: each target claims only its own build.
+        built = bool(version["hip"]) if runtime == "rocm" else version["cuda"] is not None
+        module, fields = torch.cuda, ROCM_PROPERTY_FIELDS if runtime == "rocm" else CUDA_PROPERTY_FIELDS
+    elif runtime == "xpu":
+        module, fields = getattr(torch, "xpu", None), XPU_PROPERTY_FIELDS
+        compiled = getattr(module, "_is_compiled", None)
+        built = bool(compiled()) if callable(compiled) else version["xpu"] is not None
     else:
-        details["cuda_runtime"] = torch.version.cuda
+        backend = getattr(torch.backends, "mps", None)
+        facts["extra"]["macos"] = platform.mac_ver()[0] or None
+        built = backend is not None and bool(backend.is_built())
+        if not built:
+            return TorchFacts(**facts)
+        available = bool(backend.is_available())
+        device: dict[str, Any] = {}
+        if available:
+            for key, fn in (("name", getattr(backend, "get_name", None)),
+                            ("core_count", getattr(backend, "get_core_count", None)),
+                            ("recommended_max_memory", getattr(torch.mps, "recommended_max_memory", None))):
+                if callable(fn):
+                    device[key] = _plain(fn())
+        return TorchFacts(**facts, is_built=True, is_available=available, device_count=int(available),
+                          devices=(device,) if available else ())
+    if not built or module is None:
+        return TorchFacts(**facts)
+    available = bool(module.is_available())
+    count = int(module.device_count()) if available else 0
+    devices = tuple(_properties(module.get_device_properties(i), fields) for i in range(count))
+    if runtime == "cuda" and available:
         try:
-            details["driver"] = torch._C._cuda_getDriverVersion()
+            facts["extra"]["driver"] = int(torch._C._cuda_getDriverVersion())
         except (AttributeError, RuntimeError):
             pass
-    precisions = tuple(p for p in PRECISIONS if all(p in d.precisions for d in devices))
-    return TargetInfo(name, True, "", devices, precisions, details)
+    return TorchFacts(**facts, is_built=True, is_available=available, device_count=count, devices=devices)
+
+
+def gather_torch_facts(runtime: str) -> TorchFacts:
+    """Ask the installed torch what it sees of `runtime` (cuda, rocm, mps, xpu); interpret nothing.
+
+    ``json.dumps(gather_torch_facts("rocm").to_dict())`` records a machine for the tests.
+    """
+    if runtime not in TORCH_RUNTIMES:
+        raise ValueError(f"runtime {runtime!r} is not one of {TORCH_RUNTIMES}")
+    env = {name: os.environ[name] for name in VISIBILITY_ENV[runtime] if name in os.environ}
+    torch = _torch()
+    if torch is None:
+        return TorchFacts(runtime, torch_installed=False, extra={"env": env})
+    facts: dict[str, Any] = {
+        "runtime": runtime,
+        "torch_version": str(torch.__version__),
+        "version": {k: getattr(torch.version, k, None) for k in ("cuda", "hip", "xpu")},
+        "extra": {"env": env},
+    }
+    try:
+        return _gather(torch, runtime, facts)
+    except Exception as exc:  # a broken driver must not stop detection; the reason names it
+        return TorchFacts(**facts, error=f"{type(exc).__name__}: {exc}")
+
+
+def _env_note(facts: TorchFacts) -> str:
+    env = facts.extra.get("env") or {}
+    shown = [f"{name}={env[name]!r}" for name in VISIBILITY_ENV[facts.runtime] if name in env
+             and name != "CUDA_DEVICE_ORDER"]
+    return f" ({', '.join(shown)})" if shown else ""
+
+
+def _mib(value: Any) -> float | None:
+    return round(value / 2**20) if isinstance(value, (int, float)) and value > 0 else None
+
+
+def _common_precisions(devices: tuple[DeviceInfo, ...]) -> tuple[str, ...]:
+    return tuple(p for p in PRECISIONS if all(p in d.precisions for d in devices))
+
+
+def rocm_arch(props: Mapping[str, Any]) -> str | None:
+    """The gfx architecture of a ROCm device (``gfx942`` from ``gfx942:sramecc+:xnack-``)."""
+    arch = str(props.get("gcnArchName") or "").split(":", 1)[0]
+    return arch or None
+
+
+def _version_tuple(text: str | None) -> tuple[int, ...]:
+    parts = []
+    for piece in (text or "").split("."):
+        if not piece.isdigit():
+            break
+        parts.append(int(piece))
+    return tuple(parts)
+
+
+def _cuda_target(facts: TorchFacts) -> TargetInfo:
+    hip = facts.version.get("hip")
+    if hip:
+        return _not_available("cuda", f"torch is a ROCm build (hip {hip}); see the rocm target")
+    if not facts.is_built:
+        return _not_available("cuda", f"torch {facts.torch_version} is built without CUDA (torch.version.cuda is None)")
+    if not facts.is_available or not facts.devices:
+        return _not_available("cuda", "torch.cuda.is_available() is False" + _env_note(facts))
+    devices = []
+    for i, props in enumerate(facts.devices):
+        major, minor = props.get("major"), props.get("minor")
+        # Native bf16 from compute capability 8.0 (Ampere), as torch.cuda.is_bf16_supported(
+        # including_emulation=False) decides; older GPUs only emulate it.
+        bf16 = isinstance(major, int) and major >= 8
+        devices.append(DeviceInfo(i, str(props.get("name") or f"cuda:{i}"), _mib(props.get("total_memory")),
+                                  f"{major}.{minor}" if major is not None else None,
+                                  ("fp32", "fp16") + (("bf16",) if bf16 else ())))
+    details: dict[str, Any] = {"torch": facts.torch_version, "cuda_runtime": facts.version.get("cuda")}
+    if facts.extra.get("driver") is not None:
+        details["driver"] = facts.extra["driver"]
+    return TargetInfo("cuda", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+
+
+def _rocm_target(facts: TorchFacts) -> TargetInfo:
+    hip = facts.version.get("hip")
+    if not facts.is_built:
+        return _not_available("rocm", "torch is not a ROCm build (torch.version.hip is None)")
+    if not facts.is_available or not facts.devices:
+        return _not_available("rocm", f"torch.cuda.is_available() is False on this ROCm build (hip {hip})"
+                              + _env_note(facts))
+    devices = []
+    for i, props in enumerate(facts.devices):
+        arch = rocm_arch(props)
+        # Unknown arch (torch too old to report gcnArchName): keep torch's own answer, bf16.
+        bf16 = arch is None or arch.startswith(ROCM_BF16_ARCHS)
+        name = str(props.get("name") or f"AMD GPU {arch or i}")
+        devices.append(DeviceInfo(i, name, _mib(props.get("total_memory")), arch,
+                                  ("fp32", "fp16") + (("bf16",) if bf16 else ())))
+    details = {"torch": facts.torch_version, "hip": hip,
+               "archs": sorted({d.capability for d in devices if d.capability})}
+    return TargetInfo("rocm", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+
+
+def _mps_target(facts: TorchFacts) -> TargetInfo:
+    macos = facts.extra.get("macos")
+    if not facts.is_built:
+        return _not_available("mps", "torch is built without MPS (torch.backends.mps.is_built() is False)")
+    if not facts.is_available or not facts.devices:
+        where = f" on macOS {macos}" if macos else ""
+        return _not_available("mps", f"torch.backends.mps.is_available() is False{where} "
+                                     "(MPS needs Apple silicon or an AMD GPU and macOS 12.3+)")
+    props = facts.devices[0]
+    bf16 = _version_tuple(macos) >= MPS_BF16_MACOS
+    precisions = ("fp32", "fp16") + (("bf16",) if bf16 else ())
+    # recommended_max_memory is Metal's recommendedMaxWorkingSetSize: what the GPU may use of
+    # unified memory before it pages, the figure a memory check should plan against.
+    device = DeviceInfo(0, str(props.get("name") or "Apple MPS"), _mib(props.get("recommended_max_memory")),
+                        None, precisions)
+    details = {"torch": facts.torch_version, "macos": macos, "gpu_cores": props.get("core_count")}
+    return TargetInfo("mps", True, "", (device,), precisions, details)
+
+
+def _xpu_target(facts: TorchFacts) -> TargetInfo:
+    if not facts.is_built:
+        return _not_available("xpu", f"torch {facts.torch_version} is built without XPU "
+                                     "(torch.xpu._is_compiled() is False; install an XPU build of torch)")
+    if not facts.is_available or not facts.devices:
+        return _not_available("xpu", "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)"
+                              + _env_note(facts))
+    devices = []
+    for i, props in enumerate(facts.devices):
+        precisions = ["fp32"]
+        if props.get("has_fp16", True):
+            precisions.append("fp16")
+        # torch.xpu.is_bf16_supported(including_emulation=False) reads has_bfloat16_conversions;
+        # torch builds that do not report it answer True for every device.
+        if props.get("has_bfloat16_conversions", True):
+            precisions.append("bf16")
+        devices.append(DeviceInfo(i, str(props.get("name") or f"xpu:{i}"), _mib(props.get("total_memory")),
+                                  None, tuple(precisions)))
+    first = facts.devices[0]
+    details = {"torch": facts.torch_version, "xpu": facts.version.get("xpu"),
+               "driver": first.get("driver_version"), "platform": first.get("platform_name")}
+    return TargetInfo("xpu", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+
+
+_INTERPRETERS: Mapping[str, Callable[[TorchFacts], TargetInfo]] = {
+    "cuda": _cuda_target, "rocm": _rocm_target, "mps": _mps_target, "xpu": _xpu_target,
+}
+
+
+def target_from_facts(facts: TorchFacts) -> TargetInfo:
+    """The `TargetInfo` those facts describe: availability and why not, devices, precisions."""
+    if not facts.torch_installed:
+        return _not_available(facts.runtime, "torch is not installed")
+    if facts.error:
+        return _not_available(facts.runtime, f"detection failed: {facts.error}")
+    return _INTERPRETERS[facts.runtime](facts)
 
 
 def detect_cuda() -> TargetInfo:
     """NVIDIA GPUs through torch.cuda."""
-    return _cuda_like("cuda")
+    return target_from_facts(gather_torch_facts("cuda"))
 
 
 def detect_rocm() -> TargetInfo:
     """AMD GPUs through torch's HIP build (torch.cuda with torch.version.hip)."""
-    return _cuda_like("rocm")
+    return target_from_facts(gather_torch_facts("rocm"))
 
 
 def detect_mps() -> TargetInfo:
     """Apple GPUs through torch.backends.mps."""
-    torch = _torch()
-    if torch is None:
-        return _not_available("mps", "torch is not installed")
-    if not torch.backends.mps.is_built():
-        return _not_available("mps", "torch is built without MPS (torch.backends.mps.is_built() is False)")
-    if not torch.backends.mps.is_available():
-        return _not_available("mps", "torch.backends.mps.is_available() is False")
-    precisions = ("fp32", "fp16", "bf16")
-    return TargetInfo("mps", True, "", (DeviceInfo(0, "Apple MPS", None, None, precisions),), precisions,
-                      {"torch": torch.__version__, "macos": platform.mac_ver()[0]})
+    return target_from_facts(gather_torch_facts("mps"))
 
 
 def detect_xpu() -> TargetInfo:
     """Intel GPUs through torch.xpu."""
-    torch = _torch()
-    if torch is None:
-        return _not_available("xpu", "torch is not installed")
-    xpu = getattr(torch, "xpu", None)
-    if xpu is None or not xpu.is_available():
-        return _not_available("xpu", "torch.xpu.is_available() is False")
-    devices = _gpu_devices(xpu, xpu.device_count(), lambda i: True)
-    precisions = ("fp32", "fp16", "bf16")
-    return TargetInfo("xpu", True, "", devices, precisions, {"torch": torch.__version__})
+    return target_from_facts(gather_torch_facts("xpu"))
 
 
 #: OpenVINO OPTIMIZATION_CAPABILITIES -> our precision names.
@@ -329,8 +567,12 @@ __all__ = [
     "PRECISIONS",
     "PROBES",
     "TARGETS",
+    "TORCH_RUNTIMES",
     "DeviceInfo",
     "HardwareInfo",
     "TargetInfo",
+    "TorchFacts",
     "detect_hardware",
+    "gather_torch_facts",
+    "target_from_facts",
 ]

@@ -1,23 +1,28 @@
 """Trackers: latency and memory measurement as context managers that yield value objects.
 
-Device synchronisation lives here, never in a benchmark body. On CUDA/ROCm/XPU each iteration
-is bracketed by device events and the host syncs once, at the end of the timed loop; elsewhere
-each iteration is timed with `time.perf_counter` around the call and its `sync`.
+Device synchronisation lives here, never in a benchmark body. On CUDA/ROCm/XPU/MPS each
+iteration is bracketed by device events and the host syncs once, at the end of the timed loop;
+elsewhere (or where those events cannot run) each iteration is timed with `time.perf_counter`
+around the call and its `sync`.
 """
 
 from __future__ import annotations
 
 import math
 import time
+import warnings
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu")
+from .errors import HwbenchWarning
+
+#: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
+TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu", "mps")
 
 
 @dataclass(frozen=True)
@@ -85,22 +90,48 @@ class TimingConfig:
             raise ValueError(f"max_iterations ({self.max_iterations}) must be >= min_iterations ({self.min_iterations})")
 
 
-def _event_module(kind: str) -> Any:
-    import torch
+def timer_for(device_kind: str) -> str:
+    """The timer kind that times work on `device_kind` (a hardware target name).
 
-    return torch.cuda if kind == "cuda" else torch.xpu
+    ROCm builds of torch drive AMD GPUs through ``torch.cuda``, whose events are HIP events.
+    """
+    return {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}.get(device_kind, "wall")
+
+
+def event_timer_unavailable(kind: str) -> str | None:
+    """None when the device events of timer `kind` can time work here, else why not."""
+    if kind not in TIMER_KINDS:
+        raise ValueError(f"timer kind {kind!r} is not one of {TIMER_KINDS}")
+    if kind == "wall":
+        return "the wall timer uses no device events"
+    try:
+        import torch
+    except ImportError:
+        return "torch is not installed"
+    module = getattr(torch, kind, None)
+    if module is None or not hasattr(module, "Event"):
+        return f"torch {torch.__version__} has no torch.{kind}.Event"
+    if not module.is_available():
+        return f"torch.{kind}.is_available() is False"
+    return None
 
 
 @dataclass
 class LatencyTracker:
     """Times calls of a zero-argument function on one device.
 
-    `kind` is ``"wall"`` (perf_counter around call + sync), ``"cuda"`` (CUDA/HIP events, one
-    sync at the end) or ``"xpu"`` (XPU events, one sync at the end).
+    `kind` is ``"wall"`` (perf_counter around call + sync), ``"cuda"`` (CUDA events, also HIP
+    events on ROCm builds), ``"xpu"`` (XPU events) or ``"mps"`` (MPS events); the event kinds
+    sync once at the end of the timed loop, on the current stream of device `device_index`.
+    Where a kind's events cannot run (`event_timer_unavailable`), or they return impossible
+    intervals, the tracker times with the wall clock instead, warns, and says so in `timer_used`.
     """
 
     kind: str = "wall"
     sync: Callable[[], None] = lambda: None
+    device_index: int = 0
+    #: The timer the last `run` used: `kind`, or ``"wall"`` after a fallback.
+    timer_used: str = field(default="wall", init=False)
 
     def __post_init__(self) -> None:
         if self.kind not in TIMER_KINDS:
@@ -119,9 +150,20 @@ class LatencyTracker:
         for _ in range(config.warmup_iterations):
             fn()
         self.sync()
-        if self.kind == "wall":
-            return self._run_wall(fn, config)
-        return self._run_events(fn, config)
+        reason = None if self.kind == "wall" else event_timer_unavailable(self.kind)
+        if self.kind != "wall" and reason is None:
+            values = self._run_events(fn, config)
+            if all(math.isfinite(v) and v >= 0 for v in values):
+                self.timer_used = self.kind
+                return Latency.from_values(values)
+            # MPS events stamped host-side could come back reversed for short intervals
+            # (pytorch/pytorch#196395); a wrong figure is worse than a slower, honest one.
+            reason = f"{self.kind} events returned impossible intervals (min {min(values):.4g} ms)"
+        if reason is not None:
+            warnings.warn(f"{self.kind} timer: {reason}; timing with the wall clock around call + sync",
+                          HwbenchWarning, stacklevel=2)
+        self.timer_used = "wall"
+        return self._run_wall(fn, config)
 
     def _run_wall(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
         sync, clock = self.sync, time.perf_counter
@@ -137,24 +179,36 @@ class LatencyTracker:
                 break
         return Latency.from_values(values)
 
-    def _run_events(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
-        module = _event_module(self.kind)
+    def _run_events(self, fn: Callable[[], Any], config: TimingConfig) -> list[float]:
+        import torch
+
+        module = getattr(torch, self.kind)
+        # Events go on the stream the work goes to: the current stream of the measured device,
+        # not of whichever device is current. MPS has one device and one stream.
+        stream = None if self.kind == "mps" else module.current_stream(self.device_index)
         pairs: list[tuple[Any, Any]] = []
         clock = time.perf_counter
         deadline = clock() + config.min_time_s
         # The host only enqueues work here; the deadline check uses host time, which runs ahead
         # of the device by at most the queue depth, so the loop may end slightly early. The
         # iteration count stays exact.
+        record_args = () if stream is None else (stream,)
         while len(pairs) < config.max_iterations:
             start, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
-            start.record()
+            start.record(*record_args)
             fn()
-            end.record()
+            end.record(*record_args)
             pairs.append((start, end))
             if len(pairs) >= config.min_iterations and clock() >= deadline:
                 break
         self.sync()
-        return Latency.from_values([s.elapsed_time(e) for s, e in pairs])
+        if self.kind == "mps":
+            # Device-wide sync, not Event.synchronize(): elapsed_time() after the latter could
+            # wait forever (pytorch/pytorch#162872).
+            module.synchronize()
+        else:
+            pairs[-1][1].synchronize()
+        return [float(s.elapsed_time(e)) for s, e in pairs]
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -229,4 +283,13 @@ class MemoryTracker:
             self.result = Memory(_read_hwm_mb(), device_mb)
 
 
-__all__ = ["Latency", "LatencyTracker", "Memory", "MemoryTracker", "TimingConfig"]
+__all__ = [
+    "TIMER_KINDS",
+    "Latency",
+    "LatencyTracker",
+    "Memory",
+    "MemoryTracker",
+    "TimingConfig",
+    "event_timer_unavailable",
+    "timer_for",
+]

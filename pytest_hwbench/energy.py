@@ -1,0 +1,320 @@
+"""Energy per item on NVIDIA GPUs through NVML, where the driver allows; a reason elsewhere.
+
+`energy_unavailable(device_kind, device_index)` says whether NVML can measure a device and why
+not; `measure_energy` runs a call repeatedly and reads the GPU's total-energy counter
+(``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded, Volta and newer)
+before and after. Where that counter is not supported but power readings are, a background
+thread samples ``nvmlDeviceGetPowerUsage`` (milliwatts) every 20 ms and integrates.
+
+Both read the whole board: another process on the same GPU adds its energy. The counter ticks
+about every 10 ms (gpuopenanalytics/pynvml#18), so a window of about a second, the default,
+keeps that granularity near 1%. The unit conversions and the integration are pure functions
+below, tested on recorded figures.
+
+NVML is initialised once per process, on first use, and shut down at exit. Torch device
+indices differ from NVML's whenever ``CUDA_VISIBLE_DEVICES`` is set or CUDA orders devices
+fastest-first (its default) while NVML orders them by PCI bus: the device is found by the UUID
+torch reports, else its PCI address, and by index only where both orders must agree.
+"""
+
+from __future__ import annotations
+
+import atexit
+import functools
+import itertools
+import math
+import os
+import threading
+import time
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from .errors import HwbenchError
+
+#: How to get the NVML bindings.
+NVML_INSTALL_HINT = 'pip install "pytest-hwbench[nvml]"'
+#: Seconds between power samples where the energy counter is missing.
+POWER_SAMPLE_INTERVAL_S = 0.02
+
+
+class EnergyUnavailable(HwbenchError):
+    """NVML cannot measure this device (or stopped mid-run); the message is the reason."""
+
+
+@dataclass(frozen=True)
+class Energy:
+    """Energy a device used over `calls` calls processing `items` items in `seconds`.
+
+    `method` is ``"counter"`` (NVML total-energy counter) or ``"power"`` (integrated power
+    samples).
+    """
+
+    joules: float
+    seconds: float
+    calls: int
+    items: int
+    method: str = "counter"
+
+    @property
+    def joules_per_item(self) -> float:
+        """Joules per processed item (NaN when no item ran)."""
+        return self.joules / self.items if self.items > 0 else math.nan
+
+    @property
+    def avg_power_w(self) -> float:
+        """Average power over the measured window, in watts (NaN for an empty window)."""
+        return self.joules / self.seconds if self.seconds > 0 else math.nan
+
+
+# --- pure conversions -------------------------------------------------------------------------
+
+
+def energy_from_counter(start_mj: int, end_mj: int) -> float:
+    """Joules between two readings of the total-energy counter (millijoules since driver load)."""
+    if end_mj < start_mj:
+        raise ValueError(f"energy counter went backwards ({start_mj} -> {end_mj} mJ): the driver reloaded")
+    return (end_mj - start_mj) / 1e3
+
+
+def integrate_power(samples: Sequence[tuple[float, float]]) -> float:
+    """Joules from ``(seconds, milliwatts)`` power samples, by the trapezoid rule.
+
+    Samples must be in time order; at least two are needed to span an interval.
+    """
+    if len(samples) < 2:
+        raise ValueError(f"need at least 2 power samples to integrate, got {len(samples)}")
+    joules = 0.0
+    for (t0, p0), (t1, p1) in itertools.pairwise(samples):
+        if t1 < t0:
+            raise ValueError(f"power samples out of time order ({t0} then {t1})")
+        joules += (t1 - t0) * (p0 + p1) / 2 / 1e3
+    return joules
+
+
+def nvml_pci_bus_id(domain: int, bus: int, device: int) -> str:
+    """The NVML bus id (``nvmlPciInfo_t.busId``, e.g. ``00000000:3B:00.0``) of a PCI address."""
+    return f"{domain:08X}:{bus:02X}:{device:02X}.0"
+
+
+def nvml_lookup_keys(properties: Mapping[str, Any], device_index: int, env: Mapping[str, str],
+                     nvml_count: int, torch_count: int) -> list[tuple[str, Any]]:
+    """Ways to find a torch CUDA device in NVML, most reliable first.
+
+    `properties` holds `torch.cuda.get_device_properties(i)` fields by torch's names (``uuid``
+    as its string, ``pci_domain_id``/``pci_bus_id``/``pci_device_id`` from torch 2.8). Each key
+    is ``("uuid", str)`` for ``nvmlDeviceGetHandleByUUID``, ``("pci", str)`` for
+    ``nvmlDeviceGetHandleByPciBusId`` or ``("index", int)`` for ``nvmlDeviceGetHandleByIndex``.
+    """
+    keys: list[tuple[str, Any]] = []
+    uuid = str(properties.get("uuid") or "")
+    if uuid:
+        if uuid.startswith(("GPU-", "MIG-")):
+            keys.append(("uuid", uuid))
+        else:
+            # torch prints the 16 raw bytes; NVML prefixes GPU- (MIG- for a MIG instance).
+            keys += [("uuid", f"GPU-{uuid}"), ("uuid", f"MIG-{uuid}")]
+    pci = [properties.get(k) for k in ("pci_domain_id", "pci_bus_id", "pci_device_id")]
+    if all(isinstance(v, int) for v in pci):
+        keys.append(("pci", nvml_pci_bus_id(*pci)))
+    # Index order agrees only when every device is visible and CUDA orders by PCI bus, as NVML
+    # does, or when there is a single device on both sides.
+    same_order = "CUDA_VISIBLE_DEVICES" not in env and env.get("CUDA_DEVICE_ORDER") == "PCI_BUS_ID" \
+        and nvml_count == torch_count
+    if same_order or nvml_count == torch_count == 1:
+        keys.append(("index", device_index))
+    return keys
+
+
+# --- NVML session -----------------------------------------------------------------------------
+
+
+@functools.cache
+def _nvml() -> tuple[Any | None, str | None]:
+    """The initialised pynvml module, or None and why not (once per process)."""
+    try:
+        import pynvml
+    except ImportError:
+        return None, f"energy: NVML bindings (nvidia-ml-py) are not installed; {NVML_INSTALL_HINT}"
+    try:
+        pynvml.nvmlInit()
+    except pynvml.NVMLError as exc:
+        return None, f"energy: NVML init failed ({exc}); it needs the NVIDIA driver"
+    except OSError as exc:
+        return None, f"energy: NVML init failed ({exc})"
+    atexit.register(_shutdown, pynvml)
+    return pynvml, None
+
+
+def _shutdown(pynvml: Any) -> None:
+    try:
+        pynvml.nvmlShutdown()
+    except pynvml.NVMLError:
+        pass
+
+
+def _torch_cuda_facts(device_index: int) -> tuple[dict[str, Any], int]:
+    """The identifying properties of torch's cuda:`device_index`, and torch's device count."""
+    import torch
+
+    count = torch.cuda.device_count()
+    if device_index >= count:
+        raise EnergyUnavailable(f"energy: torch sees {count} CUDA devices, no cuda:{device_index}")
+    props = torch.cuda.get_device_properties(device_index)
+    fields = ("uuid", "pci_domain_id", "pci_bus_id", "pci_device_id")
+    return {k: (str(getattr(props, k)) if k == "uuid" else getattr(props, k))
+            for k in fields if hasattr(props, k)}, count
+
+
+@functools.cache
+def _handle(device_index: int) -> tuple[Any | None, str | None]:
+    """The NVML handle of torch's cuda:`device_index`, or None and why not."""
+    pynvml, reason = _nvml()
+    if pynvml is None:
+        return None, reason
+    try:
+        import torch
+
+        if torch.version.hip or not torch.cuda.is_available():
+            return None, "energy: torch.cuda has no NVIDIA device here"
+        properties, torch_count = _torch_cuda_facts(device_index)
+        nvml_count = pynvml.nvmlDeviceGetCount()
+    except EnergyUnavailable as exc:
+        return None, str(exc)
+    except (ImportError, RuntimeError, pynvml.NVMLError) as exc:
+        return None, f"energy: cannot list devices ({type(exc).__name__}: {exc})"
+    lookups = {"uuid": pynvml.nvmlDeviceGetHandleByUUID, "pci": pynvml.nvmlDeviceGetHandleByPciBusId,
+               "index": pynvml.nvmlDeviceGetHandleByIndex}
+    keys = nvml_lookup_keys(properties, device_index, os.environ, nvml_count, torch_count)
+    for how, key in keys:
+        try:
+            return lookups[how](key), None
+        except pynvml.NVMLError:
+            continue
+    tried = ", ".join(f"{how} {key}" for how, key in keys) or "no uuid or PCI address from torch"
+    return None, f"energy: cannot map cuda:{device_index} to an NVML device (tried {tried})"
+
+
+def _method(pynvml: Any, handle: Any) -> tuple[str | None, str | None]:
+    """``"counter"`` or ``"power"`` where the device supports it, else None and why not."""
+    try:
+        pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
+        return "counter", None
+    except pynvml.NVMLError as exc:
+        counter_error = exc
+    try:
+        pynvml.nvmlDeviceGetPowerUsage(handle)
+        return "power", None
+    except pynvml.NVMLError as exc:
+        return None, (f"energy: this device supports neither the total-energy counter ({counter_error}; "
+                      f"Volta and newer) nor power readings ({exc})")
+
+
+def energy_unavailable(device_kind: str, device_index: int) -> str | None:
+    """None when NVML can measure the energy of this device, else the reason it cannot."""
+    if device_kind != "cuda":
+        return f"energy: measured through NVML on NVIDIA GPUs only; {device_kind} is not a cuda device"
+    handle, reason = _handle(device_index)
+    if handle is None:
+        return reason
+    pynvml, _ = _nvml()
+    return _method(pynvml, handle)[1]
+
+
+class _PowerSampler:
+    """Samples NVML power in a background thread while running."""
+
+    def __init__(self, read_mw: Callable[[], float], interval_s: float = POWER_SAMPLE_INTERVAL_S) -> None:
+        self._read, self._interval = read_mw, interval_s
+        self.samples: list[tuple[float, float]] = []
+        self.error: BaseException | None = None
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._loop, name="hwbench-nvml-power", daemon=True)
+
+    def _sample(self) -> None:
+        self.samples.append((time.perf_counter(), float(self._read())))
+
+    def _loop(self) -> None:
+        try:
+            while not self._stop.wait(self._interval):
+                self._sample()
+        except BaseException as exc:  # reported by stop(); the benchmark thread goes on
+            self.error = exc
+
+    def start(self) -> None:
+        self._sample()
+        self._thread.start()
+
+    def stop(self) -> list[tuple[float, float]]:
+        self._stop.set()
+        self._thread.join()
+        if self.error is None:
+            self._sample()
+        return sorted(self.samples)
+
+
+def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_size: int, device_kind: str,
+                   device_index: int, min_time_s: float = 1.0, min_calls: int = 10) -> Energy:
+    """Run `call()` for at least `min_time_s` seconds and `min_calls` calls; the energy it used.
+
+    `sync` waits for the device; it runs before the window opens and after the last call, so
+    the window holds exactly the calls counted. Raises `EnergyUnavailable` (with the reason)
+    where NVML cannot measure; exceptions from `call` propagate unchanged.
+    """
+    if batch_size < 1 or min_calls < 1 or not min_time_s >= 0:
+        raise ValueError(f"need batch_size >= 1, min_calls >= 1, min_time_s >= 0; got {batch_size}, "
+                         f"{min_calls}, {min_time_s}")
+    reason = energy_unavailable(device_kind, device_index)
+    if reason is not None:
+        raise EnergyUnavailable(reason)
+    pynvml, _ = _nvml()
+    handle, _ = _handle(device_index)
+    method, reason = _method(pynvml, handle)
+    if method is None:
+        raise EnergyUnavailable(reason)
+    sync()
+    sampler = _PowerSampler(lambda: pynvml.nvmlDeviceGetPowerUsage(handle)) if method == "power" else None
+    try:
+        start_mj = pynvml.nvmlDeviceGetTotalEnergyConsumption(handle) if sampler is None else 0
+        if sampler is not None:
+            sampler.start()
+    except pynvml.NVMLError as exc:
+        raise EnergyUnavailable(f"energy: NVML failed at the start ({exc})") from exc
+    try:
+        t0 = time.perf_counter()
+        calls = 0
+        while calls < min_calls or time.perf_counter() - t0 < min_time_s:
+            call()
+            calls += 1
+        sync()
+        seconds = time.perf_counter() - t0
+    finally:
+        samples = sampler.stop() if sampler is not None else []
+    try:
+        if sampler is None:
+            joules = energy_from_counter(start_mj, pynvml.nvmlDeviceGetTotalEnergyConsumption(handle))
+            if joules == 0:
+                raise EnergyUnavailable(f"energy: the counter did not advance in {seconds:.2f} s of work")
+        else:
+            if sampler.error is not None:
+                raise EnergyUnavailable(f"energy: power sampling failed mid-run ({sampler.error})")
+            joules = integrate_power(samples)
+            seconds = samples[-1][0] - samples[0][0]  # the span the integral covers
+    except pynvml.NVMLError as exc:
+        raise EnergyUnavailable(f"energy: NVML failed at the end ({exc})") from exc
+    except ValueError as exc:
+        raise EnergyUnavailable(f"energy: {exc}") from exc
+    return Energy(joules, seconds, calls, calls * batch_size, method)
+
+
+__all__ = [
+    "NVML_INSTALL_HINT",
+    "Energy",
+    "EnergyUnavailable",
+    "energy_from_counter",
+    "energy_unavailable",
+    "integrate_power",
+    "measure_energy",
+    "nvml_lookup_keys",
+    "nvml_pci_bus_id",
+]
