@@ -141,6 +141,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="minimum timed iterations per case (default 10)")
     group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=_positive("--hwbench-min-time", float),
                     default=1.0, metavar="SECONDS", help="minimum timed duration per case (default 1.0)")
+    group.addoption("--hwbench-energy-time", dest="hwbench_energy_time",
+                    type=_positive("--hwbench-energy-time", float), default=1.0, metavar="SECONDS",
+                    help="seconds of an extra loop that reads the GPU energy counter (NVML) per case; 0 turns "
+                         "energy off (default 1.0; CPU cases never measure energy)")
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=_positive("--hwbench-cache-size", int), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
@@ -288,7 +292,8 @@ class HwbenchState:
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            self._runner = Runner(self.timing, self.config.getoption("hwbench_cache_size"))
+            self._runner = Runner(self.timing, self.config.getoption("hwbench_cache_size"),
+                                  self.config.getoption("hwbench_energy_time"))
         return self._runner
 
     # xdist: hand the session id to every worker (only called when xdist is active).

@@ -303,11 +303,19 @@ _DETAIL_METRICS = frozenset(METRIC_FIELDS)
 
 
 class Runner:
-    """Runs cases, keeping the last `cache_size` loaded models for reuse across batch sizes."""
+    """Runs cases, keeping the last `cache_size` loaded models for reuse across batch sizes.
 
-    def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1) -> None:
+    `energy_min_time_s` > 0 measures energy per item on devices with a readable energy counter
+    (NVML on NVIDIA GPUs) in a loop of that length after the timed one; 0 turns it off.
+    """
+
+    def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,
+                 energy_min_time_s: float = 1.0) -> None:
         self.timing = timing or TimingConfig()
         self.cache_size = max(1, cache_size)
+        if not energy_min_time_s >= 0:
+            raise ValueError(f"energy_min_time_s must be >= 0 seconds, got {energy_min_time_s}")
+        self.energy_min_time_s = float(energy_min_time_s)
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float]] = OrderedDict()
 
     def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, bool]:
@@ -373,7 +381,7 @@ class Runner:
             cold = latency.values_ms[0]
             memory_result = Memory(None, details.pop("remote_peak_device_memory_mb", None))
         else:
-            tracker = LatencyTracker(loaded.timer, loaded.sync)
+            tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index)
             memory = MemoryTracker(loaded.device_kind, loaded.device_index)
             with memory.track():
                 cold = tracker.time_once(call)
@@ -383,6 +391,9 @@ class Runner:
                     metrics.update(more(tracker, self.timing, latency))
             assert memory.result is not None
             memory_result = memory.result
+            if tracker.timer_used != loaded.timer:  # the device's events could not run: wall clock
+                details["timer"] = tracker.timer_used
+            metrics.update(self._energy(loaded, call, case, details))
         return CaseResult(
             case=case,
             spec=spec,
@@ -397,6 +408,27 @@ class Runner:
             details=details,
             metrics=metrics,
         )
+
+
+    def _energy(self, loaded: LoadedModel, call: Any, case: BenchCase, details: dict[str, Any]) -> dict[str, float]:
+        """Energy per item where the device has a readable counter (NVML); on accelerators that
+        cannot, ``details["energy"]`` says why. Measured after the timed loop, in a loop of its own."""
+        if loaded.device_kind == "cpu" or self.energy_min_time_s == 0:
+            return {}
+        from .energy import EnergyUnavailable, energy_unavailable, measure_energy
+
+        reason = energy_unavailable(loaded.device_kind, loaded.device_index)
+        if reason:
+            details["energy"] = reason
+            return {}
+        try:
+            energy = measure_energy(call, loaded.sync, batch_size=case.batch_size, device_kind=loaded.device_kind,
+                                    device_index=loaded.device_index, min_time_s=self.energy_min_time_s)
+        except EnergyUnavailable as exc:  # e.g. the counter did not advance
+            details["energy"] = str(exc)
+            return {}
+        details["energy_method"] = energy.method
+        return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
 
 
 def _empty_device_cache(device_kind: str) -> None:
