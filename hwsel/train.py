@@ -8,7 +8,9 @@ One `train()` call:
    (histogram gradient-boosted trees, random forest, or Ridge over log roofline terms and the
    other features) and its hyperparameters. Every target is learned in log space; each
    estimator may predict the residual against the roofline estimate (``offset="roofline"``),
-   which lets trees generalise to models of sizes they have not seen. The objective is the mean
+   which lets trees generalise to models of sizes they have not seen, and may be wrapped in a
+   `BatchCurveRegressor` (``batch_curves``): a configuration measured at two or more batch sizes
+   then answers from its own fitted ``a + b * batch`` curve. The objective is the mean
    absolute log error over two grouped cross-validations, the questions users ask:
    *held-out batch sizes* (GroupKFold over batch size) and *held-out models* (GroupKFold over
    model). Trials report after each fold and are pruned (MedianPruner) when behind;
@@ -130,6 +132,82 @@ class ThroughputFromLatency(RegressorMixin, BaseEstimator):
         return model
 
 
+#: Feature columns that change with the batch size; every other column describes the configuration.
+BATCH_COLUMNS: frozenset[str] = frozenset({
+    "batch_size", "log_batch_size", "log_flops_per_forward", "log_roofline_compute_ms",
+    "log_roofline_memory_ms", "log_roofline_ms", "log_roofline_memory_mb",
+})
+CONFIG_CATEGORICAL: tuple[str, ...] = tuple(c for c in CATEGORICAL_FEATURES if c not in BATCH_COLUMNS)
+CONFIG_NUMERIC: tuple[str, ...] = tuple(c for c in NUMERIC_FEATURES if c not in BATCH_COLUMNS)
+
+
+def config_keys(X: pd.DataFrame) -> list[tuple[Any, ...]]:
+    """One hashable key per row: its batch-independent features (NaN as None, floats rounded)."""
+    columns = [X[c].to_numpy() for c in CONFIG_CATEGORICAL] + [
+        np.round(X[c].to_numpy(dtype=float), 9) for c in CONFIG_NUMERIC]
+    return [tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) for row in zip(*columns, strict=True)]
+
+
+def fit_fixed_and_per_item(batch: np.ndarray, value: np.ndarray) -> tuple[float, float]:
+    """(a, b) >= 0 with ``a + b * batch`` closest to `value` in relative error (NNLS)."""
+    from scipy.optimize import nnls
+
+    design = np.column_stack([1.0 / value, batch / value])
+    (a, b), _ = nnls(design, np.ones(len(value)))
+    return float(a), float(b)
+
+
+class BatchCurveRegressor(RegressorMixin, BaseEstimator):
+    """A measured configuration's own batch curve, `general` for everything else (log targets).
+
+    Latency (and peak memory) of one configuration grows as ``a + b * batch``: a fixed cost per
+    call (launches, weight traffic) plus a cost per item. Every configuration (rows equal in
+    all batch-independent features, `config_keys`) measured at two or more batch sizes gets its
+    own (a, b) by non-negative least squares on relative error, so a batch size it was not
+    measured at is inter- or extrapolated along its own curve. A configuration measured at one
+    batch size takes `general`'s curve shifted through its measurement; configurations never
+    measured (other models, devices, precisions) get `general`'s prediction.
+    """
+
+    def __init__(self, general: Any = None, floor: float = 1e-3) -> None:
+        self.general = general
+        self.floor = floor
+
+    def fit(self, X: pd.DataFrame, y: Any) -> BatchCurveRegressor:
+        y = np.asarray(y, dtype=float)
+        self.general_ = clone(self.general).fit(X, y)
+        value = np.exp(y)
+        batch = X["batch_size"].to_numpy(dtype=float)
+        rows: dict[tuple[Any, ...], list[int]] = {}
+        for i, key in enumerate(config_keys(X)):
+            rows.setdefault(key, []).append(i)
+        curves: dict[tuple[Any, ...], tuple[float, float]] = {}
+        shifts: dict[tuple[Any, ...], float] = {}
+        for key, idx in rows.items():
+            if len(np.unique(batch[idx])) >= 2:
+                a, b = fit_fixed_and_per_item(batch[idx], value[idx])
+                scale = float(np.min(value[idx]))  # both terms stay positive
+                curves[key] = (max(a, self.floor * scale), max(b, self.floor * scale / float(np.max(batch[idx]))))
+            else:
+                shifts[key] = float(np.mean(y[idx] - self.general_.predict(X.iloc[idx])))
+        self.curves_, self.shifts_ = curves, shifts
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        keys = config_keys(X)
+        batch = X["batch_size"].to_numpy(dtype=float)
+        out = np.full(len(X), np.nan)
+        for i, key in enumerate(keys):
+            curve = self.curves_.get(key)
+            if curve is not None:
+                out[i] = math.log(curve[0] + curve[1] * batch[i])
+        rest = np.isnan(out)
+        if rest.any():
+            shift = np.array([self.shifts_.get(k, 0.0) for k, r in zip(keys, rest, strict=True) if r])
+            out[rest] = np.asarray(self.general_.predict(X.loc[rest]), dtype=float) + shift
+        return out
+
+
 def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> OffsetRegressor:
     """The unfitted log-target regressor that `params` (an Optuna trial's choice) describes."""
     kind = params["estimator"]
@@ -168,15 +246,16 @@ def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int 
     )
     pipeline = Pipeline([("features", columns), ("model", model)])
     offset = offset_column if params.get("offset", "roofline") == "roofline" else None
-    return OffsetRegressor(pipeline, offset=offset)
+    general = OffsetRegressor(pipeline, offset=offset)
+    return OffsetRegressor(BatchCurveRegressor(general), offset=None) if params.get("batch_curves") else general
 
 
 def suggest(trial: Any) -> dict[str, Any]:
     """The search space: estimator, roofline offset and the estimator's hyperparameters."""
-    params: dict[str, Any] = {
-        "estimator": trial.suggest_categorical("estimator", list(ESTIMATORS)),
-        "offset": trial.suggest_categorical("offset", ["roofline", "none"]),
-    }
+    params: dict[str, Any] = {"estimator": trial.suggest_categorical("estimator", list(ESTIMATORS))}
+    params["offset"] = trial.suggest_categorical("offset", ["roofline", "none"])
+    # A configuration's own measured batch curve where it has one (BatchCurveRegressor).
+    params["batch_curves"] = trial.suggest_categorical("batch_curves", [True, False])
     if params["estimator"] == "hgb":
         # absolute_error: a robust loss, since contention on a shared machine only ever adds time.
         params["loss"] = trial.suggest_categorical("loss", ["squared_error", "absolute_error"])

@@ -204,3 +204,63 @@ def test_zoo_table_matches_a_fresh_meta_build() -> None:
 
     fresh = _measure_spec(get_model("bert-tiny"))
     assert resolve_model("bert-tiny") == fresh
+
+
+def test_batch_curves_follow_each_configuration_and_defer_to_the_general_model() -> None:
+    """Latency that really is ``a + b * batch`` per configuration is recovered at unmeasured batch
+    sizes; a configuration seen at one batch size is shifted through it; an unseen one is general."""
+    from sklearn.base import clone
+    from sklearn.linear_model import LinearRegression
+
+    from hwsel.features import query_row
+    from hwsel.train import BatchCurveRegressor, config_keys
+
+    truth = {("bert-tiny", "fp32"): (2.0, 0.5), ("bert-tiny", "bf16"): (3.0, 0.2), ("gpt2-tiny", "fp32"): (1.0, 1.5)}
+    rows, values = [], []
+    for (model, precision), (a, b) in truth.items():
+        for batch in (1, 2, 8, 16):
+            rows.append(query_row(resolve_model(model), hardware="cpu", backend="torch", precision=precision,
+                                  batch_size=batch))
+            values.append(a + b * batch)
+    rows.append(query_row(resolve_model("vit-tiny"), hardware="cpu", backend="torch", precision="fp32", batch_size=4))
+    values.append(7.0)  # one batch size only
+    X = feature_frame(pd.DataFrame(rows))
+    general = _ColumnRegressor(LinearRegression(), "log_batch_size")
+    model = BatchCurveRegressor(clone(general)).fit(X, np.log(values))
+    assert len(set(config_keys(X))) == 4 and len(model.curves_) == 3 and len(model.shifts_) == 1
+
+    def predict(name: str, precision: str, batch: int) -> float:
+        row = query_row(resolve_model(name), hardware="cpu", backend="torch", precision=precision, batch_size=batch)
+        return float(np.exp(model.predict(feature_frame(pd.DataFrame([row])))[0]))
+
+    for (name, precision), (a, b) in truth.items():
+        for batch in (4, 32):  # between and beyond the measured batch sizes
+            assert predict(name, precision, batch) == pytest.approx(a + b * batch, rel=1e-6)
+    assert predict("vit-tiny", "fp32", 4) == pytest.approx(7.0)  # shifted through its measurement
+    unseen = feature_frame(pd.DataFrame([query_row(resolve_model("resnet-tiny"), hardware="cpu", backend="torch",
+                                                   precision="fp32", batch_size=4)]))
+    assert model.predict(unseen)[0] == pytest.approx(model.general_.predict(unseen)[0])
+
+
+class _ColumnRegressor:
+    """A scikit-learn regressor on one feature column (the general model of the test above)."""
+
+    def __init__(self, model: object = None, column: str = "log_batch_size") -> None:
+        self.model, self.column = model, column
+
+    def get_params(self, deep: bool = True) -> dict[str, object]:
+        return {"model": self.model, "column": self.column}
+
+    def set_params(self, **params: object) -> _ColumnRegressor:
+        for key, value in params.items():
+            setattr(self, key, value)
+        return self
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> _ColumnRegressor:
+        from sklearn.base import clone
+
+        self.fitted_ = clone(self.model).fit(X[[self.column]].to_numpy(dtype=float), y)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return self.fitted_.predict(X[[self.column]].to_numpy(dtype=float))
