@@ -4,12 +4,12 @@ Usage::
 
     python benchmarks/predictor_quality.py                 # the committed snapshot
     python benchmarks/predictor_quality.py --data runs.parquet|hwbench.duckdb|sqlite:///mlflow.db
-    python benchmarks/predictor_quality.py --regenerate    # measure this CPU again (~50 min here)
+    python benchmarks/predictor_quality.py --regenerate    # measure this CPU again (~35 min here)
 
-The data: real pytest-hwbench runs on this machine's CPU, quick-tier models (8 architectures) at
-batch sizes 1-32 and three full-size models (ResNet-50, BERT-base, T5-small) at batches 1-4, on
-torch, ONNX Runtime and OpenVINO in fp32/bf16/int8, each configuration measured in 2-4 sessions
-(`benchmarks/data/cpu_runs.parquet`; `SESSIONS` says exactly how).
+The data: real pytest-hwbench runs on this machine's CPU, the 14 quick-tier models at batch
+sizes 1-32 and seven full-size models (ResNet-50, BERT-base, T5-small, ViT-base, GPT-2,
+Whisper-tiny, Wav2Vec2-base) at batches 1-4, on torch, ONNX Runtime and OpenVINO in
+fp32/bf16/int8 (`benchmarks/data/cpu_runs.parquet`; `SESSIONS` says exactly how).
 
 What it prints, for latency, from out-of-fold predictions of the study's best recipe:
 
@@ -56,22 +56,18 @@ from hwsel.train import (  # noqa: E402
 
 DEFAULT_DATA = ROOT / "benchmarks" / "data" / "cpu_runs.parquet"
 
-QUICK_MODELS = "bert-tiny,gpt2-tiny,t5-tiny,vit-tiny,resnet-tiny,whisper-micro,wav2vec2-tiny,clip-tiny"
-FULL_MODELS = "resnet-50,bert-base,t5-small"
-#: (models, backends, batch sizes, warm-up, min iterations, min time), run in this order. Every
-#: configuration is measured in 2-4 sessions because a shared machine is noisy (repeats of one
-#: configuration differ by ~1.9x at the median here); `hwsel.data.training_table` keeps the fastest
-#: repeat. This is what made the committed snapshot: ~50 min on a busy 2-core machine (a quiet
-#: one needs about half; drop the repeats for a first look).
+QUICK_MODELS = ("bert-tiny,gpt2-tiny,t5-tiny,vit-tiny,resnet-tiny,whisper-micro,wav2vec2-tiny,clip-tiny,"
+                "clap-tiny,detr-tiny,xclip-tiny,llama-tiny,qwen2-tiny,llava-tiny")
+FULL_MODELS = "resnet-50,bert-base,t5-small,vit-base,gpt2,whisper-tiny,wav2vec2-base"
+#: (models, backends, batch sizes, warm-up, min iterations, min time), run in this order, serially
+#: (each case on both cores). Every quick-tier configuration on torch is measured twice, in two
+#: sessions, to show the measurement noise; `hwsel.data.training_table` keeps the fastest repeat.
+#: This made the committed snapshot in about 35 minutes on a quiet 2-core machine.
 ALL = "torch,onnxruntime,openvino"
 SESSIONS = (
     (QUICK_MODELS, ALL, "1,2,4,8,16,32", "3", "7", "0.3"),
     (FULL_MODELS, ALL, "1,2,4", "2", "5", "0.5"),
-    (QUICK_MODELS, ALL, "1,2,4,8,16,32", "3", "7", "0.3"),
     (QUICK_MODELS, "torch", "1,2,4,8,16,32", "3", "7", "0.3"),
-    (QUICK_MODELS, "torch", "1,2,4,8,16,32", "3", "7", "0.3"),
-    (QUICK_MODELS, "onnxruntime,openvino", "1,2,4,8,16,32", "3", "7", "0.3"),
-    (FULL_MODELS, ALL, "1,2,4", "2", "5", "0.5"),
 )
 AIMS = {"heldout_batch": 0.06, "heldout_model": 0.10}
 
@@ -81,7 +77,7 @@ def regenerate(out: Path) -> Path:
     with tempfile.TemporaryDirectory(prefix="hwsel-quality-") as tmp:
         store = Path(tmp) / "store"
         for models, backends, batches, warmup, iters, min_time in SESSIONS:
-            cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench_suites"), "-m", "cpu", "-q",
+            cmd = [sys.executable, "-m", "pytest", str(ROOT / "bench_suites" / "test_inference.py"), "-m", "cpu", "-q",
                    "-p", "no:cacheprovider", "--benchmark-disable", "--hwbench-models", models,
                    "--hwbench-backends", backends, "--hwbench-batch-sizes", batches, "--hwbench-store", str(store),
                    "--hwbench-warmup", warmup, "--hwbench-min-iterations", iters, "--hwbench-min-time", min_time]

@@ -209,9 +209,13 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
 
     Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
-    the row).
+    the row). The harness's ``train`` mode is hwsel's ``training``; ``generate`` rows (whose
+    latency is a whole ``generate()`` call of `new_tokens` tokens, not one forward) are left out.
     """
     table = runs.reset_index(drop=True)
+    if "mode" in table.columns:
+        table["mode"] = table["mode"].replace({"train": "training"})
+        table = table.loc[table["mode"].isin(["inference", "training"]) | table["mode"].isna()].reset_index(drop=True)
     latency = pd.to_numeric(table["latency_ms_median"], errors="coerce").astype(float)
     batch = pd.to_numeric(table["batch_size"], errors="coerce").astype(float)
     keep = np.isfinite(latency) & (latency > 0) & np.isfinite(batch) & (batch >= 1)
