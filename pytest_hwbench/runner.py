@@ -78,8 +78,10 @@ class BenchCase:
 
     @property
     def load_key(self) -> tuple[str, ...]:
-        """Cases with the same key share one loaded model."""
-        return (self.model, self.backend, self.hardware, self.precision, self.mode)
+        """Cases with the same key share one loaded model (a generate model is loaded for its
+        number of new tokens, so that number is part of the key)."""
+        key = (self.model, self.backend, self.hardware, self.precision, self.mode)
+        return key if self.new_tokens is None else (*key, f"out{self.new_tokens}")
 
     def spec(self) -> ModelSpec:
         """The zoo model, with `input_length` as its sequence length when given."""
