@@ -62,7 +62,23 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
     "latency_ms_median", "throughput_items_per_s",
 )
 
-_NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "peak_device_memory_mb")
+_NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "peak_device_memory_mb",
+            "achieved_tflops", "compile_time_s", "energy_j_per_item", "ttft_ms", "decode_ms_per_token",
+            "tokens_per_s", "new_tokens")
+#: Optional inference tables: (metric, title), each written where any record measured it.
+_EXTRA_TABLES: tuple[tuple[str, str], ...] = (
+    ("achieved_tflops", "Achieved TFLOP/s"),
+    ("compile_time_s", "Compile time (s), per input shape, not in the latency"),
+    ("energy_j_per_item", "Energy per item (J)"),
+)
+#: Tables of the generate and train modes: (metric, title).
+_MODE_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    "generate": (("ttft_ms", "Time to first token (ms)"), ("decode_ms_per_token", "Decode, per token (ms)"),
+                 ("tokens_per_s", "Generated tokens/s"), ("latency_ms_median", "Whole generate() call (ms)"),
+                 ("peak_device_memory_mb", "Peak device memory (MB)")),
+    "train": (("latency_ms_median", "Optimizer step (ms)"), ("throughput_items_per_s", "Samples/s"),
+              ("peak_host_rss_mb", "Peak host RSS (MB)"), ("peak_device_memory_mb", "Peak device memory (MB)")),
+}
 _ERROR_CHARS_MD = 300
 _ERROR_CHARS_JSON = 200
 
@@ -157,6 +173,7 @@ def _prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     for name in ("error", "case_id", "session_id"):
         if name not in df.columns:
             df[name] = None
+    df["mode"] = df["mode"].fillna("inference").astype(str) if "mode" in df.columns else "inference"
     df["batch_size"] = pd.to_numeric(df["batch_size"], errors="raise").astype(int)
     for name in ("family", "model", "hardware", "backend", "precision", "status"):
         df[name] = df[name].astype(str)
@@ -593,6 +610,34 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
 
 # --- entry point ------------------------------------------------------------------------------
 
+def _mode_sections(df: pd.DataFrame) -> list[str]:
+    """Generate- and train-mode tables (and the inference extras) by model x batch x config."""
+    md: list[str] = []
+    for mode, tables in _MODE_TABLES.items():
+        rows = df[df["mode"] == mode]
+        if rows.empty:
+            continue
+        title = {"generate": "Generation", "train": "Training"}[mode]
+        md += [f"## {title}", ""]
+        if mode == "generate":
+            tokens = sorted({int(t) for t in rows["new_tokens"].dropna()})
+            md += [f"Every call generates exactly {', '.join(map(str, tokens)) or '?'} new tokens per sequence "
+                   "(min_new_tokens = max_new_tokens); batch = sequences.", ""]
+        else:
+            md += ["One optimizer step (forward, backward, step) per iteration; fp16/bf16 are autocast over fp32 "
+                   "weights.", ""]
+        configs = _config_order(rows["config"])
+        for metric, heading in tables:
+            if rows[metric].notna().any():
+                md += [f"#### {heading}", "", *_value_table(rows, metric, configs), ""]
+    inference = df[df["mode"] == "inference"]
+    for metric, heading in _EXTRA_TABLES:
+        if not inference.empty and inference[metric].notna().any():
+            md += [f"## {heading} (inference)", "", *_value_table(inference, metric, _config_order(inference["config"])),
+                   ""]
+    return md
+
+
 def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str, Any] | None = None,
                  hardware: dict[str, Any] | None = None, session_id: str | None = None) -> ReportPaths:
     """Write ``report.md``, ``compatibility.json`` and ``plots/*.png`` under `out_dir`.
@@ -631,7 +676,9 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     md += _compat_section(matrix)
 
     plots: dict[str, Path] = {}
-    md += ["## Results by family", "",
+    modes = df
+    df = df[df["mode"] == "inference"]
+    md += ["## Results by family (inference)", "",
            f"Columns are configs (hardware/backend/precision). Speedup = median latency of "
            f"{'/'.join(BASELINE)} / median latency of the config, same model and batch size. "
            "`failed`: every record of that cell failed (see Failures); `–`: not run.", ""]
@@ -670,7 +717,8 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
                 plots[f"{family}/{kind}"] = path
                 md += [f"![{family}: {title}](plots/{path.name})", ""]
         md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]
-    md += _failures_section(df)
+    md += _mode_sections(modes)
+    md += _failures_section(modes)
 
     markdown = out_dir / "report.md"
     markdown.write_text("\n".join(md), encoding="utf-8")

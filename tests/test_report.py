@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import statistics
 from pathlib import Path
@@ -313,3 +314,28 @@ def test_report_does_not_touch_pyplot_state(tmp_path, records):
     backend = matplotlib.get_backend()
     write_report(frame(records[:4]), Path(tmp_path))
     assert matplotlib.get_backend() == backend
+
+
+def test_generate_train_and_compiled_records_get_their_own_tables(tmp_path):
+    rng = np.random.default_rng(7)
+    eager = passed_record(rng, "embedding", "bert-tiny", "cuda", "torch", "fp16", 1, 6.0)
+    compiled = dataclasses.replace(passed_record(rng, "embedding", "bert-tiny", "cuda", "torch-compile-ro", "fp16",
+                                                 1, 0.7), compile_time_s=14.5, achieved_tflops=3.25)
+    gen = dataclasses.replace(passed_record(rng, "embedding", "bert-tiny", "cuda", "torch", "fp16", 1, 120.0),
+                              mode="generate", new_tokens=32, ttft_ms=9.5, decode_ms_per_token=3.5,
+                              tokens_per_s=266.0)
+    train = dataclasses.replace(passed_record(rng, "embedding", "bert-tiny", "cuda", "torch", "bf16", 8, 40.0),
+                                mode="train")
+    md = write_report(frame([eager, compiled, gen, train]), tmp_path).markdown.read_text()
+    inference = section(md, "embedding", "Latency, median (ms)")[("bert-tiny", "1")]
+    # generate and train latencies stay out of the inference tables
+    assert inference["cuda/torch/fp16"] == f"{eager.latency_ms_median:,.2f}" and "cuda/torch/bf16" not in inference
+    generation = md.split("\n## Generation\n", 1)[1].split("\n## ", 1)[0]
+    assert "exactly 32 new tokens" in generation
+    ttft = generation.split("#### Time to first token (ms)", 1)[1].split("####", 1)[0]
+    assert "| bert-tiny | 1 | 9.50 |" in ttft
+    training = md.split("\n## Training\n", 1)[1].split("\n## ", 1)[0]
+    assert f"| bert-tiny | 8 | {train.latency_ms_median:,.2f} |" in training
+    compile_table = md.split("## Compile time (s)", 1)[1].split("\n## ", 1)[0]
+    assert "14.50" in compile_table and "cuda/torch-compile-ro/fp16" in compile_table
+    assert "3.25" in md.split("## Achieved TFLOP/s", 1)[1].split("\n## ", 1)[0]
