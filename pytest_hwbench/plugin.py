@@ -148,6 +148,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=_positive("--hwbench-cache-size", int), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
+    group.addoption("--hwbench-qai-hub-device", dest="hwbench_qai_hub_device", default=None, metavar="NAME",
+                    help="Qualcomm AI Hub device for qnn cases (`qai-hub list-devices`; default: "
+                         "$HWBENCH_QAI_HUB_DEVICE, else Samsung Galaxy S24 (Family))")
     group.addoption("--hwbench-store", dest="hwbench_store", default=None, metavar="DIR",
                     help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
     group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri", default=None, metavar="URI",
@@ -166,6 +169,12 @@ def pytest_configure(config: pytest.Config) -> None:
     if not config.pluginmanager.hasplugin("xdist"):
         # Cases carry xdist_group for `--dist loadgroup`; without xdist nobody registers it.
         config.addinivalue_line("markers", "xdist_group(name): keep cases of one loaded model on one xdist worker")
+    device = config.getoption("hwbench_qai_hub_device")
+    if device is not None:
+        if not device.strip():
+            raise pytest.UsageError("--hwbench-qai-hub-device: empty device name; see `qai-hub list-devices`")
+        # The qai_hub backend reads the device from the environment, which xdist workers inherit.
+        os.environ["HWBENCH_QAI_HUB_DEVICE"] = device.strip()
     for path in config.getoption("hwbench_model_sets"):
         try:
             for spec in load_model_set(path):

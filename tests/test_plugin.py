@@ -399,3 +399,19 @@ def test_model_set_adds_a_runnable_model(bench):
     assert custom["param_count"] != records["bert-tiny-cpu-torch-fp32-b1"]["param_count"]
     assert custom["sequence_length"] == 16
     assert "bert-custom" not in MODELS
+
+
+def test_qai_hub_device_option_reaches_the_backend(pytester, monkeypatch):
+    monkeypatch.delenv("HWBENCH_QAI_HUB_DEVICE", raising=False)
+    pytester.makepyfile(test_device="""
+        from pytest_hwbench.backends import qai_hub
+
+        def test_device():
+            assert qai_hub.BACKEND.device_name() == "Google Pixel 8"
+    """)
+    result = pytester.runpytest_subprocess("-p", "no:cacheprovider", "--hwbench-qai-hub-device", "Google Pixel 8",
+                                           "--hwbench-no-track")
+    result.assert_outcomes(passed=1)
+    bad = pytester.runpytest_subprocess("--hwbench-qai-hub-device", " ", "--hwbench-no-track")
+    assert bad.ret == pytest.ExitCode.USAGE_ERROR
+    bad.stderr.fnmatch_lines(["*--hwbench-qai-hub-device: empty device name*"])
