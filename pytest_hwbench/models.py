@@ -84,11 +84,13 @@ class ModelSpec:
             ) from None
         return cls(**self.config_kwargs)
 
-    def build_model(self, device: Any = "cpu", dtype: Any = None, seed: int | None = 0) -> Any:
+    def build_model(self, device: Any = "cpu", dtype: Any = None, seed: int | None = 0,
+                    auto_class: str | None = None) -> Any:
         """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing).
 
         The weights come from `seed` (None: the global RNG), so every backend runs the same
-        model; the caller's RNG state is left as it was.
+        model; the caller's RNG state is left as it was. `auto_class` replaces the spec's own
+        (e.g. a generation head where the zoo builds the base model, as for Whisper).
         """
         import contextlib
 
@@ -96,7 +98,7 @@ class ModelSpec:
         import transformers
 
         config = self.build_config()
-        auto = getattr(transformers, self.auto_class)
+        auto = getattr(transformers, auto_class or self.auto_class)
         rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
         with rng, torch.device(device):
             if seed is not None:

@@ -1,0 +1,362 @@
+"""The ``generate`` scenario: one fixed-length ``generate()`` call per iteration, on torch eager.
+
+Every iteration does the same work: greedy decoding (``do_sample=False``, ``num_beams=1``) with
+the KV cache, ``min_new_tokens == max_new_tokens == N``, so a random-weight model that would
+emit its end-of-sequence token early still makes exactly N tokens per sequence (the
+min-new-tokens logits processor masks EOS until N tokens exist; the length limit then stops).
+The first timed call counts the decoding steps and raises if they differ from N or if a
+sequence finished early.
+
+What is measured (medians, over the batch):
+
+- ``latency_ms_*``: the whole ``generate()`` call of N tokens (encoder, prefill, N - 1 decode
+  steps); ``throughput_items_per_s`` is sequences per second;
+- ``ttft_ms``: time to first token, the same call with one new token: the prefill forward over
+  the prompt (and the encoder, for encoder-decoder models) and the first token;
+- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)``, each further token (absent when N is 1);
+- ``tokens_per_s``: ``batch * N / full``, generated tokens per second.
+
+Which models generate is read from the transformers config, not the name (`generation_class`):
+encoder-decoder configs with a speech or text seq2seq head (Whisper, T5, BART), decoders with an
+image-text-to-text head (LLaVA) or a causal-LM head (GPT-2, LLaMA, Qwen2). Encoders that merely
+offer a causal-LM head on top of their masked-LM pretraining (BERT, RoBERTa) do not count.
+The model is built with that head from the zoo's seed (`ModelSpec.build_model`), so every
+generate case of a model runs the same weights.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import functools
+import logging
+from collections.abc import Iterator
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import LoadedModel
+from ..backends.torch_eager import _device, _sync_for, effective_precision
+from ..errors import PrecisionMismatch, UnsupportedCase
+
+if TYPE_CHECKING:
+    from ..hardware import HardwareInfo
+    from ..models import ModelSpec
+    from ..trackers import Latency, LatencyTracker, TimingConfig
+
+_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
+#: Zoo modalities whose inputs are a generation prompt: token ids (decoders; T5's encoder),
+#: log-mel features (Whisper's encoder), an image and its placeholder tokens (LLaVA).
+GENERATE_MODALITIES = frozenset({"text", "text2text", "audio_features", "image_text_tokens"})
+#: (auto class, transformers mapping) in order of preference, for encoder-decoder configs.
+_ENCODER_DECODER_HEADS = (
+    ("AutoModelForSpeechSeq2Seq", "MODEL_FOR_SPEECH_SEQ_2_SEQ_MAPPING"),
+    ("AutoModelForSeq2SeqLM", "MODEL_FOR_SEQ_TO_SEQ_CAUSAL_LM_MAPPING"),
+)
+#: The same for decoder-only configs. Whisper's config also maps to a causal LM (its decoder
+#: alone): encoder-decoder configs never reach this list.
+_DECODER_HEADS = (
+    ("AutoModelForImageTextToText", "MODEL_FOR_IMAGE_TEXT_TO_TEXT_MAPPING"),
+    ("AutoModelForCausalLM", "MODEL_FOR_CAUSAL_LM_MAPPING"),
+)
+#: Decoder inputs the zoo makes for a forward pass; generate() starts from the decoder start token.
+_DECODER_INPUTS = ("decoder_input_ids", "decoder_attention_mask")
+
+
+def generation_class(spec: ModelSpec) -> str | None:
+    """The transformers auto class that builds `spec` with a generation head, or None when the
+    model does not generate tokens (encoders, vision and audio backbones, DETR, CLIP...).
+
+    Read from the config: ``is_encoder_decoder`` picks between seq2seq heads and decoder heads,
+    then the first auto class whose mapping holds the config class wins. A config that also maps
+    to a masked LM is an encoder (BERT's ``BertLMHeadModel`` is a causal-LM head on an
+    encoder) and gets None. A config that cannot be built gets None: its inference cases
+    record the error.
+    """
+    if spec.modality not in GENERATE_MODALITIES:
+        return None
+    try:
+        config = spec._config()
+    except Exception:  # noqa: BLE001 - an unbuildable config fails in its inference cases instead
+        return None
+    import transformers
+
+    def maps(mapping: str) -> bool:
+        return type(config) in getattr(transformers, mapping)
+
+    heads = _ENCODER_DECODER_HEADS if getattr(config, "is_encoder_decoder", False) else _DECODER_HEADS
+    for auto_class, mapping in heads:
+        if maps(mapping):
+            if auto_class == "AutoModelForCausalLM" and maps("MODEL_FOR_MASKED_LM_MAPPING"):
+                return None
+            return auto_class
+    return None
+
+
+class _LengthClashFilter(logging.Filter):
+    """Drops transformers' "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been
+    set" warning and its ``min_`` twin. Whisper's generate() fills the global defaults
+    (``max_length=20``, ``min_length=0``) into the config it hands to GenerationMixin.generate,
+    which then warns on every call that our max/min_new_tokens take precedence, as we intend
+    (transformers 5.23, ``GenerationMixin._prepare_generated_length``). Other messages pass."""
+
+    PREFIXES = ("Both `max_new_tokens`", "Both `min_new_tokens`")
+
+    def filter(self, record: logging.LogRecord) -> bool:
+        return not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIXES))
+
+
+_LENGTH_CLASH_FILTER = _LengthClashFilter()
+
+
+@contextlib.contextmanager
+def _without_length_clash_warnings() -> Iterator[None]:
+    """Filters `_LengthClashFilter`'s messages out of generate()'s logger for one call only."""
+    logger = logging.getLogger("transformers.generation.utils")
+    logger.addFilter(_LENGTH_CLASH_FILTER)
+    try:
+        yield
+    finally:
+        logger.removeFilter(_LENGTH_CLASH_FILTER)
+
+
+@functools.cache
+def _step_counter_class() -> type:
+    """A stopping criterion that never stops and counts decoding steps (transformers is imported
+    lazily, so the class is defined on first use)."""
+    import torch
+    from transformers import StoppingCriteria
+
+    class StepCounter(StoppingCriteria):
+        """Counts ``generate()``'s decoding steps and keeps the last token ids it saw."""
+
+        def __init__(self) -> None:
+            self.steps = 0
+            self.last_ids: Any = None
+
+        def __call__(self, input_ids: Any, scores: Any, **kwargs: Any) -> Any:
+            self.steps += 1
+            self.last_ids = input_ids
+            return torch.zeros(input_ids.shape[0], dtype=torch.bool, device=input_ids.device)
+
+    return StepCounter
+
+
+def _first_id(value: Any) -> int | None:
+    """One token id from a config value that may be an int, a list of ints or None."""
+    if isinstance(value, list | tuple):
+        return int(value[0]) if value else None
+    return int(value) if value is not None else None
+
+
+def _eos_ids(value: Any) -> tuple[int, ...]:
+    if value is None:
+        return ()
+    return tuple(int(v) for v in value) if isinstance(value, list | tuple) else (int(value),)
+
+
+def _set_special_tokens(model: Any) -> None:
+    """Fill in what random-init configs leave out: a pad token (generate() pads finished rows
+    and warns without one) and, for encoder-decoder models, the decoder start token (T5's
+    config has none; generate() raises without it). T5 starts decoding from its pad token."""
+    gen = model.generation_config
+    text = model.config.get_text_config(decoder=True)
+    eos = _first_id(gen.eos_token_id if gen.eos_token_id is not None else getattr(text, "eos_token_id", None))
+    if gen.pad_token_id is None:
+        pad = _first_id(getattr(text, "pad_token_id", None))
+        gen.pad_token_id = pad if pad is not None else (eos if eos is not None else 0)
+    if model.config.is_encoder_decoder and gen.decoder_start_token_id is None:
+        start = _first_id(getattr(model.config, "decoder_start_token_id", None))
+        if start is None:
+            start = _first_id(gen.bos_token_id)
+        gen.decoder_start_token_id = start if start is not None else gen.pad_token_id
+
+
+def _position_limit(model: Any) -> int | None:
+    """Positions the generating decoder has (None: unbounded, e.g. T5's relative positions)."""
+    text = model.config.get_text_config(decoder=True)
+    for name in ("max_target_positions", "n_positions", "max_position_embeddings"):
+        value = getattr(text, name, None)
+        if isinstance(value, int) and value > 0:
+            return value
+    return None
+
+
+def _device_name(hardware: str, device_index: int) -> str:
+    """What the device calls itself, as torch eager's records name it."""
+    if hardware == "cpu":
+        from ..hardware import detect_hardware
+
+        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
+    if hardware == "mps":
+        return "Apple MPS"
+    import torch
+
+    module = torch.xpu if hardware == "xpu" else torch.cuda
+    return str(module.get_device_name(device_index))
+
+
+@dataclass
+class GenerateCall:
+    """One timed iteration of a generate case: ``generate()`` of exactly `new_tokens` tokens for
+    each of `batch_size` sequences. The runner times calls of it, then `measure_more`."""
+
+    model: Any
+    inputs: dict[str, Any]
+    new_tokens: int
+    batch_size: int
+    eos_token_ids: tuple[int, ...]
+    name: str
+    #: whether a call has verified that generate() makes exactly `new_tokens` tokens per sequence
+    checked: bool = field(default=False, init=False)
+
+    def generate(self, new_tokens: int, stopping_criteria: Any = None) -> Any:
+        """``generate()`` of exactly `new_tokens` greedy tokens per sequence, with the KV cache."""
+        import torch
+
+        extra = {"stopping_criteria": stopping_criteria} if stopping_criteria is not None else {}
+        with torch.inference_mode(), _without_length_clash_warnings():
+            return self.model.generate(
+                **self.inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
+                num_beams=1, use_cache=True, **extra,
+            )
+
+    def __call__(self) -> Any:
+        """The full call; the first one (the runner's cold call) also verifies the token count."""
+        if self.checked:
+            return self.generate(self.new_tokens)
+        from transformers import StoppingCriteriaList
+
+        counter = _step_counter_class()()
+        out = self.generate(self.new_tokens, StoppingCriteriaList([counter]))
+        self._verify(counter.steps, counter.last_ids)
+        self.checked = True
+        return out
+
+    def _verify(self, steps: int, ids: Any) -> None:
+        """Raise unless generate() ran `new_tokens` steps and no sequence ended before the last."""
+        import torch
+
+        n = self.new_tokens
+        if steps != n:
+            raise RuntimeError(
+                f"generate: {self.name} ran {steps} decoding steps for {n} new tokens per sequence "
+                f"(min_new_tokens == max_new_tokens == {n}): its generate() stops on a criterion of its own "
+                "(a length or time limit in its generation config) or calls the decoder loop more than once; "
+                f"the case would not measure {n} tokens"
+            )
+        if self.eos_token_ids and n > 1 and ids is not None:
+            eos = torch.tensor(self.eos_token_ids, device=ids.device)
+            early = torch.isin(ids[:, -n:-1], eos).any(dim=1)
+            if bool(early.any()):
+                rows = early.nonzero().flatten().tolist()
+                raise RuntimeError(
+                    f"generate: {self.name} ended sequences {rows} of {self.batch_size} with an end-of-sequence "
+                    f"token before {n} tokens, although min_new_tokens={n} should forbid it; the case would "
+                    "measure padding, not decoding"
+                )
+
+    def prefill(self) -> Any:
+        """The call with one new token: time to first token."""
+        return self.generate(1)
+
+    def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:
+        """Time to first token (the prefill call timed like the full one), per-token decode
+        latency and generated tokens per second, from medians; `latency` is the full call's."""
+        prefill = tracker.run(self.prefill, timing)
+        full_ms = latency.median
+        metrics = {"ttft_ms": prefill.median, "tokens_per_s": self.batch_size * self.new_tokens / (full_ms / 1e3)}
+        if self.new_tokens > 1:
+            metrics["decode_ms_per_token"] = (full_ms - prefill.median) / (self.new_tokens - 1)
+        return metrics
+
+
+class GenerateScenario:
+    """Fixed-length greedy ``generate()`` on torch eager (see the module docstring)."""
+
+    mode = "generate"
+    backends = ("torch",)
+    precisions = ("fp32", "fp16", "bf16")
+
+    def supports(self, spec: ModelSpec) -> bool:
+        """Whether `spec` generates tokens (`generation_class`)."""
+        return generation_class(spec) is not None
+
+    def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
+                    hw: HardwareInfo) -> str | None:
+        """A reason for int8 and for models that do not generate; torch eager's own reasons
+        (hardware, fp16/bf16 support) come from the backend."""
+        return self._reason(spec, precision)
+
+    def _reason(self, spec: ModelSpec, precision: str) -> str | None:
+        if precision not in self.precisions:
+            return (f"{precision}: generate runs {', '.join(self.precisions)} on torch eager (dynamic int8 "
+                    "quantization is an inference backend's; quantized generation needs its own runtime)")
+        if not self.supports(spec):
+            return (f"generate: {spec.name} has no generation head (its config maps to no seq2seq, "
+                    "image-text-to-text or decoder causal-LM class)")
+        return None
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
+             **options: Any) -> LoadedModel:
+        """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
+        (required) is the number of tokens each sequence generates."""
+        new_tokens = options.pop("new_tokens", None)
+        if options:
+            raise TypeError(f"generate: unknown options {', '.join(sorted(options))}; it takes new_tokens")
+        if not isinstance(new_tokens, int) or new_tokens < 1:
+            raise ValueError(f"generate: new_tokens must be an integer >= 1, got {new_tokens!r}")
+        reason = self._reason(spec, precision)
+        if reason:
+            raise UnsupportedCase(reason)
+        auto_class = generation_class(spec)
+        import torch
+
+        device = _device(hardware, device_index)
+        if hardware in ("cuda", "rocm"):
+            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5), as in torch eager.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        model = spec.build_model("cpu", auto_class=auto_class)  # seed 0, then cast: same weights everywhere
+        _set_special_tokens(model)
+        if precision != "fp32":
+            model = model.to(getattr(torch, _DTYPES[precision]))
+        model = model.to(device)
+        ran = effective_precision(model)
+        if ran != precision:
+            raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
+        dtype = getattr(torch, _DTYPES[precision])
+        eos = _eos_ids(model.generation_config.eos_token_id)
+        limit = _position_limit(model)
+        encoder_decoder = bool(model.config.is_encoder_decoder)
+
+        def prepare(inputs: dict[str, Any]) -> GenerateCall:
+            moved = {
+                k: v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)
+                for k, v in inputs.items() if not (encoder_decoder and k in _DECODER_INPUTS)
+            }
+            # decoder-only: the prompt is the input ids; encoder-decoder: the decoder start token
+            prompt = 1 if encoder_decoder else int(moved["input_ids"].shape[-1])
+            if limit is not None and prompt + new_tokens > limit:
+                raise UnsupportedCase(
+                    f"generate: {spec.name}'s decoder has {limit} positions, a {prompt}-token prompt plus "
+                    f"{new_tokens} new tokens needs {prompt + new_tokens}; lower --hwbench-new-tokens or "
+                    "--hwbench-input-lengths"
+                )
+            batch = int(next(iter(moved.values())).shape[0])
+            return GenerateCall(model, moved, new_tokens, batch, eos, spec.name)
+
+        return LoadedModel(
+            precision=ran,
+            device_name=_device_name(hardware, device_index),
+            prepare=prepare,
+            sync=_sync_for(hardware, device),
+            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            device_kind=hardware,
+            device_index=device_index,
+            threads=torch.get_num_threads() if hardware == "cpu" else None,
+            details={"generation_class": type(model).__name__},
+        )
+
+
+SCENARIO = GenerateScenario()
+
+__all__ = ["GENERATE_MODALITIES", "SCENARIO", "GenerateCall", "GenerateScenario", "generation_class"]
