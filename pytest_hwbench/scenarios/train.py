@@ -1,0 +1,336 @@
+"""The ``train`` scenario: one optimizer step (forward, loss, backward, AdamW step) per iteration.
+
+Mixed precision is automatic mixed precision: the weights stay fp32 (the master copy the
+optimizer updates) and the forward and the loss run under ``torch.autocast`` at fp16 or bf16.
+fp16 scales the loss with ``torch.amp.GradScaler`` so small gradients survive the fp16 range;
+bf16 has fp32's range and needs no scaler. The record's precision is the autocast dtype (what
+the matmuls ran at); ``extra`` says ``amp``, ``grad_scaler``, the optimizer and its kernel.
+
+The loss, by what the zoo's head offers (`loss_kind`):
+
+- ``contrastive``: models whose forward takes ``return_loss`` (CLIP, CLAP, X-CLIP) compute their
+  own image/audio/video-text contrastive loss over the batch, which needs no labels;
+- ``causal_lm``: causal LMs (and image-text-to-text models such as LLaVA) are trained on their own
+  tokens, ``labels = input_ids`` (the model shifts them; image placeholder tokens are ignored);
+- ``seq2seq_lm``: encoder-decoder LMs (T5) get ``labels = decoder_input_ids``;
+- ``synthetic``: every other model (encoders, vision and audio backbones, DETR, whose loss needs
+  boxes and a Hungarian matcher) is trained on the sum of the means of its top-level floating
+  outputs (``last_hidden_state``, ``pooler_output``, ``logits``, ``pred_boxes``...). Summing
+  every output rather than taking the first one sends a gradient into every head, so the
+  backward and the optimizer step cover the parameters a real fine-tune would.
+
+The step returns the loss detached, without ``.item()`` (which would sync a GPU every step; the
+runner syncs), so no autograd graph outlives the step.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import inspect
+from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
+
+from ..backends.base import LoadedModel
+from ..backends.torch_eager import _device, _sync_for, effective_precision
+from ..errors import PrecisionMismatch, UnsupportedCase
+
+if TYPE_CHECKING:
+    from ..hardware import HardwareInfo
+    from ..models import ModelSpec
+
+#: precision -> autocast dtype name; fp32 runs without autocast.
+AMP_DTYPES: dict[str, str] = {"fp16": "float16", "bf16": "bfloat16"}
+#: AdamW learning rate: small, as in fine-tuning; the step's cost does not depend on it.
+LEARNING_RATE = 1e-4
+#: Bytes per parameter that training keeps beyond the activations: fp32 weights, fp32 gradients
+#: and AdamW's two fp32 moments (exp_avg, exp_avg_sq).
+TRAIN_BYTES_PER_PARAM = 16
+#: Extra bytes per parameter under autocast: the fp16/bf16 copies of the weights autocast caches
+#: for the forward.
+AMP_CAST_BYTES_PER_PARAM = 2
+#: Auto classes whose model is trained on its own tokens (``labels = input_ids``).
+CAUSAL_LM_CLASSES = frozenset({"AutoModelForCausalLM", "AutoModelForImageTextToText", "AutoModelForVision2Seq"})
+#: Auto classes whose model is trained on its decoder tokens (``labels = decoder_input_ids``).
+SEQ2SEQ_LM_CLASSES = frozenset({"AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2Seq"})
+
+
+def loss_kind(spec: ModelSpec, model: Any) -> str:
+    """How a training step of `model` gets its loss: ``contrastive``, ``causal_lm``,
+    ``seq2seq_lm`` or ``synthetic`` (see the module docstring)."""
+    params = inspect.signature(model.forward).parameters
+    if "return_loss" in params:
+        return "contrastive"
+    if "labels" in params and spec.auto_class in CAUSAL_LM_CLASSES:
+        return "causal_lm"
+    if "labels" in params and spec.auto_class in SEQ2SEQ_LM_CLASSES and spec.modality == "text2text":
+        return "seq2seq_lm"
+    return "synthetic"
+
+
+def _loss_inputs(kind: str, model: Any, inputs: dict[str, Any]) -> dict[str, Any]:
+    """Forward kwargs that make the model compute its own loss (none for ``synthetic``)."""
+    extra: dict[str, Any] = {}
+    if "use_cache" in inspect.signature(model.forward).parameters:
+        extra["use_cache"] = False  # a KV cache is for decoding; training would only store it
+    if kind == "contrastive":
+        extra["return_loss"] = True
+    elif kind == "causal_lm":
+        labels = inputs["input_ids"].clone()
+        image_token = getattr(model.config, "image_token_id", None)
+        if image_token is None:
+            image_token = getattr(model.config, "image_token_index", None)
+        if image_token is not None:
+            labels[labels == image_token] = -100  # placeholders carry no next-token target
+        extra["labels"] = labels
+    elif kind == "seq2seq_lm":
+        extra["labels"] = inputs["decoder_input_ids"].clone()
+    return extra
+
+
+def synthetic_loss(outputs: Any) -> Any:
+    """The sum of the means of the top-level floating tensors of `outputs` that carry a gradient.
+
+    Raises `UnsupportedCase` when there is none: nothing to train on.
+    """
+    import torch
+
+    values = outputs.values() if hasattr(outputs, "values") else outputs
+    if isinstance(values, torch.Tensor):
+        values = (values,)
+    terms = [v.float().mean() for v in values
+             if isinstance(v, torch.Tensor) and v.is_floating_point() and v.requires_grad]
+    if not terms:
+        raise UnsupportedCase(f"train: {type(outputs).__name__} has no floating output with a gradient to "
+                              "build a loss from")
+    return torch.stack(terms).sum()
+
+
+@dataclass
+class _Trainer:
+    """What a loaded training case holds: the model, its optimizer and the grad scaler."""
+
+    model: Any
+    optimizer: Any
+    scaler: Any
+    device_type: str
+    amp_dtype: Any
+    loss_kind: str
+
+    def close(self) -> None:
+        """Drop the model, the optimizer's state and the scaler (the runner then collects)."""
+        if self.optimizer is not None:
+            self.optimizer.state.clear()
+            self.optimizer.zero_grad(set_to_none=True)
+        self.model = self.optimizer = self.scaler = None
+
+
+class TrainStep:
+    """One training step on fixed inputs, the call the runner times.
+
+    ``model``, ``optimizer`` and ``scaler`` are exposed for inspection (tests, notebooks).
+    """
+
+    def __init__(self, trainer: _Trainer, inputs: dict[str, Any]) -> None:
+        self._trainer = trainer
+        self.inputs = inputs
+        self._loss_inputs = _loss_inputs(trainer.loss_kind, trainer.model, inputs)
+
+    @property
+    def model(self) -> Any:
+        """The model being trained (fp32 master weights)."""
+        return self._trainer.model
+
+    @property
+    def optimizer(self) -> Any:
+        """The AdamW optimizer."""
+        return self._trainer.optimizer
+
+    @property
+    def scaler(self) -> Any:
+        """The ``torch.amp.GradScaler`` (fp16 only), else None."""
+        return self._trainer.scaler
+
+    def autocast(self) -> Any:
+        """The autocast context the forward runs under (a null context at fp32)."""
+        import torch
+
+        t = self._trainer
+        if t.amp_dtype is None:
+            return contextlib.nullcontext()
+        return torch.autocast(t.device_type, dtype=t.amp_dtype)
+
+    def __call__(self) -> Any:
+        """zero_grad, forward and loss under autocast, backward (scaled at fp16), optimizer step;
+        returns the loss, detached."""
+        t = self._trainer
+        if t.model is None:
+            raise RuntimeError("train: this case's model was closed; prepare the inputs of a fresh load")
+        t.optimizer.zero_grad(set_to_none=True)
+        with self.autocast():
+            outputs = t.model(**self.inputs, **self._loss_inputs)
+            loss = outputs.loss if t.loss_kind != "synthetic" else synthetic_loss(outputs)
+        del outputs
+        if loss is None:
+            raise UnsupportedCase(f"train: {type(t.model).__name__} returned no {t.loss_kind} loss")
+        if t.scaler is not None:
+            t.scaler.scale(loss).backward()
+            t.scaler.step(t.optimizer)
+            t.scaler.update()
+        else:
+            loss.backward()
+            t.optimizer.step()
+        return loss.detach()
+
+
+def _make_optimizer(model: Any, device_type: str) -> tuple[Any, str]:
+    """AdamW with the fastest kernel the device offers: fused, else foreach, else the loop."""
+    import torch
+
+    params = [p for p in model.parameters() if p.requires_grad]
+    try:
+        return torch.optim.AdamW(params, lr=LEARNING_RATE, fused=True), "fused"
+    except RuntimeError:  # fused=True names the devices it lacks kernels for
+        pass
+    if device_type in ("cuda", "xpu"):
+        return torch.optim.AdamW(params, lr=LEARNING_RATE, foreach=True), "foreach"
+    return torch.optim.AdamW(params, lr=LEARNING_RATE, foreach=False), "for-loop"
+
+
+def _device_name(hardware: str, device_index: int) -> str:
+    import torch
+
+    if hardware == "cpu":
+        from ..hardware import detect_hardware
+
+        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
+    if hardware == "mps":
+        return "Apple MPS"
+    module = torch.xpu if hardware == "xpu" else torch.cuda
+    return str(module.get_device_name(device_index))
+
+
+def _precision_reason(precision: str) -> str:
+    return (f"{precision}: training runs fp32, or autocast fp16/bf16 over fp32 master weights; "
+            f"{precision} is inference-only quantization")
+
+
+def _device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
+    """Host RAM for the CPU, the smallest device of an accelerator; None when unknown."""
+    target = hw.targets.get(hardware)
+    if target is None or not target.available:
+        return None
+    if hardware == "cpu":
+        memory = target.details.get("memory_mb")
+        return float(memory) if memory else None
+    sizes = [d.memory_mb for d in target.devices if d.memory_mb]
+    return float(min(sizes)) if sizes else None
+
+
+class TrainScenario:
+    """One optimizer step per iteration on torch eager, fp32 or autocast fp16/bf16."""
+
+    mode = "train"
+    backends = ("torch",)
+    precisions = ("fp32", "fp16", "bf16")
+
+    def supports(self, spec: ModelSpec) -> bool:
+        """Every zoo model: each has a floating output to build a loss from (a model whose
+        forward turns out to have none skips at its first step with the reason)."""
+        return True
+
+    def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
+                    hw: HardwareInfo) -> str | None:
+        """Why this training case cannot run here (None when it can).
+
+        Covers what the torch backend's own check does not: precisions training has no recipe
+        for, autocast on the device, and the batch-independent training memory (fp32 weights,
+        gradients and AdamW moments, `TRAIN_BYTES_PER_PARAM`) for models beyond the quick tier.
+        """
+        if backend not in self.backends:
+            return f"train: runs on {', '.join(self.backends)}; {backend} runs inference only"
+        if precision not in self.precisions:
+            return _precision_reason(precision)
+        if precision != "fp32":
+            import torch
+
+            device_type = torch.device(_device(hardware, 0)).type
+            if not torch.amp.is_autocast_available(device_type):
+                return f"{precision}: torch {torch.__version__} has no autocast for {device_type}"
+        return self._memory_shortfall(spec, hardware, precision, hw)
+
+    def _memory_shortfall(self, spec: ModelSpec, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
+        from ..runner import MEMORY_USABLE_SHARE
+
+        if spec.tier == "quick":  # tiny by contract, and not built at collection
+            return None
+        try:
+            params = spec.architecture.param_count
+        except Exception:  # an unbuildable model fails in its run, with the error
+            return None
+        per_param = TRAIN_BYTES_PER_PARAM + (AMP_CAST_BYTES_PER_PARAM if precision in AMP_DTYPES else 0)
+        need = params * per_param / 2**20
+        device = _device_memory_mb(hardware, hw)
+        if device is None or need <= device * MEMORY_USABLE_SHARE:
+            return None
+        return (f"train needs ~{need / 1024:.1f} GiB for {spec.name} before activations ({per_param} bytes per "
+                f"parameter: fp32 weights, gradients, AdamW moments{', autocast copies' if per_param > 16 else ''}), "
+                f"{hardware} has {device / 1024:.1f} GiB ({MEMORY_USABLE_SHARE:.0%} usable)")
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
+             **options: Any) -> LoadedModel:
+        """Build the seeded model in fp32 in train mode on the device, with AdamW (and a grad
+        scaler at fp16); ``prepare(inputs)`` returns a `TrainStep`."""
+        import torch
+
+        if options:
+            raise UnsupportedCase(f"train: takes no mode options, got {', '.join(sorted(options))}")
+        if precision not in self.precisions:
+            raise UnsupportedCase(_precision_reason(precision))
+        device = _device(hardware, device_index)
+        device_type = torch.device(device).type
+        if hardware in ("cuda", "rocm"):
+            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5), as in the torch backend.
+            torch.backends.cuda.matmul.allow_tf32 = False
+            torch.backends.cudnn.allow_tf32 = False
+        model = spec.build_model("cpu").to(device).train()
+        master = effective_precision(model)
+        if master != "fp32":
+            raise PrecisionMismatch(f"{spec.name}: training keeps fp32 master weights, the model holds {master}")
+        amp_dtype = getattr(torch, AMP_DTYPES[precision]) if precision in AMP_DTYPES else None
+        # fp16 gradients underflow without loss scaling; bf16 has fp32's exponent range.
+        scaler = torch.amp.GradScaler(device_type) if precision == "fp16" else None
+        optimizer, impl = _make_optimizer(model, device_type)
+        kind = loss_kind(spec, model)
+        details = {
+            "amp": amp_dtype is not None,
+            "amp_dtype": AMP_DTYPES.get(precision),
+            "master_weights": "fp32",
+            "grad_scaler": scaler is not None,
+            "optimizer": "AdamW",
+            "optimizer_impl": impl,
+            "learning_rate": LEARNING_RATE,
+            "loss": kind,
+        }
+        trainer = _Trainer(model, optimizer, scaler, device_type, amp_dtype, kind)
+
+        def prepare(inputs: dict[str, Any]) -> TrainStep:
+            # Inputs stay fp32 (autocast casts inside the ops that run at low precision).
+            return TrainStep(trainer, {k: v.to(device) for k, v in inputs.items()})
+
+        return LoadedModel(
+            precision=precision,
+            device_name=_device_name(hardware, device_index),
+            prepare=prepare,
+            sync=_sync_for(hardware, device),
+            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            device_kind=hardware,
+            device_index=device_index,
+            threads=torch.get_num_threads() if hardware == "cpu" else None,
+            close=trainer.close,
+            details=details,
+        )
+
+
+SCENARIO = TrainScenario()
+
+__all__ = ["AMP_DTYPES", "SCENARIO", "TrainScenario", "TrainStep", "loss_kind", "synthetic_loss"]
