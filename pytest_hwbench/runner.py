@@ -25,6 +25,10 @@ from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConf
 #: ``inference``: one forward through a backend; ``generate``: one fixed-length ``generate()``
 #: call; ``train``: one optimizer step (see `pytest_hwbench.scenarios`).
 MODES: tuple[str, ...] = ("inference", "generate", "train")
+#: Forward passes' worth of FLOPs one timed iteration does, per mode: a training step's backward
+#: costs about two forwards. Generate mode has no single figure (prefill and per-token decode
+#: differ), so its records carry no achieved TFLOP/s.
+FORWARDS_PER_ITERATION: dict[str, float] = {"inference": 1.0, "train": 3.0}
 #: Tokens a generate case makes per sequence when none is given.
 DEFAULT_NEW_TOKENS = 32
 
@@ -230,7 +234,9 @@ class CaseResult:
             cold_latency_ms=self.cold_latency_ms,
             peak_host_rss_mb=self.memory.peak_host_rss_mb,
             peak_device_memory_mb=self.memory.peak_device_mb,
-            achieved_tflops=achieved_tflops(arch.flops_per_item, self.case.batch_size, lat.median / 1e3),
+            achieved_tflops=(achieved_tflops(arch.flops_per_item * FORWARDS_PER_ITERATION[self.case.mode],
+                                             self.case.batch_size, lat.median / 1e3)
+                             if self.case.mode in FORWARDS_PER_ITERATION else None),
             timings_ms=lat.values_ms,
             nodeid=nodeid,
             host=socket.gethostname(),

@@ -189,6 +189,9 @@ def test_runner_runs_a_train_case_to_a_record() -> None:
     assert record.precision == "bf16" and record.status == "passed"
     assert record.iterations == 3 and len(record.timings_ms) == 3
     assert record.throughput_items_per_s == pytest.approx(4 / (record.latency_ms_median / 1e3))
+    # a step is forward + backward: about three forwards' FLOPs
+    forward_flops = first.spec.architecture.flops_per_item * 4
+    assert record.achieved_tflops == pytest.approx(3 * forward_flops / (record.latency_ms_median / 1e3) / 1e12)
     assert record.peak_host_rss_mb is not None and record.peak_host_rss_mb > 0
     assert record.extra["amp"] is True and record.extra["optimizer"] == "AdamW"
     assert record.extra["loss"] == "synthetic" and record.extra["grad_scaler"] is False
