@@ -4,8 +4,8 @@ Every iteration does the same work: greedy decoding (``do_sample=False``, ``num_
 the KV cache, ``min_new_tokens == max_new_tokens == N``, so a random-weight model that would
 emit its end-of-sequence token early still makes exactly N tokens per sequence (the
 min-new-tokens logits processor masks EOS until N tokens exist; the length limit then stops).
-The first timed call counts the decoding steps and raises if they differ from N or if a
-sequence finished early.
+The first call (the runner's cold call, before any timed one) counts the decoding steps and
+raises if they differ from N or if a sequence finished early.
 
 What is measured (medians, over the batch):
 
