@@ -115,7 +115,7 @@ class BenchmarkRecord:
     achieved_tflops: float | None = None
     #: compiled backends: seconds spent compiling for this case's input shape (not in latency)
     compile_time_s: float | None = None
-    #: generate mode: time to first token (prefill + one decode step), median
+    #: generate mode: time to first token, the prefill call that makes it, median
     ttft_ms: float | None = None
     #: generate mode: each further token, (full - ttft) / (new_tokens - 1), medians
     decode_ms_per_token: float | None = None
