@@ -20,6 +20,7 @@ from ..models import ModelSpec
 #: Our own backend modules, imported lazily by `registered_backends()`.
 BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
     "pytest_hwbench.backends.torch_eager",
+    "pytest_hwbench.backends.torch_compile",
     "pytest_hwbench.backends.onnxruntime",
     "pytest_hwbench.backends.openvino",
     "pytest_hwbench.backends.qai_hub",

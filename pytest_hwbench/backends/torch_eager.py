@@ -57,6 +57,61 @@ def effective_precision(model: Any) -> str:
     return found[0] if len(found) == 1 else "mixed(" + ",".join(found) + ")"
 
 
+def _load_model(spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> Any:
+    """The zoo model at `precision` on the device of `hardware`; raises `PrecisionMismatch` when
+    torch holds another precision than the one asked for."""
+    import torch
+
+    if hardware in ("cuda", "rocm"):
+        # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5).
+        torch.backends.cuda.matmul.allow_tf32 = False
+        torch.backends.cudnn.allow_tf32 = False
+    model = spec.build_model("cpu")
+    if precision == "int8":
+        model = _quantize_int8(model, spec.name)
+    elif precision != "fp32":
+        model = model.to(getattr(torch, _DTYPES[precision]))
+    model = model.to(_device(hardware, device_index))
+    ran = effective_precision(model)
+    if ran != precision:
+        raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
+    return model
+
+
+def _move_inputs(inputs: dict[str, Any], device: str, dtype: Any) -> dict[str, Any]:
+    """`inputs` on `device`, floating-point ones cast to `dtype` (None: left as they are)."""
+    return {
+        k: v.to(device=device, dtype=dtype) if v.is_floating_point() and dtype is not None else v.to(device)
+        for k, v in inputs.items()
+    }
+
+
+def _device_name(hardware: str, index: int) -> str:
+    """The device's name as the runtime or detection reports it."""
+    import torch
+
+    if hardware == "cpu":
+        from ..hardware import detect_hardware
+
+        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
+    if hardware == "mps":
+        return "Apple MPS"
+    module = torch.xpu if hardware == "xpu" else torch.cuda
+    return str(module.get_device_name(index))
+
+
+def _timer_for(hardware: str) -> str:
+    """The latency tracker's timer for `hardware`: device events where torch has them."""
+    return "cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall")
+
+
+def _threads(hardware: str) -> int | None:
+    """Intra-op threads torch uses on the CPU; None on accelerators."""
+    import torch
+
+    return torch.get_num_threads() if hardware == "cpu" else None
+
+
 class TorchEagerBackend:
     """torch eager on any device torch supports."""
 
@@ -98,27 +153,11 @@ class TorchEagerBackend:
         import torch
 
         device = _device(hardware, device_index)
-        if hardware in ("cuda", "rocm"):
-            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5).
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
-        model = spec.build_model("cpu")
-        if precision == "int8":
-            model = _quantize_int8(model, spec.name)
-        elif precision != "fp32":
-            model = model.to(getattr(torch, _DTYPES[precision]))
-        model = model.to(device)
-        ran = effective_precision(model)
-        if ran != precision:
-            raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
+        model = _load_model(spec, hardware, precision, device_index)
         dtype = None if precision == "int8" else getattr(torch, _DTYPES[precision])
-        sync = _sync_for(hardware, device)
 
         def prepare(inputs: dict[str, Any]) -> Any:
-            moved = {
-                k: v.to(device=device, dtype=dtype) if v.is_floating_point() and dtype is not None else v.to(device)
-                for k, v in inputs.items()
-            }
+            moved = _move_inputs(inputs, device, dtype)
 
             def call() -> Any:
                 with torch.inference_mode():
@@ -126,24 +165,15 @@ class TorchEagerBackend:
 
             return call
 
-        if hardware == "cpu":
-            from ..hardware import detect_hardware
-
-            device_name = detect_hardware()["cpu"].details.get("model", "cpu")
-        elif hardware == "mps":
-            device_name = "Apple MPS"
-        else:
-            module = torch.xpu if hardware == "xpu" else torch.cuda
-            device_name = module.get_device_name(device_index)
         return LoadedModel(
-            precision=ran,
-            device_name=str(device_name),
+            precision=precision,
+            device_name=_device_name(hardware, device_index),
             prepare=prepare,
-            sync=sync,
-            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            sync=_sync_for(hardware, device),
+            timer=_timer_for(hardware),
             device_kind=hardware,
             device_index=device_index,
-            threads=torch.get_num_threads() if hardware == "cpu" else None,
+            threads=_threads(hardware),
         )
 
 

@@ -1,0 +1,225 @@
+"""torch.compile backends: ``torch-compile`` (mode "default") and ``torch-compile-ro``
+(mode "reduce-overhead", i.e. CUDA graphs), on cpu, cuda, rocm and xpu.
+
+Models compile with ``dynamic=False``: one graph per input shape, so every batch size gets a
+graph specialised to it, as a deployment that pads to fixed batch sizes runs. `prepare()`
+makes the first call of each shape, which compiles; its seconds go to
+``details["compile_time_s"]``, so the runner's latency is the steady state without compilation.
+A timed call that would compile again raises instead of measuring a compilation.
+``details["compile_cache_hits"]`` / ``["compile_cache_misses"]`` count inductor's on-disk FX
+graph cache for that compile: a hit takes a fraction of a cold compile's time.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import shutil
+import time
+from typing import Any
+
+from ..errors import UnsupportedCase
+from ..hardware import HardwareInfo
+from ..models import ModelSpec
+from .base import LoadedModel, register_backend
+from .torch_eager import (
+    _DTYPES,
+    _device,
+    _device_name,
+    _load_model,
+    _move_inputs,
+    _sync_for,
+    _threads,
+    _timer_for,
+)
+
+#: Dynamo keeps the graphs of one code object (shared by every model whose forward goes through
+#: the same transformers decorator) up to this many, then runs the code eagerly with a warning.
+#: Each prepared shape adds one until `close()` resets dynamo. With the default (8) a ninth
+#: batch size ran eager and would be measured as compiled; a fresh `torch.compile` wrapper per
+#: shape does not help, the count is per code object (both seen on torch 2.13).
+RECOMPILE_LIMIT = 256
+
+
+def _cxx_compiler() -> str | None:
+    """The C++ compiler inductor's CPU code generation will use: $CXX, g++, clang++ or c++."""
+    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+def _c_compiler() -> str | None:
+    """The C compiler triton builds its GPU kernel launchers with: $CC, gcc or clang."""
+    for name in (os.environ.get("CC"), "gcc", "clang"):
+        if name and shutil.which(name):
+            return name
+    return None
+
+
+@functools.cache
+def _dynamo_unsupported() -> str | None:
+    """Why torch.compile refuses this Python (e.g. a version dynamo does not trace yet), or None."""
+    from torch._dynamo.eval_frame import check_if_dynamo_supported
+
+    try:
+        check_if_dynamo_supported()
+    except Exception as exc:  # dynamo's own check raises RuntimeError naming the cause
+        return str(exc)
+    return None
+
+
+def _toolchain_missing(hardware: str) -> str | None:
+    """What torch.compile lacks here to generate code for `hardware` (a skip reason), or None."""
+    unsupported = _dynamo_unsupported()
+    if unsupported:
+        return f"torch.compile: {unsupported}"
+    if hardware == "cpu":
+        if _cxx_compiler() is None:
+            return ("C++ compiler: torch.compile on cpu generates C++ and none of $CXX, g++, clang++, c++ "
+                    "is on PATH; install one (apt-get install g++) or set CXX")
+        return None
+    import importlib.util
+
+    if importlib.util.find_spec("triton") is None:
+        return f"triton: torch.compile on {hardware} generates triton kernels; this torch has no triton"
+    if _c_compiler() is None:
+        return ("C compiler: triton builds its kernel launchers with $CC, gcc or clang and none is on "
+                "PATH; install one (apt-get install gcc) or set CC")
+    return None
+
+
+class TorchCompileBackend:
+    """torch.compile (inductor) in one mode, on any device inductor generates code for."""
+
+    # mps is left out: inductor's Metal code generation is a prototype in torch 2.13 and has
+    # not been verified to run the zoo here.
+    hardware = ("cpu", "cuda", "rocm", "xpu")
+    precisions = ("fp32", "fp16", "bf16")
+
+    def __init__(self, name: str, mode: str) -> None:
+        self.name = name
+        self.mode = mode
+
+    def markers(self, hardware: str) -> tuple[str, ...]:
+        return (hardware,)
+
+    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
+        if hardware == "cpu":
+            # Inductor compiles C++ per shape: a cold compile of a quick-tier model takes 10-100 s
+            # on a 2-core CI host, so cpu runs fp32 unless --hwbench-precisions asks for more.
+            return ("fp32",)
+        target = hw[hardware]
+        if not target.available:
+            return self.precisions
+        return tuple(p for p in self.precisions if p == "fp32" or p in target.precisions)
+
+    def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
+        if hardware not in self.hardware:
+            return f"{hardware}: {self.name} runs on {', '.join(self.hardware)}"
+        target = hw[hardware]
+        if not target.available:
+            return f"{hardware}: {target.reason}"
+        no_graphs = self._no_cuda_graphs(hardware)
+        if no_graphs:
+            return no_graphs
+        if precision not in self.precisions:
+            return f"{precision}: {self.name} runs {', '.join(self.precisions)}"
+        missing = _toolchain_missing(hardware)
+        if missing:
+            return missing
+        if precision == "fp32":
+            return None
+        return target.unsupported_precision(precision)
+
+    def _no_cuda_graphs(self, hardware: str) -> str | None:
+        """Why this mode cannot run on `hardware` for want of CUDA graphs, or None."""
+        # Inductor records CUDA graphs for cuda devices only (ROCm's HIP graphs included);
+        # elsewhere reduce-overhead would run the default mode under this backend's name.
+        if self.mode == "reduce-overhead" and hardware not in ("cuda", "rocm"):
+            return f"{hardware}: reduce-overhead uses CUDA graphs; {hardware} has none, use torch-compile"
+        return None
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
+        import torch
+        from torch._dynamo.utils import counters
+
+        missing = self._no_cuda_graphs(hardware) or _toolchain_missing(hardware)
+        if missing:
+            raise UnsupportedCase(missing)
+        device = _device(hardware, device_index)
+        # TF32 off on cuda/rocm as in torch eager; inductor reads the same flags when it
+        # generates matmul kernels, so fp32 stays fp32.
+        model = _load_model(spec, hardware, precision, device_index)
+        dtype = getattr(torch, _DTYPES[precision])
+        sync = _sync_for(hardware, device)
+        if hardware == "cpu":
+            # Inductor looks for $CXX or g++ only; hand it the compiler `unavailable` found.
+            compiled = torch.compile(model, dynamic=False, options={"cpp.cxx": (None, _cxx_compiler())})
+        else:
+            compiled = torch.compile(model, dynamic=False, mode=self.mode)
+        details: dict[str, Any] = {"compile_mode": self.mode}
+        state = {"compiled": compiled}
+
+        def prepare(inputs: dict[str, Any]) -> Any:
+            moved = _move_inputs(inputs, device, dtype)
+            fn = state["compiled"]
+            if fn is None:
+                raise RuntimeError(f"{self.name}: {spec.name} was closed")
+            before = {k: counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss",
+                                                           "cudagraph_skips")}
+            # The limit applies when a graph is added, which happens here and nowhere else;
+            # fail_on_recompile_limit_hit turns dynamo's silent eager fallback into an error.
+            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+                start = time.perf_counter()
+                # Grad mode is set outside the compiled call, so AOTAutograd builds an inference
+                # graph (pytorch#110666). no_grad and inference_mode both compiled bert-tiny with
+                # no graph break and one graph per shape; inference_mode is what torch eager uses.
+                with torch.inference_mode():
+                    # reduce-overhead: the first call compiles and warms up, the second records
+                    # the CUDA graph, later ones replay it; recording is part of compiling.
+                    for _ in range(2 if self.mode == "reduce-overhead" else 1):
+                        fn(**moved)
+                sync()
+                details["compile_time_s"] = time.perf_counter() - start
+            after = {k: counters["inductor"][k] - v for k, v in before.items()}
+            details["compile_cache_hits"] = after["fxgraph_cache_hit"]
+            details["compile_cache_misses"] = after["fxgraph_cache_miss"]
+            if self.mode == "reduce-overhead" and after["cudagraph_skips"]:
+                raise UnsupportedCase(
+                    f"{spec.name}: reduce-overhead ran without CUDA graphs (inductor skipped "
+                    f"{after['cudagraph_skips']} graph(s); TORCH_LOGS=cudagraphs says why), use torch-compile"
+                )
+
+            def call() -> Any:
+                # A recompile here would be timed as latency: raise instead.
+                with torch.compiler.set_stance("fail_on_recompile"), torch.inference_mode():
+                    return fn(**moved)
+
+            return call
+
+        def close() -> None:
+            # Drop the graphs (and CUDA graph pools) so the next model starts with empty caches.
+            # The reset is process-wide: another compiled model still cached by the runner
+            # compiles again in its next prepare(), where that time is counted.
+            state["compiled"] = None
+            torch._dynamo.reset()
+
+        return LoadedModel(
+            precision=precision,
+            device_name=_device_name(hardware, device_index),
+            prepare=prepare,
+            sync=sync,
+            timer=_timer_for(hardware),
+            device_kind=hardware,
+            device_index=device_index,
+            threads=_threads(hardware),
+            close=close,
+            details=details,
+        )
+
+
+COMPILE = register_backend(TorchCompileBackend("torch-compile", "default"))
+COMPILE_RO = register_backend(TorchCompileBackend("torch-compile-ro", "reduce-overhead"))
+
+__all__ = ["COMPILE", "COMPILE_RO", "TorchCompileBackend"]
