@@ -388,7 +388,8 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
     families = pick("hwbench_families", "families", None)
     batch_sizes = pick("hwbench_batch_sizes", "batch_sizes", DEFAULT_BATCH_SIZES)
     precisions = pick("hwbench_precisions", "precisions", None)
-    wanted_backends = pick("hwbench_backends", "backends", tuple(backends))
+    named_backends = pick("hwbench_backends", "backends", None)
+    wanted_backends = named_backends if named_backends is not None else tuple(backends)
     wanted_hardware = narrowed.get("hardware")
     modes = pick("hwbench_modes", "modes", ("inference",))
     new_tokens = pick("hwbench_new_tokens", "new_tokens", (DEFAULT_NEW_TOKENS,))
@@ -410,6 +411,8 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
                 for hardware in backend.hardware:
                     if wanted_hardware and hardware not in wanted_hardware:
                         continue
+                    if named_backends is None and hardware in getattr(backend, "opt_in_hardware", ()):
+                        continue  # e.g. torch.compile on cpu: only when asked for by name
                     defaults = backend.default_precisions(hardware, hw)
                     if scenario is not None:  # asked-for precisions the mode lacks skip with its reason
                         defaults = tuple(p for p in defaults if p in scenario.precisions)

@@ -415,3 +415,14 @@ def test_qai_hub_device_option_reaches_the_backend(pytester, monkeypatch):
     bad = pytester.runpytest_subprocess("--hwbench-qai-hub-device", " ", "--hwbench-no-track")
     assert bad.ret == pytest.ExitCode.USAGE_ERROR
     bad.stderr.fnmatch_lines(["*--hwbench-qai-hub-device: empty device name*"])
+
+
+def test_opt_in_hardware_runs_only_when_the_backend_is_named(bench):
+    common = ("--collect-only", "-q", "--hwbench-no-track", "--hwbench-models", "bert-tiny", *FP32,
+              "--hwbench-batch-sizes", "1")
+    default = set(_case_ids(bench.runpytest(*common)))
+    # torch.compile on cpu is opt-in (minutes of C++ compilation per model); on GPUs it is in the grid
+    assert "bert-tiny-cpu-torch-fp32-b1" in default and "bert-tiny-cuda-torch-compile-fp32-b1" in default
+    assert not {c for c in default if c.startswith("bert-tiny-cpu-torch-compile")}
+    named = set(_case_ids(bench.runpytest(*common, "--hwbench-backends", "torch,torch-compile")))
+    assert {"bert-tiny-cpu-torch-fp32-b1", "bert-tiny-cpu-torch-compile-fp32-b1"} <= named

@@ -59,6 +59,8 @@ class Backend(Protocol):
     hardware: tuple[str, ...]
     #: Precisions the backend can run somewhere.
     precisions: tuple[str, ...]
+    # Optional: ``opt_in_hardware: tuple[str, ...]``, hardware whose cases the default grid
+    # leaves out; they run when the backend is named (--hwbench-backends or the hwbench marker).
 
     def markers(self, hardware: str) -> tuple[str, ...]:
         """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""
