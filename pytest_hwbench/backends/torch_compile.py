@@ -21,16 +21,16 @@ from typing import Any
 from ..errors import UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+from ..trackers import timer_for
 from .base import LoadedModel, register_backend
 from .torch_eager import (
     _DTYPES,
     _device,
-    _device_name,
     _load_model,
     _move_inputs,
     _sync_for,
     _threads,
-    _timer_for,
+    device_name,
 )
 
 #: Dynamo keeps the graphs of one code object (shared by every model whose forward goes through
@@ -211,10 +211,10 @@ class TorchCompileBackend:
 
         return LoadedModel(
             precision=precision,
-            device_name=_device_name(hardware, device_index),
+            device_name=device_name(hardware, device_index),
             prepare=prepare,
             sync=sync,
-            timer=_timer_for(hardware),
+            timer=timer_for(hardware),
             device_kind=hardware,
             device_index=device_index,
             threads=_threads(hardware),

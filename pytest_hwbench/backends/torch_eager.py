@@ -7,6 +7,7 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+from ..trackers import timer_for
 from .base import LoadedModel, register_backend
 
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
@@ -86,23 +87,19 @@ def _move_inputs(inputs: dict[str, Any], device: str, dtype: Any) -> dict[str, A
     }
 
 
-def _device_name(hardware: str, index: int) -> str:
-    """The device's name as the runtime or detection reports it."""
+def device_name(hardware: str, index: int = 0) -> str:
+    """The device's name as the runtime or detection reports it (records' ``device_name``)."""
+    from ..hardware import detect_hardware
+
+    if hardware in ("cpu", "mps"):
+        target = detect_hardware()[hardware]
+        if hardware == "cpu":
+            return str(target.details.get("model", "cpu"))
+        return target.devices[0].name if target.devices else "Apple MPS"
     import torch
 
-    if hardware == "cpu":
-        from ..hardware import detect_hardware
-
-        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
-    if hardware == "mps":
-        return "Apple MPS"
     module = torch.xpu if hardware == "xpu" else torch.cuda
     return str(module.get_device_name(index))
-
-
-def _timer_for(hardware: str) -> str:
-    """The latency tracker's timer for `hardware`: device events where torch has them."""
-    return "cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall")
 
 
 def _threads(hardware: str) -> int | None:
@@ -167,10 +164,10 @@ class TorchEagerBackend:
 
         return LoadedModel(
             precision=precision,
-            device_name=_device_name(hardware, device_index),
+            device_name=device_name(hardware, device_index),
             prepare=prepare,
             sync=_sync_for(hardware, device),
-            timer=_timer_for(hardware),
+            timer=timer_for(hardware),
             device_kind=hardware,
             device_index=device_index,
             threads=_threads(hardware),
@@ -179,4 +176,4 @@ class TorchEagerBackend:
 
 BACKEND = register_backend(TorchEagerBackend())
 
-__all__ = ["BACKEND", "TorchEagerBackend", "effective_precision"]
+__all__ = ["BACKEND", "TorchEagerBackend", "device_name", "effective_precision"]

@@ -34,8 +34,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, _sync_for, effective_precision
+from ..backends.torch_eager import _device, _sync_for, device_name, effective_precision
 from ..errors import PrecisionMismatch, UnsupportedCase
+from ..trackers import timer_for
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -178,20 +179,6 @@ def _position_limit(model: Any) -> int | None:
         if isinstance(value, int) and value > 0:
             return value
     return None
-
-
-def _device_name(hardware: str, device_index: int) -> str:
-    """What the device calls itself, as torch eager's records name it."""
-    if hardware == "cpu":
-        from ..hardware import detect_hardware
-
-        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
-    if hardware == "mps":
-        return "Apple MPS"
-    import torch
-
-    module = torch.xpu if hardware == "xpu" else torch.cuda
-    return str(module.get_device_name(device_index))
 
 
 @dataclass
@@ -346,10 +333,10 @@ class GenerateScenario:
 
         return LoadedModel(
             precision=ran,
-            device_name=_device_name(hardware, device_index),
+            device_name=device_name(hardware, device_index),
             prepare=prepare,
             sync=_sync_for(hardware, device),
-            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            timer=timer_for(hardware),
             device_kind=hardware,
             device_index=device_index,
             threads=torch.get_num_threads() if hardware == "cpu" else None,

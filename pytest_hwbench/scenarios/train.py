@@ -31,8 +31,9 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, _sync_for, effective_precision
+from ..backends.torch_eager import _device, _sync_for, device_name, effective_precision
 from ..errors import PrecisionMismatch, UnsupportedCase
+from ..trackers import timer_for
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -196,19 +197,6 @@ def _make_optimizer(model: Any, device_type: str) -> tuple[Any, str]:
     return torch.optim.AdamW(params, lr=LEARNING_RATE, foreach=False), "for-loop"
 
 
-def _device_name(hardware: str, device_index: int) -> str:
-    import torch
-
-    if hardware == "cpu":
-        from ..hardware import detect_hardware
-
-        return str(detect_hardware()["cpu"].details.get("model", "cpu"))
-    if hardware == "mps":
-        return "Apple MPS"
-    module = torch.xpu if hardware == "xpu" else torch.cuda
-    return str(module.get_device_name(device_index))
-
-
 def _precision_reason(precision: str) -> str:
     return (f"{precision}: training runs fp32, or autocast fp16/bf16 over fp32 master weights; "
             f"{precision} is inference-only quantization")
@@ -319,10 +307,10 @@ class TrainScenario:
 
         return LoadedModel(
             precision=precision,
-            device_name=_device_name(hardware, device_index),
+            device_name=device_name(hardware, device_index),
             prepare=prepare,
             sync=_sync_for(hardware, device),
-            timer="cuda" if hardware in ("cuda", "rocm") else ("xpu" if hardware == "xpu" else "wall"),
+            timer=timer_for(hardware),
             device_kind=hardware,
             device_index=device_index,
             threads=torch.get_num_threads() if hardware == "cpu" else None,
