@@ -4,7 +4,7 @@ Usage::
 
     python benchmarks/predictor_quality.py                 # the committed snapshot
     python benchmarks/predictor_quality.py --data runs.parquet|hwbench.duckdb|sqlite:///mlflow.db
-    python benchmarks/predictor_quality.py --regenerate    # measure this CPU again (~35 min here)
+    python benchmarks/predictor_quality.py --regenerate    # measure this CPU again (~15 min here)
 
 The data: real pytest-hwbench runs on this machine's CPU, the 14 quick-tier models at batch
 sizes 1-32 and seven full-size models (ResNet-50, BERT-base, T5-small, ViT-base, GPT-2,
@@ -62,7 +62,7 @@ FULL_MODELS = "resnet-50,bert-base,t5-small,vit-base,gpt2,whisper-tiny,wav2vec2-
 #: (models, backends, batch sizes, warm-up, min iterations, min time), run in this order, serially
 #: (each case on both cores). Every quick-tier configuration on torch is measured twice, in two
 #: sessions, to show the measurement noise; `hwsel.data.training_table` keeps the fastest repeat.
-#: This made the committed snapshot in about 35 minutes on a quiet 2-core machine.
+#: This made the committed snapshot in 14 minutes (4.6 + 7.6 + 2.1) on a 2-core machine.
 ALL = "torch,onnxruntime,openvino"
 SESSIONS = (
     (QUICK_MODELS, ALL, "1,2,4,8,16,32", "3", "7", "0.3"),
