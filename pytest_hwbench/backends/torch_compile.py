@@ -21,7 +21,6 @@ from typing import Any
 from ..errors import UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import timer_for
 from .base import LoadedModel, register_backend
 from .torch_eager import (
     _DTYPES,
@@ -29,8 +28,7 @@ from .torch_eager import (
     _load_model,
     _move_inputs,
     _sync_for,
-    _threads,
-    device_name,
+    torch_loaded_model,
 )
 
 #: Dynamo keeps the graphs of one code object (shared by every model whose forward goes through
@@ -209,18 +207,8 @@ class TorchCompileBackend:
             state["compiled"] = None
             torch._dynamo.reset()
 
-        return LoadedModel(
-            precision=precision,
-            device_name=device_name(hardware, device_index),
-            prepare=prepare,
-            sync=sync,
-            timer=timer_for(hardware),
-            device_kind=hardware,
-            device_index=device_index,
-            threads=_threads(hardware),
-            close=close,
-            details=details,
-        )
+        return torch_loaded_model(hardware, device_index, precision, prepare, sync=sync, close=close,
+                                  details=details)
 
 
 COMPILE = register_backend(TorchCompileBackend("torch-compile", "default"))

@@ -109,6 +109,24 @@ def _threads(hardware: str) -> int | None:
     return torch.get_num_threads() if hardware == "cpu" else None
 
 
+def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare: Any, *,
+                       sync: Any = None, close: Any = None, details: dict[str, Any] | None = None) -> LoadedModel:
+    """The `LoadedModel` of a torch model on `hardware`: device name, sync, timer and threads
+    as every torch backend and scenario reports them (`sync` defaults to the device's)."""
+    return LoadedModel(
+        precision=precision,
+        device_name=device_name(hardware, device_index),
+        prepare=prepare,
+        sync=sync or _sync_for(hardware, _device(hardware, device_index)),
+        timer=timer_for(hardware),
+        device_kind=hardware,
+        device_index=device_index,
+        threads=_threads(hardware),
+        close=close or (lambda: None),
+        details=details,
+    )
+
+
 class TorchEagerBackend:
     """torch eager on any device torch supports."""
 
@@ -162,18 +180,9 @@ class TorchEagerBackend:
 
             return call
 
-        return LoadedModel(
-            precision=precision,
-            device_name=device_name(hardware, device_index),
-            prepare=prepare,
-            sync=_sync_for(hardware, device),
-            timer=timer_for(hardware),
-            device_kind=hardware,
-            device_index=device_index,
-            threads=_threads(hardware),
-        )
+        return torch_loaded_model(hardware, device_index, precision, prepare)
 
 
 BACKEND = register_backend(TorchEagerBackend())
 
-__all__ = ["BACKEND", "TorchEagerBackend", "device_name", "effective_precision"]
+__all__ = ["BACKEND", "TorchEagerBackend", "device_name", "effective_precision", "torch_loaded_model"]

@@ -34,9 +34,8 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, _sync_for, device_name, effective_precision
+from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
-from ..trackers import timer_for
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -331,17 +330,8 @@ class GenerateScenario:
             batch = int(next(iter(moved.values())).shape[0])
             return GenerateCall(model, moved, new_tokens, batch, eos, spec.name)
 
-        return LoadedModel(
-            precision=ran,
-            device_name=device_name(hardware, device_index),
-            prepare=prepare,
-            sync=_sync_for(hardware, device),
-            timer=timer_for(hardware),
-            device_kind=hardware,
-            device_index=device_index,
-            threads=torch.get_num_threads() if hardware == "cpu" else None,
-            details={"generation_class": type(model).__name__},
-        )
+        return torch_loaded_model(hardware, device_index, ran, prepare,
+                                  details={"generation_class": type(model).__name__})
 
 
 SCENARIO = GenerateScenario()

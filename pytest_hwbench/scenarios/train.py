@@ -31,9 +31,8 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, _sync_for, device_name, effective_precision
+from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
-from ..trackers import timer_for
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -305,18 +304,7 @@ class TrainScenario:
             # Inputs stay fp32 (autocast casts inside the ops that run at low precision).
             return TrainStep(trainer, {k: v.to(device) for k, v in inputs.items()})
 
-        return LoadedModel(
-            precision=precision,
-            device_name=device_name(hardware, device_index),
-            prepare=prepare,
-            sync=_sync_for(hardware, device),
-            timer=timer_for(hardware),
-            device_kind=hardware,
-            device_index=device_index,
-            threads=torch.get_num_threads() if hardware == "cpu" else None,
-            close=trainer.close,
-            details=details,
-        )
+        return torch_loaded_model(hardware, device_index, precision, prepare, close=trainer.close, details=details)
 
 
 SCENARIO = TrainScenario()
