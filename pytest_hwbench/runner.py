@@ -10,6 +10,7 @@ import dataclasses
 import gc
 import socket
 import time
+import traceback
 from collections import OrderedDict
 from dataclasses import dataclass, field
 from typing import Any
@@ -20,7 +21,7 @@ from .hardware import PRECISIONS, HardwareInfo, detect_hardware
 from .models import ModelSpec, achieved_tflops, get_model
 from .record import METRIC_FIELDS, BenchmarkRecord
 from .scenarios import get_scenario
-from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig, device_allocated_mb
 
 #: ``inference``: one forward through a backend; ``generate``: one fixed-length ``generate()``
 #: call; ``train``: one optimizer step (see `pytest_hwbench.scenarios`).
@@ -324,16 +325,19 @@ class Runner:
         if not energy_min_time_s >= 0:
             raise ValueError(f"energy_min_time_s must be >= 0 seconds, got {energy_min_time_s}")
         self.energy_min_time_s = float(energy_min_time_s)
-        self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float]] = OrderedDict()
+        #: load key -> (model, load time in s, device MiB its load allocated)
+        self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()
 
-    def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, bool]:
+    def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, float, bool]:
+        """(model, load time, device MiB the load allocated, whether it came from the cache)."""
         key = (*case.load_key, device_index)
         if key in self._cache:
             self._cache.move_to_end(key)
-            loaded, load_time = self._cache[key]
-            return loaded, load_time, True
+            loaded, load_time, resident = self._cache[key]
+            return loaded, load_time, resident, True
         while len(self._cache) >= self.cache_size:
             self._evict()
+        before = device_allocated_mb(case.hardware, device_index) or 0.0
         start = time.perf_counter()
         if case.mode == "inference":
             loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
@@ -341,11 +345,12 @@ class Runner:
             options = {"new_tokens": case.new_tokens} if case.new_tokens is not None else {}
             loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index, **options)
         load_time = time.perf_counter() - start
-        self._cache[key] = (loaded, load_time)
-        return loaded, load_time, False
+        resident = max(0.0, (device_allocated_mb(case.hardware, device_index) or 0.0) - before)
+        self._cache[key] = (loaded, load_time, resident)
+        return loaded, load_time, resident, False
 
     def _evict(self) -> None:
-        _, (loaded, _) = self._cache.popitem(last=False)
+        _, (loaded, _, _) = self._cache.popitem(last=False)
         loaded.close()
         gc.collect()
         _empty_device_cache(loaded.device_kind)
@@ -367,15 +372,24 @@ class Runner:
             if not is_out_of_memory(exc):
                 raise
             detail = f"{type(exc).__name__}: {str(exc)[:1000]}"
-            del exc  # its traceback holds the frames, and with them the tensors
-            self.close()
-            gc.collect()
-            _empty_device_cache(case.hardware)
-            raise OutOfMemory(f"out of memory on {case.hardware} ({detail}); memory freed for the next case") from None
+            # The frames the error passed through hold the case's tensors in their locals.
+            traceback.clear_frames(exc.__traceback__)
+        # Freed only here, outside the handler: while an `except` block runs, the interpreter
+        # itself holds the exception being handled (sys.exc_info), its traceback and so every
+        # frame it passed through; memory freed there stayed allocated (issue 9, part 1). The
+        # error is raised here too, so it has no __context__ chaining the original one.
+        self.close()
+        gc.collect()
+        _empty_device_cache(case.hardware)
+        raise OutOfMemory(f"out of memory on {case.hardware} ({detail}); memory freed for the next case")
 
     def _run(self, case: BenchCase, device_index: int) -> CaseResult:
         spec = case.spec()
-        loaded, load_time, cached = self._load(case, spec, device_index)
+        loaded, load_time, resident, cached = self._load(case, spec, device_index)
+        # Device memory this case does not own (leftovers, other cached models): recorded in
+        # extra and kept out of the case's peak, so a peak is the case's own figure.
+        in_use = device_allocated_mb(loaded.device_kind, loaded.device_index)
+        foreign = max(0.0, in_use - resident) if in_use is not None else None
         call = loaded.prepare(spec.make_inputs(case.batch_size))
         details = dict(loaded.details or {})
         metrics = {k: float(details.pop(k)) for k in list(details) if k in _DETAIL_METRICS}
@@ -390,7 +404,7 @@ class Runner:
             memory_result = Memory(None, details.pop("remote_peak_device_memory_mb", None))
         else:
             tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index)
-            memory = MemoryTracker(loaded.device_kind, loaded.device_index)
+            memory = MemoryTracker(loaded.device_kind, loaded.device_index, foreign_mb=foreign)
             with memory.track():
                 cold = tracker.time_once(call)
                 latency = tracker.run(call, self.timing)
@@ -399,6 +413,8 @@ class Runner:
                     metrics.update(more(tracker, self.timing, latency))
             assert memory.result is not None
             memory_result = memory.result
+            if foreign is not None:
+                details["device_memory_in_use_at_start_mb"] = round(foreign, 1)
             if tracker.timer_used != loaded.timer:  # the device's events could not run: wall clock
                 details["timer"] = tracker.timer_used
             metrics.update(self._energy(loaded, call, case, details))

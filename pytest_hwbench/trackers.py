@@ -241,32 +241,65 @@ def _reset_hwm() -> None:
 
 @dataclass(frozen=True)
 class Memory:
-    """Peak host RSS and peak device memory during a tracked block, in MiB."""
+    """Peak host RSS and peak device memory during a tracked block, in MiB.
+
+    `peak_device_mb` is the block's own peak: device memory that was already in use by others
+    when the block started (`device_in_use_at_start_mb`) is not counted. It is None where the
+    device has no readable counter, or where the counter fell below that starting figure (the
+    others freed memory meanwhile, so no figure can be told apart as the block's own).
+    """
 
     peak_host_rss_mb: float | None
     peak_device_mb: float | None
+    device_in_use_at_start_mb: float | None = None
+
+
+def _device_module(device_kind: str) -> Any | None:
+    if device_kind not in ("cuda", "rocm", "xpu", "mps"):
+        return None
+    import torch
+
+    return {"cuda": torch.cuda, "rocm": torch.cuda, "xpu": getattr(torch, "xpu", None),
+            "mps": getattr(torch, "mps", None)}[device_kind]
+
+
+def device_allocated_mb(device_kind: str, device_index: int = 0) -> float | None:
+    """Device memory allocated by tensors now, in MiB; None on the CPU or without a counter."""
+    module = _device_module(device_kind)
+    if module is None:
+        return None
+    if hasattr(module, "memory_allocated"):
+        return float(module.memory_allocated(device_index)) / 2**20
+    if hasattr(module, "current_allocated_memory"):  # MPS
+        return float(module.current_allocated_memory()) / 2**20
+    return None
+
+
+def own_peak_mb(peak_mb: float | None, in_use_at_start_mb: float | None) -> float | None:
+    """The part of a device peak that is a block's own: `peak_mb` less what others held at its
+    start; None when the peak is below that figure (it cannot be the block's own)."""
+    if peak_mb is None or not in_use_at_start_mb:
+        return peak_mb
+    return peak_mb - in_use_at_start_mb if peak_mb >= in_use_at_start_mb else None
 
 
 class MemoryTracker:
-    """Tracks peak host RSS (process high-water mark) and peak device memory of one device."""
+    """Tracks peak host RSS (process high-water mark) and peak device memory of one device.
 
-    def __init__(self, device_kind: str = "cpu", device_index: int = 0) -> None:
+    `foreign_mb` is device memory in use at the start that the tracked work does not own (a
+    failed case's leftovers, another model): it is reported apart and not counted in the peak.
+    """
+
+    def __init__(self, device_kind: str = "cpu", device_index: int = 0, foreign_mb: float | None = None) -> None:
         self.device_kind = device_kind
         self.device_index = device_index
+        self.foreign_mb = foreign_mb
         self.result: Memory | None = None
-
-    def _device_module(self) -> Any | None:
-        if self.device_kind not in ("cuda", "rocm", "xpu", "mps"):
-            return None
-        import torch
-
-        return {"cuda": torch.cuda, "rocm": torch.cuda, "xpu": getattr(torch, "xpu", None),
-                "mps": getattr(torch, "mps", None)}[self.device_kind]
 
     @contextmanager
     def track(self) -> Iterator[MemoryTracker]:
         """Measure within the block; read `self.result` afterwards."""
-        module = self._device_module()
+        module = _device_module(self.device_kind)
         if module is not None and hasattr(module, "reset_peak_memory_stats"):
             module.reset_peak_memory_stats(self.device_index)
         _reset_hwm()
@@ -280,7 +313,7 @@ class MemoryTracker:
                 elif hasattr(module, "driver_allocated_memory"):
                     # MPS has no peak counter: the driver's current allocation is the best bound.
                     device_mb = module.driver_allocated_memory() / 2**20
-            self.result = Memory(_read_hwm_mb(), device_mb)
+            self.result = Memory(_read_hwm_mb(), own_peak_mb(device_mb, self.foreign_mb), self.foreign_mb)
 
 
 __all__ = [
@@ -290,6 +323,8 @@ __all__ = [
     "Memory",
     "MemoryTracker",
     "TimingConfig",
+    "device_allocated_mb",
     "event_timer_unavailable",
+    "own_peak_mb",
     "timer_for",
 ]

@@ -157,3 +157,84 @@ def test_out_of_memory_is_an_xfailed_case_with_a_failed_record(pytester, tmp_pat
     frame = load_results(store / "hwbench.duckdb").set_index("batch_size")
     assert frame.loc[8, "status"] == "failed" and "can't allocate memory" in frame.loc[8, "error"]
     assert (frame.loc[[1, 2], "status"] == "passed").all()
+
+
+class _Ballast:
+    """A large object a weak reference can watch (a tensor would do on a device)."""
+
+    def __init__(self) -> None:
+        self.payload = bytearray(64 * 2**20)
+
+
+#: Weak references to the ballast of `_LeakyOomBackend`'s failing calls.
+BALLAST: list = []
+
+
+class _LeakyOomBackend(_HungryBackend):
+    """Runs out of memory at batch >= 4 from a frame whose locals hold a large object, the way a
+    forward holds its activations when the allocator fails."""
+
+    name = "leaky-oom-test"
+
+    def load(self, spec, hardware, precision, device_index=0):
+        import weakref
+
+        def prepare(inputs):
+            batch = next(iter(inputs.values())).shape[0]
+
+            def call():
+                activations = _Ballast()
+                BALLAST.append(weakref.ref(activations))
+                if batch >= 4:
+                    raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+                return len(activations.payload)
+            return call
+
+        return LoadedModel(precision="fp32", device_name="cpu", prepare=prepare)
+
+
+@pytest.fixture
+def leaky_backend():
+    backend = _LeakyOomBackend()
+    register_backend(backend)
+    BALLAST.clear()
+    yield backend
+    _REGISTRY.pop(backend.name, None)
+
+
+def test_out_of_memory_leaves_nothing_of_the_failed_case_alive(leaky_backend):
+    from pytest_hwbench.errors import OutOfMemory
+
+    runner = Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0))
+    with pytest.raises(OutOfMemory) as info:
+        runner.run(BenchCase("bert-tiny", "leaky-oom-test", "cpu", "fp32", 8))
+    # The error is still held here (as pytest holds a failed case's), and yet the object the
+    # failing frame held is gone: nothing chains the original error or its frames.
+    assert len(BALLAST) == 1 and BALLAST[0]() is None
+    assert info.value.__context__ is None and info.value.__cause__ is None
+    assert "CUDA out of memory" in str(info.value)
+
+
+def test_the_case_after_an_out_of_memory_case_starts_with_its_memory_free(pytester, tmp_path):
+    pytester.makeconftest(f"""
+        import sys
+        sys.path.insert(0, {str(__import__("pathlib").Path(__file__).parent)!r})
+        from test_runner import _LeakyOomBackend
+        from pytest_hwbench.backends.base import register_backend
+        register_backend(_LeakyOomBackend())
+    """)
+    pytester.makepyfile(test_oom="""
+        import gc
+        from test_runner import BALLAST
+
+        def test_case(hwbench_case, hwbench):
+            # Before this case runs: every earlier case's ballast, the failed one's too, is gone.
+            alive = [ref for ref in BALLAST if ref() is not None]
+            assert not alive, f"{len(alive)} objects of earlier cases alive"
+            hwbench.measure(hwbench_case)
+    """)
+    result = pytester.runpytest_subprocess(
+        "-p", "no:cacheprovider", "--hwbench-models", "bert-tiny", "--hwbench-backends", "leaky-oom-test",
+        "--hwbench-batch-sizes", "1,8,2", "--hwbench-warmup", "0", "--hwbench-min-iterations", "1",
+        "--hwbench-min-time", "0", "--hwbench-no-track", "-rx")
+    result.assert_outcomes(passed=2, xfailed=1)

@@ -203,3 +203,14 @@ def test_memory_tracker_sees_a_200_mb_allocation():
     assert during - before >= 190
     assert during - after >= 190
     assert during - before <= 400  # roughly the allocation, not something unrelated
+
+
+def test_a_device_peak_is_the_cases_own_figure():
+    from pytest_hwbench.trackers import own_peak_mb
+
+    # 67,180 MiB of a failed case's leftovers under a 500 MiB case: the case's peak is 500.
+    assert own_peak_mb(67_680.0, 67_180.0) == 500.0
+    assert own_peak_mb(800.0, None) == 800.0 and own_peak_mb(800.0, 0.0) == 800.0
+    # A peak below what others held at the start cannot be the case's own: no figure.
+    assert own_peak_mb(100.0, 67_180.0) is None
+    assert own_peak_mb(None, 5.0) is None
