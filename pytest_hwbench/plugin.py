@@ -9,10 +9,12 @@ controller with the report, and `pytest_hwbench_record` fires there (or in the s
 from __future__ import annotations
 
 import datetime as _dt
+import difflib
 import math
 import os
 import socket
 import subprocess
+import time
 import uuid
 from collections.abc import Generator, Iterable
 from dataclasses import dataclass
@@ -53,6 +55,7 @@ HWBENCH_MARKER_KWARGS = frozenset({"models", "families", "backends", "precisions
                                    "modes", "new_tokens", "input_lengths"})
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
+CASE_ATTR = "hwbench_case"  # the case id on every report of a case
 
 
 # --- option parsing ---------------------------------------------------------------------------
@@ -61,23 +64,52 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _batch_sizes(value: str) -> tuple[int, ...]:
-    sizes = []
-    for item in _split(value):
-        try:
-            size = int(item)
-        except ValueError:
-            raise pytest.UsageError(
-                f"--hwbench-batch-sizes: {item!r} is not an integer; give positive integers, e.g. 1,8,32"
-            ) from None
-        if size < 1:
-            raise pytest.UsageError(
-                f"--hwbench-batch-sizes: {size} is not a valid batch size; give positive integers, e.g. 1,8,32"
-            )
-        sizes.append(size)
-    if not sizes:
-        raise pytest.UsageError("--hwbench-batch-sizes: empty list; give positive integers, e.g. 1,8,32")
-    return tuple(dict.fromkeys(sizes))
+def _names(option: str, what: str) -> Any:
+    """A parser of a comma-separated list of names that refuses an empty one: an empty value
+    would otherwise mean the whole default grid."""
+
+    def parse(value: str) -> tuple[str, ...]:
+        items = _split(value)
+        if not items:
+            raise pytest.UsageError(f"{option}: empty list; name one or more {what}, comma-separated")
+        return tuple(dict.fromkeys(items))
+
+    return parse
+
+
+def _text(option: str, what: str) -> Any:
+    """A parser of one non-empty value (a name, a path, a URI)."""
+
+    def parse(value: str) -> str:
+        if not value.strip():
+            raise pytest.UsageError(f"{option}: empty value; give {what}")
+        return value.strip()
+
+    return parse
+
+
+def _positive_ints(option: str, what: str, example: str) -> Any:
+    """A parser of a comma-separated list of positive integers; errors name `option`."""
+
+    def parse(value: str) -> tuple[int, ...]:
+        numbers = []
+        for item in _split(value):
+            try:
+                number = int(item)
+            except ValueError:
+                raise pytest.UsageError(
+                    f"{option}: {item!r} is not an integer; give positive integers, e.g. {example}"
+                ) from None
+            if number < 1:
+                raise pytest.UsageError(
+                    f"{option}: {number} is not a valid {what}; give positive integers, e.g. {example}"
+                )
+            numbers.append(number)
+        if not numbers:
+            raise pytest.UsageError(f"{option}: empty list; give positive integers, e.g. {example}")
+        return tuple(dict.fromkeys(numbers))
+
+    return parse
 
 
 def _choices(option: str, allowed: Iterable[str]) -> Any:
@@ -108,29 +140,42 @@ def _positive(option: str, kind: type) -> Any:
     return parse
 
 
+def hardware_targets() -> tuple[str, ...]:
+    """Every hardware value a registered backend addresses (``cpu``, ``cuda``, ``qnn``...)."""
+    return tuple(dict.fromkeys(h for backend in registered_backends().values() for h in backend.hardware))
+
+
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hwbench", "hardware benchmarks (pytest-hwbench)")
-    group.addoption("--hwbench-models", dest="hwbench_models", type=_split, default=None, metavar="NAMES",
+    group.addoption("--hwbench-models", dest="hwbench_models", type=_names("--hwbench-models", "zoo models"),
+                    default=None, metavar="NAMES",
                     help="comma-separated zoo models to run (default: all; see `hwbench models`)")
     group.addoption("--hwbench-families", dest="hwbench_families", type=_choices("--hwbench-families", FAMILIES),
                     default=None, metavar="NAMES", help=f"model families to run: {', '.join(FAMILIES)}")
-    group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes", type=_batch_sizes, default=None,
+    group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes",
+                    type=_positive_ints("--hwbench-batch-sizes", "batch size", "1,8,32"), default=None,
                     metavar="N,..", help="batch sizes (default: 1,8,32)")
+    group.addoption("--hwbench-hardware", dest="hwbench_hardware", type=_names("--hwbench-hardware", "hardware"),
+                    default=None, metavar="NAMES",
+                    help="hardware targets to run, e.g. cpu or cuda (default: every target the backends address)")
     group.addoption("--hwbench-precisions", dest="hwbench_precisions",
                     type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
                     help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
     group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", MODES),
                     default=None, metavar="M,..",
                     help=f"modes: {', '.join(MODES)} (default: inference, or what the test's hwbench marker names)")
-    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens", type=_batch_sizes, default=None,
+    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens",
+                    type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"), default=None,
                     metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
-    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths", type=_batch_sizes, default=None,
+    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths",
+                    type=_positive_ints("--hwbench-input-lengths", "input length", "128,512"), default=None,
                     metavar="N,..", help="text input (prompt) lengths in tokens (default: each model's own)")
-    group.addoption("--hwbench-backends", dest="hwbench_backends", type=_split, default=None, metavar="NAMES",
+    group.addoption("--hwbench-backends", dest="hwbench_backends", type=_names("--hwbench-backends", "backends"),
+                    default=None, metavar="NAMES",
                     help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
     group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
                     metavar="PATH", help="add models from a TOML/JSON model-set file or a directory with config.json")
@@ -151,14 +196,24 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-qai-hub-device", dest="hwbench_qai_hub_device", default=None, metavar="NAME",
                     help="Qualcomm AI Hub device for qnn cases (`qai-hub list-devices`; default: "
                          "$HWBENCH_QAI_HUB_DEVICE, else Samsung Galaxy S24 (Family))")
-    group.addoption("--hwbench-store", dest="hwbench_store", default=None, metavar="DIR",
+    group.addoption("--hwbench-store", dest="hwbench_store", type=_text("--hwbench-store", "a directory"),
+                    default=None, metavar="DIR",
                     help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
-    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri", default=None, metavar="URI",
+    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri",
+                    type=_text("--hwbench-mlflow-uri", "a tracking URI, e.g. http://127.0.0.1:5000"),
+                    default=None, metavar="URI",
                     help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<store>/mlflow.db)")
-    group.addoption("--hwbench-db", dest="hwbench_db", default=None, metavar="PATH",
+    group.addoption("--hwbench-db", dest="hwbench_db", type=_text("--hwbench-db", "a DuckDB file path"),
+                    default=None, metavar="PATH",
                     help="DuckDB results file (default: <store>/hwbench.duckdb)")
-    group.addoption("--hwbench-experiment", dest="hwbench_experiment", default=None, metavar="NAME",
+    group.addoption("--hwbench-experiment", dest="hwbench_experiment",
+                    type=_text("--hwbench-experiment", "an MLflow experiment name, e.g. hwbench"),
+                    default=None, metavar="NAME",
                     help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval",
+                    type=_positive("--hwbench-progress-interval", float), default=60.0, metavar="SECONDS",
+                    help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
+                         "after every case)")
     group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
                     help="record nothing: no spool, no MLflow, no DuckDB")
 
@@ -190,6 +245,10 @@ def pytest_configure(config: pytest.Config) -> None:
     for name in config.getoption("hwbench_backends") or ():
         if name not in backends:
             raise pytest.UsageError(f"--hwbench-backends: unknown backend {name!r}; accepted: {', '.join(backends)}")
+    targets = hardware_targets()
+    for name in config.getoption("hwbench_hardware") or ():
+        if name not in targets:
+            raise pytest.UsageError(f"--hwbench-hardware: unknown hardware {name!r}; accepted: {', '.join(targets)}")
     state = HwbenchState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(state, "hwbench-state")
@@ -262,6 +321,52 @@ def place_worker(worker: str, index: int, count: int, hw: HardwareInfo) -> Place
     return Placement(worker, index % gpus if gpus else 0, cores)
 
 
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Progress:
+    """Progress of a benchmark run, as lines for the controller's terminal: case k of n,
+    elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
+    case). Runs without benchmark cases (`has_cases` False) print none."""
+
+    def __init__(self, interval_s: float, clock: Any = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.total: int | None = None
+        self.done = 0
+        self.has_cases = False
+        self._clock = clock
+        self._started = 0.0
+        self._last = 0.0
+
+    def start(self, total: int, has_cases: bool = True) -> None:
+        self.total, self.done, self.has_cases = total, 0, has_cases
+        self._started = self._last = self._clock()
+
+    def done_one(self) -> str | None:
+        """Count one finished test; the progress line when one is due, else None."""
+        if self.total is None:
+            return None
+        self.done += 1
+        now = self._clock()
+        if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
+            return None  # the run's own summary follows the last case
+        self._last = now
+        elapsed = now - self._started
+        left = elapsed / self.done * (self.total - self.done)
+        return (f"hwbench: case {self.done} of {self.total} ({self.done / self.total:.0%}), "
+                f"{_duration(elapsed)} elapsed, about {_duration(left)} left")
+
+
+def _note(config: pytest.Config, line: str) -> None:
+    """Keep `line` for the run's hwbench summary."""
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.notes.append(line)
+
+
 STATE = pytest.StashKey["HwbenchState"]()
 
 
@@ -282,6 +387,9 @@ class HwbenchState:
         self._placement: Placement | None = None
         self.session_info: SessionInfo | None = None
         self.records: list[BenchmarkRecord] = []
+        #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
+        self.notes: list[str] = []
+        self.progress = Progress(config.getoption("hwbench_progress_interval"))
 
     @property
     def hw(self) -> HardwareInfo:
@@ -326,7 +434,31 @@ class HwbenchState:
         )
         self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
 
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.is_worker and session.items and not self.config.option.collectonly:
+            self.progress.start(len(session.items), has_cases=any(map(_case_of, session.items)))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # Every worker collects the same tests: count them once. Whether any is a case shows
+        # when the first case's report arrives.
+        if self.progress.total is None:
+            self.progress.start(len(ids), has_cases=False)
+
+    def _show_progress(self, report: pytest.TestReport) -> None:
+        """Count a finished test; print the progress line of a benchmark run when one is due."""
+        if getattr(report, CASE_ATTR, None):
+            self.progress.has_cases = True
+        line = self.progress.done_one()
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if line and reporter is not None:
+            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
+                reporter._tw.line()
+            reporter.write_line(line)
+
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
+            self._show_progress(report)
         data = getattr(report, RECORD_ATTR, None)
         if data is None or self.is_worker:
             return
@@ -334,20 +466,28 @@ class HwbenchState:
         self.records.append(record)
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        self.notes.extend(getattr(node, "workeroutput", {}).get("hwbench_notes", ()))
+
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._runner is not None:
             self._runner.close()
+        if self.is_worker:  # the controller prints the summary: hand it this worker's notes
+            self.config.workeroutput["hwbench_notes"] = list(dict.fromkeys(self.notes))  # type: ignore[attr-defined]
         if not self.is_worker and self.session_info is not None:
             self.config.hook.pytest_hwbench_session_finish(
                 config=self.config, session=self.session_info, exitstatus=int(exitstatus)
             )
 
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
-        if self.is_worker or not self.records:
+        if self.is_worker or not (self.records or self.notes):
             return
         failed = sum(r.status == "failed" for r in self.records)
         terminalreporter.write_sep("-", "hwbench")
+        for note in dict.fromkeys(self.notes):
+            terminalreporter.write_line(f"hwbench: {note}")
         terminalreporter.write_line(
             f"hwbench: {len(self.records)} records ({failed} failed), session {self.session_id}"
         )
@@ -355,22 +495,57 @@ class HwbenchState:
 
 # --- case generation --------------------------------------------------------------------------
 
+def _marker_choices(key: str) -> tuple[str, ...] | None:
+    """The values a name-valued hwbench marker keyword accepts (None: positive integers)."""
+    if key == "models":
+        return tuple(MODELS)
+    return {"families": FAMILIES, "backends": tuple(registered_backends()), "precisions": PRECISIONS,
+            "modes": MODES, "hardware": hardware_targets()}.get(key)
+
+
+def _check_marker_values(nodeid: str, key: str, value: Any) -> tuple[Any, ...]:
+    """`value` of marker keyword `key` as a tuple, or a usage error naming the test, the value
+    and what is accepted."""
+    values = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
+    where = f"{nodeid}: @pytest.mark.hwbench({key}=...)"
+    if not values:
+        raise pytest.UsageError(f"{where}: empty list; leave the keyword out to keep the whole grid")
+    allowed = _marker_choices(key)
+    for item in values:
+        if allowed is None:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise pytest.UsageError(f"{where}: {item!r} is not accepted; accepted: positive integers")
+        elif item not in allowed:
+            if key == "models":
+                close = difflib.get_close_matches(str(item), allowed, n=3)
+                hint = f"did you mean {', '.join(close)}? " if close else ""
+                raise pytest.UsageError(f"{where}: unknown model {item!r}; {hint}`hwbench models` lists the zoo")
+            raise pytest.UsageError(f"{where}: {item!r} is not accepted; accepted: {', '.join(allowed)}")
+    return values
+
+
 def _marker_filter(metafunc: pytest.Metafunc) -> dict[str, Any]:
     narrowed: dict[str, Any] = {}
+    nodeid = metafunc.definition.nodeid
     for mark in metafunc.definition.iter_markers("hwbench"):
         unknown = set(mark.kwargs) - HWBENCH_MARKER_KWARGS
         if unknown or mark.args:
             raise pytest.UsageError(
-                f"{metafunc.definition.nodeid}: @pytest.mark.hwbench takes keyword arguments "
+                f"{nodeid}: @pytest.mark.hwbench takes keyword arguments "
                 f"{', '.join(sorted(HWBENCH_MARKER_KWARGS))}; got {', '.join(sorted(unknown)) or mark.args}"
             )
         for key, value in mark.kwargs.items():
-            narrowed.setdefault(key, tuple(value))
+            narrowed.setdefault(key, _check_marker_values(nodeid, key, value))
     return narrowed
 
 
-def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None) -> list[BenchCase]:
-    """The grid of cases this run asks for, in an order that reuses loaded models."""
+def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None,
+                   test: str = "") -> list[BenchCase]:
+    """The grid of cases this run asks for, in an order that reuses loaded models.
+
+    `narrowed` holds the hwbench marker's keywords of `test`; a marker value that a command-line
+    option narrows to nothing is noted for the run's summary.
+    """
     narrowed = narrowed or {}
     hw = detect_hardware()
 
@@ -379,7 +554,11 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
         # leave nothing, e.g. a generate-only test under --hwbench-modes inference).
         from_option, from_marker = config.getoption(option), narrowed.get(key)
         if from_option and from_marker:
-            return tuple(v for v in from_marker if v in from_option)
+            both = tuple(v for v in from_marker if v in from_option)
+            if not both:
+                _note(config, f"{test or 'a test'}: its marker's {key}={list(from_marker)} and "
+                              f"--{option.replace('_', '-')} {','.join(map(str, from_option))} leave no case")
+            return both
         chosen = from_option or from_marker
         return tuple(chosen) if chosen else default
 
@@ -390,7 +569,7 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
     precisions = pick("hwbench_precisions", "precisions", None)
     named_backends = pick("hwbench_backends", "backends", None)
     wanted_backends = named_backends if named_backends is not None else tuple(backends)
-    wanted_hardware = narrowed.get("hardware")
+    wanted_hardware = pick("hwbench_hardware", "hardware", None)
     modes = pick("hwbench_modes", "modes", ("inference",))
     new_tokens = pick("hwbench_new_tokens", "new_tokens", (DEFAULT_NEW_TOKENS,))
     input_lengths = pick("hwbench_input_lengths", "input_lengths", (None,))
@@ -409,7 +588,7 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
                     continue
                 backend = backends[backend_name]
                 for hardware in backend.hardware:
-                    if wanted_hardware and hardware not in wanted_hardware:
+                    if wanted_hardware is not None and hardware not in wanted_hardware:
                         continue
                     if named_backends is None and hardware in getattr(backend, "opt_in_hardware", ()):
                         continue  # e.g. torch.compile on cpu: only when asked for by name
@@ -445,8 +624,15 @@ def _param(case: BenchCase) -> Any:
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "hwbench_case" not in metafunc.fixturenames:
         return
-    cases = generate_cases(metafunc.config, _marker_filter(metafunc))
+    cases = generate_cases(metafunc.config, _marker_filter(metafunc), metafunc.definition.nodeid)
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
+
+
+def _case_of(item: pytest.Item) -> BenchCase | None:
+    """The case `item` measures, or None for other tests."""
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("hwbench_case") if callspec else None
+    return case if isinstance(case, BenchCase) else None
 
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
@@ -454,9 +640,8 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     # Skip by capability at collection, so absent hardware costs no fixture set-up.
     hw = None
     for item in items:
-        callspec = getattr(item, "callspec", None)
-        case = callspec.params.get("hwbench_case") if callspec else None
-        if not isinstance(case, BenchCase):
+        case = _case_of(item)
+        if case is None:
             continue
         hw = hw or detect_hardware()
         reason = case.unavailable(hw)
@@ -513,12 +698,14 @@ class Hwbench:
             return
         bench = self._request.getfixturevalue("benchmark")
         bench.extra_info.update({**record.params(), **{k: v for k, v in record.metrics().items() if v is not None}})
+        # The fixture was used, by us: without a mode pytest-benchmark warns "Benchmark fixture was
+        # not used at all" for every case when it is disabled (--benchmark-disable, xdist).
+        bench._mode = "hwbench"
         if bench.disabled:  # pytest-benchmark turns itself off under xdist (FACTS.md)
             return
         # pytest-benchmark has no public way to take timings measured elsewhere; pedantic() would
         # time the call itself with perf_counter and a sync per round. _make_stats is what
         # pedantic uses internally (pinned to pytest-benchmark 5.x in pyproject.toml).
-        bench._mode = "hwbench"
         stats = bench._make_stats(1)
         for value in result.latency.values_ms:
             stats.update(value / 1e3)
@@ -536,6 +723,9 @@ def hwbench(request: pytest.FixtureRequest) -> Hwbench:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
+    case = _case_of(item)
+    if case is not None:
+        setattr(report, CASE_ATTR, case.id)
     if call.when == "call" and _RECORD in item.stash:
         setattr(report, RECORD_ATTR, item.stash[_RECORD].to_dict())
     return report

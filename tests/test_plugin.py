@@ -18,7 +18,7 @@ from pytest_hwbench import MODELS, BenchmarkRecord, detect_hardware, get_model, 
 
 # Keep every run fast: one tiny model, one backend, two batch sizes, two timed iterations, and no
 # MLflow/DuckDB writes (the sinks have their own tests).
-FAST = (
+ANY_HARDWARE = (
     "--hwbench-no-track",
     "--hwbench-models", "bert-tiny",
     "--hwbench-backends", "torch",
@@ -27,6 +27,8 @@ FAST = (
     "--hwbench-min-iterations", "2",
     "--hwbench-warmup", "0",
 )
+# The grid this module means: the host CPU, also on a GPU host (issue 9, part 2).
+FAST = (*ANY_HARDWARE, "--hwbench-hardware", "cpu")
 FP32 = ("--hwbench-precisions", "fp32")
 
 BENCH_TEST = """
@@ -136,7 +138,7 @@ def _case_ids(result) -> list[str]:
 
 @pytest.mark.skipif(ON_CUDA, reason="checks skipping where no CUDA device exists")
 def test_cuda_cases_are_skipped_at_collection_naming_cuda(bench):
-    result = bench.runpytest("-m", "cuda", "-rs", *FAST)
+    result = bench.runpytest("-m", "cuda", "-rs", *ANY_HARDWARE)
     assert result.ret == pytest.ExitCode.OK
     outcomes = result.parseoutcomes()
     assert outcomes.get("skipped", 0) >= 2
@@ -189,8 +191,20 @@ def test_quick_and_cpu_markers_select_cases(bench):
          ["--hwbench-families", "'nosuch'", "accepted: embedding, text_generation, vision, audio, multimodal"]),
         (("--hwbench-min-time", "-1"), ["--hwbench-min-time", "'-1'", ">= 0"]),
         (("--hwbench-model-set", "missing.toml"), ["--hwbench-model-set", "missing.toml", "does not exist"]),
+        # An empty list is refused like any other bad value, never read as "everything" (issue 12).
+        (("--hwbench-models=",), ["--hwbench-models: empty list", "zoo models"]),
+        (("--hwbench-backends=",), ["--hwbench-backends: empty list"]),
+        (("--hwbench-hardware=",), ["--hwbench-hardware: empty list"]),
+        (("--hwbench-batch-sizes=",), ["--hwbench-batch-sizes: empty list"]),
+        (("--hwbench-experiment=",), ["--hwbench-experiment: empty value", "experiment name"]),
+        (("--hwbench-hardware", "nosuch"), ["--hwbench-hardware", "'nosuch'", "accepted:", "cpu, cuda"]),
+        # Errors name the option given.
+        (("--hwbench-new-tokens=0",), ["--hwbench-new-tokens: 0 is not a valid number of new tokens"]),
+        (("--hwbench-input-lengths=-5",), ["--hwbench-input-lengths: -5 is not a valid input length"]),
     ],
-    ids=["batch-0", "batch-neg", "batch-x", "fp8", "model", "backend", "family", "min-time", "model-set"],
+    ids=["batch-0", "batch-neg", "batch-x", "fp8", "model", "backend", "family", "min-time", "model-set",
+         "empty-models", "empty-backends", "empty-hardware", "empty-batch-sizes", "empty-experiment", "hardware",
+         "new-tokens-0", "input-lengths-neg"],
 )
 def test_bad_option_stops_the_run_naming_value_and_choices(bench, args, fragments):
     # FAST first: argparse keeps the last value given, so `args` wins.
@@ -299,9 +313,12 @@ def test_pytest_benchmark_json_holds_our_timings(bench):
 
 def test_records_reach_the_xdist_controller(bench):
     # -m cpu leaves exactly two cases, which xdist's load scheduler deals one to each worker.
-    result = bench.runpytest_subprocess("-n", "2", "-m", "cpu", *FAST, *FP32, timeout=300)
+    result = bench.runpytest_subprocess("-n", "2", "-m", "cpu", *FAST, *FP32, "--hwbench-progress-interval", "0",
+                                        timeout=300)
     assert result.ret == pytest.ExitCode.OK, result.stdout.str()
     result.assert_outcomes(passed=2)
+    # The controller counts the cases the workers collected and prints progress as reports arrive.
+    result.stdout.fnmatch_lines(["hwbench: case 1 of 2 (50%), *m*s elapsed, about *m*s left"])
 
     controller = json.loads((bench.path / "controller.json").read_text())["pid"]
     lines = _records(bench)
@@ -426,3 +443,88 @@ def test_opt_in_hardware_runs_only_when_the_backend_is_named(bench):
     assert not {c for c in default if c.startswith("bert-tiny-cpu-torch-compile")}
     named = set(_case_ids(bench.runpytest(*common, "--hwbench-backends", "torch,torch-compile")))
     assert {"bert-tiny-cpu-torch-fp32-b1", "bert-tiny-cpu-torch-compile-fp32-b1"} <= named
+
+
+# --- progress, pytest-benchmark quiet, marker values (issues 9 and 12) -------------------------
+
+def test_long_runs_print_progress_with_an_estimate_of_what_remains(bench):
+    result = bench.runpytest(*FAST, "--hwbench-batch-sizes", "1,2,3", *FP32, "--hwbench-progress-interval", "0")
+    assert result.ret == pytest.ExitCode.OK
+    lines = [line for line in result.stdout.lines if line.startswith("hwbench: case ")]
+    assert [line.split(" (")[0] for line in lines] == ["hwbench: case 1 of 3", "hwbench: case 2 of 3"]
+    assert all(re.search(r"\d+m\d\ds elapsed, about \d+m\d\ds left$", line) for line in lines), lines
+    # The default interval is a minute: a run of a few seconds prints no progress line.
+    quiet = bench.runpytest(*FAST, *FP32)
+    assert not [line for line in quiet.stdout.lines if line.startswith("hwbench: case ")]
+
+
+def test_progress_estimate_counts_what_remains():
+    from pytest_hwbench.plugin import Progress
+
+    now = [0.0]
+    progress = Progress(60.0, clock=lambda: now[0])
+    progress.start(10)
+    now[0] = 30.0
+    assert progress.done_one() is None  # within the first minute: no line yet
+    now[0] = 120.0
+    assert progress.done_one() == "hwbench: case 2 of 10 (20%), 2m00s elapsed, about 8m00s left"
+    now[0] = 150.0
+    assert progress.done_one() is None  # at most one line a minute
+
+
+def test_benchmark_disable_prints_no_warning_per_case(bench):
+    result = bench.runpytest(*FAST, *FP32, "--benchmark-disable", "-W", "error::Warning")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    assert "Benchmark fixture was not used" not in result.stdout.str()
+
+
+@pytest.mark.parametrize(
+    ("marker", "fragments"),
+    [
+        ("batch_sizes=[-1]", ["batch_sizes=...", "-1 is not accepted", "positive integers"]),
+        ("batch_sizes=[True]", ["batch_sizes=...", "True is not accepted"]),
+        ("precisions=['fp8']", ["precisions=...", "'fp8' is not accepted", "fp32, fp16, bf16, int8"]),
+        ("modes=['nosuch']", ["modes=...", "'nosuch' is not accepted", "inference, generate, train"]),
+        ("models=['bert-tinyy']", ["models=...", "unknown model 'bert-tinyy'", "did you mean bert-tiny"]),
+        ("backends=['nosuch']", ["backends=...", "'nosuch' is not accepted", "torch"]),
+        ("hardware=['nosuch']", ["hardware=...", "'nosuch' is not accepted", "cpu, cuda"]),
+        ("families=['nosuch']", ["families=...", "'nosuch' is not accepted", "embedding"]),
+        ("new_tokens=[0]", ["new_tokens=...", "0 is not accepted"]),
+        ("models=[]", ["models=...", "empty list"]),
+    ],
+    ids=["batch-neg", "batch-bool", "fp8", "mode", "model", "backend", "hardware", "family", "new-tokens", "empty"],
+)
+def test_bad_marker_value_is_a_usage_error_naming_test_value_and_choices(pytester, marker, fragments):
+    pytester.makepyfile(test_marked=f"""
+        import pytest
+
+        @pytest.mark.hwbench({marker})
+        def test_marked(hwbench_case):
+            pass
+    """)
+    result = pytester.runpytest("--collect-only", "-q", *FAST)
+    assert result.ret != pytest.ExitCode.OK
+    out = result.stdout.str() + result.stderr.str()
+    assert "test_marked.py::test_marked: @pytest.mark.hwbench(" in out, out
+    for fragment in fragments:
+        assert fragment in out, out
+    assert "KeyError" not in out
+    assert _case_ids(result) == []
+
+
+def test_marker_value_the_command_line_narrows_to_nothing_is_named_in_the_summary(pytester):
+    pytester.makepyfile(test_marked="""
+        import pytest
+
+        @pytest.mark.hwbench(models=["gpt2-tiny"], batch_sizes=[4])
+        def test_marked(hwbench_case, hwbench):
+            hwbench.measure(hwbench_case)
+
+        def test_other():
+            pass
+    """)
+    result = pytester.runpytest(*FAST)
+    result.stdout.fnmatch_lines([
+        "hwbench: test_marked.py::test_marked: its marker's models=['gpt2-tiny'] and --hwbench-models bert-tiny "
+        "leave no case"])
