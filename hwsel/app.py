@@ -4,8 +4,9 @@ Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
 ``POST /hardware/select``, ``POST /hardware/batch``, ``POST /hardware/map``,
 ``POST /performance/predict``, ``POST /performance/matrix``, ``POST /training/distributed``,
 ``POST /analysis/model``. Bad input answers 4xx with ``{"status": "error", "message": ...}``:
-422 for a bad value (batch size 0, unknown hardware or precision), 404 for an unknown model.
-Request sizes are bounded so that no request can run for long.
+422 for a bad value (batch size 0 or ``true``, unknown hardware or precision, a sequence longer
+than the model's position limit), naming the field, 404 for an unknown model. Request sizes are
+bounded so that no request can run for long.
 
 Serve with ``hwsel serve`` (binds 127.0.0.1 by default) or any ASGI server.
 """
@@ -20,10 +21,12 @@ from typing import Annotated, Any, Literal
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from .config import SelectionConfig
+from pytest_hwbench.sinks import redact_uri
+
+from .config import MAX_HARDWARE_TARGETS, SelectionConfig
 from .distributed import distributed_training_config
 from .predict import Predictor, model_info, prediction_matrix, with_sequence_length
 from .select import analyze_model, detect_hardware, select_hardware, select_hardware_for_task, selection_map
@@ -33,20 +36,38 @@ log = logging.getLogger("hwsel.app")
 VERSION = "0.1.0"
 
 # --- request fields ---------------------------------------------------------------------------------
+# One definition per kind of field, shared by every request model, so that an endpoint cannot
+# accept what another refuses. Requests are strict (`_Request`): ``true`` or ``"1"`` is not a
+# batch size. Bounds that depend on the model (its position limit) or on the configured hardware
+# are checked in `_model` and `_hardware`, answering 422 with the field's name like the rest.
+
+#: Largest batch size a request may ask about (keeps every request cheap).
+MAX_REQUEST_BATCH_SIZE = 65536
+#: Longest sequence any request may name; a model's own position limit is checked as well.
+MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 
 ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
                                  description="zoo name or hub-style alias, e.g. bert-base-uncased")]
 Hardware = Annotated[str, Field(min_length=1, max_length=64)]
-BatchSize = Annotated[int, Field(ge=1, le=65536)]
-SeqLength = Annotated[int, Field(ge=1, le=1 << 17)]
+#: A list of hardware targets: as long as the largest vocabulary a config may hold, no longer.
+HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
+                                               description="hardware targets (see GET /health for the configured ones)")]
+BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
+BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=16)]
+SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
+                                       description="tokens per item; at most the model's position limit")]
 Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Mode = Literal["inference", "training"]
+Modes = Annotated[list[Mode], Field(min_length=1, max_length=2)]
 Family = Literal["embedding", "text_generation", "vision", "audio", "multimodal"]
 Backend = Annotated[str, Field(min_length=1, max_length=64)]
+GpuCount = Annotated[StrictInt, Field(ge=1, le=4096)]
 
 
 class _Request(BaseModel):
-    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True)
+    # strict: no coercion, so true, "1" and 1.0 are not the integer 1 (issue 12); a JSON integer
+    # still fills a float field such as max_memory_gb.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True, strict=True)
 
 
 class _Response(BaseModel):
@@ -60,7 +81,7 @@ class SelectRequest(_Request):
     sequence_length: SeqLength | None = None
     mode: Mode = "inference"
     precision: Precision = "fp32"
-    available_hardware: list[Hardware] | None = Field(None, max_length=32, description="default: detected here")
+    available_hardware: HardwareList | None = Field(None, description="default: detected here")
     task_type: str | None = Field(None, max_length=64, description="task profile; overrides mode")
     backend: Backend | None = None
 
@@ -129,7 +150,7 @@ class BatchRequest(_Request):
     batch_size: BatchSize = 1
     mode: Mode = "inference"
     precision: Precision = "fp32"
-    available_hardware: list[Hardware] | None = Field(None, max_length=32)
+    available_hardware: HardwareList | None = None
 
 
 class BatchEntry(_Response):
@@ -142,9 +163,9 @@ class BatchEntry(_Response):
 
 class MapRequest(_Request):
     model_families: list[Family] | None = Field(None, min_length=1, max_length=5)
-    batch_sizes: list[BatchSize] = Field([1, 4, 16, 32, 64], min_length=1, max_length=16)
-    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
-    modes: list[Mode] = Field(["inference", "training"], min_length=1, max_length=2)
+    batch_sizes: BatchSizes = [1, 4, 16, 32, 64]
+    hardware_platforms: HardwareList | None = None
+    modes: Modes = ["inference", "training"]
     precision: Precision = "fp32"
 
 
@@ -161,7 +182,7 @@ class MapResponse(_Response):
 class PredictRequest(_Request):
     model_name: ModelName
     model_family: Family | None = None
-    hardware: list[Hardware] | Hardware | None = Field(None, description="default: every configured target")
+    hardware: HardwareList | Hardware | None = Field(None, description="default: every configured target")
     batch_size: BatchSize = 1
     sequence_length: SeqLength | None = None
     mode: Mode = "inference"
@@ -183,8 +204,8 @@ class PredictResponse(_Response):
 class MatrixRequest(_Request):
     models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(None, min_length=1,
                                                                                     max_length=16)
-    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
-    batch_sizes: list[BatchSize] = Field([1, 8, 32], min_length=1, max_length=16)
+    hardware_platforms: HardwareList | None = None
+    batch_sizes: BatchSizes = [1, 8, 32]
     precisions: list[Precision] = Field(["fp32", "fp16"], min_length=1, max_length=4)
     mode: Mode = "inference"
     backend: Backend | None = None
@@ -204,7 +225,7 @@ class MatrixResponse(_Response):
 class DistributedRequest(_Request):
     model_name: ModelName
     model_family: Family | None = None
-    gpu_count: int = Field(8, ge=1, le=4096)
+    gpu_count: GpuCount = 8
     batch_size: BatchSize = 8
     max_memory_gb: float = Field(16.0, gt=0, le=1e5, allow_inf_nan=False)
     precision: Literal["fp32", "fp16", "bf16"] = "bf16"
@@ -245,9 +266,9 @@ class DistributedResponse(_Response):
 class AnalysisRequest(_Request):
     model_name: ModelName
     model_family: Family | None = None
-    batch_sizes: list[BatchSize] = Field([1, 8, 32], min_length=1, max_length=16)
-    hardware_platforms: list[Hardware] | None = Field(None, min_length=1, max_length=32)
-    modes: list[Mode] = Field(["inference", "training"], min_length=1, max_length=2)
+    batch_sizes: BatchSizes = [1, 8, 32]
+    hardware_platforms: HardwareList | None = None
+    modes: Modes = ["inference", "training"]
     precision: Precision = "fp32"
 
 
@@ -293,7 +314,8 @@ class ErrorResponse(_Response):
 # --- helpers --------------------------------------------------------------------------------------
 
 def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None) -> JSONResponse:
-    body: dict[str, Any] = {"status": "error", "message": message}
+    # A store error may quote a tracking URI with its password: never into a response body.
+    body: dict[str, Any] = {"status": "error", "message": redact_uri(message)}
     if errors is not None:
         body["errors"] = errors
     return JSONResponse(status_code=status, content=body)
@@ -316,11 +338,45 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
+def _invalid(field: str, message: str) -> RequestValidationError:
+    """A 422 naming `field`, in the same shape as pydantic's own rejections."""
+    return RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
+
+
+def _max_sequence_length(info: Any) -> int | None:
+    """The model's position limit where the zoo knows its config (None: unknown or unlimited)."""
+    from pytest_hwbench.models import MODELS
+
+    spec = MODELS.get(info.name)
+    if spec is None:
+        return None
+    try:
+        return spec.max_sequence_length
+    except Exception:  # a config that cannot say; the request's own bound still holds
+        return None
+
+
 def _model(name: str, family: str | None, sequence_length: int | None = None) -> Any:
-    info = with_sequence_length(model_info(name), sequence_length)
+    info = model_info(name)
+    if sequence_length is not None:
+        limit = _max_sequence_length(info)
+        if limit is not None and sequence_length > limit:
+            raise _invalid("sequence_length", f"{info.name} takes at most {limit} tokens (its config's position limit), "
+                                  f"got {sequence_length}")
+    info = with_sequence_length(info, sequence_length)
     if family is not None and family != info.family:
         raise ValueError(f"model {name!r} is a {info.family} model, not {family}; drop model_family or fix it")
     return info
+
+
+def _hardware(pred: Predictor, field: str, names: Any) -> tuple[str, ...] | None:
+    """`names` checked against the configured hardware (None stays None); 422 naming `field`."""
+    if names is None:
+        return None
+    try:
+        return pred.config.check_hardware(names)
+    except ValueError as exc:
+        raise _invalid(field, str(exc)) from None
 
 
 # --- the app ---------------------------------------------------------------------------------------
@@ -341,7 +397,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
         errors = [{"loc": [str(x) for x in e.get("loc", ())], "msg": str(e.get("msg", "")), "type": str(e.get("type", ""))}
                   for e in exc.errors()]
         first = errors[0] if errors else {"loc": [], "msg": "invalid request"}
-        where = ".".join(x for x in first["loc"] if x != "body") or "body"
+        # loc names union members too ("hardware", "list[constrained-str]"): keep the field path
+        where = ".".join(x for x in first["loc"] if x != "body" and "[" not in x) or "body"
         return _error(422, f"invalid request: {where}: {first['msg']}", errors)
 
     @app.exception_handler(StarletteHTTPException)
@@ -382,27 +439,25 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/hardware/select", response_model=RecommendationResponse)
     def select(req: SelectRequest) -> dict[str, Any]:
+        available = _hardware(pred, "available_hardware", req.available_hardware)
         info = _model(req.model_name, req.model_family, req.sequence_length)
         if req.task_type:
             rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
-                                           available_hardware=req.available_hardware, backend=req.backend,
-                                           predictor=pred)
+                                           available_hardware=available, backend=req.backend, predictor=pred)
         else:
             rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
-                                  available_hardware=req.available_hardware, backend=req.backend, predictor=pred)
+                                  available_hardware=available, backend=req.backend, predictor=pred)
         return _plain(rec.to_dict())
 
     @app.post("/hardware/batch", response_model=dict[str, BatchEntry])
     def batch(req: BatchRequest) -> dict[str, Any]:
-        if req.available_hardware is not None:
-            pred.config.check_hardware(req.available_hardware)  # the request's fault, not one model's
+        available = _hardware(pred, "available_hardware", req.available_hardware)  # the request's fault
         out: dict[str, Any] = {}
         for item in req.models:
             name, family = (item, None) if isinstance(item, str) else (item.name, item.family)
             try:
                 rec = select_hardware(_model(name, family), batch_size=req.batch_size, mode=req.mode,
-                                      precision=req.precision, available_hardware=req.available_hardware,
-                                      predictor=pred)
+                                      precision=req.precision, available_hardware=available, predictor=pred)
             except (KeyError, ValueError) as exc:
                 out[name] = {"primary": None, "fallbacks": [], "explanation": _message(exc),
                              "prediction_source": None, "error": _message(exc)}
@@ -413,13 +468,14 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/hardware/map", response_model=MapResponse)
     def hardware_map(req: MapRequest) -> dict[str, Any]:
-        return _plain(selection_map(req.model_families, req.batch_sizes, req.hardware_platforms, req.modes,
-                                    req.precision, predictor=pred))
+        hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
+        return _plain(selection_map(req.model_families, req.batch_sizes, hardware, req.modes, req.precision,
+                                    predictor=pred))
 
     @app.post("/performance/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> dict[str, Any]:
+        hardware = _hardware(pred, "hardware", req.hardware) or pred.config.hardware_names
         info = _model(req.model_name, req.model_family, req.sequence_length)
-        hardware = req.hardware if req.hardware is not None else pred.config.hardware_names
         preds = pred.predict(info, hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
                              backend=req.backend)
         return _plain({"model_name": info.name, "model_family": info.family, "batch_size": req.batch_size,
@@ -428,8 +484,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/performance/matrix", response_model=MatrixResponse)
     def matrix(req: MatrixRequest) -> dict[str, Any]:
-        return _plain(prediction_matrix(req.models, req.hardware_platforms, req.batch_sizes, req.precisions,
-                                        req.mode, req.backend, predictor=pred))
+        hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
+        return _plain(prediction_matrix(req.models, hardware, req.batch_sizes, req.precisions, req.mode, req.backend,
+                                        predictor=pred))
 
     @app.post("/training/distributed", response_model=DistributedResponse)
     def distributed(req: DistributedRequest) -> dict[str, Any]:
@@ -440,9 +497,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/analysis/model", response_model=AnalysisResponse)
     def analysis(req: AnalysisRequest) -> dict[str, Any]:
+        hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
         info = _model(req.model_name, req.model_family)
-        return _plain(analyze_model(info, req.batch_sizes, req.hardware_platforms, req.modes, req.precision,
-                                    predictor=pred))
+        return _plain(analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision, predictor=pred))
 
     return app
 

@@ -18,6 +18,8 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_hwbench.sinks import redact_uri
+
 from .config import FAMILIES, HARDWARE, MODES, PRECISIONS
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -218,11 +220,12 @@ def cmd_train(args: argparse.Namespace) -> int:
                          "pip install 'pytest-hwbench'") from None
     result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
                    experiment=args.experiment, progress=not args.no_progress)
-    data = {"run_id": result.run_id, "tracking_uri": result.tracking_uri, "rows": result.n_rows,
+    store = redact_uri(result.tracking_uri)  # shown, never with its password
+    data = {"run_id": result.run_id, "tracking_uri": store, "rows": result.n_rows,
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
-    lines = [f"trained on {result.n_rows} rows (run {result.run_id}, store {result.tracking_uri})"]
+    lines = [f"trained on {result.n_rows} rows (run {result.run_id}, store {store})"]
     for t, r in result.targets.items():
         state = "now @champion" if r.alias_moved else "champion unchanged"
         lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g}, {state} ({r.reason})")
@@ -387,15 +390,15 @@ def main(argv: Sequence[str] | None = None) -> int:
     try:
         return COMMANDS[args.command](args)
     except (UsageError, ValueError, LookupError, FileNotFoundError) as exc:
-        print(f"hwsel {args.command}: error: {_message(exc)}", file=sys.stderr)
+        print(f"hwsel {args.command}: error: {redact_uri(_message(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a failure while running: say what, exit 1
         if args.verbose:
             raise
-        print(f"hwsel {args.command}: failed: {type(exc).__name__}: {exc} (run with -v for the traceback)",
-              file=sys.stderr)
+        print(f"hwsel {args.command}: failed: {redact_uri(f'{type(exc).__name__}: {exc}')} "
+              "(run with -v for the traceback)", file=sys.stderr)
         return EXIT_FAILED
 
 

@@ -59,6 +59,8 @@ SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
 SIZE_CATEGORIES: tuple[str, ...] = ("small", "medium", "large")
+#: Most hardware targets a config may list: also the longest hardware list a request may send.
+MAX_HARDWARE_TARGETS = 32
 
 
 def _number(where: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
@@ -251,6 +253,8 @@ class SelectionConfig:
         _unknown("weights", self.weights, MODES)
         if not self.hardware:
             raise ValueError("hardware: at least one hardware target is needed")
+        if len(self.hardware) > MAX_HARDWARE_TARGETS:
+            raise ValueError(f"hardware: {len(self.hardware)} targets, at most {MAX_HARDWARE_TARGETS} are supported")
         for hw, row in self.compatibility.items():
             if hw not in FAMILIES:
                 raise ValueError(f"compatibility: unknown family {hw!r}; accepted: {', '.join(FAMILIES)}")
@@ -440,6 +444,7 @@ __all__ = [
     "ENV_VAR",
     "FAMILIES",
     "HARDWARE",
+    "MAX_HARDWARE_TARGETS",
     "MODES",
     "PRECISIONS",
     "SOURCES",

@@ -26,6 +26,7 @@ import numpy as np
 import pandas as pd
 
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord
+from pytest_hwbench.sinks import redact_uri
 
 DEFAULT_EXPERIMENT = "hwbench"
 RECORD_TAG = "hwbench.record_id"
@@ -108,7 +109,7 @@ def _from_mlflow(uri: str, experiment: str) -> pd.DataFrame:
     exp = client.get_experiment_by_name(experiment)
     if exp is None:
         raise LookupError(
-            f"MLflow store {uri} has no experiment {experiment!r}; run the bench suite first "
+            f"MLflow store {redact_uri(str(uri))} has no experiment {experiment!r}; run the bench suite first "
             "(pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
         )
     rows: list[dict[str, Any]] = []

@@ -31,6 +31,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from pytest_hwbench.sinks import redact_uri
+
 TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
 MODEL_NAMES: dict[str, str] = {"latency": "hwsel-latency", "throughput": "hwsel-throughput",
                                "memory": "hwsel-memory"}
@@ -63,7 +65,7 @@ def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
     found = client.get_experiment_by_name(name)
     if found is not None:
         if found.lifecycle_stage == "deleted":
-            raise RuntimeError(f"MLflow experiment {name!r} at {tracking_uri} is deleted; restore it "
+            raise RuntimeError(f"MLflow experiment {name!r} at {redact_uri(str(tracking_uri))} is deleted; restore it "
                                f"(mlflow experiments restore --experiment-id {found.experiment_id})")
         return str(found.experiment_id)
     location = None
@@ -240,7 +242,8 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     except Exception as exc:
         from pytest_hwbench.errors import HwbenchWarning
 
-        warnings.warn(f"hwsel: cannot load {mv.name} v{mv.version} from {uri}: {exc!r}", HwbenchWarning,
+        warnings.warn(f"hwsel: cannot load {mv.name} v{mv.version} from {redact_uri(str(uri))}: "
+                      f"{redact_uri(repr(exc))}", HwbenchWarning,
                       stacklevel=2)
         return None
     tags = dict(mv.tags or {})

@@ -59,6 +59,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from hwsel.data import frame_digest, load_runs, snapshot, training_table
 from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATURES, feature_frame
+from pytest_hwbench.sinks import redact_uri
 
 TRAINING_EXPERIMENT = "hwsel-training"
 #: Lower by more than this (mean absolute log error) to beat the champion.
@@ -542,7 +543,7 @@ def train(
     runs = load_runs(source if source is not None else uri, experiment=experiment)
     table = training_table(runs)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
-        raise ValueError(f"{source or uri}: need runs of at least two models or two batch sizes, "
+        raise ValueError(f"{redact_uri(str(source or uri))}: need runs of at least two models or two batch sizes, "
                          f"found {len(table)} usable rows")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
@@ -562,7 +563,7 @@ def train(
         import sklearn
 
         client.log_batch(run_id, params=[
-            Param("source", str(source or uri)[:500]),
+            Param("source", redact_uri(str(source or uri))[:500]),
             Param("experiment", experiment),
             Param("trials", str(trials)),
             Param("seed", str(seed)),

@@ -12,6 +12,8 @@ import sys
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING
 
+from .sinks.redact import redact_uri
+
 if TYPE_CHECKING:
     from .tracking import TrackingConfig
 
@@ -143,12 +145,13 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"hwbench replay: nothing spooled in {cfg.spool_dir}")
         return EXIT_OK
     sinks = [MlflowSink(cfg.mlflow_uri, cfg.experiment), DuckDBSink(cfg.db_path)]
-    print(f"hwbench replay: {spool.records_path} -> MLflow {cfg.mlflow_uri}, DuckDB {cfg.db_path}", flush=True)
+    print(f"hwbench replay: {spool.records_path} -> MLflow {redact_uri(cfg.mlflow_uri)}, DuckDB {cfg.db_path}",
+          flush=True)
     try:
         counts = replay(spool, sinks)
     except Exception as exc:  # a sink that is still down
-        print(f"hwbench replay: error: {type(exc).__name__}: {exc}; records stay spooled, try again later",
-              file=sys.stderr)
+        print(f"hwbench replay: error: {redact_uri(f'{type(exc).__name__}: {exc}')}; records stay spooled, "
+              "try again later", file=sys.stderr)
         return EXIT_STORE
     for name, count in counts.items():
         print(f"  {name}: {count} records written")
@@ -228,14 +231,17 @@ def _export(args: argparse.Namespace) -> int:
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .sinks import import_mlflow
+    from .sinks import MlflowStoreError, import_mlflow
 
     cfg = _tracking(args)
-    print(f"hwbench import-mlflow: {cfg.mlflow_uri} (experiment {cfg.experiment!r}) -> {cfg.db_path}", flush=True)
+    print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {cfg.db_path}",
+          flush=True)
+    from mlflow.exceptions import MlflowException
+
     try:
         count = import_mlflow(cfg.mlflow_uri, cfg.experiment, cfg.db_path)
-    except OSError as exc:
-        print(f"hwbench import-mlflow: error: {exc}", file=sys.stderr)
+    except (OSError, MlflowException, MlflowStoreError) as exc:  # the store is down or refuses us
+        print(f"hwbench import-mlflow: error: {redact_uri(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return EXIT_STORE
     print(f"  {count} records imported")
     return EXIT_OK
@@ -271,7 +277,7 @@ def main(argv: Sequence[str] | None = None) -> int:
         return run(args)
     except (ValueError, KeyError, FileNotFoundError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
-        print(f"hwbench {args.command}: error: {message}", file=sys.stderr)
+        print(f"hwbench {args.command}: error: {redact_uri(message)}", file=sys.stderr)
         return EXIT_USAGE
 
 

@@ -19,6 +19,7 @@ import difflib
 import functools
 import json
 import math
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -110,6 +111,15 @@ class ModelSpec:
         """The size of one item: sequence length, image size or audio samples."""
         return _SHAPES[self.modality](self, self._config())
 
+    @property
+    def max_sequence_length(self) -> int | None:
+        """The longest token sequence the model takes, from its config's position limit.
+
+        None where its input is no token sequence (images, waveforms) or the config sets no
+        limit (T5's relative positions). Builds the config, not the model.
+        """
+        return _MAX_LENGTH[self.modality](self._config())
+
     def make_inputs(self, batch_size: int, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
         """Deterministic random inputs for `batch_size` items, as forward() kwargs."""
         import torch
@@ -174,9 +184,15 @@ def _bytes(table: Mapping[str, int], precision: str) -> int:
 
 # --- input factories, one per modality -------------------------------------------------------
 
-def _text_len(spec: ModelSpec, config: Any) -> int:
+def _position_limit(config: Any) -> int | None:
+    """Positions the (text) model embeds; None for relative positions (T5) or no text model."""
     cfg = getattr(config, "text_config", config)
     limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
+    return int(limit) if limit else None
+
+
+def _text_len(spec: ModelSpec, config: Any) -> int:
+    limit = _position_limit(config)
     return min(spec.sequence_length, limit) if limit else spec.sequence_length
 
 
@@ -324,6 +340,19 @@ def _shape(sequence_length: int | None = None, image_size: int | None = None,
            audio_samples: int | None = None) -> dict[str, int | None]:
     return {"sequence_length": sequence_length, "image_size": image_size, "audio_samples": audio_samples}
 
+
+#: modality -> the longest text a model of that modality takes (None: no limit or no text).
+_MAX_LENGTH = {
+    "text": _position_limit,
+    "text2text": _position_limit,
+    "image": lambda c: None,
+    "audio_features": lambda c: int(c.max_target_positions),
+    "audio_waveform": lambda c: None,
+    "image_text": _position_limit,
+    "audio_text": _position_limit,
+    "video_text": _position_limit,
+    "image_text_tokens": lambda c: max(1, int(c.text_config.max_position_embeddings) - _image_tokens(c)),
+}
 
 #: modality -> the size of one item. Keys are `BenchmarkRecord` fields: video frames have none,
 #: so a video item reports its frame size only (the frame count is in the config).
@@ -703,8 +732,12 @@ _MODEL_TYPES: dict[str, tuple[str, str, str]] = {
 
 
 def _spec_from_dir(path: Path) -> ModelSpec:
-    config = json.loads((path / "config.json").read_text())
-    model_type = config.get("model_type")
+    config_file = path / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
     if model_type not in _MODEL_TYPES:
         raise ValueError(
             f"{path}/config.json: model_type {model_type!r} has no default family; known: "
@@ -715,36 +748,138 @@ def _spec_from_dir(path: Path) -> ModelSpec:
     return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
 
 
+#: Fields of a model-set entry: the `ModelSpec` fields; the first four are required.
+_REQUIRED_FIELDS: tuple[str, ...] = ("name", "family", "config_class", "modality")
+_ENTRY_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.__dataclass_fields__)
+_CHOICES: dict[str, tuple[str, ...]] = {"family": FAMILIES, "modality": MODALITIES, "tier": TIERS}
+# transformers' strict config dataclasses name the field in their message (huggingface_hub's
+# StrictDataclassFieldValidationError): "Validation error for field 'hidden_size': ..."
+_CONFIG_FIELD = re.compile(r"field '([^']+)'")
+
+
+def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
+    """(spec, None, "") for a well-formed entry, else (None, field, problem)."""
+    unknown = [key for key in entry if key not in _ENTRY_FIELDS]
+    if unknown:
+        return None, str(unknown[0]), f"unknown field; accepted: {', '.join(_ENTRY_FIELDS)}"
+    for key in _REQUIRED_FIELDS:
+        if key not in entry:
+            return None, key, "missing (required: " + ", ".join(_REQUIRED_FIELDS) + ")"
+    for key in ("family", "config_class", "modality", "auto_class", "tier"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+            return None, key, f"expected a non-empty string, got {entry[key]!r}"
+    for key, choices in _CHOICES.items():
+        if key in entry and entry[key] not in choices:
+            return None, key, f"{entry[key]!r} is not one of {', '.join(choices)}"
+    length = entry.get("sequence_length", 1)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return None, "sequence_length", f"expected a whole number >= 1, got {length!r}"
+    for key in ("config_kwargs", "backend_gaps"):
+        if key in entry and not isinstance(entry[key], Mapping):
+            return None, key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}"
+    return ModelSpec(**entry), None, ""
+
+
+def check_model_spec(spec: ModelSpec) -> ModelSpec:
+    """Build `spec`'s config once (kept for its cases) and check what every case would need.
+
+    Cheap: a transformers config object, the auto class's name and the input shape of the
+    modality; no model is built. Raises ValueError naming the field: ``config_class``,
+    ``config_kwargs.<key>``, ``auto_class`` or ``modality``.
+    """
+    import transformers
+
+    kwargs = spec.config_kwargs
+    is_path = spec.config_class.startswith(("/", "."))
+    if not is_path and not hasattr(transformers, spec.config_class):
+        close = difflib.get_close_matches(spec.config_class, [n for n in dir(transformers) if n.endswith("Config")],
+                                          n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else " (e.g. BertConfig, LlamaConfig, ViTConfig)"
+        raise ValueError(f"field 'config_class': transformers has no config class {spec.config_class!r}{hint}")
+    try:
+        config = spec._config()  # cached on the spec: the cases reuse this object
+    except Exception as exc:  # a config class raises whatever its checks raise
+        text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        if is_path:
+            raise ValueError(f"field 'config_class': cannot load {spec.config_class}: {text}") from None
+        match = _CONFIG_FIELD.search(str(exc))
+        key = match.group(1) if match and match.group(1) in kwargs else None
+        field_name = f"config_kwargs.{key}" if key else "config_kwargs"
+        raise ValueError(f"field {field_name!r}: {spec.config_class}({_kwargs_text(kwargs)}) fails: {text}") from None
+    if not hasattr(transformers, spec.auto_class):
+        raise ValueError(f"field 'auto_class': transformers has no class {spec.auto_class!r} "
+                         "(e.g. AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM)")
+    try:
+        spec.input_shape()
+    except Exception as exc:
+        raise ValueError(
+            f"field 'modality': {spec.modality!r} does not fit {type(config).__name__} "
+            f"({type(exc).__name__}: {exc}); pick the modality of the model's inputs: {', '.join(MODALITIES)}"
+        ) from None
+    return spec
+
+
+def _kwargs_text(kwargs: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
 def load_model_set(path: str | Path) -> list[ModelSpec]:
     """Read models from a TOML/JSON model-set file or a directory with a `config.json`.
 
     File form: ``[[models]]`` tables (TOML) or ``{"models": [...]}`` (JSON), each with
     ``name``, ``family``, ``config_class``, ``modality`` and optional ``config_kwargs``,
     ``auto_class``, ``tier``, ``sequence_length``.
+
+    Every model is checked here, once (`check_model_spec`: its config is built and kept), so a
+    bad set stops a run before any case. Raises ValueError naming the file, the model (or the
+    entry) and the field.
     """
     path = Path(path)
     if path.is_dir():
         if not (path / "config.json").exists():
             raise ValueError(f"model directory {path} has no config.json")
-        return [_spec_from_dir(path)]
+        spec = _spec_from_dir(path)
+        try:
+            return [check_model_spec(spec)]
+        except ValueError as exc:
+            raise ValueError(f"model directory {path}: {exc}") from None
     if not path.exists():
         raise ValueError(f"model set {path} does not exist (expected a .toml/.json file or a directory)")
-    text = path.read_text()
-    if path.suffix == ".toml":
-        data = tomllib.loads(text)
-    elif path.suffix == ".json":
-        data = json.loads(text)
-    else:
+    if path.suffix not in (".toml", ".json"):
         raise ValueError(f"model set {path}: unknown suffix {path.suffix!r}; use .toml, .json or a directory")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"model set {path}: cannot be read ({exc})") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"model set {path}: not valid {path.suffix[1:].upper()}: {exc}") from None
     entries = data.get("models") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"model set {path}: expected a non-empty 'models' list")
-    specs = []
+    specs: list[ModelSpec] = []
+    seen: dict[str, int] = {}
     for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(
+                f"model set {path}: entry {i} of 'models' is not a table but {type(entry).__name__} {entry!r}; "
+                f"each entry is a table with {', '.join(_REQUIRED_FIELDS)}"
+            )
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"model set {path}, entry {i}: field 'name': expected a non-empty string, got {name!r}")
+        where = f"model set {path}, entry {i} (model {name!r})"
+        if name in seen:
+            raise ValueError(f"{where}: field 'name': {name!r} is already entry {seen[name]}; names must be unique")
+        seen[name] = i
+        spec, field_name, problem = _entry_spec(entry)
+        if spec is None:
+            raise ValueError(f"{where}: field {field_name!r}: {problem}")
         try:
-            specs.append(ModelSpec(**entry))
-        except TypeError as exc:
-            raise ValueError(f"model set {path}, entry {i}: {exc}") from None
+            specs.append(check_model_spec(spec))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
     return specs
 
 
@@ -771,6 +906,7 @@ __all__ = [
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",
+    "check_model_spec",
     "dense_flops_estimate",
     "get_model",
     "load_model_set",

@@ -17,6 +17,7 @@ import pytest
 from .record import BenchmarkRecord, SessionInfo
 from .sinks import DuckDBSink, MlflowSink, Recorder, RecorderReport, Spool
 from .sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+from .sinks.redact import redact_uri
 
 DEFAULT_STORE = "mlruns"
 DEFAULT_EXPERIMENT = "hwbench"
@@ -24,12 +25,20 @@ DEFAULT_EXPERIMENT = "hwbench"
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """Resolved store locations for one session."""
+    """Resolved store locations for one session.
+
+    `mlflow_uri` is the real URI, credentials included, for connecting; show
+    `redact_uri(mlflow_uri)` (what `__repr__` does) wherever it is printed or logged.
+    """
 
     store_dir: Path
     mlflow_uri: str
     db_path: Path
     experiment: str
+
+    def __repr__(self) -> str:
+        return (f"TrackingConfig(store_dir={str(self.store_dir)!r}, mlflow_uri={redact_uri(self.mlflow_uri)!r}, "
+                f"db_path={str(self.db_path)!r}, experiment={self.experiment!r})")
 
     @property
     def spool_dir(self) -> Path:
@@ -120,7 +129,7 @@ class Tracker:
         if report is None or not report.records:
             return
         write = terminalreporter.write_line
-        write(f"hwbench: MLflow {self.config.mlflow_uri} (experiment {self.config.experiment!r}), "
+        write(f"hwbench: MLflow {redact_uri(self.config.mlflow_uri)} (experiment {self.config.experiment!r}), "
               f"DuckDB {self.config.db_path}")
         pending = {name: n for name, n in report.pending.items() if n}
         if pending:
@@ -131,7 +140,7 @@ class Tracker:
                 yellow=True, bold=True,
             )
             for name, error in report.errors.items():
-                write(f"hwbench:   {name}: {error}")
+                write(f"hwbench:   {name}: {redact_uri(error)}")
 
 
 __all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_STORE", "Tracker", "TrackingConfig"]

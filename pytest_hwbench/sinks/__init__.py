@@ -35,7 +35,14 @@ from pytest_hwbench.sinks.duckdb_sink import (
     load_results,
     load_timings,
 )
-from pytest_hwbench.sinks.mlflow_sink import MlflowSink, ping, resolve_tracking_uri, validate_tracking_uri
+from pytest_hwbench.sinks.mlflow_sink import (
+    MlflowSink,
+    MlflowStoreError,
+    ping,
+    resolve_tracking_uri,
+    validate_tracking_uri,
+)
+from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool
 
 __all__ = [
@@ -44,6 +51,7 @@ __all__ = [
     "SINKS",
     "DuckDBSink",
     "MlflowSink",
+    "MlflowStoreError",
     "Recorder",
     "RecorderReport",
     "Sink",
@@ -58,6 +66,7 @@ __all__ = [
     "normalize_status",
     "open_sink",
     "ping",
+    "redact_uri",
     "register_sink",
     "replay",
     "resolve_tracking_uri",

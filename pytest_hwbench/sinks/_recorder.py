@@ -34,6 +34,7 @@ from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import truncate
 from pytest_hwbench.sinks.base import Sink, normalize_status
+from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool
 
 DEFAULT_RETRY_EVERY = 20
@@ -41,7 +42,9 @@ _REPLAY_BATCH = 500
 
 
 def _describe(exc: BaseException) -> str:
-    return truncate(f"{type(exc).__name__}: {exc}", 1000)
+    # Sink errors may quote a store URI with its password (MLflow's do): masked before they are
+    # kept in the report, warned about or printed.
+    return truncate(redact_uri(f"{type(exc).__name__}: {exc}"), 1000)
 
 
 def _unique_names(sinks: Iterable[Sink]) -> list[str]:

@@ -43,6 +43,7 @@ from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
 from pytest_hwbench.sinks.base import normalize_status, register_sink
+from pytest_hwbench.sinks.redact import redact_uri
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
@@ -75,6 +76,10 @@ _SESSION_STATUS = {v: k for k, v in _RUN_STATUS.items()}
 _TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
+class MlflowStoreError(RuntimeError):
+    """An MLflow call failed; raised in place of MLflow's error when that one quoted credentials."""
+
+
 def resolve_tracking_uri(
     tracking_uri: str | None = None, store_dir: str | os.PathLike[str] | None = None
 ) -> str:
@@ -105,6 +110,7 @@ def validate_tracking_uri(uri: str) -> str:
     unless ``MLFLOW_ALLOW_FILE_STORE=true`` (see FACTS.md), so we say so up front.
     """
     text = str(uri).strip()
+    shown = redact_uri(text)  # for the messages: a password in the URI must not reach a terminal
     hint = f"accepted forms: {ACCEPTED_FORMS}"
     if not text:
         raise ValueError(f"MLflow tracking URI is empty; {hint}")
@@ -116,20 +122,20 @@ def validate_tracking_uri(uri: str) -> str:
     if base == "sqlite":
         if not text.lower().startswith("sqlite:///") or not _sqlite_path(text).name or ":memory:" in text:
             raise ValueError(
-                f"MLflow tracking URI {text!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
+                f"MLflow tracking URI {shown!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
             )
         return text
     if base in _HTTP_SCHEMES:
         if not parsed.hostname:
-            raise ValueError(f"MLflow tracking URI {text!r} has no host; use http://HOST:PORT; {hint}")
+            raise ValueError(f"MLflow tracking URI {shown!r} has no host; use http://HOST:PORT; {hint}")
         try:
             parsed.port  # noqa: B018  (raises ValueError on a non-numeric port)
         except ValueError as exc:
-            raise ValueError(f"MLflow tracking URI {text!r} has a bad port ({exc}); {hint}") from exc
+            raise ValueError(f"MLflow tracking URI {shown!r} has a bad port ({redact_uri(exc)}); {hint}") from None
         return text
     if base in _SQL_SCHEMES:
         if not parsed.netloc:
-            raise ValueError(f"MLflow tracking URI {text!r} has no host; {hint}")
+            raise ValueError(f"MLflow tracking URI {shown!r} has no host; {hint}")
         return text
     if base == "databricks":
         return text
@@ -137,10 +143,10 @@ def validate_tracking_uri(uri: str) -> str:
         path = parsed.path if base == "file" else text
         suggestion = f"sqlite:///{Path(path) / 'mlflow.db'}"
         raise ValueError(
-            f"MLflow tracking URI {text!r} is a file store, which MLflow 3 refuses; "
+            f"MLflow tracking URI {shown!r} is a file store, which MLflow 3 refuses; "
             f"use a SQLite store instead, e.g. {suggestion!r}; {hint}"
         )
-    raise ValueError(f"MLflow tracking URI {text!r} has an unsupported scheme {scheme!r}; {hint}")
+    raise ValueError(f"MLflow tracking URI {shown!r} has an unsupported scheme {scheme!r}; {hint}")
 
 
 def ping(uri: str, timeout: float = 2.0) -> str | None:
@@ -157,16 +163,17 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
     if urlsplit(text).scheme.lower() not in _HTTP_SCHEMES:
         return None
     url = text.rstrip("/") + "/health"
+    shown = redact_uri(url)
     try:
         with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http(s) only)
             if response.status != 200:
-                return f"{url} answered HTTP {response.status}"
+                return f"{shown} answered HTTP {response.status}"
     except urllib.error.HTTPError as exc:
-        return f"{url} answered HTTP {exc.code} {exc.reason}"
+        return f"{shown} answered HTTP {exc.code} {exc.reason}"
     except urllib.error.URLError as exc:
-        return f"cannot reach {url}: {exc.reason}"
+        return f"cannot reach {shown}: {redact_uri(exc.reason)}"
     except (TimeoutError, OSError) as exc:
-        return f"cannot reach {url} within {timeout} s: {exc}"
+        return f"cannot reach {shown} within {timeout} s: {redact_uri(exc)}"
     return None
 
 
@@ -230,7 +237,12 @@ class MlflowSink:
         self._stale: dict[str, list[str]] = {}
 
     def __repr__(self) -> str:
-        return f"MlflowSink({self.tracking_uri!r}, experiment={self.experiment!r})"
+        return f"MlflowSink({self.shown_uri!r}, experiment={self.experiment!r})"
+
+    @property
+    def shown_uri(self) -> str:
+        """The tracking URI with its credentials masked: the only form to print or log."""
+        return redact_uri(self.tracking_uri)
 
     # -- plumbing ---------------------------------------------------------------------------
     @contextlib.contextmanager
@@ -260,6 +272,15 @@ class MlflowSink:
             os.environ[key] = wanted[key]
         try:
             yield
+        except Exception as exc:
+            # MLflow quotes the URI it was given ("API request to http://alice:SECRET@host/...
+            # failed"): re-raise such an error with the credentials masked, and without the
+            # original as context, so that no message or traceback shows them.
+            text = str(exc)
+            safe = redact_uri(text)
+            if safe == text:
+                raise
+            raise MlflowStoreError(f"{type(exc).__name__}: {safe}") from None
         finally:
             for key in added:
                 os.environ.pop(key, None)
@@ -296,7 +317,7 @@ class MlflowSink:
             return self._experiment_id
         if experiment.lifecycle_stage == "deleted":
             raise RuntimeError(
-                f"MLflow experiment {self.experiment!r} at {self.tracking_uri} is deleted; restore it "
+                f"MLflow experiment {self.experiment!r} at {self.shown_uri} is deleted; restore it "
                 f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) "
                 "or choose another experiment name"
             )
@@ -485,8 +506,8 @@ class MlflowSink:
                 records.append(BenchmarkRecord.from_dict(data))
             except (TypeError, ValueError) as exc:
                 warnings.warn(
-                    f"hwbench: MLflow run of record {data.get('record_id')} in {self.tracking_uri} "
-                    f"cannot be read back: {exc}",
+                    f"hwbench: MLflow run of record {data.get('record_id')} in {self.shown_uri} "
+                    f"cannot be read back: {redact_uri(exc)}",
                     HwbenchWarning,
                     stacklevel=2,
                 )
@@ -509,7 +530,7 @@ class MlflowSink:
             except Exception as exc:  # best effort: records stay usable without raw timings
                 warnings.warn(
                     f"hwbench: cannot read the records artifact of MLflow run {parent} "
-                    f"({self.tracking_uri}): {exc!r}; importing without raw timings",
+                    f"({self.shown_uri}): {redact_uri(repr(exc))}; importing without raw timings",
                     HwbenchWarning,
                     stacklevel=3,
                 )
@@ -607,7 +628,9 @@ __all__ = [
     "ACCEPTED_FORMS",
     "DEFAULT_EXPERIMENT",
     "MlflowSink",
+    "MlflowStoreError",
     "ping",
+    "redact_uri",
     "resolve_tracking_uri",
     "validate_tracking_uri",
 ]
