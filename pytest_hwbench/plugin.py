@@ -8,10 +8,13 @@ controller with the report, and `pytest_hwbench_record` fires there (or in the s
 
 from __future__ import annotations
 
+import dataclasses
 import datetime as _dt
 import difflib
 import math
 import os
+import re
+import signal
 import socket
 import subprocess
 import time
@@ -360,6 +363,48 @@ class Progress:
                 f"{_duration(elapsed)} elapsed, about {_duration(left)} left")
 
 
+def _exit_reason(gateway: Any) -> str:
+    """How a worker's process ended, e.g. ``killed by signal 9 (SIGKILL)``, from its exit status."""
+    popen = getattr(getattr(gateway, "_io", None), "popen", None)  # execnet's popen gateway
+    code = None
+    if popen is not None:
+        try:
+            code = popen.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - still running or not a process: say what is known
+            code = None
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+def case_from_id(case_id: str) -> BenchCase | None:
+    """The case whose `BenchCase.id` is `case_id`, or None when it is none of this run's cases."""
+    def alternatives(names: Iterable[str]) -> str:
+        return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+    pattern = (rf"^(?P<model>{alternatives(MODELS)})-(?P<hardware>{alternatives(hardware_targets())})"
+               rf"-(?P<backend>{alternatives(registered_backends())})-(?P<precision>{alternatives(PRECISIONS)})"
+               rf"-b(?P<batch>\d+)(?:-(?P<mode>{alternatives(m for m in MODES if m != 'inference')}))?"
+               rf"(?:-in(?P<input>\d+))?(?:-out(?P<tokens>\d+))?$")
+    match = re.match(pattern, case_id)
+    if match is None:
+        return None
+    try:
+        case = BenchCase(match["model"], match["backend"], match["hardware"], match["precision"],
+                         int(match["batch"]), match["mode"] or "inference",
+                         int(match["tokens"]) if match["tokens"] else None,
+                         int(match["input"]) if match["input"] else None)
+    except ValueError:
+        return None
+    return case if case.id == case_id else None
+
+
 def _note(config: pytest.Config, line: str) -> None:
     """Keep `line` for the run's hwbench summary."""
     state = config.stash.get(STATE, None)
@@ -467,6 +512,21 @@ class HwbenchState:
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
     @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """An xdist worker died running `crashitem`: the controller writes the case's record
+        (status ``crashed``), attached to the report xdist makes for it and logs next."""
+        match = re.search(r"\[(.+)\]$", crashitem)
+        case = case_from_id(match.group(1)) if match else None
+        if case is None:
+            return  # not a benchmark case
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        worker_id = getattr(worker, "id", "?")
+        error = f"crashed: xdist worker {worker_id} died running {crashitem} ({_exit_reason(worker)})"
+        record = dataclasses.replace(failed_record(case, self.session_id, error, nodeid=crashitem, worker=worker_id),
+                                     status="crashed")
+        setattr(report, RECORD_ATTR, record.to_dict())
+
+    @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
         self.notes.extend(getattr(node, "workeroutput", {}).get("hwbench_notes", ()))
 
@@ -484,7 +544,7 @@ class HwbenchState:
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         if self.is_worker or not (self.records or self.notes):
             return
-        failed = sum(r.status == "failed" for r in self.records)
+        failed = sum(r.status != "passed" for r in self.records)
         terminalreporter.write_sep("-", "hwbench")
         for note in dict.fromkeys(self.notes):
             terminalreporter.write_line(f"hwbench: {note}")

@@ -16,8 +16,10 @@ from typing import Any, Literal
 
 SCHEMA_VERSION = 2
 
-Status = Literal["passed", "failed"]
-STATUSES: tuple[str, ...] = ("passed", "failed")
+#: ``crashed``: the process measuring the case died (an xdist worker killed or segfaulted); the
+#: controller wrote the record.
+Status = Literal["passed", "failed", "crashed"]
+STATUSES: tuple[str, ...] = ("passed", "failed", "crashed")
 
 #: Params: what a case *is*. Same names and types for every case (MLflow compares runs by them).
 PARAM_FIELDS: tuple[str, ...] = (
@@ -71,7 +73,8 @@ class BenchmarkRecord:
     """One benchmark case's parameters, measurements and context.
 
     `precision` is the precision that ran, read back from the runtime, not only the one asked for.
-    Failed cases (out of memory, export error, ...) are records too: `status="failed"` and `error`.
+    Failed cases (out of memory, export error, ...) are records too: `status="failed"` and `error`;
+    a case whose process died is `status="crashed"`.
     """
 
     # identity

@@ -528,3 +528,34 @@ def test_marker_value_the_command_line_narrows_to_nothing_is_named_in_the_summar
     result.stdout.fnmatch_lines([
         "hwbench: test_marked.py::test_marked: its marker's models=['gpt2-tiny'] and --hwbench-models bert-tiny "
         "leave no case"])
+
+
+def test_a_case_whose_xdist_worker_dies_leaves_a_crashed_record(pytester, tmp_path):
+    import duckdb
+    import mlflow
+
+    pytester.makepyfile(test_killed="""
+        import os
+        import signal
+
+        def test_bench(hwbench_case, hwbench):
+            if hwbench_case.batch_size == 2:
+                os.kill(os.getpid(), signal.SIGKILL)  # the worker dies mid-case, as on a segfault
+            hwbench.measure(hwbench_case)
+    """)
+    store = tmp_path / "store"
+    args = [a for a in FAST if a != "--hwbench-no-track"]
+    result = pytester.runpytest_subprocess("-n", "2", *args, *FP32, "--hwbench-store", str(store), timeout=300)
+    result.assert_outcomes(passed=1, failed=1)
+    with duckdb.connect(str(store / "hwbench.duckdb"), read_only=True) as db:
+        rows = dict(db.execute("SELECT case_id, status FROM results").fetchall())
+        (error,) = db.execute("SELECT error FROM results WHERE status = 'crashed'").fetchone()
+    assert rows == {"bert-tiny-cpu-torch-fp32-b1": "passed", "bert-tiny-cpu-torch-fp32-b2": "crashed"}
+    assert re.search(r"xdist worker gw\d died running test_killed.py::test_bench\[bert-tiny-cpu-torch-fp32-b2\] "
+                     r"\(killed by signal 9 \(SIGKILL\)\)", error), error
+    # MLflow keeps it as a killed child run, read back as crashed.
+    client = mlflow.MlflowClient(f"sqlite:///{store / 'mlflow.db'}")
+    (experiment,) = [e for e in client.search_experiments() if e.name == "hwbench"]
+    runs = client.search_runs([experiment.experiment_id], "tags.`hwbench.kind` = 'record'")
+    assert sorted((r.info.run_name, r.info.status) for r in runs) == [
+        ("bert-tiny/cpu/torch/fp32/b1", "FINISHED"), ("bert-tiny/cpu/torch/fp32/b2", "KILLED")]

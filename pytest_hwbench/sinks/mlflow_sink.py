@@ -14,7 +14,8 @@ Layout in the experiment (default ``hwbench``):
   ``hwbench.record_id``, ``hwbench.session_id`` and every other context field as
   ``hwbench.<field>``; params = `record.params()` (every name always present, None spelled
   ``none``, each field always the same type); metrics = `record.metrics()` minus the Nones;
-  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones.
+  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones, KILLED
+  for crashed ones.
 
 Per record the critical path is create_run + one log_batch + set_terminated on a cached client
 and experiment id; searches happen only in `open_session` (once) and `existing_ids` (replay).
@@ -72,6 +73,9 @@ _CONTEXT_FIELDS: tuple[str, ...] = tuple(
     name for name in FIELDS if name not in PARAM_FIELDS and name not in METRIC_FIELDS and name != "timings_ms"
 )
 _RUN_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
+#: record status -> child run status, and back (a crashed case's process was killed)
+_CASE_RUN_STATUS = {"passed": "FINISHED", "failed": "FAILED", "crashed": "KILLED"}
+_CASE_STATUS = {run: case for case, run in _CASE_RUN_STATUS.items()}
 _SESSION_STATUS = {v: k for k, v in _RUN_STATUS.items()}
 _TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 
@@ -403,9 +407,7 @@ class MlflowSink:
                         ],
                         params=[Param(key, to_text(key, value)) for key, value in record.params().items()],
                     )
-                    client.set_terminated(
-                        run_id, "FINISHED" if record.status == "passed" else "FAILED", end_time=created
-                    )
+                    client.set_terminated(run_id, _CASE_RUN_STATUS[record.status], end_time=created)
                 except BaseException:
                     # Half-written run: delete it when this record is written again.
                     self._stale.setdefault(record.record_id, []).append(run_id)
@@ -610,7 +612,7 @@ def _record_data(run: Run) -> dict[str, Any]:
         except ValueError:
             data[name] = None  # cut at TAG_VALUE_LIMIT; the caller may fill it from the artifact
     if "status" not in data:
-        data["status"] = "passed" if run.info.status == "FINISHED" else "failed"
+        data["status"] = _CASE_STATUS.get(run.info.status, "failed")
     return data
 
 
