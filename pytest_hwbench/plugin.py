@@ -435,6 +435,9 @@ class HwbenchState:
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
         self.progress = Progress(config.getoption("hwbench_progress_interval"))
+        #: cases this process generated and kept after -m/-k deselection (per xdist worker)
+        self.collection: dict[str, int] = {"generated": 0, "selected": 0}
+        self.worker_collections: dict[str, dict[str, int]] = {}
 
     @property
     def hw(self) -> HardwareInfo:
@@ -528,14 +531,43 @@ class HwbenchState:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_testnodedown(self, node: Any, error: Any) -> None:
-        self.notes.extend(getattr(node, "workeroutput", {}).get("hwbench_notes", ()))
+        output = getattr(node, "workeroutput", None) or {}
+        self.notes.extend(output.get("hwbench_notes", ()))
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        if "hwbench_collection" in output:
+            self.worker_collections[worker] = output["hwbench_collection"]
+        elif error:
+            self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
+
+    def _explain_empty_run(self) -> None:
+        """A run that collected no test says why, per process: no case generated (the grid
+        options and markers), every case deselected (-m/-k), or a worker that never reported."""
+        accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
+                                               else {})
+        for who, account in accounts.items():
+            if "error" in account:
+                self.notes.append(f"no test ran: xdist worker {who} went down before reporting its collection "
+                                  f"({account['error']})")
+            elif not account.get("generated"):
+                self.notes.append(f"no test ran: {who} generated no case (check --hwbench-* options, hwbench "
+                                  "markers and the model sets)")
+            else:
+                selection = " ".join(f"{flag} {value!r}" for flag, value in
+                                     (("-m", self.config.option.markexpr), ("-k", self.config.option.keyword))
+                                     if value)
+                self.notes.append(f"no test ran: {who} generated {account['generated']} cases and kept "
+                                  f"{account.get('selected', 0)} after selection ({selection or 'no -m/-k'})")
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._runner is not None:
             self._runner.close()
         if self.is_worker:  # the controller prints the summary: hand it this worker's notes
-            self.config.workeroutput["hwbench_notes"] = list(dict.fromkeys(self.notes))  # type: ignore[attr-defined]
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output["hwbench_notes"] = list(dict.fromkeys(self.notes))
+            output["hwbench_collection"] = dict(self.collection)
+        elif not session.testscollected:
+            self._explain_empty_run()
         if not self.is_worker and self.session_info is not None:
             self.config.hook.pytest_hwbench_session_finish(
                 config=self.config, session=self.session_info, exitstatus=int(exitstatus)
@@ -685,6 +717,9 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "hwbench_case" not in metafunc.fixturenames:
         return
     cases = generate_cases(metafunc.config, _marker_filter(metafunc), metafunc.definition.nodeid)
+    state = metafunc.config.stash.get(STATE, None)
+    if state is not None:
+        state.collection["generated"] += len(cases)
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
 
 
@@ -699,10 +734,13 @@ def _case_of(item: pytest.Item) -> BenchCase | None:
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Skip by capability at collection, so absent hardware costs no fixture set-up.
     hw = None
+    state = config.stash.get(STATE, None)
     for item in items:
         case = _case_of(item)
         if case is None:
             continue
+        if state is not None:
+            state.collection["selected"] += 1
         hw = hw or detect_hardware()
         reason = case.unavailable(hw)
         if reason:

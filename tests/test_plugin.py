@@ -559,3 +559,12 @@ def test_a_case_whose_xdist_worker_dies_leaves_a_crashed_record(pytester, tmp_pa
     runs = client.search_runs([experiment.experiment_id], "tags.`hwbench.kind` = 'record'")
     assert sorted((r.info.run_name, r.info.status) for r in runs) == [
         ("bert-tiny/cpu/torch/fp32/b1", "FINISHED"), ("bert-tiny/cpu/torch/fp32/b2", "KILLED")]
+
+
+def test_an_xdist_run_that_runs_nothing_says_why(bench):
+    result = bench.runpytest_subprocess("-n", "2", "-m", "cpu and not quick", *FAST, *FP32, timeout=300)
+    assert result.ret == pytest.ExitCode.NO_TESTS_COLLECTED
+    result.stdout.fnmatch_lines([
+        "hwbench: no test ran: gw? generated 2 cases and kept 0 after selection (-m 'cpu and not quick')",
+        "hwbench: no test ran: gw? generated 2 cases and kept 0 after selection (-m 'cpu and not quick')",
+    ])
