@@ -14,6 +14,11 @@ Vocabulary used in the outputs:
   precisions passed a case of that family.
 - **baseline**: ``cpu/torch/fp32``; speedup = baseline median latency / config median latency
   for the same model and batch size (equal to the throughput ratio).
+- **compiled**: a record with a ``compile_time_s`` (its backend compiled the model apart from the
+  timed calls, e.g. ``torch-compile``); it is compared with eager ``torch`` on the same case
+  (model, hardware, precision, batch size, mode, new tokens): the report names every compiled
+  case slower than eager on a line of its own, and the Generation section puts eager and compiled
+  tokens/s side by side.
 
 Performance ratings (``compatibility.json``), per family:
 
@@ -51,6 +56,10 @@ COMPATIBILITY_SCHEMA_VERSION = 1
 
 #: The speedup baseline: (hardware, backend, precision).
 BASELINE: tuple[str, str, str] = ("cpu", "torch", "fp32")
+#: The backend compiled records are compared with, case by case.
+EAGER_BACKEND = "torch"
+#: What makes one case, for comparing backends on it.
+_CASE_KEYS: tuple[str, ...] = ("model", "hardware", "precision", "batch_size", "mode", "tokens", "length")
 
 #: (rating, minimum median throughput ratio to the best target), checked in order; below the
 #: last threshold the rating is "low".
@@ -177,6 +186,9 @@ def _prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     df["batch_size"] = pd.to_numeric(df["batch_size"], errors="raise").astype(int)
     for name in ("family", "model", "hardware", "backend", "precision", "status"):
         df[name] = df[name].astype(str)
+    df["tokens"] = df["new_tokens"].fillna(0).astype(int)  # 0: not a generate case
+    lengths = pd.to_numeric(df["sequence_length"], errors="coerce") if "sequence_length" in df.columns else None
+    df["length"] = lengths.fillna(0).astype(int) if lengths is not None else 0  # 0: no token input
     df["config"] = df["hardware"] + "/" + df["backend"] + "/" + df["precision"]
     df["target"] = df["hardware"] + "/" + df["backend"]
     return df.reset_index(drop=True)
@@ -608,6 +620,76 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
+# --- compiled vs eager ------------------------------------------------------------------------
+
+def _compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
+    """One entry per passed compiled (case, backend) with a passed eager ``torch`` record of the
+    same case: the case, the backend, both medians of `metric` and the compile time."""
+    passed = _passed(df).dropna(subset=[metric])
+    compiled = passed[passed["compile_time_s"].notna() & (passed["backend"] != EAGER_BACKEND)]
+    eager = passed[passed["backend"] == EAGER_BACKEND]
+    if compiled.empty or eager.empty:
+        return []
+    keys = list(_CASE_KEYS)
+    eager_values = eager.groupby(keys)[metric].median()
+    grouped = compiled.groupby([*keys, "backend"]).agg(value=(metric, "median"), compile_s=("compile_time_s", "median"))
+    pairs = []
+    for (*case, backend), row in grouped.iterrows():
+        key = tuple(case)
+        if key in eager_values.index:
+            pairs.append({**dict(zip(keys, key, strict=True)), "backend": str(backend), "value": float(row["value"]),
+                          "eager": float(eager_values[key]), "compile_s": float(row["compile_s"])})
+    return sorted(pairs, key=lambda p: (p["model"], p["hardware"], p["precision"], p["batch_size"], p["mode"],
+                                        p["tokens"], p["length"], p["backend"]))
+
+
+def _case_label(pair: Mapping[str, Any], with_length: bool = False) -> str:
+    """``vit-base cuda fp16 b64`` (``... generate out32`` in generate mode, ``... in512`` where
+    the same model ran at several input lengths)."""
+    label = f"{pair['model']} {pair['hardware']} {pair['precision']} b{pair['batch_size']}"
+    if pair["mode"] != "inference":
+        label += f" {pair['mode']}"
+    if with_length and pair["length"]:
+        label += f" in{pair['length']}"
+    if pair["tokens"]:
+        label += f" out{pair['tokens']}"
+    return label
+
+
+def _compiled_section(df: pd.DataFrame) -> list[str]:
+    """Every compiled case slower than eager torch on the same case, a line each with both medians."""
+    pairs = _compiled_pairs(df, "latency_ms_median")
+    if not pairs:
+        return []
+    lines = ["## Compiled vs eager", "",
+             f"Median latency of each compiled case against eager {EAGER_BACKEND} on the same case (model, hardware, "
+             "precision, batch size, mode, input length, new tokens); compile time is not in either figure.", ""]
+    slower = [p for p in pairs if p["value"] > p["eager"]]
+    several = {m for m in {p["model"] for p in pairs} if len({p["length"] for p in pairs if p["model"] == m}) > 1}
+    for pair in slower:
+        label = _case_label(pair, with_length=pair["model"] in several)
+        lines.append(f"- {label}: {pair['backend']} {_fmt(pair['value'])} ms is slower than eager "
+                     f"{EAGER_BACKEND} {_fmt(pair['eager'])} ms ({pair['value'] / pair['eager']:.2f}x)")
+    if not slower:
+        lines.append(f"- no compiled case is slower than eager {EAGER_BACKEND} ({len(pairs)} compared)")
+    return [*lines, ""]
+
+
+def _generation_speedup_table(rows: pd.DataFrame) -> list[str]:
+    """Eager and compiled tokens/s side by side, per case and compiled backend."""
+    pairs = _compiled_pairs(rows, "tokens_per_s")
+    if not pairs:
+        return []
+    table = [[p["model"], p["hardware"], p["precision"], str(p["batch_size"]), str(p["tokens"]), _fmt(p["eager"]),
+              p["backend"], _fmt(p["value"]), _fmt_speedup(p["value"] / p["eager"] if p["eager"] > 0 else None),
+              _fmt(p["compile_s"])] for p in pairs]
+    return ["#### Eager vs compiled decoding: generated tokens/s", "",
+            f"Speed-up = compiled tokens/s / eager {EAGER_BACKEND} tokens/s on the same case; compile time "
+            "(static KV cache, decode step compiled) is apart from both.", "",
+            *_md_table(["model", "hardware", "precision", "batch", "new tokens", f"eager {EAGER_BACKEND} tokens/s",
+                        "compiled", "compiled tokens/s", "speed-up", "compile (s)"], table), ""]
+
+
 # --- entry point ------------------------------------------------------------------------------
 
 def _mode_sections(df: pd.DataFrame) -> list[str]:
@@ -627,6 +709,8 @@ def _mode_sections(df: pd.DataFrame) -> list[str]:
             md += ["One optimizer step (forward, backward, step) per iteration; fp16/bf16 are autocast over fp32 "
                    "weights.", ""]
         configs = _config_order(rows["config"])
+        if mode == "generate":
+            md += _generation_speedup_table(rows)
         for metric, heading in tables:
             if rows[metric].notna().any():
                 md += [f"#### {heading}", "", *_value_table(rows, metric, configs), ""]
@@ -718,6 +802,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
                 md += [f"![{family}: {title}](plots/{path.name})", ""]
         md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]
     md += _mode_sections(modes)
+    md += _compiled_section(modes)
     md += _failures_section(modes)
 
     markdown = out_dir / "report.md"
@@ -748,6 +833,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
 __all__ = [
     "BASELINE",
     "COMPATIBILITY_SCHEMA_VERSION",
+    "EAGER_BACKEND",
     "RATING_THRESHOLDS",
     "REQUIRED_COLUMNS",
     "ReportPaths",

@@ -343,7 +343,8 @@ class Runner:
             loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
         else:
             options = {"new_tokens": case.new_tokens} if case.new_tokens is not None else {}
-            loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index, **options)
+            loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index,
+                                                  backend=case.backend, **options)
         load_time = time.perf_counter() - start
         resident = max(0.0, (device_allocated_mb(case.hardware, device_index) or 0.0) - before)
         self._cache[key] = (loaded, load_time, resident)

@@ -1,17 +1,22 @@
 """The generate scenario on real tiny zoo models on the CPU: which models generate, exactly N new
-tokens per sequence, the metrics it adds, and a plugin run into a real DuckDB store."""
+tokens per sequence, the metrics it adds, a plugin run into a real DuckDB store, and compiled
+decoding (static KV cache, decode step compiled) on ``torch-compile``."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import re
 
 import pytest
 
 from pytest_hwbench import BenchCase, Runner, TimingConfig, detect_hardware, get_model
+from pytest_hwbench.backends.base import get_backend
+from pytest_hwbench.backends.torch_compile import graphs_compiled
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.scenarios import get_scenario
 from pytest_hwbench.scenarios.generate import GenerateCall, generation_class
+from pytest_hwbench.trackers import LatencyTracker
 
 SCENARIO = get_scenario("generate")
 #: Short timed loops: the assertions are about what is measured, not how precisely.
@@ -220,3 +225,118 @@ def test_plugin_generates_cases_for_generative_models_only_and_stores_ttft(pytes
         assert row["decode_ms_per_token"] > 0
         assert math.isclose(row["tokens_per_s"], 8 / (row["latency_ms_median"] / 1e3), rel_tol=1e-9)
 
+
+
+# --- compiled decoding on torch-compile ----------------------------------------------------------
+
+COMPILED = "torch-compile"
+#: The tiniest LLaMA-style decoder, a few tokens: compiling its decode step takes 10-40 s on the CPU.
+COMPILED_MODEL, COMPILED_TOKENS = "llama-tiny", 4
+
+
+def _compiler_missing() -> str | None:
+    return get_backend(COMPILED).unavailable("cpu", "fp32", detect_hardware())
+
+
+@pytest.fixture(scope="module")
+def compiled_generate():
+    """llama-tiny fp32 b1, 4 new tokens on torch-compile: loaded, prepared (compiled), then measured
+    as the runner measures (cold call, timed loop, time to first token), counting dynamo's graphs."""
+    missing = _compiler_missing()
+    if missing:
+        pytest.skip(missing)
+    spec = get_model(COMPILED_MODEL)
+    loaded = SCENARIO.load(spec, "cpu", "fp32", backend=COMPILED, new_tokens=COMPILED_TOKENS)
+    start = graphs_compiled()
+    call = loaded.prepare(spec.make_inputs(1))
+    seen = {"loaded": loaded, "call": call, "details": dict(loaded.details or {}), "checked": call.checked,
+            "graphs_in_prepare": graphs_compiled() - start}
+    prepared = graphs_compiled()
+    tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index)
+    seen["cold_ms"] = tracker.time_once(call)
+    seen["latency"] = tracker.run(call, QUICK_TIMING)
+    seen["metrics"] = call.measure_more(tracker, QUICK_TIMING, seen["latency"])
+    seen["out"] = call()
+    seen["graphs_in_timed_calls"] = graphs_compiled() - prepared
+    yield seen
+    loaded.close()
+
+
+def test_compiled_generate_is_a_case_where_torch_compile_runs():
+    hw = detect_hardware()
+    case = BenchCase(COMPILED_MODEL, COMPILED, "cpu", "fp32", 1, mode="generate", new_tokens=COMPILED_TOKENS)
+    assert COMPILED in SCENARIO.backends and "torch-compile-ro" in SCENARIO.backends
+    assert case.unavailable(hw) == _compiler_missing()  # None where a C++ compiler is installed
+    # reduce-overhead needs CUDA graphs: on the CPU its reason is the backend's own.
+    ro = BenchCase(COMPILED_MODEL, "torch-compile-ro", "cpu", "fp32", 1, mode="generate", new_tokens=4)
+    assert ro.unavailable(hw) == "cpu: reduce-overhead uses CUDA graphs; cpu has none, use torch-compile"
+    with pytest.raises(UnsupportedCase, match="reduce-overhead uses CUDA graphs"):
+        SCENARIO.load(get_model(COMPILED_MODEL), "cpu", "fp32", backend="torch-compile-ro", new_tokens=4)
+    if _compiler_missing() is None:
+        # One new token is the eager prefill alone: nothing would be compiled.
+        with pytest.raises(UnsupportedCase, match="1 new token has none"):
+            SCENARIO.load(get_model(COMPILED_MODEL), "cpu", "fp32", backend=COMPILED, new_tokens=1)
+
+
+def test_compiled_generate_makes_exactly_n_tokens_the_same_as_eager(compiled_generate):
+    call, n = compiled_generate["call"], COMPILED_TOKENS
+    assert compiled_generate["checked"]  # prepare()'s first call counted the decoding steps
+    prompt = call.inputs["input_ids"].shape[-1]
+    assert compiled_generate["out"].shape == (1, prompt + n)
+    spec = get_model(COMPILED_MODEL)
+    eager = SCENARIO.load(spec, "cpu", "fp32", new_tokens=n).prepare(spec.make_inputs(1))
+    # Greedy decoding of the same weights: the static cache and the compiled step change no token.
+    assert compiled_generate["out"].tolist() == eager().tolist()
+
+
+def test_compiled_generate_keeps_compile_time_apart_from_latency(compiled_generate):
+    details, latency = compiled_generate["details"], compiled_generate["latency"]
+    assert details["generation_class"] == "LlamaForCausalLM"
+    assert (details["compile_mode"], details["cache_implementation"]) == ("default", "static")
+    assert compiled_generate["graphs_in_prepare"] >= 1  # the decode step compiled, in prepare()
+    assert details["compile_cache_hits"] + details["compile_cache_misses"] >= 1
+    assert details["compile_time_s"] > latency.median / 1e3
+    metrics = compiled_generate["metrics"]
+    assert 0 < metrics["ttft_ms"] < latency.median
+    assert math.isclose(metrics["tokens_per_s"], COMPILED_TOKENS / (latency.median / 1e3), rel_tol=1e-9)
+    assert math.isclose(metrics["decode_ms_per_token"], (latency.median - metrics["ttft_ms"]) / (COMPILED_TOKENS - 1),
+                        rel_tol=1e-9)
+
+
+def test_timed_calls_of_compiled_generate_never_recompile(compiled_generate):
+    assert compiled_generate["graphs_in_timed_calls"] == 0
+    # A call that would need another graph (another batch size: another decode input and static
+    # cache shape) raises instead of timing a compilation.
+    call = compiled_generate["call"]
+    wider = dataclasses.replace(call, inputs={k: v.repeat(2, 1) for k, v in call.inputs.items()}, batch_size=2)
+    before = graphs_compiled()
+    with pytest.raises(Exception, match="recompile"):
+        wider.generate(COMPILED_TOKENS)
+    assert graphs_compiled() == before
+
+
+def test_compiled_generate_checks_the_token_count_as_eager_does(compiled_generate):
+    # A stopping rule of the generation config's own (a time limit) stops generate() after the
+    # prefill: the compiled call's first call names the counts, as eager's does.
+    call = compiled_generate["call"]
+    limited = dataclasses.replace(call, generate_kwargs={**call.generate_kwargs, "max_time": 1e-9})
+    assert not limited.checked
+    with pytest.raises(RuntimeError, match=r"llama-tiny ran 1 decoding steps for 4 new tokens per sequence"):
+        limited()
+
+
+def test_runner_records_compiled_generate_with_compile_time_apart():
+    if _compiler_missing():
+        pytest.skip(_compiler_missing())
+    runner = Runner(QUICK_TIMING)
+    case = BenchCase(COMPILED_MODEL, COMPILED, "cpu", "fp32", 1, mode="generate", new_tokens=COMPILED_TOKENS)
+    try:
+        first = runner.run(case)
+        graphs = graphs_compiled()
+        again = runner.run(case)
+    finally:
+        runner.close()
+    assert again.load_cached and graphs_compiled() == graphs  # the cached case compiles nothing more
+    record = first.to_record("s")
+    assert record.backend == COMPILED and record.compile_time_s > 0
+    assert record.extra["cache_implementation"] == "static"

@@ -34,7 +34,8 @@ BASE_MS = {
     ("audio", "whisper-tiny", "cpu", "torch", "fp32"): 88.0,
 }
 BATCHES = (1, 8)
-MODEL_TYPES = {"bert-tiny": "bert", "distilbert": "distilbert", "vit-tiny": "vit", "whisper-tiny": "whisper"}
+MODEL_TYPES = {"bert-tiny": "bert", "distilbert": "distilbert", "vit-tiny": "vit", "whisper-tiny": "whisper",
+               "vit-base": "vit", "bert-base": "bert", "gpt2": "gpt2"}
 
 
 def passed_record(rng: np.random.Generator, family: str, model: str, hardware: str, backend: str,
@@ -339,3 +340,74 @@ def test_generate_train_and_compiled_records_get_their_own_tables(tmp_path):
     compile_table = md.split("## Compile time (s)", 1)[1].split("\n## ", 1)[0]
     assert "14.50" in compile_table and "cuda/torch-compile-ro/fp16" in compile_table
     assert "3.25" in md.split("## Achieved TFLOP/s", 1)[1].split("\n## ", 1)[0]
+
+
+def test_a_compiled_case_slower_than_eager_gets_a_line_with_both_figures(tmp_path):
+    # The H100 run of 2026-11-23 (issue 9): vit-base fp16 b64 ran slower compiled than eager,
+    # bert-base faster. Medians as recorded there.
+    rng = np.random.default_rng(9)
+
+    def rec(model: str, family: str, backend: str, batch: int, median: float, compile_s: float | None,
+            **fields):
+        base = passed_record(rng, family, model, "cuda", backend, "fp16", batch, 1.0)
+        values = [median] * 5
+        lat = Latency.from_values(values)
+        return dataclasses.replace(base, latency_ms_median=lat.median, latency_ms_mean=lat.mean,
+                                   throughput_items_per_s=lat.throughput(batch), compile_time_s=compile_s,
+                                   timings_ms=values, **fields)
+
+    recs = [rec("vit-base", "vision", "torch", 64, 6.708, None),
+            rec("vit-base", "vision", "torch-compile", 64, 12.472, 10.7),
+            rec("vit-base", "vision", "torch-compile-ro", 64, 12.26, 10.2),
+            rec("vit-base", "vision", "torch-compile-ro", 1, 0.916, 10.6),  # no eager b1: nothing to compare
+            rec("bert-base", "embedding", "torch", 64, 4.318, None),
+            rec("bert-base", "embedding", "torch-compile", 64, 3.849, 8.5),
+            # the same model at another input length is another case
+            rec("bert-base", "embedding", "torch", 64, 15.0, None, sequence_length=512),
+            rec("bert-base", "embedding", "torch-compile", 64, 16.5, 9.0, sequence_length=512)]
+    md = write_report(frame(recs), tmp_path).markdown.read_text()
+    section_text = md.split("\n## Compiled vs eager\n", 1)[1].split("\n## ", 1)[0]
+    lines = [ln for ln in section_text.splitlines() if ln.startswith("- ")]
+    assert lines == [
+        "- bert-base cuda fp16 b64 in512: torch-compile 16.50 ms is slower than eager torch 15.00 ms (1.10x)",
+        "- vit-base cuda fp16 b64: torch-compile 12.47 ms is slower than eager torch 6.71 ms (1.86x)",
+        "- vit-base cuda fp16 b64: torch-compile-ro 12.26 ms is slower than eager torch 6.71 ms (1.83x)",
+    ]
+
+    # All compiled cases faster: the section says so, with the number compared.
+    md = write_report(frame(recs[4:6]), tmp_path / "fast").markdown.read_text()
+    assert "- no compiled case is slower than eager torch (1 compared)" in md
+
+
+def test_generation_puts_eager_and_compiled_tokens_per_second_side_by_side(tmp_path):
+    rng = np.random.default_rng(5)
+
+    def gen(backend: str, precision: str, batch: int, tokens_per_s: float, compile_s: float | None = None,
+            hardware: str = "cuda"):
+        base = passed_record(rng, "text_generation", "gpt2", hardware, backend, precision, batch, 1.0)
+        median = batch * 32 / tokens_per_s * 1e3  # the whole call of 32 tokens per sequence
+        return dataclasses.replace(base, mode="generate", new_tokens=32, ttft_ms=9.0, tokens_per_s=tokens_per_s,
+                                   latency_ms_median=median, decode_ms_per_token=7.5, compile_time_s=compile_s)
+
+    recs = [gen("torch", "bf16", 1, 129.6), gen("torch-compile-ro", "bf16", 1, 972.0, 31.5),
+            gen("torch-compile", "bf16", 1, 259.2, 20.25),
+            gen("torch", "bf16", 8, 1000.0),  # eager only: no row
+            gen("torch-compile-ro", "fp16", 1, 900.0, 30.0),  # no eager fp16: no row
+            gen("torch", "fp32", 1, 80.0, hardware="cpu"), gen("torch-compile", "fp32", 1, 40.0, 12.0, hardware="cpu")]
+    md = write_report(frame(recs), tmp_path).markdown.read_text()
+    generation = md.split("\n## Generation\n", 1)[1].split("\n## ", 1)[0]
+    table = generation.split("#### Eager vs compiled decoding: generated tokens/s", 1)[1].split("\n####", 1)[0]
+    rows = [ln for ln in table.splitlines() if ln.startswith("| gpt2")]
+    assert rows == [
+        "| gpt2 | cpu | fp32 | 1 | 32 | 80.00 | torch-compile | 40.00 | 0.50x | 12.00 |",
+        "| gpt2 | cuda | bf16 | 1 | 32 | 129.60 | torch-compile | 259.20 | 2.00x | 20.25 |",
+        "| gpt2 | cuda | bf16 | 1 | 32 | 129.60 | torch-compile-ro | 972.00 | 7.50x | 31.50 |",
+    ]
+    # The slower compiled decode also gets its line, with the whole calls' latencies.
+    compiled = md.split("\n## Compiled vs eager\n", 1)[1].split("\n## ", 1)[0]
+    assert [ln for ln in compiled.splitlines() if ln.startswith("- ")] == [
+        "- gpt2 cpu fp32 b1 generate out32: torch-compile 800.00 ms is slower than eager torch 400.00 ms (2.00x)"]
+    assert "| model | hardware | precision | batch | new tokens | eager torch tokens/s | compiled |" in table
+    # Eager-only generation has no such table.
+    md = write_report(frame([recs[0], recs[3]]), tmp_path / "eager").markdown.read_text()
+    assert "Eager vs compiled decoding" not in md

@@ -8,14 +8,19 @@ makes the first call of each shape, which compiles; its seconds go to
 A timed call that would compile again raises instead of measuring a compilation.
 ``details["compile_cache_hits"]`` / ``["compile_cache_misses"]`` count inductor's on-disk FX
 graph cache for that compile: a hit takes a fraction of a cold compile's time.
+
+The generate scenario compiles its decode step through the same backends (`compile_kwargs`,
+`warm_up`, `no_recompile`), so both modes compile, warm up and refuse recompiles alike.
 """
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import shutil
 import time
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from ..errors import UnsupportedCase
@@ -87,6 +92,53 @@ def _toolchain_missing(hardware: str) -> str | None:
     return None
 
 
+def warm_up(run: Callable[[], Any], *, mode: str, sync: Callable[[], None], details: dict[str, Any],
+            name: str) -> None:
+    """Call `run` until its graphs are compiled (and, in reduce-overhead, its CUDA graphs recorded),
+    outside any timed loop; `details` gets ``compile_time_s`` and the FX graph cache counts.
+
+    Raises `UnsupportedCase` when reduce-overhead ran without CUDA graphs (the case would be the
+    default mode under another name)."""
+    import torch
+    from torch._dynamo.utils import counters
+
+    before = {k: counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss", "cudagraph_skips")}
+    # The limit applies when a graph is added, which happens here and nowhere else;
+    # fail_on_recompile_limit_hit turns dynamo's silent eager fallback into an error.
+    with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
+        start = time.perf_counter()
+        # reduce-overhead: the first call compiles and warms up, the second records the CUDA
+        # graph, later ones replay it; recording is part of compiling.
+        for _ in range(2 if mode == "reduce-overhead" else 1):
+            run()
+        sync()
+        details["compile_time_s"] = time.perf_counter() - start
+    after = {k: counters["inductor"][k] - v for k, v in before.items()}
+    details["compile_cache_hits"] = after["fxgraph_cache_hit"]
+    details["compile_cache_misses"] = after["fxgraph_cache_miss"]
+    if mode == "reduce-overhead" and after["cudagraph_skips"]:
+        raise UnsupportedCase(
+            f"{name}: reduce-overhead ran without CUDA graphs (inductor skipped "
+            f"{after['cudagraph_skips']} graph(s); TORCH_LOGS=cudagraphs says why), use torch-compile"
+        )
+
+
+@contextlib.contextmanager
+def no_recompile() -> Iterator[None]:
+    """Around a timed call: a recompile would be timed as latency, so it raises instead."""
+    import torch
+
+    with torch.compiler.set_stance("fail_on_recompile"):
+        yield
+
+
+def graphs_compiled() -> int:
+    """Graphs dynamo has compiled in this process so far (a counter; `torch._dynamo.reset` keeps it)."""
+    from torch._dynamo.utils import counters
+
+    return int(counters["stats"]["unique_graphs"])
+
+
 class TorchCompileBackend:
     """torch.compile (inductor) in one mode, on any device inductor generates code for."""
 
@@ -134,6 +186,19 @@ class TorchCompileBackend:
             return None
         return target.unsupported_precision(precision)
 
+    def missing(self, hardware: str) -> str | None:
+        """What this mode lacks on `hardware` (CUDA graphs, a compiler toolchain): a skip reason, or None."""
+        return self._no_cuda_graphs(hardware) or _toolchain_missing(hardware)
+
+    def compile_kwargs(self, hardware: str) -> dict[str, Any]:
+        """Keyword arguments of ``torch.compile`` for this mode on `hardware` (besides ``dynamic``)."""
+        if hardware == "cpu":
+            # Inductor looks for $CXX or g++ only; hand it the compiler `unavailable` found. On the
+            # CPU the mode is "default" (reduce-overhead skips there), and torch.compile takes
+            # options or a mode, not both.
+            return {"options": {"cpp.cxx": (None, _cxx_compiler())}}
+        return {"mode": self.mode}
+
     def _no_cuda_graphs(self, hardware: str) -> str | None:
         """Why this mode cannot run on `hardware` for want of CUDA graphs, or None."""
         # Inductor records CUDA graphs for cuda devices only (ROCm's HIP graphs included);
@@ -144,9 +209,8 @@ class TorchCompileBackend:
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         import torch
-        from torch._dynamo.utils import counters
 
-        missing = self._no_cuda_graphs(hardware) or _toolchain_missing(hardware)
+        missing = self.missing(hardware)
         if missing:
             raise UnsupportedCase(missing)
         device = _device(hardware, device_index)
@@ -155,11 +219,7 @@ class TorchCompileBackend:
         model = _load_model(spec, hardware, precision, device_index)
         dtype = getattr(torch, _DTYPES[precision])
         sync = _sync_for(hardware, device)
-        if hardware == "cpu":
-            # Inductor looks for $CXX or g++ only; hand it the compiler `unavailable` found.
-            compiled = torch.compile(model, dynamic=False, options={"cpp.cxx": (None, _cxx_compiler())})
-        else:
-            compiled = torch.compile(model, dynamic=False, mode=self.mode)
+        compiled = torch.compile(model, dynamic=False, **self.compile_kwargs(hardware))
         details: dict[str, Any] = {"compile_mode": self.mode}
         state = {"compiled": compiled}
 
@@ -168,35 +228,19 @@ class TorchCompileBackend:
             fn = state["compiled"]
             if fn is None:
                 raise RuntimeError(f"{self.name}: {spec.name} was closed")
-            before = {k: counters["inductor"][k] for k in ("fxgraph_cache_hit", "fxgraph_cache_miss",
-                                                           "cudagraph_skips")}
-            # The limit applies when a graph is added, which happens here and nowhere else;
-            # fail_on_recompile_limit_hit turns dynamo's silent eager fallback into an error.
-            with torch._dynamo.config.patch(recompile_limit=RECOMPILE_LIMIT, fail_on_recompile_limit_hit=True):
-                start = time.perf_counter()
+
+            def run() -> Any:
                 # Grad mode is set outside the compiled call, so AOTAutograd builds an inference
                 # graph (pytorch#110666). no_grad and inference_mode both compiled bert-tiny with
                 # no graph break and one graph per shape; inference_mode is what torch eager uses.
                 with torch.inference_mode():
-                    # reduce-overhead: the first call compiles and warms up, the second records
-                    # the CUDA graph, later ones replay it; recording is part of compiling.
-                    for _ in range(2 if self.mode == "reduce-overhead" else 1):
-                        fn(**moved)
-                sync()
-                details["compile_time_s"] = time.perf_counter() - start
-            after = {k: counters["inductor"][k] - v for k, v in before.items()}
-            details["compile_cache_hits"] = after["fxgraph_cache_hit"]
-            details["compile_cache_misses"] = after["fxgraph_cache_miss"]
-            if self.mode == "reduce-overhead" and after["cudagraph_skips"]:
-                raise UnsupportedCase(
-                    f"{spec.name}: reduce-overhead ran without CUDA graphs (inductor skipped "
-                    f"{after['cudagraph_skips']} graph(s); TORCH_LOGS=cudagraphs says why), use torch-compile"
-                )
+                    return fn(**moved)
+
+            warm_up(run, mode=self.mode, sync=sync, details=details, name=spec.name)
 
             def call() -> Any:
-                # A recompile here would be timed as latency: raise instead.
-                with torch.compiler.set_stance("fail_on_recompile"), torch.inference_mode():
-                    return fn(**moved)
+                with no_recompile():
+                    return run()
 
             return call
 
@@ -214,4 +258,5 @@ class TorchCompileBackend:
 COMPILE = register_backend(TorchCompileBackend("torch-compile", "default"))
 COMPILE_RO = register_backend(TorchCompileBackend("torch-compile-ro", "reduce-overhead"))
 
-__all__ = ["COMPILE", "COMPILE_RO", "TorchCompileBackend"]
+__all__ = ["COMPILE", "COMPILE_RO", "RECOMPILE_LIMIT", "TorchCompileBackend", "graphs_compiled", "no_recompile",
+           "warm_up"]

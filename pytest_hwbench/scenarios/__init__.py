@@ -2,10 +2,11 @@
 
 ``inference`` (one forward through a backend) is the runner's own path. Every other mode is a
 `Scenario`: ``generate`` (one ``generate()`` call of fixed length, plus time to first token and
-per-token decode) and ``train`` (one optimizer step). A scenario loads its own model, as a mode
-needs a different model from inference (an LM head, trainable fp32 weights under autocast), and
-returns a `LoadedModel`, so caching, the timed loop and memory tracking are the runner's, the
-same for every mode.
+per-token decode; eager, or with the decode step compiled on the torch.compile backends) and
+``train`` (one optimizer step). A scenario loads its own model, as a mode needs a different
+model from inference (an LM head, trainable fp32 weights under autocast), and returns a
+`LoadedModel`, so caching, the timed loop and memory tracking are the runner's, the same for
+every mode.
 """
 
 from __future__ import annotations
@@ -46,12 +47,13 @@ class Scenario(Protocol):
         """None when the case can run here, else a skip reason naming what is missing."""
         ...
 
-    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
-             **options: Any) -> LoadedModel:
-        """Build the model for this mode. `options` are the case's mode options (e.g.
-        ``new_tokens``). ``LoadedModel.prepare(inputs)`` returns the call that one timed
-        iteration runs; if that call has a ``measure_more(tracker, timing, latency)`` method
-        (see `MeasuresMore`), the runner calls it after the timed loop for extra metrics."""
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
+             backend: str = "torch", **options: Any) -> LoadedModel:
+        """Build the model for this mode. `backend` is the case's, one of `backends` (e.g.
+        generate compiles its decode step on ``torch-compile``); `options` are the case's mode
+        options (e.g. ``new_tokens``). ``LoadedModel.prepare(inputs)`` returns the call that one
+        timed iteration runs; if that call has a ``measure_more(tracker, timing, latency)``
+        method (see `MeasuresMore`), the runner calls it after the timed loop for extra metrics."""
         ...
 
 

@@ -1,4 +1,5 @@
-"""The ``generate`` scenario: one fixed-length ``generate()`` call per iteration, on torch eager.
+"""The ``generate`` scenario: one fixed-length ``generate()`` call per iteration, on torch eager
+and, with the decode step compiled, on the torch.compile backends.
 
 Every iteration does the same work: greedy decoding (``do_sample=False``, ``num_beams=1``) with
 the KV cache, ``min_new_tokens == max_new_tokens == N``, so a random-weight model that would
@@ -22,6 +23,17 @@ image-text-to-text head (LLaVA) or a causal-LM head (GPT-2, LLaMA, Qwen2). Encod
 offer a causal-LM head on top of their masked-LM pretraining (BERT, RoBERTa) do not count.
 The model is built with that head from the zoo's seed (`ModelSpec.build_model`), so every
 generate case of a model runs the same weights.
+
+Compiled decoding (backends ``torch-compile`` and ``torch-compile-ro``) is the one transformers
+documents: a static KV cache (``cache_implementation="static"``) and a ``CompileConfig``, with
+which ``generate()`` runs the prefill eagerly and every decode step through
+``torch.compile(model.__call__, fullgraph=True, dynamic=False, mode=...)``; ``torch-compile-ro``
+is mode ``reduce-overhead`` (CUDA graphs), ``torch-compile`` the default mode (on the CPU too,
+where transformers compiles only when told to). ``prepare()`` makes the first calls, which
+compile (and record the CUDA graphs): their seconds are ``compile_time_s``, apart from the
+latency, and a timed call that would compile again raises instead (`torch_compile.no_recompile`).
+The token-count check is the same as eager's. Time to first token is the eager prefill in both,
+so compiled and eager differ in the decode steps only.
 """
 
 from __future__ import annotations
@@ -29,12 +41,21 @@ from __future__ import annotations
 import contextlib
 import functools
 import logging
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
+from ..backends.torch_compile import (
+    COMPILE,
+    COMPILE_RO,
+    TorchCompileBackend,
+    graphs_compiled,
+    no_recompile,
+    warm_up,
+)
+from ..backends.torch_eager import BACKEND as EAGER
+from ..backends.torch_eager import _device, _sync_for, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
 
 if TYPE_CHECKING:
@@ -191,6 +212,10 @@ class GenerateCall:
     batch_size: int
     eos_token_ids: tuple[int, ...]
     name: str
+    #: further ``generate()`` arguments (compiled decoding: the static cache and the compile config)
+    generate_kwargs: dict[str, Any] = field(default_factory=dict)
+    #: context around every call: compiled decoding enters `no_recompile` once its graphs are warm
+    guard: Callable[[], contextlib.AbstractContextManager[Any]] = contextlib.nullcontext
     #: whether a call has verified that generate() makes exactly `new_tokens` tokens per sequence
     checked: bool = field(default=False, init=False)
 
@@ -199,10 +224,10 @@ class GenerateCall:
         import torch
 
         extra = {"stopping_criteria": stopping_criteria} if stopping_criteria is not None else {}
-        with torch.inference_mode(), _without_length_clash_warnings():
+        with torch.inference_mode(), _without_length_clash_warnings(), self.guard():
             return self.model.generate(
                 **self.inputs, max_new_tokens=new_tokens, min_new_tokens=new_tokens, do_sample=False,
-                num_beams=1, use_cache=True, **extra,
+                num_beams=1, use_cache=True, **self.generate_kwargs, **extra,
             )
 
     def __call__(self) -> Any:
@@ -255,11 +280,23 @@ class GenerateCall:
         return metrics
 
 
+def _model_class(spec: ModelSpec) -> type | None:
+    """The transformers class `generation_class` builds `spec` as (None: it does not generate)."""
+    auto_class = generation_class(spec)
+    if auto_class is None:
+        return None
+    import transformers
+
+    mapping = getattr(transformers, auto_class)._model_mapping
+    return mapping[type(spec._config())]  # type: ignore[no-any-return]
+
+
 class GenerateScenario:
-    """Fixed-length greedy ``generate()`` on torch eager (see the module docstring)."""
+    """Fixed-length greedy ``generate()`` on torch eager, and with its decode step compiled on the
+    torch.compile backends (see the module docstring)."""
 
     mode = "generate"
-    backends = ("torch",)
+    backends = (EAGER.name, COMPILE.name, COMPILE_RO.name)
     precisions = ("fp32", "fp16", "bf16")
 
     def supports(self, spec: ModelSpec) -> bool:
@@ -268,9 +305,11 @@ class GenerateScenario:
 
     def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
                     hw: HardwareInfo) -> str | None:
-        """A reason for int8 and for models that do not generate; torch eager's own reasons
-        (hardware, fp16/bf16 support) come from the backend."""
-        return self._reason(spec, precision)
+        """A reason for int8, for models that do not generate and, on a compiled backend, for
+        models whose decode step does not compile in one graph; the backend's own reasons
+        (hardware, fp16/bf16 support, compiler toolchain, CUDA graphs) come from the backend."""
+        return self._reason(spec, precision) or (self._compile_reason(spec, backend)
+                                                 if backend != EAGER.name else None)
 
     def _reason(self, spec: ModelSpec, precision: str) -> str | None:
         if precision not in self.precisions:
@@ -281,10 +320,34 @@ class GenerateScenario:
                     "image-text-to-text or decoder causal-LM class)")
         return None
 
-    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
-             **options: Any) -> LoadedModel:
+    def _compile_reason(self, spec: ModelSpec, backend: str) -> str | None:
+        cls = _model_class(spec)
+        if cls is not None and not getattr(cls, "_can_compile_fullgraph", False):
+            return (f"generate on {backend}: {cls.__name__} does not compile its decode step in one graph with a "
+                    "static KV cache (transformers' _can_compile_fullgraph is False); use torch")
+        return None
+
+    def _compiler(self, spec: ModelSpec, backend: str, hardware: str, new_tokens: int) -> TorchCompileBackend | None:
+        """The torch.compile backend that compiles the decode step (None: eager); raises
+        `UnsupportedCase` where it cannot."""
+        if backend == EAGER.name:
+            return None
+        compiler = {b.name: b for b in (COMPILE, COMPILE_RO)}.get(backend)
+        if not isinstance(compiler, TorchCompileBackend):
+            raise UnsupportedCase(f"generate: runs on {', '.join(self.backends)}, not {backend}")
+        reason = compiler.missing(hardware) or self._compile_reason(spec, backend)
+        if reason:
+            raise UnsupportedCase(reason)
+        if new_tokens < 2:
+            raise UnsupportedCase(f"generate on {backend}: compiles the decode steps, and 1 new token has none "
+                                  "(generate() makes it in the eager prefill); use torch or --hwbench-new-tokens >= 2")
+        return compiler
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
+             backend: str = EAGER.name, **options: Any) -> LoadedModel:
         """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
-        (required) is the number of tokens each sequence generates."""
+        (required) is the number of tokens each sequence generates. `backend` ``torch`` decodes
+        eagerly; a torch.compile backend compiles the decode step in ``prepare()``."""
         new_tokens = options.pop("new_tokens", None)
         if options:
             raise TypeError(f"generate: unknown options {', '.join(sorted(options))}; it takes new_tokens")
@@ -293,6 +356,7 @@ class GenerateScenario:
         reason = self._reason(spec, precision)
         if reason:
             raise UnsupportedCase(reason)
+        compiler = self._compiler(spec, backend, hardware, new_tokens)
         auto_class = generation_class(spec)
         import torch
 
@@ -313,6 +377,21 @@ class GenerateScenario:
         eos = _eos_ids(model.generation_config.eos_token_id)
         limit = _position_limit(model)
         encoder_decoder = bool(model.config.is_encoder_decoder)
+        details: dict[str, Any] = {"generation_class": type(model).__name__}
+        generate_kwargs: dict[str, Any] = {}
+        sync = _sync_for(hardware, device)
+        if compiler is not None:
+            from transformers import CompileConfig
+
+            # mode None on the CPU: torch.compile takes inductor options or a mode, not both.
+            compile_config = CompileConfig(fullgraph=True, dynamic=False,
+                                           **{"mode": None, **compiler.compile_kwargs(hardware)})
+            # transformers compiles the decode step on cuda/xpu by itself; this flag asks it to on
+            # every device (CompileConfig._compile_all_devices, "useful for testing", i.e. the CPU).
+            compile_config._compile_all_devices = True
+            generate_kwargs = {"cache_implementation": "static", "compile_config": compile_config}
+            details |= {"compile_mode": compiler.mode, "cache_implementation": "static"}
+        warm: set[tuple[Any, ...]] = set()  # input shapes whose decode graphs prepare() compiled
 
         def prepare(inputs: dict[str, Any]) -> GenerateCall:
             moved = {
@@ -328,10 +407,40 @@ class GenerateScenario:
                     "--hwbench-input-lengths"
                 )
             batch = int(next(iter(moved.values())).shape[0])
-            return GenerateCall(model, moved, new_tokens, batch, eos, spec.name)
+            call = GenerateCall(model, moved, new_tokens, batch, eos, spec.name, generate_kwargs)
+            if compiler is None:
+                return call
+            shapes = tuple(sorted((k, tuple(v.shape)) for k, v in moved.items()))
+            # generate() sizes the static cache for the longest prompt + new tokens any earlier call
+            # of this model had, so that shorter ones reuse its graph (transformers 5.23,
+            # GenerationMixin._get_static_cache). Cases of other prompt lengths share this loaded
+            # model: without this reset, a case would decode over a cache sized by the case run
+            # before it. Its own length compiles here, or reuses its graph from an earlier prepare().
+            vars(model).pop("_previous_max_cache_length", None)
+            before = graphs_compiled()
+            # The first call compiles (and checks the token count); reduce-overhead's second
+            # records the CUDA graphs. Each new batch size or prompt length compiles its own graph.
+            warm_up(call, mode=compiler.mode, sync=sync, details=details, name=spec.name)
+            # No new graph is fine when dynamo reuses one compiled for an earlier model of the same
+            # architecture (its guards do not pin the module instance); the compiled path is then
+            # told by the compiled call transformers keeps on the model (PreTrainedModel.
+            # get_compiled_call, transformers 5.23).
+            if shapes not in warm and graphs_compiled() == before and "_compiled_call" not in vars(model):
+                raise RuntimeError(
+                    f"generate on {backend}: {spec.name}'s generate() compiled no graph for its decode steps "
+                    "(transformers' auto-compile criteria were not met: a static cache and a compile_config); "
+                    "the case would measure eager decoding under a compiled backend's name"
+                )
+            warm.add(shapes)
+            call.guard = no_recompile
+            return call
 
-        return torch_loaded_model(hardware, device_index, ran, prepare,
-                                  details={"generation_class": type(model).__name__})
+        def close() -> None:
+            # As the inference backend: drop the compiled graphs (and CUDA graph pools).
+            if compiler is not None:
+                torch._dynamo.reset()
+
+        return torch_loaded_model(hardware, device_index, ran, prepare, sync=sync, close=close, details=details)
 
 
 SCENARIO = GenerateScenario()

@@ -263,12 +263,14 @@ class TrainScenario:
                 f"parameter: fp32 weights, gradients, AdamW moments{', autocast copies' if per_param > 16 else ''}), "
                 f"{hardware} has {device / 1024:.1f} GiB ({MEMORY_USABLE_SHARE:.0%} usable)")
 
-    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
-             **options: Any) -> LoadedModel:
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
+             backend: str = "torch", **options: Any) -> LoadedModel:
         """Build the seeded model in fp32 in train mode on the device, with AdamW (and a grad
         scaler at fp16); ``prepare(inputs)`` returns a `TrainStep`."""
         import torch
 
+        if backend not in self.backends:
+            raise UnsupportedCase(f"train: runs on {', '.join(self.backends)}, not {backend}")
         if options:
             raise UnsupportedCase(f"train: takes no mode options, got {', '.join(sorted(options))}")
         if precision not in self.precisions:
