@@ -273,7 +273,7 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
         entries: dict[str, dict[str, Any]] = {}
         for target, rows in fam.groupby("target", sort=True):
             ok = _passed(rows)
-            failed = rows[rows["status"] == "failed"]
+            failed = rows[rows["status"] != "passed"]  # failed, or crashed with its process
             compatible = not ok.empty
             target_ratios = ratios.get(str(target), [])
             relative = float(pd.Series(target_ratios).median()) if target_ratios else None
@@ -480,8 +480,8 @@ def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str
             seen = status.get(key, set())
             if "passed" in seen:
                 row.append(_fmt(cells.get(key)))
-            elif "failed" in seen:
-                row.append("failed")
+            elif seen - {"passed"}:
+                row.append("crashed" if seen == {"crashed"} else "failed")
             else:
                 row.append("–")
         rows.append(row)
@@ -608,7 +608,7 @@ def _compat_section(matrix: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> li
 
 
 def _failures_section(df: pd.DataFrame) -> list[str]:
-    failed = df[df["status"] == "failed"]
+    failed = df[df["status"] != "passed"]
     lines = ["## Failures", ""]
     if failed.empty:
         return [*lines, "No failed cases.", ""]
@@ -737,7 +737,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     plot_dir = out_dir / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
 
-    passed, failed = int((df["status"] == "passed").sum()), int((df["status"] == "failed").sum())
+    passed, failed = int((df["status"] == "passed").sum()), int((df["status"] != "passed").sum())
     sessions = sorted({str(s) for s in df["session_id"].dropna()})
     duplicate_cells = int((df[df["status"] == "passed"]
                            .groupby(["family", "model", "batch_size", "config"]).size() > 1).sum())

@@ -411,3 +411,16 @@ def test_generation_puts_eager_and_compiled_tokens_per_second_side_by_side(tmp_p
     # Eager-only generation has no such table.
     md = write_report(frame([recs[0], recs[3]]), tmp_path / "eager").markdown.read_text()
     assert "Eager vs compiled decoding" not in md
+
+
+def test_crashed_cases_count_as_failures_in_tables_and_compatibility(tmp_path):
+    crashed = dataclasses.replace(
+        failed_record("audio", "whisper-tiny", "cpu", "fp32", 1,
+                      "crashed: xdist worker gw1 died running t.py::t[x] (killed by signal 9 (SIGKILL))"),
+        status="crashed")
+    paths = write_report(frame([crashed]), tmp_path)
+    md = paths.markdown.read_text()
+    assert section(md, "audio", "Latency, median (ms)")[("whisper-tiny", "1")]["cpu/torch/fp32"] == "crashed"
+    assert "killed by signal 9" in md
+    entry = json.loads(paths.compatibility.read_text())["families"]["audio"]["cpu/torch"]
+    assert (entry["passed"], entry["failed"], entry["compatible"]) == (0, 1, False)
