@@ -75,7 +75,7 @@ def recorded_durations(evidence: Path) -> list[dict]:
         for records in by_session.values():
             records.sort(key=lambda r: r["created_at"])
             stamps = [dt.datetime.fromisoformat(r["created_at"]) for r in records]
-            for before, now, record in zip(stamps, stamps[1:], records[1:]):
+            for before, now, record in zip(stamps[:-1], stamps[1:], records[1:], strict=True):
                 out.append({**record, "seconds": (now - before).total_seconds() + correction})
     return out
 

@@ -7,7 +7,6 @@ sizes once, in `compiled`, and the tests check what that run left.
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -15,6 +14,7 @@ from typing import Any
 import pytest
 
 from pytest_hwbench.backends.base import get_backend, registered_backends
+from pytest_hwbench.backends.torch_compile import graphs_compiled
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import detect_hardware
 from pytest_hwbench.models import MODELS
@@ -30,15 +30,12 @@ TOLERANCE = 1e-4
 RO_ON_CPU = "cpu: reduce-overhead uses CUDA graphs; cpu has none, use torch-compile"
 
 
-def _fastest_s(fn: Callable[[], Any], repeats: int = 20) -> float:
-    """The fastest of `repeats` calls, in seconds (the least disturbed by other processes)."""
-    fn()
-    best = float("inf")
+def _graphs_compiled_by(fn: Callable[[], Any], repeats: int = 20) -> int:
+    """Graphs dynamo compiled while `fn` ran `repeats` times (what a timed loop would include)."""
+    before = graphs_compiled()
     for _ in range(repeats):
-        start = time.perf_counter()
         fn()
-        best = min(best, time.perf_counter() - start)
-    return best
+    return graphs_compiled() - before
 
 
 @pytest.fixture(scope="module")
@@ -50,7 +47,7 @@ def compiled() -> dict[str, Any]:
     spec = MODELS[MODEL]
     loaded = get_backend("torch-compile").load(spec, "cpu", "fp32")
     eager = spec.build_model("cpu")  # the same seed as the backend's build: the same weights
-    seen: dict[str, Any] = {"loaded": loaded, "details": {}, "errors": {}, "compiled_s": {}, "eager_s": {}}
+    seen: dict[str, Any] = {"loaded": loaded, "details": {}, "errors": {}, "compiled_in_calls": {}}
     call: Callable[[], Any] = lambda: None  # noqa: E731
     for batch in BATCHES:
         inputs = spec.make_inputs(batch, seed=batch)
@@ -62,13 +59,7 @@ def compiled() -> dict[str, Any]:
         assert got.shape == want.shape
         seen["errors"][batch] = float((got - want).abs().max() / want.abs().max())
         seen["dtype"] = got.dtype
-        seen["compiled_s"][batch] = _fastest_s(call)
-
-        def run_eager(inputs: dict[str, Any] = inputs) -> Any:
-            with torch.inference_mode():
-                return eager(**inputs)
-
-        seen["eager_s"][batch] = _fastest_s(run_eager)
+        seen["compiled_in_calls"][batch] = _graphs_compiled_by(call)
     loaded.close()
     # The last timed call, after close dropped every graph: it must not compile silently.
     try:
@@ -107,12 +98,11 @@ def test_outputs_match_eager(compiled: dict[str, Any]) -> None:
 
 
 def test_latency_excludes_compilation(compiled: dict[str, Any]) -> None:
+    # prepare() compiled each shape (its time is in details); the calls a timed loop makes
+    # compile nothing more. Checked by dynamo's own graph counter, not by a timing bound.
     for batch in BATCHES:
-        steady = compiled["compiled_s"][batch]
-        assert steady < compiled["details"][batch]["compile_time_s"] / 10
-        # Compiled tiny BERT runs about as fast as eager or faster; this bound only catches
-        # a compilation or a slow fallback inside the timed call.
-        assert 0 < steady < 3 * compiled["eager_s"][batch] + 0.002
+        assert compiled["details"][batch]["compile_time_s"] > 0
+        assert compiled["compiled_in_calls"][batch] == 0
 
 
 def test_close_drops_the_graphs_and_timed_calls_never_compile(compiled: dict[str, Any]) -> None:
