@@ -2,13 +2,66 @@
 
 from __future__ import annotations
 
-from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
-from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
-from .hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
-from .models import MODELS, ModelSpec, get_model, load_model_set, register_model
-from .record import BenchmarkRecord, SessionInfo, normalize_record
-from .runner import BenchCase, CaseResult, Runner, failed_record
-from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+import importlib
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
+    from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
+    from .hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
+    from .models import MODELS, ModelSpec, get_model, load_model_set, register_model
+    from .record import BenchmarkRecord, SessionInfo, normalize_record
+    from .runner import BenchCase, CaseResult, Runner, failed_record
+    from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+
+#: public name -> the module that defines it. Imported on first use (PEP 562), so importing a
+#: light module (``pytest_hwbench.record``) loads no backend, runner, tracker or torch.
+_EXPORTS: dict[str, str] = {
+    "Backend": "backends",
+    "LoadedModel": "backends",
+    "get_backend": "backends",
+    "register_backend": "backends",
+    "registered_backends": "backends",
+    "HwbenchError": "errors",
+    "HwbenchWarning": "errors",
+    "PrecisionMismatch": "errors",
+    "UnsupportedCase": "errors",
+    "DeviceInfo": "hardware",
+    "HardwareInfo": "hardware",
+    "TargetInfo": "hardware",
+    "detect_hardware": "hardware",
+    "MODELS": "models",
+    "ModelSpec": "models",
+    "get_model": "models",
+    "load_model_set": "models",
+    "register_model": "models",
+    "BenchmarkRecord": "record",
+    "SessionInfo": "record",
+    "normalize_record": "record",
+    "BenchCase": "runner",
+    "CaseResult": "runner",
+    "Runner": "runner",
+    "failed_record": "runner",
+    "Latency": "trackers",
+    "LatencyTracker": "trackers",
+    "Memory": "trackers",
+    "MemoryTracker": "trackers",
+    "TimingConfig": "trackers",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f".{module}", __name__), name)
+    globals()[name] = value  # later lookups skip this function
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __version__ = "0.1.0"
 
