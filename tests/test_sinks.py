@@ -648,3 +648,43 @@ def test_mlflow_server_killed_mid_session_then_replayed(
     parents = parent_runs(uri)
     assert len(parents) == 1 and parents[0].info.status == "FINISHED"
     assert {r.data.tags["mlflow.parentRunId"] for r in runs} == {parents[0].info.run_id}
+
+
+def test_read_records_takes_every_kind_of_source(tmp_path: Path, mlflow_uri: str) -> None:
+    from pytest_hwbench.sinks import read_all, read_records, records_frame, source_kind
+
+    session = make_session()
+    records = make_records(session, 4)
+    by_id = {r.record_id: r for r in records}
+    # a DuckDB file, a spool directory, a bare JSON-lines file, an MLflow store: the same records
+    db = tmp_path / "hwbench.duckdb"
+    sink = DuckDBSink(db)
+    sink.open_session(session)
+    sink.write(records)
+    sink.close("finished")
+    spool = Spool(tmp_path / "spool")
+    for record in records:
+        spool.append(record)
+    lines = tmp_path / "evidence_records.jsonl"
+    lines.write_text("".join(json.dumps(r.to_dict()) + "\n" for r in records[:2]))
+    mlflow = MlflowSink(mlflow_uri, "hwbench")
+    mlflow.open_session(session)
+    mlflow.write(records)
+    mlflow.close("finished")
+
+    assert [source_kind(s) for s in (db, spool.directory, lines, mlflow_uri)] == ["duckdb", "spool", "jsonl", "mlflow"]
+    for source in (db, spool.directory, mlflow_uri):
+        got = read_records(source)
+        assert sorted(r.record_id for r in got) == sorted(by_id), source
+        for record in got:
+            assert record.latency_ms_median == by_id[record.record_id].latency_ms_median
+    assert [r.record_id for r in read_records(lines)] == [r.record_id for r in records[:2]]
+    # several sources: each record once
+    merged = read_all([lines, db, spool.directory])
+    assert sorted(r.record_id for r in merged) == sorted(by_id)
+    frame = records_frame(merged)
+    assert len(frame) == 4 and "timings_ms" not in frame and set(frame["model"]) == {r.model for r in records}
+    with pytest.raises(ValueError, match="not a record source"):
+        source_kind(tmp_path / "nothing.txt")
+    with pytest.raises(FileNotFoundError, match="missing.duckdb does not exist"):
+        read_records(tmp_path / "missing.duckdb")

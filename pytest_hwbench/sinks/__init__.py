@@ -42,6 +42,7 @@ from pytest_hwbench.sinks.mlflow_sink import (
     resolve_tracking_uri,
     validate_tracking_uri,
 )
+from pytest_hwbench.sinks.readers import read_all, read_records, records_frame, source_kind
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool
 
@@ -66,9 +67,13 @@ __all__ = [
     "normalize_status",
     "open_sink",
     "ping",
+    "read_all",
+    "read_records",
+    "records_frame",
     "redact_uri",
     "register_sink",
     "replay",
     "resolve_tracking_uri",
+    "source_kind",
     "validate_tracking_uri",
 ]

@@ -1,0 +1,112 @@
+"""The one way to read records back, whatever holds them.
+
+`read_records(source)` takes what a user names as a source: a DuckDB file, a spool (a directory
+holding ``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or an
+MLflow tracking URI, and returns `BenchmarkRecord`s, upgraded from older schema versions on the
+way. `records_frame` turns records into a frame with one column per record field. Reports and
+hwsel read through these, so tag names, casts and table layouts stay with the sinks that own them.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import warnings
+from collections.abc import Iterable, Iterator, Sequence
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench.record import BenchmarkRecord
+
+if TYPE_CHECKING:
+    import pandas as pd
+
+#: File suffixes read as DuckDB files and as JSON-lines record files.
+DUCKDB_SUFFIXES = (".duckdb",)
+JSONL_SUFFIXES = (".jsonl", ".json")
+
+
+def source_kind(source: str | os.PathLike[str]) -> str:
+    """``duckdb``, ``jsonl``, ``spool`` or ``mlflow``: how `source` is read."""
+    text = os.fspath(source)
+    if "://" in text or text.startswith(("sqlite:", "databricks", "http:", "https:")):
+        return "mlflow"
+    path = Path(text)
+    if path.suffix.lower() in DUCKDB_SUFFIXES:
+        return "duckdb"
+    if path.suffix.lower() in JSONL_SUFFIXES:
+        return "jsonl"
+    if path.is_dir():
+        return "spool"
+    raise ValueError(
+        f"{text}: not a record source; give a .duckdb file, a spool directory or .jsonl records file, "
+        "or an MLflow tracking URI (sqlite:///..., http://...)"
+    )
+
+
+def _jsonl_records(path: Path) -> Iterator[BenchmarkRecord]:
+    with path.open(encoding="utf-8") as lines:
+        for number, line in enumerate(lines, 1):
+            if not line.strip():
+                continue
+            try:
+                yield BenchmarkRecord.from_dict(json.loads(line))
+            except (json.JSONDecodeError, TypeError, ValueError) as exc:
+                warnings.warn(f"hwbench: line {number} of {path} is not a valid record: {exc}", HwbenchWarning,
+                              stacklevel=3)
+
+
+def read_records(source: str | os.PathLike[str], *, experiment: str | None = None,
+                 with_timings: bool = False) -> list[BenchmarkRecord]:
+    """Every record `source` holds (see `source_kind`); `experiment` names the MLflow experiment
+    (default: the harness's), `with_timings` also fetches raw timings MLflow keeps apart.
+
+    Raises:
+        FileNotFoundError: a file or directory that does not exist.
+        ValueError: a source of no known kind.
+    """
+    kind = source_kind(source)
+    path = Path(os.fspath(source))
+    if kind != "mlflow" and not path.exists():
+        raise FileNotFoundError(f"{path} does not exist")
+    if kind == "duckdb":
+        from pytest_hwbench.sinks.duckdb_sink import load_records
+
+        return load_records(path)
+    if kind == "jsonl":
+        return list(_jsonl_records(path))
+    if kind == "spool":
+        from pytest_hwbench.sinks.spool import Spool
+
+        return list(Spool(path).records())
+    from pytest_hwbench.sinks.mlflow_sink import DEFAULT_EXPERIMENT, MlflowSink
+
+    return MlflowSink(os.fspath(source), experiment or DEFAULT_EXPERIMENT).read_records(with_timings=with_timings)
+
+
+def read_all(sources: Iterable[str | os.PathLike[str]], *, experiment: str | None = None) -> list[BenchmarkRecord]:
+    """The records of several sources, each record once (by ``record_id``, the last source wins)."""
+    merged: dict[str, BenchmarkRecord] = {}
+    for source in sources:
+        for record in read_records(source, experiment=experiment):
+            merged[record.record_id] = record
+    return list(merged.values())
+
+
+def records_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
+    """One row per record, one column per record field (``extra`` as a dict, timings left out)."""
+    import pandas as pd
+
+    rows: list[dict[str, Any]] = []
+    for record in records:
+        row = record.to_dict()
+        row.pop("timings_ms", None)
+        rows.append(row)
+    frame = pd.DataFrame(rows)
+    if len(frame):
+        frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, errors="coerce")
+    return frame
+
+
+__all__ = ["read_all", "read_records", "records_frame", "source_kind"]
