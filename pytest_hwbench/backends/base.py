@@ -96,11 +96,13 @@ def registered_backends() -> dict[str, Backend]:
     """All backends: ours and those from the entry-point group, imported once."""
     global _LOADED
     if not _LOADED:
-        _LOADED = True
         for module in BUILTIN_BACKEND_MODULES:
             importlib.import_module(module)
         for ep in entry_points(group=ENTRY_POINT_GROUP):
             ep.load()
+        # Only once all imported: a failed import raises again on the next call rather than
+        # leaving a registry that silently lacks backends (and a grid that lacks their cases).
+        _LOADED = True
     return dict(_REGISTRY)
 
 
