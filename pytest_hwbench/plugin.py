@@ -32,8 +32,8 @@ from .errors import OutOfMemory, UnsupportedCase
 from .hardware import PRECISIONS, HardwareInfo, detect_hardware
 from .models import FAMILIES, MODELS, ModelSpec, get_model, load_model_set, register_model
 from .record import BenchmarkRecord, SessionInfo
-from .runner import DEFAULT_NEW_TOKENS, MODES, BenchCase, CaseResult, Runner, failed_record
-from .scenarios import get_scenario
+from .runner import DEFAULT_NEW_TOKENS, BenchCase, CaseResult, Runner, failed_record, takes_new_tokens
+from .scenarios import DEFAULT_MODE, get_scenario, registered_modes, registered_scenarios
 from .trackers import TimingConfig
 from .tracking import Tracker, TrackingConfig
 
@@ -48,9 +48,6 @@ HARDWARE_MARKERS: dict[str, str] = {
 }
 OTHER_MARKERS: dict[str, str] = {
     "quick": "tiny model variants, for CI smoke runs",
-    "inference": "forward-pass benchmark cases (mode inference)",
-    "generate": "text generation cases: time to first token, per-token decode, tokens/s (mode generate)",
-    "train": "training-step cases: forward, backward, optimizer step (mode train)",
     "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=, modes=, new_tokens=, "
     "input_lengths=)": "narrow the hwbench_case grid of one test",
 }
@@ -168,9 +165,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-precisions", dest="hwbench_precisions",
                     type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
                     help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
-    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", MODES),
+    modes = registered_modes()
+    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", modes),
                     default=None, metavar="M,..",
-                    help=f"modes: {', '.join(MODES)} (default: inference, or what the test's hwbench marker names)")
+                    help=f"modes: {', '.join(modes)} (default: {DEFAULT_MODE}, or what the test's hwbench marker names)")
     group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens",
                     type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"), default=None,
                     metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
@@ -222,7 +220,8 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def pytest_configure(config: pytest.Config) -> None:
-    for name, doc in {**HARDWARE_MARKERS, **OTHER_MARKERS}.items():
+    modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()}
+    for name, doc in {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     if not config.pluginmanager.hasplugin("xdist"):
         # Cases carry xdist_group for `--dist loadgroup`; without xdist nobody registers it.
@@ -390,14 +389,14 @@ def case_from_id(case_id: str) -> BenchCase | None:
 
     pattern = (rf"^(?P<model>{alternatives(MODELS)})-(?P<hardware>{alternatives(hardware_targets())})"
                rf"-(?P<backend>{alternatives(registered_backends())})-(?P<precision>{alternatives(PRECISIONS)})"
-               rf"-b(?P<batch>\d+)(?:-(?P<mode>{alternatives(m for m in MODES if m != 'inference')}))?"
+               rf"-b(?P<batch>\d+)(?:-(?P<mode>{alternatives(m for m in registered_modes() if m != DEFAULT_MODE)}))?"
                rf"(?:-in(?P<input>\d+))?(?:-out(?P<tokens>\d+))?$")
     match = re.match(pattern, case_id)
     if match is None:
         return None
     try:
         case = BenchCase(match["model"], match["backend"], match["hardware"], match["precision"],
-                         int(match["batch"]), match["mode"] or "inference",
+                         int(match["batch"]), match["mode"] or DEFAULT_MODE,
                          int(match["tokens"]) if match["tokens"] else None,
                          int(match["input"]) if match["input"] else None)
     except ValueError:
@@ -592,7 +591,7 @@ def _marker_choices(key: str) -> tuple[str, ...] | None:
     if key == "models":
         return tuple(MODELS)
     return {"families": FAMILIES, "backends": tuple(registered_backends()), "precisions": PRECISIONS,
-            "modes": MODES, "hardware": hardware_targets()}.get(key)
+            "modes": registered_modes(), "hardware": hardware_targets()}.get(key)
 
 
 def _check_marker_values(nodeid: str, key: str, value: Any) -> tuple[Any, ...]:
@@ -662,22 +661,23 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
     named_backends = pick("hwbench_backends", "backends", None)
     wanted_backends = named_backends if named_backends is not None else tuple(backends)
     wanted_hardware = pick("hwbench_hardware", "hardware", None)
-    modes = pick("hwbench_modes", "modes", ("inference",))
+    modes = pick("hwbench_modes", "modes", (DEFAULT_MODE,))
     new_tokens = pick("hwbench_new_tokens", "new_tokens", (DEFAULT_NEW_TOKENS,))
     input_lengths = pick("hwbench_input_lengths", "input_lengths", (None,))
     cases = []
     for mode in modes:
-        scenario = get_scenario(mode) if mode != "inference" else None
+        scenario = get_scenario(mode)
+        tokens_per_case = new_tokens if takes_new_tokens(mode) else (None,)
         for name in models:
             spec: ModelSpec = get_model(name)
             if families is not None and spec.family not in families:
                 continue
-            if scenario is not None and not scenario.supports(spec):
+            if not scenario.supports(spec):
                 continue  # e.g. generate on an encoder: no case, rather than a skip per grid point
             lengths = input_lengths if spec.modality in _TEXT_MODALITIES else (None,)
             for backend_name in wanted_backends:
-                if scenario is not None and backend_name not in scenario.backends:
-                    continue
+                if backend_name not in scenario.backends:
+                    continue  # e.g. train on onnxruntime: no case
                 backend = backends[backend_name]
                 for hardware in backend.hardware:
                     if wanted_hardware is not None and hardware not in wanted_hardware:
@@ -685,11 +685,11 @@ def generate_cases(config: pytest.Config, narrowed: dict[str, Any] | None = None
                     if named_backends is None and hardware in getattr(backend, "opt_in_hardware", ()):
                         continue  # e.g. torch.compile on cpu: only when asked for by name
                     defaults = backend.default_precisions(hardware, hw)
-                    if scenario is not None:  # asked-for precisions the mode lacks skip with its reason
-                        defaults = tuple(p for p in defaults if p in scenario.precisions)
+                    # asked-for precisions the mode lacks skip with its reason
+                    defaults = tuple(p for p in defaults if p in scenario.precisions)
                     for precision in (precisions if precisions is not None else defaults):
                         for length in lengths:
-                            for tokens in (new_tokens if mode == "generate" else (None,)):
+                            for tokens in tokens_per_case:
                                 for batch in batch_sizes:
                                     cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
                                                            mode, tokens, length))

@@ -20,18 +20,17 @@ from .errors import OutOfMemory
 from .hardware import PRECISIONS, HardwareInfo, detect_hardware
 from .models import ModelSpec, achieved_tflops, get_model
 from .record import METRIC_FIELDS, BenchmarkRecord
-from .scenarios import get_scenario
+from .scenarios import DEFAULT_MODE, get_scenario, registered_modes
 from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig, device_allocated_mb
 
-#: ``inference``: one forward through a backend; ``generate``: one fixed-length ``generate()``
-#: call; ``train``: one optimizer step (see `pytest_hwbench.scenarios`).
-MODES: tuple[str, ...] = ("inference", "generate", "train")
-#: Forward passes' worth of FLOPs one timed iteration does, per mode: a training step's backward
-#: costs about two forwards. Generate mode has no single figure (prefill and per-token decode
-#: differ), so its records carry no achieved TFLOP/s.
-FORWARDS_PER_ITERATION: dict[str, float] = {"inference": 1.0, "train": 3.0}
 #: Tokens a generate case makes per sequence when none is given.
 DEFAULT_NEW_TOKENS = 32
+
+
+def takes_new_tokens(mode: str) -> bool:
+    """Whether cases of `mode` make tokens, so carry `BenchCase.new_tokens` (its scenario's
+    ``options`` name ``new_tokens``)."""
+    return "new_tokens" in getattr(get_scenario(mode), "options", ())
 
 
 @dataclass(frozen=True)
@@ -48,7 +47,7 @@ class BenchCase:
     hardware: str
     precision: str
     batch_size: int
-    mode: str = "inference"
+    mode: str = DEFAULT_MODE
     new_tokens: int | None = None
     input_length: int | None = None
 
@@ -57,15 +56,16 @@ class BenchCase:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.precision not in PRECISIONS:
             raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
-        if self.mode == "generate":
+        modes = registered_modes()
+        if self.mode not in modes:
+            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(modes)}")
+        if takes_new_tokens(self.mode):
             if self.new_tokens is None:
                 object.__setattr__(self, "new_tokens", DEFAULT_NEW_TOKENS)
             elif self.new_tokens < 1:
                 raise ValueError(f"new_tokens must be >= 1, got {self.new_tokens}")
         elif self.new_tokens is not None:
-            raise ValueError(f"new_tokens applies to generate mode only, not {self.mode!r}")
+            raise ValueError(f"new_tokens applies to modes that generate tokens, not {self.mode!r}")
         if self.input_length is not None and self.input_length < 1:
             raise ValueError(f"input_length must be >= 1, got {self.input_length}")
 
@@ -73,7 +73,7 @@ class BenchCase:
     def id(self) -> str:
         """Readable case id, e.g. ``bert-base-cpu-torch-fp32-b8``, ``gpt2-cpu-torch-fp32-b1-generate-out32``."""
         base = f"{self.model}-{self.hardware}-{self.backend}-{self.precision}-b{self.batch_size}"
-        if self.mode != "inference":
+        if self.mode != DEFAULT_MODE:
             base += f"-{self.mode}"
         if self.input_length is not None:
             base += f"-in{self.input_length}"
@@ -111,14 +111,13 @@ class BenchCase:
             spec: ModelSpec | None = self.spec()
         except KeyError:  # an unknown model fails in its run, with the zoo's hint
             spec = None
-        if self.mode != "inference":
-            scenario = get_scenario(self.mode)
-            if self.backend not in scenario.backends:
-                return f"{self.mode}: runs on {', '.join(scenario.backends)}; {self.backend} runs inference only"
-            if spec is not None:
-                reason = scenario.unavailable(spec, self.backend, self.hardware, self.precision, hw)
-                if reason:
-                    return reason
+        scenario = get_scenario(self.mode)
+        if self.backend not in scenario.backends:
+            return f"{self.mode}: runs on {', '.join(scenario.backends)}, not {self.backend}"
+        if spec is not None:
+            reason = scenario.unavailable(spec, self.backend, self.hardware, self.precision, hw)
+            if reason:
+                return reason
         gap = spec.backend_gaps.get(self.backend) if spec is not None else None
         return f"{self.model} on {self.backend}: {gap}" if gap else memory_shortfall(self, hw)
 
@@ -214,6 +213,8 @@ class CaseResult:
         """A passed `BenchmarkRecord` of this result."""
         arch = self.spec.architecture
         lat = self.latency
+        # FLOPs one timed iteration does, in forward passes (None: no single figure, e.g. generate)
+        forwards = getattr(get_scenario(self.case.mode), "forwards_per_iteration", None)
         return BenchmarkRecord(
             **_case_fields(self.case, self.spec, session_id),
             status="passed",
@@ -235,9 +236,9 @@ class CaseResult:
             cold_latency_ms=self.cold_latency_ms,
             peak_host_rss_mb=self.memory.peak_host_rss_mb,
             peak_device_memory_mb=self.memory.peak_device_mb,
-            achieved_tflops=(achieved_tflops(arch.flops_per_item * FORWARDS_PER_ITERATION[self.case.mode],
+            achieved_tflops=(achieved_tflops(arch.flops_per_item * forwards,
                                              self.case.batch_size, lat.median / 1e3)
-                             if self.case.mode in FORWARDS_PER_ITERATION else None),
+                             if forwards is not None else None),
             timings_ms=lat.values_ms,
             nodeid=nodeid,
             host=socket.gethostname(),
@@ -339,12 +340,9 @@ class Runner:
             self._evict()
         before = device_allocated_mb(case.hardware, device_index) or 0.0
         start = time.perf_counter()
-        if case.mode == "inference":
-            loaded = get_backend(case.backend).load(spec, case.hardware, case.precision, device_index)
-        else:
-            options = {"new_tokens": case.new_tokens} if case.new_tokens is not None else {}
-            loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index,
-                                                  backend=case.backend, **options)
+        options = {"new_tokens": case.new_tokens} if case.new_tokens is not None else {}
+        loaded = get_scenario(case.mode).load(spec, case.hardware, case.precision, device_index,
+                                              backend=case.backend, **options)
         load_time = time.perf_counter() - start
         resident = max(0.0, (device_allocated_mb(case.hardware, device_index) or 0.0) - before)
         self._cache[key] = (loaded, load_time, resident)
@@ -470,11 +468,11 @@ def _empty_device_cache(device_kind: str) -> None:
 __all__ = [
     "DEFAULT_NEW_TOKENS",
     "MEMORY_USABLE_SHARE",
-    "MODES",
     "BenchCase",
     "CaseResult",
     "Runner",
     "failed_record",
     "is_out_of_memory",
     "memory_shortfall",
+    "takes_new_tokens",
 ]

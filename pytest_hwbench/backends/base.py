@@ -2,30 +2,21 @@
 
 A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision.
 Base code never names an implementation: each backend module calls `register_backend` on
-import, and third-party packages add theirs through the ``pytest_hwbench.backends`` entry-point
-group.
+import, and every backend module, ours included, is listed in the ``pytest_hwbench.backends``
+entry-point group (see `pytest_hwbench._plugins`).
 """
 
 from __future__ import annotations
 
-import importlib
 from collections.abc import Callable
 from dataclasses import dataclass
-from importlib.metadata import entry_points
 from typing import Any, Protocol, runtime_checkable
 
+from .._plugins import BACKENDS_GROUP, load_group
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 
-#: Our own backend modules, imported lazily by `registered_backends()`.
-BUILTIN_BACKEND_MODULES: tuple[str, ...] = (
-    "pytest_hwbench.backends.torch_eager",
-    "pytest_hwbench.backends.torch_compile",
-    "pytest_hwbench.backends.onnxruntime",
-    "pytest_hwbench.backends.openvino",
-    "pytest_hwbench.backends.qai_hub",
-)
-ENTRY_POINT_GROUP = "pytest_hwbench.backends"
+ENTRY_POINT_GROUP = BACKENDS_GROUP
 
 
 @dataclass
@@ -93,17 +84,16 @@ def register_backend(backend: Backend) -> Backend:
 
 
 def registered_backends() -> dict[str, Backend]:
-    """All backends: ours and those from the entry-point group, imported once."""
+    """All backends by name: ours and the entry-point group's, imported once."""
     global _LOADED
     if not _LOADED:
-        for module in BUILTIN_BACKEND_MODULES:
-            importlib.import_module(module)
-        for ep in entry_points(group=ENTRY_POINT_GROUP):
-            ep.load()
+        load_group(ENTRY_POINT_GROUP, kind="backend")
         # Only once all imported: a failed import raises again on the next call rather than
         # leaving a registry that silently lacks backends (and a grid that lacks their cases).
         _LOADED = True
-    return dict(_REGISTRY)
+    # By name: the order modules happened to be imported in (a scenario imports the backends it
+    # builds on) must not reorder the grid.
+    return dict(sorted(_REGISTRY.items()))
 
 
 def get_backend(name: str) -> Backend:

@@ -1,18 +1,18 @@
 """Scenarios: what one timed iteration of a case does, by mode.
 
-``inference`` (one forward through a backend) is the runner's own path. Every other mode is a
-`Scenario`: ``generate`` (one ``generate()`` call of fixed length, plus time to first token and
-per-token decode; eager, or with the decode step compiled on the torch.compile backends) and
-``train`` (one optimizer step). A scenario loads its own model, as a mode needs a different
-model from inference (an LM head, trainable fp32 weights under autocast), and returns a
-`LoadedModel`, so caching, the timed loop and memory tracking are the runner's, the same for
-every mode.
+Every mode is a `Scenario` that registers itself (``pytest_hwbench.scenarios`` entry points):
+``inference`` (one forward through any backend), ``generate`` (one ``generate()`` call of fixed
+length, plus time to first token and per-token decode; eager, or with the decode step compiled on
+the torch.compile backends) and ``train`` (one optimizer step). A scenario loads the model its
+mode needs (an LM head, trainable fp32 weights under autocast) and returns a `LoadedModel`, so
+caching, the timed loop and memory tracking are the runner's, the same for every mode.
 """
 
 from __future__ import annotations
 
-import importlib
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+
+from .._plugins import SCENARIOS_GROUP, load_group
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -20,21 +20,22 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
     from ..trackers import Latency, LatencyTracker, TimingConfig
 
-#: mode -> module that defines ``SCENARIO``. ``inference`` has none: it is the backends' own path.
-SCENARIO_MODULES: dict[str, str] = {
-    "generate": "pytest_hwbench.scenarios.generate",
-    "train": "pytest_hwbench.scenarios.train",
-}
+ENTRY_POINT_GROUP = SCENARIOS_GROUP
+#: mode -> scenario, filled by `register_scenario` as the entry-point modules are imported.
+_REGISTRY: dict[str, Scenario] = {}
+_LOADED = False
 
 
 @runtime_checkable
 class Scenario(Protocol):
-    """What a mode other than inference provides."""
+    """What a mode provides (``inference``, ``generate``, ``train``, or a third party's)."""
 
-    #: The mode's name (``generate``, ``train``): the `BenchCase.mode` and the pytest marker.
+    #: The mode's name: the `BenchCase.mode` and the pytest marker.
     mode: str
-    #: Backends the mode runs on (e.g. ``("torch",)``); other backends skip with a reason.
+    #: Backends the mode runs on (e.g. ``("torch",)``); other backends get no case.
     backends: tuple[str, ...]
+    #: One line for the mode's pytest marker.
+    description: str
     #: Precisions the mode runs at somewhere.
     precisions: tuple[str, ...]
 
@@ -68,15 +69,42 @@ class MeasuresMore(Protocol):
         ...
 
 
+def register_scenario(scenario: Scenario) -> Scenario:
+    """Add a mode (called by each scenario module at import; a third party's too)."""
+    if not isinstance(scenario, Scenario):
+        raise TypeError(f"{scenario!r} does not implement the Scenario protocol (mode, backends, precisions, "
+                        "description, supports, unavailable, load)")
+    _REGISTRY[scenario.mode] = scenario
+    return scenario
+
+
+def registered_scenarios() -> dict[str, Scenario]:
+    """Every scenario by mode, ours and the entry-point group's, imported once; the default
+    mode (`DEFAULT_MODE`) comes first."""
+    global _LOADED
+    if not _LOADED:
+        load_group(ENTRY_POINT_GROUP, kind="scenario")
+        _LOADED = True
+    ordered = dict.fromkeys([DEFAULT_MODE, *_REGISTRY])
+    return {mode: _REGISTRY[mode] for mode in ordered if mode in _REGISTRY}
+
+
+def registered_modes() -> tuple[str, ...]:
+    """The modes a case may have, the default first."""
+    return tuple(registered_scenarios())
+
+
 def get_scenario(mode: str) -> Scenario:
-    """The scenario of `mode`; an unknown mode lists the known ones (``inference`` has none)."""
+    """The scenario of `mode`; an unknown mode lists the known ones."""
+    scenarios = registered_scenarios()
     try:
-        module = SCENARIO_MODULES[mode]
+        return scenarios[mode]
     except KeyError:
-        known = ", ".join(sorted(SCENARIO_MODULES))
-        raise KeyError(f"mode {mode!r} has no scenario; scenarios exist for {known} "
-                       "(inference runs through the backends)") from None
-    return importlib.import_module(module).SCENARIO  # type: ignore[no-any-return]
+        raise KeyError(f"unknown mode {mode!r}; modes: {', '.join(scenarios)}") from None
 
 
-__all__ = ["SCENARIO_MODULES", "MeasuresMore", "Scenario", "get_scenario"]
+#: The mode of a case that names none: one forward pass.
+DEFAULT_MODE = "inference"
+
+__all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "get_scenario", "register_scenario", "registered_modes",
+           "registered_scenarios"]

@@ -57,6 +57,7 @@ from ..backends.torch_compile import (
 from ..backends.torch_eager import BACKEND as EAGER
 from ..backends.torch_eager import _device, _sync_for, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
+from . import register_scenario
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -296,6 +297,11 @@ class GenerateScenario:
     torch.compile backends (see the module docstring)."""
 
     mode = "generate"
+    description = "text generation cases: time to first token, per-token decode, tokens/s (mode generate)"
+    #: No single FLOPs figure (prefill and per-token decode differ): no achieved TFLOP/s.
+    forwards_per_iteration = None
+    #: Case options of this mode: each sequence makes `BenchCase.new_tokens` tokens.
+    options = ("new_tokens",)
     backends = (EAGER.name, COMPILE.name, COMPILE_RO.name)
     precisions = ("fp32", "fp16", "bf16")
 
@@ -443,6 +449,6 @@ class GenerateScenario:
         return torch_loaded_model(hardware, device_index, ran, prepare, sync=sync, close=close, details=details)
 
 
-SCENARIO = GenerateScenario()
+SCENARIO = register_scenario(GenerateScenario())
 
 __all__ = ["GENERATE_MODALITIES", "SCENARIO", "GenerateCall", "GenerateScenario", "generation_class"]

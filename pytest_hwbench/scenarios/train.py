@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import LoadedModel
 from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
+from . import register_scenario
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -217,6 +218,9 @@ class TrainScenario:
     """One optimizer step per iteration on torch eager, fp32 or autocast fp16/bf16."""
 
     mode = "train"
+    description = "training-step cases: forward, backward, optimizer step (mode train)"
+    #: FLOPs of one timed iteration, in forward passes (a backward costs about two forwards).
+    forwards_per_iteration = 3.0
     backends = ("torch",)
     precisions = ("fp32", "fp16", "bf16")
 
@@ -309,6 +313,6 @@ class TrainScenario:
         return torch_loaded_model(hardware, device_index, precision, prepare, close=trainer.close, details=details)
 
 
-SCENARIO = TrainScenario()
+SCENARIO = register_scenario(TrainScenario())
 
 __all__ = ["AMP_DTYPES", "SCENARIO", "TrainScenario", "TrainStep", "loss_kind", "synthetic_loss"]
