@@ -215,6 +215,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=_positive("--hwbench-progress-interval", float), default=60.0, metavar="SECONDS",
                     help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
                          "after every case)")
+    group.addoption("--hwbench-sink", dest="hwbench_sinks", action="append", default=[], metavar="SPEC",
+                    help="also write every record to this sink (repeatable): NAME, NAME:TARGET, a URI or a file "
+                         "a registered sink takes, e.g. duckdb:/shared/bench.duckdb")
     group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
                     help="record nothing: no spool, no MLflow, no DuckDB")
 
@@ -259,6 +262,7 @@ def pytest_configure(config: pytest.Config) -> None:
             tracking = TrackingConfig.resolve(
                 config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
                 config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
+                tuple(config.getoption("hwbench_sinks")),
             )
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None

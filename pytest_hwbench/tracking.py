@@ -15,9 +15,8 @@ from typing import Any
 import pytest
 
 from .record import BenchmarkRecord, SessionInfo
-from .sinks import DuckDBSink, MlflowSink, Recorder, RecorderReport, Spool
+from .sinks import Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
 from .sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
-from .sinks.redact import redact_uri
 
 DEFAULT_STORE = "mlruns"
 DEFAULT_EXPERIMENT = "hwbench"
@@ -35,10 +34,17 @@ class TrackingConfig:
     mlflow_uri: str
     db_path: Path
     experiment: str
+    #: further sinks every record also goes to (`open_sink` specs, ``--hwbench-sink``)
+    extra_sinks: tuple[str, ...] = ()
 
     def __repr__(self) -> str:
         return (f"TrackingConfig(store_dir={str(self.store_dir)!r}, mlflow_uri={redact_uri(self.mlflow_uri)!r}, "
-                f"db_path={str(self.db_path)!r}, experiment={self.experiment!r})")
+                f"db_path={str(self.db_path)!r}, experiment={self.experiment!r}, "
+                f"extra_sinks={tuple(redact_uri(s) for s in self.extra_sinks)!r})")
+
+    def sink_specs(self) -> tuple[str, ...]:
+        """What each record is written to, as `open_sink` specs: MLflow, DuckDB, then the extras."""
+        return (f"mlflow:{self.mlflow_uri}", f"duckdb:{self.db_path}", *self.extra_sinks)
 
     @property
     def spool_dir(self) -> Path:
@@ -47,7 +53,7 @@ class TrackingConfig:
 
     @classmethod
     def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
-                experiment: str | None, root: Path) -> TrackingConfig:
+                experiment: str | None, root: Path, extra_sinks: tuple[str, ...] = ()) -> TrackingConfig:
         """Fill defaults and validate; raises ValueError naming the bad setting and the fix."""
         store = Path(store_dir) if store_dir else root / DEFAULT_STORE
         store = store if store.is_absolute() else (root / store)
@@ -59,7 +65,12 @@ class TrackingConfig:
         _check_creatable("--hwbench-db", db.parent, db)
         _check_creatable("--hwbench-store", store, store)
         name = experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
-        return cls(store, uri, db, name)
+        for spec in extra_sinks:
+            try:
+                resolve_sink(spec)
+            except ValueError as exc:
+                raise ValueError(f"--hwbench-sink: {redact_uri(str(exc))}") from None
+        return cls(store, uri, db, name, tuple(extra_sinks))
 
 
 def _check_creatable(option: str, directory: Path, shown: Path) -> None:
@@ -114,7 +125,8 @@ class Tracker:
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
         if self.recorder is None:
             assert self._session is not None, "pytest_hwbench_session_start must come first"
-            sinks = [MlflowSink(self.config.mlflow_uri, self.config.experiment), DuckDBSink(self.config.db_path)]
+            sinks = [open_sink(spec, **({"experiment": self.config.experiment} if spec.startswith("mlflow:") else {}))
+                     for spec in self.config.sink_specs()]
             self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer)
             self.recorder.start(self._session)
         self.recorder.emit(record)

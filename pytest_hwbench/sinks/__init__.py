@@ -1,7 +1,8 @@
 """Where records go: the spool first, then MLflow, DuckDB or any registered sink.
 
-Importing this package imports no heavy library: the sink modules import mlflow, duckdb and
-pandas inside the functions that use them, and register themselves with `register_sink` here.
+Importing this package imports no sink: each sink module (listed under the
+``pytest_hwbench.sinks`` entry points, ours too) registers itself with `register_sink` when the
+registry loads them; the names below are imported on first use.
 
 Typical use (what the pytest plugin does)::
 
@@ -14,47 +15,70 @@ Typical use (what the pytest plugin does)::
 
 from __future__ import annotations
 
-from pytest_hwbench.sinks import duckdb_sink as _duckdb_sink  # noqa: F401  (registers "duckdb")
-from pytest_hwbench.sinks import mlflow_sink as _mlflow_sink  # noqa: F401  (registers "mlflow")
-from pytest_hwbench.sinks._recorder import DEFAULT_RETRY_EVERY, Recorder, RecorderReport, replay
-from pytest_hwbench.sinks.base import (
-    SESSION_STATUSES,
-    SINKS,
-    Sink,
-    SinkFactory,
-    normalize_status,
-    open_sink,
-    register_sink,
-)
-from pytest_hwbench.sinks.duckdb_sink import (
-    DuckDBSink,
-    export_parquet,
-    import_mlflow,
-    list_sessions,
-    load_records,
-    load_results,
-    load_timings,
-)
-from pytest_hwbench.sinks.mlflow_sink import (
-    MlflowSink,
-    MlflowStoreError,
-    ping,
-    resolve_tracking_uri,
-    validate_tracking_uri,
-)
-from pytest_hwbench.sinks.readers import read_all, read_records, records_frame, source_kind
-from pytest_hwbench.sinks.redact import redact_uri
-from pytest_hwbench.sinks.spool import Spool
+import importlib
+from typing import Any
+
+#: public name -> the module that defines it, imported on first use (PEP 562): a sink module is
+#: imported when its names are used or when the registry loads the entry-point group, never by
+#: importing this package.
+_EXPORTS: dict[str, str] = {
+    "DEFAULT_RETRY_EVERY": "_recorder",
+    "Recorder": "_recorder",
+    "RecorderReport": "_recorder",
+    "replay": "_recorder",
+    "SESSION_STATUSES": "base",
+    "SINKS": "base",
+    "Sink": "base",
+    "SinkFactory": "base",
+    "normalize_status": "base",
+    "open_sink": "base",
+    "read_sink": "base",
+    "register_sink": "base",
+    "registered_sinks": "base",
+    "resolve_sink": "base",
+    "DuckDBSink": "duckdb_sink",
+    "export_parquet": "duckdb_sink",
+    "list_sessions": "duckdb_sink",
+    "load_records": "duckdb_sink",
+    "load_results": "duckdb_sink",
+    "load_timings": "duckdb_sink",
+    "MlflowSink": "mlflow_sink",
+    "MlflowStoreError": "mlflow_sink",
+    "ping": "mlflow_sink",
+    "resolve_tracking_uri": "mlflow_sink",
+    "validate_tracking_uri": "mlflow_sink",
+    "read_all": "readers",
+    "read_records": "readers",
+    "records_frame": "readers",
+    "source_kind": "readers",
+    "redact_uri": "redact",
+    "Spool": "spool",
+    "import_mlflow": "transfer",
+}
+
+
+def __getattr__(name: str) -> Any:
+    module = _EXPORTS.get(name)
+    if module is None:
+        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
+    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
+    globals()[name] = value
+    return value
+
+
+def __dir__() -> list[str]:
+    return sorted(__all__)
+
 
 __all__ = [
     "DEFAULT_RETRY_EVERY",
-    "SESSION_STATUSES",
-    "SINKS",
     "DuckDBSink",
     "MlflowSink",
     "MlflowStoreError",
     "Recorder",
     "RecorderReport",
+    "SESSION_STATUSES",
+    "SINKS",
     "Sink",
     "SinkFactory",
     "Spool",
@@ -69,10 +93,13 @@ __all__ = [
     "ping",
     "read_all",
     "read_records",
+    "read_sink",
     "records_frame",
     "redact_uri",
     "register_sink",
+    "registered_sinks",
     "replay",
+    "resolve_sink",
     "resolve_tracking_uri",
     "source_kind",
     "validate_tracking_uri",

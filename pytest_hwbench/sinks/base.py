@@ -5,24 +5,23 @@ register themselves here with `register_sink`; this module never names an implem
 Sink modules import their heavy library (mlflow, duckdb, pandas) inside functions, so importing
 the registry, or a sink module, costs nothing until a sink is used.
 
-Third-party sinks register the same way: a module that calls `register_sink` when imported,
-listed under the entry-point group ``pytest_hwbench.sinks``.
+Every sink module, ours and third parties', is listed under the entry-point group
+``pytest_hwbench.sinks`` and calls `register_sink` when imported; one that can be read back
+registers a reader too (`read_sink`).
 """
 
 from __future__ import annotations
 
-import importlib.metadata
 import re
-import warnings
-from collections.abc import Iterable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
-from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench._plugins import SINKS_GROUP, load_group
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
-#: Entry-point group for sinks that live outside this package.
-ENTRY_POINT_GROUP = "pytest_hwbench.sinks"
+#: Entry-point group every sink module is listed under, ours included.
+ENTRY_POINT_GROUP = SINKS_GROUP
 
 #: Session statuses every sink understands, and the words that mean them.
 SESSION_STATUSES: tuple[str, ...] = ("finished", "failed", "killed")
@@ -96,20 +95,30 @@ _SUFFIXES: dict[str, str] = {}
 _plugins_loaded = False
 
 
+#: A sink's reader: (target or None for its default, **options) -> the records it holds. Options
+#: a reader does not use it ignores (``experiment`` means nothing to a DuckDB file).
+SinkReader = Callable[..., "list[BenchmarkRecord]"]
+READERS: dict[str, SinkReader] = {}
+
+
 def register_sink(
     name: str,
     factory: SinkFactory,
     *,
     schemes: Iterable[str] = (),
     suffixes: Iterable[str] = (),
+    reader: SinkReader | None = None,
 ) -> None:
-    """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`.
+    """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`;
+    a sink that can be read back gives its `reader`, which `read_sink` calls.
 
     Registering the same name again replaces the earlier factory (a user's sink may override ours).
     """
     if not re.fullmatch(r"[a-z][a-z0-9_+.-]*", name):
         raise ValueError(f"sink name {name!r} must be lowercase letters, digits, '_', '+', '.', '-'")
     SINKS[name] = factory
+    if reader is not None:
+        READERS[name] = reader
     for scheme in schemes:
         _SCHEMES[scheme.lower()] = name
     for suffix in suffixes:
@@ -117,20 +126,17 @@ def register_sink(
 
 
 def _load_plugins() -> None:
-    """Import the modules listed under `ENTRY_POINT_GROUP` once; each registers itself."""
+    """Import every sink module of the entry-point group once (ours too); each registers itself."""
     global _plugins_loaded
-    if _plugins_loaded:
-        return
-    _plugins_loaded = True
-    for entry in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP):
-        try:
-            entry.load()
-        except Exception as exc:  # a broken third-party sink must not stop ours
-            warnings.warn(
-                f"hwbench: could not load sink plugin {entry.name!r} ({entry.value}): {exc!r}",
-                HwbenchWarning,
-                stacklevel=2,
-            )
+    if not _plugins_loaded:
+        load_group(ENTRY_POINT_GROUP, kind="sink")
+        _plugins_loaded = True
+
+
+def registered_sinks() -> dict[str, SinkFactory]:
+    """Every sink by name, ours and the entry-point group's."""
+    _load_plugins()
+    return dict(SINKS)
 
 
 def _accepted_forms() -> str:
@@ -140,8 +146,8 @@ def _accepted_forms() -> str:
     return f"a sink name ({names}), NAME:TARGET, a URI ({schemes}) or a file ({suffixes})"
 
 
-def open_sink(uri_or_name: str, **options: Any) -> Sink:
-    """Build the sink that `uri_or_name` names. Nothing is connected until the sink is used.
+def resolve_sink(uri_or_name: str) -> tuple[str, str | None]:
+    """(sink name, its target or None for its default) for `uri_or_name`.
 
     Accepted forms, tried in this order:
 
@@ -150,28 +156,43 @@ def open_sink(uri_or_name: str, **options: Any) -> Sink:
     - a URI whose scheme a sink registered (``"sqlite:///mlruns/mlflow.db"``, ``"http://host:5000"``);
     - a path whose suffix a sink registered (``"bench.duckdb"``).
 
-    `options` go to the factory (e.g. ``experiment="hwbench"`` for MLflow).
     Raises ValueError naming the value and the accepted forms.
     """
+    _load_plugins()
     text = str(uri_or_name).strip()
-    for attempt in range(2):
-        if attempt == 1:
-            _load_plugins()
-        if text in SINKS:
-            return SINKS[text](None, **options)
-        prefix, sep, rest = text.partition(":")
-        # A one-letter "scheme" is a Windows drive (C:\...), not a sink name or URI scheme.
-        if sep and len(prefix) > 1:
-            if prefix in SINKS:
-                return SINKS[prefix](rest or None, **options)
-            # "postgresql+psycopg2://..." is the postgresql scheme with a driver.
-            scheme = prefix.lower().split("+", 1)[0]
-            if scheme in _SCHEMES:
-                return SINKS[_SCHEMES[scheme]](text, **options)
-        suffix = PurePath(text).suffix.lower()
-        if suffix and suffix in _SUFFIXES:
-            return SINKS[_SUFFIXES[suffix]](text, **options)
+    if text in SINKS:
+        return text, None
+    prefix, sep, rest = text.partition(":")
+    # A one-letter "scheme" is a Windows drive (C:\...), not a sink name or URI scheme.
+    if sep and len(prefix) > 1:
+        if prefix in SINKS:
+            return prefix, rest or None
+        # "postgresql+psycopg2://..." is the postgresql scheme with a driver.
+        scheme = prefix.lower().split("+", 1)[0]
+        if scheme in _SCHEMES:
+            return _SCHEMES[scheme], text
+    suffix = PurePath(text).suffix.lower()
+    if suffix and suffix in _SUFFIXES:
+        return _SUFFIXES[suffix], text
     raise ValueError(f"no sink for {uri_or_name!r}: expected {_accepted_forms()}")
+
+
+def open_sink(uri_or_name: str, **options: Any) -> Sink:
+    """Build the sink that `uri_or_name` names (forms: `resolve_sink`). Nothing is connected
+    until the sink is used. `options` go to the factory (e.g. ``experiment="hwbench"`` for MLflow).
+    """
+    name, target = resolve_sink(uri_or_name)
+    return SINKS[name](target, **options)
+
+
+def read_sink(uri_or_name: str, **options: Any) -> list[BenchmarkRecord]:
+    """The records the sink that `uri_or_name` names holds, through its registered reader."""
+    name, target = resolve_sink(uri_or_name)
+    reader = READERS.get(name)
+    if reader is None:
+        readable = ", ".join(sorted(READERS)) or "none"
+        raise ValueError(f"sink {name!r} cannot be read back; readable sinks: {readable}")
+    return reader(target, **options)
 
 
 __all__ = [
@@ -182,5 +203,8 @@ __all__ = [
     "SinkFactory",
     "normalize_status",
     "open_sink",
+    "read_sink",
     "register_sink",
+    "registered_sinks",
+    "resolve_sink",
 ]

@@ -485,51 +485,25 @@ def export_parquet(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     return written
 
 
-def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str]) -> int:
-    """Rebuild sessions and results in `db_path` from an MLflow experiment; return records added.
-
-    Child runs give the results (params cast back from text, metrics, context tags); parent runs
-    give the sessions; raw timings come from the parents' records artifacts where present.
-    Records already in the file are skipped, so importing twice adds nothing.
-    """
-    from pytest_hwbench.sinks.mlflow_sink import MlflowSink
-
-    source = MlflowSink(tracking_uri, experiment)
-    sessions = source.read_sessions()
-    records = source.read_records()
-    sink = DuckDBSink(db_path)
-    have = sink.existing_ids(r.record_id for r in records)
-    new = [r for r in records if r.record_id not in have]
-    by_session: dict[str, list[BenchmarkRecord]] = {}
-    for record in new:
-        by_session.setdefault(record.session_id, []).append(record)
-    known = {info.session_id: (info, status) for info, status in sessions}
-    for session_id in dict.fromkeys([*known, *by_session]):
-        info, status = known.get(session_id, (None, "finished"))
-        if info is None:
-            first = by_session[session_id][0]
-            info = SessionInfo(session_id=session_id, started_at=first.created_at, host=first.host)
-        sink.open_session(info)
-        sink.write(by_session.get(session_id, []))
-        if status != "running":  # a session still running in MLflow keeps no status here either
-            sink.close(status)
-    return len(new)
-
-
 def _factory(target: str | None, /, **options: Any) -> DuckDBSink:
     if target is not None and target.startswith("//"):
         target = target[2:]  # duckdb:///abs/path -> /abs/path
     return DuckDBSink(target, **options)
 
 
-register_sink("duckdb", _factory, suffixes=(".duckdb", ".ddb"))
+def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:
+    if target is not None and target.startswith("//"):
+        target = target[2:]
+    return load_records(_default_path(target), options.get("session_id"))
+
+
+register_sink("duckdb", _factory, suffixes=(".duckdb", ".ddb"), reader=_reader)
 
 __all__ = [
     "SCHEMA_VERSION",
     "UPGRADES",
     "DuckDBSink",
     "export_parquet",
-    "import_mlflow",
     "list_sessions",
     "load_records",
     "load_results",

@@ -620,10 +620,16 @@ def _factory(target: str | None, /, **options: Any) -> MlflowSink:
     return MlflowSink(target, **options)
 
 
+def _reader(target: str | None, /, *, experiment: str | None = None, with_timings: bool = False,
+            **options: Any) -> list[BenchmarkRecord]:
+    return MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options).read_records(with_timings=with_timings)
+
+
 register_sink(
     "mlflow",
     _factory,
     schemes=("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"),
+    reader=_reader,
 )
 
 __all__ = [

@@ -1,8 +1,8 @@
 """The one way to read records back, whatever holds them.
 
-`read_records(source)` takes what a user names as a source: a DuckDB file, a spool (a directory
-holding ``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or an
-MLflow tracking URI, and returns `BenchmarkRecord`s, upgraded from older schema versions on the
+`read_records(source)` takes what a user names as a source: a spool (a directory holding
+``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or anything
+a readable sink takes (a DuckDB file, an MLflow tracking URI...), and returns `BenchmarkRecord`s, upgraded from older schema versions on the
 way. `records_frame` turns records into a frame with one column per record field. Reports and
 hwsel read through these, so tag names, casts and table layouts stay with the sinks that own them.
 """
@@ -18,31 +18,41 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
+from pytest_hwbench.sinks.base import _accepted_forms, read_sink, registered_sinks, resolve_sink
+from pytest_hwbench.sinks.spool import Spool
 
 if TYPE_CHECKING:
     import pandas as pd
 
-#: File suffixes read as DuckDB files and as JSON-lines record files.
-DUCKDB_SUFFIXES = (".duckdb",)
+#: File suffixes read as JSON-lines record files.
 JSONL_SUFFIXES = (".jsonl", ".json")
 
 
 def source_kind(source: str | os.PathLike[str]) -> str:
-    """``duckdb``, ``jsonl``, ``spool`` or ``mlflow``: how `source` is read."""
+    """``jsonl``, ``spool`` or the name of the sink that reads `source` (``duckdb``, ``mlflow``...)."""
     text = os.fspath(source)
-    if "://" in text or text.startswith(("sqlite:", "databricks", "http:", "https:")):
-        return "mlflow"
+    prefix, sep, _ = text.partition(":")
+    if sep and len(prefix) > 1 and prefix in registered_sinks():  # NAME:TARGET
+        return prefix
     path = Path(text)
-    if path.suffix.lower() in DUCKDB_SUFFIXES:
-        return "duckdb"
-    if path.suffix.lower() in JSONL_SUFFIXES:
-        return "jsonl"
-    if path.is_dir():
-        return "spool"
-    raise ValueError(
-        f"{text}: not a record source; give a .duckdb file, a spool directory or .jsonl records file, "
-        "or an MLflow tracking URI (sqlite:///..., http://...)"
-    )
+    if "://" not in text:
+        if path.suffix.lower() in JSONL_SUFFIXES:
+            return "jsonl"
+        if path.is_dir():
+            return "spool"
+    try:
+        return resolve_sink(text)[0]
+    except ValueError:
+        raise ValueError(
+            f"{text}: not a record source; give a spool directory, a .jsonl records file, or what a sink "
+            f"reads ({_accepted_forms()})"
+        ) from None
+
+
+def _is_local_path(text: str) -> bool:
+    """Whether `text` names a file by its path alone (no ``NAME:`` prefix, no URI scheme)."""
+    prefix, sep, _ = text.partition(":")
+    return not sep or len(prefix) == 1  # a Windows drive letter is a path
 
 
 def _jsonl_records(path: Path) -> Iterator[BenchmarkRecord]:
@@ -66,23 +76,16 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
         FileNotFoundError: a file or directory that does not exist.
         ValueError: a source of no known kind.
     """
-    kind = source_kind(source)
-    path = Path(os.fspath(source))
-    if kind != "mlflow" and not path.exists():
+    text = os.fspath(source)
+    path = Path(text)
+    if _is_local_path(text) and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
-    if kind == "duckdb":
-        from pytest_hwbench.sinks.duckdb_sink import load_records
-
-        return load_records(path)
+    kind = source_kind(source)
     if kind == "jsonl":
         return list(_jsonl_records(path))
     if kind == "spool":
-        from pytest_hwbench.sinks.spool import Spool
-
         return list(Spool(path).records())
-    from pytest_hwbench.sinks.mlflow_sink import DEFAULT_EXPERIMENT, MlflowSink
-
-    return MlflowSink(os.fspath(source), experiment or DEFAULT_EXPERIMENT).read_records(with_timings=with_timings)
+    return read_sink(text, experiment=experiment, with_timings=with_timings)
 
 
 def read_all(sources: Iterable[str | os.PathLike[str]], *, experiment: str | None = None) -> list[BenchmarkRecord]:
