@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import warnings
 from importlib.metadata import entry_points
+from typing import Generic, TypeVar
 
 from .errors import HwbenchWarning
 
@@ -41,4 +42,32 @@ def load_group(group: str, *, kind: str) -> None:
                           HwbenchWarning, stacklevel=2)
 
 
-__all__ = ["BACKENDS_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "load_group"]
+T = TypeVar("T")
+
+
+class Registry(Generic[T]):
+    """The plugins of one kind by name, filled by `register` as the modules of entry-point
+    `group` are imported (`loaded` imports them once)."""
+
+    def __init__(self, group: str, kind: str) -> None:
+        self.group = group
+        self.kind = kind
+        self.items: dict[str, T] = {}
+        self._loaded = False
+
+    def register(self, name: str, item: T) -> T:
+        """Add or replace `name` (a user's plugin may override ours)."""
+        self.items[name] = item
+        return item
+
+    def loaded(self) -> dict[str, T]:
+        """Every registered plugin, after the group's modules were imported (once). Marked loaded
+        only once all imported: a failed import raises again on the next call rather than
+        leaving a registry that silently lacks plugins."""
+        if not self._loaded:
+            load_group(self.group, kind=self.kind)
+            self._loaded = True
+        return self.items
+
+
+__all__ = ["BACKENDS_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry", "load_group"]

@@ -12,7 +12,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Protocol, runtime_checkable
 
-from .._plugins import BACKENDS_GROUP, load_group
+from .._plugins import BACKENDS_GROUP, Registry
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 
@@ -70,8 +70,8 @@ class Backend(Protocol):
         ...
 
 
-_REGISTRY: dict[str, Backend] = {}
-_LOADED = False
+_BACKENDS: Registry[Backend] = Registry(BACKENDS_GROUP, "backend")
+_REGISTRY = _BACKENDS.items
 
 
 def register_backend(backend: Backend) -> Backend:
@@ -79,21 +79,14 @@ def register_backend(backend: Backend) -> Backend:
     if not isinstance(backend, Backend):
         raise TypeError(f"{backend!r} does not implement the Backend protocol (name, hardware, precisions, "
                         "markers, default_precisions, unavailable, load)")
-    _REGISTRY[backend.name] = backend
-    return backend
+    return _BACKENDS.register(backend.name, backend)
 
 
 def registered_backends() -> dict[str, Backend]:
     """All backends by name: ours and the entry-point group's, imported once."""
-    global _LOADED
-    if not _LOADED:
-        load_group(ENTRY_POINT_GROUP, kind="backend")
-        # Only once all imported: a failed import raises again on the next call rather than
-        # leaving a registry that silently lacks backends (and a grid that lacks their cases).
-        _LOADED = True
     # By name: the order modules happened to be imported in (a scenario imports the backends it
     # builds on) must not reorder the grid.
-    return dict(sorted(_REGISTRY.items()))
+    return dict(sorted(_BACKENDS.loaded().items()))
 
 
 def get_backend(name: str) -> Backend:

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
-from .._plugins import SCENARIOS_GROUP, load_group
+from .._plugins import SCENARIOS_GROUP, Registry
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 ENTRY_POINT_GROUP = SCENARIOS_GROUP
 #: mode -> scenario, filled by `register_scenario` as the entry-point modules are imported.
-_REGISTRY: dict[str, Scenario] = {}
-_LOADED = False
+_SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario")
 
 
 @runtime_checkable
@@ -74,19 +73,14 @@ def register_scenario(scenario: Scenario) -> Scenario:
     if not isinstance(scenario, Scenario):
         raise TypeError(f"{scenario!r} does not implement the Scenario protocol (mode, backends, precisions, "
                         "description, supports, unavailable, load)")
-    _REGISTRY[scenario.mode] = scenario
-    return scenario
+    return _SCENARIOS.register(scenario.mode, scenario)
 
 
 def registered_scenarios() -> dict[str, Scenario]:
     """Every scenario by mode, ours and the entry-point group's, imported once; the default
     mode (`DEFAULT_MODE`) comes first."""
-    global _LOADED
-    if not _LOADED:
-        load_group(ENTRY_POINT_GROUP, kind="scenario")
-        _LOADED = True
-    ordered = dict.fromkeys([DEFAULT_MODE, *_REGISTRY])
-    return {mode: _REGISTRY[mode] for mode in ordered if mode in _REGISTRY}
+    scenarios = _SCENARIOS.loaded()
+    return {mode: scenarios[mode] for mode in dict.fromkeys([DEFAULT_MODE, *scenarios]) if mode in scenarios}
 
 
 def registered_modes() -> tuple[str, ...]:

@@ -15,8 +15,7 @@ Typical use (what the pytest plugin does)::
 
 from __future__ import annotations
 
-import importlib
-from typing import Any
+from pytest_hwbench._lazy import lazy_exports
 
 #: public name -> the module that defines it, imported on first use (PEP 562): a sink module is
 #: imported when its names are used or when the registry loads the entry-point group, never by
@@ -57,19 +56,6 @@ _EXPORTS: dict[str, str] = {
 }
 
 
-def __getattr__(name: str) -> Any:
-    module = _EXPORTS.get(name)
-    if module is None:
-        raise AttributeError(f"module {__name__!r} has no attribute {name!r}")
-    value = getattr(importlib.import_module(f"{__name__}.{module}"), name)
-    globals()[name] = value
-    return value
-
-
-def __dir__() -> list[str]:
-    return sorted(__all__)
-
-
 __all__ = [
     "DEFAULT_RETRY_EVERY",
     "DuckDBSink",
@@ -104,3 +90,5 @@ __all__ = [
     "source_kind",
     "validate_tracking_uri",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

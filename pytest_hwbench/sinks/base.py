@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
-from pytest_hwbench._plugins import SINKS_GROUP, load_group
+from pytest_hwbench._plugins import SINKS_GROUP, Registry
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 #: Entry-point group every sink module is listed under, ours included.
@@ -89,10 +89,10 @@ class SinkFactory(Protocol):
 
 
 #: Registered sinks: name -> factory. Filled by the sink modules when they are imported.
-SINKS: dict[str, SinkFactory] = {}
+_SINKS: Registry[SinkFactory] = Registry(SINKS_GROUP, "sink")
+SINKS = _SINKS.items
 _SCHEMES: dict[str, str] = {}
 _SUFFIXES: dict[str, str] = {}
-_plugins_loaded = False
 
 
 #: A sink's reader: (target or None for its default, **options) -> the records it holds. Options
@@ -116,7 +116,7 @@ def register_sink(
     """
     if not re.fullmatch(r"[a-z][a-z0-9_+.-]*", name):
         raise ValueError(f"sink name {name!r} must be lowercase letters, digits, '_', '+', '.', '-'")
-    SINKS[name] = factory
+    _SINKS.register(name, factory)
     if reader is not None:
         READERS[name] = reader
     for scheme in schemes:
@@ -125,18 +125,9 @@ def register_sink(
         _SUFFIXES[suffix.lower()] = name
 
 
-def _load_plugins() -> None:
-    """Import every sink module of the entry-point group once (ours too); each registers itself."""
-    global _plugins_loaded
-    if not _plugins_loaded:
-        load_group(ENTRY_POINT_GROUP, kind="sink")
-        _plugins_loaded = True
-
-
 def registered_sinks() -> dict[str, SinkFactory]:
-    """Every sink by name, ours and the entry-point group's."""
-    _load_plugins()
-    return dict(SINKS)
+    """Every sink by name, ours and the entry-point group's (imported once)."""
+    return dict(_SINKS.loaded())
 
 
 def _accepted_forms() -> str:
@@ -158,7 +149,7 @@ def resolve_sink(uri_or_name: str) -> tuple[str, str | None]:
 
     Raises ValueError naming the value and the accepted forms.
     """
-    _load_plugins()
+    _SINKS.loaded()
     text = str(uri_or_name).strip()
     if text in SINKS:
         return text, None
