@@ -6,9 +6,15 @@ exact match in the benchmark data), ``registered`` (the MLflow-registered champi
 
     from hwsel import select_hardware, predict_performance
 
-    rec = select_hardware("bert-base-uncased", batch_size=8, available_hardware=["cpu", "cuda"])
-    rec.primary_recommendation, rec.fallback_options, rec.prediction_source, rec.explanation
-    predict_performance("t5-small", hardware=["cuda"], batch_size=16, precision="fp16")["cuda"].interval
+    rec = select_hardware("bert-base-uncased", batch_size=8, available_hardware=["cpu", "cuda"],
+                          device={"cuda": "NVIDIA H100 80GB HBM3"})
+    rec.primary_recommendation, rec.fallback_options, rec.prediction_source, rec.explanation, rec.devices
+    pred = predict_performance("t5-small", hardware="cuda", device="h100", batch_size=16, precision="fp16")["cuda"]
+    pred.interval, pred.device, pred.device_source, pred.backend
+
+A question names a hardware kind and a device (a device name or a `hwsel.specs` name such as
+``h100``); without one, the device detected here, else the one most benchmark records of that
+kind hold, and every answer says which it took. The backend is eager ``torch`` unless asked.
 
 Data and models are loaded once per (source, tracking_uri, config) and kept: after that a
 selection is in-memory arithmetic. Build a `Predictor` yourself to choose the source or the

@@ -6,7 +6,9 @@ Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
 ``POST /analysis/model``. Bad input answers 4xx with ``{"status": "error", "message": ...}``:
 422 for a bad value (batch size 0 or ``true``, unknown hardware or precision, a sequence longer
 than the model's position limit), naming the field, 404 for an unknown model. Request sizes are
-bounded so that no request can run for long.
+bounded so that no request can run for long. Requests about hardware take a ``device`` (one name
+for one target, or hardware -> name) and a ``backend``; every prediction says which device
+(``device``, ``device_source``, ``device_spec``) and backend it is for.
 
 Serve with ``hwsel serve`` (binds 127.0.0.1 by default) or any ASGI server.
 """
@@ -60,7 +62,15 @@ Precision = Literal["fp32", "fp16", "bf16", "int8"]
 Mode = Literal["inference", "training"]
 Modes = Annotated[list[Mode], Field(min_length=1, max_length=2)]
 Family = Literal["embedding", "text_generation", "vision", "audio", "multimodal"]
-Backend = Annotated[str, Field(min_length=1, max_length=64)]
+Backend = Annotated[str, Field(min_length=1, max_length=64,
+                                description="runtime asked about; default eager torch (openvino on the openvino "
+                                            "target, qai_hub on qnn)")]
+DeviceName = Annotated[str, Field(min_length=1, max_length=200)]
+#: One device for a request about one hardware target, or hardware -> device.
+Device = Annotated[DeviceName | dict[Hardware, DeviceName],
+                   Field(description="device asked about: a name ('NVIDIA H100 80GB HBM3') or spec name ('h100') "
+                                     "for the one hardware target, or hardware -> device; default: detected here, "
+                                     "else the device most benchmark records of that hardware hold")]
 GpuCount = Annotated[StrictInt, Field(ge=1, le=4096)]
 
 
@@ -84,6 +94,7 @@ class SelectRequest(_Request):
     available_hardware: HardwareList | None = Field(None, description="default: detected here")
     task_type: str | None = Field(None, max_length=64, description="task profile; overrides mode")
     backend: Backend | None = None
+    device: Device | None = None
 
 
 class PredictionModel(_Response):
@@ -98,8 +109,18 @@ class PredictionModel(_Response):
     batch_size: int
     mode: str
     detail: str
+    device: str | None
+    device_source: str
+    device_spec: str
     latency: float
     memory_usage: float
+
+
+class DeviceModel(_Response):
+    device: str | None
+    device_source: str
+    device_spec: str
+    backend: str | None
 
 
 class ScoreModel(_Response):
@@ -137,6 +158,7 @@ class RecommendationResponse(_Response):
     prediction_source: str | None
     prediction_sources: dict[str, str]
     weights: dict[str, float]
+    devices: dict[str, DeviceModel]
 
 
 class BatchModel(_Request):
@@ -151,6 +173,8 @@ class BatchRequest(_Request):
     mode: Mode = "inference"
     precision: Precision = "fp32"
     available_hardware: HardwareList | None = None
+    backend: Backend | None = None
+    device: Device | None = None
 
 
 class BatchEntry(_Response):
@@ -167,6 +191,8 @@ class MapRequest(_Request):
     hardware_platforms: HardwareList | None = None
     modes: Modes = ["inference", "training"]
     precision: Precision = "fp32"
+    backend: Backend | None = None
+    device: Device | None = None
 
 
 class MapResponse(_Response):
@@ -175,6 +201,7 @@ class MapResponse(_Response):
     batch_sizes: list[int]
     modes: list[str]
     precision: str
+    devices: dict[str, DeviceModel]
     prediction_layers: dict[str, Any]
     model_families: dict[str, Any]
 
@@ -188,6 +215,7 @@ class PredictRequest(_Request):
     mode: Mode = "inference"
     precision: Precision = "fp32"
     backend: Backend | None = None
+    device: Device | None = None
 
 
 class PredictResponse(_Response):
@@ -197,7 +225,9 @@ class PredictResponse(_Response):
     sequence_length: int | None
     mode: str
     precision: str
-    backend: str | None
+    backend: str | None = Field(description="the backend every answer is for (null when targets differ: see each "
+                                            "prediction's backend)")
+    devices: dict[str, str | None]
     predictions: dict[str, PredictionModel]
 
 
@@ -209,11 +239,13 @@ class MatrixRequest(_Request):
     precisions: list[Precision] = Field(["fp32", "fp16"], min_length=1, max_length=4)
     mode: Mode = "inference"
     backend: Backend | None = None
+    device: Device | None = None
 
 
 class MatrixResponse(_Response):
     timestamp: str
     mode: str
+    devices: dict[str, DeviceModel]
     models: dict[str, Any]
     hardware_platforms: list[str]
     batch_sizes: list[int]
@@ -270,6 +302,8 @@ class AnalysisRequest(_Request):
     hardware_platforms: HardwareList | None = None
     modes: Modes = ["inference", "training"]
     precision: Precision = "fp32"
+    backend: Backend | None = None
+    device: Device | None = None
 
 
 class AnalysisResponse(_Response):
@@ -279,6 +313,7 @@ class AnalysisResponse(_Response):
     hardware_platforms: list[str]
     batch_sizes: list[int]
     precision: str
+    devices: dict[str, DeviceModel]
     timestamp: str
     inference: dict[str, Any] | None = None
     training: dict[str, Any] | None = None
@@ -443,10 +478,12 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
         info = _model(req.model_name, req.model_family, req.sequence_length)
         if req.task_type:
             rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
-                                           available_hardware=available, backend=req.backend, predictor=pred)
+                                           available_hardware=available, backend=req.backend,
+                                           device=req.device, predictor=pred)
         else:
             rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
-                                  available_hardware=available, backend=req.backend, predictor=pred)
+                                  available_hardware=available, backend=req.backend, device=req.device,
+                                  predictor=pred)
         return _plain(rec.to_dict())
 
     @app.post("/hardware/batch", response_model=dict[str, BatchEntry])
@@ -457,7 +494,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
             name, family = (item, None) if isinstance(item, str) else (item.name, item.family)
             try:
                 rec = select_hardware(_model(name, family), batch_size=req.batch_size, mode=req.mode,
-                                      precision=req.precision, available_hardware=available, predictor=pred)
+                                      precision=req.precision, available_hardware=available, backend=req.backend,
+                                      device=req.device, predictor=pred)
             except (KeyError, ValueError) as exc:
                 out[name] = {"primary": None, "fallbacks": [], "explanation": _message(exc),
                              "prediction_source": None, "error": _message(exc)}
@@ -470,23 +508,26 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     def hardware_map(req: MapRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
         return _plain(selection_map(req.model_families, req.batch_sizes, hardware, req.modes, req.precision,
-                                    predictor=pred))
+                                    device=req.device, backend=req.backend, predictor=pred))
 
     @app.post("/performance/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware", req.hardware) or pred.config.hardware_names
         info = _model(req.model_name, req.model_family, req.sequence_length)
         preds = pred.predict(info, hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
-                             backend=req.backend)
+                             backend=req.backend, device=req.device)
+        backends = {p.backend for p in preds.values()}
         return _plain({"model_name": info.name, "model_family": info.family, "batch_size": req.batch_size,
                        "sequence_length": info.sequence_length, "mode": req.mode, "precision": req.precision,
-                       "backend": req.backend, "predictions": {hw: p.to_dict() for hw, p in preds.items()}})
+                       "backend": backends.pop() if len(backends) == 1 else None,
+                       "devices": {hw: p.device for hw, p in preds.items()},
+                       "predictions": {hw: p.to_dict() for hw, p in preds.items()}})
 
     @app.post("/performance/matrix", response_model=MatrixResponse)
     def matrix(req: MatrixRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
         return _plain(prediction_matrix(req.models, hardware, req.batch_sizes, req.precisions, req.mode, req.backend,
-                                        predictor=pred))
+                                        device=req.device, predictor=pred))
 
     @app.post("/training/distributed", response_model=DistributedResponse)
     def distributed(req: DistributedRequest) -> dict[str, Any]:
@@ -499,7 +540,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     def analysis(req: AnalysisRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
         info = _model(req.model_name, req.model_family)
-        return _plain(analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision, predictor=pred))
+        return _plain(analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision,
+                                    device=req.device, backend=req.backend, predictor=pred))
 
     return app
 

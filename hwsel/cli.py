@@ -59,9 +59,10 @@ def _positive_float(text: str) -> float:
 
 def _store_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where data and models come from")
-    g.add_argument("--source", default=None,
-                   help="benchmark data: MLflow tracking URI, .duckdb or .parquet file "
-                        "(default: $MLFLOW_TRACKING_URI or mlruns/ here, if present)")
+    g.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
+                   help="benchmark data: MLflow tracking URI, .duckdb, .parquet or .jsonl records file; "
+                        "several (repeated or listed) are read as one (default: $MLFLOW_TRACKING_URI or "
+                        "mlruns/ here, if present)")
     g.add_argument("--tracking-uri", default=None,
                    help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/mlflow.db)")
@@ -79,10 +80,44 @@ def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
                    help="tokens per item, for text models (default: the zoo model's)")
     p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)} (default fp32)")
     p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
-    p.add_argument("--backend", default=None, help="runtime to predict for (torch, onnxruntime, openvino); "
-                                                   "default: the fastest measured, torch for estimates")
+    _backend_option(p)
     p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
+    _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _backend_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None,
+                   help="runtime the question is about (torch, torch-compile, onnxruntime, openvino, ...); "
+                        "default: eager torch (openvino on the openvino target, qai_hub on qnn); answers "
+                        "never come from another backend's measurements")
+
+
+def _device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", action="append", default=None, metavar="[HW=]DEVICE",
+                   help="the device asked about: a device name ('NVIDIA H100 80GB HBM3') or a spec name (h100, "
+                        "a100, l4, ...) for the one --hardware target, or HW=DEVICE per target (repeatable); "
+                        "default: the device detected here, else the one most benchmark records of that "
+                        "hardware hold")
+
+
+def _devices(args: argparse.Namespace) -> str | dict[str, str] | None:
+    """--device values as one device name or hardware -> device (the API's `device`)."""
+    values = getattr(args, "device", None)
+    if not values:
+        return None
+    named: dict[str, str] = {}
+    plain: list[str] = []
+    for value in values:
+        hw, sep, name = value.partition("=")
+        if sep and hw.strip() in HARDWARE:
+            named[hw.strip()] = name
+        else:
+            plain.append(value)
+    if plain and (named or len(plain) > 1):
+        raise UsageError(f"--device {plain[0]!r} names no hardware; with several devices write each as HW=DEVICE, "
+                         f"e.g. --device cuda={plain[0]!r}")
+    return plain[0] if plain else named
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -99,8 +134,10 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Train Optuna-tuned scikit-learn predictors on the benchmark runs, "
                                    "register them in the MLflow Model Registry and move @champion when "
                                    "a new version wins.")
-    p.add_argument("--source", default=None, help="benchmark data: MLflow URI, .duckdb or .parquet "
-                                                  "(default: the tracking store)")
+    p.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
+                   help="benchmark data: MLflow URI, .duckdb, .parquet or .jsonl records file (e.g. a GPU host's "
+                        "spool); repeat or list several to train on their union, e.g. --source "
+                        "benchmarks/data/cpu_runs.parquet gpu_records.jsonl (default: the tracking store)")
     p.add_argument("--tracking-uri", default=None, help="MLflow store for the training run and the registry")
     p.add_argument("--trials", type=_positive_int, default=30, help="Optuna trials per target (default 30)")
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
@@ -132,6 +169,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
     p.add_argument("--modes", nargs="+", default=list(MODES))
     p.add_argument("--precision", default="fp32")
+    _backend_option(p)
+    _device_option(p)
     p.add_argument("--json", action="store_true", help="print the map as JSON as well")
     _store_options(p)
 
@@ -143,7 +182,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
     p.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
     p.add_argument("--mode", default="inference")
-    p.add_argument("--backend", default=None)
+    _backend_option(p)
+    _device_option(p)
     p.add_argument("--json", action="store_true", help="print the matrix as JSON as well")
     _store_options(p)
 
@@ -167,6 +207,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--hardware", nargs="+", default=None)
     p.add_argument("--modes", nargs="+", default=list(MODES))
     p.add_argument("--precision", default="fp32")
+    _backend_option(p)
+    _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     _store_options(p)
 
@@ -221,11 +263,14 @@ def cmd_train(args: argparse.Namespace) -> int:
     result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
                    experiment=args.experiment, progress=not args.no_progress)
     store = redact_uri(result.tracking_uri)  # shown, never with its password
-    data = {"run_id": result.run_id, "tracking_uri": store, "rows": result.n_rows,
+    sources = [redact_uri(str(s)) for s in args.source] if args.source else [store]
+    data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "rows": result.n_rows,
+            "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
-    lines = [f"trained on {result.n_rows} rows (run {result.run_id}, store {store})"]
+    lines = [f"trained on {result.n_rows} rows from {', '.join(sources)} (run {result.run_id}, store {store})",
+             "  rows per device: " + ", ".join(f"{k} {v}" for k, v in result.rows_by_device.items())]
     for t, r in result.targets.items():
         state = "now @champion" if r.alias_moved else "champion unchanged"
         lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g}, {state} ({r.reason})")
@@ -233,10 +278,12 @@ def cmd_train(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _fmt_pred(hw: str, p: Any) -> str:
+def _fmt_pred(hw: str, p: Any, mark: str = "") -> str:
+    """Two lines: the numbers and where they came from (and `mark`), then device and backend."""
     lo, hi = p.interval
     return (f"  {hw:<9} {p.latency_ms:>10.4g} ms  [{lo:.4g}, {hi:.4g}]  {p.throughput:>10.4g} items/s  "
-            f"{p.memory_mb:>9.4g} MiB  {p.source}" + (f" ({p.detail})" if p.detail else ""))
+            f"{p.memory_mb:>9.4g} MiB  {p.source}" + (f" ({p.detail})" if p.detail else "") + mark
+            + f"\n  {'':<9} device: {p.device_text()}; backend: {p.backend}")
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -246,10 +293,12 @@ def cmd_select(args: argparse.Namespace) -> int:
     model = _model(args)
     if args.task:
         rec = select_hardware_for_task(args.task, model, batch_size=args.batch_size, precision=args.precision,
-                                       available_hardware=args.hardware, backend=args.backend, predictor=predictor)
+                                       available_hardware=args.hardware, backend=args.backend, device=_devices(args),
+                                       predictor=predictor)
     else:
         rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
-                              available_hardware=args.hardware, backend=args.backend, predictor=predictor)
+                              available_hardware=args.hardware, backend=args.backend, device=_devices(args),
+                              predictor=predictor)
     lines = [f"{rec.model_name} ({rec.model_family}, {rec.model_size / 1e6:.4g}M params), batch {rec.batch_size}, "
              f"{rec.precision}, {rec.mode}",
              f"primary:   {rec.primary_recommendation or 'none compatible'}",
@@ -257,7 +306,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     for hw, s in rec.all_scores.items():
         if s.prediction is not None:
             mark = f"score {s.score:.3f}" if s.compatible else f"incompatible: {s.reason}"
-            lines.append(_fmt_pred(hw, s.prediction) + f"  {mark}")
+            lines.append(_fmt_pred(hw, s.prediction, f"  {mark}"))
     lines.append(rec.explanation)
     _emit(rec.to_dict(), "\n".join(lines), args.json)
     return EXIT_OK
@@ -269,27 +318,39 @@ def cmd_predict(args: argparse.Namespace) -> int:
     predictor = _predictor(args)
     model = _model(args)
     preds = predict_performance(model, args.hardware, batch_size=args.batch_size, precision=args.precision,
-                                mode=args.mode, backend=args.backend, predictor=predictor)
+                                mode=args.mode, backend=args.backend, device=_devices(args), predictor=predictor)
+    backends = {p.backend for p in preds.values()}
+    backend = backends.pop() if len(backends) == 1 else None
     data = {"model_name": model.name, "model_family": model.family, "batch_size": args.batch_size,
             "precision": args.precision, "mode": args.mode, "sequence_length": model.sequence_length,
+            "backend": backend, "devices": {hw: p.device for hw, p in preds.items()},
             "predictions": {hw: p.to_dict() for hw, p in preds.items()}}
-    lines = [f"{model.name}, batch {args.batch_size}, {args.precision}, {args.mode}:"]
+    lines = [f"{model.name}, batch {args.batch_size}, {args.precision}, {args.mode}"
+             + (f", backend {backend}:" if backend else ":")]
     lines += [_fmt_pred(hw, p) for hw, p in preds.items()]
     _emit(data, "\n".join(lines), args.json)
     return EXIT_OK
+
+
+def _devices_text(devices: dict[str, Any]) -> str:
+    from .predict import describe_device
+
+    return "\n".join(f"  {hw:<9} device: {describe_device(hw, d['device'], d['device_source'], d['device_spec'])}; "
+                     f"backend: {d['backend']}" for hw, d in devices.items())
 
 
 def cmd_map(args: argparse.Namespace) -> int:
     from .select import selection_map
 
     data = selection_map(args.families, args.batch_sizes, args.hardware, args.modes, args.precision,
-                         predictor=_predictor(args))
+                         device=_devices(args), backend=args.backend, predictor=_predictor(args))
     where = _write(data, args.output)
     if args.json and args.output != "-":
         print(_json(data))
     elif args.output != "-":
         print(f"selection map for {len(data['model_families'])} families x {len(data['batch_sizes'])} batch sizes "
               f"x {len(data['modes'])} modes written to {where}")
+        print(_devices_text(data["devices"]))
     return EXIT_OK
 
 
@@ -297,13 +358,14 @@ def cmd_matrix(args: argparse.Namespace) -> int:
     from .predict import prediction_matrix
 
     data = prediction_matrix(args.models, args.hardware, args.batch_sizes, args.precisions, args.mode, args.backend,
-                             predictor=_predictor(args))
+                             device=_devices(args), predictor=_predictor(args))
     where = _write(data, args.output)
     if args.json and args.output != "-":
         print(_json(data))
     elif args.output != "-":
         sources = ", ".join(f"{k} {v}" for k, v in data["sources"].items())
         print(f"{data['configurations']} predictions ({sources}) written to {where}")
+        print(_devices_text(data["devices"]))
     return EXIT_OK
 
 
@@ -331,8 +393,8 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     from .select import analyze_model
 
     data = analyze_model(_model(args), args.batch_sizes, args.hardware, args.modes, args.precision,
-                         predictor=_predictor(args))
-    lines = [f"{data['model_name']} ({data['model_family']})"]
+                         device=_devices(args), backend=args.backend, predictor=_predictor(args))
+    lines = [f"{data['model_name']} ({data['model_family']})", _devices_text(data["devices"])]
     for mode in args.modes:
         for b, rec in data[mode]["recommendations"].items():
             lines.append(f"  {mode:<9} batch {b:>4}: {rec['primary']} (fallbacks {', '.join(rec['fallbacks']) or '-'};"

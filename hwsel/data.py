@@ -6,7 +6,11 @@
   the child runs of experiment ``hwbench`` (one per case, tag ``hwbench.record_id``), params cast
   back from strings (``none`` is None) with the record schema's types, metrics as logged;
 - a DuckDB file (``*.duckdb``): the ``results`` table;
-- a Parquet snapshot (``*.parquet``): what `snapshot` wrote, or any frame with record fields.
+- a Parquet snapshot (``*.parquet``): what `snapshot` wrote, or any frame with record fields;
+- a JSON-lines records file (``*.jsonl``, e.g. GPU evidence spool files) or a spool directory,
+  read by `pytest_hwbench.sinks.read_records`.
+
+Several sources (e.g. the committed CPU snapshot and a GPU host's spool) load as their union.
 
 `training_table` adds the targets (latency, throughput derived from it, memory) and drops rows
 that cannot teach anything. `snapshot` writes that table to Parquet with a content digest, so a
@@ -16,11 +20,10 @@ registered model can say exactly what it learned from.
 from __future__ import annotations
 
 import hashlib
-import math
 import os
 import typing
+from collections.abc import Sequence
 from pathlib import Path
-from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -29,9 +32,6 @@ from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord
 from pytest_hwbench.sinks import redact_uri
 
 DEFAULT_EXPERIMENT = "hwbench"
-RECORD_TAG = "hwbench.record_id"
-PARENT_TAG = "mlflow.parentRunId"
-NONE_TEXT = "none"
 
 #: Identity and context columns kept next to params and metrics.
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error")
@@ -54,24 +54,6 @@ def _field_types() -> dict[str, str]:
 
 
 FIELD_TYPES: dict[str, str] = _field_types()
-
-
-def _cast(name: str, text: Any) -> Any:
-    """A param value logged as text, back in the record schema's type (None for ``none``)."""
-    if text is None:
-        return None
-    kind = FIELD_TYPES.get(name, "str")
-    if kind == "str":
-        return str(text)
-    if str(text).strip().lower() in (NONE_TEXT, "", "nan"):
-        return None
-    try:
-        value = float(text)
-    except ValueError:
-        return None
-    if kind == "int":
-        return int(value) if math.isfinite(value) else None
-    return value
 
 
 def default_source() -> str:
@@ -103,58 +85,70 @@ def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
 
 
 def _from_mlflow(uri: str, experiment: str) -> pd.DataFrame:
-    from mlflow.tracking import MlflowClient
+    """The records of an MLflow experiment, read through the MLflow sink's reader."""
+    from hwsel._quiet import quiet_mlflow
+    from pytest_hwbench.sinks import read_records, records_frame
 
-    client = MlflowClient(tracking_uri=uri)
-    exp = client.get_experiment_by_name(experiment)
-    if exp is None:
-        raise LookupError(
-            f"MLflow store {redact_uri(str(uri))} has no experiment {experiment!r}; run the bench suite first "
-            "(pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
-        )
-    rows: list[dict[str, Any]] = []
-    token: str | None = None
-    while True:
-        page = client.search_runs([exp.experiment_id], "", max_results=1000, page_token=token)
-        for run in page:
-            tags = run.data.tags
-            if RECORD_TAG not in tags:  # a session (parent) run or something else
-                continue
-            row: dict[str, Any] = {name: _cast(name, run.data.params.get(name)) for name in PARAM_FIELDS}
-            row.update({name: run.data.metrics.get(name) for name in METRIC_FIELDS})
-            status = tags.get("hwbench.status")
-            if status is None:
-                status = "passed" if run.info.status == "FINISHED" else "failed"
-            row.update(
-                record_id=tags[RECORD_TAG],
-                session_id=tags.get("hwbench.session_id"),
-                case_id=tags.get("hwbench.case_id"),
-                status=status,
-                host=tags.get("hwbench.host"),
-                created_at=tags.get("hwbench.created_at") or pd.Timestamp(run.info.start_time, unit="ms",
-                                                                          tz="UTC").isoformat(),
-                error=tags.get("hwbench.error"),
-                run_id=run.info.run_id,
-                run_status=run.info.status,
-            )
-            rows.append(row)
-        token = page.token
-        if not token:
-            break
-    return pd.DataFrame(rows)
+    with quiet_mlflow():
+        records = read_records(uri, experiment=experiment)
+        if not records:
+            from mlflow.tracking import MlflowClient
+
+            if MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment) is None:
+                raise LookupError(
+                    f"MLflow store {redact_uri(str(uri))} has no experiment {experiment!r}; run the bench suite "
+                    "first (pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
+                )
+    return records_frame(records)
+
+
+Source = str | os.PathLike[str]
+
+
+def source_list(source: Source | Sequence[Source] | None) -> list[Source] | None:
+    """`source` as a list of sources (None stays None; a single one becomes a list of one)."""
+    if source is None:
+        return None
+    if isinstance(source, str | os.PathLike):
+        return [source]
+    sources = list(source)
+    if not sources:
+        raise ValueError("no benchmark data source given; name a store, a .duckdb, .parquet or .jsonl file")
+    return sources
+
+
+def describe_sources(source: Source | Sequence[Source] | None) -> str:
+    """The sources as one line for messages and params, passwords redacted."""
+    sources = source_list(source)
+    return "the default store" if sources is None else ", ".join(redact_uri(os.fspath(s)) for s in sources)
+
+
+def _load_one(text: str, experiment: str) -> pd.DataFrame:
+    """One source as a frame: a Parquet snapshot here, everything else through the sinks' reader."""
+    from pytest_hwbench.sinks import read_records, records_frame, source_kind
+
+    if text.lower().endswith(".parquet"):
+        path = Path(text)
+        if not path.exists():
+            raise FileNotFoundError(f"Parquet snapshot {path} does not exist")
+        return pd.read_parquet(path)
+    if source_kind(text) == "mlflow":
+        return _from_mlflow(text, experiment)
+    return records_frame(read_records(text))
 
 
 def load_runs(
-    source: str | os.PathLike[str] | None = None,
+    source: Source | Sequence[Source] | None = None,
     *,
     experiment: str = DEFAULT_EXPERIMENT,
     passed_only: bool = True,
 ) -> pd.DataFrame:
-    """Benchmark records as a frame with `RUN_COLUMNS` (and ``run_id`` for MLflow sources).
+    """Benchmark records as a frame with `RUN_COLUMNS`.
 
     Args:
-        source: MLflow tracking URI, a ``.duckdb`` file or a ``.parquet`` snapshot; None means
-            `default_source()`.
+        source: MLflow tracking URI, a ``.duckdb`` file, a ``.parquet`` snapshot, a ``.jsonl``
+            records file or a spool directory, or a list of those (their union; a record held by
+            two sources counts once, the later source's copy); None means `default_source()`.
         experiment: MLflow experiment holding the records.
         passed_only: keep passed cases with a positive latency only.
 
@@ -162,23 +156,10 @@ def load_runs(
         FileNotFoundError: a file source that does not exist.
         LookupError: an MLflow store without the experiment.
     """
-    text = str(source) if source is not None else default_source()
-    lower = text.lower()
-    if lower.endswith((".duckdb", ".db")) and not lower.startswith(("sqlite:", "http")):
-        path = Path(text)
-        if not path.exists():
-            raise FileNotFoundError(f"DuckDB file {path} does not exist")
-        from pytest_hwbench.sinks.duckdb_sink import load_results
-
-        frame = load_results(path)
-    elif lower.endswith(".parquet"):
-        path = Path(text)
-        if not path.exists():
-            raise FileNotFoundError(f"Parquet snapshot {path} does not exist")
-        frame = pd.read_parquet(path)
-    else:
-        frame = _from_mlflow(text, experiment)
-    frame = _normalize(frame)
+    sources = source_list(source) or [default_source()]
+    frames = [_normalize(_load_one(os.fspath(s), experiment)) for s in sources]
+    frames = [f for f in frames if len(f)] or frames[:1]
+    frame = frames[0] if len(frames) == 1 else _normalize(pd.concat(frames, ignore_index=True))
     if len(frame) and frame["record_id"].notna().any():
         frame = frame.drop_duplicates("record_id", keep="last")
     if passed_only:
@@ -269,8 +250,10 @@ __all__ = [
     "RUN_COLUMNS",
     "TARGET_COLUMNS",
     "default_source",
+    "describe_sources",
     "frame_digest",
     "load_runs",
     "snapshot",
+    "source_list",
     "training_table",
 ]

@@ -1,7 +1,7 @@
 """Performance prediction with a layered fallback; every answer says where it came from.
 
-For one case (model, hardware, precision, batch size, mode, backend) a `Predictor` answers from
-the first layer that can:
+For one case (model, hardware kind and device, precision, batch size, mode, backend) a `Predictor`
+answers from the first layer that can:
 
 1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`), indexed once
                   into a dict keyed by the case; the interval is the measured spread.
@@ -12,6 +12,16 @@ the first layer that can:
                   (`hwsel.features`' roofline) plus a launch overhead per forward.
 4. ``rules``      plain heuristics (a table of effective FLOP/s and overheads per hardware); no
                   data, no scikit-learn, no MLflow.
+
+The question names a device as well as a kind (``cuda`` + ``NVIDIA H100 80GB HBM3``, or a spec
+name from `hwsel.specs` such as ``h100``): the measured layer answers from that device's records
+(or records that name no device), the others from its spec. With none given, the device is the
+one detected here when this machine has that kind of hardware, else the one most benchmark
+records of that kind hold (loaded data and the champion's training snapshot), else none (the
+kind's generic spec); every answer says which device it used and why (`Prediction.device`,
+`Prediction.device_source`). The backend is part of the question too: eager ``torch`` unless
+one is asked for (``openvino`` on the openvino target, ``qai_hub`` on qnn); the measured layer
+never answers with another backend's numbers.
 
 Loading is the only step that touches MLflow or DuckDB. After it, predictions are dict lookups
 or in-memory arithmetic; many rows of one layer go to one vectorised call
@@ -60,7 +70,9 @@ class Prediction:
     """Predicted (or measured) performance of one case on one hardware target.
 
     `interval` is a (low, high) range for the latency in milliseconds: the measured spread, the
-    registered model's prediction interval, or a fixed factor around an estimate.
+    registered model's prediction interval, or a fixed factor around an estimate. `device` is the
+    device the answer is for (None: none known, the kind's generic spec), `device_source` why that
+    one (see `DEVICE_SOURCES`) and `device_spec` the `hwsel.specs` entry its numbers came from.
     """
 
     hardware: str
@@ -74,6 +86,13 @@ class Prediction:
     batch_size: int = 1
     mode: str = "inference"
     detail: str = ""
+    device: str | None = None
+    device_source: str = ""
+    device_spec: str = ""
+
+    def device_text(self) -> str:
+        """The device and why it was chosen, in words (for CLI lines and explanations)."""
+        return describe_device(self.hardware, self.device, self.device_source, self.device_spec)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; also carries the predecessor's names (latency, memory_usage)."""
@@ -89,6 +108,9 @@ class Prediction:
             "batch_size": self.batch_size,
             "mode": self.mode,
             "detail": self.detail,
+            "device": self.device,
+            "device_source": self.device_source,
+            "device_spec": self.device_spec,
             "latency": self.latency_ms,
             "memory_usage": self.memory_mb,
         }
@@ -96,7 +118,12 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Query:
-    """One case to predict."""
+    """One case to predict.
+
+    `backend` None means the hardware's default (`default_backend`); `device_name` None means
+    the predictor's default device for the hardware (`Predictor.default_device`). `Predictor`
+    fills both in (`Predictor.resolve`) and sets `device_source`.
+    """
 
     model: Any  # hwsel.features.ModelInfo
     hardware: str
@@ -105,6 +132,68 @@ class Query:
     mode: str = "inference"
     backend: str | None = None
     device_name: str | None = None
+    device_source: str = ""
+
+
+#: Why an answer is for its device: named in the question, found on this machine, the one most
+#: benchmark records of the kind hold, or none at all (the kind's generic spec).
+DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
+    "asked": "asked for",
+    "detected": "default: detected here",
+    "records": "default: most benchmark records of {hardware}",
+    "none": "no device given, none detected or recorded: generic {hardware} spec",
+})
+
+#: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
+DEFAULT_BACKEND = "torch"
+_HARDWARE_BACKENDS: Mapping[str, str] = MappingProxyType({"openvino": "openvino", "qnn": "qai_hub"})
+
+
+def default_backend(hardware: str) -> str:
+    """The backend a question about `hardware` means when it names none (eager ``torch`` mostly)."""
+    return _HARDWARE_BACKENDS.get(hardware, DEFAULT_BACKEND)
+
+
+def describe_device(hardware: str, device: str | None, source: str, spec: str = "") -> str:
+    """``NVIDIA H100 80GB HBM3 (default: most benchmark records of cuda)``, or the generic spec."""
+    why = DEVICE_SOURCES.get(source, source).format(hardware=hardware)
+    if device is None:
+        return why
+    return f"{device} ({why})" if not spec or spec.lower() == device.lower() else f"{device} ({why}; spec {spec})"
+
+
+def check_device(device: Any, name: str = "device") -> str:
+    """A device name or spec name: a non-empty line of at most 200 characters."""
+    if not isinstance(device, str) or not device.strip() or len(device) > 200 or not device.isprintable():
+        raise ValueError(f"{name} must be a device name such as 'NVIDIA H100 80GB HBM3' or a spec name such as "
+                         f"'h100' (hwsel.specs), got {device!r}")
+    return " ".join(device.split())
+
+
+def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) -> dict[str, str]:
+    """hardware -> asked device, from one device name (one hardware target) or a mapping.
+
+    Raises ValueError naming the fix: one name for several targets is ambiguous, and a mapping
+    may only name targets that are asked about.
+    """
+    if device is None:
+        return {}
+    if isinstance(device, Mapping):
+        out = {}
+        for hw, name in device.items():
+            if hw not in hardware:
+                raise ValueError(f"device given for {hw!r}, which is not among the hardware asked about "
+                                 f"({', '.join(hardware)}); name one of those")
+            out[str(hw)] = check_device(name, f"device for {hw}")
+        return out
+    name = check_device(device)
+    if len(hardware) != 1:
+        from .specs import CPU_TARGETS
+
+        hw = next((h for h in hardware if h not in CPU_TARGETS), hardware[0])  # device names mostly name accelerators
+        raise ValueError(f"one device ({name!r}) for several hardware targets ({', '.join(hardware)}); give one "
+                         f"per target, e.g. {{'{hw}': {name!r}}} (CLI: --device {hw}={name!r})")
+    return {hardware[0]: name}
 
 
 # --- optional layers, imported lazily ------------------------------------------------------------
@@ -344,6 +433,7 @@ class Measured:
     high: float
     backend: str
     runs: int
+    device: str | None = None
 
 
 def _finite(v: Any) -> float | None:
@@ -359,50 +449,66 @@ _BACKEND_AS_HARDWARE = ("openvino",)
 
 
 class MeasuredIndex:
-    """Benchmark rows indexed by the exact case: (model, hardware, precision, batch, mode) -> backend -> Measured."""
+    """Benchmark rows indexed by the exact case:
+    (model, hardware, precision, batch, mode) -> backend -> device key -> Measured.
+
+    Device keys are `hwsel.specs.device_key` ("" for records that name no device). `devices`
+    counts the records of each hardware kind per device name.
+    """
 
     def __init__(self, runs: Any = None) -> None:
-        self._index: dict[tuple[str, str, str, int, str], dict[str, Measured]] = {}
+        self._index: dict[tuple[str, str, str, int, str], dict[str, dict[str, Measured]]] = {}
         self.rows = 0
         self.hardware: frozenset[str] = frozenset()
         self.backends: frozenset[str] = frozenset()
+        self.devices: dict[str, dict[str, int]] = {}
         if runs is not None and len(runs):
             self._build(runs)
 
     def _build(self, runs: Any) -> None:
         import pandas as pd
 
+        from .specs import device_key
+
         df = pd.DataFrame(runs).copy()
         need = ("model", "hardware", "precision", "batch_size", "latency_ms_median")
         missing = [c for c in need if c not in df.columns]
         if missing:
             raise ValueError(f"benchmark data lacks column {missing[0]!r}; got {', '.join(map(str, df.columns))}")
-        for col, default in (("backend", "torch"), ("mode", "inference")):
+        for col, default in (("backend", DEFAULT_BACKEND), ("mode", "inference"), ("device_name", None)):
             if col not in df.columns:
                 df[col] = default
         if "status" in df.columns:
             df = df[df["status"].fillna("passed") == "passed"]
         df = df[pd.to_numeric(df["latency_ms_median"], errors="coerce") > 0]
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        devices: dict[str, dict[str, int]] = {}
         for row in df.to_dict("records"):
             try:
                 key = (str(row["model"]), str(row["hardware"]), str(row["precision"]), int(row["batch_size"]),
                        str(row["mode"]), str(row["backend"]))
             except (TypeError, ValueError):
                 continue
-            groups.setdefault(key, []).append(row)
-            if key[5] in _BACKEND_AS_HARDWARE and key[1] != key[5]:
-                groups.setdefault((key[0], key[5], *key[2:]), []).append(row)
+            raw = row.get("device_name")
+            name = " ".join(raw.split()) if isinstance(raw, str) else ""
+            for hw in (key[1], key[5]) if key[5] in _BACKEND_AS_HARDWARE and key[1] != key[5] else (key[1],):
+                dkey = device_key(hw, name)
+                groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
+                if dkey:
+                    per = devices.setdefault(hw, {})
+                    per[name] = per.get(name, 0) + 1
         hardware, backends = set(), set()
-        for (model, hw, prec, batch, mode, backend), rows in groups.items():
-            self._index.setdefault((model, hw, prec, batch, mode), {})[backend] = self._summarise(rows, batch, backend)
+        for (model, hw, prec, batch, mode, backend, dkey), rows in groups.items():
+            per_backend = self._index.setdefault((model, hw, prec, batch, mode), {}).setdefault(backend, {})
+            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None)
             hardware.add(hw)
             backends.add(backend)
         self.rows = len(df)
-        self.hardware, self.backends = frozenset(hardware), frozenset(backends)
+        self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
 
     @staticmethod
-    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str) -> Measured:
+    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None) -> Measured:
+        import collections
         import statistics
 
         lat = [v for r in rows if (v := _finite(r.get("latency_ms_median")))]
@@ -424,20 +530,26 @@ class MeasuredIndex:
             high=max(highs + [median]),
             backend=backend,
             runs=len(rows),
+            device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
+            if hardware is not None else None,
         )
 
     def __len__(self) -> int:
         return len(self._index)
 
     def lookup(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
-               backend: str | None = None) -> Measured | None:
-        """The exact case; with no backend named, the fastest backend measured."""
+               backend: str | None = None, device: str | None = None) -> Measured | None:
+        """The exact case on `backend` (None: `default_backend(hardware)`; never another backend)
+        and `device`: its records, else records that name no device; None when neither exists.
+        Records of another named device never answer."""
+        from .specs import device_key
+
         found = self._index.get((model, hardware, precision, batch_size, mode))
-        if not found:
+        per_device = found.get(backend or default_backend(hardware)) if found else None
+        if not per_device:
             return None
-        if backend is not None:
-            return found.get(backend)
-        return min(found.values(), key=lambda m: m.latency_ms)
+        key = device_key(hardware, device)
+        return per_device.get(key) if key in per_device else per_device.get("")
 
     def cases(self) -> list[tuple[str, str, str, int, str]]:
         """Every indexed case key."""
@@ -504,13 +616,18 @@ class Predictor:
     """Answers performance queries from the first layer that can (see the module docstring).
 
     Build with `Predictor.load(...)` (reads data and champions once) or directly from a runs
-    DataFrame and champion objects. `layers` limits which layers may answer.
+    DataFrame and champion objects. `layers` limits which layers may answer;
+    `training_devices` (hardware -> device name -> rows) adds devices the champion was trained on
+    to those of `runs` when choosing a default device, and `detect` False leaves this machine's
+    hardware out of that choice (see `default_device`).
     """
 
     def __init__(self, *, runs: Any = None, champions: Mapping[str, Any] | None = None,
                  config: SelectionConfig | str | os.PathLike[str] | None = None,
                  layers: Iterable[str] = SOURCES, notes: Mapping[str, str] | None = None,
-                 champion_domain: Iterable[tuple[str, str, str, str]] | None = None) -> None:
+                 champion_domain: Iterable[tuple[str, str, str, str]] | None = None,
+                 training_devices: Mapping[str, Mapping[str, int]] | None = None,
+                 detect: bool = True) -> None:
         self.config = load_config(config)
         self.layers = tuple(layers)
         bad = [s for s in self.layers if s not in SOURCES]
@@ -526,9 +643,20 @@ class Predictor:
         # `Predictor.load`), else from the loaded benchmark data; with neither it is open.
         domain = None if champion_domain is None else frozenset(champion_domain)
         if self.champions and domain is None and self.index.rows:
+            # an openvino record also indexed as hardware "openvino" was trained on as its own hardware (cpu)
             domain = frozenset((hw, be, prec, mode) for (_, hw, prec, _, mode), per in self.index._index.items()
-                               for be in per)
+                               for be in per if not (hw in _BACKEND_AS_HARDWARE and hw == be))
         self._domain: frozenset[tuple[str, str, str, str]] | None = domain
+        # hardware -> device name -> records: the loaded data's and the champion's training rows
+        counts: dict[str, dict[str, int]] = {}
+        for source in (self.index.devices, training_devices or {}):
+            for hw, per in source.items():
+                for name, n in per.items():
+                    counts.setdefault(hw, {})[name] = counts.setdefault(hw, {}).get(name, 0) + int(n)
+        self.record_devices: dict[str, dict[str, int]] = counts
+        self.detect = detect
+        self._defaults: dict[str, tuple[str | None, str]] = {}
+        self._device_answers: dict[tuple[str, str | None, str], dict[str, Any]] = {}
         self.status: dict[str, LayerStatus] = {
             "measured": LayerStatus(bool(len(self.index)),
                                     "" if len(self.index) else notes.get("measured") or "no usable benchmark rows",
@@ -557,11 +685,13 @@ class Predictor:
     @classmethod
     def load(cls, source: str | os.PathLike[str] | None = None, *, tracking_uri: str | None = None,
              config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
-             experiment: str = "hwbench") -> Predictor:
+             experiment: str = "hwbench", detect: bool = True) -> Predictor:
         """Read the benchmark data and the registered champions once; failures turn a layer off.
 
-        `source` is an MLflow tracking URI, a ``.duckdb`` or a ``.parquet`` file. With neither a
-        source nor a default store here (``mlruns/``), the data layer is off and says so.
+        `source` is an MLflow tracking URI, a ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a
+        list of those (their union). With neither a source nor a default store here (``mlruns/``),
+        the data layer is off and says so. `detect` False leaves this machine's hardware out of
+        the default device (answers then depend on the records alone, wherever they run).
         """
         layers = tuple(layers)
         notes: dict[str, str] = {}
@@ -569,34 +699,79 @@ class Predictor:
         if "measured" in layers:
             runs, notes["measured"] = _load_runs(source, experiment)
         champions: dict[str, Any] = {}
-        domain = None
+        domain, devices = None, None
         if "registered" in layers:
             champions, notes["registered"] = _load_champions(tracking_uri)
             if "latency" in champions:
-                domain = champion_domain(champions["latency"], tracking_uri)
+                frame = _snapshot_frame(champions["latency"], tracking_uri)
+                domain, devices = _snapshot_domain(frame), _snapshot_devices(frame)
         return cls(runs=runs, champions=champions, config=config, layers=layers, notes=notes,
-                   champion_domain=domain)
+                   champion_domain=domain, training_devices=devices, detect=detect)
 
     def describe(self) -> dict[str, Any]:
         """Which layers answer, with row counts, champion versions and why a layer is off."""
         return {name: {"available": s.available, "note": s.note, **s.details} for name, s in self.status.items()}
 
+    # -- devices -------------------------------------------------------------------------------
+
+    def default_device(self, hardware: str) -> tuple[str | None, str]:
+        """(device name or None, why) for a question about `hardware` that names no device.
+
+        The device detected here when this machine has that kind of hardware
+        (`pytest_hwbench.detect_hardware`), else the device most benchmark records of that kind
+        hold (loaded data plus the champion's training snapshot), else None: the generic spec.
+        """
+        found = self._defaults.get(hardware)
+        if found is None:
+            found = self._defaults[hardware] = self._default_device(hardware)
+        return found
+
+    def _default_device(self, hardware: str) -> tuple[str | None, str]:
+        if self.detect:
+            name = _detected_device(hardware)
+            if name:
+                return name, "detected"
+        counts = self.record_devices.get(hardware)
+        if counts:
+            return max(sorted(counts), key=lambda n: counts[n]), "records"
+        return None, "none"
+
+    def resolve(self, q: Query) -> Query:
+        """`q` with its backend and device filled in (see `default_backend`, `default_device`)."""
+        if q.device_source and q.backend is not None:
+            return q
+        backend = q.backend if q.backend is not None else default_backend(q.hardware)
+        if q.device_source:
+            name, source = q.device_name, q.device_source
+        elif q.device_name:
+            name, source = check_device(q.device_name), "asked"
+        else:
+            name, source = self.default_device(q.hardware)
+        return dataclasses.replace(q, backend=backend, device_name=name, device_source=source)
+
     # -- prediction --------------------------------------------------------------------------
 
     def query(self, model: Any, hardware: str, *, batch_size: int = 1, precision: str = "fp32",
-              mode: str = "inference", backend: str | None = None) -> Query:
-        """A validated `Query` (raises ValueError/KeyError naming the bad value)."""
+              mode: str = "inference", backend: str | None = None, device: str | None = None) -> Query:
+        """A validated, resolved `Query` (raises ValueError/KeyError naming the bad value)."""
         info = model_info(model)
         hw = self.config.check_hardware([hardware])[0]
-        return Query(info, hw, check_precision(precision), check_batch_size(batch_size), check_mode(mode),
-                     _check_backend(backend))
+        return self.resolve(Query(info, hw, check_precision(precision), check_batch_size(batch_size),
+                                  check_mode(mode), _check_backend(backend),
+                                  None if device is None else check_device(device)))
 
     def predict(self, model: Any, hardware: str | Sequence[str], *, batch_size: int = 1, precision: str = "fp32",
-                mode: str = "inference", backend: str | None = None) -> dict[str, Prediction]:
-        """hardware -> `Prediction` for one model and case."""
+                mode: str = "inference", backend: str | None = None,
+                device: str | Mapping[str, str] | None = None) -> dict[str, Prediction]:
+        """hardware -> `Prediction` for one model and case.
+
+        `device`: one device name or spec name (with one hardware target), or hardware -> device;
+        targets without one get `default_device`. Each answer says which device it is for.
+        """
         names = self.config.check_hardware(hardware)
-        queries = [self.query(model, hw, batch_size=batch_size, precision=precision, mode=mode, backend=backend)
-                   for hw in names]
+        devices = device_map(names, device)
+        queries = [self.query(model, hw, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
+                              device=devices.get(hw)) for hw in names]
         return dict(zip(names, self.predict_many(queries), strict=True))
 
     def predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
@@ -610,6 +785,7 @@ class Predictor:
             return self._predict_many(queries)
 
     def _predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
+        queries = [self.resolve(q) for q in queries]
         out: list[Prediction | None] = [self._cache.get(q) for q in queries]
         todo = [i for i, p in enumerate(out) if p is None]
         if not todo:
@@ -636,6 +812,17 @@ class Predictor:
                              f"enable the rules layer (layers={self.layers})")
         return out  # type: ignore[return-value]
 
+    def _where(self, q: Query) -> dict[str, Any]:
+        """The device fields of every answer to `q` (`Prediction.device`, ...), made once per device."""
+        key = (q.hardware, q.device_name, q.device_source)
+        found = self._device_answers.get(key)
+        if found is None:
+            from .specs import spec_for
+
+            found = self._device_answers[key] = {"device": q.device_name, "device_source": q.device_source,
+                                                "device_spec": spec_for(q.hardware, q.device_name).name}
+        return found
+
     #: Batch sizes the registered models score for every case key they are asked about; batch
     #: sizes between them interpolate (log-log), larger ones are scored as asked.
     GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -653,17 +840,18 @@ class Predictor:
     def _layer_measured(self, queries: Sequence[Query]) -> list[Prediction | None]:
         out: list[Prediction | None] = []
         for q in queries:
-            m = self.index.lookup(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend)
+            m = self.index.lookup(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend,
+                                  q.device_name)
             if m is None:
                 out.append(None)
                 continue
             memory = m.memory_mb
-            detail = f"{m.runs} run(s), backend {m.backend}"
+            detail = f"{m.runs} run(s) on {m.device or 'a device the records do not name'}, backend {m.backend}"
             if memory is None:
                 memory = rules_estimate(q)[2]
                 detail += "; memory estimated by rules (not measured)"
             out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
-                                  m.backend, q.precision, q.batch_size, q.mode, detail))
+                                  m.backend, q.precision, q.batch_size, q.mode, detail, **self._where(q)))
         return out
 
     @staticmethod
@@ -673,7 +861,8 @@ class Predictor:
 
         from .features import feature_frame, query_row
 
-        rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or "torch", precision=q.precision,
+        rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware),
+                          precision=q.precision,
                           batch_size=q.batch_size, mode=q.mode, device_name=q.device_name) for q in queries]
         return feature_frame(pd.DataFrame(rows))
 
@@ -699,7 +888,7 @@ class Predictor:
         out: list[Prediction | None] = [None] * len(queries)
         dom = self._domain
         idx = [i for i, q in enumerate(queries)
-               if dom is None or (q.hardware, q.backend or "torch", q.precision, q.mode) in dom]
+               if dom is None or (q.hardware, q.backend or default_backend(q.hardware), q.precision, q.mode) in dom]
         if not idx:
             return out
         grid = self.GRID_BATCH_SIZES
@@ -746,7 +935,7 @@ class Predictor:
                 detail += "; interpolated between the model's grid batch sizes"
             out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
                                 (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
-                                q.batch_size, q.mode, f"champion model version {version}{detail}")
+                                q.batch_size, q.mode, f"champion model version {version}{detail}", **self._where(q))
         return out
 
     def _layer_roofline(self, queries: Sequence[Query]) -> list[Prediction | None]:
@@ -774,7 +963,7 @@ class Predictor:
             out.append(Prediction(q.hardware, latency, q.batch_size / latency * 1e3, memory, "roofline",
                                   (latency / f, latency * f), q.backend, q.precision, q.batch_size, q.mode,
                                   f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
-                                  f"+ {overhead:.3g} ms launch overhead"))
+                                  f"+ {overhead:.3g} ms launch overhead", **self._where(q)))
         return out
 
     def _layer_rules(self, queries: Sequence[Query]) -> list[Prediction | None]:
@@ -783,7 +972,7 @@ class Predictor:
         for q in queries:
             latency, throughput, memory = rules_estimate(q)
             out.append(Prediction(q.hardware, latency, throughput, memory, "rules", (latency / f, latency * f),
-                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate"))
+                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate", **self._where(q)))
         return out
 
 
@@ -820,7 +1009,7 @@ def _champion_summary(champion: Any) -> dict[str, Any]:
     return {"version": getattr(champion, "version", None), "run_id": getattr(champion, "run_id", None)}
 
 
-def _load_runs(source: str | os.PathLike[str] | None, experiment: str) -> tuple[Any, str]:
+def _load_runs(source: Any, experiment: str) -> tuple[Any, str]:
     data = _optional("data")
     if data is None:
         return None, "hwsel.data is not importable"
@@ -828,23 +1017,22 @@ def _load_runs(source: str | os.PathLike[str] | None, experiment: str) -> tuple[
         source = _default_store()
         if source is None:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
+    sources = [str(s) for s in data.source_list(source)]
+    where = ", ".join(sources)
     try:
-        runs = data.load_runs(str(source), experiment=experiment)
+        runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers
-        warnings.warn(f"benchmark data not loaded from {source or 'the default store'}: {exc}", HwselWarning,
-                      stacklevel=3)
+        warnings.warn(f"benchmark data not loaded from {where}: {exc}", HwselWarning, stacklevel=3)
         return None, f"benchmark data not loaded: {exc}"
     if runs is None or not len(runs):
-        return None, f"no passed benchmark runs in {source or 'the default store'}"
+        return None, f"no passed benchmark runs in {where}"
     return runs, ""
 
 
-def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset[tuple[str, str, str, str]] | None:
-    """(hardware, backend, precision, mode) combinations in a champion's training snapshot.
-
-    Read once at load from the Parquet artifact the version's ``hwsel.snapshot`` tag names;
-    None when it cannot be read (the caller then falls back to the loaded data).
-    """
+def _snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None:
+    """The (hardware, backend, precision, mode, device_name) columns of a champion's training
+    snapshot, read once at load from the Parquet artifact its ``hwsel.snapshot`` tag names; None
+    when it cannot be read."""
     uri = (getattr(champion, "tags", None) or {}).get("hwsel.snapshot")
     if not uri:
         return None
@@ -854,18 +1042,64 @@ def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset
         import mlflow.artifacts
         import pandas as pd
 
+        from ._quiet import quiet_mlflow
         from .data import default_source
 
-        with tempfile.TemporaryDirectory(prefix="hwsel-domain-") as tmp:
+        with tempfile.TemporaryDirectory(prefix="hwsel-domain-") as tmp, quiet_mlflow():
             local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp,
                                                         tracking_uri=tracking_uri or default_source())
-            cols = ["hardware", "backend", "precision", "mode"]
-            frame = pd.read_parquet(local, columns=cols)
+            frame = pd.read_parquet(local)
     except Exception as exc:  # the snapshot is a nicety: without it the data decides
-        log.debug("champion domain unknown: %s", exc)
+        log.debug("champion snapshot unreadable: %s", exc)
         return None
-    frame = frame.fillna({"backend": "torch", "mode": "inference"}).astype(str)
+    cols = [c for c in ("hardware", "backend", "precision", "mode", "device_name") if c in frame.columns]
+    return frame.loc[:, cols]
+
+
+def _snapshot_domain(frame: Any | None) -> frozenset[tuple[str, str, str, str]] | None:
+    if frame is None or not {"hardware", "precision"} <= set(frame.columns):
+        return None
+    frame = frame.reindex(columns=["hardware", "backend", "precision", "mode"])
+    frame = frame.fillna({"backend": DEFAULT_BACKEND, "mode": "inference"}).astype(str)
     return frozenset(map(tuple, frame.drop_duplicates().to_numpy().tolist()))
+
+
+def _snapshot_devices(frame: Any | None) -> dict[str, dict[str, int]]:
+    """hardware -> device name -> training rows, for the devices the snapshot names."""
+    from .specs import device_key
+
+    if frame is None or "device_name" not in frame.columns or "hardware" not in frame.columns:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for (hw, raw), n in frame.groupby(["hardware", "device_name"], dropna=True).size().items():
+        name = " ".join(str(raw).split())
+        if device_key(str(hw), name):
+            out.setdefault(str(hw), {})[name] = int(n)
+    return out
+
+
+def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset[tuple[str, str, str, str]] | None:
+    """(hardware, backend, precision, mode) combinations in a champion's training snapshot.
+
+    Read once at load from the Parquet artifact the version's ``hwsel.snapshot`` tag names;
+    None when it cannot be read (the caller then falls back to the loaded data).
+    """
+    return _snapshot_domain(_snapshot_frame(champion, tracking_uri))
+
+
+def _detected_device(hardware: str) -> str | None:
+    """The first device `pytest_hwbench.detect_hardware()` finds for `hardware`, if it is here."""
+    try:
+        from pytest_hwbench.hardware import detect_hardware
+
+        target = detect_hardware().targets.get(hardware)
+    except Exception as exc:  # detection is best effort: without it the records decide
+        log.debug("hardware detection failed: %s", exc)
+        return None
+    if target is None or not target.available or not target.devices:
+        return None
+    name = " ".join(str(target.devices[0].name).split())
+    return name or None
 
 
 def _load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
@@ -874,10 +1108,13 @@ def _load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
         return {}, "hwsel.registry is not importable"
     if _default_store(tracking_uri) is None:
         return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
+    from ._quiet import quiet_mlflow
+
     champions = {}
     for target in TARGETS:
         try:
-            champion = registry.load_champion(target, tracking_uri)
+            with quiet_mlflow():
+                champion = registry.load_champion(target, tracking_uri)
         except Exception as exc:  # an unreadable registry must not stop estimates from the other layers
             warnings.warn(f"registered {target} model not loaded: {type(exc).__name__}: {exc}", HwselWarning,
                           stacklevel=3)
@@ -902,7 +1139,9 @@ def get_predictor(source: str | os.PathLike[str] | None = None, *, tracking_uri:
     from .config import ENV_VAR
 
     cfg_key = config if config is None or isinstance(config, str | os.PathLike) else id(config)
-    key = (None if source is None else str(source), tracking_uri, cfg_key, tuple(layers), os.environ.get(ENV_VAR))
+    src_key = None if source is None else str(source) if isinstance(source, str | os.PathLike) \
+        else tuple(map(str, source))
+    key = (src_key, tracking_uri, cfg_key, tuple(layers), os.environ.get(ENV_VAR))
     predictor = _PREDICTORS.get(key)
     if predictor is None:
         predictor = _PREDICTORS[key] = Predictor.load(source, tracking_uri=tracking_uri, config=config,
@@ -923,16 +1162,21 @@ def _predictor(predictor: Predictor | None, source: Any, tracking_uri: str | Non
 
 def predict_performance(model: Any, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
                         precision: str = "fp32", mode: str = "inference", backend: str | None = None, *,
+                        device: str | Mapping[str, str] | None = None,
                         predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
                         tracking_uri: str | None = None,
                         config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Prediction]:
     """hardware -> `Prediction` (latency_ms, throughput, memory_mb, source, interval) for one case.
 
     `hardware` defaults to every configured target: prediction is for hardware you may not have.
+    `device` names the device (``"NVIDIA H100 80GB HBM3"`` or a spec name such as ``"h100"``) for
+    one target, or maps targets to devices; otherwise each target gets `Predictor.default_device`.
+    `backend` defaults to eager ``torch`` (`default_backend`). Each `Prediction` says which device
+    and backend it is for.
     """
     p = _predictor(predictor, source, tracking_uri, config)
     return p.predict(model, hardware if hardware is not None else p.config.hardware_names, batch_size=batch_size,
-                     precision=precision, mode=mode, backend=backend)
+                     precision=precision, mode=mode, backend=backend, device=device)
 
 
 #: The full-tier zoo models: the matrix's default rows.
@@ -942,14 +1186,16 @@ DEFAULT_MATRIX_MODELS: tuple[str, ...] = ("bert-base", "gpt2", "t5-small", "vit-
 
 def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[str] | None = None,
                       batch_sizes: Sequence[int] = (1, 8, 32), precisions: Sequence[str] = ("fp32", "fp16"),
-                      mode: str = "inference", backend: str | None = None, *, predictor: Predictor | None = None,
+                      mode: str = "inference", backend: str | None = None, *,
+                      device: str | Mapping[str, str] | None = None, predictor: Predictor | None = None,
                       source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
                       config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Predictions for every model x hardware x batch size x precision, in the predecessor's shape.
 
     ``models[name]["predictions"][hardware][str(batch)][precision]`` holds throughput,
-    latency_mean, memory_usage, source and interval. All rows are predicted in one
-    `predict_many` call, so each layer scores its rows in one batch.
+    latency_mean, memory_usage, source, interval and backend; ``devices[hardware]`` says which
+    device each target's answers are for and why (`device` as in `predict_performance`). All rows
+    are predicted in one `predict_many` call, so each layer scores its rows in one batch.
     """
     p = _predictor(predictor, source, tracking_uri, config)
     names = list(models) if models is not None else list(DEFAULT_MATRIX_MODELS)
@@ -961,7 +1207,11 @@ def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[st
     backend = _check_backend(backend)
     if not infos or not batches or not precs:
         raise ValueError("prediction_matrix needs at least one model, batch size and precision")
-    queries = [Query(info, hw, prec, b, mode, backend) for info in infos for hw in hws for b in batches for prec in precs]
+    devices = device_map(hws, device)
+    resolved = {hw: p.resolve(Query(infos[0], hw, precs[0], batches[0], mode, backend, devices.get(hw)))
+                for hw in hws}
+    queries = [Query(info, hw, prec, b, mode, r.backend, r.device_name, r.device_source)
+               for info in infos for hw, r in resolved.items() for b in batches for prec in precs]
     with _bulk(len(queries)):
         return _matrix(p, infos, hws, batches, precs, mode, queries)
 
@@ -989,9 +1239,16 @@ def _matrix(p: Predictor, infos: Sequence[Any], hws: Sequence[str], batches: Seq
             table[hw] = per_batch
         out[info.name] = {"name": info.name, "category": info.family, "param_count": int(info.param_count),
                           "predictions": table}
+    from .specs import spec_for
+
+    first = {q.hardware: q for q in reversed(queries)}
+    devices = {hw: {"device": q.device_name, "device_source": q.device_source,
+                    "device_spec": spec_for(hw, q.device_name).name, "backend": q.backend}
+               for hw, q in first.items()}
     return {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "mode": mode,
+        "devices": {hw: devices[hw] for hw in hws},
         "models": out,
         "hardware_platforms": list(hws),
         "batch_sizes": batches,
@@ -1002,7 +1259,9 @@ def _matrix(p: Predictor, infos: Sequence[Any], hws: Sequence[str], batches: Seq
 
 
 __all__ = [
+    "DEFAULT_BACKEND",
     "DEFAULT_MATRIX_MODELS",
+    "DEVICE_SOURCES",
     "MAX_BATCH_SIZE",
     "HwselWarning",
     "Measured",
@@ -1012,7 +1271,11 @@ __all__ = [
     "Predictor",
     "Query",
     "champion_domain",
+    "check_device",
     "clear_predictors",
+    "default_backend",
+    "describe_device",
+    "device_map",
     "get_predictor",
     "memory_breakdown",
     "model_info",

@@ -17,13 +17,10 @@ All calls go through an explicit `MlflowClient`; models are saved locally and up
 
 from __future__ import annotations
 
-import contextlib
 import functools
 import math
-import os
 import tempfile
 import warnings
-from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -31,6 +28,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hwsel._quiet import quiet_mlflow
 from pytest_hwbench.sinks import redact_uri
 
 TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
@@ -91,7 +89,7 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
     name = MODEL_NAMES[target]
     sample = X.head(50)
     signature = infer_signature(sample, np.asarray(model.predict(sample), dtype=float))
-    with tempfile.TemporaryDirectory(prefix="hwsel-model-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hwsel-model-") as tmp, quiet_mlflow():
         path = Path(tmp) / "model"
         mlflow.sklearn.save_model(
             model, str(path), serialization_format=SERIALIZATION, signature=signature,
@@ -120,28 +118,13 @@ def champion_version(client: Any, target: str) -> Any | None:
         return None
 
 
-@contextlib.contextmanager
-def _quiet_downloads() -> Iterator[None]:
-    """No tqdm bar per artifact download (MLflow reads the variable on every call); a value the
-    user set is left alone."""
-    key = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    added = key not in os.environ
-    if added:
-        os.environ[key] = "false"
-    try:
-        yield
-    finally:
-        if added:
-            os.environ.pop(key, None)
-
-
 @functools.lru_cache(maxsize=32)
 def _load_cached(tracking_uri: str, name: str, version: str, run_id: str, source: str) -> Any:
     import mlflow.sklearn
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=tracking_uri)
-    with tempfile.TemporaryDirectory(prefix="hwsel-load-") as tmp, _quiet_downloads():
+    with tempfile.TemporaryDirectory(prefix="hwsel-load-") as tmp, quiet_mlflow():
         target = next(t for t, n in MODEL_NAMES.items() if n == name)
         try:
             local = client.download_artifacts(run_id, f"{target}/model", tmp)
@@ -225,7 +208,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     try:
         from mlflow.tracking import MlflowClient
 
-        from pytest_hwbench.sinks.mlflow_sink import ping
+        from pytest_hwbench.sinks import ping
 
         if ping(uri, timeout=2.0) is not None:
             return None

@@ -4,7 +4,8 @@ A target is first checked for compatibility (family rating, precision support, t
 inference-only runtime, memory capacity); the compatible ones are scored with the mode's (or
 task's) weights from `hwsel.config`, each criterion relative to the best candidate, and the
 score is multiplied by the target's availability / cost preference. The result says where each
-prediction came from (measured, registered, roofline, rules) and why.
+prediction came from (measured, registered, roofline, rules) and why, and which device and
+backend each target's answer is for (``device=`` names them; see `hwsel.predict`).
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from typing import Any
 
 from .config import FAMILIES, MODES, RATINGS, SIZE_CATEGORIES, SelectionConfig, Weights, load_config
 from .predict import (
+    DEFAULT_BACKEND,
     Prediction,
     Predictor,
     Query,
@@ -29,6 +31,7 @@ from .predict import (
     check_batch_size,
     check_mode,
     check_precision,
+    device_map,
     model_info,
 )
 
@@ -109,6 +112,8 @@ class Recommendation:
     backend: str | None = None
     sequence_length: int | None = None
     weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
+    #: hardware -> {"device", "device_source", "device_spec", "backend"}: what each answer is for
+    devices: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict in the predecessor's shape (plus our extra fields)."""
@@ -132,6 +137,7 @@ class Recommendation:
             "prediction_source": self.prediction_source,
             "prediction_sources": dict(self.prediction_sources),
             "weights": dict(self.weights),
+            "devices": {hw: dict(d) for hw, d in self.devices.items()},
         }
 
 
@@ -225,14 +231,25 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
            if not st.available and st.note and name in ("measured", "registered")]
     if off:
         parts.append("Note: " + "; ".join(off) + ".")
+    on = "; ".join(f"{hw} {s.prediction.device_text()}, backend {s.prediction.backend}"
+                   for hw, s in scores.items() if s.prediction is not None)
+    parts.append(f"Answers are for: {on}.")
     return " ".join(parts)
 
 
+def _device_table(preds: Mapping[str, Prediction]) -> dict[str, dict[str, Any]]:
+    """hardware -> the device, why, its spec and the backend its answer is for."""
+    return {hw: {"device": p.device, "device_source": p.device_source, "device_spec": p.device_spec,
+                 "backend": p.backend} for hw, p in preds.items()}
+
+
 def _select(predictor: Predictor, cfg: SelectionConfig, info: Any, *, batch_size: int, mode: str, precision: str,
-            hardware: Sequence[str], backend: str | None, weights: Weights, task: str | None) -> Recommendation:
+            hardware: Sequence[str], backend: str | None, weights: Weights, task: str | None,
+            devices: Mapping[str, str] | None = None) -> Recommendation:
     reasons = {hw: _incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
+    devices = devices or {}
     preds = dict(zip(hardware, predictor.predict_many(
-        [Query(info, hw, precision, batch_size, mode, backend) for hw in hardware]), strict=True))
+        [Query(info, hw, precision, batch_size, mode, backend, devices.get(hw)) for hw in hardware]), strict=True))
     for hw, p in preds.items():
         cap = _capacity_gb(cfg, hw)
         if not reasons[hw] and p.memory_mb > cap * 1024:
@@ -260,9 +277,10 @@ def _select(predictor: Predictor, cfg: SelectionConfig, info: Any, *, batch_size
         prediction_source=scores[primary].prediction.source if primary else None,  # type: ignore[union-attr]
         prediction_sources=MappingProxyType({hw: p.source for hw, p in preds.items()}),
         task_type=task,
-        backend=backend,
+        backend=backend or (preds[primary].backend if primary else DEFAULT_BACKEND),
         sequence_length=getattr(info, "sequence_length", None),
         weights=MappingProxyType(weights.as_dict()),
+        devices=MappingProxyType(_device_table(preds)),
     )
 
 
@@ -274,15 +292,18 @@ def _hardware_list(cfg: SelectionConfig, available: Sequence[str] | str | None) 
 
 def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
                     available_hardware: Sequence[str] | str | None = None, *, backend: str | None = None,
+                    device: str | Mapping[str, str] | None = None,
                     predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
                     tracking_uri: str | None = None,
                     config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
     """The best hardware for `model` (a zoo name, hub-style alias or ModelInfo) at this batch size.
 
-    `available_hardware` defaults to what `detect_hardware()` finds here. Predictions come from
-    the shared predictor for (source, tracking_uri, config) unless `predictor` is given.
-    Invalid input raises ValueError (bad value) or KeyError (unknown model), naming what is
-    accepted.
+    `available_hardware` defaults to what `detect_hardware()` finds here. `device` names the
+    device of one target (``"NVIDIA H100 80GB HBM3"``, ``"h100"``) or maps targets to devices;
+    the others get `Predictor.default_device`. `backend` defaults to eager ``torch``. Predictions
+    come from the shared predictor for (source, tracking_uri, config) unless `predictor` is
+    given. Invalid input raises ValueError (bad value) or KeyError (unknown model), naming what
+    is accepted.
     """
     batch_size, mode, precision = check_batch_size(batch_size), check_mode(mode), check_precision(precision)
     backend = _check_backend(backend)
@@ -291,12 +312,13 @@ def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", pr
     info = model_info(model)
     hardware = _hardware_list(cfg, available_hardware)
     return _select(p, cfg, info, batch_size=batch_size, mode=mode, precision=precision, hardware=hardware,
-                   backend=backend, weights=cfg.weights[mode], task=None)
+                   backend=backend, weights=cfg.weights[mode], task=None, devices=device_map(hardware, device))
 
 
 def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precision: str = "fp32",
                              available_hardware: Sequence[str] | str | None = None, *,
-                             backend: str | None = None, predictor: Predictor | None = None,
+                             backend: str | None = None, device: str | Mapping[str, str] | None = None,
+                             predictor: Predictor | None = None,
                              source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
                              config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
     """Like `select_hardware`, with the mode and weights of a task profile (classification,
@@ -310,7 +332,8 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
     info = model_info(model)
     hardware = _hardware_list(cfg, available_hardware)
     return _select(p, cfg, info, batch_size=batch_size, mode=profile.mode, precision=precision, hardware=hardware,
-                   backend=_check_backend(backend), weights=profile.weights, task=task)
+                   backend=_check_backend(backend), weights=profile.weights, task=task,
+                   devices=device_map(hardware, device))
 
 
 # --- selection map ---------------------------------------------------------------------------------
@@ -356,6 +379,7 @@ def representative_models(config: SelectionConfig, families: Sequence[str]) -> d
 
 def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[int] = (1, 4, 16, 32, 64),
                   hardware: Sequence[str] | None = None, modes: Sequence[str] = MODES, precision: str = "fp32", *,
+                  device: str | Mapping[str, str] | None = None, backend: str | None = None,
                   predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
                   tracking_uri: str | None = None,
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
@@ -364,7 +388,9 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     ``model_families[fam]["model_sizes"][size][mode]`` holds the primary and fallbacks at the
     first batch size and ``["batch_sizes"][b]`` per batch size; ``model_families[fam][mode]
     ["batch_sizes"][b]`` holds the family's base zoo model per batch size. `hardware` defaults
-    to every configured target (a map is for planning, not only for this machine).
+    to every configured target (a map is for planning, not only for this machine); ``devices``
+    says which device and backend each target's answers are for (`device`, `backend` as in
+    `select_hardware`).
     """
     p = _predictor(predictor, source, tracking_uri, config)
     cfg = p.config if config is None or predictor is None else load_config(config)
@@ -378,11 +404,13 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
     if not fams or not batches or not mode_list:
         raise ValueError("selection_map needs at least one family, batch size and mode")
+    devices = device_map(hws, device)
+    backend = _check_backend(backend)
     reps = representative_models(cfg, fams)
 
     def entry(info: Any, b: int, mode: str) -> dict[str, Any]:
-        rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=None,
-                      weights=cfg.weights[mode], task=None)
+        rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=backend,
+                      weights=cfg.weights[mode], task=None, devices=devices)
         return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                 "source": rec.prediction_source}
 
@@ -408,20 +436,37 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         "batch_sizes": batches,
         "modes": mode_list,
         "precision": precision,
+        "devices": _resolved_devices(p, hws, devices, backend),
         "prediction_layers": p.describe(),
         "model_families": families_out,
     }
 
 
+def _resolved_devices(p: Predictor, hws: Sequence[str], devices: Mapping[str, str],
+                      backend: str | None) -> dict[str, dict[str, Any]]:
+    """hardware -> the device, why, its spec and the backend answers for it are for."""
+    from .specs import spec_for
+
+    out = {}
+    for hw in hws:
+        q = p.resolve(Query(None, hw, backend=backend, device_name=devices.get(hw)))
+        out[hw] = {"device": q.device_name, "device_source": q.device_source,
+                   "device_spec": spec_for(hw, q.device_name).name, "backend": q.backend}
+    return out
+
+
 def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware: Sequence[str] | None = None,
-                  modes: Sequence[str] = MODES, precision: str = "fp32", *, predictor: Predictor | None = None,
+                  modes: Sequence[str] = MODES, precision: str = "fp32", *,
+                  device: str | Mapping[str, str] | None = None, backend: str | None = None,
+                  predictor: Predictor | None = None,
                   source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Performance of one model on each target per batch size and mode, with the recommendation.
 
     ``result[mode]["performance"][str(batch)][hardware]`` holds throughput, latency,
     memory_usage, source and interval; ``result[mode]["recommendations"][str(batch)]`` the
-    primary and fallbacks. `hardware` defaults to every configured target.
+    primary and fallbacks. `hardware` defaults to every configured target; ``devices`` says which
+    device and backend each target's answers are for (`device`, `backend` as in `select_hardware`).
     """
     p = _predictor(predictor, source, tracking_uri, config)
     cfg = p.config if config is None or predictor is None else load_config(config)
@@ -432,17 +477,20 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
     hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
     if not batches or not mode_list:
         raise ValueError("analyze_model needs at least one batch size and mode")
+    devices = device_map(hws, device)
+    backend = _check_backend(backend)
     out: dict[str, Any] = {
         "model_name": info.name, "model_family": info.family, "model_size": int(info.param_count),
         "hardware_platforms": list(hws), "batch_sizes": batches, "precision": precision,
+        "devices": _resolved_devices(p, hws, devices, backend),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
     }
     for mode in mode_list:
         performance: dict[str, Any] = {}
         recommendations: dict[str, Any] = {}
         for b in batches:
-            rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=None,
-                          weights=cfg.weights[mode], task=None)
+            rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=backend,
+                          weights=cfg.weights[mode], task=None, devices=devices)
             performance[str(b)] = {
                 hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
                      "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,

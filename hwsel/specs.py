@@ -182,8 +182,13 @@ def generic_cpu_spec() -> DeviceSpec:
     return _cpu_spec("cpu-generic", 8, frozenset({"avx2"}), 2.5, 32.0, known=False)
 
 
+_BY_NAME: dict[str, DeviceSpec] = {spec.name: spec for spec in KNOWN_DEVICES}
+
+
 def _match(device_name: str) -> DeviceSpec | None:
-    text = device_name.lower()
+    text = device_name.strip().lower()
+    if text in _BY_NAME:  # a spec name such as "h100" or "intel-igpu"
+        return _BY_NAME[text]
     for spec in KNOWN_DEVICES:
         if any(re.search(pattern, text) for pattern in spec.aliases):
             return spec
@@ -220,10 +225,36 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
     return _GENERIC["cuda"] if hardware.startswith("cuda") else generic_cpu_spec()
 
 
+#: Device names that name no device: what records hold when the harness did not know the device.
+_UNNAMED = frozenset({"", "none", "unknown", "default", "cpu", "gpu", "npu", "cuda", "rocm", "xpu", "mps",
+                      "openvino", "qnn", "onnxruntime"} | {spec.name for spec in _GENERIC.values()}
+                     | {"cpu-generic"})
+
+
+@functools.lru_cache(maxsize=1024)
+def device_key(hardware: str, device_name: str | None) -> str:
+    """What makes two device names the same device, for matching a question to records.
+
+    A known accelerator is its spec name (``NVIDIA H100 80GB HBM3``, ``h100`` and ``H100 SXM5``
+    are all ``h100``; an ``H100 PCIe`` is ``h100-pcie``); any other device is its name in lower
+    case without a ``cpu:`` prefix (``CPU: AMD EPYC`` from OpenVINO is the ``AMD EPYC`` of a
+    torch record). Names that name no device (empty, ``cpu``, ``cuda``, a generic spec) give "".
+    """
+    name = " ".join((device_name or "").split())
+    low = name.lower()
+    if low in _UNNAMED or low == (hardware or "").lower():
+        return ""
+    found = _match(name)
+    if found is not None:
+        return found.name
+    return low.removeprefix("cpu:").strip()
+
+
 def _same_as_local_cpu(device_name: str) -> bool:
     local = local_cpu_spec().name.removeprefix("cpu:").strip().lower()
     text = device_name.strip().lower().removeprefix("cpu:").strip()
     return bool(local) and (text == local or text.endswith(local))
 
 
-__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "generic_cpu_spec", "local_cpu_spec", "spec_for"]
+__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "device_key", "generic_cpu_spec", "local_cpu_spec",
+           "spec_for"]

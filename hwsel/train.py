@@ -59,7 +59,6 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from hwsel.data import frame_digest, load_runs, snapshot, training_table
 from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATURES, feature_frame
-from pytest_hwbench.sinks import redact_uri
 
 TRAINING_EXPERIMENT = "hwsel-training"
 #: Lower by more than this (mean absolute log error) to beat the champion.
@@ -477,6 +476,8 @@ class TrainResult:
     data_digest: str
     n_rows: int
     targets: Mapping[str, TargetResult] = field(default_factory=dict)
+    #: "hardware / device name" -> training rows (what the models have seen of each device)
+    rows_by_device: Mapping[str, int] = field(default_factory=dict)
 
     @property
     def versions(self) -> dict[str, str]:
@@ -509,7 +510,7 @@ def _flatten(prefix: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[st
 
 
 def train(
-    source: str | os.PathLike[str] | None = None,
+    source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     *,
     tracking_uri: str | None = None,
     trials: int = 30,
@@ -521,7 +522,9 @@ def train(
     """Train, evaluate and register the latency, throughput and memory predictors.
 
     Args:
-        source: where the runs are (see `hwsel.data.load_runs`); None: the tracking store.
+        source: where the runs are (see `hwsel.data.load_runs`), or several places (trains on
+            their union, e.g. the committed CPU snapshot and a GPU host's spool file); None: the
+            tracking store.
         tracking_uri: MLflow store for the training run and the registry; None:
             ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
         trials: Optuna trials per learned target (latency, memory).
@@ -531,19 +534,20 @@ def train(
         snapshot_dir: where the training-table Parquet goes (default: next to the SQLite store,
             else ``mlruns/hwsel-snapshots``); it is also logged as an artifact of the run.
     """
-    from mlflow.entities import Metric, Param, RunTag
-    from mlflow.tracking import MlflowClient
 
-    from hwsel import registry
-    from hwsel.data import default_source
+    from hwsel._quiet import quiet_mlflow
+    from hwsel.data import default_source, describe_sources, source_list
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
     uri = tracking_uri or default_source()
-    runs = load_runs(source if source is not None else uri, experiment=experiment)
+    sources = source_list(source) or [uri]
+    where = describe_sources(sources)
+    with quiet_mlflow():
+        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
     table = training_table(runs)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
-        raise ValueError(f"{redact_uri(str(source or uri))}: need runs of at least two models or two batch sizes, "
+        raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
                          f"found {len(table)} usable rows")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
@@ -551,6 +555,17 @@ def train(
     snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
     snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
     X = feature_frame(table)
+    with quiet_mlflow():
+        return _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
+                                   trials=trials, seed=seed, progress=progress)
+
+
+def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
+                        experiment: str, trials: int, seed: int, progress: bool) -> TrainResult:
+    from mlflow.entities import Metric, Param, RunTag
+    from mlflow.tracking import MlflowClient
+
+    from hwsel import registry
 
     client = MlflowClient(tracking_uri=uri)
     exp_id = registry.ensure_experiment(client, uri, TRAINING_EXPERIMENT)
@@ -563,7 +578,7 @@ def train(
         import sklearn
 
         client.log_batch(run_id, params=[
-            Param("source", redact_uri(str(source or uri))[:500]),
+            Param("source", where[:500]),
             Param("experiment", experiment),
             Param("trials", str(trials)),
             Param("seed", str(seed)),
@@ -645,7 +660,16 @@ def train(
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
-    return TrainResult(run_id, uri, snap_path, digest, len(table), results)
+    return TrainResult(run_id, uri, snap_path, digest, len(table), results, rows_by_device(table))
+
+
+def rows_by_device(table: pd.DataFrame) -> dict[str, int]:
+    """"hardware / device name" -> rows of a training table (device "unnamed" where records name none)."""
+    hardware = table["hardware"].astype(object).fillna("?").astype(str)
+    device = table["device_name"].astype(object).where(table["device_name"].notna() & (table["device_name"] != ""),
+                                                       "unnamed").astype(str)
+    counts = (hardware + " / " + device).value_counts()
+    return {str(k): int(v) for k, v in sorted(counts.items())}
 
 
 def _log_study(client: Any, run_id: str, target: str, study: StudyResult, sub: pd.DataFrame, now: int) -> None:
@@ -728,6 +752,7 @@ __all__ = [
     "error_metrics",
     "one_thread",
     "out_of_fold",
+    "rows_by_device",
     "run_study",
     "scheme_metrics",
     "score_oof",

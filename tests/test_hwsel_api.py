@@ -226,11 +226,13 @@ def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path
         assert p.interval[0] <= p.latency_ms <= p.interval[1]
         assert p.throughput == pytest.approx(8 / p.latency_ms * 1e3)
         assert "champion model version 1" in p.detail
-    # exactly what the champion says for that case (its accuracy is hwsel.train's business)
+    # exactly what the champion says for that case on the device the answer names (issue 10: the
+    # device is part of the case; its accuracy is hwsel.train's business)
     from hwsel.features import query_frame
 
     for hw in ("cpu", "cuda"):
-        row = query_frame(resolve_model("gpt2-tiny"), hardware=hw, backend="torch", precision="fp32", batch_size=8)
+        row = query_frame(resolve_model("gpt2-tiny"), hardware=hw, backend="torch", precision="fp32", batch_size=8,
+                          device_name=preds[hw].device)
         champion = predictor.champions["latency"]
         assert preds[hw].latency_ms == pytest.approx(float(champion.predict(row)[0]))
         low, high = champion.interval(row)
@@ -254,8 +256,10 @@ def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path
     assert three.source == "registered" and "interpolated" in three.detail
     t = math.log(3 / 2) / math.log(2)
     assert math.log(three.latency_ms) == pytest.approx((1 - t) * math.log(two.latency_ms) + t * math.log(four.latency_ms))
-    row = query_frame(resolve_model("gpt2-tiny"), hardware="cuda", backend="torch", precision="fp32", batch_size=2048)
-    assert registered.predict("gpt2-tiny", "cuda", batch_size=2048)["cuda"].latency_ms == pytest.approx(
+    far = registered.predict("gpt2-tiny", "cuda", batch_size=2048)["cuda"]
+    row = query_frame(resolve_model("gpt2-tiny"), hardware="cuda", backend="torch", precision="fp32", batch_size=2048,
+                      device_name=far.device)
+    assert far.latency_ms == pytest.approx(
         float(predictor.champions["latency"].predict(row)[0]))  # beyond the grid: scored as asked
 
 

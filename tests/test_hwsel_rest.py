@@ -142,6 +142,41 @@ def test_predict(client: httpx.Client) -> None:
     assert r.status_code == 200 and body["sequence_length"] == 512 and set(body["predictions"]) == set(HARDWARE)
 
 
+def test_predict_and_select_carry_device_and_backend(client: httpx.Client) -> None:
+    """Issue 10: the question names a device and a backend, and the answer says which it used."""
+    from pytest_hwbench.hardware import detect_hardware
+
+    r = client.post("/performance/predict", json={"model_name": "gpt2-tiny", "hardware": "cuda", "batch_size": 8,
+                                                  "device": "h100"})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    cuda = body["predictions"]["cuda"]
+    assert (cuda["device"], cuda["device_source"], cuda["device_spec"]) == ("h100", "asked", "h100")
+    assert cuda["backend"] == "torch" and body["backend"] == "torch" and body["devices"] == {"cuda": "h100"}
+    # these records name no device ("cuda"): they answer for any, and the answer says so
+    assert cuda["source"] == "measured" and "a device the records do not name" in cuda["detail"]
+    r = client.post("/performance/predict", json={"model_name": "gpt2-tiny", "hardware": ["cpu", "cuda"],
+                                                  "batch_size": 8, "device": {"cuda": "NVIDIA A100-SXM4-80GB"}})
+    assert r.status_code == 200, r.text
+    preds = r.json()["predictions"]
+    here = detect_hardware()["cpu"].devices[0].name
+    assert (preds["cpu"]["device"], preds["cpu"]["device_source"]) == (here, "detected")
+    assert preds["cuda"]["device_spec"] == "a100" and preds["cuda"]["backend"] == "torch"
+    r = client.post("/performance/predict", json={"model_name": "gpt2-tiny", "hardware": "cpu", "batch_size": 8,
+                                                  "backend": "onnxruntime"})
+    assert r.json()["predictions"]["cpu"]["backend"] == "onnxruntime" and r.json()["backend"] == "onnxruntime"
+    assert r.json()["predictions"]["cpu"]["source"] != "measured"  # only torch was measured
+    r = client.post("/hardware/select", json={"model_name": "bert-tiny", "available_hardware": ["cpu", "cuda"],
+                                               "device": {"cuda": "h100"}})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["backend"] == "torch" and body["devices"]["cuda"]["device"] == "h100"
+    assert body["all_scores"]["cuda"]["prediction"]["device_spec"] == "h100"
+    r = client.post("/performance/matrix", json={"models": ["bert-tiny"], "hardware_platforms": ["cuda"],
+                                                 "batch_sizes": [1], "precisions": ["fp32"], "device": "l4"})
+    assert r.status_code == 200 and r.json()["devices"]["cuda"]["device_spec"] == "l4"
+
+
 def test_matrix(client: httpx.Client) -> None:
     r = client.post("/performance/matrix", json={"models": ["bert-tiny"], "hardware_platforms": ["cpu", "cuda"],
                                                  "batch_sizes": [1, 8], "precisions": ["fp32"]})
@@ -187,6 +222,11 @@ def test_analysis(client: httpx.Client) -> None:
     ("/training/distributed", {"model_name": "gpt2", "max_memory_gb": -1}, 422, ["max_memory_gb"]),
     ("/performance/matrix", {"models": ["nope"]}, 404, ["unknown model 'nope'"]),
     ("/hardware/map", {"model_families": ["poetry"]}, 422, ["model_families"]),
+    ("/performance/predict", {"model_name": "bert-tiny", "hardware": ["cpu", "cuda"], "device": "h100"}, 422,
+     ["several hardware targets", "cuda"]),
+    ("/hardware/select", {"model_name": "bert-tiny", "available_hardware": ["cpu"], "device": {"cuda": "h100"}}, 422,
+     ["'cuda', which is not among"]),
+    ("/performance/predict", {"model_name": "bert-tiny", "device": ""}, 422, ["device"]),
 ])
 def test_bad_requests_are_4xx_json_naming_the_problem(client: httpx.Client, path: str, body: dict, status: int,
                                                       words: list[str]) -> None:
@@ -232,6 +272,8 @@ _T = {
     "seq": st.integers(1, 1 << 17) | st.sampled_from([64, 512]),
     "task": st.sampled_from(["classification", "generation", "embedding", "fine_tuning", "training", "dance"]),
     "backend": st.sampled_from(["torch", "onnxruntime", "openvino"]),
+    "device": st.sampled_from(["h100", "NVIDIA H100 80GB HBM3", "t4", "some gpu", "AMD EPYC"])
+    | st.dictionaries(st.sampled_from([*HARDWARE, "tpu"]), st.sampled_from(["h100", "a100", "mi300x"]), max_size=2),
     "gpus": st.integers(1, 4096),
     "memory": st.floats(0.01, 1e5) | st.sampled_from([0.5, 16.0, 80.0]),
 }
@@ -247,7 +289,7 @@ def _requests(v: dict[str, st.SearchStrategy], extra: st.SearchStrategy) -> st.S
         st.tuples(st.just("/hardware/select"), body(
             model_name=v["model"], model_family=v["family"], batch_size=v["batch"], sequence_length=v["seq"],
             mode=v["mode"], precision=v["precision"], available_hardware=hw_list, task_type=v["task"],
-            backend=v["backend"])),
+            backend=v["backend"], device=v["device"])),
         st.tuples(st.just("/hardware/batch"), body(
             models=st.lists(v["model"] | st.fixed_dictionaries({"name": v["model"]}, optional={"family": v["family"]}),
                             min_size=1, max_size=3),
@@ -258,7 +300,7 @@ def _requests(v: dict[str, st.SearchStrategy], extra: st.SearchStrategy) -> st.S
             hardware_platforms=hw_list, modes=st.lists(v["mode"], min_size=1, max_size=2), precision=v["precision"])),
         st.tuples(st.just("/performance/predict"), body(
             model_name=v["model"], hardware=hw_list | v["hw"], batch_size=v["batch"], sequence_length=v["seq"],
-            mode=v["mode"], precision=v["precision"], backend=v["backend"])),
+            mode=v["mode"], precision=v["precision"], backend=v["backend"], device=v["device"])),
         st.tuples(st.just("/performance/matrix"), body(
             models=st.lists(v["model"], min_size=1, max_size=2), hardware_platforms=hw_list,
             batch_sizes=st.lists(v["batch"], min_size=1, max_size=4),
