@@ -382,6 +382,24 @@ def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
     }
 
 
+def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
+
+    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
+    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
+    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
+    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
+    """
+    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
+    n = len(r)
+    if n == 0:
+        return 0.0, 0.0
+    tail = (1.0 - level) / 2.0
+    hi_rank = min(n, math.ceil((n + 1) * (1.0 - tail)))
+    lo_rank = max(1, math.floor((n + 1) * tail))
+    return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
+
+
 def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
     """`error_metrics` per scheme of an out-of-fold frame."""
     return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
@@ -748,6 +766,7 @@ __all__ = [
     "ThroughputFromLatency",
     "TrainResult",
     "build_estimator",
+    "conformal_band",
     "cv_folds",
     "error_metrics",
     "one_thread",

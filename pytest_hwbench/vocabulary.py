@@ -1,0 +1,83 @@
+"""The words every part of hwbench and hwsel shares: modes, hardware kinds, precisions, bytes.
+
+One place for the facts that the harness, the records, hwsel, both CLIs and the REST models
+must agree on. Importing it loads nothing else (no torch, no pytest), so anything may use it.
+
+Modes: ``inference`` (a forward pass), ``generate`` (autoregressive decoding) and ``train`` (a
+training step). ``train`` is the one name for training everywhere; ``training`` (hwsel's word
+before issue 11, still in older snapshots, config files and requests) is accepted and normalised
+by `normalise_mode` wherever a mode is read.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from types import MappingProxyType
+
+#: Scenarios the harness runs and records carry, the default first.
+MODES: tuple[str, ...] = ("inference", "generate", "train")
+DEFAULT_MODE = "inference"
+TRAIN_MODE = "train"
+#: Older or alternative spellings -> the mode name.
+MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
+
+#: Hardware kinds the harness detects and gives a marker each.
+HARDWARE_KINDS: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn")
+#: Hardware kinds that run on the host CPU (their records' device is a CPU).
+CPU_KINDS: frozenset[str] = frozenset({"cpu", "onnxruntime", "openvino"})
+
+#: Numeric precisions a case may run in, widest first.
+PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+#: Bytes one weight or activation element takes in each precision.
+BYTES_PER_PRECISION: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1})
+
+#: Where records go when nothing is configured: the MLflow experiment and the local store folder
+#: (``sqlite:///mlruns/mlflow.db`` and ``mlruns/hwbench.duckdb``); the URI itself is resolved
+#: in one place, `pytest_hwbench.sinks.resolve_tracking_uri`.
+DEFAULT_EXPERIMENT = "hwbench"
+DEFAULT_STORE_DIR = "mlruns"
+
+
+def normalise_mode(mode: str) -> str:
+    """`mode` in its one spelling (``training`` -> ``train``); other values are returned as given."""
+    text = str(mode).strip().lower()
+    return MODE_ALIASES.get(text, text)
+
+
+def check_mode(mode: object, accepted: tuple[str, ...] = MODES, *, name: str = "mode") -> str:
+    """`mode` normalised, or ValueError naming the value and the accepted modes."""
+    text = normalise_mode(str(mode)) if isinstance(mode, str) else None
+    if text not in accepted:
+        raise ValueError(f"{name} {mode!r} is not one of {', '.join(accepted)}")
+    return text
+
+
+def check_precision(precision: object, accepted: tuple[str, ...] = PRECISIONS, *, name: str = "precision") -> str:
+    """`precision` lower-cased, or ValueError naming the value and the accepted precisions."""
+    text = precision.strip().lower() if isinstance(precision, str) else None
+    if text not in accepted:
+        raise ValueError(f"{name} {precision!r} is not one of {', '.join(accepted)}")
+    return text
+
+
+def bytes_per_element(precision: str) -> int:
+    """Bytes per element of `precision` (4 for a name this module does not know)."""
+    return BYTES_PER_PRECISION.get(precision, 4)
+
+
+__all__ = [
+    "BYTES_PER_PRECISION",
+    "CPU_KINDS",
+    "DEFAULT_EXPERIMENT",
+    "DEFAULT_MODE",
+    "DEFAULT_STORE_DIR",
+    "HARDWARE_KINDS",
+    "MODES",
+    "MODE_ALIASES",
+    "PRECISIONS",
+    "TRAIN_MODE",
+    "bytes_per_element",
+    "check_mode",
+    "check_precision",
+    "normalise_mode",
+]
