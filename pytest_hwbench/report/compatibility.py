@@ -1,0 +1,153 @@
+"""The compatibility matrix (``compatibility.json``): per family and target, what passed, what
+failed or crashed, and a performance rating.
+
+A **target** is ``hardware/backend`` (e.g. ``cuda/torch``). Precision is folded in: a target is
+compatible with a family when any of its precisions passed a case of that family. A record whose
+status is not ``passed`` (failed, or crashed with its process) counts as failed, and its error
+message joins the target's ``failures`` (distinct truncated messages with counts).
+
+Performance ratings, per family:
+
+1. For each (target, model, batch size) take the best throughput over the target's
+   precisions (the median when several records measured the same config).
+2. Keep the (model, batch size) cases that at least two targets passed; on each, divide every
+   target's throughput by the best target's throughput (the best gets 1.0).
+3. A target's ``relative_throughput`` is the median of its ratios; the rating is ``high`` when
+   it is >= 0.5, ``medium`` when >= 0.2, else ``low`` (see `RATING_THRESHOLDS`). A compatible
+   target that shares no case with another target is ``unrated``; an incompatible one is
+   ``none``.
+"""
+
+from __future__ import annotations
+
+import datetime as _dt
+import json
+import math
+from collections.abc import Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from .data import _passed, _prepare, _short
+
+COMPATIBILITY_SCHEMA_VERSION = 1
+
+#: (rating, minimum median throughput ratio to the best target), checked in order; below the
+#: last threshold the rating is "low".
+RATING_THRESHOLDS: tuple[tuple[str, float], ...] = (("high", 0.5), ("medium", 0.2))
+
+_ERROR_CHARS_JSON = 200
+
+
+def _rating(relative: float | None) -> str:
+    if relative is None:
+        return "unrated"
+    for name, minimum in RATING_THRESHOLDS:
+        if relative >= minimum:
+            return name
+    return "low"
+
+
+def _failure_summary(rows: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
+    counts: dict[str, int] = {}
+    for message in rows["error"]:
+        key = _short(message, limit)
+        counts[key] = counts.get(key, 0) + 1
+    return [{"message": m, "count": n} for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
+def compatibility_matrix(results: pd.DataFrame, *, session_id: str | None = None
+                         ) -> dict[str, dict[str, dict[str, Any]]]:
+    """family -> target (``hardware/backend``) -> compatibility entry, as in ``compatibility.json``.
+
+    Each entry: hardware, backend, compatible (any case passed), performance_rating,
+    relative_throughput, cases_compared, passed/failed counts, precisions_passed, models_passed,
+    models_failed_only, failures (distinct truncated messages with counts) and per-case results.
+    """
+    return _compatibility(_prepare(results, session_id))
+
+
+def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
+    out: dict[str, dict[str, dict[str, Any]]] = {}
+    for family, fam in df.groupby("family", sort=True):
+        passed = _passed(fam).dropna(subset=["throughput_items_per_s"])
+        # Step 1: best precision per (target, model, batch); duplicates of one config by median.
+        per_config = passed.groupby(["target", "precision", "model", "batch_size"])["throughput_items_per_s"].median()
+        best_prec = per_config.groupby(level=["target", "model", "batch_size"]).max()
+        # Step 2: ratios to the best target on cases that two or more targets passed.
+        ratios: dict[str, list[float]] = {}
+        if not best_prec.empty:
+            table = best_prec.unstack("target")
+            for _, row in table.iterrows():
+                measured = row.dropna()
+                if len(measured) < 2 or measured.max() <= 0:
+                    continue
+                top = measured.max()
+                for target, value in measured.items():
+                    ratios.setdefault(str(target), []).append(float(value) / float(top))
+        entries: dict[str, dict[str, Any]] = {}
+        for target, rows in fam.groupby("target", sort=True):
+            ok = _passed(rows)
+            failed = rows[rows["status"] != "passed"]  # failed, or crashed with its process
+            compatible = not ok.empty
+            target_ratios = ratios.get(str(target), [])
+            relative = float(pd.Series(target_ratios).median()) if target_ratios else None
+            hardware, backend = str(target).split("/", 1)
+            results = []
+            for (model, precision, batch), cell in ok.groupby(["model", "precision", "batch_size"], sort=True):
+                results.append({
+                    "model": str(model), "precision": str(precision), "batch_size": int(batch),
+                    "records": len(cell),
+                    "latency_ms_median": _json_float(cell["latency_ms_median"].median()),
+                    "throughput_items_per_s": _json_float(cell["throughput_items_per_s"].median()),
+                })
+            entries[str(target)] = {
+                "hardware": hardware,
+                "backend": backend,
+                "compatible": compatible,
+                "performance_rating": _rating(relative) if compatible else "none",
+                "relative_throughput": None if relative is None else round(relative, 4),
+                "cases_compared": len(target_ratios),
+                "passed": len(ok),
+                "failed": len(failed),
+                "precisions_passed": sorted(ok["precision"].unique().tolist()),
+                "models_passed": sorted(ok["model"].unique().tolist()),
+                "models_failed_only": sorted(set(failed["model"]) - set(ok["model"])),
+                "failures": _failure_summary(failed, _ERROR_CHARS_JSON),
+                "results": results,
+            }
+        out[str(family)] = entries
+    return out
+
+
+def _json_float(value: Any) -> float | None:
+    try:
+        number = float(value)
+    except (TypeError, ValueError):
+        return None
+    return None if math.isnan(number) or math.isinf(number) else round(number, 6)
+
+
+def _write_document(path: Path, matrix: Mapping[str, Mapping[str, Mapping[str, Any]]], sessions: Sequence[str],
+                    hardware: Mapping[str, Any] | None) -> None:
+    """Write ``compatibility.json``: `matrix` with the method, the sessions and what was detected."""
+    document = {
+        "schema_version": COMPATIBILITY_SCHEMA_VERSION,
+        "generated_at": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+        "sessions": sessions,
+        "target": "hardware/backend; a target is compatible with a family when any of its cases passed",
+        "rating": {
+            "method": "median over (model, batch size) cases passed by two or more targets of "
+                      "target throughput / best target throughput, each target at its best precision",
+            "thresholds": dict(RATING_THRESHOLDS),
+            "below_thresholds": "low",
+            "no_shared_case": "unrated",
+            "incompatible": "none",
+        },
+        "hardware_detected": ({name: bool((info or {}).get("available")) for name, info in hardware.items()}
+                              if hardware else None),
+        "targets": sorted({t for entries in matrix.values() for t in entries}),
+        "families": matrix,
+    }
+    path.write_text(json.dumps(document, indent=2, sort_keys=False, default=str), encoding="utf-8")

@@ -1,0 +1,170 @@
+"""The report's rows: the checked, typed frame every section reads, and the cells its tables show.
+
+`_prepare` turns the caller's DataFrame (one row per `BenchmarkRecord`, the record's field names
+as columns, e.g. from ``sinks.load_results`` or ``sinks.records_frame(sinks.read_records(...))``)
+into the frame the other modules use: numbers coerced, a missing mode read as the default mode,
+and the derived columns ``config`` (``hardware/backend/precision``), ``target``
+(``hardware/backend``), ``tokens`` and ``length`` (0 where a case has none). This package reads
+no store itself; loading records is the sinks' job.
+
+The helpers below group that frame into cells (model, batch size, config), speedups over
+`BASELINE` and compiled/eager pairs, and format numbers the way every table and plot prints them.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Iterable
+from typing import Any
+
+import pandas as pd
+
+from pytest_hwbench.vocabulary import DEFAULT_MODE
+
+#: The speedup baseline: (hardware, backend, precision).
+BASELINE: tuple[str, str, str] = ("cpu", "torch", "fp32")
+#: The backend compiled records are compared with, case by case.
+EAGER_BACKEND = "torch"
+#: What makes one case, for comparing backends on it.
+_CASE_KEYS: tuple[str, ...] = ("model", "hardware", "precision", "batch_size", "mode", "tokens", "length")
+
+#: Columns `write_report` cannot do without.
+REQUIRED_COLUMNS: tuple[str, ...] = (
+    "status", "family", "model", "hardware", "backend", "precision", "batch_size",
+    "latency_ms_median", "throughput_items_per_s",
+)
+#: Columns read as numbers (NaN where absent or not a number).
+_NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "peak_device_memory_mb",
+            "achieved_tflops", "compile_time_s", "energy_j_per_item", "ttft_ms", "decode_ms_per_token",
+            "tokens_per_s", "new_tokens")
+
+
+# --- formatting -------------------------------------------------------------------------------
+
+def _fmt(value: float | None) -> str:
+    """Numbers as the report prints them: 2 decimals (thousands separated) from 1 up, else 3 digits."""
+    if value is None or (isinstance(value, float) and math.isnan(value)):
+        return "n/a"
+    if math.isinf(value):
+        return "inf"
+    if abs(value) >= 1:
+        return f"{value:,.2f}"
+    return f"{value:.3g}"
+
+
+def _fmt_speedup(value: float | None) -> str:
+    return "n/a" if value is None or math.isnan(value) else f"{value:.2f}x"
+
+
+def _short(message: Any, limit: int) -> str:
+    """One line, whitespace collapsed, at most `limit` characters."""
+    text = re.sub(r"\s+", " ", str(message if message is not None else "")).strip() or "(no error message)"
+    return text if len(text) <= limit else text[: limit - 1] + "…"
+
+
+# --- data preparation -------------------------------------------------------------------------
+
+def _prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
+    if not isinstance(results, pd.DataFrame):
+        raise TypeError(f"results must be a pandas DataFrame, got {type(results).__name__}")
+    frame = results
+    if session_id is not None:
+        if "session_id" not in frame.columns:
+            raise ValueError(f"session_id={session_id!r} given but the results have no 'session_id' column")
+        frame = frame[frame["session_id"] == session_id]
+        if frame.empty:
+            present = sorted(str(s) for s in results["session_id"].dropna().unique())
+            raise ValueError(
+                f"no benchmark records for session_id={session_id!r} ({len(results)} rows in other sessions: "
+                f"{', '.join(present[:10]) or 'none'}); pass one of those, or session_id=None for all rows"
+            )
+    if frame.empty:
+        raise ValueError(
+            "no benchmark records to report: the results DataFrame is empty. If it came from "
+            "load_results(path, session_id=...), check that session_id filter (None loads every session) "
+            "and that the database path holds results."
+        )
+    missing = [c for c in REQUIRED_COLUMNS if c not in frame.columns]
+    if missing:
+        raise ValueError(
+            f"results lack the columns {', '.join(missing)}; build them with "
+            "pd.DataFrame([r.to_dict() for r in records]) or load_results()"
+        )
+    df = frame.copy()
+    for name in _NUMERIC:
+        df[name] = pd.to_numeric(df[name], errors="coerce") if name in df.columns else float("nan")
+    for name in ("error", "case_id", "session_id"):
+        if name not in df.columns:
+            df[name] = None
+    df["mode"] = df["mode"].fillna(DEFAULT_MODE).astype(str) if "mode" in df.columns else DEFAULT_MODE
+    df["batch_size"] = pd.to_numeric(df["batch_size"], errors="raise").astype(int)
+    for name in ("family", "model", "hardware", "backend", "precision", "status"):
+        df[name] = df[name].astype(str)
+    df["tokens"] = df["new_tokens"].fillna(0).astype(int)  # 0: not a generate case
+    lengths = pd.to_numeric(df["sequence_length"], errors="coerce") if "sequence_length" in df.columns else None
+    df["length"] = lengths.fillna(0).astype(int) if lengths is not None else 0  # 0: no token input
+    df["config"] = df["hardware"] + "/" + df["backend"] + "/" + df["precision"]
+    df["target"] = df["hardware"] + "/" + df["backend"]
+    return df.reset_index(drop=True)
+
+
+def _config_order(configs: Iterable[str]) -> list[str]:
+    baseline = "/".join(BASELINE)
+    return sorted(set(configs), key=lambda c: (c != baseline, c.split("/")))
+
+
+def _passed(df: pd.DataFrame) -> pd.DataFrame:
+    return df[df["status"] == "passed"]
+
+
+def _cells(df: pd.DataFrame, metric: str) -> dict[tuple[str, int, str], float]:
+    """(model, batch, config) -> median over the passed records of that cell (NaN if unmeasured)."""
+    passed = _passed(df)
+    if passed.empty:
+        return {}
+    grouped = passed.groupby(["model", "batch_size", "config"])[metric].median()
+    return {(str(m), int(b), str(c)): float(v) for (m, b, c), v in grouped.items()}
+
+
+def _reference_batch(df: pd.DataFrame) -> int | None:
+    """The batch size with the most passed records (smallest on ties): what single-batch plots show."""
+    passed = _passed(df)
+    if passed.empty:
+        return None
+    counts = passed.groupby("batch_size").size()
+    best = counts.max()
+    return int(min(b for b, n in counts.items() if n == best))
+
+
+def _speedups(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
+    """(model, batch, config) -> baseline latency / config latency, where both were measured."""
+    cells = _cells(fam, "latency_ms_median")
+    baseline = "/".join(BASELINE)
+    out: dict[tuple[str, int, str], float] = {}
+    for (model, batch, config), value in cells.items():
+        base = cells.get((model, batch, baseline), math.nan)
+        if config != baseline and not math.isnan(base) and not math.isnan(value) and value > 0:
+            out[(model, batch, config)] = base / value
+    return out
+
+
+def _compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
+    """One entry per passed compiled (case, backend) with a passed eager ``torch`` record of the
+    same case: the case, the backend, both medians of `metric` and the compile time."""
+    passed = _passed(df).dropna(subset=[metric])
+    compiled = passed[passed["compile_time_s"].notna() & (passed["backend"] != EAGER_BACKEND)]
+    eager = passed[passed["backend"] == EAGER_BACKEND]
+    if compiled.empty or eager.empty:
+        return []
+    keys = list(_CASE_KEYS)
+    eager_values = eager.groupby(keys)[metric].median()
+    grouped = compiled.groupby([*keys, "backend"]).agg(value=(metric, "median"), compile_s=("compile_time_s", "median"))
+    pairs = []
+    for (*case, backend), row in grouped.iterrows():
+        key = tuple(case)
+        if key in eager_values.index:
+            pairs.append({**dict(zip(keys, key, strict=True)), "backend": str(backend), "value": float(row["value"]),
+                          "eager": float(eager_values[key]), "compile_s": float(row["compile_s"])})
+    return sorted(pairs, key=lambda p: (p["model"], p["hardware"], p["precision"], p["batch_size"], p["mode"],
+                                        p["tokens"], p["length"], p["backend"]))

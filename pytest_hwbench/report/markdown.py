@@ -1,0 +1,410 @@
+"""``report.md``: the Markdown report, and `write_report`, which writes it with its plots and
+``compatibility.json``.
+
+Sections, in order: the records' summary, system information, available hardware, the
+compatibility matrix, per family the inference tables (latency, throughput, speedup over
+`BASELINE`, batch scaling, memory) with their plots, the generate and train tables, the
+inference extras (TFLOP/s, compile time, energy), "Compiled vs eager" (every compiled case
+slower than eager `EAGER_BACKEND` on the same case, a line each) and the failures.
+A table cell is the median of the passed records of that (model, batch size, config); a cell
+whose records all failed reads ``failed`` (``crashed`` when all crashed), one never run ``–``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+import pandas as pd
+
+from pytest_hwbench.vocabulary import DEFAULT_MODE, TRAIN_MODE
+
+from .compatibility import RATING_THRESHOLDS, _compatibility, _write_document
+from .data import (
+    BASELINE,
+    EAGER_BACKEND,
+    _cells,
+    _compiled_pairs,
+    _config_order,
+    _fmt,
+    _fmt_speedup,
+    _prepare,
+    _reference_batch,
+    _short,
+    _speedups,
+)
+from .plots import _draw_family
+
+#: The generate mode, one of `vocabulary.MODES` (which names no constant for it).
+_GENERATE_MODE = "generate"
+#: Section titles of the generate and train modes.
+_MODE_TITLES: dict[str, str] = {_GENERATE_MODE: "Generation", TRAIN_MODE: "Training"}
+
+#: Optional inference tables: (metric, title), each written where any record measured it.
+_EXTRA_TABLES: tuple[tuple[str, str], ...] = (
+    ("achieved_tflops", "Achieved TFLOP/s"),
+    ("compile_time_s", "Compile time (s), per input shape, not in the latency"),
+    ("energy_j_per_item", "Energy per item (J)"),
+)
+#: Tables of the generate and train modes: (metric, title).
+_MODE_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
+    _GENERATE_MODE: (("ttft_ms", "Time to first token (ms)"), ("decode_ms_per_token", "Decode, per token (ms)"),
+                     ("tokens_per_s", "Generated tokens/s"), ("latency_ms_median", "Whole generate() call (ms)"),
+                     ("peak_device_memory_mb", "Peak device memory (MB)")),
+    TRAIN_MODE: (("latency_ms_median", "Optimizer step (ms)"), ("throughput_items_per_s", "Samples/s"),
+                 ("peak_host_rss_mb", "Peak host RSS (MB)"), ("peak_device_memory_mb", "Peak device memory (MB)")),
+}
+_ERROR_CHARS_MD = 300
+
+
+@dataclass(frozen=True)
+class ReportPaths:
+    """What `write_report` wrote.
+
+    `plots` maps ``"<family>/<kind>"`` (kind: ``hardware_comparison``, ``batch_scaling``,
+    ``speedup``, ``memory``) to the PNG; a plot with nothing to draw is not written.
+    """
+
+    out_dir: Path
+    markdown: Path
+    compatibility: Path
+    plots: Mapping[str, Path] = field(default_factory=dict)
+
+    def all(self) -> tuple[Path, ...]:
+        """Every file written."""
+        return (self.markdown, self.compatibility, *self.plots.values())
+
+
+def _md_cell(text: Any) -> str:
+    return str(text).replace("|", "\\|").replace("\n", " ")
+
+
+def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
+    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |",
+             "|" + "|".join("---" for _ in header) + "|"]
+    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
+    return lines
+
+
+# --- tables and sections ----------------------------------------------------------------------
+
+def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str]:
+    cells = _cells(fam, metric)
+    status = fam.groupby(["model", "batch_size", "config"])["status"].agg(set)
+    rows = []
+    for model, batch in sorted({(str(m), int(b)) for m, b in zip(fam["model"], fam["batch_size"], strict=True)}):
+        row: list[str] = [model, str(batch)]
+        for config in configs:
+            key = (model, batch, config)
+            seen = status.get(key, set())
+            if "passed" in seen:
+                row.append(_fmt(cells.get(key)))
+            elif seen - {"passed"}:
+                row.append("crashed" if seen == {"crashed"} else "failed")
+            else:
+                row.append("–")
+        rows.append(row)
+    return _md_table(["model", "batch", *configs], rows)
+
+
+def _speedup_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
+    baseline = "/".join(BASELINE)
+    others = [c for c in configs if c != baseline]
+    speedups = _speedups(fam)
+    base_cells = _cells(fam, "latency_ms_median")
+    rows = []
+    for model, batch in sorted({(m, b) for (m, b, _) in speedups}):
+        rows.append([model, str(batch), _fmt(base_cells.get((model, batch, baseline))),
+                     *[_fmt_speedup(speedups.get((model, batch, c))) for c in others]])
+    return _md_table(["model", "batch", f"{baseline} latency (ms)", *others], rows)
+
+
+def _scaling_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
+    cells = _cells(fam, "throughput_items_per_s")
+    batches = sorted({b for (_, b, _) in cells})
+    rows = []
+    for model in sorted({m for (m, _, _) in cells}):
+        for config in configs:
+            points = {b: v for (m, b, c), v in cells.items() if m == model and c == config and not math.isnan(v)}
+            if not points:
+                continue
+            lo, hi = min(points), max(points)
+            scale = (f"{points[hi] / points[lo]:.2f}x (b{lo}→b{hi})"
+                     if hi != lo and points[lo] > 0 else "–")
+            rows.append([model, config, *[_fmt(points[b]) if b in points else "–" for b in batches], scale])
+    return _md_table(["model", "config", *[f"b{b}" for b in batches], "largest/smallest batch"], rows)
+
+
+def _memory_table(fam: pd.DataFrame, configs: list[str]) -> list[str] | None:
+    rss, dev = _cells(fam, "peak_host_rss_mb"), _cells(fam, "peak_device_memory_mb")
+    if all(math.isnan(v) for v in [*rss.values(), *dev.values()]):
+        return None
+    rows = []
+    for model, batch in sorted({(m, b) for (m, b, _) in rss}):
+        row = [model, str(batch)]
+        for config in configs:
+            key = (model, batch, config)
+            if key not in rss:
+                row.append("–")
+            else:
+                row.append(f"{_fmt(rss.get(key))} / {_fmt(dev.get(key))}")
+        rows.append(row)
+    return _md_table(["model", "batch", *configs], rows)
+
+
+def _system_section(df: pd.DataFrame, system_info: Mapping[str, Any] | None) -> list[str]:
+    lines = ["## System information", ""]
+    if system_info:
+        for key, value in system_info.items():
+            text = json.dumps(value, default=str, sort_keys=True) if isinstance(value, Mapping | list | tuple) else value
+            lines.append(f"- **{key}**: {text}")
+    else:
+        lines.append("- system information: not provided")
+    for column, label in (("host", "hosts"), ("device_name", "devices measured")):
+        if column in df.columns:
+            values = sorted({str(v) for v in df[column].dropna() if str(v)})
+            if values:
+                lines.append(f"- **{label}** (from the records): {', '.join(values)}")
+    return [*lines, ""]
+
+
+def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> list[str]:
+    lines = ["## Available hardware", ""]
+    measured = df.groupby("hardware")["status"].value_counts().unstack(fill_value=0)
+
+    def counts(name: str) -> str:
+        if name not in measured.index:
+            return "0 / 0"
+        row = measured.loc[name]
+        return f"{int(row.get('passed', 0))} / {int(row.get('failed', 0))}"
+
+    if not hardware:
+        lines += ["Hardware detection not provided; hardware measured in these records:", ""]
+        lines += _md_table(["hardware", "cases passed / failed"], [[h, counts(h)] for h in measured.index])
+        return [*lines, ""]
+    rows = []
+    for name, info in hardware.items():
+        info = info if isinstance(info, Mapping) else {}
+        available = bool(info.get("available"))
+        devices = []
+        for device in info.get("devices") or ():
+            if isinstance(device, Mapping):
+                mem = device.get("memory_mb")
+                devices.append(f"{device.get('name', '?')}" + (f" ({_fmt(float(mem))} MB)" if mem else ""))
+        rows.append([name, "yes" if available else "no", "; ".join(devices) or "–",
+                     ", ".join(info.get("precisions") or ()) or "–",
+                     "" if available else _short(info.get("reason") or "", 200), counts(name)])
+    for name in measured.index:
+        if name not in hardware:
+            rows.append([name, "not detected", "–", "–", "measured but absent from the detection", counts(name)])
+    lines += _md_table(["target", "available", "devices", "precisions", "reason", "cases passed / failed"], rows)
+    return [*lines, ""]
+
+
+def _compat_section(matrix: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
+    targets = sorted({t for entries in matrix.values() for t in entries})
+    rows = []
+    for family, entries in matrix.items():
+        row = [family]
+        for target in targets:
+            entry = entries.get(target)
+            if entry is None:
+                row.append("–")
+                continue
+            rel = entry["relative_throughput"]
+            rating = entry["performance_rating"] + (f" ({rel:.2f})" if rel is not None else "")
+            row.append(f"{rating}, {entry['passed']} passed / {entry['failed']} failed")
+        rows.append(row)
+    thresholds = ", ".join(f"{name} >= {limit}" for name, limit in RATING_THRESHOLDS)
+    return [
+        "## Compatibility matrix", "",
+        "Per family and target (hardware/backend): the rating and, in brackets, the median ratio of the "
+        "target's throughput to the best target's on the (model, batch size) cases both passed, each "
+        f"target at its best precision. {thresholds}, else low; unrated: no case shared with another "
+        "target; none: no case passed. Full detail in `compatibility.json`.", "",
+        *_md_table(["family", *targets], rows), "",
+    ]
+
+
+def _failures_section(df: pd.DataFrame) -> list[str]:
+    failed = df[df["status"] != "passed"]
+    lines = ["## Failures", ""]
+    if failed.empty:
+        return [*lines, "No failed cases.", ""]
+    lines += [f"{len(failed)} failed case(s):", ""]
+    for _, row in failed.sort_values(["family", "model", "config", "batch_size"]).iterrows():
+        case = f" (`{row['case_id']}`)" if row["case_id"] else ""
+        lines.append(f"- **{row['family']}** {row['model']} {row['config']} b{row['batch_size']}{case}: "
+                     f"{_short(row['error'], _ERROR_CHARS_MD)}")
+    return [*lines, ""]
+
+
+# --- compiled vs eager ------------------------------------------------------------------------
+
+def _case_label(pair: Mapping[str, Any], with_length: bool = False) -> str:
+    """``vit-base cuda fp16 b64`` (``... generate out32`` in generate mode, ``... in512`` where
+    the same model ran at several input lengths)."""
+    label = f"{pair['model']} {pair['hardware']} {pair['precision']} b{pair['batch_size']}"
+    if pair["mode"] != DEFAULT_MODE:
+        label += f" {pair['mode']}"
+    if with_length and pair["length"]:
+        label += f" in{pair['length']}"
+    if pair["tokens"]:
+        label += f" out{pair['tokens']}"
+    return label
+
+
+def _compiled_section(df: pd.DataFrame) -> list[str]:
+    """Every compiled case slower than eager torch on the same case, a line each with both medians."""
+    pairs = _compiled_pairs(df, "latency_ms_median")
+    if not pairs:
+        return []
+    lines = ["## Compiled vs eager", "",
+             f"Median latency of each compiled case against eager {EAGER_BACKEND} on the same case (model, hardware, "
+             "precision, batch size, mode, input length, new tokens); compile time is not in either figure.", ""]
+    slower = [p for p in pairs if p["value"] > p["eager"]]
+    several = {m for m in {p["model"] for p in pairs} if len({p["length"] for p in pairs if p["model"] == m}) > 1}
+    for pair in slower:
+        label = _case_label(pair, with_length=pair["model"] in several)
+        lines.append(f"- {label}: {pair['backend']} {_fmt(pair['value'])} ms is slower than eager "
+                     f"{EAGER_BACKEND} {_fmt(pair['eager'])} ms ({pair['value'] / pair['eager']:.2f}x)")
+    if not slower:
+        lines.append(f"- no compiled case is slower than eager {EAGER_BACKEND} ({len(pairs)} compared)")
+    return [*lines, ""]
+
+
+def _generation_speedup_table(rows: pd.DataFrame) -> list[str]:
+    """Eager and compiled tokens/s side by side, per case and compiled backend."""
+    pairs = _compiled_pairs(rows, "tokens_per_s")
+    if not pairs:
+        return []
+    table = [[p["model"], p["hardware"], p["precision"], str(p["batch_size"]), str(p["tokens"]), _fmt(p["eager"]),
+              p["backend"], _fmt(p["value"]), _fmt_speedup(p["value"] / p["eager"] if p["eager"] > 0 else None),
+              _fmt(p["compile_s"])] for p in pairs]
+    return ["#### Eager vs compiled decoding: generated tokens/s", "",
+            f"Speed-up = compiled tokens/s / eager {EAGER_BACKEND} tokens/s on the same case; compile time "
+            "(static KV cache, decode step compiled) is apart from both.", "",
+            *_md_table(["model", "hardware", "precision", "batch", "new tokens", f"eager {EAGER_BACKEND} tokens/s",
+                        "compiled", "compiled tokens/s", "speed-up", "compile (s)"], table), ""]
+
+
+# --- generate and train ------------------------------------------------------------------------
+
+def _mode_sections(df: pd.DataFrame) -> list[str]:
+    """Generate- and train-mode tables (and the inference extras) by model x batch x config."""
+    md: list[str] = []
+    for mode, tables in _MODE_TABLES.items():
+        rows = df[df["mode"] == mode]
+        if rows.empty:
+            continue
+        md += [f"## {_MODE_TITLES[mode]}", ""]
+        if mode == _GENERATE_MODE:
+            tokens = sorted({int(t) for t in rows["new_tokens"].dropna()})
+            md += [f"Every call generates exactly {', '.join(map(str, tokens)) or '?'} new tokens per sequence "
+                   "(min_new_tokens = max_new_tokens); batch = sequences.", ""]
+        else:
+            md += ["One optimizer step (forward, backward, step) per iteration; fp16/bf16 are autocast over fp32 "
+                   "weights.", ""]
+        configs = _config_order(rows["config"])
+        if mode == _GENERATE_MODE:
+            md += _generation_speedup_table(rows)
+        for metric, heading in tables:
+            if rows[metric].notna().any():
+                md += [f"#### {heading}", "", *_value_table(rows, metric, configs), ""]
+    inference = df[df["mode"] == DEFAULT_MODE]
+    for metric, heading in _EXTRA_TABLES:
+        if not inference.empty and inference[metric].notna().any():
+            md += [f"## {heading} (inference)", "", *_value_table(inference, metric, _config_order(inference["config"])),
+                   ""]
+    return md
+
+
+# --- entry point ------------------------------------------------------------------------------
+
+def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str, Any] | None = None,
+                 hardware: dict[str, Any] | None = None, session_id: str | None = None) -> ReportPaths:
+    """Write ``report.md``, ``compatibility.json`` and ``plots/*.png`` under `out_dir`.
+
+    `results`: one row per record, columns named as the `BenchmarkRecord` fields.
+    `system_info`: free-form facts shown at the top (platform, versions, ...).
+    `hardware`: ``detect_hardware().to_dict()`` (target -> available, reason, devices, precisions).
+    `session_id`: report only that session's rows.
+    Raises ValueError when no rows are left (naming the session filter) or columns are missing.
+    """
+    df = _prepare(results, session_id)
+    out_dir = Path(out_dir)
+    plot_dir = out_dir / "plots"
+    plot_dir.mkdir(parents=True, exist_ok=True)
+
+    passed, failed = int((df["status"] == "passed").sum()), int((df["status"] != "passed").sum())
+    sessions = sorted({str(s) for s in df["session_id"].dropna()})
+    duplicate_cells = int((df[df["status"] == "passed"]
+                           .groupby(["family", "model", "batch_size", "config"]).size() > 1).sum())
+    md: list[str] = ["# Hardware benchmark report", ""]
+    md += [f"- **records**: {len(df)} ({passed} passed, {failed} failed"
+           + (f", {len(df) - passed - failed} other" if len(df) - passed - failed else "") + ")",
+           f"- **sessions**: {', '.join(sessions) or 'unknown'}",
+           f"- **families**: {', '.join(sorted(df['family'].unique()))}",
+           f"- **configs** (hardware/backend/precision): {', '.join(_config_order(df['config']))}"]
+    if "created_at" in df.columns and df["created_at"].notna().any():
+        stamps = sorted(str(s) for s in df["created_at"].dropna())
+        md.append(f"- **measured**: {stamps[0]} … {stamps[-1]}")
+    if duplicate_cells:
+        md.append(f"- {duplicate_cells} table cell(s) aggregate several passed records: the median of their values")
+    md.append("")
+    md += _system_section(df, system_info)
+    md += _hardware_section(df, hardware)
+
+    matrix = _compatibility(df)
+    md += _compat_section(matrix)
+
+    plots: dict[str, Path] = {}
+    modes = df
+    df = df[df["mode"] == DEFAULT_MODE]
+    md += ["## Results by family (inference)", "",
+           f"Columns are configs (hardware/backend/precision). Speedup = median latency of "
+           f"{'/'.join(BASELINE)} / median latency of the config, same model and batch size. "
+           "`failed`: every record of that cell failed (see Failures); `–`: not run.", ""]
+    for family, fam in df.groupby("family", sort=True):
+        family = str(family)
+        configs = _config_order(fam["config"])
+        batch = _reference_batch(fam)
+        md += [f"### {family}", "", "#### Latency, median (ms)", "", *_value_table(fam, "latency_ms_median", configs), ""]
+        md += ["#### Throughput (items/s)", "", *_value_table(fam, "throughput_items_per_s", configs), ""]
+        md += [f"#### Speedup vs {'/'.join(BASELINE)}", ""]
+        if _speedups(fam):
+            md += [*_speedup_table(fam, configs), ""]
+        else:
+            md += [f"No speedup: no (model, batch size) has both a passed {'/'.join(BASELINE)} record and "
+                   "another passed config.", ""]
+        md += ["#### Batch-size scaling: throughput (items/s) per batch size", ""]
+        if _cells(fam, "throughput_items_per_s"):
+            md += [*_scaling_table(fam, configs), ""]
+        else:
+            md += ["No passed cases.", ""]
+        memory = _memory_table(fam, configs)
+        if memory:
+            md += ["#### Peak memory (MB): host RSS / device", "", *memory, ""]
+        if batch is None:
+            md += ["No passed cases in this family: no plots.", ""]
+            continue
+        for kind, title, path in _draw_family(fam, family, batch, plot_dir):
+            plots[f"{family}/{kind}"] = path
+            md += [f"![{family}: {title}](plots/{path.name})", ""]
+        md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]
+    md += _mode_sections(modes)
+    md += _compiled_section(modes)
+    md += _failures_section(modes)
+
+    markdown = out_dir / "report.md"
+    markdown.write_text("\n".join(md), encoding="utf-8")
+    compatibility = out_dir / "compatibility.json"
+    _write_document(compatibility, matrix, sessions, hardware)
+    return ReportPaths(out_dir=out_dir, markdown=markdown, compatibility=compatibility, plots=plots)
+
+
+__all__ = ["ReportPaths", "write_report"]

@@ -1,0 +1,185 @@
+"""The report's PNG plots, per family: hardware comparison, batch scaling, speedup and memory.
+
+Plots draw with ``matplotlib.figure.Figure`` on the Agg canvas, never through pyplot, so
+writing a report changes no global matplotlib state (backend, open figures). matplotlib is
+imported when the first figure is made, not with this module.
+"""
+
+from __future__ import annotations
+
+import math
+import re
+from collections.abc import Callable, Iterable, Mapping
+from functools import partial
+from pathlib import Path
+from typing import TYPE_CHECKING, Any
+
+import pandas as pd
+
+from .data import BASELINE, _cells, _config_order, _fmt, _fmt_speedup, _speedups
+
+if TYPE_CHECKING:
+    from matplotlib.axes import Axes
+
+
+def _new_figure(width: float, height: float) -> Any:
+    from matplotlib.figure import Figure
+
+    return Figure(figsize=(min(max(width, 6.0), 40.0), height), layout="constrained")
+
+
+def _colors(configs: Iterable[str]) -> dict[str, str]:
+    """One colour per config, the same in every plot of a family."""
+    palette = [f"C{i}" for i in range(10)] + ["black", "grey", "olive", "navy", "teal", "maroon"]
+    return {c: palette[i % len(palette)] for i, c in enumerate(_config_order(configs))}
+
+
+def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]], *,
+                  colors: Mapping[str, str], fmt: Any = _fmt, ylabel: str, title: str) -> bool:
+    """Bars grouped by model, one series per config, each bar labelled with its value."""
+    drawn = False
+    n = max(len(series), 1)
+    width = 0.8 / n
+    values_all = [v for vals in series.values() for v in vals if not math.isnan(v) and v > 0]
+    for i, (label, values) in enumerate(series.items()):
+        xs = [m + (i - (n - 1) / 2) * width for m in range(len(models))]
+        heights = [0.0 if math.isnan(v) else v for v in values]
+        bars = ax.bar(xs, heights, width, label=label, color=colors.get(label))
+        ax.bar_label(bars, labels=["" if math.isnan(v) else fmt(v) for v in values],
+                     fontsize=7, rotation=90 if n * len(models) > 8 else 0, padding=2)
+        drawn = drawn or any(not math.isnan(v) for v in values)
+    ax.set_xticks(range(len(models)), models, rotation=20 if len(models) > 3 else 0, ha="right" if len(models) > 3 else "center")
+    ax.set_ylabel(ylabel)
+    ax.set_title(title)
+    if values_all and max(values_all) / min(values_all) > 100:
+        ax.set_yscale("log")
+        ax.set_ylim(min(values_all) / 2, max(values_all) * 4)
+    else:
+        ax.set_ylim(0, max(values_all or [1.0]) * 1.2)
+    ax.legend(fontsize=7)
+    return drawn
+
+
+def _bar_series(cells: Mapping[tuple[str, int, str], float], models: list[str], configs: list[str],
+                batch: int) -> dict[str, list[float]]:
+    """config -> one value per model at `batch` (NaN: no bar); configs without any value dropped."""
+    series = {c: [cells.get((m, batch, c), math.nan) for m in models] for c in configs}
+    return {c: vals for c, vals in series.items() if any(not math.isnan(v) for v in vals)}
+
+
+def _models_at(cells: Mapping[tuple[str, int, str], float], batch: int) -> list[str]:
+    """Models with a measured value at `batch`, sorted."""
+    return sorted({m for (m, b, _), v in cells.items() if b == batch and not math.isnan(v)})
+
+
+def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
+    cells = _cells(fam, "latency_ms_median")
+    models = _models_at(cells, batch)
+    series = _bar_series(cells, models, _config_order(fam["config"]), batch)
+    if not series:
+        return False
+    fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
+    ax = fig.add_subplot()
+    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel="median latency (ms)",
+                  title=f"{family}: median latency per model and config, batch size {batch}")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
+    cells = _cells(fam, "throughput_items_per_s")
+    models = sorted({m for (m, _, _), v in cells.items() if not math.isnan(v)})
+    if not models:
+        return False
+    cols = min(3, len(models))
+    rows = math.ceil(len(models) / cols)
+    fig = _new_figure(5.5 * cols, 4.2 * rows)
+    axes = fig.subplots(rows, cols, squeeze=False)
+    colors = _colors(fam["config"])
+    for ax, model in zip(axes.flat, models, strict=False):
+        for config in _config_order(fam["config"]):
+            points = sorted((b, v) for (m, b, c), v in cells.items() if m == model and c == config and not math.isnan(v))
+            if not points:
+                continue
+            xs, ys = [p[0] for p in points], [p[1] for p in points]
+            ax.plot(xs, ys, marker="o", label=config, color=colors[config])
+            for x, y in points:
+                ax.annotate(_fmt(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+        batches = sorted({b for (m, b, _), v in cells.items() if m == model and not math.isnan(v)})
+        if len(batches) > 1 and batches[-1] / batches[0] >= 8:
+            ax.set_xscale("log", base=2)
+        ax.set_xticks(batches, [str(b) for b in batches])
+        values = [v for (m, _, _), v in cells.items() if m == model and not math.isnan(v) and v > 0]
+        if values and max(values) / min(values) > 20:
+            # Spread lines that differ by orders of magnitude, so their labels do not overlap.
+            ax.set_yscale("log")
+            ax.set_ylim(min(values) / 2, max(values) * 3)
+        elif values:
+            ax.set_ylim(0, max(values) * 1.2)
+        ax.set_xlabel("batch size")
+        ax.set_ylabel("throughput (items/s)")
+        ax.set_title(f"{family}: {model}")
+        ax.legend(fontsize=7)
+    for ax in list(axes.flat)[len(models):]:
+        ax.set_visible(False)
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
+    speedups = _speedups(fam)
+    models = sorted({m for (m, b, _) in speedups if b == batch})
+    configs = [c for c in _config_order(fam["config"]) if c != "/".join(BASELINE)]
+    series = _bar_series(speedups, models, configs, batch)
+    if not series:
+        return False
+    fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
+    ax = fig.add_subplot()
+    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=_fmt_speedup, ylabel=f"speedup vs {'/'.join(BASELINE)} (x)",
+                  title=f"{family}: speedup over {'/'.join(BASELINE)}, batch size {batch}")
+    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def _plot_memory(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
+    panels = []
+    configs = _config_order(fam["config"])
+    for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"), ("peak_device_memory_mb", "peak device memory (MB)")):
+        cells = _cells(fam, metric)
+        models = _models_at(cells, batch)
+        series = _bar_series(cells, models, configs, batch)
+        if series:
+            panels.append((label, models, series))
+    if not panels:
+        return False
+    width = 1.5 + 0.5 * max(len(m) * len(s) for _, m, s in panels)
+    fig = _new_figure(width, 4.5 * len(panels))
+    axes = fig.subplots(len(panels), 1, squeeze=False)
+    for ax, (label, models, series) in zip(axes.flat, panels, strict=True):
+        _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel=label, title=f"{family}: {label}, batch size {batch}")
+    fig.savefig(path, dpi=100)
+    return True
+
+
+def _slug(text: str) -> str:
+    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "family"
+
+
+def _draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> list[tuple[str, str, Path]]:
+    """Draw the family's plots under `plot_dir`; (kind, title, path) of each one written, in report order.
+
+    `batch` is the batch size the single-batch plots show; a plot with nothing to draw is not written.
+    """
+    drawers: tuple[tuple[str, str, Callable[[Path], bool]], ...] = (
+        ("hardware_comparison", "Hardware comparison", partial(_plot_hardware, fam, family, batch)),
+        ("batch_scaling", "Batch scaling", partial(_plot_scaling, fam, family)),
+        ("speedup", f"Speedup vs {'/'.join(BASELINE)}", partial(_plot_speedup, fam, family, batch)),
+        ("memory", "Memory", partial(_plot_memory, fam, family, batch)),
+    )
+    written = []
+    for kind, title, draw in drawers:
+        path = plot_dir / f"{_slug(family)}_{kind}.png"
+        if draw(path):
+            written.append((kind, title, path))
+    return written
