@@ -49,6 +49,10 @@ class ModelInfo:
     sequence_length: int | None = None
     image_size: int | None = None
     audio_samples: int | None = None
+    #: Computing operators one eager forward dispatches (about one kernel launch each).
+    launches_per_forward: int | None = None
+    num_attention_heads: int | None = None
+    num_key_value_heads: int | None = None
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
@@ -113,37 +117,37 @@ ALIASES: dict[str, str] = {
 #: it was computed from; a spec that changed is measured again. Regenerate with
 #: ``python -m hwsel.features``.
 _ZOO_TABLE: dict[str, dict[str, Any]] = {
-    "bert-base": {"fingerprint": "4c7dd4c5256d", "name": "bert-base", "family": "embedding", "model_type": "bert", "param_count": 109482240, "flops_per_item": 22348431360.0, "num_layers": 12, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "bert-tiny": {"fingerprint": "7705e7444062", "name": "bert-tiny", "family": "embedding", "model_type": "bert", "param_count": 168128, "flops_per_item": 4726784.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None},
-    "clap-htsat-unfused": {"fingerprint": "c1b31399ebe0", "name": "clap-htsat-unfused", "family": "multimodal", "model_type": "clap", "param_count": 153492890, "flops_per_item": 34166409216.0, "num_layers": 16, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": 491520},
-    "clap-tiny": {"fingerprint": "f828ef880975", "name": "clap-tiny", "family": "multimodal", "model_type": "clap", "param_count": 217894, "flops_per_item": 19419264.0, "num_layers": 4, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": 122880},
-    "clip-tiny": {"fingerprint": "63047cc1eb21", "name": "clip-tiny", "family": "multimodal", "model_type": "clip", "param_count": 3355713, "flops_per_item": 8675904.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": 64, "audio_samples": None},
-    "clip-vit-b32": {"fingerprint": "dcc700a172e4", "name": "clip-vit-b32", "family": "multimodal", "model_type": "clip", "param_count": 151277313, "flops_per_item": 14777164800.0, "num_layers": 12, "hidden_size": 512, "sequence_length": 77, "image_size": 224, "audio_samples": None},
-    "detr-resnet-50": {"fingerprint": "4d22e39d012f", "name": "detr-resnet-50", "family": "vision", "model_type": "detr", "param_count": 41524768, "flops_per_item": 120339200000.0, "num_layers": 6, "hidden_size": 256, "sequence_length": None, "image_size": 800, "audio_samples": None},
-    "detr-tiny": {"fingerprint": "ed542167a987", "name": "detr-tiny", "family": "vision", "model_type": "detr", "param_count": 206160, "flops_per_item": 24160256.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": 64, "audio_samples": None},
-    "gpt2": {"fingerprint": "80d6095b2b27", "name": "gpt2", "family": "text_generation", "model_type": "gpt2", "param_count": 124439808, "flops_per_item": 32228179968.0, "num_layers": 12, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "gpt2-tiny": {"fingerprint": "82272d363645", "name": "gpt2-tiny", "family": "text_generation", "model_type": "gpt2", "param_count": 3324736, "flops_per_item": 212668416.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None},
-    "llama-7b": {"fingerprint": "ade945a97f13", "name": "llama-7b", "family": "text_generation", "model_type": "llama", "param_count": 6738415616, "flops_per_item": 1700001742848.0, "num_layers": 32, "hidden_size": 4096, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "llama-tiny": {"fingerprint": "e2ce63692391", "name": "llama-tiny", "family": "text_generation", "model_type": "llama", "param_count": 202048, "flops_per_item": 9338880.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None},
-    "llava-7b": {"fingerprint": "31ef33588850", "name": "llava-7b", "family": "multimodal", "model_type": "llava", "param_count": 7063427072, "flops_per_item": 9969056972800.0, "num_layers": 32, "hidden_size": 4096, "sequence_length": 704, "image_size": 336, "audio_samples": None},
-    "llava-tiny": {"fingerprint": "a704dcd2aa7a", "name": "llava-tiny", "family": "multimodal", "model_type": "llava", "param_count": 330944, "flops_per_item": 18760192.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 48, "image_size": 64, "audio_samples": None},
-    "llava-tinyllama-1.4b": {"fingerprint": "7d098fff784d", "name": "llava-tinyllama-1.4b", "family": "multimodal", "model_type": "llava", "param_count": 1410113536, "flops_per_item": 1935136096256.0, "num_layers": 22, "hidden_size": 2048, "sequence_length": 704, "image_size": 336, "audio_samples": None},
-    "qwen2-0.5b": {"fingerprint": "919e99fb6c62", "name": "qwen2-0.5b", "family": "text_generation", "model_type": "qwen2", "param_count": 494032768, "flops_per_item": 127863357440.0, "num_layers": 24, "hidden_size": 896, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "qwen2-7b": {"fingerprint": "5df5f48a2d59", "name": "qwen2-7b", "family": "text_generation", "model_type": "qwen2", "param_count": 7615616512, "flops_per_item": 1816569839616.0, "num_layers": 28, "hidden_size": 3584, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "qwen2-tiny": {"fingerprint": "a35ceb90b5a3", "name": "qwen2-tiny", "family": "text_generation", "model_type": "qwen2", "param_count": 202304, "flops_per_item": 9338880.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None},
-    "resnet-50": {"fingerprint": "2078c52c42df", "name": "resnet-50", "family": "vision", "model_type": "resnet", "param_count": 23508032, "flops_per_item": 8174272512.0, "num_layers": 16, "hidden_size": 2048, "sequence_length": None, "image_size": 224, "audio_samples": None},
-    "resnet-tiny": {"fingerprint": "46718aa73147", "name": "resnet-tiny", "family": "vision", "model_type": "resnet", "param_count": 21584, "flops_per_item": 9011200.0, "num_layers": 2, "hidden_size": 32, "sequence_length": None, "image_size": 64, "audio_samples": None},
-    "t5-small": {"fingerprint": "9d90783eb018", "name": "t5-small", "family": "text_generation", "model_type": "t5", "param_count": 60506624, "flops_per_item": 16089350144.0, "num_layers": 6, "hidden_size": 512, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "t5-tiny": {"fingerprint": "6a32f55f3b92", "name": "t5-tiny", "family": "text_generation", "model_type": "t5", "param_count": 228736, "flops_per_item": 16154624.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None},
-    "tinyllama-1.1b": {"fingerprint": "8b2667c07bf1", "name": "tinyllama-1.1b", "family": "text_generation", "model_type": "llama", "param_count": 1100048384, "flops_per_item": 267764367360.0, "num_layers": 22, "hidden_size": 2048, "sequence_length": 128, "image_size": None, "audio_samples": None},
-    "vit-base": {"fingerprint": "05d70d44bc07", "name": "vit-base", "family": "vision", "model_type": "vit", "param_count": 86389248, "flops_per_item": 35127300096.0, "num_layers": 12, "hidden_size": 768, "sequence_length": None, "image_size": 224, "audio_samples": None},
-    "vit-tiny": {"fingerprint": "af523b1621a6", "name": "vit-tiny", "family": "vision", "model_type": "vit", "param_count": 121600, "flops_per_item": 3957248.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": 64, "audio_samples": None},
-    "wav2vec2-base": {"fingerprint": "b61a78551625", "name": "wav2vec2-base", "family": "audio", "model_type": "wav2vec2", "param_count": 94371712, "flops_per_item": 13822748672.0, "num_layers": 12, "hidden_size": 768, "sequence_length": None, "image_size": None, "audio_samples": 16000},
-    "wav2vec2-tiny": {"fingerprint": "b42ab3a9c2de", "name": "wav2vec2-tiny", "family": "audio", "model_type": "wav2vec2", "param_count": 118928, "flops_per_item": 78243200.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": None, "audio_samples": 16000},
-    "whisper-micro": {"fingerprint": "16cba2ebd146", "name": "whisper-micro", "family": "audio", "model_type": "whisper", "param_count": 3524928, "flops_per_item": 33677312.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 16, "image_size": None, "audio_samples": 32000},
-    "whisper-tiny": {"fingerprint": "dd03c5eec920", "name": "whisper-tiny", "family": "audio", "model_type": "whisper", "param_count": 37760640, "flops_per_item": 41306357760.0, "num_layers": 4, "hidden_size": 384, "sequence_length": 32, "image_size": None, "audio_samples": 480000},
-    "xclip-base-p32": {"fingerprint": "773d2eb12dd9", "name": "xclip-base-p32", "family": "multimodal", "model_type": "xclip", "param_count": 196585729, "flops_per_item": 78024078336.0, "num_layers": 12, "hidden_size": 512, "sequence_length": 77, "image_size": 224, "audio_samples": None},
-    "xclip-tiny": {"fingerprint": "c7bd8db0eba0", "name": "xclip-tiny", "family": "multimodal", "model_type": "xclip", "param_count": 441281, "flops_per_item": 22712448.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": 64, "audio_samples": None},
+    "bert-base": {"fingerprint": "4c7dd4c5256d", "name": "bert-base", "family": "embedding", "model_type": "bert", "param_count": 109482240, "flops_per_item": 22348431360.0, "num_layers": 12, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 239, "num_attention_heads": 12, "num_key_value_heads": 12},
+    "bert-tiny": {"fingerprint": "7705e7444062", "name": "bert-tiny", "family": "embedding", "model_type": "bert", "param_count": 168128, "flops_per_item": 4726784.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None, "launches_per_forward": 49, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "clap-htsat-unfused": {"fingerprint": "c1b31399ebe0", "name": "clap-htsat-unfused", "family": "multimodal", "model_type": "clap", "param_count": 153492890, "flops_per_item": 34166409216.0, "num_layers": 16, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": 491520, "launches_per_forward": 736, "num_attention_heads": 12, "num_key_value_heads": 12},
+    "clap-tiny": {"fingerprint": "f828ef880975", "name": "clap-tiny", "family": "multimodal", "model_type": "clap", "param_count": 217894, "flops_per_item": 19419264.0, "num_layers": 4, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": 122880, "launches_per_forward": 144, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "clip-tiny": {"fingerprint": "63047cc1eb21", "name": "clip-tiny", "family": "multimodal", "model_type": "clip", "param_count": 3355713, "flops_per_item": 8675904.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": 64, "audio_samples": None, "launches_per_forward": 128, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "clip-vit-b32": {"fingerprint": "dcc700a172e4", "name": "clip-vit-b32", "family": "multimodal", "model_type": "clip", "param_count": 151277313, "flops_per_item": 14777164800.0, "num_layers": 12, "hidden_size": 512, "sequence_length": 77, "image_size": 224, "audio_samples": None, "launches_per_forward": 608, "num_attention_heads": 8, "num_key_value_heads": 8},
+    "detr-resnet-50": {"fingerprint": "4d22e39d012f", "name": "detr-resnet-50", "family": "vision", "model_type": "detr", "param_count": 41524768, "flops_per_item": 120339200000.0, "num_layers": 6, "hidden_size": 256, "sequence_length": None, "image_size": 800, "audio_samples": None, "launches_per_forward": 910, "num_attention_heads": 8, "num_key_value_heads": 8},
+    "detr-tiny": {"fingerprint": "ed542167a987", "name": "detr-tiny", "family": "vision", "model_type": "detr", "param_count": 206160, "flops_per_item": 24160256.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": 64, "audio_samples": None, "launches_per_forward": 232, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "gpt2": {"fingerprint": "80d6095b2b27", "name": "gpt2", "family": "text_generation", "model_type": "gpt2", "param_count": 124439808, "flops_per_item": 32228179968.0, "num_layers": 12, "hidden_size": 768, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 395, "num_attention_heads": 12, "num_key_value_heads": 12},
+    "gpt2-tiny": {"fingerprint": "82272d363645", "name": "gpt2-tiny", "family": "text_generation", "model_type": "gpt2", "param_count": 3324736, "flops_per_item": 212668416.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None, "launches_per_forward": 75, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "llama-7b": {"fingerprint": "ade945a97f13", "name": "llama-7b", "family": "text_generation", "model_type": "llama", "param_count": 6738415616, "flops_per_item": 1700001742848.0, "num_layers": 32, "hidden_size": 4096, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 1813, "num_attention_heads": 32, "num_key_value_heads": 32},
+    "llama-tiny": {"fingerprint": "e2ce63692391", "name": "llama-tiny", "family": "text_generation", "model_type": "llama", "param_count": 202048, "flops_per_item": 9338880.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None, "launches_per_forward": 137, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "llava-7b": {"fingerprint": "31ef33588850", "name": "llava-7b", "family": "multimodal", "model_type": "llava", "param_count": 7063427072, "flops_per_item": 9969056972800.0, "num_layers": 32, "hidden_size": 4096, "sequence_length": 704, "image_size": 336, "audio_samples": None, "launches_per_forward": 2333, "num_attention_heads": 32, "num_key_value_heads": 32},
+    "llava-tiny": {"fingerprint": "a704dcd2aa7a", "name": "llava-tiny", "family": "multimodal", "model_type": "llava", "param_count": 330944, "flops_per_item": 18760192.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 48, "image_size": 64, "audio_samples": None, "launches_per_forward": 195, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "llava-tinyllama-1.4b": {"fingerprint": "7d098fff784d", "name": "llava-tinyllama-1.4b", "family": "multimodal", "model_type": "llava", "param_count": 1410113536, "flops_per_item": 1935136096256.0, "num_layers": 22, "hidden_size": 2048, "sequence_length": 704, "image_size": 336, "audio_samples": None, "launches_per_forward": 1817, "num_attention_heads": 32, "num_key_value_heads": 4},
+    "qwen2-0.5b": {"fingerprint": "919e99fb6c62", "name": "qwen2-0.5b", "family": "text_generation", "model_type": "qwen2", "param_count": 494032768, "flops_per_item": 127863357440.0, "num_layers": 24, "hidden_size": 896, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 1341, "num_attention_heads": 14, "num_key_value_heads": 2},
+    "qwen2-7b": {"fingerprint": "5df5f48a2d59", "name": "qwen2-7b", "family": "text_generation", "model_type": "qwen2", "param_count": 7615616512, "flops_per_item": 1816569839616.0, "num_layers": 28, "hidden_size": 3584, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 1561, "num_attention_heads": 28, "num_key_value_heads": 4},
+    "qwen2-tiny": {"fingerprint": "a35ceb90b5a3", "name": "qwen2-tiny", "family": "text_generation", "model_type": "qwen2", "param_count": 202304, "flops_per_item": 9338880.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None, "launches_per_forward": 131, "num_attention_heads": 4, "num_key_value_heads": 2},
+    "resnet-50": {"fingerprint": "2078c52c42df", "name": "resnet-50", "family": "vision", "model_type": "resnet", "param_count": 23508032, "flops_per_item": 8174272512.0, "num_layers": 16, "hidden_size": 2048, "sequence_length": None, "image_size": 224, "audio_samples": None, "launches_per_forward": 226, "num_attention_heads": None, "num_key_value_heads": None},
+    "resnet-tiny": {"fingerprint": "46718aa73147", "name": "resnet-tiny", "family": "vision", "model_type": "resnet", "param_count": 21584, "flops_per_item": 9011200.0, "num_layers": 2, "hidden_size": 32, "sequence_length": None, "image_size": 64, "audio_samples": None, "launches_per_forward": 27, "num_attention_heads": None, "num_key_value_heads": None},
+    "t5-small": {"fingerprint": "9d90783eb018", "name": "t5-small", "family": "text_generation", "model_type": "t5", "param_count": 60506624, "flops_per_item": 16089350144.0, "num_layers": 6, "hidden_size": 512, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 706, "num_attention_heads": 8, "num_key_value_heads": 8},
+    "t5-tiny": {"fingerprint": "6a32f55f3b92", "name": "t5-tiny", "family": "text_generation", "model_type": "t5", "param_count": 228736, "flops_per_item": 16154624.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": None, "audio_samples": None, "launches_per_forward": 278, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "tinyllama-1.1b": {"fingerprint": "8b2667c07bf1", "name": "tinyllama-1.1b", "family": "text_generation", "model_type": "llama", "param_count": 1100048384, "flops_per_item": 267764367360.0, "num_layers": 22, "hidden_size": 2048, "sequence_length": 128, "image_size": None, "audio_samples": None, "launches_per_forward": 1297, "num_attention_heads": 32, "num_key_value_heads": 4},
+    "vit-base": {"fingerprint": "05d70d44bc07", "name": "vit-base", "family": "vision", "model_type": "vit", "param_count": 86389248, "flops_per_item": 35127300096.0, "num_layers": 12, "hidden_size": 768, "sequence_length": None, "image_size": 224, "audio_samples": None, "launches_per_forward": 234, "num_attention_heads": 12, "num_key_value_heads": 12},
+    "vit-tiny": {"fingerprint": "af523b1621a6", "name": "vit-tiny", "family": "vision", "model_type": "vit", "param_count": 121600, "flops_per_item": 3957248.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": 64, "audio_samples": None, "launches_per_forward": 44, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "wav2vec2-base": {"fingerprint": "b61a78551625", "name": "wav2vec2-base", "family": "audio", "model_type": "wav2vec2", "param_count": 94371712, "flops_per_item": 13822748672.0, "num_layers": 12, "hidden_size": 768, "sequence_length": None, "image_size": None, "audio_samples": 16000, "launches_per_forward": 250, "num_attention_heads": 12, "num_key_value_heads": 12},
+    "wav2vec2-tiny": {"fingerprint": "b42ab3a9c2de", "name": "wav2vec2-tiny", "family": "audio", "model_type": "wav2vec2", "param_count": 118928, "flops_per_item": 78243200.0, "num_layers": 2, "hidden_size": 64, "sequence_length": None, "image_size": None, "audio_samples": 16000, "launches_per_forward": 52, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "whisper-micro": {"fingerprint": "16cba2ebd146", "name": "whisper-micro", "family": "audio", "model_type": "whisper", "param_count": 3524928, "flops_per_item": 33677312.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 16, "image_size": None, "audio_samples": 32000, "launches_per_forward": 169, "num_attention_heads": 2, "num_key_value_heads": 2},
+    "whisper-tiny": {"fingerprint": "dd03c5eec920", "name": "whisper-tiny", "family": "audio", "model_type": "whisper", "param_count": 37760640, "flops_per_item": 41306357760.0, "num_layers": 4, "hidden_size": 384, "sequence_length": 32, "image_size": None, "audio_samples": 480000, "launches_per_forward": 323, "num_attention_heads": 6, "num_key_value_heads": 6},
+    "xclip-base-p32": {"fingerprint": "773d2eb12dd9", "name": "xclip-base-p32", "family": "multimodal", "model_type": "xclip", "param_count": 196585729, "flops_per_item": 78024078336.0, "num_layers": 12, "hidden_size": 512, "sequence_length": 77, "image_size": 224, "audio_samples": None, "launches_per_forward": 943, "num_attention_heads": 8, "num_key_value_heads": 8},
+    "xclip-tiny": {"fingerprint": "c7bd8db0eba0", "name": "xclip-tiny", "family": "multimodal", "model_type": "xclip", "param_count": 441281, "flops_per_item": 22712448.0, "num_layers": 2, "hidden_size": 64, "sequence_length": 32, "image_size": 64, "audio_samples": None, "launches_per_forward": 243, "num_attention_heads": 2, "num_key_value_heads": 2},
 }
 
 
@@ -175,6 +179,9 @@ def _measure_spec(spec: Any, name: str | None = None) -> ModelInfo:
         sequence_length=shape.get("sequence_length"),
         image_size=shape.get("image_size"),
         audio_samples=shape.get("audio_samples"),
+        launches_per_forward=arch.launches_per_forward,
+        num_attention_heads=arch.num_attention_heads,
+        num_key_value_heads=arch.num_key_value_heads,
     )
 
 
@@ -192,7 +199,7 @@ def _disk_key(fingerprint: str) -> str:
     try:
         from importlib.metadata import version
 
-        return f"{fingerprint}:transformers-{version('transformers')}"
+        return f"{fingerprint}:v2:transformers-{version('transformers')}"
     except Exception:  # no metadata: still usable, just not tied to a version
         return fingerprint
 
@@ -244,7 +251,8 @@ def info_from_spec(spec: Any, name: str | None = None) -> ModelInfo:
             _write_disk(disk_key, info)
         _measured[key] = info
     found = _measured[key]
-    return found if name is None or name == found.name else ModelInfo(**{**found.to_dict(), "name": name})
+    want = name or spec.name
+    return found if want == found.name else ModelInfo(**{**found.to_dict(), "name": want})
 
 
 def _normal(name: str) -> str:
@@ -271,21 +279,27 @@ def _unknown(name: str, extra: str = "") -> KeyError:
     )
 
 
-def _from_config(name: str, config: str | os.PathLike[str]) -> ModelInfo:
-    from pytest_hwbench.models import load_model_set
+def _from_config(name: str | None, config: str | os.PathLike[str] | Mapping[str, Any]) -> ModelInfo:
+    from pytest_hwbench.models import load_model_set, spec_from_config
 
+    if isinstance(config, Mapping):
+        try:
+            return info_from_spec(spec_from_config(config, name))
+        except ValueError as exc:
+            raise KeyError(f"model {name or config.get('model_type')!r}: bad config: {exc}") from None
     path = Path(config)
     try:
         specs = load_model_set(path)
     except (ValueError, OSError) as exc:
         raise KeyError(f"model {name!r}: cannot read config {str(path)!r}: {exc}") from None
-    if path.is_dir():
-        return info_from_spec(specs[0], name=name)
     by_name = {s.name: s for s in specs}
+    if name is None or path.is_dir() or len(specs) == 1:
+        if name is None and len(specs) > 1:
+            raise KeyError(f"config {str(path)!r} is a model set of {len(specs)} models "
+                           f"({', '.join(sorted(by_name))}); name one of them")
+        return info_from_spec(specs[0], name=name)
     if name in by_name:
         return info_from_spec(by_name[name])
-    if len(specs) == 1:
-        return info_from_spec(specs[0], name=name)
     close = difflib.get_close_matches(name, by_name, n=5, cutoff=0.4)
     hint = f" Close matches: {', '.join(close)}." if close else ""
     raise KeyError(
@@ -307,18 +321,25 @@ def _resolve_cached(name: str) -> ModelInfo:
     raise _unknown(name)
 
 
-def resolve_model(name: str, config: str | os.PathLike[str] | None = None) -> ModelInfo:
+def resolve_model(
+    name: str | None, config: str | os.PathLike[str] | Mapping[str, Any] | None = None
+) -> ModelInfo:
     """Architecture numbers for `name`.
 
     `name` is a zoo name (`hwbench models`), a common hub-style name (``bert-base-uncased``,
     ``google/vit-base-patch16-224``, ``openai/whisper-tiny``, ...), or any name when `config`
-    points at a directory with a ``config.json`` or a model-set TOML/JSON file.
+    is a Hugging Face ``config.json`` (a file, a directory holding one, or its parsed contents
+    as a mapping) or a model-set TOML/JSON file. With a config, `name` may be None: it then
+    comes from the config (``_name_or_path``, the folder or file name, else ``<type>-custom``).
 
     Raises:
         KeyError: unknown name; the message lists close matches and how to pass a config.
     """
     if config is not None:
         return _from_config(name, config)
+    if not name:
+        raise KeyError("no model given: pass a zoo name (see `hwbench models`) or config=PATH to a "
+                       "config.json, a directory holding one, or a model-set TOML/JSON (CLI: --config PATH)")
     try:
         return _resolve_cached(name)
     except KeyError as exc:
@@ -393,6 +414,18 @@ def roofline(
 
 # --- features ---------------------------------------------------------------------------------
 
+#: Host time an eager framework spends per dispatched operator (ms): the launch floor of a
+#: forward is about launches x this. A starting point only; the predictors learn the rest per
+#: hardware and backend from the records.
+#: Eager PyTorch on the hardware: about 20 us per operator with Hugging Face models (H100
+#: evidence: bert-base, 239 operators, 7.2 ms at batch 1 in fp16; this CPU: 17 us).
+LAUNCH_COST_MS: dict[str, float] = {"cuda": 0.022, "rocm": 0.025, "xpu": 0.025, "mps": 0.03, "cpu": 0.017,
+                                    "openvino": 0.017, "onnxruntime": 0.017, "qnn": 0.017}
+#: The share of that cost a runtime keeps: graph runtimes and compilers fuse and batch launches
+#: (CUDA graphs replay a forward as one launch). Unknown backends count as eager.
+LAUNCH_SHARE: dict[str, float] = {"torch": 1.0, "torch-compile": 0.5, "torch-compile-ro": 0.05,
+                                  "onnxruntime": 0.2, "openvino": 0.15, "qai_hub": 0.05}
+
 CATEGORICAL_FEATURES: tuple[str, ...] = (
     "family",
     "model_type",
@@ -426,6 +459,12 @@ NUMERIC_FEATURES: tuple[str, ...] = (
     "log_roofline_memory_ms",
     "log_roofline_ms",
     "log_roofline_memory_mb",
+    "log_launches",
+    "log_launch_floor_ms",
+    "log_flops_per_launch",
+    "log_regime_ms",
+    "num_attention_heads",
+    "kv_group",
 )
 
 #: What the predictors take, in this order.
@@ -442,6 +481,9 @@ INPUT_FIELDS: tuple[str, ...] = (
     "sequence_length",
     "image_size",
     "audio_samples",
+    "launches_per_forward",
+    "num_attention_heads",
+    "num_key_value_heads",
     "precision",
     "backend",
     "hardware",
@@ -533,6 +575,9 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     flops_item = np.where(np.isfinite(arch_flops) & (arch_flops > 0), arch_flops, flops_forward / batch)
     layers = _floats(filled("num_layers"))
     hidden = _floats(filled("hidden_size"))
+    launches = _floats(filled("launches_per_forward"))
+    heads = _floats(filled("num_attention_heads"))
+    kv_heads = _floats(filled("num_key_value_heads"))
     seq = _floats(filled("sequence_length"))
     image = _floats(filled("image_size"))
     audio = _floats(filled("audio_samples"))
@@ -552,10 +597,16 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     threads = np.where(np.isfinite(threads), threads, np.array([defaults[h] for h in hardware], dtype=float))
 
     roof = _roofline_arrays(params, flops_item, hidden, layers, batch, bytes_el, tflops, bandwidth)
+    # Launch floor: ~20 operators per layer where the architecture could not be traced.
+    launches = np.where(np.isfinite(launches) & (launches > 0), launches,
+                        20.0 * np.where(np.isfinite(layers) & (layers > 0), layers, 12.0))
+    backend = text(_values(rows, "backend"), "torch")
+    floor_ms = launches * np.array([LAUNCH_COST_MS.get(h, 0.02) * LAUNCH_SHARE.get(b, 1.0)
+                                    for h, b in zip(hardware, backend, strict=True)], dtype=float)
     columns: dict[str, Any] = {
         "family": text(filled("family"), "unknown"),
         "model_type": text(filled("model_type"), "unknown"),
-        "backend": text(_values(rows, "backend"), "torch"),
+        "backend": backend,
         "hardware": hardware,
         "precision": precision,
         "mode": text(_values(rows, "mode"), "inference"),
@@ -582,6 +633,12 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
         "log_roofline_memory_ms": _log(roof["memory_ms"]),
         "log_roofline_ms": _log(roof["latency_ms"]),
         "log_roofline_memory_mb": _log(roof["memory_mb"]),
+        "log_launches": _log(launches),
+        "log_launch_floor_ms": _log(floor_ms),
+        "log_flops_per_launch": _log(flops_item * batch / launches),
+        "log_regime_ms": _log(np.maximum(floor_ms, roof["latency_ms"])),
+        "num_attention_heads": heads,
+        "kv_group": heads / np.where(kv_heads > 0, kv_heads, np.nan),
     }
     return pd.DataFrame({name: columns[name] for name in FEATURE_COLUMNS}, index=rows.index)
 
@@ -612,6 +669,9 @@ def query_row(
         "sequence_length": model.sequence_length,
         "image_size": model.image_size,
         "audio_samples": model.audio_samples,
+        "launches_per_forward": model.launches_per_forward,
+        "num_attention_heads": model.num_attention_heads,
+        "num_key_value_heads": model.num_key_value_heads,
         "batch_size": int(batch_size),
         "precision": precision,
         "backend": backend,
@@ -683,6 +743,8 @@ __all__ = [
     "CATEGORICAL_FEATURES",
     "FEATURE_COLUMNS",
     "INPUT_FIELDS",
+    "LAUNCH_COST_MS",
+    "LAUNCH_SHARE",
     "NUMERIC_FEATURES",
     "ModelInfo",
     "RooflineEstimate",

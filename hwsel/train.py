@@ -63,6 +63,8 @@ from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATUR
 TRAINING_EXPERIMENT = "hwsel-training"
 #: Lower by more than this (mean absolute log error) to beat the champion.
 SCORE_TOLERANCE = 1e-9
+#: Nominal coverage of the prediction intervals the registered models carry.
+INTERVAL_LEVEL = 0.9
 ESTIMATORS: tuple[str, ...] = ("hgb", "rf", "ridge")
 SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model")
 _LOG_1000 = math.log(1000.0)
@@ -132,10 +134,108 @@ class ThroughputFromLatency(RegressorMixin, BaseEstimator):
         return model
 
 
+#: The regime terms `RegimeRegressor` calibrates, as logs of milliseconds (see hwsel.features).
+REGIME_TERMS: tuple[str, ...] = ("log_launch_floor_ms", "log_roofline_compute_ms", "log_roofline_memory_ms")
+#: Pools a configuration's regime coefficients come from, most specific first: the device and
+#: runtime as measured, then the runtime on any device of the kind, then the kind of device.
+REGIME_POOLS: tuple[tuple[str, ...], ...] = (
+    ("device", "backend", "precision", "mode"),
+    ("device", "backend", "mode"),
+    ("device_kind", "backend", "precision", "mode"),
+    ("device_kind", "backend", "mode"),
+    ("device_kind", "mode"),
+    ("mode",),
+    (),
+)
+
+
+class RegimeRegressor(RegressorMixin, BaseEstimator):
+    """latency ~ a * launch floor + b * compute time + c * memory time, calibrated per pool.
+
+    The three terms are a model's eager launch floor (operators x launch cost), its roofline
+    compute time and memory time on the device's peaks; (a, b, c) >= 0 are fitted by
+    non-negative least squares on relative error, per pool of rows (`REGIME_POOLS`: the same
+    device, backend, precision and mode first). A configuration takes the coefficients of the
+    most specific pool with at least `min_rows` rows from at least `min_models` models, so a
+    device with few records borrows efficiencies from its kind, and a model never measured
+    gets its own launches, FLOPs and bytes weighed by what other models showed. Log targets.
+    """
+
+    def __init__(self, min_rows: int = 6, min_models: int = 2) -> None:
+        self.min_rows = min_rows
+        self.min_models = min_models
+
+    @staticmethod
+    def _terms(X: pd.DataFrame) -> np.ndarray:
+        values = np.exp(np.column_stack([np.asarray(X[c], dtype=float) for c in REGIME_TERMS]))
+        return np.where(np.isfinite(values), values, 0.0)
+
+    @staticmethod
+    def _keys(X: pd.DataFrame, pool: tuple[str, ...]) -> list[tuple[Any, ...]]:
+        if not pool:
+            return [()] * len(X)
+        return list(zip(*(X[c].astype(str).to_numpy() for c in pool), strict=True))
+
+    def fit(self, X: pd.DataFrame, y: Any) -> RegimeRegressor:
+        from scipy.optimize import nnls
+
+        value = np.exp(np.asarray(y, dtype=float))
+        terms = self._terms(X)
+        models = X["log_param_count"].round(6).to_numpy() if "log_param_count" in X else np.zeros(len(X))
+        self.coefs_: list[dict[tuple[Any, ...], np.ndarray]] = []
+        for pool in REGIME_POOLS:
+            rows: dict[tuple[Any, ...], list[int]] = {}
+            for i, key in enumerate(self._keys(X, pool)):
+                rows.setdefault(key, []).append(i)
+            fitted = {}
+            for key, idx in rows.items():
+                if len(idx) < self.min_rows or len(np.unique(models[idx])) < self.min_models:
+                    continue
+                design = terms[idx] / value[idx, None]
+                coef, _ = nnls(design, np.ones(len(idx)))
+                if np.any(coef > 0):
+                    fitted[key] = coef
+            self.coefs_.append(fitted)
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        terms = self._terms(X)
+        out = np.full(len(X), np.nan)
+        for pool, fitted in zip(REGIME_POOLS, self.coefs_, strict=True):
+            todo = np.isnan(out)
+            if not todo.any():
+                break
+            keys = self._keys(X, pool)
+            for i in np.flatnonzero(todo):
+                coef = fitted.get(keys[i])
+                if coef is not None:
+                    out[i] = float(terms[i] @ coef)
+        fallback = terms.max(axis=1)  # nothing fitted at all: the plain roofline with its floor
+        out = np.where(np.isfinite(out) & (out > 0), out, np.maximum(fallback, 1e-6))
+        return np.log(out)
+
+
+class ResidualRegressor(RegressorMixin, BaseEstimator):
+    """Fits `base`, then `estimator` to what `base` leaves (both on log targets)."""
+
+    def __init__(self, base: Any = None, estimator: Any = None) -> None:
+        self.base = base
+        self.estimator = estimator
+
+    def fit(self, X: pd.DataFrame, y: Any) -> ResidualRegressor:
+        y = np.asarray(y, dtype=float)
+        self.base_ = clone(self.base).fit(X, y)
+        self.estimator_ = clone(self.estimator).fit(X, y - self.base_.predict(X))
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return np.asarray(self.base_.predict(X), dtype=float) + np.asarray(self.estimator_.predict(X), dtype=float)
+
+
 #: Feature columns that change with the batch size; every other column describes the configuration.
 BATCH_COLUMNS: frozenset[str] = frozenset({
     "batch_size", "log_batch_size", "log_flops_per_forward", "log_roofline_compute_ms",
-    "log_roofline_memory_ms", "log_roofline_ms", "log_roofline_memory_mb",
+    "log_roofline_memory_ms", "log_roofline_ms", "log_roofline_memory_mb", "log_flops_per_launch", "log_regime_ms",
 })
 CONFIG_CATEGORICAL: tuple[str, ...] = tuple(c for c in CATEGORICAL_FEATURES if c not in BATCH_COLUMNS)
 CONFIG_NUMERIC: tuple[str, ...] = tuple(c for c in NUMERIC_FEATURES if c not in BATCH_COLUMNS)
@@ -245,15 +345,23 @@ def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int 
         verbose_feature_names_out=False,
     )
     pipeline = Pipeline([("features", columns), ("model", model)])
-    offset = offset_column if params.get("offset", "roofline") == "roofline" else None
-    general = OffsetRegressor(pipeline, offset=offset)
+    offset = params.get("offset", "roofline")
+    if offset == "regime":  # learn what the calibrated regime model leaves
+        general: Any = ResidualRegressor(RegimeRegressor(), pipeline)
+    else:
+        general = OffsetRegressor(pipeline, offset=offset_column if offset == "roofline" else None)
     return OffsetRegressor(BatchCurveRegressor(general), offset=None) if params.get("batch_curves") else general
 
 
-def suggest(trial: Any) -> dict[str, Any]:
-    """The search space: estimator, roofline offset and the estimator's hyperparameters."""
+#: Offsets the search may choose: the roofline column, the calibrated regime model (latency only,
+#: `RegimeRegressor`) or none.
+OFFSETS: tuple[str, ...] = ("roofline", "regime", "none")
+
+
+def suggest(trial: Any, offsets: Sequence[str] = OFFSETS) -> dict[str, Any]:
+    """The search space: estimator, offset and the estimator's hyperparameters."""
     params: dict[str, Any] = {"estimator": trial.suggest_categorical("estimator", list(ESTIMATORS))}
-    params["offset"] = trial.suggest_categorical("offset", ["roofline", "none"])
+    params["offset"] = trial.suggest_categorical("offset", list(offsets))
     # A configuration's own measured batch curve where it has one (BatchCurveRegressor).
     params["batch_curves"] = trial.suggest_categorical("batch_curves", [True, False])
     if params["estimator"] == "hgb":
@@ -400,6 +508,13 @@ def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, fl
     return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
 
 
+def interval_residuals(oof: pd.DataFrame) -> np.ndarray:
+    """Log residuals (measured - predicted) of the held-out-model folds, else of all folds."""
+    part = oof[oof["scheme"] == "heldout_model"]
+    part = part if len(part) else oof
+    return (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
+
+
 def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
     """`error_metrics` per scheme of an out-of-fold frame."""
     return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
@@ -433,7 +548,7 @@ def run_study(
     import optuna
 
     def objective(trial: optuna.Trial) -> float:
-        params = suggest(trial)
+        params = suggest(trial, OFFSETS if offset_column == LEARNED["latency"][1] else ("roofline", "none"))
         estimator = build_estimator(params, offset_column=offset_column, seed=seed)
 
         def report(step: int, value: float) -> None:
@@ -637,8 +752,10 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
         for target in registry.TARGETS:
             model, study, sub, Xs, ys, target_folds = fitted[target]
             cv = scheme_metrics(study.oof)
-            residual = (study.oof["y_true"] - study.oof["y_pred"]).to_numpy()
-            q10, q90 = (float(np.quantile(residual, 0.1)), float(np.quantile(residual, 0.9)))
+            # The interval: a nominal 90% split-conformal band from the residuals on models the
+            # fold had not seen (what a new model's answer risks); stored under the
+            # residual_q10/q90 tag names that `hwsel.registry.ChampionModel.interval` reads.
+            q10, q90 = conformal_band(interval_residuals(study.oof), INTERVAL_LEVEL)
             metrics = {**_flatten(target, cv), f"{target}.score": study.score,
                        f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
             client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
@@ -765,8 +882,15 @@ __all__ = [
     "TargetResult",
     "ThroughputFromLatency",
     "TrainResult",
+    "INTERVAL_LEVEL",
+    "OFFSETS",
+    "REGIME_POOLS",
+    "REGIME_TERMS",
+    "RegimeRegressor",
+    "ResidualRegressor",
     "build_estimator",
     "conformal_band",
+    "interval_residuals",
     "cv_folds",
     "error_metrics",
     "one_thread",

@@ -23,7 +23,10 @@ import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field, replace
 from pathlib import Path
+from types import MappingProxyType
 from typing import Any
+
+from .vocabulary import BYTES_PER_PRECISION
 
 try:
     import tomllib
@@ -40,9 +43,9 @@ MODALITIES: tuple[str, ...] = (
 TIERS: tuple[str, ...] = ("full", "quick", "large")
 #: Bytes per weight at each precision. int8 is dynamic quantization of the Linear weights, so
 #: this is a floor: embeddings and norms stay fp32.
-WEIGHT_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1}
+WEIGHT_BYTES: Mapping[str, int] = BYTES_PER_PRECISION
 #: Bytes per activation value: dynamic int8 quantizes weights only and keeps fp32 activations.
-ACTIVATION_BYTES: dict[str, int] = {"fp32": 4, "fp16": 2, "bf16": 2, "int8": 4}
+ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType({**BYTES_PER_PRECISION, "int8": 4})
 
 
 @dataclass(frozen=True)
@@ -173,6 +176,12 @@ class ModelArchitecture:
     hidden_size: int | None
     #: Peak bytes of activations of one fp32 forward at batch 1 (None: not measurable on meta).
     activation_bytes_per_item: float | None = None
+    #: Operators one eager forward dispatches that compute (views excluded): about one device
+    #: kernel launch each, which is what bounds small-batch GPU latency (None: not measurable).
+    launches_per_forward: int | None = None
+    num_attention_heads: int | None = None
+    #: Key/value heads (grouped-query attention); equal to the attention heads otherwise.
+    num_key_value_heads: int | None = None
 
 
 def _bytes(table: Mapping[str, int], precision: str) -> int:
@@ -395,6 +404,9 @@ def _meta_run_mode() -> type:
     from its creation until its storage is freed (a weakref on the storage, so views keep it
     alive, as they do in a real run). Meta storages have sizes, not data.
 
+    Launches: every op that computes (not a view) counts once, about one kernel launch in an
+    eager run.
+
     Checks: transformers reads booleans out of tensors (`padding_mask.all()` in its mask
     helpers, LLaVA's image-token count check), which a meta tensor cannot give. A boolean
     scalar read on meta answers True: the zoo's inputs are valid and its masks all ones, so the
@@ -412,6 +424,7 @@ def _meta_run_mode() -> type:
             super().__init__()
             self.live = 0
             self.peak = 0
+            self.launches = 0
             self._refs: dict[int, Any] = {}
 
         def _free(self, key: int, nbytes: int) -> None:
@@ -423,7 +436,10 @@ def _meta_run_mode() -> type:
                     and args[0].dtype == torch.bool:
                 return True
             out = func(*args, **(kwargs or {}))
-            if any(r.alias_info is not None for r in func._schema.returns):
+            aliases = [r.alias_info for r in func._schema.returns]
+            if not (aliases and all(a is not None and not a.is_write for a in aliases)):
+                self.launches += 1  # computes (views only re-describe memory)
+            if any(a is not None for a in aliases):
                 return out  # a view or an in-place result: no new memory
             for t in tree_leaves(out):
                 if not isinstance(t, torch.Tensor):
@@ -487,14 +503,18 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
     config = spec._config()
     num_layers = _first_attr(config, ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "depths"))
     hidden_size = _first_attr(config, ("hidden_size", "n_embd", "d_model", "hidden_sizes"))
+    heads = _first_attr(config, ("num_attention_heads", "n_head", "encoder_attention_heads"))
+    kv_heads = _first_attr(config, ("num_key_value_heads",)) or heads
     live = _meta_run_mode()()
     activations: float | None = None
+    launches: int | None = None
     try:
         counter = FlopCounterMode(display=False)
         with live, counter, torch.no_grad():
             model(**inputs)
         flops = float(counter.get_total_flops())
         activations = float(live.peak)
+        launches = live.launches
     except _META_ERRORS:
         # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and
         # a model may not run on meta at all: estimate from the weights instead, and measure
@@ -506,6 +526,7 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
             with live, torch.no_grad():
                 model(**inputs)
             activations = float(live.peak)
+            launches = live.launches
         except _META_ERRORS:
             activations = None
     return ModelArchitecture(
@@ -515,6 +536,9 @@ def _architecture(spec: ModelSpec) -> ModelArchitecture:
         num_layers=num_layers,
         hidden_size=hidden_size,
         activation_bytes_per_item=activations,
+        launches_per_forward=launches,
+        num_attention_heads=heads,
+        num_key_value_heads=kv_heads,
     )
 
 
@@ -748,6 +772,48 @@ def _spec_from_dir(path: Path) -> ModelSpec:
     return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
 
 
+#: config.json keys that describe the file, not the architecture.
+_CONFIG_METADATA = ("model_type", "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+                    "auto_map", "_commit_hash")
+
+
+def is_hf_config(data: Any) -> bool:
+    """Whether parsed JSON is a Hugging Face ``config.json`` (a ``model_type``, no ``models`` list)."""
+    return isinstance(data, Mapping) and "model_type" in data and "models" not in data
+
+
+def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, where: str = "config") -> ModelSpec:
+    """A checked `ModelSpec` from the contents of a Hugging Face ``config.json``.
+
+    The config class comes from its ``model_type`` (e.g. ``bert`` -> ``BertConfig``), the other
+    keys become its keyword arguments; family, modality and auto class are those of the model
+    type (`_MODEL_TYPES`). `name` defaults to the config's ``_name_or_path`` (last part), else
+    ``<model_type>-custom``. Raises ValueError naming `where` and the field.
+    """
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{where}: expected a JSON object (the contents of a config.json), got "
+                         f"{type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
+                         f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+    import transformers
+
+    config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
+    kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
+    if not name:
+        origin = config.get("_name_or_path")
+        name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
+        name = name or f"{model_type}-custom"
+    family, modality, auto = _MODEL_TYPES[model_type]
+    gaps = _LLAVA_GAPS if model_type == "llava" else {}
+    spec = ModelSpec(name, family, config_class, modality, config_kwargs=kwargs, auto_class=auto, backend_gaps=gaps)
+    try:
+        return check_model_spec(spec)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
 #: Fields of a model-set entry: the `ModelSpec` fields; the first four are required.
 _REQUIRED_FIELDS: tuple[str, ...] = ("name", "family", "config_class", "modality")
 _ENTRY_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.__dataclass_fields__)
@@ -825,7 +891,7 @@ def _kwargs_text(kwargs: Mapping[str, Any]) -> str:
 
 
 def load_model_set(path: str | Path) -> list[ModelSpec]:
-    """Read models from a TOML/JSON model-set file or a directory with a `config.json`.
+    """Read models from a TOML/JSON model-set file, a `config.json` file or a directory with one.
 
     File form: ``[[models]]`` tables (TOML) or ``{"models": [...]}`` (JSON), each with
     ``name``, ``family``, ``config_class``, ``modality`` and optional ``config_kwargs``,
@@ -855,6 +921,9 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
         raise ValueError(f"model set {path}: cannot be read ({exc})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"model set {path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    if is_hf_config(data):  # a transformers config.json file, named after its folder or itself
+        default = path.parent.name if path.name == "config.json" else path.stem
+        return [spec_from_config(data, None if data.get("_name_or_path") else default, where=str(path))]
     entries = data.get("models") if isinstance(data, dict) else None
     if not isinstance(entries, list) or not entries:
         raise ValueError(f"model set {path}: expected a non-empty 'models' list")
@@ -903,6 +972,8 @@ __all__ = [
     "MODELS",
     "TIERS",
     "WEIGHT_BYTES",
+    "is_hf_config",
+    "spec_from_config",
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",
