@@ -3,7 +3,8 @@
 Everything has a validated default, so no file is needed. A TOML or JSON file (path given as an
 argument, or in the ``HWSEL_CONFIG`` environment variable) overrides any part of it::
 
-    [weights.inference]          # per mode; need not sum to 1 (they are normalised)
+    [weights.inference]          # per mode (inference, train; "training" is read as train);
+                                 # need not sum to 1 (they are normalised)
     latency = 0.5
     throughput = 0.2
     memory = 0.2
@@ -40,27 +41,74 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 try:
     import tomllib
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
-from pytest_hwbench.hardware import PRECISIONS
 from pytest_hwbench.models import FAMILIES
+from pytest_hwbench.vocabulary import (
+    DEFAULT_MODE,
+    HARDWARE_KINDS,
+    PRECISIONS,
+    TRAIN_MODE,
+    check_mode,
+    normalise_mode,
+)
 
 ENV_VAR = "HWSEL_CONFIG"
 
-MODES: tuple[str, ...] = ("inference", "training")
-#: Hardware we select among, in default fallback order (ties go to the earlier one).
-HARDWARE: tuple[str, ...] = ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu")
+#: The modes hwsel selects and predicts for (`pytest_hwbench.vocabulary`'s names; ``training`` is
+#: accepted as ``train`` wherever a mode is read). ``generate`` records are not a selection mode.
+MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
+#: Hardware we select among, in default fallback order (ties go to the earlier one): every kind
+#: the harness detects but onnxruntime, which runs on the CPU (ask for it with backend=).
+_FALLBACK_ORDER: tuple[str, ...] = ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu")
+HARDWARE: tuple[str, ...] = tuple(kind for kind in _FALLBACK_ORDER if kind in HARDWARE_KINDS)
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
 SIZE_CATEGORIES: tuple[str, ...] = ("small", "medium", "large")
 #: Most hardware targets a config may list: also the longest hardware list a request may send.
 MAX_HARDWARE_TARGETS = 32
+
+
+_V = TypeVar("_V")
+
+
+class ModeKeyed(dict[str, _V]):
+    """A dict keyed by mode that also answers to a mode's older spelling (``training`` -> ``train``),
+    so callers written before issue 11 keep working; its keys are the one names."""
+
+    def __missing__(self, key: str) -> _V:
+        name = normalise_mode(key) if isinstance(key, str) else key
+        if name != key and dict.__contains__(self, name):
+            return dict.__getitem__(self, name)
+        raise KeyError(key)
+
+    def __contains__(self, key: object) -> bool:
+        return dict.__contains__(self, normalise_mode(key) if isinstance(key, str) else key)
+
+    def get(self, key: str, default: Any = None) -> Any:  # type: ignore[override]
+        return self[key] if key in self else default
+
+
+def _mode_table(table: Mapping[str, _V], where: str) -> Mapping[str, _V]:
+    """`table` keyed by the modes' one names, read-only; ValueError naming an unknown mode."""
+    out: ModeKeyed[_V] = ModeKeyed()
+    for mode, value in table.items():
+        out[_check_mode(mode, where)] = value
+    return MappingProxyType(out)
+
+
+def _check_mode(mode: Any, where: str = "mode") -> str:
+    """`mode` by its one name (``training`` -> ``train``); else ValueError listing `MODES`."""
+    try:
+        return check_mode(mode, MODES)
+    except ValueError:
+        raise ValueError(f"{where}: unknown mode {mode!r}; accepted: {', '.join(MODES)}") from None
 
 
 def _number(where: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
@@ -130,8 +178,7 @@ class TaskProfile:
     weights: Weights = field(default_factory=Weights)
 
     def __post_init__(self) -> None:
-        if self.mode not in MODES:
-            raise ValueError(f"mode {self.mode!r} is not one of {', '.join(MODES)}")
+        object.__setattr__(self, "mode", check_mode(self.mode, MODES))  # "training" is "train"
 
 
 @dataclass(frozen=True)
@@ -186,10 +233,10 @@ class Thresholds:
 
 
 def _default_weights() -> Mapping[str, Weights]:
-    return MappingProxyType({
+    return _mode_table({
         "inference": Weights(latency=0.4, throughput=0.3, memory=0.2, compatibility=0.1),
-        "training": Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1),
-    })
+        TRAIN_MODE: Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1),
+    }, "weights")
 
 
 def _default_hardware() -> Mapping[str, HardwarePreference]:
@@ -216,8 +263,8 @@ def _default_tasks() -> Mapping[str, TaskProfile]:
         "generation": TaskProfile("inference", Weights(0.6, 0.1, 0.2, 0.1)),
         "embedding": TaskProfile("inference", Weights(0.2, 0.5, 0.2, 0.1)),
         "speech_recognition": TaskProfile("inference", Weights(0.5, 0.2, 0.2, 0.1)),
-        "fine_tuning": TaskProfile("training", Weights(0.1, 0.4, 0.4, 0.1)),
-        "training": TaskProfile("training", Weights(0.1, 0.5, 0.3, 0.1)),
+        "fine_tuning": TaskProfile(TRAIN_MODE, Weights(0.1, 0.4, 0.4, 0.1)),
+        "training": TaskProfile(TRAIN_MODE, Weights(0.1, 0.5, 0.3, 0.1)),
     })
 
 
@@ -247,10 +294,11 @@ class SelectionConfig:
     origin: str = "defaults"
 
     def __post_init__(self) -> None:
+        # keyed by the modes' one names ("training" given is "train"), answering to the old ones too
+        object.__setattr__(self, "weights", _mode_table(self.weights, "weights"))
         missing = [m for m in MODES if m not in self.weights]
         if missing:
             raise ValueError(f"weights: missing mode {missing[0]!r}; give all of {', '.join(MODES)}")
-        _unknown("weights", self.weights, MODES)
         if not self.hardware:
             raise ValueError("hardware: at least one hardware target is needed")
         if len(self.hardware) > MAX_HARDWARE_TARGETS:
@@ -347,12 +395,11 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> SelectionConfig:
 
     if "weights" in data:
         weights = dict(cfg.weights)
-        for mode, raw in _table("weights", data["weights"]).items():
-            if mode not in MODES:
-                raise ValueError(f"weights: unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+        for given, raw in _table("weights", data["weights"]).items():
+            mode = _check_mode(given, "weights")  # [weights.training] is [weights.train]
             # the predecessor's training criteria had a convergence weight; we have no such signal
             weights[mode] = _weights(f"weights.{mode}", raw, weights[mode], extra=("convergence_weight",))
-        changes["weights"] = MappingProxyType(weights)
+        changes["weights"] = _mode_table(weights, "weights")
 
     if "hardware" in data:
         hardware = dict(cfg.hardware)
@@ -447,6 +494,7 @@ __all__ = [
     "MAX_HARDWARE_TARGETS",
     "MODES",
     "PRECISIONS",
+    "ModeKeyed",
     "SOURCES",
     "HardwarePreference",
     "SelectionConfig",

@@ -2,7 +2,8 @@
 
 `load_runs` reads the records pytest-hwbench wrote, from any of its stores:
 
-- an MLflow tracking URI (default ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``):
+- an MLflow tracking URI (default: `pytest_hwbench.sinks.resolve_tracking_uri`, i.e.
+  ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``):
   the child runs of experiment ``hwbench`` (one per case, tag ``hwbench.record_id``), params cast
   back from strings (``none`` is None) with the record schema's types, metrics as logged;
 - a DuckDB file (``*.duckdb``): the ``results`` table;
@@ -29,9 +30,10 @@ import numpy as np
 import pandas as pd
 
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord
-from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
+from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, normalise_mode
 
-DEFAULT_EXPERIMENT = "hwbench"
+from .config import MODES
 
 #: Identity and context columns kept next to params and metrics.
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error")
@@ -57,11 +59,25 @@ FIELD_TYPES: dict[str, str] = _field_types()
 
 
 def default_source() -> str:
-    """``$MLFLOW_TRACKING_URI``, else the local store ``sqlite:///<cwd>/mlruns/mlflow.db``."""
-    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    if env:
-        return env
-    return f"sqlite:///{(Path('mlruns') / 'mlflow.db').resolve()}"
+    """The harness's tracking URI (`pytest_hwbench.sinks.resolve_tracking_uri`): ``$MLFLOW_TRACKING_URI``,
+    else the local store ``sqlite:///<cwd>/mlruns/mlflow.db``."""
+    return resolve_tracking_uri()
+
+
+def existing_store(tracking_uri: str | None = None) -> str | None:
+    """The store to read when none is named, or None when there is none here.
+
+    `tracking_uri` when given; else ``$MLFLOW_TRACKING_URI`` or the local ``mlruns/mlflow.db``
+    (`default_source`) when that is set or exists, else the DuckDB file ``mlruns/hwbench.duckdb``
+    when it exists. We never create a store just by looking (opening a SQLite URI would).
+    """
+    if tracking_uri:
+        return tracking_uri
+    store = Path(DEFAULT_STORE_DIR)
+    if os.environ.get("MLFLOW_TRACKING_URI") or (store / "mlflow.db").exists():
+        return default_source()
+    duckdb_file = store / "hwbench.duckdb"
+    return str(duckdb_file) if duckdb_file.exists() else None
 
 
 def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
@@ -80,6 +96,8 @@ def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
     for name in ID_COLUMNS:
         out[name] = out[name].astype(object).where(out[name].notna(), None)
         out[name] = out[name].map(lambda v: None if v is None else str(v))
+    # snapshots written before issue 11 say "training"; records are normalised by their readers
+    out["mode"] = out["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
     extra = [c for c in out.columns if c not in RUN_COLUMNS]
     return out.loc[:, list(RUN_COLUMNS) + extra].reset_index(drop=True)
 
@@ -191,13 +209,14 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
 
     Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
-    the row). The harness's ``train`` mode is hwsel's ``training``; ``generate`` rows (whose
-    latency is a whole ``generate()`` call of `new_tokens` tokens, not one forward) are left out.
+    the row). Modes keep the harness's names (``training`` from older snapshots reads as
+    ``train``); ``generate`` rows (whose latency is a whole ``generate()`` call of `new_tokens`
+    tokens, not one forward) are left out.
     """
     table = runs.reset_index(drop=True)
     if "mode" in table.columns:
-        table["mode"] = table["mode"].replace({"train": "training"})
-        table = table.loc[table["mode"].isin(["inference", "training"]) | table["mode"].isna()].reset_index(drop=True)
+        table["mode"] = table["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
+        table = table.loc[table["mode"].isin(MODES) | table["mode"].isna()].reset_index(drop=True)
     latency = pd.to_numeric(table["latency_ms_median"], errors="coerce").astype(float)
     batch = pd.to_numeric(table["batch_size"], errors="coerce").astype(float)
     keep = np.isfinite(latency) & (latency > 0) & np.isfinite(batch) & (batch >= 1)
@@ -251,6 +270,7 @@ __all__ = [
     "TARGET_COLUMNS",
     "default_source",
     "describe_sources",
+    "existing_store",
     "frame_digest",
     "load_runs",
     "snapshot",

@@ -1,6 +1,6 @@
 """Distributed training configuration: DDP or FSDP, and what to turn on when memory is short.
 
-The plan is built from a memory estimate per GPU (`hwsel.predict.memory_breakdown`):
+The plan is built from a memory estimate per GPU (`hwsel.memory.memory_breakdown`):
 parameters, gradients, optimizer states (AdamW) and activations. In order, until it fits in
 `max_memory_gb` (less a 10% reserve for the allocator and communication buffers):
 
@@ -19,7 +19,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from .predict import check_batch_size, check_precision, memory_breakdown, model_info
+from pytest_hwbench.vocabulary import TRAIN_MODE
+
+from .memory import memory_breakdown
+from .query import check_batch_size, check_precision, model_info
 
 #: Part of each GPU's memory kept free for the allocator, NCCL buffers and fragmentation.
 RESERVE = 0.10
@@ -128,7 +131,7 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
     gib = 1024.0
 
     def per_gpu(strategy: str, micro: int, ckpt: bool, offload: bool) -> tuple[float, Any]:
-        bd = memory_breakdown(info, batch_size=micro, precision=precision, mode="training", checkpointing=ckpt)
+        bd = memory_breakdown(info, batch_size=micro, precision=precision, mode=TRAIN_MODE, checkpointing=ckpt)
         states = (bd.parameters_mb + bd.gradients_mb + bd.optimizer_mb) / gib
         if strategy == "FSDP":  # FULL_SHARD; on one GPU it only helps through CPU offload
             if offload:

@@ -20,16 +20,27 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
-from .config import FAMILIES, MODES, RATINGS, SIZE_CATEGORIES, SelectionConfig, Weights, load_config
-from .predict import (
+from pytest_hwbench.vocabulary import TRAIN_MODE
+
+from .config import (
+    FAMILIES,
+    MODES,
+    RATINGS,
+    SIZE_CATEGORIES,
+    ModeKeyed,
+    SelectionConfig,
+    Weights,
+    load_config,
+)
+from .predict import Predictor, _predictor
+from .query import (
     DEFAULT_BACKEND,
     Prediction,
-    Predictor,
     Query,
-    _check_backend,
-    _predictor,
+    check_backend,
     check_batch_size,
     check_mode,
+    check_modes,
     check_precision,
     device_map,
     model_info,
@@ -151,7 +162,7 @@ def _incompatibility(cfg: SelectionConfig, family: str, hw: str, precision: str,
     supported = cfg.precision_support.get(hw)
     if supported is not None and precision not in supported:
         return f"{hw} does not run {precision} (runs {', '.join(supported)})"
-    if mode == "training" and hw in cfg.inference_only:
+    if mode == TRAIN_MODE and hw in cfg.inference_only:
         return f"{hw} is an inference runtime; training needs autograd"
     return ""
 
@@ -306,7 +317,7 @@ def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", pr
     is accepted.
     """
     batch_size, mode, precision = check_batch_size(batch_size), check_mode(mode), check_precision(precision)
-    backend = _check_backend(backend)
+    backend = check_backend(backend)
     p = _predictor(predictor, source, tracking_uri, config)
     cfg = p.config if config is None or predictor is None else load_config(config)
     info = model_info(model)
@@ -332,7 +343,7 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
     info = model_info(model)
     hardware = _hardware_list(cfg, available_hardware)
     return _select(p, cfg, info, batch_size=batch_size, mode=profile.mode, precision=precision, hardware=hardware,
-                   backend=_check_backend(backend), weights=profile.weights, task=task,
+                   backend=check_backend(backend), weights=profile.weights, task=task,
                    devices=device_map(hardware, device))
 
 
@@ -385,6 +396,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Recommendations per family x model size x batch size x mode, in the predecessor's shape.
 
+    Modes are keyed by their one names (``train``; ``["training"]`` finds it too).
     ``model_families[fam]["model_sizes"][size][mode]`` holds the primary and fallbacks at the
     first batch size and ``["batch_sizes"][b]`` per batch size; ``model_families[fam][mode]
     ["batch_sizes"][b]`` holds the family's base zoo model per batch size. `hardware` defaults
@@ -399,13 +411,13 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         if fam not in FAMILIES:
             raise ValueError(f"unknown model family {fam!r}; accepted: {', '.join(FAMILIES)}")
     batches = [check_batch_size(b) for b in batch_sizes]
-    mode_list = [check_mode(m) for m in modes]
+    mode_list = check_modes(modes)
     precision = check_precision(precision)
     hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
     if not fams or not batches or not mode_list:
         raise ValueError("selection_map needs at least one family, batch size and mode")
     devices = device_map(hws, device)
-    backend = _check_backend(backend)
+    backend = check_backend(backend)
     reps = representative_models(cfg, fams)
 
     def entry(info: Any, b: int, mode: str) -> dict[str, Any]:
@@ -418,7 +430,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     for fam in fams:
         sizes_out: dict[str, Any] = {}
         for cat, info in reps[fam].items():
-            per_mode: dict[str, Any] = {"model": info.name, "param_count": int(info.param_count)}
+            per_mode: dict[str, Any] = ModeKeyed({"model": info.name, "param_count": int(info.param_count)})
             for mode in mode_list:
                 per_batch = {str(b): entry(info, b, mode) for b in batches}
                 first = per_batch[str(batches[0])]
@@ -426,7 +438,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
                                   "batch_sizes": per_batch}
             sizes_out[cat] = per_mode
         base = model_info(FAMILY_BASE_MODELS[fam])
-        fam_out: dict[str, Any] = {"model_sizes": sizes_out, "base_model": base.name}
+        fam_out: dict[str, Any] = ModeKeyed({"model_sizes": sizes_out, "base_model": base.name})
         for mode in mode_list:
             fam_out[mode] = {"batch_sizes": {str(b): entry(base, b, mode) for b in batches}}
         families_out[fam] = fam_out
@@ -463,6 +475,7 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Performance of one model on each target per batch size and mode, with the recommendation.
 
+    Modes are keyed by their one names (``train``; ``["training"]`` finds it too).
     ``result[mode]["performance"][str(batch)][hardware]`` holds throughput, latency,
     memory_usage, source and interval; ``result[mode]["recommendations"][str(batch)]`` the
     primary and fallbacks. `hardware` defaults to every configured target; ``devices`` says which
@@ -472,19 +485,19 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
     cfg = p.config if config is None or predictor is None else load_config(config)
     info = model_info(model)
     batches = [check_batch_size(b) for b in batch_sizes]
-    mode_list = [check_mode(m) for m in modes]
+    mode_list = check_modes(modes)
     precision = check_precision(precision)
     hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
     if not batches or not mode_list:
         raise ValueError("analyze_model needs at least one batch size and mode")
     devices = device_map(hws, device)
-    backend = _check_backend(backend)
-    out: dict[str, Any] = {
+    backend = check_backend(backend)
+    out: dict[str, Any] = ModeKeyed({
         "model_name": info.name, "model_family": info.family, "model_size": int(info.param_count),
         "hardware_platforms": list(hws), "batch_sizes": batches, "precision": precision,
         "devices": _resolved_devices(p, hws, devices, backend),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-    }
+    })
     for mode in mode_list:
         performance: dict[str, Any] = {}
         recommendations: dict[str, Any] = {}

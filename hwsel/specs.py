@@ -17,7 +17,7 @@ import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+from pytest_hwbench.vocabulary import CPU_KINDS, PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -111,7 +111,7 @@ _GENERIC: dict[str, DeviceSpec] = {
 }
 
 #: Targets whose device is the host CPU unless the device name says otherwise.
-CPU_TARGETS = frozenset({"cpu", "onnxruntime", "openvino"})
+CPU_TARGETS: frozenset[str] = CPU_KINDS
 
 
 def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,

@@ -19,8 +19,10 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
-TARGETS: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn")
-PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+from .vocabulary import HARDWARE_KINDS, PRECISIONS
+
+#: The targets probed, one per hardware kind (`pytest_hwbench.vocabulary.HARDWARE_KINDS`).
+TARGETS: tuple[str, ...] = HARDWARE_KINDS
 
 #: CPU ISA flags worth reporting (x86 and Arm spellings as /proc/cpuinfo gives them).
 CPU_FLAGS: tuple[str, ...] = (

@@ -1,7 +1,7 @@
 """The `BenchmarkRecord`: one finished benchmark case, the unit every sink stores.
 
-This module depends on nothing else of ours, so sinks, reports and `hwsel` can read records
-without importing torch or pytest.
+This module depends on nothing of ours but the shared words (`pytest_hwbench.vocabulary`, which
+imports nothing), so sinks, reports and `hwsel` can read records without importing torch or pytest.
 """
 
 from __future__ import annotations
@@ -13,6 +13,8 @@ import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
+
+from pytest_hwbench.vocabulary import normalise_mode
 
 SCHEMA_VERSION = 2
 
@@ -213,7 +215,8 @@ _FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(BenchmarkRecord))
 def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     """Upgrade a record dict of an older schema version to the current one.
 
-    Unknown keys (written by a newer version) move into `extra` instead of failing.
+    Unknown keys (written by a newer version) move into `extra` instead of failing; a mode in an
+    older spelling becomes its one name (``training`` -> ``train``).
     """
     out = dict(data)
     # Version 2 added new_tokens and the compile/generation/energy metrics: all optional, so a
@@ -226,6 +229,8 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     out["extra"] = extra
     out["timings_ms"] = tuple(float(t) for t in out.get("timings_ms") or ())
     out["cpu_affinity"] = tuple(int(c) for c in out.get("cpu_affinity") or ())
+    if isinstance(out.get("mode"), str):
+        out["mode"] = normalise_mode(out["mode"])  # hwsel wrote "training" before issue 11
     return out
 
 

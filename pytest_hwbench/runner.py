@@ -17,11 +17,12 @@ from typing import Any
 
 from .backends.base import LoadedModel, get_backend
 from .errors import OutOfMemory
-from .hardware import PRECISIONS, HardwareInfo, detect_hardware
+from .hardware import HardwareInfo, detect_hardware
 from .models import ModelSpec, achieved_tflops, get_model
 from .record import METRIC_FIELDS, BenchmarkRecord
 from .scenarios import DEFAULT_MODE, get_scenario, registered_modes
 from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig, device_allocated_mb
+from .vocabulary import check_precision, normalise_mode
 
 #: Tokens a generate case makes per sequence when none is given.
 DEFAULT_NEW_TOKENS = 32
@@ -54,8 +55,8 @@ class BenchCase:
     def __post_init__(self) -> None:
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
-        if self.precision not in PRECISIONS:
-            raise ValueError(f"precision {self.precision!r} is not one of {', '.join(PRECISIONS)}")
+        object.__setattr__(self, "precision", check_precision(self.precision))
+        object.__setattr__(self, "mode", normalise_mode(self.mode))  # "training" is "train"
         modes = registered_modes()
         if self.mode not in modes:
             raise ValueError(f"mode {self.mode!r} is not one of {', '.join(modes)}")

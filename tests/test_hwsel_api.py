@@ -278,7 +278,7 @@ def test_registered_layer_without_measured_data(empty_cwd: Path, registry_uri: s
     ({"available_hardware": ["cpu", "tpu"]}, ValueError, ["'tpu'", "cuda", "cpu"]),
     ({"available_hardware": []}, ValueError, ["no hardware", "accepted"]),
     ({"precision": "fp8"}, ValueError, ["'fp8'", "fp32, fp16, bf16, int8"]),
-    ({"mode": "serving"}, ValueError, ["'serving'", "inference, training"]),
+    ({"mode": "serving"}, ValueError, ["'serving'", "inference, train"]),
     ({"model": "bert-bse"}, KeyError, ["'bert-bse'", "bert-base", "--config"]),
 ])
 def test_invalid_input_names_the_value_and_what_is_accepted(empty_cwd: Path, kwargs: dict, error: type,
@@ -347,7 +347,7 @@ def test_config_accepts_the_predecessors_json(empty_cwd: Path) -> None:
 
 @pytest.mark.parametrize(("text", "words"), [
     ('[weights.inference]\nlatncy = 1\n', ["latncy", "accepted: latency, throughput, memory, compatibility"]),
-    ('[weights.serving]\nlatency = 1\n', ["'serving'", "inference, training"]),
+    ('[weights.serving]\nlatency = 1\n', ["'serving'", "inference, train"]),
     ('[weights.inference]\nlatency = -1\n', ["weights.inference", "latency", ">= 0", "-1"]),
     ('[hardware.cuda]\ncost_factor = 0\n', ["hardware.cuda.cost_factor", "> 0"]),
     ('[hardware.cuda]\nspeed = 2\n', ["hardware.cuda", "'speed'", "cost_factor"]),
@@ -446,7 +446,7 @@ def test_selection_map_analysis_and_task(empty_cwd: Path, duckdb_file: Path) -> 
 
     rec = select_hardware_for_task("fine_tuning", "bert-tiny", batch_size=4, available_hardware=["cpu", "cuda"],
                                    predictor=predictor)
-    assert rec.mode == "training" and rec.task_type == "fine_tuning" and "task fine_tuning" in rec.explanation
+    assert rec.mode == "train" and rec.task_type == "fine_tuning" and "task fine_tuning" in rec.explanation
 
 
 def test_public_api_is_declared() -> None:

@@ -13,6 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry
+from ..vocabulary import DEFAULT_MODE
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -97,8 +98,6 @@ def get_scenario(mode: str) -> Scenario:
         raise KeyError(f"unknown mode {mode!r}; modes: {', '.join(scenarios)}") from None
 
 
-#: The mode of a case that names none: one forward pass.
-DEFAULT_MODE = "inference"
 
 __all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "get_scenario", "register_scenario", "registered_modes",
            "registered_scenarios"]

@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import get_backend, registered_backends
 from ..errors import UnsupportedCase
-from ..hardware import PRECISIONS
+from ..vocabulary import PRECISIONS
 from . import DEFAULT_MODE, register_scenario
 
 if TYPE_CHECKING:

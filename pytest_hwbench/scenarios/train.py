@@ -33,6 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import LoadedModel
 from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
+from ..vocabulary import TRAIN_MODE
 from . import register_scenario
 
 if TYPE_CHECKING:
@@ -217,7 +218,7 @@ def _device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
 class TrainScenario:
     """One optimizer step per iteration on torch eager, fp32 or autocast fp16/bf16."""
 
-    mode = "train"
+    mode = TRAIN_MODE
     description = "training-step cases: forward, backward, optimizer step (mode train)"
     #: FLOPs of one timed iteration, in forward passes (a backward costs about two forwards).
     forwards_per_iteration = 3.0

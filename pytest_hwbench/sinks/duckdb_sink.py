@@ -32,12 +32,13 @@ from typing import TYPE_CHECKING, Any
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import FIELDS
 from pytest_hwbench.sinks.base import normalize_status, register_sink
+from pytest_hwbench.vocabulary import DEFAULT_STORE_DIR, normalise_mode
 
 if TYPE_CHECKING:
     import duckdb
     import pandas as pd
 
-DEFAULT_PATH = Path("mlruns") / "hwbench.duckdb"
+DEFAULT_PATH = Path(DEFAULT_STORE_DIR) / "hwbench.duckdb"
 SCHEMA_VERSION = 2
 
 #: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
@@ -405,6 +406,7 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None) ->
         frame = _frame(con, f"SELECT {names} FROM results {where} ORDER BY created_at, record_id", args)
     frame["extra"] = [_parse_json(v) for v in frame["extra"]]
     frame["cpu_affinity"] = [tuple(int(c) for c in v) if v is not None else () for v in frame["cpu_affinity"]]
+    frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
     return frame
 
 

@@ -45,13 +45,12 @@ from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, 
 from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
 from pytest_hwbench.sinks.base import normalize_status, register_sink
 from pytest_hwbench.sinks.redact import redact_uri
+from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-DEFAULT_EXPERIMENT = "hwbench"
-DEFAULT_STORE_DIR = "mlruns"
 KIND_TAG = "hwbench.kind"
 SESSION_TAG = "hwbench.session_id"
 RECORD_TAG = "hwbench.record_id"

@@ -2,8 +2,9 @@
 
 `read_records(source)` takes what a user names as a source: a spool (a directory holding
 ``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or anything
-a readable sink takes (a DuckDB file, an MLflow tracking URI...), and returns `BenchmarkRecord`s, upgraded from older schema versions on the
-way. `records_frame` turns records into a frame with one column per record field. Reports and
+a readable sink takes (a DuckDB file, an MLflow tracking URI...), and returns `BenchmarkRecord`s,
+upgraded from older schema versions on the way (`pytest_hwbench.record.normalize_record`, which
+also gives modes their one name: ``training`` reads as ``train``). `records_frame` turns records into a frame with one column per record field. Reports and
 hwsel read through these, so tag names, casts and table layouts stay with the sinks that own them.
 """
 

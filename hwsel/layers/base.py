@@ -1,0 +1,76 @@
+"""What a prediction layer is: a name and one call that answers many queries at once.
+
+`hwsel.predict.Predictor` asks its layers in order (measured, registered, roofline, rules) and
+hands each one only the queries the layers before it left unanswered. A layer never sees
+another layer, the predictor's cache or its status.
+"""
+
+from __future__ import annotations
+
+import importlib
+import logging
+from collections.abc import Sequence
+from dataclasses import dataclass, field
+from typing import Any, Protocol, runtime_checkable
+
+from ..query import Prediction, Query
+
+log = logging.getLogger("hwsel")
+
+
+@runtime_checkable
+class Layer(Protocol):
+    """One source of answers.
+
+    `answer` is called with resolved queries (backend and device filled in, see
+    `hwsel.predict.Predictor.resolve`), many at a time, and returns one entry per query in the
+    same order: a `Prediction` whose ``source`` is the layer's `name`, or None where it cannot
+    answer (the next layer then gets that query). It must not change the queries. Anything
+    slow (loading data or models) happens before, when the layer is built.
+    """
+
+    #: ``measured``, ``registered``, ``roofline`` or ``rules`` (`hwsel.config.SOURCES`).
+    name: str
+
+    def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        """One `Prediction` or None per query, in order."""
+        ...
+
+
+@dataclass
+class LayerStatus:
+    """Whether a layer is on, and why not."""
+
+    available: bool
+    note: str = ""
+    details: dict[str, Any] = field(default_factory=dict)
+
+
+class DeviceFields:
+    """The device fields of every answer to a query (`Prediction.device`, ``device_source``,
+    ``device_spec``), made once per (hardware, device, why) and shared by a predictor's layers."""
+
+    def __init__(self) -> None:
+        self._found: dict[tuple[str, str | None, str], dict[str, Any]] = {}
+
+    def __call__(self, q: Query) -> dict[str, Any]:
+        key = (q.hardware, q.device_name, q.device_source)
+        found = self._found.get(key)
+        if found is None:
+            from ..specs import spec_for
+
+            found = self._found[key] = {"device": q.device_name, "device_source": q.device_source,
+                                        "device_spec": spec_for(q.hardware, q.device_name).name}
+        return found
+
+
+def optional_module(module: str) -> Any | None:
+    """Our sibling module ``hwsel.<module>``, or None when it (or what it needs) is not installed."""
+    try:
+        return importlib.import_module(f"hwsel.{module}")
+    except ImportError as exc:
+        log.debug("hwsel.%s unavailable: %s", module, exc)
+        return None
+
+
+__all__ = ["DeviceFields", "Layer", "LayerStatus", "optional_module"]

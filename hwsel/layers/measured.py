@@ -1,0 +1,216 @@
+"""The ``measured`` layer: exact matches in the benchmark data, indexed once.
+
+Rows of `hwsel.data.load_runs` go into a dict keyed by the case (model, hardware, precision,
+batch, mode), then backend, then device; a query is a dict lookup. The interval is the measured
+spread (fastest iteration .. p95 over the runs). Records of another backend, or of another
+named device, never answer.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_hwbench.vocabulary import normalise_mode
+
+from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
+from .base import DeviceFields, optional_module
+from .rules import rules_estimate
+
+
+@dataclass(frozen=True)
+class Measured:
+    """The measurements of one case on one backend (median over repeated runs)."""
+
+    latency_ms: float
+    throughput: float
+    memory_mb: float | None
+    low: float
+    high: float
+    backend: str
+    runs: int
+    device: str | None = None
+
+
+def _finite(v: Any) -> float | None:
+    try:
+        f = float(v)
+    except (TypeError, ValueError):
+        return None
+    return f if math.isfinite(f) and f >= 0 else None
+
+
+#: A record from an OpenVINO backend also counts as hardware "openvino" (its device is cpu/gpu/npu).
+BACKEND_AS_HARDWARE = ("openvino",)
+
+
+class MeasuredIndex:
+    """Benchmark rows indexed by the exact case:
+    (model, hardware, precision, batch, mode) -> backend -> device key -> Measured.
+
+    Device keys are `hwsel.specs.device_key` ("" for records that name no device). `devices`
+    counts the records of each hardware kind per device name. Modes are indexed by their one
+    name (``training`` rows as ``train``).
+    """
+
+    def __init__(self, runs: Any = None) -> None:
+        self._index: dict[tuple[str, str, str, int, str], dict[str, dict[str, Measured]]] = {}
+        self.rows = 0
+        self.hardware: frozenset[str] = frozenset()
+        self.backends: frozenset[str] = frozenset()
+        self.devices: dict[str, dict[str, int]] = {}
+        if runs is not None and len(runs):
+            self._build(runs)
+
+    def _build(self, runs: Any) -> None:
+        import pandas as pd
+
+        from ..specs import device_key
+
+        df = pd.DataFrame(runs).copy()
+        need = ("model", "hardware", "precision", "batch_size", "latency_ms_median")
+        missing = [c for c in need if c not in df.columns]
+        if missing:
+            raise ValueError(f"benchmark data lacks column {missing[0]!r}; got {', '.join(map(str, df.columns))}")
+        for col, default in (("backend", DEFAULT_BACKEND), ("mode", "inference"), ("device_name", None)):
+            if col not in df.columns:
+                df[col] = default
+        if "status" in df.columns:
+            df = df[df["status"].fillna("passed") == "passed"]
+        df = df[pd.to_numeric(df["latency_ms_median"], errors="coerce") > 0]
+        groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
+        devices: dict[str, dict[str, int]] = {}
+        for row in df.to_dict("records"):
+            try:
+                key = (str(row["model"]), str(row["hardware"]), str(row["precision"]), int(row["batch_size"]),
+                       normalise_mode(str(row["mode"])), str(row["backend"]))
+            except (TypeError, ValueError):
+                continue
+            raw = row.get("device_name")
+            name = " ".join(raw.split()) if isinstance(raw, str) else ""
+            for hw in (key[1], key[5]) if key[5] in BACKEND_AS_HARDWARE and key[1] != key[5] else (key[1],):
+                dkey = device_key(hw, name)
+                groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
+                if dkey:
+                    per = devices.setdefault(hw, {})
+                    per[name] = per.get(name, 0) + 1
+        hardware, backends = set(), set()
+        for (model, hw, prec, batch, mode, backend, dkey), rows in groups.items():
+            per_backend = self._index.setdefault((model, hw, prec, batch, mode), {}).setdefault(backend, {})
+            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None)
+            hardware.add(hw)
+            backends.add(backend)
+        self.rows = len(df)
+        self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
+
+    @staticmethod
+    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None) -> Measured:
+        import collections
+        import statistics
+
+        lat = [v for r in rows if (v := _finite(r.get("latency_ms_median")))]
+        median = statistics.median(lat)
+        thr = [v for r in rows if (v := _finite(r.get("throughput_items_per_s")))]
+        mem = [v for r in rows if (v := _finite(r.get("peak_device_memory_mb")) or _finite(r.get("peak_host_rss_mb")))]
+        def first(row: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
+            return next((v for k in keys if (v := _finite(row.get(k))) is not None), None)
+
+        # per run: its fastest iteration .. its p95 (p90, max where p95 is missing)
+        lows = [v for r in rows if (v := first(r, ("latency_ms_min", "latency_ms_median"))) is not None]
+        highs = [v for r in rows if (v := first(r, ("latency_ms_p95", "latency_ms_p90", "latency_ms_max",
+                                                     "latency_ms_median"))) is not None]
+        return Measured(
+            latency_ms=median,
+            throughput=statistics.median(thr) if thr else batch / median * 1e3,
+            memory_mb=statistics.median(mem) if mem else None,
+            low=min(lows + [median]),
+            high=max(highs + [median]),
+            backend=backend,
+            runs=len(rows),
+            device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
+            if hardware is not None else None,
+        )
+
+    def __len__(self) -> int:
+        return len(self._index)
+
+    def lookup(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
+               backend: str | None = None, device: str | None = None) -> Measured | None:
+        """The exact case on `backend` (None: `default_backend(hardware)`; never another backend)
+        and `device`: its records, else records that name no device; None when neither exists.
+        Records of another named device never answer."""
+        from ..specs import device_key
+
+        found = self._index.get((model, hardware, precision, batch_size, normalise_mode(mode)))
+        per_device = found.get(backend or default_backend(hardware)) if found else None
+        if not per_device:
+            return None
+        key = device_key(hardware, device)
+        return per_device.get(key) if key in per_device else per_device.get("")
+
+    def cases(self) -> list[tuple[str, str, str, int, str]]:
+        """Every indexed case key."""
+        return list(self._index)
+
+    def domain(self) -> frozenset[tuple[str, str, str, str]]:
+        """(hardware, backend, precision, mode) of every indexed case, each record under its own
+        hardware only (an openvino record also indexed as hardware "openvino" counts as its cpu)."""
+        return frozenset((hw, be, prec, mode) for (_, hw, prec, _, mode), per in self._index.items()
+                         for be in per if not (hw in BACKEND_AS_HARDWARE and hw == be))
+
+
+class MeasuredLayer:
+    """Answers the queries `index` holds; memory the records lack comes from `rules_estimate`."""
+
+    name = "measured"
+
+    def __init__(self, index: MeasuredIndex, where: DeviceFields | None = None) -> None:
+        self.index = index
+        self.where = where or DeviceFields()
+
+    def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        out: list[Prediction | None] = []
+        for q in queries:
+            m = self.index.lookup(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend,
+                                  q.device_name)
+            if m is None:
+                out.append(None)
+                continue
+            memory = m.memory_mb
+            detail = f"{m.runs} run(s) on {m.device or 'a device the records do not name'}, backend {m.backend}"
+            if memory is None:
+                memory = rules_estimate(q)[2]
+                detail += "; memory estimated by rules (not measured)"
+            out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
+                                  m.backend, q.precision, q.batch_size, q.mode, detail, **self.where(q)))
+        return out
+
+
+def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
+    """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`).
+
+    Any failure turns the layer off with a note (and an `HwselWarning` for an unreadable store).
+    """
+    data = optional_module("data")
+    if data is None:
+        return None, "hwsel.data is not importable"
+    if source is None:
+        source = data.existing_store()
+        if source is None:
+            return None, "no benchmark data: no mlruns/ store here and no --source given"
+    sources = [str(s) for s in data.source_list(source)]
+    where = ", ".join(sources)
+    try:
+        runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
+    except Exception as exc:  # any unreadable store: say so and answer from the other layers
+        warnings.warn(f"benchmark data not loaded from {where}: {exc}", HwselWarning, stacklevel=3)
+        return None, f"benchmark data not loaded: {exc}"
+    if runs is None or not len(runs):
+        return None, f"no passed benchmark runs in {where}"
+    return runs, ""
+
+
+__all__ = ["BACKEND_AS_HARDWARE", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]

@@ -1,0 +1,302 @@
+"""The ``registered`` layer: the champion models of the MLflow Model Registry (`hwsel.registry`).
+
+Champions are loaded once; they answer only for (hardware, backend, precision, mode)
+combinations their training snapshot holds (a regression extrapolated to an unseen device or
+precision is worse than the roofline estimate). Each (model, hardware, backend, precision, mode,
+device) is scored at the batch sizes of `GRID_BATCH_SIZES` once, in one call with the other rows
+asked for (a forest costs as much for 300 rows as for one); any batch size between answers by
+interpolating log latency and log memory linearly in log batch size between its two grid
+neighbours, so later questions never score again. The interval is the champion's residual band.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import warnings
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_hwbench.vocabulary import normalise_mode
+
+from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
+from .base import DeviceFields, optional_module
+from .rules import rules_estimate
+
+log = logging.getLogger("hwsel")
+
+#: What the registry holds a champion for.
+TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
+#: Batch sizes the registered models score for every case key they are asked about; batch
+#: sizes between them interpolate (log-log), larger ones are scored as asked.
+GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
+
+
+@dataclass(frozen=True)
+class _GridRow:
+    """Registered-model outputs in log space for a run of rows (log latency, interval, memory)."""
+
+    latency: Any
+    low: Any
+    high: Any
+    memory: Any | None
+
+    def slice(self, start: int, stop: int) -> _GridRow:
+        return _GridRow(self.latency[start:stop], self.low[start:stop], self.high[start:stop],
+                        None if self.memory is None else self.memory[start:stop])
+
+    def at(self, j: int) -> tuple[float, float, float, float | None]:
+        return (float(self.latency[j]), float(self.low[j]), float(self.high[j]),
+                None if self.memory is None else float(self.memory[j]))
+
+    def interpolate(self, log_grid: Any, log_batch: float) -> tuple[float, float, float, float | None]:
+        """Values at `log_batch`, linear in log batch between the grid neighbours (exact on the grid)."""
+        import numpy as np
+
+        def at(values: Any) -> float:
+            return float(np.interp(log_batch, log_grid, values))
+
+        return (at(self.latency), at(self.low), at(self.high), None if self.memory is None else at(self.memory))
+
+
+class RegisteredLayer:
+    """Answers queries inside the champions' `domain` (None: open) from their predictions.
+
+    `champions` maps a target (``latency``, ``memory``) to a loaded champion; `mode_names` maps
+    a mode to the spelling the champion was trained with (``{"train": "training"}`` for one
+    trained before issue 11), so its encoders see the categories they learned.
+    """
+
+    name = "registered"
+
+    def __init__(self, champions: Mapping[str, Any], domain: frozenset[tuple[str, str, str, str]] | None = None,
+                 where: DeviceFields | None = None, mode_names: Mapping[str, str] | None = None) -> None:
+        self.champions = dict(champions)
+        self.domain = domain
+        self.where = where or DeviceFields()
+        self.mode_names = dict(mode_names or {})
+        #: (model, hardware, precision, mode, backend, device) -> registered predictions on the grid
+        self._grid: dict[tuple[Any, ...], _GridRow] = {}
+        #: rows the registered models have scored so far (each grid point once)
+        self.scored_rows = 0
+
+    def _frame(self, queries: Sequence[Query]) -> Any:
+        """`FEATURE_COLUMNS` for many queries: one `feature_frame` call (as training used)."""
+        import pandas as pd
+
+        from ..features import feature_frame, query_row
+
+        rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware),
+                          precision=q.precision, batch_size=q.batch_size, mode=self.mode_names.get(q.mode, q.mode),
+                          device_name=q.device_name) for q in queries]
+        return feature_frame(pd.DataFrame(rows))
+
+    @staticmethod
+    def _grid_key(q: Query) -> tuple[Any, ...]:
+        return (q.model, q.hardware, q.precision, q.mode, q.backend, q.device_name)
+
+    def _score(self, queries: Sequence[Query]) -> _GridRow:
+        """The champions' log latency, log interval and log memory for `queries` (one call each)."""
+        import numpy as np
+
+        sub = self._frame(queries)
+        lat_log = _champion_log(self.champions["latency"], sub)
+        with np.errstate(divide="ignore", invalid="ignore"):
+            low, high = (np.log(v) for v in _champion_interval(self.champions["latency"], sub, lat_log))
+        mem = _champion_log(self.champions["memory"], sub) if "memory" in self.champions else None
+        self.scored_rows += len(queries)
+        return _GridRow(lat_log, low, high, mem)
+
+    def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
+        import numpy as np
+
+        out: list[Prediction | None] = [None] * len(queries)
+        dom = self.domain
+        idx = [i for i, q in enumerate(queries)
+               if dom is None or (q.hardware, q.backend or default_backend(q.hardware), q.precision, q.mode) in dom]
+        if not idx:
+            return out
+        grid = GRID_BATCH_SIZES
+        top = grid[-1]
+        beyond = [i for i in idx if queries[i].batch_size > top]
+        missing = list(dict.fromkeys(self._grid_key(queries[i]) for i in idx if queries[i].batch_size <= top
+                                     and self._grid_key(queries[i]) not in self._grid))
+        try:
+            if missing:
+                rows = [dataclasses.replace(queries[next(i for i in idx if self._grid_key(queries[i]) == key)],
+                                            batch_size=b) for key in missing for b in grid]
+                scored = self._score(rows)
+                if len(self._grid) > 100_000:
+                    self._grid.clear()
+                for k, key in enumerate(missing):
+                    self._grid[key] = scored.slice(k * len(grid), (k + 1) * len(grid))
+            far = self._score([queries[i] for i in beyond]) if beyond else None
+        except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
+            warnings.warn(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer",
+                          HwselWarning, stacklevel=3)
+            return out
+        version = champion_summary(self.champions["latency"]).get("version")
+        log_grid = np.log(np.asarray(grid, dtype=float))
+        position = {i: j for j, i in enumerate(beyond)}
+        for i in idx:
+            q = queries[i]
+            if i in position:
+                assert far is not None
+                values = far.at(position[i])
+            else:
+                values = self._grid[self._grid_key(q)].interpolate(log_grid, math.log(q.batch_size))
+            lat_log, low_log, high_log, mem_log = values
+            latency = math.exp(lat_log) if math.isfinite(lat_log) else math.nan
+            if not math.isfinite(latency) or latency <= 0:
+                continue
+            throughput = q.batch_size / latency * 1e3  # derived, as hwsel.train derives it
+            memory = math.exp(mem_log) if mem_log is not None and math.isfinite(mem_log) else math.nan
+            detail = ""
+            if not (math.isfinite(memory) and memory > 0):
+                memory, detail = rules_estimate(q)[2], "; memory estimated by rules"
+            lo = math.exp(low_log) if math.isfinite(low_log) else latency
+            hi = math.exp(high_log) if math.isfinite(high_log) else latency
+            if q.batch_size not in grid and q.batch_size <= top:
+                detail += "; interpolated between the model's grid batch sizes"
+            out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
+                                (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
+                                q.batch_size, q.mode, f"champion model version {version}{detail}", **self.where(q))
+        return out
+
+
+def _champion_log(champion: Any, features: Any) -> Any:
+    """Log-space prediction (`ChampionModel.predict_log`), or the log of `predict`."""
+    import numpy as np
+
+    if hasattr(champion, "predict_log"):
+        return np.asarray(champion.predict_log(features), dtype=float)
+    with np.errstate(divide="ignore", invalid="ignore"):
+        return np.log(np.asarray(champion.predict(features), dtype=float))
+
+
+def _champion_interval(champion: Any, features: Any, log_pred: Any) -> tuple[Any, Any]:
+    """The champion's (low, high), from its residual quantiles when it has them (no second scoring)."""
+    import numpy as np
+
+    q10, q90 = getattr(champion, "residual_q10", None), getattr(champion, "residual_q90", None)
+    if q10 is not None and q90 is not None:
+        return np.exp(log_pred + q10), np.exp(log_pred + q90)
+    low, high = champion.interval(features)
+    return np.asarray(low, dtype=float), np.asarray(high, dtype=float)
+
+
+def champion_summary(champion: Any) -> dict[str, Any]:
+    """The champion's registry version and training run id (None where it has none)."""
+    return {"version": getattr(champion, "version", None), "run_id": getattr(champion, "run_id", None)}
+
+
+# --- the training snapshot: what a champion may answer for ---------------------------------------
+
+def snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None:
+    """The (hardware, backend, precision, mode, device_name) columns of a champion's training
+    snapshot, read once at load from the Parquet artifact its ``hwsel.snapshot`` tag names; None
+    when it cannot be read. Modes are as the snapshot spells them."""
+    uri = (getattr(champion, "tags", None) or {}).get("hwsel.snapshot")
+    if not uri:
+        return None
+    try:
+        import tempfile
+
+        import mlflow.artifacts
+        import pandas as pd
+
+        from pytest_hwbench.sinks import resolve_tracking_uri
+
+        from .._quiet import quiet_mlflow
+
+        with tempfile.TemporaryDirectory(prefix="hwsel-domain-") as tmp, quiet_mlflow():
+            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp,
+                                                        tracking_uri=resolve_tracking_uri(tracking_uri))
+            frame = pd.read_parquet(local)
+    except Exception as exc:  # the snapshot is a nicety: without it the data decides
+        log.debug("champion snapshot unreadable: %s", exc)
+        return None
+    cols = [c for c in ("hardware", "backend", "precision", "mode", "device_name") if c in frame.columns]
+    return frame.loc[:, cols]
+
+
+def snapshot_domain(frame: Any | None) -> frozenset[tuple[str, str, str, str]] | None:
+    """(hardware, backend, precision, mode) combinations of a snapshot frame, modes by their one name."""
+    if frame is None or not {"hardware", "precision"} <= set(frame.columns):
+        return None
+    frame = frame.reindex(columns=["hardware", "backend", "precision", "mode"])
+    frame = frame.fillna({"backend": DEFAULT_BACKEND, "mode": "inference"}).astype(str)
+    frame["mode"] = frame["mode"].map(normalise_mode)
+    return frozenset(map(tuple, frame.drop_duplicates().to_numpy().tolist()))
+
+
+def snapshot_devices(frame: Any | None) -> dict[str, dict[str, int]]:
+    """hardware -> device name -> training rows, for the devices the snapshot names."""
+    from ..specs import device_key
+
+    if frame is None or "device_name" not in frame.columns or "hardware" not in frame.columns:
+        return {}
+    out: dict[str, dict[str, int]] = {}
+    for (hw, raw), n in frame.groupby(["hardware", "device_name"], dropna=True).size().items():
+        name = " ".join(str(raw).split())
+        if device_key(str(hw), name):
+            out.setdefault(str(hw), {})[name] = int(n)
+    return out
+
+
+def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
+    """mode -> the older spelling a snapshot holds it under (``{"train": "training"}``), if any."""
+    if frame is None or "mode" not in frame.columns:
+        return {}
+    spelt = (str(m) for m in frame["mode"].dropna().unique())
+    return {normalise_mode(m): m for m in spelt if normalise_mode(m) != m}
+
+
+def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset[tuple[str, str, str, str]] | None:
+    """(hardware, backend, precision, mode) combinations in a champion's training snapshot.
+
+    Read once at load from the Parquet artifact the version's ``hwsel.snapshot`` tag names;
+    None when it cannot be read (the caller then falls back to the loaded data).
+    """
+    return snapshot_domain(snapshot_frame(champion, tracking_uri))
+
+
+def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
+    """(target -> champion, why none) from the registry at `tracking_uri` (None: the default store,
+    when there is one here); an unreadable champion gives an `HwselWarning` and is left out."""
+    registry = optional_module("registry")
+    if registry is None:
+        return {}, "hwsel.registry is not importable"
+    data = optional_module("data")
+    if data is None or data.existing_store(tracking_uri) is None:
+        return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
+    from .._quiet import quiet_mlflow
+
+    champions = {}
+    for target in TARGETS:
+        try:
+            with quiet_mlflow():
+                champion = registry.load_champion(target, tracking_uri)
+        except Exception as exc:  # an unreadable registry must not stop estimates from the other layers
+            warnings.warn(f"registered {target} model not loaded: {type(exc).__name__}: {exc}", HwselWarning,
+                          stacklevel=3)
+            champion = None
+        if champion is not None:
+            champions[target] = champion
+    return champions, "" if champions else "no champion registered (run `hwsel train`)"
+
+
+__all__ = [
+    "GRID_BATCH_SIZES",
+    "TARGETS",
+    "RegisteredLayer",
+    "champion_domain",
+    "champion_summary",
+    "load_champions",
+    "snapshot_devices",
+    "snapshot_domain",
+    "snapshot_frame",
+    "snapshot_mode_names",
+]
