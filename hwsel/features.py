@@ -28,7 +28,8 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hwsel.specs import CPU_TARGETS, DeviceSpec, local_cpu_spec, spec_for
+from hwsel.specs import DeviceSpec, local_cpu_spec, spec_for
+from pytest_hwbench.vocabulary import CPU_KINDS, bytes_per_element
 
 
 @dataclass(frozen=True)
@@ -348,7 +349,6 @@ def resolve_model(
 
 # --- roofline ---------------------------------------------------------------------------------
 
-BYTES_PER_ELEMENT: dict[str, float] = {"fp32": 4.0, "fp16": 2.0, "bf16": 2.0, "int8": 1.0}
 
 
 def _roofline_arrays(
@@ -399,7 +399,7 @@ def roofline(
         np.array([float(model.hidden_size or np.nan)]),
         np.array([float(model.num_layers or np.nan)]),
         np.array([float(batch_size)]),
-        np.array([BYTES_PER_ELEMENT.get(precision, 4.0)]),
+        np.array([float(bytes_per_element(precision))]),
         np.array([spec.tflops(precision)]),
         np.array([spec.memory_bandwidth_gbs]),
     )
@@ -495,7 +495,7 @@ INPUT_FIELDS: tuple[str, ...] = (
 
 def _default_threads(hardware: str) -> float:
     """Threads a CPU run uses when the row does not say: this machine's usable cores."""
-    if hardware in CPU_TARGETS:
+    if hardware in CPU_KINDS:
         try:
             return float(len(os.sched_getaffinity(0)))
         except AttributeError:
@@ -590,7 +590,7 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     row_specs = [specs[p] for p in pairs]
     tflops = np.array([sp.tflops(pr) for sp, pr in zip(row_specs, precision, strict=True)], dtype=float)
     bandwidth = np.array([sp.memory_bandwidth_gbs for sp in row_specs], dtype=float)
-    bytes_el = np.array([BYTES_PER_ELEMENT.get(p, 4.0) for p in precision], dtype=float)
+    bytes_el = np.array([bytes_per_element(p) for p in precision], dtype=float)
 
     threads = _floats(_values(rows, "threads"))
     defaults = {h: _default_threads(h) for h in set(hardware)}
@@ -739,7 +739,6 @@ def _check_table(table: Mapping[str, Mapping[str, Any]]) -> None:
 
 __all__ = [
     "ALIASES",
-    "BYTES_PER_ELEMENT",
     "CATEGORICAL_FEATURES",
     "FEATURE_COLUMNS",
     "INPUT_FIELDS",

@@ -59,6 +59,7 @@ from sklearn.preprocessing import OneHotEncoder, StandardScaler
 
 from hwsel.data import frame_digest, load_runs, snapshot, training_table
 from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATURES, feature_frame
+from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 TRAINING_EXPERIMENT = "hwsel-training"
 #: Lower by more than this (mean absolute log error) to beat the champion.
@@ -648,7 +649,7 @@ def train(
     tracking_uri: str | None = None,
     trials: int = 30,
     seed: int = 0,
-    experiment: str = "hwbench",
+    experiment: str = DEFAULT_EXPERIMENT,
     progress: bool = True,
     snapshot_dir: str | os.PathLike[str] | None = None,
 ) -> TrainResult:
