@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING
 from .sinks.redact import redact_uri
 
 if TYPE_CHECKING:
-    from .tracking import TrackingConfig
+    from .plugin import TrackingConfig
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -107,7 +107,7 @@ def _store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> Non
 def _tracking(args: argparse.Namespace) -> TrackingConfig:
     from pathlib import Path
 
-    from .tracking import TrackingConfig
+    from .plugin import TrackingConfig
 
     return TrackingConfig.resolve(args.store, getattr(args, "mlflow_uri", None), args.db,
                                   getattr(args, "experiment", None), Path.cwd())

@@ -1,7 +1,8 @@
 """Where a session's records go: the spool, then MLflow and DuckDB (the plugin's record hooks).
 
 `TrackingConfig.resolve` validates the store settings before any case runs; `Tracker` is the
-pytest plugin object that feeds a `Recorder` on the controller (or the serial process).
+pytest plugin object that feeds a `Recorder` on the controller (or the serial process). The
+timers that measure a case are elsewhere (`pytest_hwbench.trackers`).
 """
 
 from __future__ import annotations
@@ -14,12 +15,10 @@ from typing import Any
 
 import pytest
 
-from .record import BenchmarkRecord, SessionInfo
-from .sinks import Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
-from .sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
-
-DEFAULT_STORE = "mlruns"
-DEFAULT_EXPERIMENT = "hwbench"
+from ..record import BenchmarkRecord, SessionInfo
+from ..sinks import Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
+from ..sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
 
 @dataclass(frozen=True)
@@ -55,7 +54,7 @@ class TrackingConfig:
     def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
                 experiment: str | None, root: Path, extra_sinks: tuple[str, ...] = ()) -> TrackingConfig:
         """Fill defaults and validate; raises ValueError naming the bad setting and the fix."""
-        store = Path(store_dir) if store_dir else root / DEFAULT_STORE
+        store = Path(store_dir) if store_dir else root / DEFAULT_STORE_DIR
         store = store if store.is_absolute() else (root / store)
         uri = validate_tracking_uri(resolve_tracking_uri(mlflow_uri, store))
         db = Path(db_path) if db_path else store / "hwbench.duckdb"
@@ -155,4 +154,4 @@ class Tracker:
                 write(f"hwbench:   {name}: {redact_uri(error)}")
 
 
-__all__ = ["DEFAULT_EXPERIMENT", "DEFAULT_STORE", "Tracker", "TrackingConfig"]
+__all__ = ["Tracker", "TrackingConfig"]

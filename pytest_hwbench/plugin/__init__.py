@@ -1,0 +1,54 @@
+"""The pytest plugin (entry point ``hwbench`` in group ``pytest11``): options, markers, case
+generation, skipping, measurement, record flow.
+
+A test that asks for the ``hwbench_case`` fixture is parametrized over models x backends x
+hardware x precisions x batch sizes (x modes, new tokens, input lengths); the ``hwbench``
+fixture measures a case. Each finished case becomes a `BenchmarkRecord` attached to its test
+report, so under pytest-xdist it streams to the controller with the report, and
+`pytest_hwbench_record` fires there (or in the serial process).
+
+The package, in the order a run meets it:
+
+- `options`: ``--hwbench-*`` options and their strict parsers, the markers, the checks that
+  need the zoo and the registries (``pytest_addhooks``, ``pytest_addoption``).
+- `grid`: the case grid without pytest: `Selection` (what the command line asks for),
+  marker values, `generate_cases`, `case_from_id`.
+- `collection`: ``pytest_generate_tests`` (Selection + markers -> grid -> params) and the
+  capability skips of ``pytest_collection_modifyitems``.
+- `fixtures`: ``hwbench_case``, ``hwbench`` (`Hwbench`), the record on the test report.
+- `session`: ``pytest_configure``, the per-process `HwbenchState` (session start/finish,
+  records to hooks, xdist workers and crashes, progress, summary).
+- `recording`: where records go (`TrackingConfig`, the `Tracker` that feeds the sinks).
+
+pytest registers this module object and pluggy looks hooks and fixtures up as its attributes,
+so every module-level hook and fixture of the submodules is imported here.
+"""
+
+from __future__ import annotations
+
+from .collection import pytest_collection_modifyitems, pytest_generate_tests
+from .fixtures import Hwbench, hwbench, hwbench_case, pytest_runtest_makereport
+from .grid import Selection, case_from_id, generate_cases, hardware_targets
+from .options import pytest_addhooks, pytest_addoption
+from .recording import Tracker, TrackingConfig
+from .session import HwbenchState, Progress, pytest_configure
+
+__all__ = [
+    "Hwbench",
+    "HwbenchState",
+    "Progress",
+    "Selection",
+    "Tracker",
+    "TrackingConfig",
+    "case_from_id",
+    "generate_cases",
+    "hardware_targets",
+    "hwbench",
+    "hwbench_case",
+    "pytest_addhooks",
+    "pytest_addoption",
+    "pytest_collection_modifyitems",
+    "pytest_configure",
+    "pytest_generate_tests",
+    "pytest_runtest_makereport",
+]

@@ -1,0 +1,86 @@
+"""Collection: parametrize ``hwbench_case`` from the grid, and skip by capability.
+
+`pytest_generate_tests` builds the run's `Selection` from the options once, reads the test's
+hwbench markers and hands both to the pure `grid.generate_cases`; the
+`pytest_hwbench_modify_cases` hook may then amend the list. Each case becomes a `pytest.param`
+carrying its hardware, mode, ``quick`` and ``xdist_group`` marks.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from ..backends.base import registered_backends
+from ..hardware import detect_hardware
+from ..models import get_model
+from ..runner import BenchCase
+from .grid import Selection, generate_cases, marker_values
+from .session import STATE, case_of, note
+
+SELECTION = pytest.StashKey[Selection]()
+
+
+def selection(config: pytest.Config) -> Selection:
+    """The run's `Selection`, built from the options at the first use."""
+    if SELECTION not in config.stash:
+        config.stash[SELECTION] = Selection.from_options(config.getoption)
+    return config.stash[SELECTION]
+
+
+def _marker_filter(metafunc: pytest.Metafunc) -> dict[str, Any]:
+    nodeid = metafunc.definition.nodeid
+    marks = ((mark.args, mark.kwargs) for mark in metafunc.definition.iter_markers("hwbench"))
+    try:
+        return marker_values(nodeid, marks)
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+
+
+def _param(case: BenchCase) -> Any:
+    backend = registered_backends()[case.backend]
+    spec = get_model(case.model)
+    marks = [getattr(pytest.mark, m) for m in backend.markers(case.hardware)]
+    marks.append(getattr(pytest.mark, case.mode))
+    if spec.tier == "quick":
+        marks.append(pytest.mark.quick)
+    # `--dist loadgroup` keeps the batch sizes of one loaded model on one worker.
+    marks.append(pytest.mark.xdist_group("-".join(case.load_key)))
+    return pytest.param(case, id=case.id, marks=marks)
+
+
+def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
+    if "hwbench_case" not in metafunc.fixturenames:
+        return
+    config = metafunc.config
+    narrowed = _marker_filter(metafunc)
+    grid = generate_cases(selection(config), detect_hardware(), narrowed, metafunc.definition.nodeid)
+    for line in grid.notes:
+        note(config, line)
+    cases = grid.cases
+    config.hook.pytest_hwbench_modify_cases(config=config, cases=cases)
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.collection["generated"] += len(cases)
+    metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
+
+
+@pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    # Skip by capability at collection, so absent hardware costs no fixture set-up.
+    hw = None
+    state = config.stash.get(STATE, None)
+    for item in items:
+        case = case_of(item)
+        if case is None:
+            continue
+        if state is not None:
+            state.collection["selected"] += 1
+        hw = hw or detect_hardware()
+        reason = case.unavailable(hw)
+        if reason:
+            item.add_marker(pytest.mark.skip(reason=reason))
+
+
+__all__ = ["SELECTION", "pytest_collection_modifyitems", "pytest_generate_tests", "selection"]

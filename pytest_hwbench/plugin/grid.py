@@ -1,0 +1,209 @@
+"""The case grid, without pytest: what a run asks for, narrowed per test, expanded into cases.
+
+`Selection` holds the command line's choices (built once per run from the ``--hwbench-*``
+options); a test's ``@pytest.mark.hwbench(...)`` keywords narrow it further (`marker_values`);
+`generate_cases` expands both into `BenchCase`s, in an order that reuses loaded models. Nothing
+here reads a `pytest.Config` or raises a pytest error: the plugin's collection hooks
+(`pytest_hwbench.plugin.collection`) turn a ValueError into a usage error and the grid's notes
+into summary lines. `case_from_id` is the way back from a case id to its case.
+"""
+
+from __future__ import annotations
+
+import difflib
+import re
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, fields
+from typing import Any
+
+from ..backends.base import registered_backends
+from ..hardware import HardwareInfo
+from ..models import FAMILIES, MODELS, ModelSpec, get_model
+from ..runner import DEFAULT_NEW_TOKENS, BenchCase, takes_new_tokens
+from ..scenarios import get_scenario, registered_modes
+from ..vocabulary import DEFAULT_MODE, PRECISIONS
+
+DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
+#: Keywords ``@pytest.mark.hwbench`` takes (each narrows the field of `Selection` of that name).
+MARKER_KEYWORDS = frozenset({"models", "families", "backends", "precisions", "batch_sizes", "hardware",
+                             "modes", "new_tokens", "input_lengths"})
+#: Modalities whose main input is a token sequence, which ``input_lengths`` sets.
+_TEXT_MODALITIES = frozenset({"text", "text2text"})
+
+
+def hardware_targets() -> tuple[str, ...]:
+    """Every hardware value a registered backend addresses (``cpu``, ``cuda``, ``qnn``...)."""
+    return tuple(dict.fromkeys(h for backend in registered_backends().values() for h in backend.hardware))
+
+
+@dataclass(frozen=True)
+class Selection:
+    """What the command line asks for; None where it narrows nothing (the default grid).
+
+    Each field is the ``--hwbench-<field>`` option (``batch_sizes``: ``--hwbench-batch-sizes``),
+    already parsed and checked by the option parsers.
+    """
+
+    models: tuple[str, ...] | None = None
+    families: tuple[str, ...] | None = None
+    batch_sizes: tuple[int, ...] | None = None
+    precisions: tuple[str, ...] | None = None
+    backends: tuple[str, ...] | None = None
+    hardware: tuple[str, ...] | None = None
+    modes: tuple[str, ...] | None = None
+    new_tokens: tuple[int, ...] | None = None
+    input_lengths: tuple[int, ...] | None = None
+
+    @classmethod
+    def from_options(cls, getoption: Callable[[str], Any]) -> Selection:
+        """The selection from option values looked up by dest (``hwbench_models``...), e.g.
+        with ``config.getoption``; an empty value narrows nothing."""
+        values = {f.name: getoption(f"hwbench_{f.name}") for f in fields(cls)}
+        return cls(**{name: tuple(value) if value else None for name, value in values.items()})
+
+
+@dataclass(frozen=True)
+class Grid:
+    """The cases of one test, and lines for the run's summary (e.g. a marker value that the
+    command line narrowed to nothing)."""
+
+    cases: list[BenchCase]
+    notes: tuple[str, ...] = ()
+
+
+def _marker_choices(key: str) -> tuple[str, ...] | None:
+    """The values a name-valued hwbench marker keyword accepts (None: positive integers)."""
+    if key == "models":
+        return tuple(MODELS)
+    return {"families": FAMILIES, "backends": tuple(registered_backends()), "precisions": PRECISIONS,
+            "modes": registered_modes(), "hardware": hardware_targets()}.get(key)
+
+
+def _check_marker_values(nodeid: str, key: str, value: Any) -> tuple[Any, ...]:
+    """`value` of marker keyword `key` as a tuple, or ValueError naming the test, the value
+    and what is accepted."""
+    values = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
+    where = f"{nodeid}: @pytest.mark.hwbench({key}=...)"
+    if not values:
+        raise ValueError(f"{where}: empty list; leave the keyword out to keep the whole grid")
+    allowed = _marker_choices(key)
+    for item in values:
+        if allowed is None:
+            if isinstance(item, bool) or not isinstance(item, int) or item < 1:
+                raise ValueError(f"{where}: {item!r} is not accepted; accepted: positive integers")
+        elif item not in allowed:
+            if key == "models":
+                close = difflib.get_close_matches(str(item), allowed, n=3)
+                hint = f"did you mean {', '.join(close)}? " if close else ""
+                raise ValueError(f"{where}: unknown model {item!r}; {hint}`hwbench models` lists the zoo")
+            raise ValueError(f"{where}: {item!r} is not accepted; accepted: {', '.join(allowed)}")
+    return values
+
+
+def marker_values(nodeid: str, marks: Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]) -> dict[str, Any]:
+    """What the hwbench markers of test `nodeid` narrow, keyword -> tuple of values, from each
+    mark's ``(args, kwargs)``, closest mark first (the first mark naming a keyword wins);
+    ValueError on an unknown keyword, a positional argument or a value not accepted."""
+    narrowed: dict[str, Any] = {}
+    for args, kwargs in marks:
+        unknown = set(kwargs) - MARKER_KEYWORDS
+        if unknown or args:
+            raise ValueError(
+                f"{nodeid}: @pytest.mark.hwbench takes keyword arguments "
+                f"{', '.join(sorted(MARKER_KEYWORDS))}; got {', '.join(sorted(unknown)) or args}"
+            )
+        for key, value in kwargs.items():
+            narrowed.setdefault(key, _check_marker_values(nodeid, key, value))
+    return narrowed
+
+
+def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str, Any] | None = None,
+                   test: str = "") -> Grid:
+    """The grid of cases `selection` asks for on `hw`, in an order that reuses loaded models.
+
+    `narrowed` holds the hwbench marker's keywords of `test` (`marker_values`); a marker value
+    that the selection narrows to nothing gives a note for the run's summary.
+    """
+    narrowed = narrowed or {}
+    notes: list[str] = []
+
+    def pick(key: str, default: Any) -> Any:
+        # A marker narrows the test, the command line narrows the run: both apply (and may
+        # leave nothing, e.g. a generate-only test under --hwbench-modes inference).
+        from_option, from_marker = getattr(selection, key), narrowed.get(key)
+        if from_option and from_marker:
+            both = tuple(v for v in from_marker if v in from_option)
+            if not both:
+                notes.append(f"{test or 'a test'}: its marker's {key}={list(from_marker)} and "
+                             f"--hwbench-{key.replace('_', '-')} {','.join(map(str, from_option))} leave no case")
+            return both
+        chosen = from_option or from_marker
+        return tuple(chosen) if chosen else default
+
+    backends = registered_backends()
+    models = pick("models", tuple(MODELS))
+    families = pick("families", None)
+    batch_sizes = pick("batch_sizes", DEFAULT_BATCH_SIZES)
+    precisions = pick("precisions", None)
+    named_backends = pick("backends", None)
+    wanted_backends = named_backends if named_backends is not None else tuple(backends)
+    wanted_hardware = pick("hardware", None)
+    modes = pick("modes", (DEFAULT_MODE,))
+    new_tokens = pick("new_tokens", (DEFAULT_NEW_TOKENS,))
+    input_lengths = pick("input_lengths", (None,))
+    cases = []
+    for mode in modes:
+        scenario = get_scenario(mode)
+        tokens_per_case = new_tokens if takes_new_tokens(mode) else (None,)
+        for name in models:
+            spec: ModelSpec = get_model(name)
+            if families is not None and spec.family not in families:
+                continue
+            if not scenario.supports(spec):
+                continue  # e.g. generate on an encoder: no case, rather than a skip per grid point
+            lengths = input_lengths if spec.modality in _TEXT_MODALITIES else (None,)
+            for backend_name in wanted_backends:
+                if backend_name not in scenario.backends:
+                    continue  # e.g. train on onnxruntime: no case
+                backend = backends[backend_name]
+                for hardware in backend.hardware:
+                    if wanted_hardware is not None and hardware not in wanted_hardware:
+                        continue
+                    if named_backends is None and hardware in getattr(backend, "opt_in_hardware", ()):
+                        continue  # e.g. torch.compile on cpu: only when asked for by name
+                    defaults = backend.default_precisions(hardware, hw)
+                    # asked-for precisions the mode lacks skip with its reason
+                    defaults = tuple(p for p in defaults if p in scenario.precisions)
+                    for precision in (precisions if precisions is not None else defaults):
+                        for length in lengths:
+                            for tokens in tokens_per_case:
+                                for batch in batch_sizes:
+                                    cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
+                                                           mode, tokens, length))
+    return Grid(cases, tuple(notes))
+
+
+def case_from_id(case_id: str) -> BenchCase | None:
+    """The case whose `BenchCase.id` is `case_id`, or None when it is none of this run's cases."""
+    def alternatives(names: Iterable[str]) -> str:
+        return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
+
+    pattern = (rf"^(?P<model>{alternatives(MODELS)})-(?P<hardware>{alternatives(hardware_targets())})"
+               rf"-(?P<backend>{alternatives(registered_backends())})-(?P<precision>{alternatives(PRECISIONS)})"
+               rf"-b(?P<batch>\d+)(?:-(?P<mode>{alternatives(m for m in registered_modes() if m != DEFAULT_MODE)}))?"
+               rf"(?:-in(?P<input>\d+))?(?:-out(?P<tokens>\d+))?$")
+    match = re.match(pattern, case_id)
+    if match is None:
+        return None
+    try:
+        case = BenchCase(match["model"], match["backend"], match["hardware"], match["precision"],
+                         int(match["batch"]), match["mode"] or DEFAULT_MODE,
+                         int(match["tokens"]) if match["tokens"] else None,
+                         int(match["input"]) if match["input"] else None)
+    except ValueError:
+        return None
+    return case if case.id == case_id else None
+
+
+__all__ = ["DEFAULT_BATCH_SIZES", "MARKER_KEYWORDS", "Grid", "Selection", "case_from_id", "generate_cases",
+           "hardware_targets", "marker_values"]

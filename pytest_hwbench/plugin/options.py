@@ -1,0 +1,245 @@
+"""The ``--hwbench-*`` options, their strict parsers, the markers, and the checks that need the
+model zoo and the registries once the options are parsed.
+
+Every parser raises `pytest.UsageError` naming the option, the bad value and what is accepted;
+an empty list is refused rather than read as "the whole default grid".
+"""
+
+from __future__ import annotations
+
+import math
+import os
+from collections.abc import Iterable
+from typing import Any
+
+import pytest
+
+from .. import hookspecs
+from ..backends.base import registered_backends
+from ..models import FAMILIES, get_model, load_model_set, register_model
+from ..runner import DEFAULT_NEW_TOKENS
+from ..scenarios import registered_modes, registered_scenarios
+from ..vocabulary import DEFAULT_MODE, PRECISIONS
+from .grid import hardware_targets
+
+HARDWARE_MARKERS: dict[str, str] = {
+    "cpu": "cases that run on the host CPU (any backend)",
+    "cuda": "cases that need an NVIDIA GPU (torch.cuda, or ORT's CUDA/TensorRT providers)",
+    "rocm": "cases that need an AMD GPU through torch's ROCm build",
+    "mps": "cases that need an Apple GPU (torch.backends.mps)",
+    "xpu": "cases that need an Intel GPU (torch.xpu)",
+    "openvino": "cases that run through OpenVINO (any OpenVINO device)",
+    "qnn": "cases that run on a Qualcomm NPU through Qualcomm AI Hub",
+}
+OTHER_MARKERS: dict[str, str] = {
+    "quick": "tiny model variants, for CI smoke runs",
+    "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=, modes=, new_tokens=, "
+    "input_lengths=)": "narrow the hwbench_case grid of one test",
+}
+
+
+# --- option parsing ---------------------------------------------------------------------------
+
+def _split(value: str) -> list[str]:
+    return [v.strip() for v in value.split(",") if v.strip()]
+
+
+def _names(option: str, what: str) -> Any:
+    """A parser of a comma-separated list of names that refuses an empty one: an empty value
+    would otherwise mean the whole default grid."""
+
+    def parse(value: str) -> tuple[str, ...]:
+        items = _split(value)
+        if not items:
+            raise pytest.UsageError(f"{option}: empty list; name one or more {what}, comma-separated")
+        return tuple(dict.fromkeys(items))
+
+    return parse
+
+
+def _text(option: str, what: str) -> Any:
+    """A parser of one non-empty value (a name, a path, a URI)."""
+
+    def parse(value: str) -> str:
+        if not value.strip():
+            raise pytest.UsageError(f"{option}: empty value; give {what}")
+        return value.strip()
+
+    return parse
+
+
+def _positive_ints(option: str, what: str, example: str) -> Any:
+    """A parser of a comma-separated list of positive integers; errors name `option`."""
+
+    def parse(value: str) -> tuple[int, ...]:
+        numbers = []
+        for item in _split(value):
+            try:
+                number = int(item)
+            except ValueError:
+                raise pytest.UsageError(
+                    f"{option}: {item!r} is not an integer; give positive integers, e.g. {example}"
+                ) from None
+            if number < 1:
+                raise pytest.UsageError(
+                    f"{option}: {number} is not a valid {what}; give positive integers, e.g. {example}"
+                )
+            numbers.append(number)
+        if not numbers:
+            raise pytest.UsageError(f"{option}: empty list; give positive integers, e.g. {example}")
+        return tuple(dict.fromkeys(numbers))
+
+    return parse
+
+
+def _choices(option: str, allowed: Iterable[str]) -> Any:
+    allowed = tuple(allowed)
+
+    def parse(value: str) -> tuple[str, ...]:
+        items = _split(value)
+        bad = [v for v in items if v not in allowed]
+        if bad or not items:
+            raise pytest.UsageError(
+                f"{option}: {', '.join(map(repr, bad)) or 'empty list'} not accepted; accepted: {', '.join(allowed)}"
+            )
+        return tuple(dict.fromkeys(items))
+
+    return parse
+
+
+def _positive(option: str, kind: type) -> Any:
+    def parse(value: str) -> Any:
+        try:
+            number = kind(value)
+        except ValueError:
+            raise pytest.UsageError(f"{option}: {value!r} is not a number") from None
+        if not math.isfinite(number) or number < 0:
+            raise pytest.UsageError(f"{option}: {value!r} must be a finite number >= 0")
+        return number
+
+    return parse
+
+
+# --- hooks ------------------------------------------------------------------------------------
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(hookspecs)
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hwbench", "hardware benchmarks (pytest-hwbench)")
+    group.addoption("--hwbench-models", dest="hwbench_models", type=_names("--hwbench-models", "zoo models"),
+                    default=None, metavar="NAMES",
+                    help="comma-separated zoo models to run (default: all; see `hwbench models`)")
+    group.addoption("--hwbench-families", dest="hwbench_families", type=_choices("--hwbench-families", FAMILIES),
+                    default=None, metavar="NAMES", help=f"model families to run: {', '.join(FAMILIES)}")
+    group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes",
+                    type=_positive_ints("--hwbench-batch-sizes", "batch size", "1,8,32"), default=None,
+                    metavar="N,..", help="batch sizes (default: 1,8,32)")
+    group.addoption("--hwbench-hardware", dest="hwbench_hardware", type=_names("--hwbench-hardware", "hardware"),
+                    default=None, metavar="NAMES",
+                    help="hardware targets to run, e.g. cpu or cuda (default: every target the backends address)")
+    group.addoption("--hwbench-precisions", dest="hwbench_precisions",
+                    type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
+                    help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
+    modes = registered_modes()
+    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", modes),
+                    default=None, metavar="M,..",
+                    help=f"modes: {', '.join(modes)} (default: {DEFAULT_MODE}, or what the test's hwbench marker names)")
+    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens",
+                    type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"), default=None,
+                    metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
+    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths",
+                    type=_positive_ints("--hwbench-input-lengths", "input length", "128,512"), default=None,
+                    metavar="N,..", help="text input (prompt) lengths in tokens (default: each model's own)")
+    group.addoption("--hwbench-backends", dest="hwbench_backends", type=_names("--hwbench-backends", "backends"),
+                    default=None, metavar="NAMES",
+                    help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
+    group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
+                    metavar="PATH", help="add models from a TOML/JSON model-set file or a directory with config.json")
+    group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=_positive("--hwbench-warmup", int),
+                    default=3, metavar="N", help="warm-up iterations per case (default 3)")
+    group.addoption("--hwbench-min-iterations", dest="hwbench_min_iterations",
+                    type=_positive("--hwbench-min-iterations", int), default=10, metavar="N",
+                    help="minimum timed iterations per case (default 10)")
+    group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=_positive("--hwbench-min-time", float),
+                    default=1.0, metavar="SECONDS", help="minimum timed duration per case (default 1.0)")
+    group.addoption("--hwbench-energy-time", dest="hwbench_energy_time",
+                    type=_positive("--hwbench-energy-time", float), default=1.0, metavar="SECONDS",
+                    help="seconds of an extra loop that reads the GPU energy counter (NVML) per case; 0 turns "
+                         "energy off (default 1.0; CPU cases never measure energy)")
+    group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
+                    type=_positive("--hwbench-cache-size", int), default=1, metavar="N",
+                    help="loaded models kept for reuse across batch sizes (default 1)")
+    group.addoption("--hwbench-qai-hub-device", dest="hwbench_qai_hub_device", default=None, metavar="NAME",
+                    help="Qualcomm AI Hub device for qnn cases (`qai-hub list-devices`; default: "
+                         "$HWBENCH_QAI_HUB_DEVICE, else Samsung Galaxy S24 (Family))")
+    group.addoption("--hwbench-store", dest="hwbench_store", type=_text("--hwbench-store", "a directory"),
+                    default=None, metavar="DIR",
+                    help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
+    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri",
+                    type=_text("--hwbench-mlflow-uri", "a tracking URI, e.g. http://127.0.0.1:5000"),
+                    default=None, metavar="URI",
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<store>/mlflow.db)")
+    group.addoption("--hwbench-db", dest="hwbench_db", type=_text("--hwbench-db", "a DuckDB file path"),
+                    default=None, metavar="PATH",
+                    help="DuckDB results file (default: <store>/hwbench.duckdb)")
+    group.addoption("--hwbench-experiment", dest="hwbench_experiment",
+                    type=_text("--hwbench-experiment", "an MLflow experiment name, e.g. hwbench"),
+                    default=None, metavar="NAME",
+                    help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval",
+                    type=_positive("--hwbench-progress-interval", float), default=60.0, metavar="SECONDS",
+                    help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
+                         "after every case)")
+    group.addoption("--hwbench-sink", dest="hwbench_sinks", action="append", default=[], metavar="SPEC",
+                    help="also write every record to this sink (repeatable): NAME, NAME:TARGET, a URI or a file "
+                         "a registered sink takes, e.g. duckdb:/shared/bench.duckdb")
+    group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
+                    help="record nothing: no spool, no MLflow, no DuckDB")
+
+
+# --- at pytest_configure ----------------------------------------------------------------------
+
+def register_markers(config: pytest.Config) -> None:
+    """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist)."""
+    modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()}
+    for name, doc in {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}.items():
+        config.addinivalue_line("markers", f"{name}: {doc}")
+    if not config.pluginmanager.hasplugin("xdist"):
+        # Cases carry xdist_group for `--dist loadgroup`; without xdist nobody registers it.
+        config.addinivalue_line("markers", "xdist_group(name): keep cases of one loaded model on one xdist worker")
+
+
+def apply_options(config: pytest.Config) -> None:
+    """Check the options the parsers cannot (the zoo and the registries are known only now)
+    and apply those with effects: the AI Hub device, the model sets."""
+    device = config.getoption("hwbench_qai_hub_device")
+    if device is not None:
+        if not device.strip():
+            raise pytest.UsageError("--hwbench-qai-hub-device: empty device name; see `qai-hub list-devices`")
+        # The qai_hub backend reads the device from the environment, which xdist workers inherit.
+        os.environ["HWBENCH_QAI_HUB_DEVICE"] = device.strip()
+    for path in config.getoption("hwbench_model_sets"):
+        try:
+            for spec in load_model_set(path):
+                register_model(spec, replace_existing=True)
+        except ValueError as exc:
+            raise pytest.UsageError(f"--hwbench-model-set: {exc}") from None
+    for name in config.getoption("hwbench_models") or ():
+        try:
+            get_model(name)
+        except KeyError as exc:
+            raise pytest.UsageError(f"--hwbench-models: {exc.args[0]}") from None
+    backends = registered_backends()
+    for name in config.getoption("hwbench_backends") or ():
+        if name not in backends:
+            raise pytest.UsageError(f"--hwbench-backends: unknown backend {name!r}; accepted: {', '.join(backends)}")
+    targets = hardware_targets()
+    for name in config.getoption("hwbench_hardware") or ():
+        if name not in targets:
+            raise pytest.UsageError(f"--hwbench-hardware: unknown hardware {name!r}; accepted: {', '.join(targets)}")
+
+
+__all__ = ["HARDWARE_MARKERS", "OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption",
+           "register_markers"]

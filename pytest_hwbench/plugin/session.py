@@ -1,0 +1,358 @@
+"""Session wiring: per-process state, configure/start/finish, records to hooks, xdist, progress.
+
+`pytest_configure` checks the options, creates one `HwbenchState` per process (registered as
+plugin ``hwbench-state``) and, on the controller, the `Tracker` that writes records (plugin
+``hwbench-tracker``, `pytest_hwbench.plugin.recording`). The state's hooks fire
+`pytest_hwbench_session_start`, `pytest_hwbench_record` and `pytest_hwbench_session_finish`,
+give each xdist worker the session id, its GPU and a slice of the cores, write a ``crashed``
+record for a case whose worker died, print progress lines and the run's hwbench summary.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import datetime as _dt
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+import uuid
+from dataclasses import dataclass
+from importlib import metadata
+from typing import Any
+
+import pytest
+
+from ..hardware import HardwareInfo, detect_hardware
+from ..record import BenchmarkRecord, SessionInfo
+from ..runner import BenchCase, Runner, failed_record
+from ..trackers import TimingConfig
+from .grid import case_from_id
+from .options import apply_options, register_markers
+from .recording import Tracker, TrackingConfig
+
+RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
+CASE_ATTR = "hwbench_case"  # the case id on every report of a case
+STATE = pytest.StashKey["HwbenchState"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register_markers(config)
+    apply_options(config)
+    state = HwbenchState(config)
+    config.stash[STATE] = state
+    config.pluginmanager.register(state, "hwbench-state")
+    if not state.is_worker and not config.getoption("hwbench_no_track"):
+        try:
+            tracking = TrackingConfig.resolve(
+                config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
+                config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
+                tuple(config.getoption("hwbench_sinks")),
+            )
+        except ValueError as exc:
+            raise pytest.UsageError(str(exc)) from None
+        config.pluginmanager.register(Tracker(tracking), "hwbench-tracker")
+
+
+def case_of(item: pytest.Item) -> BenchCase | None:
+    """The case `item` measures, or None for other tests."""
+    callspec = getattr(item, "callspec", None)
+    case = callspec.params.get("hwbench_case") if callspec else None
+    return case if isinstance(case, BenchCase) else None
+
+
+def note(config: pytest.Config, line: str) -> None:
+    """Keep `line` for the run's hwbench summary."""
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.notes.append(line)
+
+
+# --- per-process state ------------------------------------------------------------------------
+
+def _git(*args: str) -> str:
+    try:
+        return subprocess.run(["git", *args], capture_output=True, text=True, timeout=5, check=False).stdout.strip()
+    except (OSError, subprocess.SubprocessError):
+        return ""
+
+
+def runner_label() -> str:
+    """The CI runner's label: HWBENCH_RUNNER, else the usual CI variables, else ''."""
+    for var in ("HWBENCH_RUNNER", "RUNNER_NAME", "CI_RUNNER_DESCRIPTION", "BUILDKITE_AGENT_NAME", "NODE_NAME"):
+        if os.environ.get(var):
+            return os.environ[var]
+    return ""
+
+
+def _versions() -> dict[str, str]:
+    out = {}
+    for dist in ("pytest-hwbench", "torch", "transformers", "onnxruntime", "openvino", "pytest", "pytest-benchmark",
+                 "pytest-xdist", "mlflow", "duckdb"):
+        try:
+            out[dist] = metadata.version(dist)
+        except metadata.PackageNotFoundError:
+            pass
+    return out
+
+
+def _worker_slot(config: pytest.Config) -> tuple[str, int, int]:
+    """(worker id, worker index, worker count) from xdist's workerinput, or ('main', 0, 1)."""
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return "main", 0, 1
+    wid = str(workerinput["workerid"])
+    return wid, int(wid.lstrip("gw") or 0), int(workerinput.get("workercount", 1))
+
+
+@dataclass(frozen=True)
+class Placement:
+    """Where this process runs cases: device index for accelerators, CPU cores for the host."""
+
+    worker: str
+    device_index: int
+    cpu_affinity: tuple[int, ...]
+
+
+def place_worker(worker: str, index: int, count: int, hw: HardwareInfo) -> Placement:
+    """Give worker `index` of `count` its own GPU and a disjoint slice of the usable cores."""
+    cores: tuple[int, ...] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    if count > 1 and cores:
+        share = max(1, len(cores) // count)
+        mine = cores[(index * share) % len(cores):][:share]
+        os.sched_setaffinity(0, mine)
+        cores = mine
+    gpus = max((len(hw[t].devices) for t in ("cuda", "rocm", "xpu") if hw[t].available), default=0)
+    return Placement(worker, index % gpus if gpus else 0, cores)
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Progress:
+    """Progress of a benchmark run, as lines for the controller's terminal: case k of n,
+    elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
+    case). Runs without benchmark cases (`has_cases` False) print none."""
+
+    def __init__(self, interval_s: float, clock: Any = time.monotonic) -> None:
+        self.interval_s = interval_s
+        self.total: int | None = None
+        self.done = 0
+        self.has_cases = False
+        self._clock = clock
+        self._started = 0.0
+        self._last = 0.0
+
+    def start(self, total: int, has_cases: bool = True) -> None:
+        self.total, self.done, self.has_cases = total, 0, has_cases
+        self._started = self._last = self._clock()
+
+    def done_one(self) -> str | None:
+        """Count one finished test; the progress line when one is due, else None."""
+        if self.total is None:
+            return None
+        self.done += 1
+        now = self._clock()
+        if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
+            return None  # the run's own summary follows the last case
+        self._last = now
+        elapsed = now - self._started
+        left = elapsed / self.done * (self.total - self.done)
+        return (f"hwbench: case {self.done} of {self.total} ({self.done / self.total:.0%}), "
+                f"{_duration(elapsed)} elapsed, about {_duration(left)} left")
+
+
+def _exit_reason(gateway: Any) -> str:
+    """How a worker's process ended, e.g. ``killed by signal 9 (SIGKILL)``, from its exit status."""
+    popen = getattr(getattr(gateway, "_io", None), "popen", None)  # execnet's popen gateway
+    code = None
+    if popen is not None:
+        try:
+            code = popen.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - still running or not a process: say what is known
+            code = None
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+class HwbenchState:
+    """One per process: session id, hardware, runner, and (on the controller) the session info."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        workerinput = getattr(config, "workerinput", None)
+        self.is_worker = workerinput is not None
+        self.session_id: str = (workerinput or {}).get("hwbench_session_id") or uuid.uuid4().hex
+        self.timing = TimingConfig(
+            warmup_iterations=config.getoption("hwbench_warmup"),
+            min_iterations=max(1, config.getoption("hwbench_min_iterations")),
+            min_time_s=config.getoption("hwbench_min_time"),
+        )
+        self._runner: Runner | None = None
+        self._placement: Placement | None = None
+        self.session_info: SessionInfo | None = None
+        self.records: list[BenchmarkRecord] = []
+        #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
+        self.notes: list[str] = []
+        self.progress = Progress(config.getoption("hwbench_progress_interval"))
+        #: cases this process generated and kept after -m/-k deselection (per xdist worker)
+        self.collection: dict[str, int] = {"generated": 0, "selected": 0}
+        self.worker_collections: dict[str, dict[str, int]] = {}
+
+    @property
+    def hw(self) -> HardwareInfo:
+        return detect_hardware()
+
+    @property
+    def placement(self) -> Placement:
+        if self._placement is None:
+            worker, index, count = _worker_slot(self.config)
+            self._placement = place_worker(worker, index, count, self.hw)
+            if self._placement.cpu_affinity:
+                import torch
+
+                torch.set_num_threads(len(self._placement.cpu_affinity))
+        return self._placement
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            self._runner = Runner(self.timing, self.config.getoption("hwbench_cache_size"),
+                                  self.config.getoption("hwbench_energy_time"))
+        return self._runner
+
+    # xdist: hand the session id to every worker (only called when xdist is active).
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["hwbench_session_id"] = self.session_id
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionstart(self, session: pytest.Session) -> None:
+        if self.is_worker:
+            return
+        self.session_info = SessionInfo(
+            session_id=self.session_id,
+            started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(),
+            host=socket.gethostname(),
+            git_commit=_git("rev-parse", "HEAD"),
+            git_branch=_git("rev-parse", "--abbrev-ref", "HEAD"),
+            runner_label=runner_label(),
+            hardware_summary=detect_hardware().summary(),
+            package_versions=_versions(),
+        )
+        self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not self.is_worker and session.items and not self.config.option.collectonly:
+            self.progress.start(len(session.items), has_cases=any(map(case_of, session.items)))
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # Every worker collects the same tests: count them once. Whether any is a case shows
+        # when the first case's report arrives.
+        if self.progress.total is None:
+            self.progress.start(len(ids), has_cases=False)
+
+    def _show_progress(self, report: pytest.TestReport) -> None:
+        """Count a finished test; print the progress line of a benchmark run when one is due."""
+        if getattr(report, CASE_ATTR, None):
+            self.progress.has_cases = True
+        line = self.progress.done_one()
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if line and reporter is not None:
+            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
+                reporter._tw.line()
+            reporter.write_line(line)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
+            self._show_progress(report)
+        data = getattr(report, RECORD_ATTR, None)
+        if data is None or self.is_worker:
+            return
+        record = BenchmarkRecord.from_dict(data)
+        self.records.append(record)
+        self.config.hook.pytest_hwbench_record(config=self.config, record=record)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """An xdist worker died running `crashitem`: the controller writes the case's record
+        (status ``crashed``), attached to the report xdist makes for it and logs next."""
+        match = re.search(r"\[(.+)\]$", crashitem)
+        case = case_from_id(match.group(1)) if match else None
+        if case is None:
+            return  # not a benchmark case
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        worker_id = getattr(worker, "id", "?")
+        error = f"crashed: xdist worker {worker_id} died running {crashitem} ({_exit_reason(worker)})"
+        record = dataclasses.replace(failed_record(case, self.session_id, error, nodeid=crashitem, worker=worker_id),
+                                     status="crashed")
+        setattr(report, RECORD_ATTR, record.to_dict())
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.notes.extend(output.get("hwbench_notes", ()))
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        if "hwbench_collection" in output:
+            self.worker_collections[worker] = output["hwbench_collection"]
+        elif error:
+            self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
+
+    def _explain_empty_run(self) -> None:
+        """A run that collected no test says why, per process: no case generated (the grid
+        options and markers), every case deselected (-m/-k), or a worker that never reported."""
+        accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
+                                               else {})
+        for who, account in accounts.items():
+            if "error" in account:
+                self.notes.append(f"no test ran: xdist worker {who} went down before reporting its collection "
+                                  f"({account['error']})")
+            elif not account.get("generated"):
+                self.notes.append(f"no test ran: {who} generated no case (check --hwbench-* options, hwbench "
+                                  "markers and the model sets)")
+            else:
+                selection = " ".join(f"{flag} {value!r}" for flag, value in
+                                     (("-m", self.config.option.markexpr), ("-k", self.config.option.keyword))
+                                     if value)
+                self.notes.append(f"no test ran: {who} generated {account['generated']} cases and kept "
+                                  f"{account.get('selected', 0)} after selection ({selection or 'no -m/-k'})")
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._runner is not None:
+            self._runner.close()
+        if self.is_worker:  # the controller prints the summary: hand it this worker's notes
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output["hwbench_notes"] = list(dict.fromkeys(self.notes))
+            output["hwbench_collection"] = dict(self.collection)
+        elif not session.testscollected:
+            self._explain_empty_run()
+        if not self.is_worker and self.session_info is not None:
+            self.config.hook.pytest_hwbench_session_finish(
+                config=self.config, session=self.session_info, exitstatus=int(exitstatus)
+            )
+
+    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+        if self.is_worker or not (self.records or self.notes):
+            return
+        failed = sum(r.status != "passed" for r in self.records)
+        terminalreporter.write_sep("-", "hwbench")
+        for line in dict.fromkeys(self.notes):
+            terminalreporter.write_line(f"hwbench: {line}")
+        terminalreporter.write_line(
+            f"hwbench: {len(self.records)} records ({failed} failed), session {self.session_id}"
+        )
+
