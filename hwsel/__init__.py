@@ -4,13 +4,16 @@ Every prediction comes from the first layer that can answer, and says which: ``m
 exact match in the benchmark data), ``registered`` (the MLflow-registered champion models),
 ``roofline`` (device peaks) or ``rules`` (heuristics; no data, no scikit-learn). ::
 
-    from hwsel import select_hardware, predict_performance
+    from hwsel import select_hardware, predict_performance, suggest_measurements
 
     rec = select_hardware("bert-base-uncased", batch_size=8, available_hardware=["cpu", "cuda"],
                           device={"cuda": "NVIDIA H100 80GB HBM3"})
     rec.primary_recommendation, rec.fallback_options, rec.prediction_source, rec.explanation, rec.devices
     pred = predict_performance("t5-small", hardware="cuda", device="h100", batch_size=16, precision="fp16")["cuda"]
     pred.interval, pred.device, pred.device_source, pred.backend
+
+    for s in suggest_measurements(10, source="benchmarks/data/cpu_runs.parquet"):  # what to measure next
+        s.command, s.uncertainty, s.predicted_ms
 
 A question names a hardware kind and a device (a device name or a `hwsel.specs` name such as
 ``h100``); without one, the device detected here, else the one most benchmark records of that
@@ -22,6 +25,10 @@ layers; every function takes ``predictor=``.
 """
 
 from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from pytest_hwbench._lazy import lazy_exports
 
 from .config import HardwarePreference, SelectionConfig, TaskProfile, Thresholds, Weights, load_config
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
@@ -47,6 +54,12 @@ from .select import (
     selection_map,
 )
 
+if TYPE_CHECKING:
+    from .next import Suggestion, suggest_measurements
+
+#: Imported on first use: fitting needs scikit-learn, which the rules layer does not.
+_EXPORTS = {"Suggestion": "next", "suggest_measurements": "next"}
+
 __all__ = [
     "DistributedConfig",
     "HardwarePreference",
@@ -58,6 +71,7 @@ __all__ = [
     "Query",
     "Recommendation",
     "SelectionConfig",
+    "Suggestion",
     "TaskProfile",
     "Thresholds",
     "Weights",
@@ -74,4 +88,7 @@ __all__ = [
     "select_hardware",
     "select_hardware_for_task",
     "selection_map",
+    "suggest_measurements",
 ]
+
+__getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

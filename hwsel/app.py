@@ -3,7 +3,10 @@
 Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
 ``POST /hardware/select``, ``POST /hardware/batch``, ``POST /hardware/map``,
 ``POST /performance/predict``, ``POST /performance/matrix``, ``POST /training/distributed``,
-``POST /analysis/model``. Bad input answers 4xx with ``{"status": "error", "message": ...}``:
+``POST /analysis/model``, and ``POST /measure/next`` (which configurations to measure next, from
+the records of `create_app`'s `source`). ``/hardware/select`` and ``/performance/predict`` take a
+model outside the zoo as ``config``: the contents of its Hugging Face config.json (then
+``model_name`` is optional; a config hwsel cannot read answers 422 naming ``config``). Bad input answers 4xx with ``{"status": "error", "message": ...}``:
 422 for a bad value (batch size 0 or ``true``, unknown hardware or precision, a sequence longer
 than the model's position limit), naming the field, 404 for an unknown model. Request sizes are
 bounded so that no request can run for long. Requests about hardware take a ``device`` (one name
@@ -15,23 +18,38 @@ Serve with ``hwsel serve`` (binds 127.0.0.1 by default) or any ASGI server.
 
 from __future__ import annotations
 
+import dataclasses
 import logging
 import math
 import os
+import threading
+import typing
+from collections.abc import Mapping
 from typing import Annotated, Any, Literal
 
 from fastapi import FastAPI, Request
 from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
-from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, create_model
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pytest_hwbench.sinks import redact_uri
 
 from .config import MAX_HARDWARE_TARGETS, SelectionConfig
-from .distributed import distributed_training_config
-from .predict import Predictor, model_info, prediction_matrix, with_sequence_length
-from .select import analyze_model, detect_hardware, select_hardware, select_hardware_for_task, selection_map
+from .data import default_source, describe_sources, load_runs, training_table
+from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
+from .features import resolve_model
+from .next import Suggestion, suggest_measurements
+from .predict import Prediction, Predictor, model_info, prediction_matrix, with_sequence_length
+from .select import (
+    HardwareScore,
+    Recommendation,
+    analyze_model,
+    detect_hardware,
+    select_hardware,
+    select_hardware_for_task,
+    selection_map,
+)
 
 log = logging.getLogger("hwsel.app")
 
@@ -50,6 +68,14 @@ MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 
 ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
                                  description="zoo name or hub-style alias, e.g. bert-base-uncased")]
+#: Where a config may stand in for the name: null, or a name as above.
+OptionalModelName = Annotated[Annotated[str, Field(min_length=1, max_length=200)] | None, Field(validation_alias=AliasChoices("model_name", "model"),
+                                                description="zoo name or hub-style alias; with `config`, the name to "
+                                                            "give that model (default: the config's own)")]
+#: The contents of a Hugging Face config.json: a model outside the zoo, its features derived from it.
+ModelConfig = Annotated[dict[str, Any], Field(min_length=1, max_length=1000,
+                                              description="the contents of a Hugging Face config.json (a JSON "
+                                                          "object), for a model outside the zoo")]
 Hardware = Annotated[str, Field(min_length=1, max_length=64)]
 #: A list of hardware targets: as long as the largest vocabulary a config may hold, no longer.
 HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
@@ -85,7 +111,8 @@ class _Response(BaseModel):
 
 
 class SelectRequest(_Request):
-    model_name: ModelName
+    model_name: OptionalModelName = None
+    config: ModelConfig | None = None
     model_family: Family | None = Field(None, description="checked against the model's family when given")
     batch_size: BatchSize = 1
     sequence_length: SeqLength | None = None
@@ -97,23 +124,20 @@ class SelectRequest(_Request):
     device: Device | None = None
 
 
-class PredictionModel(_Response):
-    hardware: str
-    latency_ms: float
-    throughput: float
-    memory_mb: float
-    source: str
-    interval: tuple[float, float]
-    backend: str | None
-    precision: str
-    batch_size: int
-    mode: str
-    detail: str
-    device: str | None
-    device_source: str
-    device_spec: str
-    latency: float
-    memory_usage: float
+def _response_model(cls: type, *, types: Mapping[str, Any] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> type[BaseModel]:
+    """A response model with the fields of dataclass `cls` (types from its annotations, `types`
+    overriding, e.g. a nested dataclass by its response model) plus the `extra` keys its
+    ``to_dict`` adds. Every field is required: ``to_dict`` writes each one."""
+    hints = typing.get_type_hints(cls)
+    types = dict(types or {})
+    fields: dict[str, Any] = {f.name: (types.get(f.name, hints[f.name]), ...) for f in dataclasses.fields(cls)}
+    fields.update({name: (kind, ...) for name, kind in (extra or {}).items()})
+    return create_model(f"{cls.__name__}Model", __base__=_Response, **fields)
+
+
+#: `hwsel.predict.Prediction.to_dict()`, with the predecessor's names latency and memory_usage.
+PredictionModel = _response_model(Prediction, extra={"latency": float, "memory_usage": float})
 
 
 class DeviceModel(_Response):
@@ -123,42 +147,12 @@ class DeviceModel(_Response):
     backend: str | None
 
 
-class ScoreModel(_Response):
-    hardware: str
-    compatible: bool
-    score: float
-    latency_score: float
-    throughput_score: float
-    memory_score: float
-    compatibility_score: float
-    preference_factor: float
-    reason: str
-    source: str | None
-    predictions: dict[str, Any] | None
-    prediction: PredictionModel | None
-
-
-class RecommendationResponse(_Response):
-    model_name: str
-    model_family: str
-    model_size: int
-    model_size_category: str
-    batch_size: int
-    batch_size_category: str
-    sequence_length: int | None
-    mode: str
-    precision: str
-    task_type: str | None
-    backend: str | None
-    primary_recommendation: str | None
-    fallback_options: list[str]
-    compatible_hardware: list[str]
-    all_scores: dict[str, ScoreModel]
-    explanation: str
-    prediction_source: str | None
-    prediction_sources: dict[str, str]
-    weights: dict[str, float]
-    devices: dict[str, DeviceModel]
+#: `hwsel.select.HardwareScore.to_dict()`: its prediction, plus the predecessor's source and predictions.
+ScoreModel = _response_model(HardwareScore, types={"prediction": PredictionModel | None},
+                             extra={"source": str | None, "predictions": dict[str, Any] | None})
+#: `hwsel.select.Recommendation.to_dict()`.
+RecommendationResponse = _response_model(Recommendation, types={"all_scores": dict[str, ScoreModel],
+                                                                "devices": dict[str, DeviceModel]})
 
 
 class BatchModel(_Request):
@@ -207,7 +201,8 @@ class MapResponse(_Response):
 
 
 class PredictRequest(_Request):
-    model_name: ModelName
+    model_name: OptionalModelName = None
+    config: ModelConfig | None = None
     model_family: Family | None = None
     hardware: HardwareList | Hardware | None = Field(None, description="default: every configured target")
     batch_size: BatchSize = 1
@@ -228,7 +223,7 @@ class PredictResponse(_Response):
     backend: str | None = Field(description="the backend every answer is for (null when targets differ: see each "
                                             "prediction's backend)")
     devices: dict[str, str | None]
-    predictions: dict[str, PredictionModel]
+    predictions: dict[str, PredictionModel]  # type: ignore[valid-type]
 
 
 class MatrixRequest(_Request):
@@ -263,36 +258,35 @@ class DistributedRequest(_Request):
     precision: Literal["fp32", "fp16", "bf16"] = "bf16"
 
 
-class MemoryModel(_Response):
-    parameters_gb: float
-    gradients_gb: float
-    optimizer_gb: float
-    activations_gb: float
-    total_gb: float
-    per_gpu_gb: float
+#: `hwsel.distributed.MemoryEstimate.to_dict()`.
+MemoryModel = _response_model(MemoryEstimate)
+#: `hwsel.distributed.DistributedConfig.to_dict()`, with Hugging Face's name gradient_checkpointing.
+DistributedResponse = _response_model(DistributedConfig, types={"estimated_memory": MemoryModel},
+                                      extra={"gradient_checkpointing": bool})
 
 
-class DistributedResponse(_Response):
-    model_name: str
-    model_family: str
-    param_count: int
-    distributed_strategy: str
-    gpu_count: int
-    per_gpu_batch_size: int
-    micro_batch_size: int
-    gradient_accumulation_steps: int
-    global_batch_size: int
-    mixed_precision: bool
-    precision: str
-    gradient_checkpointing: bool
-    activation_checkpointing: bool
-    cpu_offload: bool
-    sharding_strategy: str | None
-    fits: bool
-    max_memory_gb: float
-    estimated_memory: MemoryModel
-    explanation: str
-    steps: list[str]
+class NextRequest(_Request):
+    budget: Annotated[StrictInt, Field(ge=1, le=100, description="configurations to suggest")] = 10
+    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, min_length=1, max_length=64, description="zoo models to consider (default: those in the records plus "
+                                                       "the zoo models of their tiers)")
+    hardware: HardwareList | None = Field(None, min_length=1, description="among those in the records")
+    backends: list[Backend] | None = Field(None, min_length=1, max_length=16, description="among those in the records")
+    precisions: list[Precision] | None = Field(None, min_length=1, max_length=4,
+                                               description="among those in the records")
+    batch_sizes: BatchSizes | None = Field(None, description="inference batch sizes (default: those in the records)")
+    seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
+    ensemble: Annotated[StrictInt, Field(ge=2, le=16, description="latency models in the ensemble")] = 8
+
+
+#: `hwsel.next.Suggestion.to_dict()`.
+SuggestionModel = _response_model(Suggestion)
+
+
+class NextResponse(_Response):
+    budget: int
+    source: str
+    suggestions: list[SuggestionModel]  # type: ignore[valid-type]
 
 
 class AnalysisRequest(_Request):
@@ -316,7 +310,7 @@ class AnalysisResponse(_Response):
     devices: dict[str, DeviceModel]
     timestamp: str
     inference: dict[str, Any] | None = None
-    training: dict[str, Any] | None = None
+    training: dict[str, Any] | None = Field(None, description="the train mode's analysis (the predecessor's name)")
 
 
 class HealthResponse(_Response):
@@ -391,8 +385,18 @@ def _max_sequence_length(info: Any) -> int | None:
         return None
 
 
-def _model(name: str, family: str | None, sequence_length: int | None = None) -> Any:
-    info = model_info(name)
+def _model(name: str | None, family: str | None, sequence_length: int | None = None,
+           config: Mapping[str, Any] | None = None) -> Any:
+    if config is not None:
+        try:
+            info = resolve_model(name, config)  # no name: the config's own
+        except KeyError as exc:
+            raise _invalid("config", _message(exc)) from None
+    elif name is None:
+        raise _invalid("model_name", "give model_name (a zoo name or hub-style alias) or config (the contents of a "
+                                     "Hugging Face config.json)")
+    else:
+        info = model_info(name)
     if sequence_length is not None:
         limit = _max_sequence_length(info)
         if limit is not None and sequence_length > limit:
@@ -400,7 +404,7 @@ def _model(name: str, family: str | None, sequence_length: int | None = None) ->
                                   f"got {sequence_length}")
     info = with_sequence_length(info, sequence_length)
     if family is not None and family != info.family:
-        raise ValueError(f"model {name!r} is a {info.family} model, not {family}; drop model_family or fix it")
+        raise ValueError(f"model {info.name!r} is a {info.family} model, not {family}; drop model_family or fix it")
     return info
 
 
@@ -419,12 +423,22 @@ def _hardware(pred: Predictor, field: str, names: Any) -> tuple[str, ...] | None
 def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[str] | None = None,
                tracking_uri: str | None = None,
                config: SelectionConfig | str | os.PathLike[str] | None = None) -> FastAPI:
-    """A FastAPI app answering from `predictor` (default: `Predictor.load(source, ...)`, loaded now)."""
+    """A FastAPI app answering from `predictor` (default: `Predictor.load(source, ...)`, loaded now).
+
+    ``/measure/next`` reads the records of `source` (default `hwsel.data.default_source()`) on its
+    first request.
+    """
     pred = predictor if predictor is not None else Predictor.load(source, tracking_uri=tracking_uri, config=config)
     app = FastAPI(title="hwsel", version=VERSION,
                   description="Hardware selection and performance prediction from hwbench runs.",
                   responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
     app.state.predictor = pred
+    # /measure/next reads the records itself (a Predictor keeps an index, not the table): once,
+    # on first use, and keeps each answer (they are deterministic for a request).
+    next_source = source if source is not None else default_source()
+    next_lock = threading.Lock()
+    next_table: list[Any] = []
+    next_answers: dict[str, list[Suggestion]] = {}
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -475,7 +489,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.post("/hardware/select", response_model=RecommendationResponse)
     def select(req: SelectRequest) -> dict[str, Any]:
         available = _hardware(pred, "available_hardware", req.available_hardware)
-        info = _model(req.model_name, req.model_family, req.sequence_length)
+        info = _model(req.model_name, req.model_family, req.sequence_length, req.config)
         if req.task_type:
             rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
                                            available_hardware=available, backend=req.backend,
@@ -513,7 +527,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.post("/performance/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware", req.hardware) or pred.config.hardware_names
-        info = _model(req.model_name, req.model_family, req.sequence_length)
+        info = _model(req.model_name, req.model_family, req.sequence_length, req.config)
         preds = pred.predict(info, hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
                              backend=req.backend, device=req.device)
         backends = {p.backend for p in preds.values()}
@@ -536,12 +550,38 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                                            precision=req.precision)
         return _plain(plan.to_dict())
 
+    @app.post("/measure/next", response_model=NextResponse)
+    def measure_next(req: NextRequest) -> Any:
+        with next_lock:
+            if not next_table:
+                try:
+                    next_table.append(training_table(load_runs(next_source)))
+                except (LookupError, OSError, ValueError) as exc:
+                    return _error(503, f"no benchmark records to suggest from ({describe_sources(next_source)}): "
+                                       f"{_message(exc)}")
+            key = req.model_dump_json()
+            picks = next_answers.get(key)
+            if picks is None:
+                picks = suggest_measurements(req.budget, models=req.models, hardware=req.hardware,
+                                             backends=req.backends, precisions=req.precisions,
+                                             batch_sizes=req.batch_sizes, seed=req.seed, ensemble=req.ensemble,
+                                             table=next_table[0])
+                if len(next_answers) >= 64:
+                    next_answers.pop(next(iter(next_answers)))
+                next_answers[key] = picks
+        return _plain({"budget": req.budget, "source": describe_sources(next_source),
+                       "suggestions": [p.to_dict() for p in picks]})
+
     @app.post("/analysis/model", response_model=AnalysisResponse)
     def analysis(req: AnalysisRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
         info = _model(req.model_name, req.model_family)
-        return _plain(analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision,
-                                    device=req.device, backend=req.backend, predictor=pred))
+        data = analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision,
+                             device=req.device, backend=req.backend, predictor=pred)
+        # hwsel names the mode "train" (pytest_hwbench.vocabulary); this API keeps the predecessor's key
+        if "train" in data:
+            data["training"] = data.pop("train")
+        return _plain(data)
 
     return app
 

@@ -57,12 +57,16 @@ def _positive_float(text: str) -> float:
     return value
 
 
-def _store_options(p: argparse.ArgumentParser) -> None:
-    g = p.add_argument_group("where data and models come from")
-    g.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
+def _source_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
                    help="benchmark data: MLflow tracking URI, .duckdb, .parquet or .jsonl records file; "
                         "several (repeated or listed) are read as one (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/ here, if present)")
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where data and models come from")
+    _source_option(g)
     g.add_argument("--tracking-uri", default=None,
                    help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/mlflow.db)")
@@ -72,9 +76,7 @@ def _store_options(p: argparse.ArgumentParser) -> None:
 
 
 def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
-    p.add_argument("--model", required=True, help="zoo name or hub-style alias (bert-base-uncased, gpt2, ...)")
-    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
-                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    _model_options(p)
     p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
     p.add_argument("--seq-length", type=_positive_int, default=None,
                    help="tokens per item, for text models (default: the zoo model's)")
@@ -84,6 +86,15 @@ def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
     p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="zoo name or hub-style alias (bert-base-uncased, gpt2, ...); with --config, the name to "
+                        "give that model (default: the config's own)")
+    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
+                   help="a model outside the zoo, no --model needed: a Hugging Face config.json, a directory "
+                        "holding one, or a model-set TOML/JSON")
 
 
 def _backend_option(p: argparse.ArgumentParser) -> None:
@@ -190,9 +201,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("distributed", help="plan distributed training (DDP/FSDP, memory)",
                        description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
                                    "gradient accumulation and CPU offload; print the memory estimate.")
-    p.add_argument("--model", required=True, help="zoo name or hub-style alias")
-    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
-                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    _model_options(p)
     p.add_argument("--gpus", type=_positive_int, default=8, help="number of GPUs (default 8)")
     p.add_argument("--batch-size", type=_positive_int, default=8, help="items per GPU per step (default 8)")
     p.add_argument("--max-memory-gb", type=_positive_float, default=16.0, help="memory per GPU, GiB (default 16)")
@@ -200,9 +209,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
-    p.add_argument("--model", required=True, help="zoo name or hub-style alias")
-    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
-                   help="a model outside the zoo: directory with config.json, or a model-set TOML/JSON")
+    _model_options(p)
     p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
     p.add_argument("--hardware", nargs="+", default=None)
     p.add_argument("--modes", nargs="+", default=list(MODES))
@@ -211,6 +218,29 @@ def build_parser() -> argparse.ArgumentParser:
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
     _store_options(p)
+
+    p = sub.add_parser("next", help="which configurations to measure next, as bench-suite command lines",
+                       description="Rank the configurations not measured yet (models, hardware, backends and "
+                                   "precisions of the records plus zoo models of the same tiers, at the batch "
+                                   "sizes the records hold) by how much the latency predictors disagree about "
+                                   "them (an ensemble fit on bootstrap resamples over models), spread the picks "
+                                   "over models and runtimes, and print each as a runnable pytest command line "
+                                   "after a comment saying why. The output runs as a shell script.")
+    p.add_argument("--budget", type=_positive_int, default=10, help="configurations to suggest (default 10)")
+    _source_option(p)
+    p.add_argument("--models", nargs="+", default=None,
+                   help="zoo models to consider (default: those in the records plus the zoo models of their tiers)")
+    p.add_argument("--hardware", nargs="+", default=None, metavar="HW",
+                   help="hardware to consider, among those in the records (default: all of them)")
+    p.add_argument("--backends", nargs="+", default=None, help="backends, among those in the records (default: all)")
+    p.add_argument("--precisions", nargs="+", default=None,
+                   help="precisions, among those in the records (default: all)")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
+                   help="batch sizes of inference cases (default: those the records hold for the hardware)")
+    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same list (default 0)")
+    p.add_argument("--ensemble", type=_positive_int, default=8,
+                   help="latency models in the ensemble, at least 2 (default 8)")
+    p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("detect", help="hardware found on this machine")
     p.add_argument("--json", action="store_true", help="print JSON")
@@ -230,7 +260,16 @@ def build_parser() -> argparse.ArgumentParser:
 def _model(args: argparse.Namespace) -> Any:
     from .predict import model_info, with_sequence_length
 
-    info = model_info(args.model, getattr(args, "model_config", None))
+    config = getattr(args, "model_config", None)
+    if args.model is None:
+        if config is None:
+            raise UsageError("name the model: --model NAME (a zoo name or hub-style alias) or --config PATH "
+                             "(a config.json, a directory holding one, or a model-set TOML/JSON)")
+        from .features import resolve_model
+
+        info = resolve_model(None, config)  # the name comes from the config
+    else:
+        info = model_info(args.model, config)
     return with_sequence_length(info, getattr(args, "seq_length", None))
 
 
@@ -403,6 +442,29 @@ def cmd_analyze(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_next(args: argparse.Namespace) -> int:
+    from .data import describe_sources
+    from .next import suggest_measurements
+
+    print(f"hwsel next: reading the records of {describe_sources(args.source)} and fitting {args.ensemble} latency "
+          "models ...",
+          file=sys.stderr, flush=True)
+    picks = suggest_measurements(args.budget, source=args.source, models=args.models, hardware=args.hardware,
+                                 backends=args.backends, precisions=args.precisions, batch_sizes=args.batch_sizes,
+                                 seed=args.seed, ensemble=args.ensemble)
+    if len(picks) < args.budget:
+        print(f"hwsel next: only {len(picks)} configuration(s) of that grid are not measured yet", file=sys.stderr)
+    lines = []
+    for i, s in enumerate(picks, 1):
+        lines.append(f"# {i}. {s.model} on {s.hardware}" + (f" ({s.device})" if s.device else "")
+                     + f", {s.backend} {s.precision}, batch {s.batch_size}, {s.mode}: {s.reason()}")
+        lines.append(s.command)
+    data = {"budget": args.budget, "sources": None if args.source is None else [redact_uri(str(x)) for x in args.source],
+            "suggestions": [s.to_dict() for s in picks]}
+    _emit(data, "\n".join(lines), args.json)
+    return EXIT_OK
+
+
 def cmd_detect(args: argparse.Namespace) -> int:
     from .select import detect_hardware
 
@@ -430,7 +492,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "select": cmd_select, "predict": cmd_predict, "map": cmd_map, "matrix": cmd_matrix,
-            "distributed": cmd_distributed, "analyze": cmd_analyze, "detect": cmd_detect, "serve": cmd_serve}
+            "distributed": cmd_distributed, "analyze": cmd_analyze, "next": cmd_next, "detect": cmd_detect,
+            "serve": cmd_serve}
 
 
 def _message(exc: BaseException) -> str:

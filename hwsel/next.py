@@ -1,0 +1,432 @@
+"""What to measure next: the configurations whose measurement would most shrink the predictors' uncertainty.
+
+`suggest_measurements` reads the benchmark records, builds a target grid (the models, hardware,
+backends and precisions in the records plus zoo models of the same tiers, at the batch sizes the
+records hold, minus what is already measured), and ranks it by disagreement within an ensemble
+of latency regressors:
+
+1. *Uncertainty.* K regressors with one fixed recipe (`LATENCY_PARAMS`: a random forest on the
+   residual against the roofline estimate, `hwsel.train.build_estimator`), each fit on a
+   bootstrap resample *over models* of the training table (a model's rows are drawn together,
+   since the question that matters is a model the predictors have not seen). A candidate's
+   uncertainty is the standard deviation of the K log-latency predictions: about the relative
+   spread, 0.1 meaning roughly +-10%.
+2. *Greedy pick with diversity.* The most uncertain candidate goes first; then every remaining
+   candidate of the same model has its score multiplied by `SAME_MODEL_FACTOR`, and those that
+   also share hardware and backend by `SAME_RUNTIME_FACTOR` on top, since one measurement
+   teaches the predictors most about its neighbours. So N picks spread over models and runtimes
+   instead of N batch sizes of one configuration.
+
+Only (hardware, device, backend, precision, mode) combinations that appear in the records are
+proposed, so each suggestion is something a runner has already shown it can run (and a model the
+records hold on a device only on the runtimes it ran there: records keep no skips); each comes with
+the ``pytest bench_suites/...`` command line that measures it. Everything is deterministic for a
+seed. `rank_candidates` runs steps 1-2 on any training table and candidate frame (no store), for
+benchmarks (``benchmarks/next_vs_random.py``).
+"""
+
+from __future__ import annotations
+
+import math
+import shlex
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import asdict, dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+
+from hwsel.data import Source
+from pytest_hwbench.vocabulary import normalise_mode
+
+#: The ensemble's recipe, fixed (no study per call): a random forest on the residual against the
+#: roofline estimate, from `hwsel.train.suggest`'s space. Of the recipes tried on the CPU snapshot
+#: (this, hgb with squared or absolute loss, ridge), its held-out-model error fell the most as
+#: measurements were added (MAPE 44.8% -> 37.8% from 20% to all of the other models' rows, mean of
+#: 6 splits; squared-loss hgb went 40.3% -> 43.5%): a recipe that does not gain from more data
+#: cannot say which data would help.
+LATENCY_PARAMS: Mapping[str, Any] = {
+    "estimator": "rf",
+    "offset": "roofline",
+    "batch_curves": False,
+    "n_estimators": 100,
+    "rf_min_samples_leaf": 3,
+    "max_features": 0.5,
+}
+#: Score kept by a candidate of the model just picked.
+SAME_MODEL_FACTOR = 0.6
+#: Further factor for a candidate sharing the pick's model, hardware and backend.
+SAME_RUNTIME_FACTOR = 0.5
+#: Largest budget and ensemble a call takes (keeps a REST request cheap).
+MAX_BUDGET = 1000
+MAX_ENSEMBLE = 64
+
+#: The configuration columns of a candidate frame, in order.
+CANDIDATE_COLUMNS: tuple[str, ...] = ("model", "hardware", "device_name", "backend", "precision", "mode",
+                                      "batch_size", "threads")
+#: The suite file that measures each mode (its tests' markers fix the mode).
+_SUITE_FILE = {"inference": "bench_suites/test_inference.py", "train": "bench_suites/test_training.py"}
+
+
+@dataclass(frozen=True)
+class Suggestion:
+    """One configuration to measure, why, and the command line that measures it.
+
+    Attributes:
+        uncertainty: standard deviation of the ensemble's log-latency predictions (about the
+            relative spread of the predictions: 0.25 is roughly +-25%), before the diversity
+            discount that ordered the picks.
+        predicted_ms: the ensemble's (geometric mean) latency prediction, ms.
+        device: the device the records of this hardware come from (run the command there).
+        command: a ``pytest bench_suites/...`` line, runnable as printed from the repository root.
+    """
+
+    model: str
+    hardware: str
+    backend: str
+    precision: str
+    batch_size: int
+    mode: str
+    device: str | None
+    uncertainty: float
+    predicted_ms: float
+    command: str
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return asdict(self)
+
+    def reason(self) -> str:
+        """Why it was picked, in one line."""
+        spread = math.expm1(self.uncertainty) * 100
+        return (f"predictors disagree by about +-{spread:.0f}% (log std {self.uncertainty:.3f}) around "
+                f"{self.predicted_ms:.4g} ms")
+
+
+def bench_command(*, model: str, hardware: str, backend: str, precision: str, batch_size: int,
+                  mode: str = "inference") -> str:
+    """The ``pytest bench_suites/...`` line that measures one configuration and nothing else."""
+    suite = _SUITE_FILE.get(normalise_mode(mode))
+    if suite is None:
+        raise ValueError(f"no bench suite measures mode {mode!r}; suggestions cover {', '.join(_SUITE_FILE)}")
+    parts = ["pytest", suite, "-m", hardware, "--hwbench-hardware", hardware, "--hwbench-models", model,
+             "--hwbench-backends", backend, "--hwbench-precisions", precision,
+             "--hwbench-batch-sizes", str(int(batch_size))]
+    if hardware != "cpu":
+        # bench_suites/conftest.py trims accelerator runs to the CI grid unless told otherwise
+        parts += ["--hwbench-grid", "all"]
+    return shlex.join(parts)
+
+
+# --- checks -----------------------------------------------------------------------------------------
+
+def _check_budget(budget: Any) -> int:
+    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or not 1 <= budget <= MAX_BUDGET:
+        raise ValueError(f"budget must be a whole number from 1 to {MAX_BUDGET}, got {budget!r}")
+    return int(budget)
+
+
+def _check_ensemble(ensemble: Any) -> int:
+    if isinstance(ensemble, bool) or not isinstance(ensemble, int | np.integer) or not 2 <= ensemble <= MAX_ENSEMBLE:
+        raise ValueError(f"ensemble must be a whole number from 2 to {MAX_ENSEMBLE}, got {ensemble!r}")
+    return int(ensemble)
+
+
+def _chosen(what: str, values: Iterable[Any] | None, accepted: Iterable[str]) -> list[str] | None:
+    """`values` checked against `accepted` (None stays None); ValueError naming the culprit."""
+    if values is None:
+        return None
+    if isinstance(values, str):
+        values = [values]
+    accepted = sorted(set(accepted))
+    out: list[str] = []
+    for value in values:
+        if str(value) not in accepted:
+            raise ValueError(f"unknown {what} {value!r}: the benchmark records hold {', '.join(accepted) or 'none'}")
+        out.append(str(value))
+    if not out:
+        raise ValueError(f"no {what} given; name at least one of {', '.join(accepted)}")
+    return out
+
+
+def _zoo_name(name: str) -> str:
+    """A zoo name for `name` (a zoo name or a hub-style alias); ValueError listing the zoo."""
+    from pytest_hwbench.models import MODELS
+
+    from .features import ALIASES
+
+    text = str(name).strip()
+    key = text.lower()
+    for candidate in (text, ALIASES.get(key), ALIASES.get(key.rsplit("/", 1)[-1])):
+        if candidate in MODELS:
+            return str(candidate)
+    raise ValueError(f"unknown model {name!r}: suggestions are zoo models the suite runs by name; "
+                     f"accepted: {', '.join(sorted(MODELS))}")
+
+
+def _batch_sizes(values: Iterable[Any] | None) -> list[int] | None:
+    if values is None:
+        return None
+    out = []
+    for value in values:
+        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
+            raise ValueError(f"batch sizes must be whole numbers >= 1, got {value!r}")
+        out.append(int(value))
+    if not out:
+        raise ValueError("no batch size given; name at least one, e.g. 1 8 32")
+    return sorted(set(out))
+
+
+# --- the target grid --------------------------------------------------------------------------------
+
+def _text(series: pd.Series, default: str = "") -> pd.Series:
+    return series.astype(object).where(series.notna(), default).astype(str)
+
+
+def candidate_grid(
+    table: pd.DataFrame,
+    *,
+    models: Sequence[str] | None = None,
+    hardware: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    precisions: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+) -> pd.DataFrame:
+    """Unmeasured configurations worth asking about, one row each (`CANDIDATE_COLUMNS`).
+
+    Models: `models`, else the zoo models in `table` plus every zoo model of the same tiers.
+    Runtimes: the (hardware, device, backend, precision, mode) combinations `table` holds,
+    narrowed by `hardware`, `backends` and `precisions`. Batch sizes: those `table` holds for the
+    hardware and mode; `batch_sizes` replaces them for inference (the training suite runs its own
+    batch sizes, so for ``train`` only those in `table` are kept). Rows already measured are left out.
+
+    Raises:
+        ValueError: a filter value the records (or, for models, the zoo) do not hold.
+    """
+    from pytest_hwbench.models import MODELS
+
+    if not len(table):
+        raise ValueError("no benchmark records to learn from; run the bench suite first or pass another source")
+    frame = pd.DataFrame({
+        "model": _text(table["model"]), "hardware": _text(table["hardware"]).str.lower(),
+        "device_name": _text(table["device_name"]), "backend": _text(table["backend"], "torch"),
+        "precision": _text(table["precision"], "fp32").str.lower(),
+        "mode": _text(table["mode"], "inference").map(normalise_mode),
+        "batch_size": pd.to_numeric(table["batch_size"], errors="coerce").fillna(1).astype(int),
+        "threads": pd.to_numeric(table.get("threads"), errors="coerce") if "threads" in table else np.nan,
+    })
+    frame = frame.loc[frame["mode"].isin(list(_SUITE_FILE))]
+    hw = _chosen("hardware", hardware, frame["hardware"])
+    be = _chosen("backend", backends, frame["backend"])
+    pr = _chosen("precision", precisions, frame["precision"])
+    wanted = _batch_sizes(batch_sizes)
+    if models is not None:
+        if isinstance(models, str):
+            models = [models]
+        names = sorted({_zoo_name(m) for m in models})
+        if not names:
+            raise ValueError(f"no model given; name at least one of {', '.join(sorted(MODELS))}")
+    else:
+        in_zoo = sorted(m for m in frame["model"].unique() if m in MODELS)
+        tiers = {MODELS[m].tier for m in in_zoo}
+        names = sorted(set(in_zoo) | {m for m, spec in MODELS.items() if spec.tier in tiers})
+
+    runtime_keys = ["hardware", "device_name", "backend", "precision", "mode"]
+    runtimes = frame[runtime_keys].drop_duplicates()
+    if hw is not None:
+        runtimes = runtimes.loc[runtimes["hardware"].isin(hw)]
+    if be is not None:
+        runtimes = runtimes.loc[runtimes["backend"].isin(be)]
+    if pr is not None:
+        runtimes = runtimes.loc[runtimes["precision"].isin(pr)]
+    # threads: what the records of that device ran with (the predictions are for that machine)
+    threads: dict[tuple[str, str], float] = {}
+    for key, values in frame.groupby(["hardware", "device_name"])["threads"]:
+        threads[key] = float(values.mode().iloc[0]) if values.notna().any() else math.nan
+    observed = {key: sorted({int(b) for b in values}) for key, values in frame.groupby(["hardware", "mode"])["batch_size"]}
+    measured = set(frame[["model", *runtime_keys, "batch_size"]].itertuples(index=False, name=None))
+    # A model measured on a device but never through one of its runtimes was most likely skipped
+    # there (e.g. torch int8 quantizes nn.Linear only, so resnet-50 is skipped): records hold no
+    # skips, so such a model is proposed only on the runtimes it already ran.
+    ran: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
+    for model, hw_, device, backend, precision, mode in frame[["model", *runtime_keys]].drop_duplicates().itertuples(
+            index=False, name=None):
+        ran.setdefault((model, hw_, device, mode), set()).add((backend, precision))
+
+    rows = []
+    for rt in runtimes.sort_values(runtime_keys).itertuples(index=False):
+        sizes = observed[(rt.hardware, rt.mode)]
+        if wanted is not None:
+            sizes = wanted if rt.mode == "inference" else [b for b in sizes if b in wanted]
+        for model in names:
+            known = ran.get((model, rt.hardware, rt.device_name, rt.mode))
+            if known is not None and (rt.backend, rt.precision) not in known:
+                continue
+            for batch in sizes:
+                key = (model, rt.hardware, rt.device_name, rt.backend, rt.precision, rt.mode, int(batch))
+                if key not in measured:
+                    rows.append((*key, threads.get((rt.hardware, rt.device_name), math.nan)))
+    columns = ["model", *runtime_keys, "batch_size", "threads"]
+    out = pd.DataFrame(rows, columns=columns)
+    return out.loc[:, list(CANDIDATE_COLUMNS)].reset_index(drop=True)
+
+
+# --- uncertainty and the greedy pick ------------------------------------------------------------------
+
+def _fit(X: pd.DataFrame, y: np.ndarray, seed: int) -> Any:
+    """`LATENCY_PARAMS` fit on features `X` and log latencies `y` (caller holds `one_thread`)."""
+    from .features import NUMERIC_FEATURES
+    from .train import build_estimator
+
+    # scikit-learn 1.9's HistGradientBoosting fails on an all-NaN column ("window shape cannot be
+    # larger than input array shape"), e.g. audio samples in a resample without audio models. A
+    # constant takes no split, so 0 there changes no prediction.
+    empty = [c for c in NUMERIC_FEATURES if c in X.columns and X[c].isna().all()]
+    if empty:
+        X = X.assign(**{c: 0.0 for c in empty})
+    return build_estimator(LATENCY_PARAMS, offset_column="log_roofline_ms", seed=seed).fit(X, y)
+
+
+def fit_latency(table: pd.DataFrame, *, seed: int = 0) -> Any:
+    """One latency regressor (`LATENCY_PARAMS`, log target) fit on a training table; predicts log ms."""
+    from .features import feature_frame
+    from .train import one_thread
+
+    latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(latency) & (latency > 0)
+    with one_thread():
+        return _fit(feature_frame(table.loc[keep]), np.log(latency[keep]), seed)
+
+
+def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensemble: int = 8,
+                         seed: int = 0) -> np.ndarray:
+    """Log-latency predictions, shape (ensemble, len(candidates)), of K group-bootstrapped regressors.
+
+    Each regressor is `LATENCY_PARAMS` fit on the rows of `len(models)` models drawn with
+    replacement from `table`'s models (a model drawn twice counts twice).
+    """
+    from .features import feature_frame
+    from .train import one_thread
+
+    ensemble = _check_ensemble(ensemble)
+    latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(latency) & (latency > 0)
+    table = table.loc[keep].reset_index(drop=True)
+    y = np.log(latency[keep])
+    groups = _text(table["model"]).to_numpy()
+    unique = np.unique(groups)
+    if len(unique) < 2:
+        raise ValueError(f"the records hold {len(unique)} model(s); estimating uncertainty over models needs "
+                         "at least 2 (measure another model first)")
+    members = [np.flatnonzero(groups == m) for m in unique]
+    X = feature_frame(table)
+    Xc = feature_frame(candidates.reset_index(drop=True))
+    rng = np.random.default_rng(seed)
+    out = np.empty((ensemble, len(candidates)))
+    with one_thread():
+        for k in range(ensemble):
+            drawn = rng.integers(0, len(unique), size=len(unique))
+            if len(np.unique(drawn)) < 2:  # one model drawn every time: nothing to learn across models
+                drawn[0] = (drawn[0] + 1) % len(unique)
+            idx = np.concatenate([members[i] for i in drawn])
+            model = _fit(X.iloc[idx], y[idx], seed * 1009 + k)
+            out[k] = np.asarray(model.predict(Xc), dtype=float) if len(Xc) else np.empty(0)
+    return out
+
+
+def greedy_order(candidates: pd.DataFrame, uncertainty: np.ndarray, budget: int) -> list[int]:
+    """Positions of `budget` picks: highest score first, neighbours of each pick discounted."""
+    score = np.where(np.isfinite(uncertainty), uncertainty, 0.0).astype(float)
+    model = _text(candidates["model"]).to_numpy()
+    runtime = (model + "|" + _text(candidates["hardware"]).to_numpy() + "|"
+               + _text(candidates["backend"]).to_numpy())
+    taken = np.zeros(len(score), dtype=bool)
+    picks: list[int] = []
+    for _ in range(min(budget, len(score))):
+        i = int(np.argmax(np.where(taken, -np.inf, score)))  # first of equals: deterministic
+        picks.append(i)
+        taken[i] = True
+        score[model == model[i]] *= SAME_MODEL_FACTOR
+        score[runtime == runtime[i]] *= SAME_RUNTIME_FACTOR
+    return picks
+
+
+def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, *, ensemble: int = 8,
+                    seed: int = 0) -> pd.DataFrame:
+    """The `budget` candidates to measure, in pick order, with ``uncertainty`` and ``predicted_ms``.
+
+    `table` is a training table (`hwsel.data.training_table`: record fields plus ``latency_ms``);
+    `candidates` has record fields (at least model, hardware, backend, precision, mode,
+    batch_size; device_name and threads where known). Rows keep `candidates`' index.
+    """
+    budget = _check_budget(budget)
+    if not len(candidates):
+        return candidates.assign(uncertainty=pd.Series(dtype=float), predicted_ms=pd.Series(dtype=float))
+    logs = ensemble_predictions(table, candidates, ensemble=ensemble, seed=seed)
+    uncertainty = logs.std(axis=0, ddof=1)
+    picks = greedy_order(candidates, uncertainty, budget)
+    out = candidates.iloc[picks].copy()
+    out["uncertainty"] = uncertainty[picks]
+    out["predicted_ms"] = np.exp(logs.mean(axis=0))[picks]
+    return out
+
+
+def suggest_measurements(
+    budget: int,
+    *,
+    source: Source | Sequence[Source] | None = None,
+    models: Sequence[str] | None = None,
+    hardware: Sequence[str] | None = None,
+    backends: Sequence[str] | None = None,
+    precisions: Sequence[str] | None = None,
+    batch_sizes: Sequence[int] | None = None,
+    seed: int = 0,
+    ensemble: int = 8,
+    table: pd.DataFrame | None = None,
+) -> list[Suggestion]:
+    """The `budget` configurations whose measurement would most shrink the latency predictors' uncertainty.
+
+    Args:
+        budget: how many configurations to suggest (fewer come back when fewer are unmeasured).
+        source: the benchmark records, as every hwsel command takes them (an MLflow URI, a
+            ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a list; default
+            `hwsel.data.default_source()`).
+        models, hardware, backends, precisions, batch_sizes: narrow the target grid (see
+            `candidate_grid`); hardware, backends and precisions must appear in the records.
+        seed: seeds the bootstrap and the regressors; the same seed gives the same answer.
+        ensemble: number of regressors (at least 2).
+        table: a training table to use instead of loading `source`.
+
+    Raises:
+        ValueError: a budget below 1, an unknown model, hardware, backend or precision, or
+            records of fewer than two models.
+    """
+    from .data import load_runs, training_table
+
+    budget = _check_budget(budget)
+    _check_ensemble(ensemble)
+    if table is None:
+        table = training_table(load_runs(source))
+    candidates = candidate_grid(table, models=models, hardware=hardware, backends=backends,
+                                precisions=precisions, batch_sizes=batch_sizes)
+    picked = rank_candidates(table, candidates, budget, ensemble=ensemble, seed=seed)
+    out = []
+    for row in picked.itertuples(index=False):
+        config = {"model": row.model, "hardware": row.hardware, "backend": row.backend,
+                  "precision": row.precision, "batch_size": int(row.batch_size), "mode": row.mode}
+        out.append(Suggestion(**config, device=row.device_name or None, uncertainty=float(row.uncertainty),
+                              predicted_ms=float(row.predicted_ms), command=bench_command(**config)))
+    return out
+
+
+__all__ = [
+    "LATENCY_PARAMS",
+    "Suggestion",
+    "bench_command",
+    "candidate_grid",
+    "ensemble_predictions",
+    "fit_latency",
+    "greedy_order",
+    "rank_candidates",
+    "suggest_measurements",
+]
