@@ -53,6 +53,10 @@ LATENCY_PARAMS: Mapping[str, Any] = {
     "rf_min_samples_leaf": 3,
     "max_features": 0.5,
 }
+#: Hardware kinds eager torch runs on (a cold start proposes torch there), and the batch sizes
+#: a cold start proposes.
+_EAGER_KINDS = ("cuda", "rocm", "xpu", "mps", "cpu")
+COLD_START_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 #: Score kept by a candidate of the model just picked.
 SAME_MODEL_FACTOR = 0.6
 #: Further factor for a candidate sharing the pick's model, hardware and backend.
@@ -75,8 +79,10 @@ class Suggestion:
     Attributes:
         uncertainty: standard deviation of the ensemble's log-latency predictions (about the
             relative spread of the predictions: 0.25 is roughly +-25%), before the diversity
-            discount that ordered the picks.
-        predicted_ms: the ensemble's (geometric mean) latency prediction, ms.
+            discount that ordered the picks; None on a cold start (records of fewer than two
+            models: nothing to compare, the picks spread the first measurements over the grid).
+        predicted_ms: the ensemble's (geometric mean) latency prediction, ms; None when
+            nothing is measured yet.
         device: the device the records of this hardware come from (run the command there).
         command: a ``pytest bench_suites/...`` line, runnable as printed from the repository root.
     """
@@ -88,8 +94,8 @@ class Suggestion:
     batch_size: int
     mode: str
     device: str | None
-    uncertainty: float
-    predicted_ms: float
+    uncertainty: float | None
+    predicted_ms: float | None
     command: str
 
     def to_dict(self) -> dict[str, Any]:
@@ -98,9 +104,26 @@ class Suggestion:
 
     def reason(self) -> str:
         """Why it was picked, in one line."""
+        if self.uncertainty is None:
+            return ("cold start: fewer than two models measured, so the first measurements are spread over "
+                    "models and runtimes")
         spread = math.expm1(self.uncertainty) * 100
         return (f"predictors disagree by about +-{spread:.0f}% (log std {self.uncertainty:.3f}) around "
                 f"{self.predicted_ms:.4g} ms")
+
+
+def _measured_models(table: pd.DataFrame) -> int:
+    """How many models `table` holds a positive latency of."""
+    if not len(table) or "latency_ms" not in table:
+        return 0
+    measured = pd.to_numeric(table["latency_ms"], errors="coerce") > 0
+    return int(_text(table.loc[measured, "model"]).nunique())
+
+
+def _number(value: Any) -> float | None:
+    """A finite float, else None (JSON has no NaN)."""
+    value = float(value)
+    return value if math.isfinite(value) else None
 
 
 def bench_command(*, model: str, hardware: str, backend: str, precision: str, batch_size: int,
@@ -228,7 +251,7 @@ def candidate_grid(
             raise ValueError(f"no model given; name at least one of {', '.join(sorted(MODELS))}")
     else:
         in_zoo = sorted(m for m in frame["model"].unique() if m in MODELS)
-        tiers = {MODELS[m].tier for m in in_zoo}
+        tiers = {MODELS[m].tier for m in in_zoo} or {"quick"}  # a cold start begins with the quick tier
         names = sorted(set(in_zoo) | {m for m, spec in MODELS.items() if spec.tier in tiers})
 
     runtime_keys = ["hardware", "device_name", "backend", "precision", "mode"]
@@ -362,6 +385,19 @@ def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, 
     budget = _check_budget(budget)
     if not len(candidates):
         return candidates.assign(uncertainty=pd.Series(dtype=float), predicted_ms=pd.Series(dtype=float))
+    if _measured_models(table) < 2:
+        # Cold start: no spread to measure; every candidate counts the same and the greedy
+        # discount spreads the picks over models and runtimes.
+        picks = greedy_order(candidates, np.ones(len(candidates)), budget)
+        out = candidates.iloc[picks].copy()
+        out["uncertainty"] = np.nan
+        predicted = np.full(len(picks), np.nan)
+        if _measured_models(table):
+            from .features import feature_frame
+
+            predicted = np.exp(fit_latency(table, seed=seed).predict(feature_frame(out.reset_index(drop=True))))
+        out["predicted_ms"] = predicted
+        return out
     logs = ensemble_predictions(table, candidates, ensemble=ensemble, seed=seed)
     uncertainty = logs.std(axis=0, ddof=1)
     picks = greedy_order(candidates, uncertainty, budget)
@@ -369,6 +405,29 @@ def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, 
     out["uncertainty"] = uncertainty[picks]
     out["predicted_ms"] = np.exp(logs.mean(axis=0))[picks]
     return out
+
+
+def cold_start_table() -> pd.DataFrame:
+    """An empty training table whose runtimes are this machine's: for a grid before any record.
+
+    One placeholder row per (hardware, precision) that detection finds available among the
+    kinds eager ``torch`` runs on, with ``latency_ms`` NaN so that nothing is learned from it;
+    `candidate_grid` then proposes the quick-tier zoo there at batch sizes 1, 8 and 32.
+    """
+    from pytest_hwbench.hardware import detect_hardware
+
+    rows = []
+    for kind, target in detect_hardware().targets.items():
+        if kind not in _EAGER_KINDS or not target.available:
+            continue
+        device = target.devices[0].name if target.devices else ""
+        for precision in target.precisions:
+            for batch in COLD_START_BATCH_SIZES:
+                rows.append({"model": "", "hardware": kind, "device_name": device, "backend": "torch",
+                             "precision": precision, "mode": "inference", "batch_size": batch,
+                             "threads": np.nan, "latency_ms": np.nan})
+    return pd.DataFrame(rows, columns=["model", "hardware", "device_name", "backend", "precision", "mode",
+                                       "batch_size", "threads", "latency_ms"])
 
 
 def suggest_measurements(
@@ -406,7 +465,14 @@ def suggest_measurements(
     budget = _check_budget(budget)
     _check_ensemble(ensemble)
     if table is None:
-        table = training_table(load_runs(source))
+        try:
+            table = training_table(load_runs(source))
+        except LookupError:  # the default store holds no benchmark runs yet: a cold start
+            if source is not None:
+                raise
+            table = pd.DataFrame()
+    if _measured_models(table) < 2:  # nothing to compare yet: the grid covers this machine too
+        table = pd.concat([t for t in (table, cold_start_table()) if len(t)], ignore_index=True)
     candidates = candidate_grid(table, models=models, hardware=hardware, backends=backends,
                                 precisions=precisions, batch_sizes=batch_sizes)
     picked = rank_candidates(table, candidates, budget, ensemble=ensemble, seed=seed)
@@ -414,8 +480,8 @@ def suggest_measurements(
     for row in picked.itertuples(index=False):
         config = {"model": row.model, "hardware": row.hardware, "backend": row.backend,
                   "precision": row.precision, "batch_size": int(row.batch_size), "mode": row.mode}
-        out.append(Suggestion(**config, device=row.device_name or None, uncertainty=float(row.uncertainty),
-                              predicted_ms=float(row.predicted_ms), command=bench_command(**config)))
+        out.append(Suggestion(**config, device=row.device_name or None, uncertainty=_number(row.uncertainty),
+                              predicted_ms=_number(row.predicted_ms), command=bench_command(**config)))
     return out
 
 
@@ -424,6 +490,7 @@ __all__ = [
     "Suggestion",
     "bench_command",
     "candidate_grid",
+    "cold_start_table",
     "ensemble_predictions",
     "fit_latency",
     "greedy_order",

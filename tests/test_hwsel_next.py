@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import os
 import shlex
 import subprocess
 import sys
@@ -154,6 +155,24 @@ def test_cli_next_prints_runnable_lines_and_why(runs_file: Path, capsys: pytest.
     assert cli_main(["next", "--budget", "3", "--ensemble", "3", "--source", str(runs_file), "--json"]) == 0
     data = json.loads(capsys.readouterr().out)
     assert [s["command"] for s in data["suggestions"]] == lines[1::2]
+
+
+def test_cold_start_spreads_the_first_measurements_over_this_machine(tmp_path: Path) -> None:
+    """No store at all (a clean checkout): ten runnable lines for the hardware detected here."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HWSEL_CONFIG")}
+    out = subprocess.run([sys.executable, "-m", "hwsel", "next", "--budget", "10", "--json"], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert out.returncode == 0, out.stderr
+    picks = json.loads(out.stdout)["suggestions"]
+    assert len(picks) == 10
+    assert all(p["uncertainty"] is None and p["predicted_ms"] is None for p in picks)
+    assert len({p["model"] for p in picks}) == 10  # spread over models first
+    assert all(p["command"].startswith("pytest bench_suites/test_inference.py -m ") for p in picks)
+    cpu = next(p for p in picks if p["hardware"] == "cpu")
+    collected = subprocess.run([sys.executable, "-m", *shlex.split(cpu["command"]), "--collect-only", "-q", "-p",
+                                "no:cacheprovider", "--hwbench-no-track"], cwd=REPO, capture_output=True, text=True,
+                               timeout=300)
+    assert "1 test collected" in collected.stdout, collected.stdout + collected.stderr
 
 
 @pytest.mark.parametrize(("args", "words"), [
