@@ -37,9 +37,9 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hwsel.data import load_runs, training_table  # noqa: E402
+from hwsel.estimators import one_thread  # noqa: E402
 from hwsel.features import feature_frame  # noqa: E402
 from hwsel.next import fit_latency, rank_candidates  # noqa: E402
-from hwsel.train import one_thread  # noqa: E402
 
 DEFAULT_DATA = ROOT / "benchmarks" / "data" / "cpu_runs.parquet"
 #: Columns the suggest arm may see of a pool row: the configuration, never its measurement.

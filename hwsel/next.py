@@ -298,8 +298,8 @@ def candidate_grid(
 
 def _fit(X: pd.DataFrame, y: np.ndarray, seed: int) -> Any:
     """`LATENCY_PARAMS` fit on features `X` and log latencies `y` (caller holds `one_thread`)."""
+    from .estimators import build_estimator
     from .features import NUMERIC_FEATURES
-    from .train import build_estimator
 
     # scikit-learn 1.9's HistGradientBoosting fails on an all-NaN column ("window shape cannot be
     # larger than input array shape"), e.g. audio samples in a resample without audio models. A
@@ -312,8 +312,8 @@ def _fit(X: pd.DataFrame, y: np.ndarray, seed: int) -> Any:
 
 def fit_latency(table: pd.DataFrame, *, seed: int = 0) -> Any:
     """One latency regressor (`LATENCY_PARAMS`, log target) fit on a training table; predicts log ms."""
+    from .estimators import one_thread
     from .features import feature_frame
-    from .train import one_thread
 
     latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
     keep = np.isfinite(latency) & (latency > 0)
@@ -328,8 +328,8 @@ def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensem
     Each regressor is `LATENCY_PARAMS` fit on the rows of `len(models)` models drawn with
     replacement from `table`'s models (a model drawn twice counts twice).
     """
+    from .estimators import one_thread
     from .features import feature_frame
-    from .train import one_thread
 
     ensemble = _check_ensemble(ensemble)
     latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)

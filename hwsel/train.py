@@ -33,7 +33,6 @@ Everything is logged through one `MlflowClient` with explicit run ids; no fluent
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as _dt
 import json
@@ -41,24 +40,46 @@ import math
 import os
 import tempfile
 import time
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import BaseEstimator, RegressorMixin, clone
-from sklearn.compose import ColumnTransformer
-from sklearn.ensemble import HistGradientBoostingRegressor, RandomForestRegressor
-from sklearn.impute import SimpleImputer
-from sklearn.linear_model import Ridge
-from sklearn.model_selection import GroupKFold
-from sklearn.pipeline import Pipeline
-from sklearn.preprocessing import OneHotEncoder, StandardScaler
+from sklearn.base import clone
 
 from hwsel.data import frame_digest, load_runs, snapshot, training_table
-from hwsel.features import CATEGORICAL_FEATURES, FEATURE_COLUMNS, NUMERIC_FEATURES, feature_frame
+
+# The estimator classes stay importable here: champions pickled before they moved to
+# hwsel.estimators name them as hwsel.train.<class>.
+from hwsel.estimators import (
+    ESTIMATORS,
+    OFFSETS,
+    REGIME_POOLS,
+    REGIME_TERMS,
+    STARTING_RECIPES,
+    BatchCurveRegressor,
+    OffsetRegressor,
+    RegimeRegressor,
+    ResidualRegressor,
+    ThroughputFromLatency,
+    build_estimator,
+    one_thread,
+    suggest,
+)
+from hwsel.evaluation import (
+    SCHEMES,
+    Fold,
+    conformal_band,
+    cv_folds,
+    error_metrics,
+    interval_residuals,
+    out_of_fold,
+    scheme_metrics,
+    score_oof,
+)
+from hwsel.features import FEATURE_COLUMNS, feature_frame
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 TRAINING_EXPERIMENT = "hwsel-training"
@@ -66,8 +87,6 @@ TRAINING_EXPERIMENT = "hwsel-training"
 SCORE_TOLERANCE = 1e-9
 #: Nominal coverage of the prediction intervals the registered models carry.
 INTERVAL_LEVEL = 0.9
-ESTIMATORS: tuple[str, ...] = ("hgb", "rf", "ridge")
-SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model")
 _LOG_1000 = math.log(1000.0)
 
 #: target -> (table column, roofline offset feature). Throughput derives from latency.
@@ -75,464 +94,6 @@ LEARNED: dict[str, tuple[str, str]] = {
     "latency": ("latency_ms", "log_roofline_ms"),
     "memory": ("memory_mb", "log_roofline_memory_mb"),
 }
-
-
-# --- estimators (scikit-learn rules: __init__ stores, fit returns self, fitted state ends in _) ---
-
-class OffsetRegressor(RegressorMixin, BaseEstimator):
-    """Fits `estimator` to ``y - X[offset]`` and adds the offset back when predicting.
-
-    With ``offset="log_roofline_ms"`` the inner model learns log(measured / roofline), an
-    efficiency that varies far less across model sizes than latency itself does. ``offset=None``
-    is a plain pass-through.
-    """
-
-    def __init__(self, estimator: Any = None, offset: str | None = None) -> None:
-        self.estimator = estimator
-        self.offset = offset
-
-    def _offset(self, X: pd.DataFrame) -> np.ndarray:
-        if self.offset is None:
-            return np.zeros(len(X))
-        values = np.asarray(X[self.offset], dtype=float)
-        return np.where(np.isfinite(values), values, 0.0)
-
-    def fit(self, X: pd.DataFrame, y: Any) -> OffsetRegressor:
-        self.estimator_ = clone(self.estimator).fit(X, np.asarray(y, dtype=float) - self._offset(X))
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return np.asarray(self.estimator_.predict(X), dtype=float) + self._offset(X)
-
-
-class ThroughputFromLatency(RegressorMixin, BaseEstimator):
-    """Log throughput (items/s) from a log-latency (ms) regressor: log(1000 * batch) - log latency.
-
-    `fit` takes log throughput, turns it into log latency and fits a clone of `latency`.
-    `from_fitted` wraps an already fitted latency model, so both registered models give
-    ``throughput == batch / latency`` exactly.
-    """
-
-    def __init__(self, latency: Any = None) -> None:
-        self.latency = latency
-
-    @staticmethod
-    def _log_items(X: pd.DataFrame) -> np.ndarray:
-        return _LOG_1000 + np.asarray(X["log_batch_size"], dtype=float)
-
-    def fit(self, X: pd.DataFrame, y: Any) -> ThroughputFromLatency:
-        self.latency_ = clone(self.latency).fit(X, self._log_items(X) - np.asarray(y, dtype=float))
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return self._log_items(X) - np.asarray(self.latency_.predict(X), dtype=float)
-
-    @classmethod
-    def from_fitted(cls, latency: Any) -> ThroughputFromLatency:
-        """Wrap a fitted latency model (no refit)."""
-        model = cls(latency=latency)
-        model.latency_ = latency
-        return model
-
-
-#: The regime terms `RegimeRegressor` calibrates, as logs of milliseconds (see hwsel.features).
-REGIME_TERMS: tuple[str, ...] = ("log_launch_floor_ms", "log_roofline_compute_ms", "log_roofline_memory_ms")
-#: Pools a configuration's regime coefficients come from, most specific first: the device and
-#: runtime as measured, then the runtime on any device of the kind, then the kind of device.
-REGIME_POOLS: tuple[tuple[str, ...], ...] = (
-    ("device", "backend", "precision", "mode"),
-    ("device", "backend", "mode"),
-    ("device_kind", "backend", "precision", "mode"),
-    ("device_kind", "backend", "mode"),
-    ("device_kind", "mode"),
-    ("mode",),
-    (),
-)
-
-
-class RegimeRegressor(RegressorMixin, BaseEstimator):
-    """latency ~ a * launch floor + b * compute time + c * memory time, calibrated per pool.
-
-    The three terms are a model's eager launch floor (operators x launch cost), its roofline
-    compute time and memory time on the device's peaks; (a, b, c) >= 0 are fitted by
-    non-negative least squares on relative error, per pool of rows (`REGIME_POOLS`: the same
-    device, backend, precision and mode first). A configuration takes the coefficients of the
-    most specific pool with at least `min_rows` rows from at least `min_models` models, so a
-    device with few records borrows efficiencies from its kind, and a model never measured
-    gets its own launches, FLOPs and bytes weighed by what other models showed. Log targets.
-    """
-
-    def __init__(self, min_rows: int = 6, min_models: int = 2) -> None:
-        self.min_rows = min_rows
-        self.min_models = min_models
-
-    @staticmethod
-    def _terms(X: pd.DataFrame) -> np.ndarray:
-        values = np.exp(np.column_stack([np.asarray(X[c], dtype=float) for c in REGIME_TERMS]))
-        return np.where(np.isfinite(values), values, 0.0)
-
-    @staticmethod
-    def _keys(X: pd.DataFrame, pool: tuple[str, ...]) -> list[tuple[Any, ...]]:
-        if not pool:
-            return [()] * len(X)
-        return list(zip(*(X[c].astype(str).to_numpy() for c in pool), strict=True))
-
-    def fit(self, X: pd.DataFrame, y: Any) -> RegimeRegressor:
-        from scipy.optimize import nnls
-
-        value = np.exp(np.asarray(y, dtype=float))
-        terms = self._terms(X)
-        models = X["log_param_count"].round(6).to_numpy() if "log_param_count" in X else np.zeros(len(X))
-        self.coefs_: list[dict[tuple[Any, ...], np.ndarray]] = []
-        for pool in REGIME_POOLS:
-            rows: dict[tuple[Any, ...], list[int]] = {}
-            for i, key in enumerate(self._keys(X, pool)):
-                rows.setdefault(key, []).append(i)
-            fitted = {}
-            for key, idx in rows.items():
-                if len(idx) < self.min_rows or len(np.unique(models[idx])) < self.min_models:
-                    continue
-                design = terms[idx] / value[idx, None]
-                coef, _ = nnls(design, np.ones(len(idx)))
-                if np.any(coef > 0):
-                    fitted[key] = coef
-            self.coefs_.append(fitted)
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        terms = self._terms(X)
-        out = np.full(len(X), np.nan)
-        for pool, fitted in zip(REGIME_POOLS, self.coefs_, strict=True):
-            todo = np.isnan(out)
-            if not todo.any():
-                break
-            keys = self._keys(X, pool)
-            for i in np.flatnonzero(todo):
-                coef = fitted.get(keys[i])
-                if coef is not None:
-                    out[i] = float(terms[i] @ coef)
-        fallback = terms.max(axis=1)  # nothing fitted at all: the plain roofline with its floor
-        out = np.where(np.isfinite(out) & (out > 0), out, np.maximum(fallback, 1e-6))
-        return np.log(out)
-
-
-class ResidualRegressor(RegressorMixin, BaseEstimator):
-    """Fits `base`, then `estimator` to what `base` leaves (both on log targets)."""
-
-    def __init__(self, base: Any = None, estimator: Any = None) -> None:
-        self.base = base
-        self.estimator = estimator
-
-    def fit(self, X: pd.DataFrame, y: Any) -> ResidualRegressor:
-        y = np.asarray(y, dtype=float)
-        self.base_ = clone(self.base).fit(X, y)
-        self.estimator_ = clone(self.estimator).fit(X, y - self.base_.predict(X))
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return np.asarray(self.base_.predict(X), dtype=float) + np.asarray(self.estimator_.predict(X), dtype=float)
-
-
-#: Feature columns that change with the batch size; every other column describes the configuration.
-BATCH_COLUMNS: frozenset[str] = frozenset({
-    "batch_size", "log_batch_size", "log_flops_per_forward", "log_roofline_compute_ms",
-    "log_roofline_memory_ms", "log_roofline_ms", "log_roofline_memory_mb", "log_flops_per_launch", "log_regime_ms",
-})
-CONFIG_CATEGORICAL: tuple[str, ...] = tuple(c for c in CATEGORICAL_FEATURES if c not in BATCH_COLUMNS)
-CONFIG_NUMERIC: tuple[str, ...] = tuple(c for c in NUMERIC_FEATURES if c not in BATCH_COLUMNS)
-
-
-def config_keys(X: pd.DataFrame) -> list[tuple[Any, ...]]:
-    """One hashable key per row: its batch-independent features (NaN as None, floats rounded)."""
-    columns = [X[c].to_numpy() for c in CONFIG_CATEGORICAL] + [
-        np.round(X[c].to_numpy(dtype=float), 9) for c in CONFIG_NUMERIC]
-    return [tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) for row in zip(*columns, strict=True)]
-
-
-def fit_fixed_and_per_item(batch: np.ndarray, value: np.ndarray) -> tuple[float, float]:
-    """(a, b) >= 0 with ``a + b * batch`` closest to `value` in relative error (NNLS)."""
-    from scipy.optimize import nnls
-
-    design = np.column_stack([1.0 / value, batch / value])
-    (a, b), _ = nnls(design, np.ones(len(value)))
-    return float(a), float(b)
-
-
-class BatchCurveRegressor(RegressorMixin, BaseEstimator):
-    """A measured configuration's own batch curve, `general` for everything else (log targets).
-
-    Latency (and peak memory) of one configuration grows as ``a + b * batch``: a fixed cost per
-    call (launches, weight traffic) plus a cost per item. Every configuration (rows equal in
-    all batch-independent features, `config_keys`) measured at two or more batch sizes gets its
-    own (a, b) by non-negative least squares on relative error, so a batch size it was not
-    measured at is inter- or extrapolated along its own curve. A configuration measured at one
-    batch size takes `general`'s curve shifted through its measurement; configurations never
-    measured (other models, devices, precisions) get `general`'s prediction.
-    """
-
-    def __init__(self, general: Any = None, floor: float = 1e-3) -> None:
-        self.general = general
-        self.floor = floor
-
-    def fit(self, X: pd.DataFrame, y: Any) -> BatchCurveRegressor:
-        y = np.asarray(y, dtype=float)
-        self.general_ = clone(self.general).fit(X, y)
-        value = np.exp(y)
-        batch = X["batch_size"].to_numpy(dtype=float)
-        rows: dict[tuple[Any, ...], list[int]] = {}
-        for i, key in enumerate(config_keys(X)):
-            rows.setdefault(key, []).append(i)
-        curves: dict[tuple[Any, ...], tuple[float, float]] = {}
-        shifts: dict[tuple[Any, ...], float] = {}
-        for key, idx in rows.items():
-            if len(np.unique(batch[idx])) >= 2:
-                a, b = fit_fixed_and_per_item(batch[idx], value[idx])
-                scale = float(np.min(value[idx]))  # both terms stay positive
-                curves[key] = (max(a, self.floor * scale), max(b, self.floor * scale / float(np.max(batch[idx]))))
-            else:
-                shifts[key] = float(np.mean(y[idx] - self.general_.predict(X.iloc[idx])))
-        self.curves_, self.shifts_ = curves, shifts
-        return self
-
-    def predict(self, X: pd.DataFrame) -> np.ndarray:
-        keys = config_keys(X)
-        batch = X["batch_size"].to_numpy(dtype=float)
-        out = np.full(len(X), np.nan)
-        for i, key in enumerate(keys):
-            curve = self.curves_.get(key)
-            if curve is not None:
-                out[i] = math.log(curve[0] + curve[1] * batch[i])
-        rest = np.isnan(out)
-        if rest.any():
-            shift = np.array([self.shifts_.get(k, 0.0) for k, r in zip(keys, rest, strict=True) if r])
-            out[rest] = np.asarray(self.general_.predict(X.loc[rest]), dtype=float) + shift
-        return out
-
-
-def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> OffsetRegressor:
-    """The unfitted log-target regressor that `params` (an Optuna trial's choice) describes."""
-    kind = params["estimator"]
-    onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False)
-    if kind == "ridge":
-        numeric = Pipeline([("impute", SimpleImputer(strategy="constant", fill_value=0.0, add_indicator=True,
-                                                     keep_empty_features=True)),
-                            ("scale", StandardScaler())])
-        model: Any = Ridge(alpha=float(params.get("alpha", 1.0)))
-    else:
-        numeric = "passthrough"  # both tree models take NaN natively
-        if kind == "hgb":
-            # ... but HistGradientBoosting (scikit-learn 1.9) fails on a column that is NaN in
-            # every row (audio length on a table without audio models): a value below any real
-            # one stands for "missing" instead, in a bin of its own.
-            numeric = SimpleImputer(strategy="constant", fill_value=-1e9, keep_empty_features=True)
-            model = HistGradientBoostingRegressor(
-                loss=str(params.get("loss", "squared_error")),
-                learning_rate=float(params.get("learning_rate", 0.1)),
-                max_iter=int(params.get("max_iter", 200)),
-                max_leaf_nodes=int(params.get("max_leaf_nodes", 31)),
-                min_samples_leaf=int(params.get("min_samples_leaf", 20)),
-                l2_regularization=float(params.get("l2_regularization", 0.0)),
-                early_stopping=False,
-                random_state=seed,
-            )
-        elif kind == "rf":
-            model = RandomForestRegressor(
-                n_estimators=int(params.get("n_estimators", 100)),
-                min_samples_leaf=int(params.get("rf_min_samples_leaf", 1)),
-                max_features=float(params.get("max_features", 1.0)),
-                n_jobs=1,
-                random_state=seed,
-            )
-        else:
-            raise ValueError(f"unknown estimator {kind!r}; choose one of {', '.join(ESTIMATORS)}")
-    columns = ColumnTransformer(
-        [("cat", onehot, list(CATEGORICAL_FEATURES)), ("num", numeric, list(NUMERIC_FEATURES))],
-        verbose_feature_names_out=False,
-    )
-    pipeline = Pipeline([("features", columns), ("model", model)])
-    offset = params.get("offset", "roofline")
-    if offset == "regime":  # learn what the calibrated regime model leaves
-        general: Any = ResidualRegressor(RegimeRegressor(), pipeline)
-    else:
-        general = OffsetRegressor(pipeline, offset=offset_column if offset == "roofline" else None)
-    return OffsetRegressor(BatchCurveRegressor(general), offset=None) if params.get("batch_curves") else general
-
-
-#: Offsets the search may choose: the roofline column, the calibrated regime model (latency only,
-#: `RegimeRegressor`) or none.
-OFFSETS: tuple[str, ...] = ("roofline", "regime", "none")
-
-
-#: The first trial of each study: for latency the calibrated regime with a ridge over its
-#: residual and each configuration's own batch curve (best or near it on the CPU snapshot and
-#: the H100 records, issue 10); for other targets a ridge over the roofline.
-STARTING_RECIPES: Mapping[str, Mapping[str, Any]] = {
-    "latency": {"estimator": "ridge", "offset": "regime", "batch_curves": True, "alpha": 10.0},
-    "other": {"estimator": "ridge", "offset": "roofline", "batch_curves": True, "alpha": 1.0},
-}
-
-
-def suggest(trial: Any, offsets: Sequence[str] = OFFSETS) -> dict[str, Any]:
-    """The search space: estimator, offset and the estimator's hyperparameters."""
-    params: dict[str, Any] = {"estimator": trial.suggest_categorical("estimator", list(ESTIMATORS))}
-    params["offset"] = trial.suggest_categorical("offset", list(offsets))
-    # A configuration's own measured batch curve where it has one (BatchCurveRegressor).
-    params["batch_curves"] = trial.suggest_categorical("batch_curves", [True, False])
-    if params["estimator"] == "hgb":
-        # absolute_error: a robust loss, since contention on a shared machine only ever adds time.
-        params["loss"] = trial.suggest_categorical("loss", ["squared_error", "absolute_error"])
-        params["learning_rate"] = trial.suggest_float("learning_rate", 0.02, 0.3, log=True)
-        params["max_iter"] = trial.suggest_int("max_iter", 100, 500, step=50)
-        params["max_leaf_nodes"] = trial.suggest_int("max_leaf_nodes", 7, 63)
-        params["min_samples_leaf"] = trial.suggest_int("min_samples_leaf", 2, 30)
-        params["l2_regularization"] = trial.suggest_float("l2_regularization", 1e-4, 10.0, log=True)
-    elif params["estimator"] == "rf":
-        params["n_estimators"] = trial.suggest_int("n_estimators", 50, 250, step=50)
-        params["rf_min_samples_leaf"] = trial.suggest_int("rf_min_samples_leaf", 1, 8)
-        params["max_features"] = trial.suggest_float("max_features", 0.3, 1.0)
-    else:
-        params["alpha"] = trial.suggest_float("alpha", 1e-3, 100.0, log=True)
-    return params
-
-
-@contextlib.contextmanager
-def one_thread() -> Iterator[None]:
-    """Run OpenMP/BLAS code (HistGradientBoosting, Ridge) on one thread inside the block.
-
-    The tables are small (hundreds to thousands of rows), so threads buy little, and on a shared
-    2-core machine HistGradientBoosting's OpenMP threads stall: 11 CV folds took 109 s with the
-    default threads and 5 s with one.
-    """
-    from threadpoolctl import threadpool_limits
-
-    with threadpool_limits(limits=1):
-        yield
-
-
-# --- cross-validation -----------------------------------------------------------------------
-
-@dataclass(frozen=True)
-class Fold:
-    """One train/test split of one scheme."""
-
-    scheme: str
-    index: int
-    train: np.ndarray
-    test: np.ndarray
-
-
-def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
-    """Grouped folds: held-out batch sizes (one group per batch size) and held-out models.
-
-    Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
-    same folds. A scheme with fewer than two groups is skipped.
-    """
-    folds: list[Fold] = []
-    groups = {
-        "heldout_batch": table["batch_size"].astype(int).to_numpy(),
-        "heldout_model": table["model"].astype(str).to_numpy(),
-    }
-    for scheme, group in groups.items():
-        n_groups = len(np.unique(group))
-        if n_groups < 2:
-            continue
-        # One fold per batch size (up to 8): each batch size is held out once on its own.
-        limit = 8 if scheme == "heldout_batch" else max(2, max_folds)
-        splitter = GroupKFold(n_splits=min(limit, n_groups))
-        for i, (train_idx, test_idx) in enumerate(splitter.split(table, groups=group)):
-            folds.append(Fold(scheme, i, train_idx, test_idx))
-    if not folds:
-        raise ValueError("cannot cross-validate: the data has a single model and a single batch size")
-    return folds
-
-
-def out_of_fold(
-    estimator: Any,
-    X: pd.DataFrame,
-    y: np.ndarray,
-    folds: Sequence[Fold],
-    *,
-    report: Callable[[int, float], None] | None = None,
-) -> pd.DataFrame:
-    """Out-of-fold log predictions: columns scheme, fold, row, y_true, y_pred (log units).
-
-    `report(step, running_score)` is called after each fold (Optuna pruning hooks in there).
-    """
-    parts = []
-    errors: dict[str, list[np.ndarray]] = {}
-    for step, fold in enumerate(folds):
-        model = clone(estimator).fit(X.iloc[fold.train], y[fold.train])
-        pred = np.asarray(model.predict(X.iloc[fold.test]), dtype=float)
-        parts.append(pd.DataFrame({"scheme": fold.scheme, "fold": fold.index, "row": fold.test,
-                                   "y_true": y[fold.test], "y_pred": pred}))
-        errors.setdefault(fold.scheme, []).append(np.abs(pred - y[fold.test]))
-        if report is not None:
-            report(step, _combine(errors))
-    return pd.concat(parts, ignore_index=True)
-
-
-def _combine(errors: Mapping[str, Sequence[np.ndarray]]) -> float:
-    """Mean over schemes of the mean absolute log error of that scheme's rows."""
-    values = []
-    for parts in errors.values():
-        err = np.concatenate(list(parts))
-        values.append(float(np.mean(err)) if np.all(np.isfinite(err)) else math.inf)
-    return float(np.mean(values)) if values else math.inf
-
-
-def score_oof(oof: pd.DataFrame) -> float:
-    """The selection score: mean over schemes of mean |log(pred / measured)|; lower is better."""
-    return _combine({scheme: [np.abs(g["y_pred"].to_numpy() - g["y_true"].to_numpy())]
-                     for scheme, g in oof.groupby("scheme", sort=True)})
-
-
-def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
-    """Errors in natural units from log values: MAPE, median and p90 APE, share within 10%."""
-    true = np.exp(np.asarray(y_true, dtype=float))
-    pred = np.exp(np.asarray(y_pred, dtype=float))
-    ape = np.abs(pred - true) / true
-    if len(ape) == 0:
-        return {"mape": math.nan, "median_ape": math.nan, "p90_ape": math.nan, "within_10pct": math.nan,
-                "log_mae": math.nan, "n": 0.0}
-    return {
-        "mape": float(np.mean(ape)),
-        "median_ape": float(np.median(ape)),
-        "p90_ape": float(np.quantile(ape, 0.9)),
-        "within_10pct": float(np.mean(ape <= 0.10)),
-        "log_mae": float(np.mean(np.abs(np.log(pred) - np.log(true)))),
-        "n": float(len(ape)),
-    }
-
-
-def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
-    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
-
-    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
-    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
-    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
-    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
-    """
-    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
-    n = len(r)
-    if n == 0:
-        return 0.0, 0.0
-    tail = (1.0 - level) / 2.0
-    hi_rank = min(n, math.ceil((n + 1) * (1.0 - tail)))
-    lo_rank = max(1, math.floor((n + 1) * tail))
-    return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
-
-
-def interval_residuals(oof: pd.DataFrame) -> np.ndarray:
-    """Log residuals (measured - predicted) of the held-out-model folds, else of all folds."""
-    part = oof[oof["scheme"] == "heldout_model"]
-    part = part if len(part) else oof
-    return (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
-
-
-def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
-    """`error_metrics` per scheme of an out-of-fold frame."""
-    return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
-            for scheme, g in oof.groupby("scheme", sort=True)}
 
 
 # --- the study ------------------------------------------------------------------------------
@@ -901,6 +462,7 @@ __all__ = [
     "SCHEMES",
     "STARTING_RECIPES",
     "TRAINING_EXPERIMENT",
+    "BatchCurveRegressor",
     "Fold",
     "OffsetRegressor",
     "StudyResult",

@@ -212,8 +212,8 @@ def test_batch_curves_follow_each_configuration_and_defer_to_the_general_model()
     from sklearn.base import clone
     from sklearn.linear_model import LinearRegression
 
+    from hwsel.estimators import BatchCurveRegressor, config_keys
     from hwsel.features import query_row
-    from hwsel.train import BatchCurveRegressor, config_keys
 
     truth = {("bert-tiny", "fp32"): (2.0, 0.5), ("bert-tiny", "bf16"): (3.0, 0.2), ("gpt2-tiny", "fp32"): (1.0, 1.5)}
     rows, values = [], []

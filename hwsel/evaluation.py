@@ -1,0 +1,159 @@
+"""How the predictors are scored: grouped folds, out-of-fold predictions, errors and intervals.
+
+Two questions, two grouped cross-validations: *held-out batch sizes* (GroupKFold over batch size)
+and *held-out models* (GroupKFold over model). `conformal_band` turns the held-out-model
+residuals into a split-conformal prediction interval.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+import numpy as np
+import pandas as pd
+from sklearn.base import clone
+from sklearn.model_selection import GroupKFold
+
+SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model")
+
+
+# --- cross-validation -----------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Fold:
+    """One train/test split of one scheme."""
+
+    scheme: str
+    index: int
+    train: np.ndarray
+    test: np.ndarray
+
+
+def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
+    """Grouped folds: held-out batch sizes (one group per batch size) and held-out models.
+
+    Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
+    same folds. A scheme with fewer than two groups is skipped.
+    """
+    folds: list[Fold] = []
+    groups = {
+        "heldout_batch": table["batch_size"].astype(int).to_numpy(),
+        "heldout_model": table["model"].astype(str).to_numpy(),
+    }
+    for scheme, group in groups.items():
+        n_groups = len(np.unique(group))
+        if n_groups < 2:
+            continue
+        # One fold per batch size (up to 8): each batch size is held out once on its own.
+        limit = 8 if scheme == "heldout_batch" else max(2, max_folds)
+        splitter = GroupKFold(n_splits=min(limit, n_groups))
+        for i, (train_idx, test_idx) in enumerate(splitter.split(table, groups=group)):
+            folds.append(Fold(scheme, i, train_idx, test_idx))
+    if not folds:
+        raise ValueError("cannot cross-validate: the data has a single model and a single batch size")
+    return folds
+
+
+def out_of_fold(
+    estimator: Any,
+    X: pd.DataFrame,
+    y: np.ndarray,
+    folds: Sequence[Fold],
+    *,
+    report: Callable[[int, float], None] | None = None,
+) -> pd.DataFrame:
+    """Out-of-fold log predictions: columns scheme, fold, row, y_true, y_pred (log units).
+
+    `report(step, running_score)` is called after each fold (Optuna pruning hooks in there).
+    """
+    parts = []
+    errors: dict[str, list[np.ndarray]] = {}
+    for step, fold in enumerate(folds):
+        model = clone(estimator).fit(X.iloc[fold.train], y[fold.train])
+        pred = np.asarray(model.predict(X.iloc[fold.test]), dtype=float)
+        parts.append(pd.DataFrame({"scheme": fold.scheme, "fold": fold.index, "row": fold.test,
+                                   "y_true": y[fold.test], "y_pred": pred}))
+        errors.setdefault(fold.scheme, []).append(np.abs(pred - y[fold.test]))
+        if report is not None:
+            report(step, _combine(errors))
+    return pd.concat(parts, ignore_index=True)
+
+
+def _combine(errors: Mapping[str, Sequence[np.ndarray]]) -> float:
+    """Mean over schemes of the mean absolute log error of that scheme's rows."""
+    values = []
+    for parts in errors.values():
+        err = np.concatenate(list(parts))
+        values.append(float(np.mean(err)) if np.all(np.isfinite(err)) else math.inf)
+    return float(np.mean(values)) if values else math.inf
+
+
+def score_oof(oof: pd.DataFrame) -> float:
+    """The selection score: mean over schemes of mean |log(pred / measured)|; lower is better."""
+    return _combine({scheme: [np.abs(g["y_pred"].to_numpy() - g["y_true"].to_numpy())]
+                     for scheme, g in oof.groupby("scheme", sort=True)})
+
+
+def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
+    """Errors in natural units from log values: MAPE, median and p90 APE, share within 10%."""
+    true = np.exp(np.asarray(y_true, dtype=float))
+    pred = np.exp(np.asarray(y_pred, dtype=float))
+    ape = np.abs(pred - true) / true
+    if len(ape) == 0:
+        return {"mape": math.nan, "median_ape": math.nan, "p90_ape": math.nan, "within_10pct": math.nan,
+                "log_mae": math.nan, "n": 0.0}
+    return {
+        "mape": float(np.mean(ape)),
+        "median_ape": float(np.median(ape)),
+        "p90_ape": float(np.quantile(ape, 0.9)),
+        "within_10pct": float(np.mean(ape <= 0.10)),
+        "log_mae": float(np.mean(np.abs(np.log(pred) - np.log(true)))),
+        "n": float(len(ape)),
+    }
+
+
+def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
+
+    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
+    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
+    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
+    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
+    """
+    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
+    n = len(r)
+    if n == 0:
+        return 0.0, 0.0
+    tail = (1.0 - level) / 2.0
+    hi_rank = min(n, math.ceil((n + 1) * (1.0 - tail)))
+    lo_rank = max(1, math.floor((n + 1) * tail))
+    return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
+
+
+def interval_residuals(oof: pd.DataFrame) -> np.ndarray:
+    """Log residuals (measured - predicted) of the held-out-model folds, else of all folds."""
+    part = oof[oof["scheme"] == "heldout_model"]
+    part = part if len(part) else oof
+    return (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
+
+
+def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
+    """`error_metrics` per scheme of an out-of-fold frame."""
+    return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
+            for scheme, g in oof.groupby("scheme", sort=True)}
+
+
+__all__ = [
+    "SCHEMES",
+    "Fold",
+    "conformal_band",
+    "cv_folds",
+    "error_metrics",
+    "interval_residuals",
+    "out_of_fold",
+    "scheme_metrics",
+    "score_oof",
+]
