@@ -3,6 +3,8 @@
 Exit codes: 0 ok, 1 failure while running (a store that breaks mid-way, a port in use, a
 training plan that does not fit), 2 bad input (unknown model, hardware or precision, a batch
 size of 0, a bad config file, a data source that does not exist or has no runs).
+
+Length: over 500 lines, one short argparse subcommand per hwsel command.
 """
 
 from __future__ import annotations

@@ -6,6 +6,9 @@ task's) weights from `hwsel.config`, each criterion relative to the best candida
 score is multiplied by the target's availability / cost preference. The result says where each
 prediction came from (measured, registered, roofline, rules) and why, and which device and
 backend each target's answer is for (``device=`` names them; see `hwsel.predict`).
+
+Length: over 500 lines because scoring, compatibility, explanations and the task and map views
+share the scoring internals.
 """
 
 from __future__ import annotations

@@ -6,6 +6,8 @@ whether it is available, why not, its devices and the precisions it runs nativel
 Probes name capabilities, never backend classes. The torch GPU runtimes (cuda, rocm, mps, xpu)
 are read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation
 is tested on facts recorded on machines that have the hardware.
+
+Length: over 500 lines, one short detector per hardware kind (eight) behind one `detect_hardware`.
 """
 
 from __future__ import annotations

@@ -11,6 +11,9 @@ Whisper, XCLIP; `KEY_MODELS`) comes in tiers: ``quick`` (two layers, hidden 64: 
 CPU), ``full`` (real sizes that fit a 24 GB CPU machine in fp32, e.g. TinyLlama-1.1B, Qwen2-0.5B)
 and ``large`` (real sizes for GPU runners: LLaMA-7B, Qwen2-7B, LLaVA-1.5-7B). Cases whose
 `ModelSpec.estimated_memory_mb` exceeds the target's memory are skipped (`BenchCase.unavailable`).
+
+Length: over 500 lines; the zoo's definitions (config arguments of some 30 models) take about
+300, model sets and the meta-device trace the rest.
 """
 
 from __future__ import annotations

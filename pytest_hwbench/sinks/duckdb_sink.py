@@ -16,6 +16,9 @@ Rows go in as pandas frames (``INSERT ... SELECT ... FROM df``), never row by ro
 for 10,000 rows).
 
 ``duckdb`` and ``pandas`` are imported inside the functions that need them.
+
+Length: over 500 lines because the schema, its migrations, the writer and the readers of one
+file layout belong together.
 """
 
 from __future__ import annotations

@@ -22,6 +22,9 @@ and experiment id; searches happen only in `open_session` (once) and `existing_i
 
 ``mlflow`` is imported inside the functions that need it: `validate_tracking_uri` and `ping` are
 cheap and usable without it.
+
+Length: over 500 lines because the sink writes and reads back one layout (tags, params and
+metrics per record); writer and reader in one module keep that layout in one place.
 """
 
 from __future__ import annotations
