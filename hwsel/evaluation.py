@@ -17,7 +17,7 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
-SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model")
+SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model", "heldout_device")
 
 
 # --- cross-validation -----------------------------------------------------------------------
@@ -33,7 +33,9 @@ class Fold:
 
 
 def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
-    """Grouped folds: held-out batch sizes (one group per batch size) and held-out models.
+    """Grouped folds: held-out batch sizes (one group per batch size), held-out models and, when
+    the table holds several devices, held-out devices (a recipe must carry over to hardware the
+    data does not hold).
 
     Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
     same folds. A scheme with fewer than two groups is skipped.
@@ -43,6 +45,8 @@ def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
         "heldout_batch": table["batch_size"].astype(int).to_numpy(),
         "heldout_model": table["model"].astype(str).to_numpy(),
     }
+    if "device_name" in table and "hardware" in table:
+        groups["heldout_device"] = (table["hardware"].astype(str) + "|" + table["device_name"].astype(str)).to_numpy()
     for scheme, group in groups.items():
         n_groups = len(np.unique(group))
         if n_groups < 2:

@@ -55,6 +55,7 @@ from hwsel.data import frame_digest, load_runs, snapshot, training_table
 # hwsel.estimators name them as hwsel.train.<class>.
 from hwsel.estimators import (
     ESTIMATORS,
+    LATENCY_OFFSETS,
     OFFSETS,
     REGIME_POOLS,
     REGIME_TERMS,
@@ -121,13 +122,14 @@ def run_study(
 ) -> StudyResult:
     """A seeded TPE study over `suggest`'s space, pruning across folds (MedianPruner).
 
-    Trial 0 is the target's `STARTING_RECIPES` entry; the regime offset is offered for latency
-    (`offset_column` is latency's roofline column) only.
+    Trial 0 is the target's `STARTING_RECIPES` entry; latency (`offset_column` is latency's
+    roofline column) always learns on top of the regime (`LATENCY_OFFSETS`), other targets on the
+    roofline or nothing.
     """
     import optuna
 
     latency = offset_column == LEARNED["latency"][1]
-    offsets = OFFSETS if latency else ("roofline", "none")
+    offsets = LATENCY_OFFSETS if latency else ("roofline", "none")
 
     def objective(trial: optuna.Trial) -> float:
         params = suggest(trial, offsets)
