@@ -299,14 +299,7 @@ def candidate_grid(
 def _fit(X: pd.DataFrame, y: np.ndarray, seed: int) -> Any:
     """`LATENCY_PARAMS` fit on features `X` and log latencies `y` (caller holds `one_thread`)."""
     from .estimators import build_estimator
-    from .features import NUMERIC_FEATURES
 
-    # scikit-learn 1.9's HistGradientBoosting fails on an all-NaN column ("window shape cannot be
-    # larger than input array shape"), e.g. audio samples in a resample without audio models. A
-    # constant takes no split, so 0 there changes no prediction.
-    empty = [c for c in NUMERIC_FEATURES if c in X.columns and X[c].isna().all()]
-    if empty:
-        X = X.assign(**{c: 0.0 for c in empty})
     return build_estimator(LATENCY_PARAMS, offset_column="log_roofline_ms", seed=seed).fit(X, y)
 
 
