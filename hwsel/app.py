@@ -357,16 +357,22 @@ def _message(exc: BaseException) -> str:
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500)."""
+    """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500).
+
+    Every text goes through `redact_uri`: a layer's note or a device's source may quote a
+    tracking URI, and no password may reach a response body (issue 18).
+    """
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, str | int | bool) or value is None:
+    if isinstance(value, str):
+        return redact_uri(value)
+    if isinstance(value, int | bool) or value is None:
         return value
-    return str(value)
+    return redact_uri(value)
 
 
 def _invalid(field: str, message: str) -> RequestValidationError:
@@ -455,7 +461,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # unknown paths, wrong methods, bodies that are not UTF-8 JSON: our error shape too
-        return JSONResponse(status_code=exc.status_code, content={"status": "error", "message": str(exc.detail)},
+        return JSONResponse(status_code=exc.status_code, content={"status": "error", "message": redact_uri(exc.detail)},
                             headers=getattr(exc, "headers", None))
 
     @app.exception_handler(KeyError)
@@ -518,7 +524,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                 continue
             out[name] = {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                          "explanation": rec.explanation, "prediction_source": rec.prediction_source}
-        return out
+        return _plain(out)
 
     @app.post("/hardware/map", response_model=MapResponse)
     def hardware_map(req: MapRequest) -> dict[str, Any]:

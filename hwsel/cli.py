@@ -503,12 +503,36 @@ def _message(exc: BaseException) -> str:
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
 
+class _RedactingFormatter(logging.Formatter):
+    """A log line (traceback included) with every URI's password masked (`redact_uri`)."""
+
+    def format(self, record: logging.LogRecord) -> str:
+        return redact_uri(super().format(record))
+
+
+def _redact_output() -> None:
+    """Every log line and warning this process prints goes through `redact_uri` (issue 18): MLflow
+    and our own layers quote the tracking URI they were given, password and all."""
+    for handler in logging.getLogger().handlers:
+        if not isinstance(handler.formatter, _RedactingFormatter):
+            fmt = handler.formatter._fmt if handler.formatter is not None else None
+            handler.setFormatter(_RedactingFormatter(fmt))
+    shown = warnings.formatwarning
+    if not getattr(shown, "_hwsel_redacts", False):
+        def formatwarning(*args: Any, **kwargs: Any) -> str:
+            return redact_uri(shown(*args, **kwargs))
+
+        formatwarning._hwsel_redacts = True  # type: ignore[attr-defined]
+        warnings.formatwarning = formatwarning
+
+
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of ``hwsel``; returns the exit code."""
     parser = build_parser()
     args = parser.parse_args(argv)
     level = logging.WARNING - 10 * min(args.verbose, 2)
     logging.basicConfig(level=level, format="%(levelname)s %(name)s: %(message)s")
+    _redact_output()
     if args.verbose == 0:
         # our warnings say which layer is off and why; once is enough
         warnings.filterwarnings("once")

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
@@ -202,12 +203,13 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
         if source is None:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
     sources = [str(s) for s in data.source_list(source)]
-    where = ", ".join(sources)
+    where = data.describe_sources(sources)  # shown: a tracking URI's password masked (issue 18)
     try:
         runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers
-        warnings.warn(f"benchmark data not loaded from {where}: {exc}", HwselWarning, stacklevel=3)
-        return None, f"benchmark data not loaded: {exc}"
+        why = redact_uri(str(exc))  # MLflow quotes the URI it was given, password and all
+        warnings.warn(f"benchmark data not loaded from {where}: {why}", HwselWarning, stacklevel=3)
+        return None, f"benchmark data not loaded: {why}"
     if runs is None or not len(runs):
         return None, f"no passed benchmark runs in {where}"
     return runs, ""

@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
@@ -134,7 +135,7 @@ class RegisteredLayer:
                     self._grid[key] = scored.slice(k * len(grid), (k + 1) * len(grid))
             far = self._score([queries[i] for i in beyond]) if beyond else None
         except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
-            warnings.warn(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer",
+            warnings.warn(redact_uri(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer"),
                           HwselWarning, stacklevel=3)
             return out
         version = champion_summary(self.champions["latency"]).get("version")
@@ -280,8 +281,8 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
             with quiet_mlflow():
                 champion = registry.load_champion(target, tracking_uri)
         except Exception as exc:  # an unreadable registry must not stop estimates from the other layers
-            warnings.warn(f"registered {target} model not loaded: {type(exc).__name__}: {exc}", HwselWarning,
-                          stacklevel=3)
+            warnings.warn(redact_uri(f"registered {target} model not loaded: {type(exc).__name__}: {exc}"),
+                          HwselWarning, stacklevel=3)
             champion = None
         if champion is not None:
             champions[target] = champion
