@@ -242,3 +242,105 @@ __all__ = [
     "SessionInfo",
     "normalize_record",
 ]
+
+
+# --- what can be a measurement at all (issue 18) ----------------------------------------------
+# A passed record carries numbers some other program measured; a NaN, a zero or a latency of
+# 1e12 ms (31 years) is no measurement, and one such record made a model 17x worse the @champion.
+# The bounds are physical, wide enough that no real run meets them:
+
+#: Fastest forward any record may claim: 100 ns, the cost of a few hundred instructions; a
+#: framework's dispatch of one operator alone takes longer (and `perf_counter` itself ~50 ns).
+MIN_LATENCY_MS = 1e-4
+#: Slowest: one day per forward; no session waits that long for a single iteration.
+MAX_LATENCY_MS = 86_400_000.0
+#: Peak FLOP/s of any single device, 10 PFLOP/s: above every accelerator's dense peak (an H100
+#: ~1 PFLOP/s bf16, a B200 ~4.5 PFLOP/s fp8); the committed H100 records reach 0.4 PFLOP/s. A
+#: latency below ``flops_per_forward / MAX_DEVICE_FLOPS`` would beat every device there is.
+MAX_DEVICE_FLOPS = 1e16
+#: Largest memory figure (MiB) a record may hold: 1 PiB.
+MAX_MEMORY_MB = float(2**30)
+
+#: Latency statistics that, where present, must be finite and positive (dispersions may be 0).
+_LATENCIES: tuple[str, ...] = ("latency_ms_mean", "latency_ms_min", "latency_ms_max", "latency_ms_p90",
+                               "latency_ms_p95", "latency_ms_p99", "cold_latency_ms", "ttft_ms",
+                               "decode_ms_per_token")
+_DISPERSIONS: tuple[str, ...] = ("latency_ms_stddev", "latency_ms_iqr")
+_MEMORIES: tuple[str, ...] = ("peak_host_rss_mb", "peak_device_memory_mb")
+
+
+def _number(value: Any) -> float | None:
+    """`value` as a float (NaN where it is no number, e.g. pandas' NA); None where it is missing."""
+    if value is None or isinstance(value, bool):
+        return None
+    try:
+        return float(value)
+    except (TypeError, ValueError):
+        return float("nan")
+
+
+def measurement_problem(record: BenchmarkRecord | Mapping[str, Any]) -> str | None:
+    """Why `record` cannot be a measurement, or None when it can.
+
+    Only ``passed`` records are judged (a failed or crashed case measured nothing). The answer
+    starts with a short reason that is the same for every record with that fault (e.g.
+    ``"latency_ms_median not finite"``), then the value in parentheses, so callers can count
+    records by reason. Checks: the median latency is there, finite and within `MIN_LATENCY_MS`
+    .. `MAX_LATENCY_MS`, and not faster than `MAX_DEVICE_FLOPS` allows for its FLOPs; the other
+    latency statistics, throughput and memory, where present, are finite and in range, and
+    min <= median <= max; raw timings are finite and positive. A NaN in an optional field reads
+    as missing (a frame's empty cell is NaN); an infinity does not.
+
+    Takes a `BenchmarkRecord` or a mapping of its fields (a record dict, a frame row).
+    """
+    import math
+
+    data: Mapping[str, Any] = record.to_dict() if isinstance(record, BenchmarkRecord) else record
+    if data.get("status", "passed") != "passed":
+        return None
+    median = _number(data.get("latency_ms_median"))
+    if median is None:
+        return "latency_ms_median missing (a passed record without a median latency)"
+    if not math.isfinite(median):
+        return f"latency_ms_median not finite ({median})"
+    if median <= 0:
+        return f"latency_ms_median <= 0 ({median:g} ms)"
+    if median < MIN_LATENCY_MS:
+        return f"latency_ms_median below {MIN_LATENCY_MS * 1e6:g} ns ({median:g} ms)"
+    if median > MAX_LATENCY_MS:
+        return f"latency_ms_median above one day ({median:g} ms)"
+    flops = _number(data.get("flops_per_forward"))
+    if flops is not None and math.isfinite(flops) and flops > 0 and median < flops / MAX_DEVICE_FLOPS * 1e3:
+        return (f"latency_ms_median faster than any device ({median:g} ms for {flops:.3g} FLOPs: "
+                f"{flops / median * 1e3:.3g} FLOP/s > {MAX_DEVICE_FLOPS:g})")
+    for name in (*_LATENCIES, *_DISPERSIONS, "throughput_items_per_s", *_MEMORIES):
+        value = _number(data.get(name))
+        if value is None or math.isnan(value):
+            continue
+        if not math.isfinite(value):
+            return f"{name} not finite ({value})"
+        if value < 0 or (value == 0 and name in (*_LATENCIES, "throughput_items_per_s")):
+            return f"{name} {'<= 0' if name in (*_LATENCIES, 'throughput_items_per_s') else '< 0'} ({value:g})"
+        if name in _MEMORIES and value > MAX_MEMORY_MB:
+            return f"{name} above 1 PiB ({value:g} MiB)"
+        if name in _LATENCIES and value > MAX_LATENCY_MS:
+            return f"{name} above one day ({value:g} ms)"
+    low, high = _number(data.get("latency_ms_min")), _number(data.get("latency_ms_max"))
+    slack = 1e-9 * median
+    if (low is not None and low > median + slack) or (high is not None and high < median - slack):  # NaN: False
+        return f"latency order broken (min {low}, median {median:g}, max {high})"
+    iterations = _number(data.get("iterations"))
+    if iterations is not None and not math.isnan(iterations) and not (math.isfinite(iterations) and iterations >= 1):
+        return f"iterations < 1 ({iterations})"
+    timings = data.get("timings_ms")
+    if timings is not None and not isinstance(timings, str | bytes):
+        try:
+            bad = [t for t in timings if not (math.isfinite(float(t)) and float(t) > 0)]
+        except (TypeError, ValueError):
+            bad = ["not a number"]
+        if bad:
+            return f"timings_ms not finite or <= 0 ({bad[0]})"
+    return None
+
+
+__all__ += ["MAX_DEVICE_FLOPS", "MAX_LATENCY_MS", "MAX_MEMORY_MB", "MIN_LATENCY_MS", "measurement_problem"]
