@@ -1,7 +1,8 @@
 """The `hwbench` command line: detect hardware, list models, and work with stored results.
 
 Exit codes: 0 success, 1 a check failed (e.g. `compare` found a regression), 2 bad usage or
-input, 3 a store could not be reached.
+input (also a corrupt DuckDB file: move it aside and rebuild it with `hwbench replay --sinks duckdb
+--move-corrupt`), 3 a store could not be reached (also a DuckDB file another process holds).
 """
 
 from __future__ import annotations
@@ -10,12 +11,14 @@ import argparse
 import json
 import sys
 from collections.abc import Callable, Sequence
+from pathlib import Path
 from typing import TYPE_CHECKING
 
 from .sinks.redact import redact_uri
 
 if TYPE_CHECKING:
     from .plugin import TrackingConfig
+    from .record import BenchmarkRecord
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -136,25 +139,92 @@ def _session_id(db: str, wanted: str | None) -> str:
     return str(matches[0])
 
 
+#: Sinks `hwbench replay` knows, in the order it replays them.
+REPLAY_SINKS = ("mlflow", "duckdb")
+
+
+def _replay_args(parser: argparse.ArgumentParser) -> None:
+    from .sinks import DEFAULT_DEADLINE_S
+
+    _store_args(parser, mlflow=True)
+    parser.add_argument("--sinks", default=",".join(REPLAY_SINKS), metavar="NAMES",
+                        help=f"comma-separated sinks to replay, each on its own: {', '.join(REPLAY_SINKS)} "
+                             "(default: all)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+                        help="give up on a sink whose store leaves one call unanswered this long "
+                             f"(default {DEFAULT_DEADLINE_S:g}; 0: wait without limit)")
+    parser.add_argument("--move-corrupt", action="store_true",
+                        help="a DuckDB file that is corrupt is renamed to NAME.corrupt-TIME and rebuilt "
+                             "from the spool")
+
+
+def _wanted_sinks(text: str) -> list[str]:
+    names = [n.strip() for n in text.split(",") if n.strip()]
+    unknown = [n for n in names if n not in REPLAY_SINKS]
+    if unknown or not names:
+        raise ValueError(f"--sinks: {', '.join(map(repr, unknown)) or 'empty list'} not accepted; "
+                         f"accepted: {', '.join(REPLAY_SINKS)}")
+    return list(dict.fromkeys(names))
+
+
+def _move_aside_if_corrupt(path: Path) -> Path | None:
+    """Rename the DuckDB file at `path` if it cannot be read as one; the new name, or None."""
+    import time
+
+    from .sinks.duckdb_sink import DuckDBFileError, list_sessions
+
+    if not path.exists():
+        return None
+    try:
+        list_sessions(path)
+    except DuckDBFileError as exc:
+        if exc.kind != "corrupt":
+            return None
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        path.rename(aside)
+        wal = path.with_name(path.name + ".wal")
+        if wal.exists():
+            wal.rename(aside.with_name(aside.name + ".wal"))
+        return aside
+    except Exception:  # noqa: BLE001 - not corrupt in the way we can tell: let the replay say what it is
+        return None
+    return None
+
+
 def _replay(args: argparse.Namespace) -> int:
-    from .sinks import DuckDBSink, MlflowSink, Spool, replay
+    from .sinks import DuckDBSink, MlflowSink, Spool, replay_each
 
     cfg = _tracking(args)
+    wanted = _wanted_sinks(args.sinks)
+    if args.timeout < 0:
+        raise ValueError(f"--timeout: {args.timeout} is out of range; accepted: 0 (no limit) or more seconds")
     spool = Spool(cfg.spool_dir)
     if not spool.records_path.exists():
         print(f"hwbench replay: nothing spooled in {cfg.spool_dir}")
         return EXIT_OK
-    sinks = [MlflowSink(cfg.mlflow_uri, cfg.experiment), DuckDBSink(cfg.db_path)]
-    print(f"hwbench replay: {spool.records_path} -> MLflow {redact_uri(cfg.mlflow_uri)}, DuckDB {cfg.db_path}",
-          flush=True)
-    try:
-        counts = replay(spool, sinks)
-    except Exception as exc:  # a sink that is still down
-        print(f"hwbench replay: error: {redact_uri(f'{type(exc).__name__}: {exc}')}; records stay spooled, "
-              "try again later", file=sys.stderr)
-        return EXIT_STORE
-    for name, count in counts.items():
-        print(f"  {name}: {count} records written")
+    if args.move_corrupt and "duckdb" in wanted:
+        aside = _move_aside_if_corrupt(cfg.db_path)
+        if aside is not None:
+            print(f"hwbench replay: {cfg.db_path} was corrupt: moved to {aside}; rebuilding it from the spool")
+    sinks = {"mlflow": lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment), "duckdb": lambda: DuckDBSink(cfg.db_path)}
+    shown = {"mlflow": f"MLflow {redact_uri(cfg.mlflow_uri)}", "duckdb": f"DuckDB {cfg.db_path}"}
+    print(f"hwbench replay: {spool.records_path} -> {', '.join(shown[n] for n in wanted)}", flush=True)
+    results = replay_each(spool, [sinks[n]() for n in wanted], deadline_s=args.timeout or None,
+                          notify=lambda line: print(line, file=sys.stderr, flush=True))
+    for result in results:
+        if result.ok:
+            print(f"  {result.name}: {result.written} records written")
+        else:
+            print(f"  {result.name}: not replayed ({result.written} records written before): "
+                  f"{redact_uri(result.error or '')}")
+    if results and results[0].refused:
+        print(f"  {results[0].refused} spooled records refused: not measurements (see the warnings)")
+    failed = [r.name for r in results if not r.ok]
+    if failed:
+        print(f"hwbench replay: error: {', '.join(failed)} not replayed; their records stay spooled, run "
+              f"`hwbench replay --sinks {','.join(failed)}` once the store is back", file=sys.stderr)
+        corrupt = any("is corrupt" in (r.error or "") for r in results if not r.ok)
+        return EXIT_USAGE if corrupt else EXIT_STORE
     return EXIT_OK
 
 
@@ -195,26 +265,65 @@ def _report(args: argparse.Namespace) -> int:
 
 def _compare_args(parser: argparse.ArgumentParser) -> None:
     _store_args(parser)
-    parser.add_argument("session_a", metavar="SESSION_A", help="baseline session (id, prefix or 'latest')")
-    parser.add_argument("session_b", metavar="SESSION_B", help="candidate session (id, prefix or 'latest')")
-    parser.add_argument("--threshold", type=float, default=0.10, help="relative change that counts (default 0.10)")
-    parser.add_argument("--alpha", type=float, default=0.05, help="Mann-Whitney U significance (default 0.05)")
+    parser.add_argument("session_a", metavar="SESSION_A",
+                        help="baseline: a session id, a unique prefix, 'latest', 'all', or several ids joined by "
+                             "commas (a history of sessions: their spread is the baseline's noise)")
+    parser.add_argument("session_b", metavar="SESSION_B", help="candidate, in the same forms")
+    parser.add_argument("--source-a", default=None, metavar="SOURCE",
+                        help="where A's records are: a DuckDB file, an MLflow tracking URI, a spool directory or a "
+                             ".jsonl record file (e.g. replayed from another machine); default: the DuckDB file")
+    parser.add_argument("--source-b", default=None, metavar="SOURCE", help="where B's records are (default: as A)")
+    parser.add_argument("--experiment", default=None, metavar="NAME",
+                        help="MLflow experiment of an MLflow source (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    parser.add_argument("--threshold", type=float, default=0.10,
+                        help="relative change of the median that counts (default 0.10)")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="significance of the Mann-Whitney U test on rounds (default 0.05)")
+
+
+def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> list[BenchmarkRecord]:
+    """The records of the sessions `wanted` names (see `_compare_args`) among `records`."""
+    newest: dict[str, str] = {}
+    for record in records:
+        newest[record.session_id] = max(newest.get(record.session_id, ""), record.created_at)
+    ids = sorted(newest, key=newest.__getitem__, reverse=True)
+    if not ids:
+        raise ValueError(f"{where} holds no records; run the benchmarks first")
+    if wanted == "all":
+        return records
+    chosen: list[str] = []
+    for part in (p.strip() for p in wanted.split(",")):
+        if part == "latest":
+            chosen.append(ids[0])
+            continue
+        matches = [i for i in ids if i.startswith(part)] if part else []
+        if len(matches) != 1:
+            what = "matches no" if not matches else f"matches {len(matches)}"
+            raise ValueError(f"session {part!r} {what} session in {where}; `hwbench sessions` lists them")
+        chosen.append(matches[0])
+    return [r for r in records if r.session_id in set(chosen)]
+
+
+def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
+    from .sinks import load_records, read_records
+
+    if source is None:  # the DuckDB file: read only the sessions asked for
+        db = _db(args)
+        if wanted == "all":
+            return load_records(db)
+        return [r for part in wanted.split(",") for r in load_records(db, _session_id(db, part.strip()))]
+    records = read_records(source, experiment=args.experiment, with_timings=True)
+    return _pick_sessions(records, wanted, redact_uri(source))
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import compare_sessions, format_table
-    from .sinks import load_results, load_timings
+    from .compare import compare_records, exit_code, format_table
 
-    db = _db(args)
-    frames, timings = [], []
-    for wanted in (args.session_a, args.session_b):
-        frame = load_results(db, _session_id(db, wanted))
-        frames.append(frame)
-        timings.append(load_timings(db, list(frame["record_id"])))
-    comparisons = compare_sessions(frames[0], frames[1], timings[0], timings[1],
-                                   threshold=args.threshold, alpha=args.alpha)
+    a = _compare_side(args, args.source_a, args.session_a)
+    b = _compare_side(args, args.source_b or args.source_a, args.session_b)
+    comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)
     print(format_table(comparisons))
-    return EXIT_CHECK_FAILED if any(c.verdict == "regression" for c in comparisons) else EXIT_OK
+    return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
 
 
 def _export_args(parser: argparse.ArgumentParser) -> None:
@@ -247,19 +356,23 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-register_command("replay", "push spooled records that a sink could not take (idempotent)",
-                 lambda p: _store_args(p, mlflow=True), _replay)
+register_command("replay", "push spooled records that a sink could not take, each sink on its own (idempotent)",
+                 _replay_args, _replay)
 register_command("sessions", "list the sessions in the DuckDB file", _store_args, _sessions)
 register_command("report", "Markdown report, PNG plots and compatibility matrix from DuckDB", _report_args, _report)
-register_command("compare", "regressions between two sessions (exit 1 on a significant one)", _compare_args,
-                 _compare)
+register_command("compare", "regressions between two sessions, tested on rounds (exit 1 on a regression only)",
+                 _compare_args, _compare)
 register_command("export", "export the DuckDB tables to Parquet", _export_args, _export)
 register_command("import-mlflow", "rebuild the DuckDB results from an MLflow server's runs",
                  lambda p: _store_args(p, mlflow=True), _import_mlflow)
 
 
 def build_parser() -> argparse.ArgumentParser:
-    """The argument parser with every registered subcommand."""
+    """The argument parser with every registered subcommand (ours, and those the modules of the
+    ``pytest_hwbench.commands`` entry-point group register on import)."""
+    from ._plugins import COMMANDS_GROUP, load_group
+
+    load_group(COMMANDS_GROUP, kind="command")
     parser = argparse.ArgumentParser(prog="hwbench", description=__doc__.splitlines()[0],
                                      epilog=__doc__.split("\n\n", 1)[1].strip())
     sub = parser.add_subparsers(dest="command", required=True, metavar="COMMAND")
@@ -273,8 +386,13 @@ def main(argv: Sequence[str] | None = None) -> int:
     parser = build_parser()
     args = parser.parse_args(argv)
     run = _COMMANDS[args.command][0]
+    from .sinks.duckdb_sink import DuckDBFileError
+
     try:
         return run(args)
+    except DuckDBFileError as exc:  # locked: the store is unreachable for now; corrupt: bad input
+        print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
+        return EXIT_STORE if exc.kind == "locked" else EXIT_USAGE
     except (ValueError, KeyError, FileNotFoundError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"hwbench {args.command}: error: {redact_uri(message)}", file=sys.stderr)

@@ -195,6 +195,16 @@ def _handle(device_index: int) -> tuple[Any | None, str | None]:
     return None, f"energy: cannot map cuda:{device_index} to an NVML device (tried {tried})"
 
 
+def nvml_handle(device_index: int) -> tuple[Any | None, Any | None]:
+    """(pynvml, the NVML handle of torch's cuda:`device_index`), or (pynvml or None, None) where
+    NVML or that device cannot be read (no driver, not an NVIDIA device)."""
+    pynvml, _ = _nvml()
+    if pynvml is None:
+        return None, None
+    handle, _ = _handle(device_index)
+    return pynvml, handle
+
+
 def _method(pynvml: Any, handle: Any) -> tuple[str | None, str | None]:
     """``"counter"`` or ``"power"`` where the device supports it, else None and why not."""
     try:
@@ -315,6 +325,7 @@ __all__ = [
     "energy_unavailable",
     "integrate_power",
     "measure_energy",
+    "nvml_handle",
     "nvml_lookup_keys",
     "nvml_pci_bus_id",
 ]

@@ -14,9 +14,9 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_hwbench.vocabulary import normalise_mode
+from pytest_hwbench.vocabulary import NOISE_VERDICTS, normalise_mode
 
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: ``crashed``: the process measuring the case died (an xdist worker killed or segfaulted); the
 #: controller wrote the record.
@@ -131,6 +131,17 @@ class BenchmarkRecord:
     avg_power_w: float | None = None
     # raw per-iteration timings, milliseconds
     timings_ms: tuple[float, ...] = ()
+    # interference (schema 3): what else the machine did while the case was timed
+    #: ``clean`` or ``noisy`` (`pytest_hwbench.interference.judge`); None: not judged (an older
+    #: record, a failed case)
+    noise: str | None = None
+    #: why the record is noisy, in words, e.g. ``1.7 of 2 cores busy with other processes``
+    noise_reason: str = ""
+    #: measurements taken for this case (1: the first was clean); the cleanest one is kept
+    tries: int | None = None
+    #: the readings the verdict came from: other_cores, steal_cores, own_cores, cores_allowed,
+    #: load_avg_1m, cpu_mhz, window_s; on NVIDIA GPUs gpu_sm_clock_mhz, gpu_clock_event_reasons...
+    interference: Mapping[str, Any] = field(default_factory=dict)
     # context
     error: str | None = None
     nodeid: str = ""
@@ -147,6 +158,8 @@ class BenchmarkRecord:
             raise ValueError(f"status {self.status!r} is not one of {STATUSES}")
         if self.batch_size < 1:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
+        if self.noise not in (None, *NOISE_VERDICTS):
+            raise ValueError(f"noise {self.noise!r} is not one of {NOISE_VERDICTS} (or None: not judged)")
 
     @property
     def run_name(self) -> str:
@@ -167,6 +180,7 @@ class BenchmarkRecord:
         data["timings_ms"] = list(self.timings_ms)
         data["cpu_affinity"] = list(self.cpu_affinity)
         data["extra"] = dict(self.extra)
+        data["interference"] = dict(self.interference)
         return data
 
     def to_json(self) -> str:
@@ -220,7 +234,9 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     """
     out = dict(data)
     # Version 2 added new_tokens and the compile/generation/energy metrics: all optional, so a
-    # version-1 record reads as one that measured none of them. Later versions add steps here.
+    # version-1 record reads as one that measured none of them. Version 3 added the interference
+    # fields (noise, noise_reason, tries, interference): an older record reads as not judged
+    # (noise None), never as clean. Later versions add steps here.
     out["schema_version"] = SCHEMA_VERSION
     extra = dict(out.get("extra") or {})
     for key in list(out):
@@ -229,6 +245,9 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     out["extra"] = extra
     out["timings_ms"] = tuple(float(t) for t in out.get("timings_ms") or ())
     out["cpu_affinity"] = tuple(int(c) for c in out.get("cpu_affinity") or ())
+    out["interference"] = dict(out.get("interference") or {})
+    if out.get("noise_reason") is None:
+        out["noise_reason"] = ""
     if isinstance(out.get("mode"), str):
         out["mode"] = normalise_mode(out["mode"])  # hwsel wrote "training" before issue 11
     return out
@@ -236,6 +255,7 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "METRIC_FIELDS",
+    "NOISE_VERDICTS",
     "PARAM_FIELDS",
     "SCHEMA_VERSION",
     "BenchmarkRecord",

@@ -22,14 +22,22 @@ TRAIN_MODE = "train"
 MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
 
 #: Hardware kinds the harness detects and gives a marker each.
-HARDWARE_KINDS: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn")
-#: Hardware kinds that run on the host CPU (their records' device is a CPU).
-CPU_KINDS: frozenset[str] = frozenset({"cpu", "onnxruntime", "openvino"})
+HARDWARE_KINDS: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn",
+                                   "wasm", "webgpu", "webnn")
+#: Hardware kinds that run on the host CPU (their records' device is a CPU; ``wasm``: the
+#: WebAssembly provider of onnxruntime-web in a browser).
+CPU_KINDS: frozenset[str] = frozenset({"cpu", "onnxruntime", "openvino", "wasm"})
+#: Hardware kinds that run in a web browser (onnxruntime-web), whatever device is under them.
+WEB_KINDS: frozenset[str] = frozenset({"wasm", "webgpu", "webnn"})
 
 #: Numeric precisions a case may run in, widest first.
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 #: Bytes one weight or activation element takes in each precision.
 BYTES_PER_PRECISION: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1})
+
+#: A record's interference verdict: nothing else held its cores or device while it was timed, or
+#: something did (`pytest_hwbench.interference`). Records before schema 3 have none.
+NOISE_VERDICTS: tuple[str, ...] = ("clean", "noisy")
 
 #: Where records go when nothing is configured: the MLflow experiment and the local store folder
 #: (``sqlite:///mlruns/mlflow.db`` and ``mlruns/hwbench.duckdb``); the URI itself is resolved
@@ -74,8 +82,10 @@ __all__ = [
     "HARDWARE_KINDS",
     "MODES",
     "MODE_ALIASES",
+    "NOISE_VERDICTS",
     "PRECISIONS",
     "TRAIN_MODE",
+    "WEB_KINDS",
     "bytes_per_element",
     "check_mode",
     "check_precision",

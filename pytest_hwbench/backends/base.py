@@ -38,6 +38,13 @@ class LoadedModel:
     threads: int | None = None
     close: Callable[[], None] = lambda: None
     details: dict[str, Any] | None = None
+    #: Sets the intra-op threads of later calls and returns the count now in effect (the runner
+    #: sizes a retry to the cores other processes left free); None where the runtime fixes its
+    #: threads at load.
+    set_threads: Callable[[int], int] | None = None
+    #: Processes besides this one that do the model's work (e.g. a browser): their CPU time is
+    #: the case's own, not interference from other processes.
+    own_pids: Callable[[], tuple[int, ...]] = lambda: ()
 
 
 @runtime_checkable
@@ -52,6 +59,8 @@ class Backend(Protocol):
     precisions: tuple[str, ...]
     # Optional: ``opt_in_hardware: tuple[str, ...]``, hardware whose cases the default grid
     # leaves out; they run when the backend is named (--hwbench-backends or the hwbench marker).
+    # Optional: ``marker_docs: dict[str, str]``, the docs of markers of its own (registered by the
+    # plugin), and ``shutdown()``, called once at session end to end process-wide resources.
 
     def markers(self, hardware: str) -> tuple[str, ...]:
         """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""

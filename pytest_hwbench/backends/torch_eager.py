@@ -109,6 +109,14 @@ def _threads(hardware: str) -> int | None:
     return torch.get_num_threads() if hardware == "cpu" else None
 
 
+def _set_cpu_threads(count: int) -> int:
+    """torch's intra-op threads set to `count`; the count now in effect."""
+    import torch
+
+    torch.set_num_threads(max(1, int(count)))
+    return int(torch.get_num_threads())
+
+
 def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare: Any, *,
                        sync: Any = None, close: Any = None, details: dict[str, Any] | None = None) -> LoadedModel:
     """The `LoadedModel` of a torch model on `hardware`: device name, sync, timer and threads
@@ -124,6 +132,7 @@ def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare
         threads=_threads(hardware),
         close=close or (lambda: None),
         details=details,
+        set_threads=_set_cpu_threads if hardware == "cpu" else None,
     )
 
 

@@ -1,6 +1,6 @@
 """DuckDB sink and readers: sessions, results and raw timings in one local file.
 
-Tables (schema version 2):
+Tables (schema version 3):
 
 - ``sessions``: one row per `SessionInfo` (package versions and extra as JSON text), plus the
   final ``status`` and ``ended_at`` set by `DuckDBSink.close`;
@@ -26,6 +26,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
 from contextlib import contextmanager
@@ -42,7 +43,7 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_PATH = Path(DEFAULT_STORE_DIR) / "hwbench.duckdb"
-SCHEMA_VERSION = 2
+SCHEMA_VERSION = 3
 
 #: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
 _RESULTS_V1: tuple[tuple[str, str], ...] = (
@@ -122,6 +123,14 @@ _RESULTS_V2_ADDED: tuple[tuple[str, str], ...] = (
     ("avg_power_w", "DOUBLE"),
 )
 
+#: results columns added by schema version 3 (the interference verdict and its readings).
+_RESULTS_V3_ADDED: tuple[tuple[str, str], ...] = (
+    ("noise", "VARCHAR"),
+    ("noise_reason", "VARCHAR"),
+    ("tries", "BIGINT"),
+    ("interference", "VARCHAR"),
+)
+
 #: version -> SQL steps that bring the previous version to it. Add a version, never edit one.
 UPGRADES: dict[int, tuple[str, ...]] = {
     1: (
@@ -130,10 +139,11 @@ UPGRADES: dict[int, tuple[str, ...]] = {
         "CREATE TABLE IF NOT EXISTS timings (record_id VARCHAR NOT NULL, iteration INTEGER NOT NULL, ms DOUBLE)",
     ),
     2: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V2_ADDED),
+    3: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V3_ADDED),
 }
 
 #: Current columns (v1 plus later additions, which go here and into UPGRADES together).
-RESULT_COLUMNS: tuple[tuple[str, str], ...] = _RESULTS_V1 + _RESULTS_V2_ADDED
+RESULT_COLUMNS: tuple[tuple[str, str], ...] = _RESULTS_V1 + _RESULTS_V2_ADDED + _RESULTS_V3_ADDED
 SESSION_COLUMNS: tuple[tuple[str, str], ...] = _SESSIONS_V1
 
 
@@ -249,6 +259,67 @@ def _default_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path if path is not None else DEFAULT_PATH).expanduser().resolve()
 
 
+#: How long opening a file another process holds is retried before giving up (issue 18, item 11:
+#: two runs starting together collide on locks held for milliseconds; a real holder outlasts it).
+LOCK_WAIT_S = 2.0
+_CORRUPT_SIGNS = ("not a valid duckdb database file", "corrupt", "checksum", "serialization error",
+                  "failed to load metadata", "internal error")
+
+
+class DuckDBFileError(RuntimeError):
+    """The DuckDB file cannot be used. `kind` is ``locked`` (another process holds it: wait and
+    run again) or ``corrupt`` (move it aside and rebuild it from the spool with `hwbench replay`);
+    the message says which, and what to do."""
+
+    def __init__(self, path: Path, kind: str, cause: BaseException) -> None:
+        self.path, self.kind = path, kind
+        detail = f"{type(cause).__name__}: {cause}".strip()
+        if kind == "locked":
+            message = (f"DuckDB file {path} is locked by another process ({detail}); nothing is lost: "
+                       "run again once that process has finished or closed the file")
+        else:
+            message = (f"DuckDB file {path} is corrupt ({detail}); move it aside and rebuild it from the "
+                       f"spool: hwbench replay --store STORE --db {path} --sinks duckdb --move-corrupt "
+                       "(or `hwbench import-mlflow` from the MLflow store)")
+        super().__init__(message)
+
+
+def classify_error(exc: BaseException, path: Path) -> DuckDBFileError | None:
+    """`exc` as a `DuckDBFileError` when it says the file at `path` is locked or corrupt, else None."""
+    import duckdb
+
+    if isinstance(exc, DuckDBFileError):
+        return exc
+    if not isinstance(exc, duckdb.Error):
+        return None
+    text = str(exc).lower()
+    if isinstance(exc, duckdb.IOException) and "lock" in text:
+        return DuckDBFileError(path, "locked", exc)
+    if any(sign in text for sign in _CORRUPT_SIGNS):
+        return DuckDBFileError(path, "corrupt", exc)
+    return None
+
+
+def _open(path: Path, **kwargs: Any) -> duckdb.DuckDBPyConnection:
+    """`duckdb.connect(path)`, retrying a lock for up to `LOCK_WAIT_S` seconds; a file that stays
+    locked, or is corrupt, raises `DuckDBFileError`."""
+    import duckdb
+
+    deadline = time.monotonic() + LOCK_WAIT_S
+    pause = 0.01
+    while True:
+        try:
+            return duckdb.connect(str(path), **kwargs)
+        except duckdb.Error as exc:
+            problem = classify_error(exc, path)
+            if problem is None:
+                raise
+            if problem.kind != "locked" or time.monotonic() + pause > deadline:
+                raise problem from None
+        time.sleep(pause)
+        pause = min(pause * 2, 0.2)
+
+
 class DuckDBSink:
     """Writes sessions, results and timings to the DuckDB file at `path`.
 
@@ -274,12 +345,17 @@ class DuckDBSink:
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One thread: these are tiny inserts, and idle worker threads are one more thing running
         # next to the benchmark.
-        con = duckdb.connect(str(self.path), config={"threads": 1})
+        con = _open(self.path, config={"threads": 1})
         try:
             if not self._ready:
                 upgrade(con, self.path)
                 self._ready = True
             yield con
+        except duckdb.Error as exc:
+            problem = classify_error(exc, self.path)
+            if problem is None:
+                raise
+            raise problem from None
         finally:
             con.close()
 
@@ -359,15 +435,15 @@ def _read(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
         raise FileNotFoundError(
             f"no hwbench DuckDB file at {file}; run benchmarks with --hwbench-db {file} first"
         )
-    con = duckdb.connect(str(file), read_only=True)
+    con = _open(file, read_only=True)
     try:
         version = _schema_version(con)
         if 0 < version < SCHEMA_VERSION:
             # An older file: upgrade it in place (adds columns only), then read it.
             con.close()
-            with duckdb.connect(str(file)) as writer:
+            with _open(file) as writer:
                 upgrade(writer, file)
-            con = duckdb.connect(str(file), read_only=True)
+            con = _open(file, read_only=True)
             version = _schema_version(con)
         if version != SCHEMA_VERSION:
             raise RuntimeError(
@@ -375,6 +451,11 @@ def _read(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
                 "open it once with DuckDBSink (which upgrades it) or use a matching pytest-hwbench"
             )
         yield con
+    except duckdb.Error as exc:  # a corrupt block shows when a query reads it
+        problem = classify_error(exc, file)
+        if problem is None:
+            raise
+        raise problem from None
     finally:
         con.close()
 
@@ -407,7 +488,9 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None) ->
     names = ", ".join(name for name, _ in RESULT_COLUMNS)
     with _read(path) as con:
         frame = _frame(con, f"SELECT {names} FROM results {where} ORDER BY created_at, record_id", args)
-    frame["extra"] = [_parse_json(v) for v in frame["extra"]]
+    for name, _ in RESULT_COLUMNS:
+        if FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
+            frame[name] = [_parse_json(v) for v in frame[name]]
     frame["cpu_affinity"] = [tuple(int(c) for c in v) if v is not None else () for v in frame["cpu_affinity"]]
     frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
     return frame
@@ -462,6 +545,8 @@ def load_records(path: str | os.PathLike[str], session_id: str | None = None) ->
             elif value is not None and FIELDS[name].kind == "float":
                 data[name] = float(value)
         data["extra"] = data.get("extra") or {}
+        data["interference"] = data.get("interference") or {}
+        data["noise_reason"] = data.get("noise_reason") or ""
         data["timings_ms"] = timings.get(data["record_id"], [])
         records.append(BenchmarkRecord.from_dict(data))
     return records
@@ -505,9 +590,12 @@ def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:
 register_sink("duckdb", _factory, suffixes=(".duckdb", ".ddb"), reader=_reader)
 
 __all__ = [
+    "LOCK_WAIT_S",
     "SCHEMA_VERSION",
     "UPGRADES",
+    "DuckDBFileError",
     "DuckDBSink",
+    "classify_error",
     "export_parquet",
     "list_sessions",
     "load_records",

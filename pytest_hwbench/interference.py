@@ -1,0 +1,316 @@
+"""What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``.
+
+A timed loop is bracketed by two `HostSnapshot`s. Between them, on the cores this process may use
+(its affinity):
+
+- the CPU time of every process (``/proc/stat``, per core: user, nice, system, irq, softirq) less
+  this process's own (``os.times``) and that of the processes a loaded model names as doing its
+  work (a browser), is the time *other processes* held those cores; when that is too much, the
+  busiest of them are named;
+- ``steal`` is time the hypervisor gave the vCPU to someone else;
+- this process's own CPU time against the wall time says how many cores the case kept busy.
+
+Also read: the 1-minute load average, the CPU clock where the kernel exposes it, and on NVIDIA
+GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reasons and the other
+processes on the device. `judge` turns the readings into a verdict with the reason in words,
+e.g. ``1.7 of 2 cores busy with other processes``. `free_cores` is what a retry sizes its
+intra-op threads to: threads spinning on a core another process holds are what made torch eager
+10x slower on a busy 2-core runner (issue 16).
+"""
+
+from __future__ import annotations
+
+import os
+import time
+from collections.abc import Mapping
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any, Literal
+
+from .vocabulary import NOISE_VERDICTS
+
+Noise = Literal["clean", "noisy"]
+
+#: Other processes' mean load on our cores above which a record is noisy. The floor absorbs the
+#: kernel, the shell and pytest's own helpers (about 0.02-0.1 core on an idle runner).
+MAX_OTHER_CORES = 0.25
+#: Share of the window the hypervisor may steal before a record is noisy.
+MAX_STEAL_SHARE = 0.05
+#: NVML clock-event reasons that mean the GPU was slowed by something other than the case itself
+#: (nvmlClocksEventReasons): hardware slowdown, software and hardware thermal slowdown, power brake.
+GPU_SLOWDOWN_REASONS: dict[int, str] = {
+    0x8: "hardware slowdown",
+    0x20: "software thermal slowdown",
+    0x40: "hardware thermal slowdown",
+    0x80: "power brake slowdown",
+}
+#: Reasons NVML reports that are the case's own doing or a setting, kept as information only.
+GPU_INFO_REASONS: dict[int, str] = {
+    0x1: "idle",
+    0x2: "applications clocks setting",
+    0x4: "software power cap",
+    0x10: "sync boost",
+    0x100: "display clock setting",
+}
+
+_PROC_STAT = Path("/proc/stat")
+_CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
+
+
+def allowed_cores() -> tuple[int, ...]:
+    """The CPU ids this process may run on (all online CPUs where affinity cannot be read)."""
+    try:
+        return tuple(sorted(os.sched_getaffinity(0)))
+    except (AttributeError, OSError):
+        return tuple(range(os.cpu_count() or 1))
+
+
+def _read_proc_stat() -> dict[int, tuple[float, float]]:
+    """CPU id -> (busy seconds, stolen seconds) since boot, from ``/proc/stat``; {} where unreadable."""
+    out: dict[int, tuple[float, float]] = {}
+    try:
+        text = _PROC_STAT.read_text()
+    except OSError:
+        return out
+    for line in text.splitlines():
+        if not line.startswith("cpu") or line.startswith("cpu "):
+            continue
+        name, *fields = line.split()
+        values = [int(v) for v in fields[:8]] + [0] * max(0, 8 - len(fields))
+        user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
+        # guest time is already inside user and nice (proc(5)), so it is not added again
+        out[int(name[3:])] = ((user + nice + system + irq + softirq) / _CLOCK_TICKS, steal / _CLOCK_TICKS)
+    return out
+
+
+def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
+    """CPU seconds used by this process and by `pids` (processes that do the case's work, such as
+    a browser; a process that is gone counts as nothing)."""
+    times = os.times()
+    total = times.user + times.system
+    if pids:
+        import psutil
+
+        for pid in pids:
+            try:
+                cpu = psutil.Process(pid).cpu_times()
+            except (psutil.NoSuchProcess, psutil.AccessDenied):
+                continue
+            total += cpu.user + cpu.system
+    return total
+
+
+def busiest_processes(seconds: float = 0.1, *, limit: int = 3, exclude: tuple[int, ...] = ()) -> list[str]:
+    """The processes other than this one (and `exclude`) that used the most CPU over `seconds`,
+    as ``"python3 (pid 1234) 0.98 cores"``; only those above a tenth of a core."""
+    import psutil
+
+    skip = {os.getpid(), *exclude}
+    procs = [p for p in psutil.process_iter(["name"]) if p.pid not in skip]
+    start = {}
+    for proc in procs:
+        try:
+            cpu = proc.cpu_times()
+            start[proc.pid] = (proc, cpu.user + cpu.system)
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+    began = time.monotonic()
+    time.sleep(seconds)
+    wall = max(time.monotonic() - began, 1e-9)
+    used = []
+    for proc, before in start.values():
+        try:
+            cpu = proc.cpu_times()
+        except (psutil.NoSuchProcess, psutil.AccessDenied):
+            continue
+        cores = (cpu.user + cpu.system - before) / wall
+        if cores >= 0.1:
+            used.append((cores, f"{proc.info.get('name') or '?'} (pid {proc.pid}) {cores:.2f} cores"))
+    return [text for _, text in sorted(used, reverse=True)[:limit]]
+
+
+def _cpu_mhz(cores: tuple[int, ...]) -> float | None:
+    """Mean current clock of `cores` in MHz (cpufreq), None where the kernel does not expose it."""
+    values = []
+    for core in cores:
+        try:
+            values.append(int(Path(f"/sys/devices/system/cpu/cpu{core}/cpufreq/scaling_cur_freq").read_text()) / 1e3)
+        except (OSError, ValueError):
+            continue
+    return round(sum(values) / len(values), 1) if values else None
+
+
+@dataclass(frozen=True)
+class HostSnapshot:
+    """Counters at one instant: wall clock, per-core busy and steal seconds, own CPU seconds."""
+
+    wall_s: float
+    cores: tuple[int, ...]
+    per_core: Mapping[int, tuple[float, float]]
+    own_cpu_s: float
+
+    @classmethod
+    def take(cls, own_pids: tuple[int, ...] = ()) -> HostSnapshot:
+        """Read the counters now; `own_pids` are processes whose CPU time is the case's own."""
+        cores = allowed_cores()
+        return cls(time.monotonic(), cores, _read_proc_stat(), _cpu_seconds(own_pids))
+
+
+def host_readings(start: HostSnapshot, end: HostSnapshot) -> dict[str, Any]:
+    """What happened on the cores of `start` between the two snapshots (the record's readings)."""
+    wall = max(end.wall_s - start.wall_s, 1e-9)
+    cores = start.cores
+    readable = [c for c in cores if c in start.per_core and c in end.per_core]
+    busy = sum(end.per_core[c][0] - start.per_core[c][0] for c in readable)
+    steal = sum(end.per_core[c][1] - start.per_core[c][1] for c in readable)
+    own = max(0.0, end.own_cpu_s - start.own_cpu_s)
+    readings: dict[str, Any] = {
+        "window_s": round(wall, 4),
+        "cores_allowed": len(cores),
+        "cores_online": os.cpu_count() or len(cores),
+        "own_cores": round(own / wall, 3),
+        "load_avg_1m": round(os.getloadavg()[0], 2) if hasattr(os, "getloadavg") else None,
+        "cpu_mhz": _cpu_mhz(cores),
+    }
+    if readable:
+        # /proc/stat counts in clock ticks (10 ms): a share below one tick per window is noise.
+        readings["other_cores"] = round(max(0.0, busy - own) / wall, 3)
+        readings["steal_cores"] = round(max(0.0, steal) / wall, 3)
+    return readings
+
+
+def gpu_readings(device_index: int) -> dict[str, Any]:
+    """NVML readings of torch's cuda:`device_index` now: SM clock and its maximum, clock-event
+    reasons, other processes on the device; {} where NVML cannot be read (no driver, not NVIDIA)."""
+    from .energy import nvml_handle
+
+    pynvml, handle = nvml_handle(device_index)
+    if handle is None:
+        return {}
+    out: dict[str, Any] = {}
+    try:
+        out["gpu_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
+        out["gpu_sm_clock_max_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
+    except pynvml.NVMLError:
+        pass
+    reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
+        pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
+    try:
+        if reasons is not None:
+            out["gpu_clock_event_reasons"] = int(reasons(handle))
+    except pynvml.NVMLError:
+        pass
+    try:
+        procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
+        out["gpu_process_pids"] = sorted({int(p.pid) for p in procs})
+    except pynvml.NVMLError:
+        pass
+    return out
+
+
+def _own_pids() -> set[int]:
+    return {os.getpid()}
+
+
+def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> tuple[Noise, str]:
+    """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
+    `gpu_readings`): other processes on our cores, stolen time, a GPU slowed by heat or power, or
+    other processes on the GPU. Several reasons are joined with ``; ``."""
+    reasons: list[str] = []
+    cores = readings.get("cores_allowed") or 0
+    other = readings.get("other_cores")
+    if other is not None and other > MAX_OTHER_CORES:
+        busiest = readings.get("busiest") or ()
+        named = f" (busiest: {', '.join(busiest)})" if busiest else ""
+        reasons.append(f"{other:.1f} of {cores} cores busy with other processes{named}")
+    steal = readings.get("steal_cores")
+    if steal is not None and cores and steal > MAX_STEAL_SHARE * cores:
+        reasons.append(f"{steal:.2f} cores stolen by the hypervisor")
+    event = readings.get("gpu_clock_event_reasons")
+    if event:
+        slow = [name for bit, name in GPU_SLOWDOWN_REASONS.items() if event & bit]
+        if slow:
+            clock, top = readings.get("gpu_sm_clock_mhz"), readings.get("gpu_sm_clock_max_mhz")
+            at = f" (SM clock {clock} of {top} MHz)" if clock and top else ""
+            reasons.append(f"GPU clocks reduced by {', '.join(slow)}{at}")
+    pids = readings.get("gpu_process_pids")
+    if pids:
+        others = sorted(set(pids) - (own_pids if own_pids is not None else _own_pids()))
+        if others:
+            shown = ", ".join(str(p) for p in others[:5])
+            reasons.append(f"{len(others)} other process{'es' if len(others) > 1 else ''} on the GPU (pid {shown})")
+    return ("noisy", "; ".join(reasons)) if reasons else ("clean", "")
+
+
+def free_cores(readings: Mapping[str, Any]) -> int:
+    """Cores of ours that other processes left free in that window (at least 1)."""
+    cores = int(readings.get("cores_allowed") or 1)
+    other = float(readings.get("other_cores") or 0.0)
+    return max(1, min(cores, int(cores - other + 0.5)))
+
+
+def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
+    """How much the case was disturbed, in cores; orders the tries of a case (least is kept).
+
+    On the CPU it is oversubscription: our `threads` (else the cores we kept busy) plus the other
+    processes' load plus stolen time, beyond the cores we may use. A try whose threads each had a
+    core to themselves scores 0 even with others busy on the remaining cores. A slowed or shared
+    GPU adds one core's worth.
+    """
+    cores = float(readings.get("cores_allowed") or 1)
+    demand = float(threads) if threads else float(readings.get("own_cores") or 0.0)
+    other = float(readings.get("other_cores") or 0.0) + float(readings.get("steal_cores") or 0.0)
+    value = max(0.0, min(demand, cores) + other - cores) + 0.01 * other  # ties: the quieter window
+    if any(bit & int(readings.get("gpu_clock_event_reasons") or 0) for bit in GPU_SLOWDOWN_REASONS):
+        value += 1.0
+    if set(readings.get("gpu_process_pids") or ()) - _own_pids():
+        value += 1.0
+    return value
+
+
+class InterferenceMonitor:
+    """Brackets a timed loop: ``with InterferenceMonitor() as monitor: ...`` then
+    `monitor.readings` (the host's, plus the GPU's on NVIDIA devices when `gpu_index` is given).
+
+    `own_pids` are processes doing the measured work besides this one (their CPU time is not
+    "other"). When other processes held more than `MAX_OTHER_CORES`, the busiest of them are
+    looked up (a tenth of a second more) and named in ``readings["busiest"]``.
+    """
+
+    def __init__(self, gpu_index: int | None = None, own_pids: tuple[int, ...] = ()) -> None:
+        self.gpu_index = gpu_index
+        self.own_pids = tuple(own_pids)
+        self.readings: dict[str, Any] = {}
+
+    def __enter__(self) -> InterferenceMonitor:
+        self._start = HostSnapshot.take(self.own_pids)
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.readings = host_readings(self._start, HostSnapshot.take(self.own_pids))
+        if self.gpu_index is not None:
+            self.readings.update(gpu_readings(self.gpu_index))
+        if (self.readings.get("other_cores") or 0.0) > MAX_OTHER_CORES:
+            try:
+                self.readings["busiest"] = busiest_processes(exclude=self.own_pids)
+            except Exception:  # naming them is a courtesy; the verdict stands without it
+                pass
+
+
+__all__ = [
+    "GPU_INFO_REASONS",
+    "GPU_SLOWDOWN_REASONS",
+    "MAX_OTHER_CORES",
+    "MAX_STEAL_SHARE",
+    "NOISE_VERDICTS",
+    "HostSnapshot",
+    "InterferenceMonitor",
+    "Noise",
+    "allowed_cores",
+    "busiest_processes",
+    "free_cores",
+    "gpu_readings",
+    "host_readings",
+    "judge",
+    "severity",
+]
