@@ -16,6 +16,10 @@ from .errors import HwbenchWarning
 BACKENDS_GROUP = "pytest_hwbench.backends"
 SINKS_GROUP = "pytest_hwbench.sinks"
 SCENARIOS_GROUP = "pytest_hwbench.scenarios"
+#: Modules that add hardware probes to `pytest_hwbench.hardware.PROBES` for targets of their own.
+HARDWARE_GROUP = "pytest_hwbench.hardware"
+#: Modules that add `hwbench` subcommands (`pytest_hwbench.cli.register_command`).
+COMMANDS_GROUP = "pytest_hwbench.commands"
 OWN_DISTRIBUTION = "pytest-hwbench"
 
 
@@ -70,4 +74,5 @@ class Registry(Generic[T]):
         return self.items
 
 
-__all__ = ["BACKENDS_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry", "load_group"]
+__all__ = ["BACKENDS_GROUP", "COMMANDS_GROUP", "HARDWARE_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry",
+           "load_group"]

@@ -542,7 +542,8 @@ def detect_qnn() -> TargetInfo:
                       {"version": getattr(hub, "__version__", "?")})
 
 
-#: Probe per target. Third-party code may add probes before the first `detect_hardware()` call.
+#: Probe per target. Modules of the ``pytest_hwbench.hardware`` entry-point group add theirs on
+#: import (`detect_hardware` imports them first); other code may add probes before the first call.
 PROBES: dict[str, Callable[[], TargetInfo]] = {
     "cpu": detect_cpu,
     "cuda": detect_cuda,
@@ -558,6 +559,9 @@ PROBES: dict[str, Callable[[], TargetInfo]] = {
 @functools.cache
 def detect_hardware() -> HardwareInfo:
     """Probe every target once per process; a probe that crashes reports the target unavailable."""
+    from ._plugins import HARDWARE_GROUP, load_group
+
+    load_group(HARDWARE_GROUP, kind="hardware probe")
     targets = {}
     for name, probe in PROBES.items():
         try:

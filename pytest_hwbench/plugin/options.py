@@ -204,7 +204,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def register_markers(config: pytest.Config) -> None:
     """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist)."""
     modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()}
-    for name, doc in {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}.items():
+    markers = {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}
+    for backend in registered_backends().values():  # markers a backend brings (e.g. its own targets)
+        for hardware in backend.hardware:
+            for name in backend.markers(hardware):
+                docs = getattr(backend, "marker_docs", {})
+                markers.setdefault(name, docs.get(name, f"cases of the {backend.name} backend on {hardware}"))
+    for name, doc in markers.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     if not config.pluginmanager.hasplugin("xdist"):
         # Cases carry xdist_group for `--dist loadgroup`; without xdist nobody registers it.

@@ -25,6 +25,7 @@ from typing import Any
 
 import pytest
 
+from ..backends.base import registered_backends
 from ..hardware import HardwareInfo, detect_hardware
 from ..record import BenchmarkRecord, SessionInfo
 from ..runner import BenchCase, Runner, failed_record
@@ -334,6 +335,12 @@ class HwbenchState:
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._runner is not None:
             self._runner.close()
+            # Backends that hold a process-wide resource (a browser) end it here: also after a
+            # failure or Ctrl-C, which still finish the session.
+            for backend in registered_backends().values():
+                shutdown = getattr(backend, "shutdown", None)
+                if callable(shutdown):
+                    shutdown()
         if self.is_worker:  # the controller prints the summary: hand it this worker's notes
             output = self.config.workeroutput  # type: ignore[attr-defined]
             output["hwbench_notes"] = list(dict.fromkeys(self.notes))

@@ -1,0 +1,289 @@
+"""onnxruntime-web backend: the shared ONNX export, run by onnxruntime-web in a headless Chromium.
+
+Hardware targets (one marker each): ``wasm`` (the WebAssembly execution provider, bundle
+``ort.wasm.min.mjs``), ``webgpu`` (the WebGPU provider, ``ort.webgpu.min.mjs``) and ``webnn``
+(``ort.min.mjs``). The model is `_onnx_export.export_onnx`'s file (the fp16 variant of the
+onnxruntime backend for fp16), served with the case's inputs by the driver's server on
+127.0.0.1 (`pytest_hwbench.web`).
+
+Timing happens in the page: ``performance.now()`` around each ``session.run``, a cold call,
+warm-up by count and by time (`WARMUP_S`; V8 keeps compiling the wasm in the background), then
+the run's min iterations and min time. The call that `prepare` returns has
+``measure_remote(timing)``; the runner calls it (timer ``"remote"``) and the page's
+per-iteration times become the record's timings. The device name is what the browser reports
+(the WebGPU adapter; a software adapter such as SwiftShader says so, and ``extra`` carries
+``web_software_adapter``); ``extra`` holds the browser and onnxruntime-web versions and bundle.
+
+Precision is read back: the graph's weights (`graph_precision`) and the output types the page saw.
+One browser per process, started at the first load and reused; `shutdown` (session end), a
+failure (the driver kills a crashed or hung browser, the next case starts a new one) and
+interpreter exit end it with its process group.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import importlib.util
+import os
+import threading
+from pathlib import Path
+from typing import Any
+
+from ..errors import PrecisionMismatch, UnsupportedCase
+from ..hardware import HardwareInfo
+from ..models import ModelSpec
+from ._onnx_export import export_onnx
+from .base import LoadedModel, register_backend
+
+#: onnxruntime-web bundle per target (FACTS.md: asking a bundle for a provider it lacks fails
+#: with "no available backend found").
+BUNDLES: dict[str, str] = {"wasm": "ort.wasm.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.min.mjs"}
+#: Seconds of warm-up in the page, besides the run's warm-up count (``$HWBENCH_WEB_WARMUP_S``).
+WARMUP_S = 1.0
+WARMUP_ENV = "HWBENCH_WEB_WARMUP_S"
+#: Seconds one load or one measurement may take in the page before the browser is killed
+#: (``$HWBENCH_WEB_TIMEOUT_S``): a hang becomes a failed case, the next case gets a new browser.
+TIMEOUT_S = 300.0
+TIMEOUT_ENV = "HWBENCH_WEB_TIMEOUT_S"
+#: wasm threads (``$HWBENCH_WEB_THREADS``); unset: onnxruntime-web's default (half the cores, at most 4).
+THREADS_ENV = "HWBENCH_WEB_THREADS"
+#: numpy dtype -> onnxruntime-web tensor type.
+_PAGE_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32", "bool": "bool",
+                "uint8": "uint8", "int8": "int8"}
+#: onnxruntime-web output tensor type -> our precision name.
+_OUTPUT_PRECISION = {"float32": "fp32", "float16": "fp16"}
+
+
+def _env_float(name: str, default: float) -> float:
+    text = os.environ.get(name, "").strip()
+    if not text:
+        return default
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
+    if not value >= 0:
+        raise ValueError(f"{name}={text!r} must be >= 0")
+    return value
+
+
+def _web() -> Any:
+    from .. import web
+
+    return web
+
+
+class _PageCall:
+    """What `prepare` returns: `measure_remote` measures in the page; calling it refuses."""
+
+    def __init__(self, model: _PageModel, feeds: list[dict[str, Any]], blob: bytes) -> None:
+        self.model = model
+        self.feeds = feeds
+        self.blob = blob
+
+    def __call__(self) -> Any:
+        raise RuntimeError("onnxruntime-web: this case runs in a browser page; its times come from "
+                           "measure_remote(timing) (timer 'remote'), a Python clock measures nothing here")
+
+    def measure_remote(self, timing: Any) -> dict[str, Any]:
+        return self.model.measure(self, timing)
+
+
+class _PageModel:
+    """One session in the page: load, measure per input shape, release."""
+
+    def __init__(self, spec: ModelSpec, hardware: str, precision: str, path: Path, key: str) -> None:
+        self.spec, self.hardware, self.precision, self.path, self.key = spec, hardware, precision, path, key
+        self.bundle = BUNDLES[hardware]
+        self.details: dict[str, Any] = {}
+        self._driver = _web().shared_driver()
+        self._launches = -1
+
+    def providers(self, device_type: str | None) -> list[Any]:
+        if self.hardware == "webnn":
+            return [{"name": "webnn", "deviceType": device_type or "cpu"}]
+        return [self.hardware]
+
+    def load(self, device_type: str | None) -> dict[str, Any]:
+        driver = self._driver
+        url = driver.add_blob(self.path)
+        threads = os.environ.get(THREADS_ENV, "").strip()
+        try:
+            value = driver.call("load", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S), key=self.key,
+                                model=url, executionProviders=self.providers(device_type),
+                                numThreads=int(threads) if threads else 0)
+        finally:
+            driver.drop_blob(url)
+        self._launches = driver.launches
+        self.details.update({"web_bundle": self.bundle, "web_ort_version": driver.hello.get("ortVersion"),
+                             "web_user_agent": driver.hello.get("userAgent"),
+                             "web_cross_origin_isolated": driver.hello.get("crossOriginIsolated"),
+                             "web_session_create_ms": round(float(value.get("createMs") or 0.0), 3)})
+        return dict(value)
+
+    def _reload_if_restarted(self) -> None:
+        # A crash or hang in another case restarted the browser: this page has no session now.
+        if self._driver.launches != self._launches or not self._driver.running():
+            self.load(self.details.get("web_device_type"))
+
+    def prepare(self, inputs: dict[str, Any]) -> _PageCall:
+        import numpy as np
+
+        feeds, chunks, offset = [], [], 0
+        for name in self.input_names:
+            if name not in inputs:
+                raise ValueError(f"onnxruntime-web session needs input {name!r}; got {sorted(inputs)}")
+            array = inputs[name].detach().cpu().numpy()
+            if array.dtype.kind == "f":
+                array = array.astype(np.float16 if self.precision == "fp16" else np.float32)
+            array = np.ascontiguousarray(array)
+            dtype = _PAGE_DTYPES.get(str(array.dtype))
+            if dtype is None:
+                raise UnsupportedCase(f"onnxruntime-web: input {name} has dtype {array.dtype}, which the page cannot feed")
+            data = array.tobytes()
+            feeds.append({"name": name, "dtype": dtype, "dims": list(array.shape), "offset": offset, "bytes": len(data)})
+            chunks.append(data)
+            offset += len(data)
+        return _PageCall(self, feeds, b"".join(chunks))
+
+    def measure(self, call: _PageCall, timing: Any) -> dict[str, Any]:
+        self._reload_if_restarted()
+        driver = self._driver
+        warmup_s = _env_float(WARMUP_ENV, WARMUP_S)
+        url = driver.add_blob(call.blob)
+        try:
+            value = driver.call("measure", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S) + warmup_s
+                                + timing.min_time_s, key=self.key, inputs=url, feeds=call.feeds,
+                                timing={"warmup_iterations": timing.warmup_iterations, "warmup_s": warmup_s,
+                                        "min_iterations": timing.min_iterations, "min_time_s": timing.min_time_s,
+                                        "max_iterations": timing.max_iterations})
+        finally:
+            driver.drop_blob(url)
+        types = dict(value.get("outputTypes") or {})
+        ran = {_OUTPUT_PRECISION.get(t, t) for t in types.values() if t in _OUTPUT_PRECISION}
+        if ran and ran != {self.precision}:
+            raise PrecisionMismatch(f"{self.spec.name}: asked onnxruntime-web for {self.precision}, the page's outputs "
+                                    f"are {', '.join(sorted(set(types.values())))}")
+        return {**self.details, "remote_timings_ms": [float(v) for v in value["timesMs"]],
+                "remote_cold_latency_ms": float(value["coldMs"]), "web_warmup_iterations": value.get("warmupIterations"),
+                "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
+                "timer": "performance.now() in the page"}
+
+    def release(self) -> None:
+        driver = self._driver
+        if driver.running() and driver.launches == self._launches:
+            try:
+                driver.call("release", bundle=self.bundle, timeout_s=30.0, key=self.key)
+            except Exception:  # noqa: BLE001 - a browser that cannot release is killed at the next failure or exit
+                pass
+
+    input_names: tuple[str, ...] = ()
+
+
+class OnnxRuntimeWebBackend:
+    """onnxruntime-web in headless Chromium: WebAssembly, WebGPU and WebNN providers."""
+
+    name = "onnxruntime-web"
+    hardware: tuple[str, ...] = ("wasm", "webgpu", "webnn")
+    precisions: tuple[str, ...] = ("fp32", "fp16")
+    #: Docs of the markers this backend's cases carry (registered by the plugin).
+    marker_docs: dict[str, str] = {
+        "wasm": "cases that run in a headless browser through onnxruntime-web's WebAssembly provider",
+        "webgpu": "cases that run in a headless browser through onnxruntime-web's WebGPU provider",
+        "webnn": "cases that run in a headless browser through onnxruntime-web's WebNN provider",
+    }
+
+    def __init__(self) -> None:
+        self._counter = 0
+        self._lock = threading.Lock()
+
+    def markers(self, hardware: str) -> tuple[str, ...]:
+        return (hardware,)
+
+    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
+        return ("fp32",)
+
+    def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
+        if hardware not in self.hardware:
+            return f"{self.name}: no hardware target {hardware!r} (known: {', '.join(self.hardware)})"
+        target = hw.targets.get(hardware)
+        if target is None:
+            return f"{hardware}: not detected (the pytest_hwbench.hardware entry points are not installed: pip install -e .)"
+        if not target.available:
+            return f"{hardware}: {target.reason}"
+        if importlib.util.find_spec("onnx") is None:
+            return f"{self.name} needs onnx for the export (pip install 'pytest-hwbench[onnx]')"
+        if precision not in target.precisions:
+            why = " (the WebGPU adapter lacks the shader-f16 feature)" if hardware == "webgpu" else ""
+            return f"{precision}: {self.name} runs {', '.join(target.precisions)} on {hardware}{why}"
+        return None
+
+    def shutdown(self) -> None:
+        """End the browser (session end); the next load starts a new one."""
+        _web().close_shared_driver()
+
+    def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
+        from ..hardware import detect_hardware
+        from .onnxruntime import _convert_fp16, graph_precision
+
+        if hardware not in self.hardware:
+            raise UnsupportedCase(f"{self.name}: no hardware target {hardware!r}")
+        exported = export_onnx(spec)
+        path = _convert_fp16(exported, spec.name) if precision == "fp16" else exported.path
+        graph, shares = graph_precision(path)
+        if graph != precision:
+            raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the graph holds {graph} "
+                                    f"(weights by precision: {shares})")
+        if path.with_name(path.name + ".data").exists() or any(path.parent.glob("*.data")):
+            raise UnsupportedCase(f"{self.name}: {spec.name}'s ONNX file keeps its weights in external data, "
+                                  "which the page does not load")
+        target = detect_hardware().targets.get(hardware)
+        target_details = dict(target.details) if target is not None else {}
+        device_type = target_details.get("device_type") if hardware == "webnn" else None
+        with self._lock:
+            self._counter += 1
+            key = f"{spec.name}-{hardware}-{precision}-{self._counter}"
+        model = _PageModel(spec, hardware, precision, path, key)
+        value = model.load(device_type)
+        model.input_names = tuple(value.get("inputNames") or exported.input_names)
+        model.details.update({"web_device_type": device_type, "exporter": exported.exporter, "opset": exported.opset,
+                              "onnx_file": str(path), "web_browser_version": target_details.get("browser_version"),
+                              "web_timer_resolution_ms": target_details.get("timer_resolution_ms"),
+                              **{f"weights_{k}": v for k, v in shares.items()}})
+        device_name = target.devices[0].name if target is not None and target.devices else hardware
+        if hardware == "webgpu":
+            model.details["web_adapter"] = target_details.get("adapter")
+            model.details["web_software_adapter"] = bool(target_details.get("software_adapter"))
+        threads = int(value["numThreads"]) if hardware == "wasm" and value.get("numThreads") else None
+        driver = model._driver
+        extra: dict[str, Any] = {}
+        if "own_pids" in {f.name for f in dataclasses.fields(LoadedModel)}:
+            extra["own_pids"] = lambda: _browser_pids(driver.pid)  # the browser's CPU time is the case's
+        return LoadedModel(
+            precision=graph,
+            device_name=str(device_name),
+            prepare=model.prepare,
+            timer="remote",  # timed in the page, see the module docstring
+            device_kind=hardware,
+            threads=threads,
+            close=model.release,
+            details=model.details,
+            **extra,
+        )
+
+
+def _browser_pids(pid: int | None) -> tuple[int, ...]:
+    """The browser and its children: their CPU time is the case's own work."""
+    if pid is None:
+        return ()
+    try:
+        import psutil
+
+        return (pid, *(p.pid for p in psutil.Process(pid).children(recursive=True)))
+    except Exception:  # noqa: BLE001 - gone
+        return ()
+
+
+BACKEND = register_backend(OnnxRuntimeWebBackend())
+
+__all__ = ["BACKEND", "BUNDLES", "OnnxRuntimeWebBackend"]

@@ -1,0 +1,52 @@
+"""Web platforms: onnxruntime-web in a headless Chromium (targets ``wasm``, ``webgpu``, ``webnn``).
+
+- `_locate`: where the browser and onnxruntime-web are, and the fix when they are not.
+- `_driver`: `WebDriver`, one browser showing one page that long-polls a local server for
+  commands; kills the browser with its process group on close, failure and exit.
+- `detect`: the web targets' probes (entry-point group ``pytest_hwbench.hardware``).
+- `install`: ``hwbench web install`` (entry-point group ``pytest_hwbench.commands``).
+- ``page/``: the page (``bench.html``, ``bench.js``): probe, load, measure, release.
+
+The backend that measures with them is `pytest_hwbench.backends.onnxruntime_web`. Nothing here
+imports torch or pytest.
+"""
+
+from __future__ import annotations
+
+import threading
+
+from ._driver import BROWSER_FLAGS, BrowserCrashed, BrowserTimeout, PageError, WebDriver, WebError
+from ._locate import ORT_WEB_VERSION, Browser, OrtWeb, find_browser, find_ort_web, install_dir
+
+_SHARED: WebDriver | None = None
+_SHARED_LOCK = threading.Lock()
+
+
+def shared_driver() -> WebDriver:
+    """The process's driver for measuring (the browser starts at its first command and is reused);
+    `WebError` naming the fix when the browser or onnxruntime-web is missing."""
+    global _SHARED
+    with _SHARED_LOCK:
+        if _SHARED is None:
+            browser, why = find_browser()
+            if browser is None:
+                raise WebError(why)
+            ort, why = find_ort_web()
+            if ort is None:
+                raise WebError(why)
+            _SHARED = WebDriver(browser.path, ort.dist)
+        return _SHARED
+
+
+def close_shared_driver() -> None:
+    """End the shared driver's browser and server (the next `shared_driver()` makes a new one)."""
+    global _SHARED
+    with _SHARED_LOCK:
+        driver, _SHARED = _SHARED, None
+    if driver is not None:
+        driver.close()
+
+
+__all__ = ["BROWSER_FLAGS", "ORT_WEB_VERSION", "Browser", "BrowserCrashed", "BrowserTimeout", "OrtWeb", "PageError",
+           "WebDriver", "WebError", "close_shared_driver", "find_browser", "find_ort_web", "install_dir",
+           "shared_driver"]

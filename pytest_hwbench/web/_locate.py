@@ -1,0 +1,122 @@
+"""Where the browser and onnxruntime-web are, and how to get them (the skip reasons name the fix).
+
+Browser: ``$HWBENCH_BROWSER`` (a path or a command name), else the first of `BROWSER_NAMES` on
+PATH. onnxruntime-web: ``$HWBENCH_ORT_WEB`` (the package folder or its ``dist``), else
+``./node_modules/onnxruntime-web`` (a project-local ``npm install``), else the folder
+``hwbench web install`` fills (`install_dir`). Nothing here starts a browser.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import shutil
+import subprocess
+from dataclasses import dataclass
+from pathlib import Path
+
+#: The onnxruntime-web release `hwbench web install` installs (FACTS.md, "Web platforms").
+ORT_WEB_VERSION = "1.30.0"
+BROWSER_ENV = "HWBENCH_BROWSER"
+ORT_WEB_ENV = "HWBENCH_ORT_WEB"
+#: Looked up on PATH in this order: the headless shell is the lightest (no GTK).
+BROWSER_NAMES: tuple[str, ...] = ("chromium-headless-shell", "chromium", "chromium-browser")
+INSTALL_BROWSER = ("install Chromium (Debian/Ubuntu: `apt-get install -y --no-install-recommends chromium`) "
+                   f"or set {BROWSER_ENV} to a Chromium or Chrome binary")
+INSTALL_ORT_WEB = (f"run `hwbench web install` (npm install onnxruntime-web@{ORT_WEB_VERSION} into hwbench's cache) "
+                   f"or set {ORT_WEB_ENV} to an onnxruntime-web package folder")
+
+
+@dataclass(frozen=True)
+class Browser:
+    """A Chromium binary and the version it reports."""
+
+    path: str
+    version: str
+
+
+@dataclass(frozen=True)
+class OrtWeb:
+    """An onnxruntime-web package: its ``dist`` folder and version."""
+
+    dist: Path
+    version: str
+
+
+def install_dir() -> Path:
+    """Where `hwbench web install` puts onnxruntime-web: ``$HWBENCH_CACHE_DIR/web``, else
+    ``$XDG_CACHE_HOME/hwbench/web`` (``~/.cache/hwbench/web``)."""
+    base = os.environ.get("HWBENCH_CACHE_DIR")
+    if base:
+        return Path(base).expanduser() / "web"
+    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
+    return Path(xdg) / "hwbench" / "web"
+
+
+@functools.cache
+def browser_version(path: str) -> str:
+    """``Chromium 156.0.8078.79`` from ``PATH --version`` (the Debian wrapper adds noise on stderr)."""
+    try:
+        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
+    except (OSError, subprocess.TimeoutExpired) as exc:
+        return f"unknown ({type(exc).__name__}: {exc})"
+    line = next((ln.strip() for ln in done.stdout.splitlines() if ln.strip()), "")
+    return line.split(" built on ")[0] if line else "unknown"
+
+
+def find_browser() -> tuple[Browser | None, str]:
+    """The browser to drive, or None and why (naming the fix)."""
+    wanted = os.environ.get(BROWSER_ENV, "").strip()
+    if wanted:
+        found = shutil.which(wanted) or (wanted if os.access(wanted, os.X_OK) and Path(wanted).is_file() else None)
+        if not found:
+            return None, f"{BROWSER_ENV}={wanted!r} is not an executable file or a command on PATH; {INSTALL_BROWSER}"
+        return Browser(found, browser_version(found)), ""
+    for name in BROWSER_NAMES:
+        found = shutil.which(name)
+        if found:
+            return Browser(found, browser_version(found)), ""
+    return None, f"no Chromium found ({', '.join(BROWSER_NAMES)} are not on PATH): {INSTALL_BROWSER}"
+
+
+def _package(folder: Path) -> OrtWeb | None:
+    folder = folder.expanduser()
+    if folder.name == "dist":
+        folder = folder.parent
+    manifest, dist = folder / "package.json", folder / "dist"
+    if not manifest.is_file() or not dist.is_dir():
+        return None
+    try:
+        meta = json.loads(manifest.read_text())
+    except (OSError, ValueError):
+        return None
+    if meta.get("name") != "onnxruntime-web":
+        return None
+    return OrtWeb(dist.resolve(), str(meta.get("version", "unknown")))
+
+
+def ort_web_candidates() -> list[Path]:
+    """Folders searched for onnxruntime-web when ``$HWBENCH_ORT_WEB`` is unset, in order."""
+    return [Path.cwd() / "node_modules" / "onnxruntime-web", install_dir() / "node_modules" / "onnxruntime-web"]
+
+
+def find_ort_web() -> tuple[OrtWeb | None, str]:
+    """onnxruntime-web, or None and why (naming the fix)."""
+    wanted = os.environ.get(ORT_WEB_ENV, "").strip()
+    if wanted:
+        found = _package(Path(wanted))
+        if found is None:
+            return None, (f"{ORT_WEB_ENV}={wanted!r} is not an onnxruntime-web package folder (package.json and dist/); "
+                          f"{INSTALL_ORT_WEB}")
+        return found, ""
+    for folder in ort_web_candidates():
+        found = _package(folder)
+        if found is not None:
+            return found, ""
+    where = ", ".join(str(p) for p in ort_web_candidates())
+    return None, f"onnxruntime-web is not installed (looked in {where}): {INSTALL_ORT_WEB}"
+
+
+__all__ = ["BROWSER_ENV", "BROWSER_NAMES", "ORT_WEB_ENV", "ORT_WEB_VERSION", "Browser", "OrtWeb", "browser_version",
+           "find_browser", "find_ort_web", "install_dir"]

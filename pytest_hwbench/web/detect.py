@@ -1,0 +1,192 @@
+"""Detection of the web targets ``wasm``, ``webgpu`` and ``webnn``: browser, onnxruntime-web and
+a capability probe page, once per process.
+
+Listed in the ``pytest_hwbench.hardware`` entry-point group: importing this module adds one
+probe per web target to `pytest_hwbench.hardware.PROBES`, so `detect_hardware()` (and with it
+``hwbench detect``, the plugin and hwsel) reports them. All three read one `web_facts()`: where
+the browser and onnxruntime-web are (`_locate`) and what the probe page saw in the browser
+(``page/bench.js`` ``probe``: WebGPU adapter, WebNN contexts, cross-origin isolation, timer
+resolution). `targets_from_facts` turns those facts into `TargetInfo`s and touches no browser,
+so a probe recorded where a target works (a WebNN context, a hardware adapter) tests the
+interpretation here.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Mapping
+from dataclasses import asdict
+from typing import Any
+
+from ..hardware import PROBES, DeviceInfo, TargetInfo
+from ._locate import find_browser, find_ort_web
+
+#: The web targets, one hardware marker each.
+WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
+#: Seconds the probe page may take (browser start included).
+PROBE_TIMEOUT_S = 60.0
+#: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
+WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
+#: Adapter architectures that are software renderers, not GPUs.
+SOFTWARE_ADAPTERS: tuple[str, ...] = ("swiftshader", "llvmpipe", "lavapipe", "warp", "softpipe")
+NO_WEBNN_FIX = ("WebNN needs a browser with a WebNN backend (e.g. Chrome or Edge on Windows, ChromeOS or macOS "
+                "with --enable-features=WebMachineLearningNeuralNetwork); this Chromium build has none")
+NO_WEBGPU_FIX = ("WebGPU needs an adapter: run Chromium with --enable-unsafe-webgpu (hwbench does) and, for a real "
+                 "GPU, a Vulkan driver (extra flags through HWBENCH_BROWSER_FLAGS)")
+
+
+def run_probe(browser: str) -> dict[str, Any]:
+    """The probe page's findings in a fresh browser, which is ended before returning."""
+    from ._driver import WebDriver
+
+    driver = WebDriver(browser)
+    try:
+        return dict(driver.call("probe", timeout_s=PROBE_TIMEOUT_S))
+    finally:
+        driver.close()
+
+
+@functools.cache
+def web_facts() -> dict[str, Any]:
+    """Browser, onnxruntime-web and probe, found once per process (JSON-ready)."""
+    browser, browser_reason = find_browser()
+    ort, ort_reason = find_ort_web()
+    facts: dict[str, Any] = {
+        "browser": asdict(browser) if browser else None, "browser_reason": browser_reason,
+        "ort_web": {"dist": str(ort.dist), "version": ort.version} if ort else None, "ort_web_reason": ort_reason,
+        "probe": None, "probe_error": "",
+    }
+    if browser is not None:
+        try:
+            facts["probe"] = run_probe(browser.path)
+        except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
+            facts["probe_error"] = f"{type(exc).__name__}: {exc}"
+    return facts
+
+
+def is_software_adapter(adapter: Mapping[str, Any]) -> bool:
+    """Whether a WebGPU adapter is a software renderer (SwiftShader, llvmpipe...), not a GPU."""
+    text = f"{adapter.get('vendor', '')} {adapter.get('architecture', '')} {adapter.get('description', '')}".lower()
+    return bool(adapter.get("isFallbackAdapter")) or any(name in text for name in SOFTWARE_ADAPTERS)
+
+
+def adapter_name(adapter: Mapping[str, Any]) -> str:
+    """``WebGPU google swiftshader (software)``: the adapter as the browser names it."""
+    words = [str(adapter.get(k) or "").strip() for k in ("vendor", "architecture", "description")]
+    name = " ".join(dict.fromkeys(w for w in words if w)) or "unknown adapter"
+    return f"WebGPU {name}" + (" (software)" if is_software_adapter(adapter) else "")
+
+
+def _common(facts: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
+    """A reason every web target shares (no browser, no onnxruntime-web, probe failed), and details."""
+    browser, ort, probe = facts.get("browser"), facts.get("ort_web"), facts.get("probe") or {}
+    details: dict[str, Any] = {
+        "browser": browser.get("path") if browser else None,
+        "browser_version": browser.get("version") if browser else None,
+        "ort_web_version": ort.get("version") if ort else None,
+        "ort_web_dist": ort.get("dist") if ort else None,
+        "cross_origin_isolated": probe.get("crossOriginIsolated"),
+        "timer_resolution_ms": probe.get("timerResolutionMs"),
+    }
+    if not browser:
+        return str(facts.get("browser_reason") or "no browser"), details
+    if facts.get("probe") is None:
+        return f"the capability probe page failed in {browser.get('version')}: {facts.get('probe_error')}", details
+    return None, details
+
+
+def _ort_missing(facts: Mapping[str, Any]) -> str | None:
+    # Asked after the browser's own verdict on the target: installing onnxruntime-web cannot
+    # give a browser WebNN.
+    if facts.get("ort_web"):
+        return None
+    return str(facts.get("ort_web_reason") or "onnxruntime-web is not installed")
+
+
+def _wasm(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any], cpu_name: str) -> TargetInfo:
+    if reason:
+        return TargetInfo("wasm", False, reason, details=details)
+    probe = facts["probe"]
+    if not probe.get("webassembly"):
+        return TargetInfo("wasm", False, "WebAssembly is not available in this browser", details=details)
+    details = {**details, "hardware_concurrency": probe.get("hardwareConcurrency"),
+               "shared_array_buffer": probe.get("sharedArrayBuffer")}
+    missing = _ort_missing(facts)
+    if missing:
+        return TargetInfo("wasm", False, missing, details=details)
+    return TargetInfo("wasm", True, "", (DeviceInfo(0, cpu_name, None, "wasm-simd", ("fp32",)),), ("fp32",), details)
+
+
+def _webgpu(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any]) -> TargetInfo:
+    if reason:
+        return TargetInfo("webgpu", False, reason, details=details)
+    gpu = facts["probe"].get("webgpu") or {}
+    adapter = gpu.get("adapter")
+    if not adapter:
+        why = gpu.get("error") or "no WebGPU adapter"
+        return TargetInfo("webgpu", False, f"no WebGPU adapter: {why}; {NO_WEBGPU_FIX}", details=details)
+    features = list(gpu.get("features") or ())
+    precisions = ("fp32", "fp16") if "shader-f16" in features else ("fp32",)
+    software = is_software_adapter(adapter)
+    details = {**details, "adapter": dict(adapter), "software_adapter": software, "features": features,
+               "max_buffer_size": gpu.get("maxBufferSize")}
+    missing = _ort_missing(facts)
+    if missing:
+        return TargetInfo("webgpu", False, missing, details=details)
+    device = DeviceInfo(0, adapter_name(adapter), None, "software" if software else None, precisions)
+    return TargetInfo("webgpu", True, "", (device,), precisions, details)
+
+
+def _webnn(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any]) -> TargetInfo:
+    if reason:
+        return TargetInfo("webnn", False, reason, details=details)
+    nn = facts["probe"].get("webnn") or {}
+    contexts = nn.get("contexts") or {}
+    working = [t for t in WEBNN_DEVICE_TYPES if (contexts.get(t) or {}).get("ok")]
+    if not nn.get("present") or not working:
+        errors = list(dict.fromkeys(str(c.get("error")) for c in contexts.values() if c.get("error")))
+        why = "; ".join(errors) or str(nn.get("error") or "navigator.ml is undefined")
+        return TargetInfo("webnn", False, f"{why} ({NO_WEBNN_FIX})", details={**details, "contexts": contexts})
+    missing = _ort_missing(facts)
+    if missing:
+        return TargetInfo("webnn", False, missing, details={**details, "contexts": contexts})
+    devices = tuple(DeviceInfo(i, f"WebNN {t}", None, t, ("fp32", "fp16")) for i, t in enumerate(working))
+    return TargetInfo("webnn", True, "", devices, ("fp32", "fp16"),
+                      {**details, "contexts": contexts, "device_type": working[0]})
+
+
+def targets_from_facts(facts: Mapping[str, Any], cpu_name: str = "cpu") -> dict[str, TargetInfo]:
+    """The three web `TargetInfo`s those facts describe (`web_facts()`'s shape)."""
+    reason, details = _common(facts)
+    return {"wasm": _wasm(facts, reason, details, cpu_name), "webgpu": _webgpu(facts, reason, details),
+            "webnn": _webnn(facts, reason, details)}
+
+
+def _cpu_name() -> str:
+    from ..hardware import detect_cpu
+
+    try:
+        return str(detect_cpu().details.get("model") or "cpu")
+    except Exception:  # noqa: BLE001 - a name is all we need
+        return "cpu"
+
+
+@functools.cache
+def web_targets() -> dict[str, TargetInfo]:
+    """`targets_from_facts(web_facts())`, once per process."""
+    return targets_from_facts(web_facts(), _cpu_name())
+
+
+def _probe(name: str) -> Any:
+    def probe() -> TargetInfo:
+        return web_targets()[name]
+
+    probe.__doc__ = f"The {name} web target (browser + onnxruntime-web + probe page)."
+    return probe
+
+
+for _name in WEB_TARGETS:
+    PROBES.setdefault(_name, _probe(_name))
+
+__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "run_probe", "targets_from_facts", "web_facts",
+           "web_targets"]
