@@ -156,6 +156,8 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
     p.add_argument("--experiment", default="hwbench", help="MLflow experiment of the benchmark runs")
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--include-noisy", action="store_true",
+                   help="also train on records measured on a busy machine (left out by default, and counted)")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("select", help="recommend hardware for a model",
@@ -302,16 +304,24 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"training needs scikit-learn, optuna and mlflow ({exc}); "
                          "pip install 'pytest-hwbench'") from None
     result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
-                   experiment=args.experiment, progress=not args.no_progress)
+                   experiment=args.experiment, progress=not args.no_progress, include_noisy=args.include_noisy)
     store = redact_uri(result.tracking_uri)  # shown, never with its password
     sources = [redact_uri(str(s)) for s in args.source] if args.source else [store]
     data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "rows": result.n_rows,
             "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
+            "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out,
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
     lines = [f"trained on {result.n_rows} rows from {', '.join(sources)} (run {result.run_id}, store {store})",
              "  rows per device: " + ", ".join(f"{k} {v}" for k, v in result.rows_by_device.items())]
+    if result.dropped:
+        from .data import dropped_text
+
+        lines.append(f"  {dropped_text(dict(result.dropped))}")
+    if result.noisy_left_out:
+        lines.append(f"  left out {result.noisy_left_out} noisy record{'s' if result.noisy_left_out != 1 else ''} "
+                     "(measured on a busy machine; --include-noisy keeps them)")
     for t, r in result.targets.items():
         state = "now @champion" if r.alias_moved else "champion unchanged"
         lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g}, {state} ({r.reason})")
@@ -514,9 +524,9 @@ def _redact_output() -> None:
     """Every log line and warning this process prints goes through `redact_uri` (issue 18): MLflow
     and our own layers quote the tracking URI they were given, password and all."""
     for handler in logging.getLogger().handlers:
-        if not isinstance(handler.formatter, _RedactingFormatter):
-            fmt = handler.formatter._fmt if handler.formatter is not None else None
-            handler.setFormatter(_RedactingFormatter(fmt))
+        shape = handler.formatter
+        if shape is None or type(shape) is logging.Formatter:  # ours (basicConfig's); leave others' alone
+            handler.setFormatter(_RedactingFormatter(shape._fmt if shape else None, shape.datefmt if shape else None))
     shown = warnings.formatwarning
     if not getattr(shown, "_hwsel_redacts", False):
         def formatwarning(*args: Any, **kwargs: Any) -> str:

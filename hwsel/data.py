@@ -29,14 +29,15 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
-from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord
+from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, measurement_problem
 from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, normalise_mode
 
 from .config import MODES
 
 #: Identity and context columns kept next to params and metrics.
-ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error")
+ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error",
+                                "noise", "noise_reason")
 
 #: Columns of a runs frame, in order.
 RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS
@@ -160,6 +161,7 @@ def load_runs(
     *,
     experiment: str = DEFAULT_EXPERIMENT,
     passed_only: bool = True,
+    include_noisy: bool = False,
 ) -> pd.DataFrame:
     """Benchmark records as a frame with `RUN_COLUMNS`.
 
@@ -169,6 +171,13 @@ def load_runs(
             two sources counts once, the later source's copy); None means `default_source()`.
         experiment: MLflow experiment holding the records.
         passed_only: keep passed cases with a positive latency only.
+        include_noisy: keep records measured on a busy machine (``noise == "noisy"``); by default
+            they are left out, counted in ``frame.attrs["noisy"]``: their figures are the load's,
+            not the configuration's (issue 16). Records older than the verdict are kept.
+
+    Passed records that cannot be measurements (`drop_impossible`) are dropped whatever
+    `passed_only` says, with an `HwselWarning` counting them by reason; the counts are in
+    ``frame.attrs["dropped"]``.
 
     Raises:
         FileNotFoundError: a file source that does not exist.
@@ -180,11 +189,57 @@ def load_runs(
     frame = frames[0] if len(frames) == 1 else _normalize(pd.concat(frames, ignore_index=True))
     if len(frame) and frame["record_id"].notna().any():
         frame = frame.drop_duplicates("record_id", keep="last")
+    frame, dropped = drop_impossible(frame)
+    if dropped:
+        _warn_dropped(dropped, describe_sources(sources))
     if passed_only:
         latency = frame["latency_ms_median"].to_numpy(dtype=float)
         keep = (frame["status"] == "passed").to_numpy() & np.isfinite(latency) & (latency > 0)
         frame = frame.loc[keep]
-    return frame.reset_index(drop=True)
+    noisy = (frame["noise"] == "noisy").to_numpy() if "noise" in frame.columns else np.zeros(len(frame), bool)
+    if not include_noisy:
+        frame = frame.loc[~noisy]
+    frame = frame.reset_index(drop=True)
+    frame.attrs["dropped"] = dropped
+    frame.attrs["noisy"] = 0 if include_noisy else int(noisy.sum())
+    return frame
+
+
+def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
+    """`frame` without the passed records that cannot be measurements, and reason -> count.
+
+    The check is the harness's own (`pytest_hwbench.record.measurement_problem`): a NaN, zero,
+    negative or absurd latency (beyond one day, or faster than any device could run the
+    record's FLOPs) trained a model 17x worse and made it @champion (issue 18). Reasons are the
+    problem's text before its value, e.g. ``latency_ms_median not finite``.
+    """
+    if not len(frame):
+        return frame, {}
+    problems = [measurement_problem(row) for row in frame.to_dict("records")]
+    bad = np.array([p is not None for p in problems], dtype=bool)
+    if not bad.any():
+        return frame, {}
+    counts: dict[str, int] = {}
+    for problem in problems:
+        if problem is not None:
+            reason = problem.split(" (", 1)[0]
+            counts[reason] = counts.get(reason, 0) + 1
+    return frame.loc[~bad], dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
+
+
+def dropped_text(dropped: dict[str, int]) -> str:
+    """"dropped 3 records that cannot be measurements: 2 latency_ms_median not finite, 1 ..."."""
+    total = sum(dropped.values())
+    return (f"dropped {total} record{'s' if total != 1 else ''} that cannot be measurements: "
+            + ", ".join(f"{n} {reason}" for reason, n in dropped.items()))
+
+
+def _warn_dropped(dropped: dict[str, int], where: str) -> None:
+    import warnings
+
+    from .query import HwselWarning
+
+    warnings.warn(f"{where}: {dropped_text(dropped)}", HwselWarning, stacklevel=3)
 
 
 #: What makes two records measurements of the same configuration.
@@ -203,10 +258,11 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
 
     With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, e.g. the same
-    suite run in two sessions) become one row: the repeat with the lowest median latency, since
-    contention from other processes only ever adds time, so the fastest repeat is the closest to
-    what the configuration does on a machine of its own. ``repeats`` counts them and
-    ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
+    suite run in two sessions) become one row whose latency is the median over the repeats (the
+    repeat nearest that median gives the row's other fields). Not the fastest repeat: one
+    record at 1e-9 ms then spoke for the whole configuration and the model answered 3e-9 ms
+    (issue 18); a median needs more than half the repeats wrong to move. ``repeats`` counts them
+    and ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
 
     Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
     the row). Modes keep the harness's names (``training`` from older snapshots reads as
@@ -234,15 +290,22 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
         # groupby drops None keys unless told; text keys as str keep None and NaN apart from values.
         key_frame = table[keys].astype(str)
         groups = table.groupby([key_frame[k] for k in keys], sort=False, dropna=False)
+        median = groups["latency_ms"].transform("median")
         stats = pd.DataFrame({
             "repeats": groups["latency_ms"].transform("size"),
             "latency_spread": groups["latency_ms"].transform("max") / groups["latency_ms"].transform("min"),
             "memory_mb": groups["memory_mb"].transform("median"),
         })
         table[["repeats", "latency_spread", "memory_mb"]] = stats
-        order = table.sort_values("latency_ms", kind="mergesort").index
+        # the representative: the repeat nearest the median (ties: the faster, then the first)
+        nearest = (table["latency_ms"] - median).abs().rename("_distance")
+        order = pd.concat([nearest, table["latency_ms"]], axis=1).sort_values(
+            ["_distance", "latency_ms"], kind="mergesort").index
         first = ~key_frame.loc[order].duplicated(keep="first")
-        table = table.loc[order[first.to_numpy()]]
+        table = table.loc[order[first.to_numpy()]].copy()
+        table["latency_ms"] = median.loc[table.index]
+        table["throughput"] = batch.loc[table.index] / table["latency_ms"] * 1e3
+        table = table.sort_index(kind="mergesort")
     return table.reset_index(drop=True)
 
 
@@ -270,6 +333,8 @@ __all__ = [
     "TARGET_COLUMNS",
     "default_source",
     "describe_sources",
+    "drop_impossible",
+    "dropped_text",
     "existing_store",
     "frame_digest",
     "load_runs",

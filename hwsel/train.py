@@ -23,10 +23,18 @@ One `train()` call:
    evaluation. The current champion's *recipe* (its estimator and hyperparameters, cloned from
    the registered pipeline) is cross-validated on the new table with the same splits; its
    already-fitted weights are not scored, as they may have been trained on the held-out rows.
-   The new version wins when its score is lower by more than `SCORE_TOLERANCE`; on a tie with
-   the very same recipe it wins only if the data changed (same recipe, more data: a refresh).
-   Training twice on the same data with the same seed therefore leaves the alias where it is.
-   ``hwsel-throughput`` follows ``hwsel-latency`` (same model), so the two champions agree.
+   The new version wins only when its score is lower by more than `SCORE_TOLERANCE`; a tie
+   keeps the champion, newer data or not (issue 18: "same recipe and score, trained on newer
+   data" once promoted a model trained on poisoned records). Training twice on the same data
+   with the same seed therefore leaves the alias where it is. The move is a compare-and-set
+   under the registry's promotion lock (`hwsel.registry.promotion_lock`): the alias moves only
+   if it still points where it did when the champion was read; when another training run moved
+   it meanwhile, the new version wins only if both were trained on the same data and its score
+   beats the other's on the same folds, and otherwise says it lost. ``hwsel-throughput``
+   follows ``hwsel-latency`` (same model, moved together), so the two champions agree.
+
+Records that cannot be measurements are dropped on read (`hwsel.data.drop_impossible`); the
+counts by reason come back in `TrainResult.dropped` and are logged with the run.
 
 Everything is logged through one `MlflowClient` with explicit run ids; no fluent active run.
 """
@@ -49,7 +57,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from hwsel.data import frame_digest, load_runs, snapshot, training_table
+from hwsel.data import dropped_text, frame_digest, load_runs, snapshot, training_table
 
 # The estimator classes stay importable here: champions pickled before they moved to
 # hwsel.estimators name them as hwsel.train.<class>.
@@ -198,6 +206,10 @@ class TrainResult:
     targets: Mapping[str, TargetResult] = field(default_factory=dict)
     #: "hardware / device name" -> training rows (what the models have seen of each device)
     rows_by_device: Mapping[str, int] = field(default_factory=dict)
+    #: records dropped on read as no measurement, reason -> count (`hwsel.data.drop_impossible`)
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    #: records left out because they were measured on a busy machine (``noise == "noisy"``)
+    noisy_left_out: int = 0
 
     @property
     def versions(self) -> dict[str, str]:
@@ -238,6 +250,7 @@ def train(
     experiment: str = DEFAULT_EXPERIMENT,
     progress: bool = True,
     snapshot_dir: str | os.PathLike[str] | None = None,
+    include_noisy: bool = False,
 ) -> TrainResult:
     """Train, evaluate and register the latency, throughput and memory predictors.
 
@@ -253,6 +266,8 @@ def train(
         progress: show Optuna's progress bar.
         snapshot_dir: where the training-table Parquet goes (default: next to the SQLite store,
             else ``mlruns/hwsel-snapshots``); it is also logged as an artifact of the run.
+        include_noisy: also train on records measured on a busy machine (left out by default,
+            counted in `TrainResult.noisy_left_out`).
     """
 
     from hwsel._quiet import quiet_mlflow
@@ -264,7 +279,10 @@ def train(
     sources = source_list(source) or [uri]
     where = describe_sources(sources)
     with quiet_mlflow():
-        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
+        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
+                         include_noisy=include_noisy)
+    dropped = dict(runs.attrs.get("dropped") or {})
+    noisy_left_out = int(runs.attrs.get("noisy") or 0)
     table = training_table(runs)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
         raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
@@ -276,12 +294,14 @@ def train(
     snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
     X = feature_frame(table)
     with quiet_mlflow():
-        return _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
-                                   trials=trials, seed=seed, progress=progress)
+        result = _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
+                                     trials=trials, seed=seed, progress=progress, dropped=dropped)
+    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out)
 
 
 def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
-                        experiment: str, trials: int, seed: int, progress: bool) -> TrainResult:
+                        experiment: str, trials: int, seed: int, progress: bool,
+                        dropped: Mapping[str, int] | None = None) -> TrainResult:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
@@ -305,9 +325,11 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             Param("n_rows", str(len(table))),
             Param("n_models", str(table["model"].nunique())),
             Param("data_sha256", digest),
+            Param("n_dropped", str(sum((dropped or {}).values()))),
             Param("sklearn_version", sklearn.__version__),
             Param("feature_columns", ",".join(FEATURE_COLUMNS)[:6000]),
-        ], tags=[RunTag("hwsel.data_sha256", digest)])
+        ], tags=[RunTag("hwsel.data_sha256", digest)]
+            + ([RunTag("hwsel.dropped", dropped_text(dict(dropped))[:5000])] if dropped else []))
         client.log_artifact(run_id, str(snap_path), "data")
         snapshot_uri = f"runs:/{run_id}/data/{snap_path.name}"
         folds = cv_folds(table)
@@ -336,9 +358,11 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                                         _LOG_1000 + Xs["log_batch_size"].to_numpy() - ys, target_folds)
                 _log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
 
+        versions: dict[str, str] = {}
+        cvs: dict[str, Mapping[str, Mapping[str, float]]] = {}
         for target in registry.TARGETS:
             model, study, sub, Xs, ys, target_folds = fitted[target]
-            cv = scheme_metrics(study.oof)
+            cv = cvs[target] = scheme_metrics(study.oof)
             # The interval: a nominal 90% split-conformal band from the residuals on models the
             # fold had not seen (what a new model's answer risks); stored under the
             # residual_q10/q90 tag names that `hwsel.registry.ChampionModel.interval` reads.
@@ -346,7 +370,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             metrics = {**_flatten(target, cv), f"{target}.score": study.score,
                        f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
             client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
-            version = registry.register(
+            versions[target] = registry.register(
                 client, run_id, target, model, Xs,
                 tags={"hwsel.data_sha256": digest, "hwsel.snapshot": snapshot_uri,
                       "hwsel.training_run_id": run_id, "hwsel.score": repr(study.score),
@@ -354,22 +378,33 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                       "hwsel.params": json.dumps(study.params, sort_keys=True),
                       "hwsel.n_rows": str(len(sub))},
             )
-            if target == "throughput":
-                # Throughput is the latency model seen through batch / latency: its champion
-                # follows latency's, so the two champions always agree with each other.
-                lat = results["latency"]
-                current = registry.champion_version(client, target)
-                moved, before = lat.alias_moved or current is None, (
-                    str(current.version) if current is not None else None)
-                champ_score = lat.champion_score
-                reason = f"follows hwsel-latency (throughput derives from it): {lat.reason}"
-                if current is None:
-                    reason = "no champion yet; " + reason
-            else:
-                moved, before, champ_score, reason = _decide(client, target, model, study.score, digest,
-                                                             Xs, ys, target_folds)
-            if moved:
-                client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
+
+        # Each learned target's champion, as read now, scored on this data (outside the lock:
+        # cross-validating its recipe takes as long as a trial).
+        decisions = {target: _decide(client, target, fitted[target][0], fitted[target][1].score, digest,
+                                     *fitted[target][3:6]) for target in LEARNED}
+        # Then move the aliases, compare-and-set against the champion as read, under the lock.
+        with registry.promotion_lock(client, f"training run {run_id}"):
+            for target in LEARNED:
+                decisions[target] = _compare_and_set(client, target, versions[target], fitted[target][1].score,
+                                                     digest, decisions[target])
+                if target == "latency":
+                    # Throughput is the latency model seen through batch / latency: its champion
+                    # moves with latency's, so the two champions always agree with each other.
+                    moved, _, champ_score, why = decisions["latency"]
+                    current = registry.champion_version(client, "throughput")
+                    tp_moved = moved or current is None
+                    if tp_moved:
+                        client.set_registered_model_alias(registry.MODEL_NAMES["throughput"], registry.ALIAS,
+                                                          versions["throughput"])
+                    reason = f"follows hwsel-latency (throughput derives from it): {why}"
+                    decisions["throughput"] = (tp_moved, str(current.version) if current is not None else None,
+                                               champ_score, ("no champion yet; " + reason) if current is None else reason)
+
+        for target in registry.TARGETS:
+            study = fitted[target][1]
+            version = versions[target]
+            moved, before, champ_score, reason = decisions[target]
             client.set_model_version_tag(registry.MODEL_NAMES[target], version, "hwsel.champion_decision",
                                          reason[:5000])
             client.log_batch(run_id, metrics=[Metric(f"{target}.alias_moved", float(moved), now, 0)]
@@ -377,7 +412,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                                 if champ_score is not None and math.isfinite(champ_score) else []),
                              tags=[RunTag(f"hwsel.{target}.version", version),
                                    RunTag(f"hwsel.{target}.decision", reason[:5000])])
-            results[target] = TargetResult(target, registry.MODEL_NAMES[target], version, study.score, cv,
+            results[target] = TargetResult(target, registry.MODEL_NAMES[target], version, study.score, cvs[target],
                                            dict(study.params), moved, before, champ_score, reason)
         status = "FINISHED"
     finally:
@@ -450,13 +485,45 @@ def _decide(
     if score < champ_score - SCORE_TOLERANCE:
         return True, current_version, champ_score, (
             f"new score {score:.6f} < champion v{current_version} {champ_score:.6f} on the same folds")
-    same_recipe = repr(recipe.get_params(deep=True)) == repr(clone(model).get_params(deep=True))
-    old_digest = (current.tags or {}).get("hwsel.data_sha256")
-    if abs(score - champ_score) <= SCORE_TOLERANCE and same_recipe and old_digest and old_digest != digest:
-        return True, current_version, champ_score, (
-            f"same recipe and score as champion v{current_version}, trained on newer data")
+    # A tie keeps the champion, however new the data: "same recipe and score, trained on newer
+    # data" once made @champion a model trained on poisoned records (issue 18).
     return False, current_version, champ_score, (
         f"new score {score:.6f} does not beat champion v{current_version} {champ_score:.6f} on the same folds")
+
+
+def _compare_and_set(client: Any, target: str, version: str, score: float, digest: str,
+                     decision: tuple[bool, str | None, float | None, str]) -> tuple[bool, str | None, float | None, str]:
+    """Move `target`'s alias to `version` if `decision` says so and the alias still points where
+    `_decide` read it; call under `hwsel.registry.promotion_lock`. Returns the final decision.
+
+    When another training run moved the alias meanwhile, `version` wins only if that run trained
+    on the same data (same digest, hence the same folds) and `score` beats its recorded score;
+    otherwise it is not promoted and the reason says who moved the alias.
+    """
+    from hwsel import registry
+
+    moved, before, champ_score, reason = decision
+    if not moved:
+        return decision
+    current = registry.champion_version(client, target)
+    now = str(current.version) if current is not None else None
+    if now == before:
+        client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
+        return decision
+    assert current is not None  # the alias can be moved, not removed, by a training run
+    tags = dict(current.tags or {})
+    by = tags.get("hwsel.training_run_id") or "another run"
+    other = registry._float(tags.get("hwsel.score"), math.nan)
+    same_data = tags.get("hwsel.data_sha256") == digest and math.isfinite(other)
+    if same_data and score < other - SCORE_TOLERANCE:
+        client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
+        return True, now, other, (f"{reason}; and v{now}, promoted meanwhile by training run {by} on the same data, "
+                                  f"scores {other:.6f} on the same folds")
+    why = (f"new score {score:.6f} does not beat its {other:.6f} on the same data" if same_data
+           else "it was trained on other data; train again to compare against it")
+    return False, now, other if same_data else champ_score, (
+        f"not promoted: @champion moved from {'v' + before if before else 'none'} to v{now} (training run {by}) "
+        f"while this run trained, and {why}")
 
 
 __all__ = [

@@ -17,8 +17,10 @@ import pytest
 from .. import hookspecs
 from ..backends.base import registered_backends
 from ..models import FAMILIES, get_model, load_model_set, register_model
-from ..runner import DEFAULT_NEW_TOKENS
+from ..runner import DEFAULT_NEW_TOKENS, DEFAULT_NOISE_RETRIES
 from ..scenarios import registered_modes, registered_scenarios
+from ..sinks._recorder import DEFAULT_DEADLINE_S
+from ..trackers import TimingConfig
 from ..vocabulary import DEFAULT_MODE, PRECISIONS
 from .grid import hardware_targets
 
@@ -107,14 +109,27 @@ def _choices(option: str, allowed: Iterable[str]) -> Any:
     return parse
 
 
-def _positive(option: str, kind: type) -> Any:
+#: Upper bounds of the numeric options, refused beyond at start (issue 18, item 8): past them a
+#: run would end in an INTERNALERROR (more timed iterations than the timer keeps,
+#: `TimingConfig.max_iterations`) or take days while saying nothing.
+MAX_ITERATIONS = TimingConfig.max_iterations
+MAX_CASE_SECONDS = 3600.0
+MAX_PROGRESS_SECONDS = 86400.0
+MAX_CACHED_MODELS = 64
+MAX_NOISE_RETRIES = 10
+
+
+def _positive(option: str, kind: type, maximum: float | None = None) -> Any:
+    """A parser of one number >= 0 (and <= `maximum`), refusing others with the range."""
+
     def parse(value: str) -> Any:
+        shown = f"0 to {maximum:g}" if maximum is not None else ">= 0"
         try:
             number = kind(value)
         except ValueError:
-            raise pytest.UsageError(f"{option}: {value!r} is not a number") from None
-        if not math.isfinite(number) or number < 0:
-            raise pytest.UsageError(f"{option}: {value!r} must be a finite number >= 0")
+            raise pytest.UsageError(f"{option}: {value!r} is not a number; accepted: {shown}") from None
+        if not math.isfinite(number) or number < 0 or (maximum is not None and number > maximum):
+            raise pytest.UsageError(f"{option}: {value} is out of range; accepted: {shown}")
         return number
 
     return parse
@@ -157,19 +172,25 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
     group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
                     metavar="PATH", help="add models from a TOML/JSON model-set file or a directory with config.json")
-    group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=_positive("--hwbench-warmup", int),
-                    default=3, metavar="N", help="warm-up iterations per case (default 3)")
+    group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=_positive("--hwbench-warmup", int, MAX_ITERATIONS),
+                    default=3, metavar="N", help=f"warm-up iterations per case, 0 to {MAX_ITERATIONS} (default 3)")
     group.addoption("--hwbench-min-iterations", dest="hwbench_min_iterations",
-                    type=_positive("--hwbench-min-iterations", int), default=10, metavar="N",
-                    help="minimum timed iterations per case (default 10)")
-    group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=_positive("--hwbench-min-time", float),
-                    default=1.0, metavar="SECONDS", help="minimum timed duration per case (default 1.0)")
+                    type=_positive("--hwbench-min-iterations", int, MAX_ITERATIONS), default=10, metavar="N",
+                    help=f"minimum timed iterations per case, 0 to {MAX_ITERATIONS} (default 10)")
+    group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=_positive("--hwbench-min-time", float, MAX_CASE_SECONDS),
+                    default=1.0, metavar="SECONDS", help=f"minimum timed duration per case, 0 to {MAX_CASE_SECONDS:g} (default 1.0)")
     group.addoption("--hwbench-energy-time", dest="hwbench_energy_time",
-                    type=_positive("--hwbench-energy-time", float), default=1.0, metavar="SECONDS",
+                    type=_positive("--hwbench-energy-time", float, MAX_CASE_SECONDS), default=1.0, metavar="SECONDS",
                     help="seconds of an extra loop that reads the GPU energy counter (NVML) per case; 0 turns "
                          "energy off (default 1.0; CPU cases never measure energy)")
+    group.addoption("--hwbench-noise-retries", dest="hwbench_noise_retries",
+                    type=_positive("--hwbench-noise-retries", int, MAX_NOISE_RETRIES), default=DEFAULT_NOISE_RETRIES,
+                    metavar="N",
+                    help="measure a case again, up to N more times, when other processes held its cores (or "
+                         "its GPU) while it was timed; the cleanest try is kept (0 to "
+                         f"{MAX_NOISE_RETRIES}, default {DEFAULT_NOISE_RETRIES})")
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
-                    type=_positive("--hwbench-cache-size", int), default=1, metavar="N",
+                    type=_positive("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
     group.addoption("--hwbench-qai-hub-device", dest="hwbench_qai_hub_device", default=None, metavar="NAME",
                     help="Qualcomm AI Hub device for qnn cases (`qai-hub list-devices`; default: "
@@ -189,12 +210,18 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     default=None, metavar="NAME",
                     help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
     group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval",
-                    type=_positive("--hwbench-progress-interval", float), default=60.0, metavar="SECONDS",
+                    type=_positive("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS), default=60.0, metavar="SECONDS",
                     help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
                          "after every case)")
     group.addoption("--hwbench-sink", dest="hwbench_sinks", action="append", default=[], metavar="SPEC",
                     help="also write every record to this sink (repeatable): NAME, NAME:TARGET, a URI or a file "
                          "a registered sink takes, e.g. duckdb:/shared/bench.duckdb")
+    group.addoption("--hwbench-sink-timeout", dest="hwbench_sink_timeout",
+                    type=_positive("--hwbench-sink-timeout", float, MAX_CASE_SECONDS), default=DEFAULT_DEADLINE_S,
+                    metavar="SECONDS",
+                    help="seconds each sink (MLflow, DuckDB, ...) may spend per session on calls that fail or do "
+                         "not answer, then its records stay in the spool for `hwbench replay`; 0 waits without "
+                         f"limit (default {DEFAULT_DEADLINE_S:g})")
     group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
                     help="record nothing: no spool, no MLflow, no DuckDB")
 

@@ -50,7 +50,7 @@ def pytest_configure(config: pytest.Config) -> None:
             tracking = TrackingConfig.resolve(
                 config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
                 config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
-                tuple(config.getoption("hwbench_sinks")),
+                tuple(config.getoption("hwbench_sinks")), config.getoption("hwbench_sink_timeout"),
             )
         except ValueError as exc:
             raise pytest.UsageError(str(exc)) from None
@@ -231,7 +231,8 @@ class HwbenchState:
     def runner(self) -> Runner:
         if self._runner is None:
             self._runner = Runner(self.timing, self.config.getoption("hwbench_cache_size"),
-                                  self.config.getoption("hwbench_energy_time"))
+                                  self.config.getoption("hwbench_energy_time"),
+                                  noise_retries=self.config.getoption("hwbench_noise_retries"))
         return self._runner
 
     # xdist: hand the session id to every worker (only called when xdist is active).
@@ -356,10 +357,17 @@ class HwbenchState:
         if self.is_worker or not (self.records or self.notes):
             return
         failed = sum(r.status != "passed" for r in self.records)
+        noisy = [r for r in self.records if r.noise == "noisy"]
         terminalreporter.write_sep("-", "hwbench")
         for line in dict.fromkeys(self.notes):
             terminalreporter.write_line(f"hwbench: {line}")
         terminalreporter.write_line(
-            f"hwbench: {len(self.records)} records ({failed} failed), session {self.session_id}"
+            f"hwbench: {len(self.records)} records ({failed} failed, {len(noisy)} noisy), session {self.session_id}"
         )
+        if noisy:  # the figures of these were taken while other work held the machine
+            worst = max(noisy, key=lambda r: r.interference.get("other_cores") or 0.0)
+            terminalreporter.write_line(
+                f"hwbench: noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
+                "(`hwbench report` lists them; `hwbench compare` calls them inconclusive)"
+            )
 

@@ -243,6 +243,28 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
     return [*lines, ""]
 
 
+def _noise_section(df: pd.DataFrame) -> list[str]:
+    """Records measured while other work held the machine, with the reason each was judged noisy."""
+    lines = ["## Noisy records", ""]
+    if "noise" not in df.columns or df["noise"].isna().all():
+        return [*lines, "No interference readings: these records predate them (schema 3).", ""]
+    noisy = df[df["noise"] == "noisy"]
+    judged = int(df["noise"].notna().sum())
+    if noisy.empty:
+        return [*lines, f"None: all {judged} judged records were measured on a quiet machine.", ""]
+    lines += [f"{len(noisy)} of {judged} judged records were measured while other work held the machine: their "
+              "figures are slower or more spread than this configuration runs, `hwbench compare` calls them "
+              "inconclusive and `hwsel train` leaves them out.", ""]
+    rows = []
+    for _, row in noisy.sort_values(["family", "model", "config", "batch_size"]).iterrows():
+        tries = row.get("tries")
+        rows.append([f"`{row['case_id']}`", _fmt(row.get("latency_ms_median")),
+                     "–" if tries is None or pd.isna(tries) else str(int(tries)),
+                     "–" if row.get("threads") is None or pd.isna(row.get("threads")) else str(int(row["threads"])),
+                     _short(row.get("noise_reason") or "", _ERROR_CHARS_MD)])
+    return [*lines, *_md_table(["case", "median (ms)", "tries", "threads", "why noisy"], rows), ""]
+
+
 # --- compiled vs eager ------------------------------------------------------------------------
 
 def _case_label(pair: Mapping[str, Any], with_length: bool = False) -> str:
@@ -345,8 +367,10 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     duplicate_cells = int((df[df["status"] == "passed"]
                            .groupby(["family", "model", "batch_size", "config"]).size() > 1).sum())
     md: list[str] = ["# Hardware benchmark report", ""]
+    noisy = int((df["noise"] == "noisy").sum()) if "noise" in df.columns else 0
     md += [f"- **records**: {len(df)} ({passed} passed, {failed} failed"
-           + (f", {len(df) - passed - failed} other" if len(df) - passed - failed else "") + ")",
+           + (f", {len(df) - passed - failed} other" if len(df) - passed - failed else "")
+           + (f"; {noisy} noisy, see Noisy records" if noisy else "") + ")",
            f"- **sessions**: {', '.join(sessions) or 'unknown'}",
            f"- **families**: {', '.join(sorted(df['family'].unique()))}",
            f"- **configs** (hardware/backend/precision): {', '.join(_config_order(df['config']))}"]
@@ -398,6 +422,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
         md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]
     md += _mode_sections(modes)
     md += _compiled_section(modes)
+    md += _noise_section(modes)
     md += _failures_section(modes)
 
     markdown = out_dir / "report.md"
