@@ -17,10 +17,13 @@ All calls go through an explicit `MlflowClient`; models are saved locally and up
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import math
 import tempfile
+import time
 import warnings
+from collections.abc import Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -106,6 +109,73 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
     version = client.create_model_version(name, f"{artifact_uri}/{target}/model", run_id=run_id,
                                           tags=dict(tags or {}))
     return str(version.version)
+
+
+#: The registry's promotion lock: a registered model that exists while one training run moves
+#: aliases. Creating a registered model is atomic in every MLflow store (its name is unique in
+#: the database, and a server answers RESOURCE_ALREADY_EXISTS), so it works the same for a
+#: SQLite file shared by two processes and for a team server (issue 18: two concurrent
+#: ``hwsel train`` both moved @champion, and the worse could win).
+LOCK_MODEL = "hwsel-promotion-lock"
+#: How long a training run waits for the lock (moving aliases takes a few calls, well under 1 s).
+LOCK_WAIT_S = 120.0
+#: A lock older than this is left over by a run that died while holding it, and is taken over.
+LOCK_STALE_S = 600.0
+
+
+@contextlib.contextmanager
+def promotion_lock(client: Any, owner: str, *, wait_s: float = LOCK_WAIT_S,
+                   stale_s: float = LOCK_STALE_S) -> Iterator[None]:
+    """Hold the registry's promotion lock (`LOCK_MODEL`) for the block; `owner` names the holder.
+
+    Waits up to `wait_s` for another holder, takes over a lock older than `stale_s`.
+
+    Raises:
+        TimeoutError: the lock stayed held for `wait_s`; the message names its holder.
+    """
+    from mlflow.exceptions import MlflowException
+
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            client.create_registered_model(
+                LOCK_MODEL, tags={"hwsel.owner": owner, "hwsel.since": repr(time.time())},
+                description="held while an hwsel training run moves @champion aliases; delete it only if no "
+                            "`hwsel train` is running")
+            break
+        except MlflowException as exc:
+            if exc.error_code != "RESOURCE_ALREADY_EXISTS":
+                raise
+        holder, since = _lock_holder(client)
+        if holder is not None and time.time() - since > stale_s:
+            again, _ = _lock_holder(client)
+            if again == holder:  # still the stale one: take it over
+                with contextlib.suppress(MlflowException):
+                    client.delete_registered_model(LOCK_MODEL)
+            continue
+        if time.monotonic() > deadline:
+            raise TimeoutError(f"the registry's promotion lock {LOCK_MODEL!r} is held by {holder or 'another run'} "
+                               f"for {time.time() - since:.0f} s; if no `hwsel train` runs on this store, delete "
+                               f"the registered model {LOCK_MODEL!r}")
+        time.sleep(0.2)
+    try:
+        yield
+    finally:
+        with contextlib.suppress(MlflowException):
+            client.delete_registered_model(LOCK_MODEL)
+
+
+def _lock_holder(client: Any) -> tuple[str | None, float]:
+    """(owner, since) of the promotion lock; (None, now) when it is gone."""
+    from mlflow.exceptions import MlflowException
+
+    try:
+        model = client.get_registered_model(LOCK_MODEL)
+    except MlflowException:
+        return None, time.time()
+    tags = dict(model.tags or {})
+    since = _float(tags.get("hwsel.since"), (model.creation_timestamp or 0) / 1000.0)
+    return tags.get("hwsel.owner") or "another run", since
 
 
 def champion_version(client: Any, target: str) -> Any | None:
@@ -252,6 +322,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
 
 __all__ = [
     "ALIAS",
+    "LOCK_MODEL",
     "MODEL_NAMES",
     "TARGETS",
     "UNITS",
@@ -261,5 +332,6 @@ __all__ = [
     "load_champion",
     "load_version_model",
     "pip_requirements",
+    "promotion_lock",
     "register",
 ]

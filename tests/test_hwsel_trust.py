@@ -15,6 +15,7 @@ Nothing is mocked: a real SQLite MLflow store, a real server, the real FastAPI a
 from __future__ import annotations
 
 import json
+import math
 import os
 import subprocess
 import sys
@@ -22,6 +23,7 @@ import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import pandas as pd
 import pytest
 
 from hwsel.data import CONFIG_KEYS, load_runs
@@ -102,3 +104,92 @@ def test_train_prints_no_run_link_and_no_password(secret_server: tuple[str, str]
     assert "View run" not in out.stdout + out.stderr  # MLflow's run links are off, as in the harness
     assert secret not in out.stdout + out.stderr
     assert json.loads(out.stdout)["tracking_uri"].startswith("http://***@127.0.0.1")
+
+
+# --- 2. poisoned records never become @champion ---------------------------------------------------
+
+def _poison(clean: pd.DataFrame) -> pd.DataFrame:
+    """`clean` plus records that cannot be measurements, and repeats of one configuration at
+    1e-9 ms and at 1 us (possible, but far off its real latency)."""
+    base = clean[(clean["model"] == "gpt2-tiny") & (clean["batch_size"] == 4)].iloc[0]
+    bad = []
+    for i, latency in enumerate([math.nan, -5.0, 0.0, 1e12, 1e-9, 1e-9, 1e-9, 1e-3]):
+        row = base.copy()
+        row["record_id"] = f"poison-{i}"
+        row["latency_ms_median"] = latency
+        row["latency_ms_min"] = row["latency_ms_max"] = row["latency_ms_mean"] = latency
+        row["throughput_items_per_s"] = None
+        bad.append(row)
+    return pd.concat([clean, pd.DataFrame(bad)], ignore_index=True)
+
+
+def test_poisoned_records_are_dropped_combined_by_median_and_never_promoted(
+        small_runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from hwsel.cli import main
+    from hwsel.data import training_table
+    from hwsel.registry import MODEL_NAMES, load_champion
+    from hwsel.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    clean = pd.read_parquet(small_runs)
+    first = train(str(small_runs), tracking_uri=uri, trials=2, seed=0, progress=False, snapshot_dir=tmp_path)
+    assert first.alias_moved["latency"] and not first.dropped
+    client = MlflowClient(tracking_uri=uri)
+    before = client.get_model_version_by_alias(MODEL_NAMES["latency"], "champion")
+
+    poisoned = tmp_path / "poisoned.parquet"
+    _poison(clean).to_parquet(poisoned, index=False)
+    reasons = ("3 latency_ms_median below 100 ns, 2 latency_ms_median <= 0, 1 latency_ms_median above one day, "
+               "1 latency_ms_median not finite")
+    with pytest.warns(UserWarning, match=f"dropped 7 records that cannot be measurements: {reasons}"):
+        runs = load_runs(str(poisoned))
+    assert runs.attrs["dropped"] == {"latency_ms_median below 100 ns": 3, "latency_ms_median <= 0": 2,
+                                     "latency_ms_median above one day": 1, "latency_ms_median not finite": 1}
+    table = training_table(runs)
+    assert table["latency_ms"].min() > 1e-4  # no impossible latency left to learn from
+    one = table[(table["model"] == "gpt2-tiny") & (table["batch_size"] == 4) & (table["backend"] == "torch")
+                & (table["precision"] == "fp32")]
+    measured = clean[(clean["model"] == "gpt2-tiny") & (clean["batch_size"] == 4) & (clean["backend"] == "torch")
+                     & (clean["precision"] == "fp32")]["latency_ms_median"]
+    # the median of the repeats (the 1 us outlier among them), not the fastest repeat
+    assert one["latency_ms"].iloc[0] == pytest.approx(float(pd.concat([measured, pd.Series([1e-3])]).median()))
+
+    capsys.readouterr()
+    assert main(["train", "--source", str(poisoned), "--tracking-uri", uri, "--trials", "2", "--no-progress"]) == 0
+    out = capsys.readouterr().out
+    assert f"dropped 7 records that cannot be measurements: {reasons}" in out
+    after = client.get_model_version_by_alias(MODEL_NAMES["latency"], "champion")
+    version = client.get_model_version(MODEL_NAMES["latency"], str(int(before.version) + 1))
+    decision = version.tags["hwsel.champion_decision"]
+    score_before, score_after = float(before.tags["hwsel.score"]), float(after.tags["hwsel.score"])
+    print(f"champion before: v{before.version} score {score_before:.4f}; after the poisoned file: "
+          f"v{after.version} score {score_after:.4f} ({decision})")
+    if after.version != before.version:  # moved: only by beating the champion on the same folds
+        assert "<" in decision and "on the same folds" in decision
+    assert "newer data" not in decision
+    champion = load_champion("latency", tracking_uri=uri)
+    assert champion is not None
+    from hwsel.features import query_frame, resolve_model
+
+    answer = float(champion.predict(query_frame(resolve_model("gpt2-tiny"), hardware="cpu", backend="torch",
+                                                precision="fp32", batch_size=3))[0])
+    assert 0.1 * measured.median() < answer < 10 * measured.median()
+
+
+def test_a_tie_on_newer_data_keeps_the_champion(small_runs: Path, tmp_path: Path) -> None:
+    """Same recipe, same score, a changed table: the champion stays (no promotion on newer data alone)."""
+    from hwsel.train import train
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    train(str(small_runs), tracking_uri=uri, trials=1, seed=0, progress=False, snapshot_dir=tmp_path)
+    more = pd.read_parquet(small_runs)
+    extra = more.iloc[[0]].assign(record_id="one-more", latency_ms_median=more["latency_ms_median"].iloc[0] * 1.01)
+    newer = tmp_path / "newer.parquet"
+    pd.concat([more, extra], ignore_index=True).to_parquet(newer, index=False)
+    second = train(str(newer), tracking_uri=uri, trials=1, seed=0, progress=False, snapshot_dir=tmp_path)
+    latency = second.targets["latency"]
+    assert latency.score == pytest.approx(latency.champion_score, abs=1e-9), latency.reason
+    assert not latency.alias_moved, latency.reason
+    assert "does not beat" in latency.reason
