@@ -515,7 +515,7 @@ def test_duckdb_held_by_another_process_spools_then_replays(
     for record in records[:3]:
         recorder.emit(record)
     holder = lock_holder(db)
-    with pytest.warns(HwbenchWarning, match=r"sink 'duckdb' failed in write: IOException"):
+    with pytest.warns(HwbenchWarning, match=r"sink 'duckdb' failed in write: DuckDBFileError: .* is locked by another process \(IOException"):
         for record in records[3:]:
             recorder.emit(record)  # must not raise
     with pytest.warns(
@@ -550,7 +550,8 @@ def test_recorder_catches_up_in_session_once_the_file_is_free(
         recorder.emit(record)  # 2 records later: reopen, write the backlog
     report = recorder.finish("finished")
     assert report.pending == {"duckdb": 0} and report.written == {"duckdb": 6}
-    assert report.errors["duckdb"].startswith("open_session: IOException")  # first error kept
+    assert report.errors["duckdb"].startswith("open_session: DuckDBFileError")  # first error kept
+    assert "locked by another process (IOException" in report.errors["duckdb"]
     assert len(load_records(db)) == 6
 
 

@@ -151,7 +151,23 @@ def _key(spec: ModelSpec) -> str:
         "exporters": [name for name, _ in EXPORTERS],
     }
     digest = hashlib.sha256(json.dumps(payload, sort_keys=True, default=str).encode()).hexdigest()[:16]
-    return f"{re.sub(r'[^A-Za-z0-9_.-]', '_', spec.name)}-{digest}"
+    return f"{_short_name(spec.name)}-{digest}"
+
+
+#: Characters of a model name kept in a cache entry's name. File names stop at 255 bytes, and
+#: an entry's temporary twin and its variants (``.<key>.XXXX``, ``<key>.ov-int8``) add to the key.
+NAME_CHARS = 48
+
+
+def _short_name(name: str) -> str:
+    """`name` made safe for a file name and at most `NAME_CHARS` long whatever its length: a
+    longer name keeps its start and a hash of the whole (two long names sharing a start stay
+    apart). Issue 18, item 10: a 300-character model name failed with ``File name too long``."""
+    safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
+    if len(safe) <= NAME_CHARS and safe == name:
+        return safe
+    suffix = hashlib.sha256(name.encode()).hexdigest()[:8]
+    return f"{safe[: NAME_CHARS - len(suffix) - 1]}~{suffix}"
 
 
 def _atomic_entry(final: Path, build: Callable[[Path], dict[str, Any]]) -> dict[str, Any]:

@@ -8,6 +8,7 @@ timers that measure a case are elsewhere (`pytest_hwbench.trackers`).
 from __future__ import annotations
 
 import os
+import sys
 import tempfile
 from dataclasses import dataclass
 from pathlib import Path
@@ -16,7 +17,7 @@ from typing import Any
 import pytest
 
 from ..record import BenchmarkRecord, SessionInfo
-from ..sinks import Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
+from ..sinks import DEFAULT_DEADLINE_S, Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
 from ..sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
@@ -35,6 +36,8 @@ class TrackingConfig:
     experiment: str
     #: further sinks every record also goes to (`open_sink` specs, ``--hwbench-sink``)
     extra_sinks: tuple[str, ...] = ()
+    #: seconds each sink may spend per session on calls that fail or hang (None: no limit)
+    sink_timeout_s: float | None = DEFAULT_DEADLINE_S
 
     def __repr__(self) -> str:
         return (f"TrackingConfig(store_dir={str(self.store_dir)!r}, mlflow_uri={redact_uri(self.mlflow_uri)!r}, "
@@ -52,7 +55,8 @@ class TrackingConfig:
 
     @classmethod
     def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
-                experiment: str | None, root: Path, extra_sinks: tuple[str, ...] = ()) -> TrackingConfig:
+                experiment: str | None, root: Path, extra_sinks: tuple[str, ...] = (),
+                sink_timeout_s: float | None = DEFAULT_DEADLINE_S) -> TrackingConfig:
         """Fill defaults and validate; raises ValueError naming the bad setting and the fix."""
         store = Path(store_dir) if store_dir else root / DEFAULT_STORE_DIR
         store = store if store.is_absolute() else (root / store)
@@ -69,7 +73,7 @@ class TrackingConfig:
                 resolve_sink(spec)
             except ValueError as exc:
                 raise ValueError(f"--hwbench-sink: {redact_uri(str(exc))}") from None
-        return cls(store, uri, db, name, tuple(extra_sinks))
+        return cls(store, uri, db, name, tuple(extra_sinks), sink_timeout_s or None)
 
 
 def _check_creatable(option: str, directory: Path, shown: Path) -> None:
@@ -112,11 +116,23 @@ class Tracker:
         self.recorder: Recorder | None = None
         self.report: RecorderReport | None = None
         self._session: SessionInfo | None = None
+        self._reporter: Any = None
+
+    def _notify(self, line: str) -> None:
+        """A line for the terminal now (a sink that keeps the run waiting says so)."""
+        reporter = self._reporter
+        if reporter is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
+            reporter._tw.line()
+        reporter.write_line(line, yellow=True)
 
     def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
         # An xdist controller measures nothing: it writes each record as it arrives. xdist
         # registers its "dsession" in a trylast pytest_configure, so ask here, not there.
         self.defer = not config.pluginmanager.hasplugin("dsession")
+        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
         # The stores are opened at the first record, so a session without benchmark cases
         # (e.g. the project's own tests) creates nothing.
         self._session = session
@@ -126,7 +142,8 @@ class Tracker:
             assert self._session is not None, "pytest_hwbench_session_start must come first"
             sinks = [open_sink(spec, **({"experiment": self.config.experiment} if spec.startswith("mlflow:") else {}))
                      for spec in self.config.sink_specs()]
-            self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer)
+            self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer,
+                                     deadline_s=self.config.sink_timeout_s, notify=self._notify)
             self.recorder.start(self._session)
         self.recorder.emit(record)
 

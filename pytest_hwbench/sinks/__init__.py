@@ -21,10 +21,14 @@ from pytest_hwbench._lazy import lazy_exports
 #: imported when its names are used or when the registry loads the entry-point group, never by
 #: importing this package.
 _EXPORTS: dict[str, str] = {
+    "DEFAULT_DEADLINE_S": "_recorder",
     "DEFAULT_RETRY_EVERY": "_recorder",
     "Recorder": "_recorder",
     "RecorderReport": "_recorder",
     "replay": "_recorder",
+    "replay_each": "_recorder",
+    "SinkReplay": "_recorder",
+    "SinkTimeout": "_recorder",
     "SESSION_STATUSES": "base",
     "SINKS": "base",
     "Sink": "base",
@@ -57,6 +61,7 @@ _EXPORTS: dict[str, str] = {
 
 
 __all__ = [
+    "DEFAULT_DEADLINE_S",
     "DEFAULT_RETRY_EVERY",
     "DuckDBSink",
     "MlflowSink",
@@ -67,6 +72,8 @@ __all__ = [
     "SINKS",
     "Sink",
     "SinkFactory",
+    "SinkReplay",
+    "SinkTimeout",
     "Spool",
     "export_parquet",
     "import_mlflow",
@@ -85,6 +92,7 @@ __all__ = [
     "register_sink",
     "registered_sinks",
     "replay",
+    "replay_each",
     "resolve_sink",
     "resolve_tracking_uri",
     "source_kind",

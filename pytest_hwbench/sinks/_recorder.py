@@ -21,24 +21,94 @@ per sink: the spool (a few ms per record) is then the only per-case cost, so sin
 130 ms per MLflow run on SQLite) never runs between two measurements. The plugin defers in a
 serial session and writes as records arrive on an xdist controller, which measures nothing.
 
+Bounded waiting (issue 18, item 5): with ``deadline_s`` set, each sink has that many seconds per
+session to spend on calls that fail or do not answer. Every call runs in a helper thread; when a
+call has not answered after a few seconds a line says which sink and what it waits for, and once
+the sink's time is spent it is given up for the session: its records stay in the spool and no
+later call (retry, close) waits on it again. Calls that succeed spend nothing, so a long session
+to a healthy server is never cut short. Without it, a server that accepts connections and never
+answers cost 192 s per run (MLflow's 30 s timeout x 3 tries, twice) in silence.
+
+A record that cannot be a measurement (`refusal`: a passed record with a non-finite median) is
+refused: neither spooled nor sent, with a warning; `replay` skips such lines of older spools.
+
 The recorder is used from one thread of one process (the controller under xdist).
 """
 
 from __future__ import annotations
 
+import dataclasses
+import sys
+import threading
+import time
 import warnings
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any, TypeVar
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import truncate
 from pytest_hwbench.sinks.base import Sink, normalize_status
 from pytest_hwbench.sinks.redact import redact_uri
-from pytest_hwbench.sinks.spool import Spool
+from pytest_hwbench.sinks.spool import Spool, refusal
 
 DEFAULT_RETRY_EVERY = 20
-_REPLAY_BATCH = 500
+#: Seconds a sink may spend per session on calls that fail or hang (``--hwbench-sink-timeout``).
+DEFAULT_DEADLINE_S = 30.0
+#: A call still waiting after this long gets a line saying what it waits for.
+NOTICE_AFTER_S = 3.0
+#: Records per sink call when writing many (deferred flush, replay): small enough that one call
+#: stays well inside the deadline, large enough that DuckDB inserts frames, not rows.
+_CHUNK = 25
+
+_T = TypeVar("_T")
+
+
+class SinkTimeout(TimeoutError):
+    """A sink spent its session's time (`Recorder` ``deadline_s``) without answering."""
+
+
+def _stderr_line(line: str) -> None:
+    print(line, file=sys.stderr, flush=True)
+
+
+def call_with_deadline(
+    fn: Callable[[], _T], budget_s: float, waiting: str, notify: Callable[[str], None] | None = None
+) -> tuple[_T, float]:
+    """(what `fn()` returns, seconds it took), waiting at most `budget_s` seconds.
+
+    `fn` runs in a daemon thread; after `NOTICE_AFTER_S` without an answer `notify` gets one line
+    saying what is awaited (`waiting`). Raises `SinkTimeout` when `budget_s` passes first (the
+    thread is left to finish or block on its own), else what `fn` raised, with the seconds spent
+    in the exception's ``hwbench_elapsed_s`` attribute.
+    """
+    box: dict[str, Any] = {}
+
+    def run() -> None:
+        try:
+            box["value"] = fn()
+        except BaseException as exc:  # handed to the caller's thread
+            box["error"] = exc
+
+    began = time.monotonic()
+    thread = threading.Thread(target=run, name=f"hwbench-sink ({waiting})", daemon=True)
+    thread.start()
+    thread.join(min(budget_s, NOTICE_AFTER_S))
+    if thread.is_alive() and budget_s > NOTICE_AFTER_S:
+        (notify or _stderr_line)(
+            f"hwbench: waiting for {waiting} (at most {budget_s:.0f} s more; then its records stay in the "
+            "spool for `hwbench replay`)"
+        )
+        thread.join(max(0.0, budget_s - (time.monotonic() - began)))
+    elapsed = time.monotonic() - began
+    if thread.is_alive():
+        raise SinkTimeout(f"no answer within {budget_s:.0f} s while waiting for {waiting}")
+    if "error" in box:
+        error = box["error"]
+        error.hwbench_elapsed_s = elapsed
+        raise error
+    return box["value"], elapsed
 
 
 def _describe(exc: BaseException) -> str:
@@ -84,6 +154,9 @@ class RecorderReport:
         """True when every sink has every record and the spool had no error."""
         return not any(self.pending.values()) and self.spool_error is None
 
+    #: records refused as no measurement (`refusal`): neither spooled nor sent
+    refused: int = 0
+
 
 @dataclass
 class _SinkState:
@@ -95,6 +168,16 @@ class _SinkState:
     pending: list[BenchmarkRecord] = field(default_factory=list)
     error: str | None = None
     since_failure: int = 0
+    #: seconds spent in calls that failed or hung this session (`Recorder` ``deadline_s``)
+    waited: float = 0.0
+    #: True once the sink spent its time: no further call this session
+    given_up: bool = False
+
+    @property
+    def where(self) -> str:
+        """The sink and its store, for messages (credentials masked)."""
+        target = getattr(self.sink, "shown_uri", None) or getattr(self.sink, "path", None)
+        return f"sink {self.name!r}" + (f" ({redact_uri(str(target))})" if target else "")
 
 
 class Recorder:
@@ -111,9 +194,16 @@ class Recorder:
         *,
         retry_every: int = DEFAULT_RETRY_EVERY,
         defer: bool = False,
+        deadline_s: float | None = None,
+        notify: Callable[[str], None] | None = None,
     ) -> None:
         if retry_every < 0:
             raise ValueError(f"retry_every must be >= 0 (0 = never retry), got {retry_every}")
+        if deadline_s is not None and not deadline_s > 0:
+            raise ValueError(f"deadline_s must be > 0 seconds (None: no deadline), got {deadline_s}")
+        self.deadline_s = deadline_s
+        self.notify = notify
+        self._refused = 0
         self.spool = spool
         self.retry_every = retry_every
         self._states = [
@@ -149,7 +239,7 @@ class Recorder:
             if state.opened or state.failed:
                 continue
             try:
-                state.sink.open_session(self._session)
+                self._call(state, "open_session", state.sink.open_session, self._session)
                 state.opened = True
             except Exception as exc:
                 self._mark_failed(state, exc, "open_session")
@@ -163,6 +253,11 @@ class Recorder:
                 f"record {record.record_id} has session_id {record.session_id!r}, "
                 f"the recorder's session is {self._session.session_id!r}"
             )
+        problem = refusal(record)
+        if problem is not None:
+            self._refused += 1
+            warnings.warn(f"hwbench: record refused, not stored: {problem}", HwbenchWarning, stacklevel=2)
+            return
         self._records += 1
         try:
             self.spool.append(record)
@@ -179,7 +274,7 @@ class Recorder:
                     self._recover(state)
                 continue
             try:
-                state.sink.write([record])
+                self._call(state, "write", state.sink.write, [record])
                 state.written += 1
             except Exception as exc:
                 state.pending.append(record)
@@ -196,9 +291,9 @@ class Recorder:
             for state in self._states:
                 if state.failed and self.retry_every:
                     self._recover(state)
-                if state.opened:
+                if state.opened and not state.given_up:
                     try:
-                        state.sink.close(canonical)
+                        self._call(state, "close", state.sink.close, canonical)
                     except Exception as exc:
                         self._mark_failed(state, exc, "close")
                     state.opened = False
@@ -225,9 +320,29 @@ class Recorder:
             errors={s.name: s.error for s in self._states if s.error is not None},
             spool_dir=str(self.spool.directory),
             spool_error=self._spool_error,
+            refused=self._refused,
         )
 
     # -- internals ----------------------------------------------------------------------------
+    def _call(self, state: _SinkState, during: str, fn: Callable[..., Any], *args: Any) -> Any:
+        """`fn(*args)` of `state`'s sink, within what is left of its session's time."""
+        if state.given_up:
+            raise SinkTimeout(f"{state.where} was given up earlier in this session")
+        if self.deadline_s is None:
+            return fn(*args)
+        budget = self.deadline_s - state.waited
+        waiting = f"{state.where} to answer {during}"
+        try:
+            return call_with_deadline(lambda: fn(*args), budget, waiting, self.notify)[0]
+        except SinkTimeout:
+            state.waited, state.given_up = self.deadline_s, True
+            raise
+        except Exception as exc:
+            state.waited += float(getattr(exc, "hwbench_elapsed_s", 0.0))
+            if state.waited >= self.deadline_s:
+                state.given_up = True
+            raise
+
     def _flush_deferred(self) -> None:
         if not self.defer:
             return
@@ -237,15 +352,18 @@ class Recorder:
             if state.failed:
                 state.pending.extend(batch)
                 continue
-            if not batch:
-                continue
-            try:
-                state.sink.write(batch)
-                state.written += len(batch)
-            except Exception as exc:
-                # A batch write may have stored part of the batch; replay skips what is there.
-                state.pending.extend(batch)
-                self._mark_failed(state, exc, "write")
+            # In chunks, so that each call has a bounded size against the deadline (an MLflow run
+            # costs about 130 ms on SQLite: 300 records in one call would take 40 s).
+            for start in range(0, len(batch), _CHUNK):
+                chunk = batch[start : start + _CHUNK]
+                try:
+                    self._call(state, "write", state.sink.write, chunk)
+                    state.written += len(chunk)
+                except Exception as exc:
+                    # A batch write may have stored part of the batch; replay skips what is there.
+                    state.pending.extend(batch[start:])
+                    self._mark_failed(state, exc, "write")
+                    break
 
     def _mark_failed(self, state: _SinkState, exc: BaseException, during: str) -> None:
         first = state.error is None
@@ -255,7 +373,9 @@ class Recorder:
         state.since_failure = 0
         if first:
             later = (
-                f"retrying every {self.retry_every} records"
+                "given up for this session (its time, --hwbench-sink-timeout, is spent)"
+                if state.given_up
+                else f"retrying every {self.retry_every} records"
                 if self.retry_every
                 else "not retrying during this session"
             )
@@ -270,12 +390,14 @@ class Recorder:
         """One attempt to reopen the sink and write its pending records (one at a time)."""
         assert self._session is not None
         state.since_failure = 0
+        if state.given_up:
+            return  # its time is spent: the spool and `hwbench replay` take it from here
         try:
             if not state.opened:
-                state.sink.open_session(self._session)
+                self._call(state, "open_session", state.sink.open_session, self._session)
                 state.opened = True
             while state.pending:
-                state.sink.write([state.pending[0]])
+                self._call(state, "write", state.sink.write, [state.pending[0]])
                 state.pending.pop(0)
                 state.written += 1
         except Exception:
@@ -293,25 +415,35 @@ class Recorder:
             )
 
 
-def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
-    """Push every spooled record each sink does not hold yet; return records written per sink.
+@dataclass(frozen=True)
+class SinkReplay:
+    """What `replay_each` did for one sink: records written, and the error that stopped it."""
 
-    Idempotent: what a sink already has (by record id, via `Sink.existing_ids`) is skipped, so a
-    second replay writes nothing. Records are grouped by session: the sink opens the session
-    (resuming it where it exists), writes the missing records and closes it with the spooled
-    final status (``killed`` if the session never spooled an end). A sink that raises stops the
-    replay with that error; run it again once the sink is back.
-    """
-    records: dict[str, BenchmarkRecord] = {}
-    for record in spool.records():
-        records.setdefault(record.record_id, record)
-    sessions: dict[str, SessionInfo] = {}
-    for info in spool.sessions():
-        sessions.setdefault(info.session_id, info)
-    statuses = spool.session_statuses()
-    counts: dict[str, int] = {}
-    for name, sink in zip(_unique_names(sinks), sinks, strict=True):
-        have = sink.existing_ids(records) if records else set()
+    name: str
+    written: int
+    error: str | None = None
+    #: spooled records refused as no measurement (`refusal`), sent to no sink
+    refused: int = 0
+
+    @property
+    def ok(self) -> bool:
+        return self.error is None
+
+
+def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sessions: dict[str, SessionInfo],
+                statuses: Mapping[str, str], deadline_s: float | None,
+                notify: Callable[[str], None] | None) -> SinkReplay:
+    written = 0
+    target = getattr(sink, "shown_uri", None) or getattr(sink, "path", None)
+    where = f"sink {name!r}" + (f" ({redact_uri(str(target))})" if target else "")
+
+    def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
+        if deadline_s is None:
+            return fn(*args)
+        return call_with_deadline(lambda: fn(*args), deadline_s, f"{where} to answer {during}", notify)[0]
+
+    try:
+        have = call("existing_ids", sink.existing_ids, records) if records else set()
         by_session: dict[str, list[BenchmarkRecord]] = {}
         for record in records.values():
             if record.record_id not in have:
@@ -320,12 +452,63 @@ def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
             info = sessions.get(session_id) or SessionInfo(
                 session_id=session_id, started_at=missing[0].created_at, host=missing[0].host
             )
-            sink.open_session(info)
-            for start in range(0, len(missing), _REPLAY_BATCH):
-                sink.write(missing[start : start + _REPLAY_BATCH])
-            sink.close(statuses.get(session_id, "killed"))
-        counts[name] = sum(len(v) for v in by_session.values())
-    return counts
+            call("open_session", sink.open_session, info)
+            for start in range(0, len(missing), _CHUNK):
+                batch = missing[start : start + _CHUNK]
+                call("write", sink.write, batch)
+                written += len(batch)
+            call("close", sink.close, statuses.get(session_id, "killed"))
+    except Exception as exc:
+        return SinkReplay(name, written, _describe(exc))
+    return SinkReplay(name, written)
 
 
-__all__ = ["DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "replay"]
+def replay_each(
+    spool: Spool,
+    sinks: Sequence[Sink],
+    *,
+    deadline_s: float | None = None,
+    notify: Callable[[str], None] | None = None,
+) -> list[SinkReplay]:
+    """Push every spooled record each sink does not hold yet, each sink on its own.
+
+    A sink that fails, or leaves one call unanswered for `deadline_s` seconds (None: no limit),
+    gets its error in its `SinkReplay`; the other sinks are replayed all the same (issue 18,
+    item 6: with MLflow down, DuckDB was not rebuilt). Idempotent: what a sink already has (by
+    record id, via `Sink.existing_ids`) is skipped, so a second replay writes nothing. Records
+    are grouped by session: the sink opens the session (resuming it where it exists), writes the
+    missing records and closes it with the spooled final status (``killed`` if the session never
+    spooled an end). Spooled records that `refusal` rejects go to no sink (counted in each result).
+    """
+    records: dict[str, BenchmarkRecord] = {}
+    refused = 0
+    for record in spool.records():
+        problem = refusal(record)
+        if problem is not None:
+            refused += 1
+            warnings.warn(f"hwbench: spooled record refused, not replayed: {problem}", HwbenchWarning,
+                          stacklevel=2)
+            continue
+        records.setdefault(record.record_id, record)
+    sessions: dict[str, SessionInfo] = {}
+    for info in spool.sessions():
+        sessions.setdefault(info.session_id, info)
+    statuses = spool.session_statuses()
+    return [
+        dataclasses.replace(_replay_one(name, sink, records, sessions, statuses, deadline_s, notify), refused=refused)
+        for name, sink in zip(_unique_names(sinks), sinks, strict=True)
+    ]
+
+
+def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
+    """Records written per sink by `replay_each`; raises the first sink's error, after every
+    sink had its turn (so one sink that is down does not keep the others from catching up)."""
+    results = replay_each(spool, sinks)
+    failed = [r for r in results if not r.ok]
+    if failed:
+        raise RuntimeError(f"replay to sink {failed[0].name!r} failed: {failed[0].error}")
+    return {r.name: r.written for r in results}
+
+
+__all__ = ["DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "SinkReplay", "SinkTimeout",
+           "call_with_deadline", "refusal", "replay", "replay_each"]

@@ -6,7 +6,10 @@ user's own code has a run open).
 
 Layout in the experiment (default ``hwbench``):
 
-- parent run ``session <session_id>``: tags ``hwbench.kind=session``, ``hwbench.session_id``,
+- the experiment carries ``mlflow.experimentKind=custom_model_development``, so MLflow's UI
+  opens it as a model-development experiment (the runs table), not a GenAI one (traces);
+- parent run named for what it holds (`session_run_name`: suite and marker expression, host,
+  commit, start time): tags ``hwbench.kind=session``, ``hwbench.session_id``,
   git commit/branch (also as ``mlflow.source.git.*``), host, runner label, hardware summary,
   package versions; on `close`, an artifact ``hwbench_records/part-*.json`` holding the full
   records written (with their raw timings, which child runs do not carry);
@@ -30,6 +33,7 @@ metrics per record); writer and reader in one module keep that layout in one pla
 from __future__ import annotations
 
 import contextlib
+import datetime
 import json
 import os
 import tempfile
@@ -59,6 +63,13 @@ SESSION_TAG = "hwbench.session_id"
 RECORD_TAG = "hwbench.record_id"
 PARENT_TAG = "mlflow.parentRunId"
 RECORDS_ARTIFACT_DIR = "hwbench_records"
+#: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values:
+#: ``genai_development``, ``custom_model_development``, ...). Issue 18, item 13: without it the
+#: ``hwbench`` experiment opened on the GenAI overview ("Traces 0", "No data").
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: Seconds a local SQLite store's first open waits for another process creating the same store.
+STORE_INIT_WAIT_S = 120.0
 
 #: MLflow allows 8000 characters per tag value; stay clear of it (the spool keeps the full text).
 TAG_VALUE_LIMIT = 5000
@@ -296,8 +307,16 @@ class MlflowSink:
             from mlflow.tracking import MlflowClient
 
             if self._is_sqlite:
-                _sqlite_path(self.tracking_uri).parent.mkdir(parents=True, exist_ok=True)
-            self._client_obj = MlflowClient(tracking_uri=self.tracking_uri)
+                path = _sqlite_path(self.tracking_uri)
+                path.parent.mkdir(parents=True, exist_ok=True)
+                # MlflowClient creates and migrates a new SQLite store when it is constructed,
+                # without a lock: two runs starting together on a new store raced ("Online
+                # migration expected to match one row", "duplicate column name: step"; issue 18,
+                # item 11). One process at a time creates it; the next finds it migrated.
+                with _store_init_lock(path.parent):
+                    self._client_obj = _retry_migration(lambda: MlflowClient(tracking_uri=self.tracking_uri))
+            else:
+                self._client_obj = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client_obj
 
     def _experiment(self, create: bool = True) -> str | None:
@@ -313,7 +332,8 @@ class MlflowSink:
                 return None
             try:
                 self._experiment_id = client.create_experiment(
-                    self.experiment, artifact_location=self.artifact_location
+                    self.experiment, artifact_location=self.artifact_location,
+                    tags={EXPERIMENT_KIND_TAG: EXPERIMENT_KIND},
                 )
             except MlflowException:
                 experiment = client.get_experiment_by_name(self.experiment)  # created meanwhile?
@@ -327,6 +347,9 @@ class MlflowSink:
                 f"(mlflow experiments restore --experiment-id {experiment.experiment_id}) "
                 "or choose another experiment name"
             )
+        if create and EXPERIMENT_KIND_TAG not in (experiment.tags or {}):
+            # Made by an older hwbench (or by hand): mark it, once, unless it says its own kind.
+            client.set_experiment_tag(experiment.experiment_id, EXPERIMENT_KIND_TAG, EXPERIMENT_KIND)
         self._experiment_id = experiment.experiment_id
         return self._experiment_id
 
@@ -365,7 +388,7 @@ class MlflowSink:
                     experiment_id,
                     start_time=epoch_ms(session.started_at),
                     tags=_session_tags(session),
-                    run_name=f"session {sid}",
+                    run_name=session_run_name(session),
                 )
                 run_id = run.info.run_id
         self._parent_run_id = run_id
@@ -541,6 +564,74 @@ class MlflowSink:
         return out
 
 
+def session_run_name(session: SessionInfo) -> str:
+    """The parent run's name: what the session ran (suite and ``-m`` expression, from the
+    session's ``extra``), where (host), on what (commit) and when (UTC), e.g.
+    ``bench_suites/test_quick.py -m cpu · ci-runner-3 · 1a2b3c4d · 2026-11-24 14:05 UTC``.
+    Issue 18, item 13: ``session 04c6d46a...`` told a person nothing."""
+    extra = dict(session.extra or {})
+    suite = str(extra.get("suite") or "").strip()
+    markers = str(extra.get("markers") or "").strip()
+    what = " ".join(part for part in (suite, f"-m {markers}" if markers else "") if part)
+    when = ""
+    if session.started_at:
+        try:
+            stamp = datetime.datetime.fromisoformat(str(session.started_at).replace("Z", "+00:00"))
+            if stamp.tzinfo is not None:
+                stamp = stamp.astimezone(datetime.timezone.utc)
+            when = stamp.strftime("%Y-%m-%d %H:%M UTC")
+        except ValueError:
+            when = str(session.started_at)[:16]
+    parts = [what or "hwbench", session.host, session.git_commit[:8] if session.git_commit else "", when]
+    return truncate(" · ".join(p for p in parts if p), 240)
+
+
+@contextlib.contextmanager
+def _store_init_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `directory` (flock on its descriptor: no file left behind) for up
+    to `STORE_INIT_WAIT_S` seconds of waiting; without ``fcntl`` (Windows) only the retry helps."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + STORE_INIT_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has been creating the MLflow store in {directory} for over "
+                        f"{STORE_INIT_WAIT_S:.0f} s"
+                    ) from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+#: Words of the errors two processes migrating one new store at once get from Alembic/SQLite.
+_MIGRATION_RACE = ("online migration", "duplicate column", "already exists", "alembic", "database is locked")
+
+
+def _retry_migration(make: Any, tries: int = 4) -> Any:
+    """`make()`, tried again (after 1, 2, 4 s) while it fails the way a migration race does (a
+    store created by a process that does not take our lock, e.g. an older hwbench)."""
+    for attempt in range(tries):
+        try:
+            return make()
+        except Exception as exc:
+            text = str(exc).lower()
+            if attempt == tries - 1 or not any(word in text for word in _MIGRATION_RACE):
+                raise
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
+
+
 def _session_tags(session: SessionInfo) -> dict[str, str]:
     tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
     plain = {
@@ -637,10 +728,13 @@ register_sink(
 __all__ = [
     "ACCEPTED_FORMS",
     "DEFAULT_EXPERIMENT",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
     "MlflowSink",
     "MlflowStoreError",
     "ping",
     "redact_uri",
     "resolve_tracking_uri",
+    "session_run_name",
     "validate_tracking_uri",
 ]

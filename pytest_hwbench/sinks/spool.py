@@ -12,6 +12,7 @@ Only one process writes a spool (the controller under xdist). Lines are written 
 from __future__ import annotations
 
 import json
+import math
 import os
 import warnings
 from collections.abc import Iterator
@@ -92,6 +93,27 @@ def _parse_line(path: Path, number: int, raw: str, *, last: bool) -> dict[str, A
     return data
 
 
+def refusal(record: BenchmarkRecord) -> str | None:
+    """Why `record` cannot be stored as a measurement, or None.
+
+    Uses `pytest_hwbench.record.measurement_problem` where the record module has it (issue 18,
+    item 2); else the minimal rule: a passed record needs a finite median latency.
+    """
+    from pytest_hwbench import record as record_module
+
+    if record.status != "passed":
+        return None
+    check = getattr(record_module, "measurement_problem", None)
+    if check is not None:
+        problem = check(record)
+        return None if problem is None else f"record {record.record_id} ({record.case_id}): {problem}"
+    median = record.latency_ms_median
+    if median is None or not math.isfinite(median):
+        return f"passed record {record.record_id} has median latency {median}, not a measurement"
+    return None
+
+
+
 class Spool:
     """Append-only JSONL journal of records and sessions in `directory`.
 
@@ -115,7 +137,14 @@ class Spool:
         return self.directory / SESSIONS_FILE
 
     def append(self, record: BenchmarkRecord) -> None:
-        """Write `record` as one line; durable (fsynced) when this returns."""
+        """Write `record` as one line; durable (fsynced) when this returns.
+
+        Raises ValueError for a record that cannot be a measurement (`refusal`): a journal that
+        is replayed into every store must not carry one.
+        """
+        problem = refusal(record)
+        if problem is not None:
+            raise ValueError(f"hwbench spool: record refused: {problem}")
         _append_line(self.records_path, record.to_json())
 
     def append_session(self, info: SessionInfo) -> None:
@@ -163,4 +192,4 @@ class Spool:
         }
 
 
-__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "Spool"]
+__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "Spool", "refusal"]
