@@ -100,7 +100,7 @@ def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
     return total
 
 
-def busiest_processes(seconds: float = 0.1, *, limit: int = 3, exclude: tuple[int, ...] = ()) -> list[str]:
+def busiest_processes(seconds: float = 0.1, *, limit: int = 5, exclude: tuple[int, ...] = ()) -> list[str]:
     """The processes other than this one (and `exclude`) that used the most CPU over `seconds`,
     as ``"python3 (pid 1234) 0.98 cores"``; only those above a tenth of a core."""
     import psutil
@@ -212,6 +212,15 @@ def _own_pids() -> set[int]:
     return {os.getpid()}
 
 
+def tick_error(readings: Mapping[str, Any]) -> float:
+    """How far `other_cores` may be off from the counters' granularity alone: ``/proc/stat``
+    counts whole clock ticks (10 ms), so each core's share can be off by two ticks per window.
+    A window of a few milliseconds (``--hwbench-min-time 0``) can therefore show no interference."""
+    window = float(readings.get("window_s") or 0.0)
+    cores = int(readings.get("cores_allowed") or 1)
+    return 2.0 * cores / (_CLOCK_TICKS * window) if window > 0 else float("inf")
+
+
 def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> tuple[Noise, str]:
     """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
     `gpu_readings`): other processes on our cores, stolen time, a GPU slowed by heat or power, or
@@ -219,7 +228,7 @@ def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> t
     reasons: list[str] = []
     cores = readings.get("cores_allowed") or 0
     other = readings.get("other_cores")
-    if other is not None and other > MAX_OTHER_CORES:
+    if other is not None and other > MAX_OTHER_CORES + tick_error(readings):
         busiest = readings.get("busiest") or ()
         named = f" (busiest: {', '.join(busiest)})" if busiest else ""
         reasons.append(f"{other:.1f} of {cores} cores busy with other processes{named}")
@@ -290,7 +299,7 @@ class InterferenceMonitor:
         self.readings = host_readings(self._start, HostSnapshot.take(self.own_pids))
         if self.gpu_index is not None:
             self.readings.update(gpu_readings(self.gpu_index))
-        if (self.readings.get("other_cores") or 0.0) > MAX_OTHER_CORES:
+        if (self.readings.get("other_cores") or 0.0) > MAX_OTHER_CORES + tick_error(self.readings):
             try:
                 self.readings["busiest"] = busiest_processes(exclude=self.own_pids)
             except Exception:  # naming them is a courtesy; the verdict stands without it
@@ -312,5 +321,6 @@ __all__ = [
     "gpu_readings",
     "host_readings",
     "judge",
+    "tick_error",
     "severity",
 ]

@@ -491,7 +491,7 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None) ->
     for name, _ in RESULT_COLUMNS:
         if FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
             frame[name] = [_parse_json(v) for v in frame[name]]
-    frame["cpu_affinity"] = [tuple(int(c) for c in v) if v is not None else () for v in frame["cpu_affinity"]]
+    frame["cpu_affinity"] = [() if _is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
     frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
     return frame
 
