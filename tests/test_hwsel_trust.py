@@ -19,12 +19,15 @@ import math
 import os
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
 
+import numpy as np
 import pandas as pd
 import pytest
+from sklearn.base import BaseEstimator, RegressorMixin
 
 from hwsel.data import CONFIG_KEYS, load_runs
 
@@ -193,3 +196,67 @@ def test_a_tie_on_newer_data_keeps_the_champion(small_runs: Path, tmp_path: Path
     assert latency.score == pytest.approx(latency.champion_score, abs=1e-9), latency.reason
     assert not latency.alias_moved, latency.reason
     assert "does not beat" in latency.reason
+
+
+# --- 3. concurrent hwsel train: compare-and-set, the loser says so --------------------------------
+
+class SlowMean(RegressorMixin, BaseEstimator):  # type: ignore[misc]
+    """A poor champion whose recipe takes `delay` seconds per fit: the mean, `offset` off (log units).
+
+    Cross-validating it keeps each trainer between reading @champion and moving it for several
+    seconds, so two trainings started together both read it (the window issue 18 saw)."""
+
+    def __init__(self, delay: float = 1.0, offset: float = 2.0) -> None:
+        self.delay = delay
+        self.offset = offset
+
+    def fit(self, X: pd.DataFrame, y: np.ndarray) -> SlowMean:
+        time.sleep(self.delay)
+        self.mean_ = float(np.mean(y)) + self.offset
+        return self
+
+    def predict(self, X: pd.DataFrame) -> np.ndarray:
+        return np.full(len(X), self.mean_)
+
+
+def test_concurrent_trainings_move_champion_once_and_the_loser_says_so(small_runs: Path, tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from hwsel import registry
+    from hwsel.data import training_table
+    from hwsel.features import feature_frame
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    table = training_table(load_runs(str(small_runs)))
+    X = feature_frame(table)
+    run = client.create_run(registry.ensure_experiment(client, uri, "hwsel-training"))
+    for target, column in (("latency", "latency_ms"), ("memory", "memory_mb")):
+        model = SlowMean(delay=0.0).fit(X, np.log(table[column].to_numpy(dtype=float)))
+        model.delay = 1.0
+        version = registry.register(client, run.info.run_id, target, model, X, tags={"hwsel.score": "9.9"})
+        client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
+    client.set_terminated(run.info.run_id)
+
+    env = {k: v for k, v in os.environ.items() if k != "MLFLOW_TRACKING_URI"}
+    env["PYTHONPATH"] = os.pathsep.join([str(ROOT), str(ROOT / "tests"), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-m", "hwsel", "train", "--source", str(small_runs), "--tracking-uri", uri,
+           "--trials", "1", "--no-progress", "--json"]
+    procs = [subprocess.Popen(cmd, cwd=tmp_path, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+             for _ in range(2)]
+    outs = [p.communicate(timeout=600) for p in procs]
+    assert all(p.returncode == 0 for p in procs), [err for _, err in outs]
+    results = [json.loads(out)["targets"] for out, _ in outs]
+    for target in ("latency", "throughput", "memory"):
+        won = [r[target] for r in results if r[target]["champion"]]
+        lost = [r[target] for r in results if not r[target]["champion"]]
+        assert len(won) == 1 and len(lost) == 1, [r[target]["decision"] for r in results]
+        assert "while this run trained" in lost[0]["decision"], lost[0]["decision"]  # the loser says so
+        alias = client.get_model_version_by_alias(registry.MODEL_NAMES[target], registry.ALIAS)
+        assert str(alias.version) == won[0]["version"]
+    # latency and throughput moved together: both champions come from the same training run
+    champions = [client.get_model_version_by_alias(registry.MODEL_NAMES[t], registry.ALIAS) for t in
+                 ("latency", "throughput")]
+    assert champions[0].run_id == champions[1].run_id
+    with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found|does not exist"):
+        client.get_registered_model(registry.LOCK_MODEL)  # the lock was let go
