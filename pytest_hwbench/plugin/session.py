@@ -21,6 +21,7 @@ import time
 import uuid
 from dataclasses import dataclass
 from importlib import metadata
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -96,6 +97,23 @@ def _versions() -> dict[str, str]:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
+    return out
+
+
+def _what_runs(config: pytest.Config) -> dict[str, str]:
+    """What the session runs, for names people read (the MLflow parent run): ``suite``, the test
+    paths asked for relative to the rootdir, and ``markers``, the ``-m`` expression."""
+    paths = []
+    for arg in config.args:
+        path, sep, rest = str(arg).partition("::")
+        try:
+            shown = Path(path).resolve().relative_to(config.rootpath).as_posix()
+        except (ValueError, OSError):
+            shown = path
+        paths.append(shown + sep + rest)
+    out = {"suite": ",".join(paths) or "."}
+    if config.option.markexpr:
+        out["markers"] = str(config.option.markexpr)
     return out
 
 
@@ -253,6 +271,7 @@ class HwbenchState:
             runner_label=runner_label(),
             hardware_summary=detect_hardware().summary(),
             package_versions=_versions(),
+            extra=_what_runs(self.config),
         )
         self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
 
@@ -313,9 +332,24 @@ class HwbenchState:
         elif error:
             self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
 
-    def _explain_empty_run(self) -> None:
-        """A run that collected no test says why, per process: no case generated (the grid
-        options and markers), every case deselected (-m/-k), or a worker that never reported."""
+    def _missing_paths(self) -> list[str]:
+        """The test paths on the command line that do not exist. Serial pytest refuses them
+        (``file or directory not found``); an xdist controller collects nothing itself and its
+        workers reported an empty collection instead (issue 18, item 12)."""
+        if self.config.option.pyargs:  # arguments may be module names, not paths
+            return []
+        here = self.config.invocation_params.dir
+        return [str(arg) for arg in self.config.args
+                if not (Path(here) / str(arg).partition("::")[0]).exists()]
+
+    def _explain_empty_run(self) -> bool:
+        """A run that collected no test says why: test paths that do not exist (True is
+        returned then), else per process: no case generated (the grid options and markers),
+        every case deselected (-m/-k), or a worker that never reported."""
+        missing = self._missing_paths()
+        if missing:
+            self.notes.append(f"no test ran: file or directory not found: {', '.join(missing)}")
+            return True
         accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
                                                else {})
         for who, account in accounts.items():
@@ -331,6 +365,7 @@ class HwbenchState:
                                      if value)
                 self.notes.append(f"no test ran: {who} generated {account['generated']} cases and kept "
                                   f"{account.get('selected', 0)} after selection ({selection or 'no -m/-k'})")
+        return False
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
@@ -346,8 +381,8 @@ class HwbenchState:
             output = self.config.workeroutput  # type: ignore[attr-defined]
             output["hwbench_notes"] = list(dict.fromkeys(self.notes))
             output["hwbench_collection"] = dict(self.collection)
-        elif not session.testscollected:
-            self._explain_empty_run()
+        elif not session.testscollected and self._explain_empty_run():
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR  # as serial pytest ends on a missing path
         if not self.is_worker and self.session_info is not None:
             self.config.hook.pytest_hwbench_session_finish(
                 config=self.config, session=self.session_info, exitstatus=int(exitstatus)

@@ -96,8 +96,9 @@ def call_with_deadline(
     thread.start()
     thread.join(min(budget_s, NOTICE_AFTER_S))
     if thread.is_alive() and budget_s > NOTICE_AFTER_S:
+        left = budget_s - (time.monotonic() - began)
         (notify or _stderr_line)(
-            f"hwbench: waiting for {waiting} (at most {budget_s:.0f} s more; then its records stay in the "
+            f"hwbench: waiting for {waiting} (at most {left:.0f} s more; then its records stay in the "
             "spool for `hwbench replay`)"
         )
         thread.join(max(0.0, budget_s - (time.monotonic() - began)))
