@@ -1,0 +1,235 @@
+"""How good is `hwbench compare` as a regression gate? Figures, not assertions (issue 16).
+
+Four real runs of a subset of the quick tier (inference, fp32, tiny models on torch, onnxruntime
+and a third-party backend ``gate-torch``), each a fresh ``pytest bench_suites`` process writing one
+session to a throwaway store:
+
+1. quiet;  2. quiet again;  3. with a background process spinning on one core for the whole run;
+4. quiet, with ``gate-torch`` doing 1.3x the work of a call (a planted 30 % slowdown).
+
+``gate-torch`` is registered the way a third party does it, through the
+``pytest_hwbench.backends`` entry-point group of a throwaway distribution on PYTHONPATH: it runs
+torch eager and then busy-works 0.3x of the call's own duration when ``HWBENCH_GATE_WORK=1.3``.
+
+Printed:
+- (a) A/A quiet, runs 1 vs 2: false alarms (regression or improvement) per case, inconclusive;
+- (b) A/A under load, runs 1 vs 3: the same, plus how many loaded records were judged noisy, any
+  record without a verdict, and torch eager cases within 2x of their quiet figure or marked noisy;
+- (c) A/B, runs 1 vs 4 on ``gate-torch``: the share of cases clean on both sides that the gate
+  calls a regression.
+Beside each, the verdicts of the previous gate (Mann-Whitney U on iterations, issue 16's
+"before") on the same records.
+
+    python benchmarks/gate_quality.py                    # ~8 min on 2 cores
+    python benchmarks/gate_quality.py --models bert-tiny,vit-tiny --min-time 0.5
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import os
+import subprocess
+import sys
+import tempfile
+import textwrap
+import time
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+DEFAULT_MODELS = "bert-tiny,gpt2-tiny,vit-tiny,resnet-tiny,whisper-micro,wav2vec2-tiny,t5-tiny,clip-tiny"
+
+GATE_PACKAGE = '''
+"""A third party's backend: torch eager that does HWBENCH_GATE_WORK times the work of each call."""
+import os
+import time
+
+from pytest_hwbench import get_backend, register_backend
+
+
+class GateTorch:
+    name = "gate-torch"
+    hardware = ("cpu",)
+    precisions = ("fp32",)
+
+    def markers(self, hardware):
+        return get_backend("torch").markers(hardware)
+
+    def default_precisions(self, hardware, hw):
+        return ("fp32",)
+
+    def unavailable(self, hardware, precision, hw):
+        return get_backend("torch").unavailable(hardware, precision, hw)
+
+    def load(self, spec, hardware, precision, device_index=0):
+        loaded = get_backend("torch").load(spec, hardware, precision, device_index)
+        factor = float(os.environ.get("HWBENCH_GATE_WORK", "1.0"))
+        inner = loaded.prepare
+
+        def prepare(inputs):
+            call = inner(inputs)
+
+            def work():
+                start = time.perf_counter()
+                out = call()
+                until = start + factor * (time.perf_counter() - start)
+                while time.perf_counter() < until:  # the extra work: busy, on this thread
+                    pass
+                return out
+
+            return work
+
+        loaded.prepare = prepare
+        return loaded
+
+
+register_backend(GateTorch())
+'''
+
+
+def _site(root: Path) -> Path:
+    """A throwaway distribution holding ``gate-torch``, registered through the entry-point group."""
+    site = root / "site"
+    (site / "hwbench_gate").mkdir(parents=True)
+    (site / "hwbench_gate" / "__init__.py").write_text(GATE_PACKAGE)
+    info = site / "hwbench_gate-0.1.dist-info"
+    info.mkdir()
+    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hwbench-gate\nVersion: 0.1\n")
+    (info / "entry_points.txt").write_text("[pytest_hwbench.backends]\ngate-torch = hwbench_gate\n")
+    return site
+
+
+def _run(label: str, store: Path, site: Path, args: argparse.Namespace, backends: str, *, work: float = 1.0,
+         load_core: int | None = None) -> str:
+    """One pytest session into `store`; returns its session id."""
+    from pytest_hwbench.sinks import list_sessions
+
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["HWBENCH_GATE_WORK"] = str(work)
+    cmd = [sys.executable, "-m", "pytest", "bench_suites/test_inference.py", "-m", "cpu and quick", "-q",
+           "-p", "no:cacheprovider", "--benchmark-disable", "--hwbench-store", str(store),
+           "--hwbench-models", args.models, "--hwbench-backends", backends, "--hwbench-precisions", "fp32",
+           "--hwbench-batch-sizes", args.batch_sizes, "--hwbench-hardware", "cpu",
+           "--hwbench-min-time", str(args.min_time), "--hwbench-progress-interval", "30"]
+    spinner = None
+    if load_core is not None:
+        spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
+        spinner = subprocess.Popen([sys.executable, "-c", spin])
+    began = time.monotonic()
+    try:
+        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("hwbench: ") or " passed" in ln]
+    print(f"  run {label}: exit {proc.returncode} in {time.monotonic() - began:.0f} s; " + " | ".join(summary[-3:]),
+          flush=True)
+    if proc.returncode != 0:
+        print(textwrap.indent(proc.stdout[-3000:] + proc.stderr[-2000:], "    "))
+    sessions = list_sessions(store / "hwbench.duckdb")
+    return str(sessions["session_id"].iloc[0])  # newest first
+
+
+def _old_gate(a, b) -> str:
+    """The verdict of the gate before issue 16: median change > 10 % and Mann-Whitney U on the
+    iterations, p < 0.05."""
+    from scipy.stats import mannwhitneyu
+
+    ta, tb = list(a.timings_ms), list(b.timings_ms)
+    if len(ta) < 2 or len(tb) < 2 or not a.latency_ms_median or not b.latency_ms_median:
+        return "unchanged"
+    change = b.latency_ms_median / a.latency_ms_median - 1
+    p = mannwhitneyu(ta, tb, alternative="two-sided").pvalue
+    if abs(change) > 0.10 and p < 0.05:
+        return "regression" if change > 0 else "improvement"
+    return "unchanged"
+
+
+def _records(db: Path, session: str, backends: set[str] | None = None):
+    from pytest_hwbench.sinks import load_records
+
+    return [r for r in load_records(db, session) if backends is None or r.backend in backends]
+
+
+def _line(name: str, comps, old: Counter) -> None:
+    counts = Counter(c.verdict for c in comps)
+    alarms = counts["regression"] + counts["improvement"]
+    compared = len(comps) - counts["missing"]
+    reasons = Counter(c.note.split(":")[0].split(" (")[0] for c in comps if c.verdict == "inconclusive")
+    old_alarms = old["regression"] + old["improvement"]
+    print(f"{name}: {compared} cases | false alarms {alarms} ({alarms / max(compared, 1):.1%}: "
+          f"{counts['regression']} regression, {counts['improvement']} improvement) | inconclusive "
+          f"{counts['inconclusive']} ({', '.join(f'{n} {r}' for r, n in reasons.most_common()) or '-'}) | unchanged "
+          f"{counts['unchanged']}")
+    print(f"    before (Mann-Whitney on iterations): false alarms {old_alarms} ({old_alarms / max(compared, 1):.1%})")
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--models", default=DEFAULT_MODELS, help=f"quick-tier models (default {DEFAULT_MODELS})")
+    parser.add_argument("--batch-sizes", default="1,4", help="batch sizes (default 1,4)")
+    parser.add_argument("--min-time", type=float, default=1.0, help="--hwbench-min-time per case (default 1.0)")
+    parser.add_argument("--keep", default=None, metavar="DIR", help="keep the store here (default: a temp dir)")
+    args = parser.parse_args(argv)
+
+    from pytest_hwbench.compare import compare_records
+
+    with tempfile.TemporaryDirectory(prefix="hwbench-gate-") as tmp:
+        root = Path(args.keep or tmp)
+        root.mkdir(parents=True, exist_ok=True)
+        site, store = _site(root), root / "store"
+        db = store / "hwbench.duckdb"
+        all_backends = "torch,onnxruntime,gate-torch"
+        load_core = max(os.sched_getaffinity(0))
+        print(f"gate quality: models {args.models}, batch sizes {args.batch_sizes}, fp32, min time "
+              f"{args.min_time} s, {len(os.sched_getaffinity(0))} cores; load on core {load_core} in run 3", flush=True)
+        s1 = _run("1 (quiet)", store, site, args, all_backends)
+        s2 = _run("2 (quiet)", store, site, args, all_backends)
+        s3 = _run("3 (one core loaded)", store, site, args, all_backends, load_core=load_core)
+        s4 = _run("4 (quiet, gate-torch 1.3x work)", store, site, args, "gate-torch", work=1.3)
+
+        r1, r2, r3 = _records(db, s1), _records(db, s2), _records(db, s3)
+        r4 = _records(db, s4, {"gate-torch"})
+
+        def old(a, b) -> Counter:
+            by_a = {r.case_id: r for r in a if r.status == "passed"}
+            return Counter(_old_gate(by_a[r.case_id], r) for r in b if r.status == "passed" and r.case_id in by_a)
+
+        print()
+        for label, records in (("run 1", r1), ("run 2", r2), ("run 3", r3), ("run 4", r4)):
+            noise = Counter(r.noise for r in records)
+            print(f"{label}: {len(records)} records, {noise['clean']} clean, {noise['noisy']} noisy, "
+                  f"{noise[None]} without a verdict; tries {dict(sorted(Counter(r.tries for r in records).items()))}")
+        print()
+        _line("(a) A/A quiet, runs 1 vs 2", compare_records(r1, r2), old(r1, r2))
+        _line("(b) A/A one core loaded, runs 1 vs 3", compare_records(r1, r3), old(r1, r3))
+        quiet = {r.case_id: r for r in r1 if r.status == "passed"}
+        torch3 = [r for r in r3 if r.backend == "torch" and r.status == "passed" and r.case_id in quiet]
+        within = [r for r in torch3 if r.latency_ms_median <= 2 * quiet[r.case_id].latency_ms_median]
+        ok = [r for r in torch3 if r in within or r.noise == "noisy"]
+        ratios = sorted(r.latency_ms_median / quiet[r.case_id].latency_ms_median for r in torch3)
+        median_ratio = ratios[len(ratios) // 2] if ratios else math.nan
+        print(f"    torch eager under load: {len(within)} of {len(torch3)} within 2x of run 1, {len(ok)} of "
+              f"{len(torch3)} within 2x or marked noisy; median ratio to run 1 {median_ratio:.2f}, max "
+              f"{max(ratios, default=math.nan):.2f}; threads {dict(Counter(r.threads for r in torch3))}")
+        gate1 = [r for r in r1 if r.backend == "gate-torch"]
+        ab = compare_records(gate1, r4)
+        clean = [c for c in ab if c.noise == "clean/clean"]
+        found = [c for c in clean if c.verdict == "regression"]
+        counts = Counter(c.verdict for c in ab)
+        changes = sorted(c.change for c in ab if c.change is not None)
+        print(f"(c) A/B planted 30 % slowdown, runs 1 vs 4 on gate-torch: {len(ab)} cases, {len(clean)} clean on both "
+              f"sides; found {len(found)} of {len(clean)} clean ({len(found) / max(len(clean), 1):.1%}); all verdicts "
+              f"{dict(counts)}; median measured change {changes[len(changes) // 2] if changes else math.nan:+.1%}")
+        old_ab = old(gate1, r4)
+        print(f"    before (Mann-Whitney on iterations): regression in {old_ab['regression']} of {len(ab)}")
+        if args.keep:
+            print(f"store kept at {store}")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
