@@ -171,3 +171,36 @@ def test_format_table_has_the_noise_column_and_counts():
     busy = next(ln for ln in lines if ln.startswith("busy-cpu"))
     assert "clean/noisy" in busy and "inconclusive" in busy
     assert lines[-1] == "1 regression, 0 improvement, 0 unchanged, 1 inconclusive, 0 missing (2 cases)"
+
+
+def _jsonl(path, records: list[BenchmarkRecord]):
+    path.write_text("".join(r.to_json() + "\n" for r in records))
+    return str(path)
+
+
+def test_cli_compares_records_replayed_from_other_machines_and_mlflow_runs(tmp_path, capsys):
+    from pytest_hwbench.cli import main
+    from pytest_hwbench.record import SessionInfo
+    from pytest_hwbench.sinks import MlflowSink
+
+    a = _jsonl(tmp_path / "a.jsonl", [record("A", "m", steady(10.0)), record("A", "k", steady(5.0))])
+    b_records = [record("B", "m", steady(13.0)),
+                 record("B", "k", steady(9.0), noise="noisy", reason="1.0 of 2 cores busy with other processes")]
+    b = _jsonl(tmp_path / "b.jsonl", b_records)
+    assert main(["compare", "--source-a", a, "--source-b", b, "all", "all"]) == 1  # m regressed
+    out = capsys.readouterr().out
+    assert "1 regression, 0 improvement, 0 unchanged, 1 inconclusive, 0 missing (2 cases)" in out
+    assert "noisy in B: 1.0 of 2 cores busy" in out
+
+    # B as MLflow runs (timings from the session's artifact), picked by session id prefix.
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    sink = MlflowSink(uri)
+    sink.open_session(SessionInfo(session_id="B", started_at="2026-11-24T00:00:00+00:00", host="h"))
+    sink.write(b_records[1:])  # only the noisy case: nothing to gate on
+    sink.close("finished")
+    assert main(["compare", "--source-a", a, "--source-b", uri, "all", "B"]) == 0
+    out = capsys.readouterr().out
+    assert "k-cpu-torch-fp32-b1" in out and "clean/noisy" in out and "inconclusive" in out
+
+    assert main(["compare", "--source-a", a, "--source-b", b, "all", "nope"]) == 2
+    assert "session 'nope' matches no session" in capsys.readouterr().err
