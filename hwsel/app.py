@@ -9,9 +9,12 @@ model outside the zoo as ``config``: the contents of its Hugging Face config.jso
 ``model_name`` is optional; a config hwsel cannot read answers 422 naming ``config``). Bad input answers 4xx with ``{"status": "error", "message": ...}``:
 422 for a bad value (batch size 0 or ``true``, unknown hardware or precision, a sequence longer
 than the model's position limit), naming the field, 404 for an unknown model. Request sizes are
-bounded so that no request can run for long. Requests about hardware take a ``device`` (one name
-for one target, or hardware -> name) and a ``backend``; every prediction says which device
-(``device``, ``device_source``, ``device_spec``) and backend it is for.
+bounded so that no request can run for long: a body over `MAX_REQUEST_BYTES` answers 413, a
+``config`` of more than `MAX_CONFIG_LAYERS` layers or `MAX_CONFIG_PARAMS` parameters 422, each
+naming the limit; a deep stack of identical layers is derived from two shallow builds.
+Requests about hardware take a ``device`` (one name for one target, or hardware -> name) and a
+``backend``; every prediction says which device (``device``, ``device_source``, ``device_spec``)
+and backend it is for.
 
 Serve with ``hwsel serve`` (binds 127.0.0.1 by default) or any ASGI server.
 
@@ -67,6 +70,18 @@ VERSION = "0.1.0"
 MAX_REQUEST_BATCH_SIZE = 65536
 #: Longest sequence any request may name; a model's own position limit is checked as well.
 MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
+#: Largest request body in bytes, answered 413 beyond: a Hugging Face config.json is a few KB
+#: (about 40 KB with a 1,000-class label map); a 10 MB config used to be read whole (issue 18).
+MAX_REQUEST_BYTES = 256 * 1024
+#: Most layers a `config` may describe over all its stacks (the deepest published models have
+#: about 130), answered 422 beyond. With a deep stack of identical layers extrapolated from two
+#: shallow builds (`hwsel.features.EXTRAPOLATE_ABOVE`), this bounds what is built whole.
+MAX_CONFIG_LAYERS = 256
+#: Most parameters a `config` may derive (the largest published models have about 2e12).
+MAX_CONFIG_PARAMS = 10**13
+#: Config keys that count layers (nested configs, e.g. a text_config, count too).
+_LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
+               "num_decoder_layers", "depths")
 
 ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
                                  description="zoo name or hub-style alias, e.g. bert-base-uncased")]
@@ -393,13 +408,34 @@ def _max_sequence_length(info: Any) -> int | None:
         return None
 
 
+def _config_layers(config: Any) -> int:
+    """Layers a config describes: its layer counts (`_LAYER_KEYS`), nested configs included."""
+    total = 0
+    if isinstance(config, Mapping):
+        for key, value in config.items():
+            if key in _LAYER_KEYS and isinstance(value, int) and not isinstance(value, bool):
+                total += max(value, 0)
+            elif key in _LAYER_KEYS and isinstance(value, list):
+                total += sum(v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+            elif isinstance(value, Mapping):
+                total += _config_layers(value)
+    return total
+
+
 def _model(name: str | None, family: str | None, sequence_length: int | None = None,
            config: Mapping[str, Any] | None = None) -> Any:
     if config is not None:
+        layers = _config_layers(config)
+        if layers > MAX_CONFIG_LAYERS:
+            raise _invalid("config", f"the config describes {layers} layers; at most {MAX_CONFIG_LAYERS} per request "
+                                     "(MAX_CONFIG_LAYERS)")
         try:
             info = resolve_model(name, config)  # no name: the config's own
         except KeyError as exc:
             raise _invalid("config", _message(exc)) from None
+        if info.param_count > MAX_CONFIG_PARAMS:
+            raise _invalid("config", f"the config derives a model of {info.param_count:.3g} parameters; at most "
+                                     f"{MAX_CONFIG_PARAMS:.0e} per request (MAX_CONFIG_PARAMS)")
     elif name is None:
         raise _invalid("model_name", "give model_name (a zoo name or hub-style alias) or config (the contents of a "
                                      "Hugging Face config.json)")
@@ -426,6 +462,40 @@ def _hardware(pred: Predictor, field: str, names: Any) -> tuple[str, ...] | None
         raise _invalid(field, str(exc)) from None
 
 
+class _BodyLimit:
+    """ASGI middleware: a request body over `limit` bytes is answered 413 naming the limit, from its
+    Content-Length before anything is read, else as soon as the bytes read pass it."""
+
+    def __init__(self, app: Any, limit: int) -> None:
+        self.app, self.limit = app, limit
+
+    def _message(self) -> str:
+        return (f"request body over {self.limit} bytes ({self.limit // 1024} KiB), the limit per request "
+                "(MAX_REQUEST_BYTES); a config.json is a few KB")
+
+    async def __call__(self, scope: Any, receive: Any, send: Any) -> None:
+        if scope["type"] != "http":
+            await self.app(scope, receive, send)
+            return
+        length = dict(scope.get("headers") or ()).get(b"content-length")
+        if length is not None and length.isdigit() and int(length) > self.limit:
+            await JSONResponse(status_code=413, content={"status": "error", "message": self._message()})(
+                scope, receive, send)
+            return
+        seen = 0
+
+        async def limited() -> Any:
+            nonlocal seen
+            message = await receive()
+            if message.get("type") == "http.request":
+                seen += len(message.get("body") or b"")
+                if seen > self.limit:  # chunked, without a Content-Length
+                    raise StarletteHTTPException(413, self._message())
+            return message
+
+        await self.app(scope, limited, send)
+
+
 # --- the app ---------------------------------------------------------------------------------------
 
 def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[str] | None = None,
@@ -441,6 +511,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                   description="Hardware selection and performance prediction from hwbench runs.",
                   responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
     app.state.predictor = pred
+    app.add_middleware(_BodyLimit, limit=MAX_REQUEST_BYTES)
     # /measure/next reads the records itself (a Predictor keeps an index, not the table): once,
     # on first use, and keeps each answer (they are deterministic for a request).
     next_source = source if source is not None else default_source()
@@ -594,4 +665,4 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     return app
 
 
-__all__ = ["VERSION", "create_app"]
+__all__ = ["MAX_CONFIG_LAYERS", "MAX_CONFIG_PARAMS", "MAX_REQUEST_BYTES", "VERSION", "create_app"]

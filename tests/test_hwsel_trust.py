@@ -23,6 +23,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -260,3 +261,91 @@ def test_concurrent_trainings_move_champion_once_and_the_loser_says_so(small_run
     assert champions[0].run_id == champions[1].run_id
     with pytest.raises(Exception, match="RESOURCE_DOES_NOT_EXIST|not found|does not exist"):
         client.get_registered_model(registry.LOCK_MODEL)  # the lock was let go
+
+
+# --- 4. REST cost: bounded work per request -------------------------------------------------------
+
+def _bert(layers: int, **more: object) -> dict[str, object]:
+    return {"model_type": "bert", "num_hidden_layers": layers, "hidden_size": 64, "num_attention_heads": 2,
+            "intermediate_size": 128, "vocab_size": 1000, **more}
+
+
+@pytest.fixture(scope="module")
+def rest(tmp_path_factory: pytest.TempPathFactory) -> Iterator[object]:
+    """The real app over a predictor without data or registry (roofline and rules answer)."""
+    from fastapi.testclient import TestClient
+
+    from hwsel.app import create_app
+    from hwsel.predict import Predictor
+
+    old = os.environ.get("HWSEL_CACHE_DIR")
+    os.environ["HWSEL_CACHE_DIR"] = str(tmp_path_factory.mktemp("arch-cache"))
+    try:
+        yield TestClient(create_app(Predictor(runs=None, champions={}, layers=("roofline", "rules"), detect=False)))
+    finally:
+        if old is None:
+            os.environ.pop("HWSEL_CACHE_DIR", None)
+        else:
+            os.environ["HWSEL_CACHE_DIR"] = old
+
+
+def test_rest_refuses_a_config_too_deep_at_once_naming_the_limit(rest: Any) -> None:
+    from hwsel.app import MAX_CONFIG_LAYERS
+
+    started = time.perf_counter()
+    answer = rest.post("/performance/predict", json={"config": _bert(5000), "hardware": "cpu"})
+    took = time.perf_counter() - started
+    assert answer.status_code == 422, answer.text
+    message = answer.json()["message"]
+    assert "config" in message and "5000 layers" in message and f"at most {MAX_CONFIG_LAYERS}" in message
+    assert took < 10  # was 43 s (8.6 ms a layer, built whole on the meta device)
+    nested = {"model_type": "llava", "text_config": {"model_type": "llama", "num_hidden_layers": 200},
+              "vision_config": {"model_type": "clip_vision_model", "num_hidden_layers": 100}}
+    answer = rest.post("/hardware/select", json={"config": nested})
+    assert answer.status_code == 422 and "300 layers" in answer.json()["message"]
+
+
+def test_rest_refuses_a_body_too_large_with_413_naming_the_limit(rest: Any) -> None:
+    from hwsel.app import MAX_REQUEST_BYTES
+
+    body = {"config": _bert(2, junk="x" * 10_000_000), "hardware": "cpu"}
+    answer = rest.post("/performance/predict", json=body)
+    assert answer.status_code == 413, answer.text[:300]
+    assert "MAX_REQUEST_BYTES" in answer.json()["message"] and str(MAX_REQUEST_BYTES) in answer.json()["message"]
+
+    def chunks() -> Iterator[bytes]:  # no Content-Length: counted while read
+        yield b'{"config": {"model_type": "bert", "junk": "'
+        for _ in range(40):
+            yield b"x" * 10_000
+        yield b'"}}'
+
+    answer = rest.post("/performance/predict", content=chunks(), headers={"content-type": "application/json"})
+    assert answer.status_code == 413 and "MAX_REQUEST_BYTES" in answer.json()["message"]
+    assert rest.post("/performance/predict", json={"config": _bert(2), "hardware": "cpu"}).status_code == 200
+
+
+def test_rest_refuses_a_config_whose_model_is_too_large(rest: Any) -> None:
+    answer = rest.post("/performance/predict", json={"config": _bert(4, vocab_size=10**12), "hardware": "cpu"})
+    assert answer.status_code == 422, answer.text
+    assert "parameters" in answer.json()["message"] and "MAX_CONFIG_PARAMS" in answer.json()["message"]
+
+
+def test_a_deep_stack_is_extrapolated_exactly_and_answers_fast(rest: Any) -> None:
+    from hwsel.features import EXTRAPOLATE_ABOVE, _measure, _measure_spec
+    from pytest_hwbench.models import spec_from_config
+
+    for config in (_bert(20),
+                   {"model_type": "gpt2", "n_layer": 20, "n_embd": 64, "n_head": 2, "vocab_size": 1000},
+                   {"model_type": "llama", "num_hidden_layers": 20, "hidden_size": 64, "num_attention_heads": 4,
+                    "num_key_value_heads": 2, "intermediate_size": 128, "vocab_size": 1000},
+                   {"model_type": "t5", "num_layers": 20, "d_model": 64, "num_heads": 2, "d_ff": 128, "d_kv": 32,
+                    "vocab_size": 1000},
+                   {"model_type": "vit", "num_hidden_layers": 20, "hidden_size": 64, "num_attention_heads": 2,
+                    "intermediate_size": 128, "image_size": 64, "patch_size": 16}):
+        spec = spec_from_config(config)
+        assert 20 > EXTRAPOLATE_ABOVE
+        assert _measure(spec) == _measure_spec(spec), config["model_type"]  # the line is exact
+    started = time.perf_counter()
+    answer = rest.post("/performance/predict", json={"config": _bert(256, vocab_size=1234), "hardware": "cpu"})
+    assert answer.status_code == 200, answer.text
+    assert time.perf_counter() - started < 30  # two shallow builds, not 256 layers
