@@ -42,6 +42,9 @@ ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "
 #: Columns of a runs frame, in order.
 RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS
 
+#: Record fields that hold lists or mappings: not training data, and not storable as Parquet columns.
+NESTED_COLUMNS: tuple[str, ...] = ("extra", "cpu_affinity", "timings_ms", "interference")
+
 #: Target columns `training_table` adds, in natural units.
 TARGET_COLUMNS: dict[str, str] = {"latency": "latency_ms", "throughput": "throughput", "memory": "memory_mb"}
 
@@ -321,7 +324,7 @@ def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write `frame` to Parquet (zstd, without the nested ``extra``/``cpu_affinity`` columns)."""
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    flat = frame.drop(columns=[c for c in ("extra", "cpu_affinity", "timings_ms") if c in frame.columns])
+    flat = frame.drop(columns=[c for c in NESTED_COLUMNS if c in frame.columns])
     flat.to_parquet(path, index=False, compression="zstd")
     return path
 

@@ -57,7 +57,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from hwsel.data import dropped_text, frame_digest, load_runs, snapshot, training_table
+from hwsel.data import NESTED_COLUMNS, dropped_text, frame_digest, load_runs, snapshot, training_table
 
 # The estimator classes stay importable here: champions pickled before they moved to
 # hwsel.estimators name them as hwsel.train.<class>.
@@ -289,7 +289,7 @@ def train(
                          f"found {len(table)} usable rows")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
-    digest = frame_digest(table.drop(columns=[c for c in ("extra", "cpu_affinity") if c in table.columns]))
+    digest = frame_digest(table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns]))
     snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
     snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
     X = feature_frame(table)

@@ -269,3 +269,31 @@ def test_retries_option_is_bounded(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--hwbench-noise-retries", "11", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
     result.stderr.fnmatch_lines(["*--hwbench-noise-retries: 11 is out of range; accepted: 0 to 10*"])
+
+
+def test_hwsel_train_leaves_noisy_records_out_and_says_so(tmp_path: Path) -> None:
+    """Real training (one Optuna trial) on measured CPU records, some of them marked noisy."""
+    import pandas as pd
+
+    from hwsel.data import load_runs
+
+    snapshot = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
+    runs = load_runs(snapshot)
+    runs = runs[runs["model"].isin(["bert-tiny", "resnet-tiny", "gpt2-tiny"]) & runs["batch_size"].isin([1, 4, 16])]
+    fields = set(BenchmarkRecord.__dataclass_fields__)
+    records = []
+    for i, row in enumerate(runs.head(40).to_dict("records")):
+        record = BenchmarkRecord.from_dict({k: v for k, v in row.items() if k in fields and not pd.isna(v)})
+        records.append(dataclasses.replace(record, noise="noisy" if i % 8 == 0 else "clean",
+                                           noise_reason="busy" if i % 8 == 0 else ""))
+    noisy = sum(r.noise == "noisy" for r in records)
+    source = tmp_path / "runs.jsonl"
+    source.write_text("".join(r.to_json() + "\n" for r in records))
+    hwsel = Path(sys.executable).with_name("hwsel")
+    proc = subprocess.run([str(hwsel), "train", "--source", str(source), "--tracking-uri",
+                           f"sqlite:///{tmp_path / 'mlflow.db'}", "--trials", "1", "--no-progress", "--json"],
+                          capture_output=True, text=True, timeout=600, cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    answer = json.loads(proc.stdout)
+    assert answer["noisy_left_out"] == noisy > 0
+    assert answer["rows"] <= len(records) - noisy
