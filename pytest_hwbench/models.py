@@ -573,7 +573,8 @@ _LLAVA = {"image_token_index": 32000, "vision_feature_layer": -2, "vision_featur
 _LLAVA_ONNX_GAP = ("no dynamic-batch ONNX export of LLaVA: transformers' LlavaModel.get_image_features "
                    "splits the image batch into a Python list, so the TorchScript exporter fixes the batch "
                    "at 2 (a Split node) and the dynamo exporter has no ONNX function for aten._is_all_true")
-_LLAVA_GAPS = {"onnxruntime": _LLAVA_ONNX_GAP, "onnxruntime-trt": _LLAVA_ONNX_GAP, "openvino": _LLAVA_ONNX_GAP}
+_LLAVA_GAPS = {"onnxruntime": _LLAVA_ONNX_GAP, "onnxruntime-trt": _LLAVA_ONNX_GAP, "openvino": _LLAVA_ONNX_GAP,
+               "onnxruntime-web": _LLAVA_ONNX_GAP}
 #: DETR's ResNet-50 backbone built by transformers (not timm), without pretrained weights.
 _DETR = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 

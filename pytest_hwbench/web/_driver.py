@@ -57,6 +57,8 @@ FLAGS_ENV = "HWBENCH_BROWSER_FLAGS"
 START_TIMEOUT_S = 90.0
 #: Seconds a page waits on one ``/cmd`` request before asking again.
 POLL_S = 20.0
+#: Longest $TMPDIR under which Chromium's singleton socket path still fits (else a short one is made).
+SHORT_PATH = 60
 _MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html",
          ".onnx": "application/octet-stream", ".bin": "application/octet-stream", ".map": "application/json"}
 _PAGE_ASSETS = frozenset({"bench.html", "bench.js"})
@@ -93,6 +95,9 @@ class _Server(ThreadingHTTPServer):
     daemon_threads = True
     allow_reuse_address = True
     driver: WebDriver
+
+    def handle_error(self, request: Any, client_address: Any) -> None:
+        pass  # a killed browser resets its connections: not news (the driver reports the kill)
 
 
 class _Handler(BaseHTTPRequestHandler):
@@ -187,6 +192,7 @@ class WebDriver:
         self._thread: threading.Thread | None = None
         self._process: subprocess.Popen[bytes] | None = None
         self._profile: str | None = None
+        self._short_tmp: str | None = None
         self._stderr: Any = None
         self._page: str | None = None
         self._bundle: str | None = None
@@ -244,9 +250,15 @@ class WebDriver:
     def _launch(self, url: str) -> None:
         self._profile = tempfile.mkdtemp(prefix="hwbench-chromium-")
         self._stderr = tempfile.TemporaryFile()
+        env = dict(os.environ)
+        if len(self._profile) > SHORT_PATH and Path("/tmp").is_dir():
+            # Chromium puts its singleton socket under $TMPDIR and aborts when that path passes
+            # the 108-byte limit of a Unix socket ("Socket path too long").
+            self._short_tmp = tempfile.mkdtemp(prefix="hwb-", dir="/tmp")
+            env["TMPDIR"] = self._short_tmp
         args = [self.browser, *BROWSER_FLAGS, *self.extra_flags, f"--user-data-dir={self._profile}", url]
         self._process = subprocess.Popen(  # noqa: S603 - our own binary and flags
-            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr,
+            args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env,
             start_new_session=True, preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
         self.launches += 1
 
@@ -269,9 +281,10 @@ class WebDriver:
         self._page, self._bundle = None, None
         if process is not None:
             _kill_tree(process)
-        if self._profile is not None:
-            shutil.rmtree(self._profile, ignore_errors=True)
-            self._profile = None
+        for folder in (self._profile, self._short_tmp):
+            if folder is not None:
+                shutil.rmtree(folder, ignore_errors=True)
+        self._profile = self._short_tmp = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None

@@ -1,0 +1,394 @@
+"""Web platforms (issue 17): onnxruntime-web in a real headless Chromium, targets wasm, webgpu, webnn.
+
+Everything runs against the real parts: the Chromium on PATH, onnxruntime-web where
+`find_ort_web` finds it, real DuckDB and MLflow stores. Where the browser or onnxruntime-web is
+missing, the tests that need them skip (CI installs both: `.ci/run`). The interpretation of
+probe results is tested on probes recorded in ``tests/data/web/``.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import threading
+import time
+from importlib.metadata import entry_points
+from pathlib import Path
+
+import psutil
+import pytest
+
+from pytest_hwbench.hardware import detect_hardware
+from pytest_hwbench.web import (
+    BrowserCrashed,
+    BrowserTimeout,
+    PageError,
+    WebDriver,
+    close_shared_driver,
+    find_browser,
+    find_ort_web,
+)
+from pytest_hwbench.web.detect import adapter_name, is_software_adapter, targets_from_facts
+
+DATA = Path(__file__).parent / "data" / "web"
+BROWSER, _ = find_browser()
+ORT, _ = find_ort_web()
+needs_browser = pytest.mark.skipif(BROWSER is None, reason="no Chromium here (CI installs one: .ci/run)")
+needs_web = pytest.mark.skipif(BROWSER is None or ORT is None,
+                               reason="no Chromium or onnxruntime-web here (CI installs both: .ci/run)")
+
+
+def _recorded(name: str) -> dict:
+    return json.loads((DATA / name).read_text())
+
+
+def _browsers_under(folder: Path) -> list[psutil.Process]:
+    """Chromium processes whose profile lies under `folder` (each run's own TMPDIR)."""
+    found = []
+    for proc in psutil.process_iter(["cmdline"]):
+        cmdline = " ".join(proc.info.get("cmdline") or ())
+        if f"--user-data-dir={folder}" in cmdline:
+            found.append(proc)
+    return found
+
+
+# --- registration, ids, markers -----------------------------------------------------------------
+
+def test_backend_probe_and_command_register_through_entry_points():
+    assert {ep.name: ep.value for ep in entry_points(group="pytest_hwbench.backends")}["onnxruntime-web"] == \
+        "pytest_hwbench.backends.onnxruntime_web"
+    assert "pytest_hwbench.web.detect" in {ep.value for ep in entry_points(group="pytest_hwbench.hardware")}
+    assert "pytest_hwbench.web.install" in {ep.value for ep in entry_points(group="pytest_hwbench.commands")}
+    hw = detect_hardware()
+    assert {"wasm", "webgpu", "webnn"} <= set(hw.targets)
+
+
+def test_case_ids_and_markers():
+    from pytest_hwbench.backends.base import get_backend
+    from pytest_hwbench.plugin.grid import Selection, case_from_id, generate_cases
+
+    grid = generate_cases(Selection(models=("bert-tiny",), backends=("onnxruntime-web",), batch_sizes=(1,)),
+                          detect_hardware())
+    ids = [case.id for case in grid.cases]
+    assert ids == ["bert-tiny-wasm-onnxruntime-web-fp32-b1", "bert-tiny-webgpu-onnxruntime-web-fp32-b1",
+                   "bert-tiny-webnn-onnxruntime-web-fp32-b1"]
+    assert case_from_id("bert-tiny-webgpu-onnxruntime-web-fp32-b1") == grid.cases[1]
+    backend = get_backend("onnxruntime-web")
+    assert [backend.markers(h) for h in backend.hardware] == [("wasm",), ("webgpu",), ("webnn",)]
+
+
+def test_markers_are_registered_for_strict_markers(pytester):
+    result = pytester.runpytest("--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.wasm: *WebAssembly*", "@pytest.mark.webgpu: *WebGPU*",
+                                 "@pytest.mark.webnn: *WebNN*"])
+
+
+# --- detection: recorded probes ------------------------------------------------------------------
+
+def test_recorded_probe_without_webnn_and_with_swiftshader():
+    targets = targets_from_facts(_recorded("chromium156-swiftshader.json"), cpu_name="AMD EPYC")
+    wasm, webgpu, webnn = targets["wasm"], targets["webgpu"], targets["webnn"]
+    assert wasm.available and wasm.devices[0].name == "AMD EPYC" and wasm.precisions == ("fp32",)
+    assert webgpu.available and webgpu.devices[0].name == "WebGPU google swiftshader (software)"
+    assert webgpu.details["software_adapter"] is True
+    assert webgpu.precisions == ("fp32",)  # SwiftShader has no shader-f16
+    assert not webnn.available
+    assert "WebNN is not supported on this platform" in webnn.reason
+    assert "WebNN needs a browser with a WebNN backend" in webnn.reason
+
+
+def test_recorded_webnn_success_translates_into_an_available_target():
+    targets = targets_from_facts(_recorded("webnn-and-gpu-adapter.json"))
+    webnn, webgpu = targets["webnn"], targets["webgpu"]
+    assert webnn.available, webnn.reason
+    assert [d.name for d in webnn.devices] == ["WebNN gpu", "WebNN cpu"]  # npu failed, preference order
+    assert webnn.details["device_type"] == "gpu"
+    assert webgpu.devices[0].name == "WebGPU nvidia ampere"
+    assert webgpu.details["software_adapter"] is False
+    assert webgpu.precisions == ("fp32", "fp16")
+
+
+def test_missing_browser_and_missing_ort_web_name_the_fix():
+    facts = _recorded("chromium156-swiftshader.json")
+    no_browser = {**facts, "browser": None, "probe": None,
+                  "browser_reason": "no Chromium found (chromium-headless-shell, chromium, chromium-browser are not "
+                                    "on PATH): install Chromium (Debian/Ubuntu: `apt-get install -y "
+                                    "--no-install-recommends chromium`) or set HWBENCH_BROWSER"}
+    for target in targets_from_facts(no_browser).values():
+        assert not target.available and "apt-get install" in target.reason
+    no_ort = {**facts, "ort_web": None, "ort_web_reason": "onnxruntime-web is not installed: run `hwbench web install`"}
+    targets = targets_from_facts(no_ort)
+    assert "hwbench web install" in targets["wasm"].reason and "hwbench web install" in targets["webgpu"].reason
+    # The browser's own verdict comes first: installing onnxruntime-web gives no browser WebNN.
+    assert "WebNN is not supported on this platform" in targets["webnn"].reason
+
+
+def test_software_adapters_are_recognised():
+    assert is_software_adapter({"vendor": "google", "architecture": "swiftshader"})
+    assert is_software_adapter({"vendor": "mesa", "description": "llvmpipe (LLVM 15.0.6, 256 bits)"})
+    assert not is_software_adapter({"vendor": "intel", "architecture": "gen-12lp"})
+    assert adapter_name({"vendor": "apple", "architecture": "metal-3"}) == "WebGPU apple metal-3"
+
+
+def test_find_browser_honours_the_environment_and_path(monkeypatch, tmp_path):
+    monkeypatch.setenv("HWBENCH_BROWSER", str(tmp_path / "nothing"))
+    browser, why = find_browser()
+    assert browser is None and "HWBENCH_BROWSER" in why and "apt-get install" in why
+    monkeypatch.delenv("HWBENCH_BROWSER")
+    monkeypatch.setenv("PATH", str(tmp_path))
+    browser, why = find_browser()
+    assert browser is None and "chromium-headless-shell, chromium, chromium-browser" in why
+
+
+def test_find_ort_web_honours_the_environment(monkeypatch, tmp_path):
+    monkeypatch.setenv("HWBENCH_ORT_WEB", str(tmp_path))
+    found, why = find_ort_web()
+    assert found is None and "hwbench web install" in why
+    package = tmp_path / "onnxruntime-web"
+    (package / "dist").mkdir(parents=True)
+    (package / "package.json").write_text(json.dumps({"name": "onnxruntime-web", "version": "9.9.9"}))
+    monkeypatch.setenv("HWBENCH_ORT_WEB", str(package / "dist"))
+    found, _ = find_ort_web()
+    assert found is not None and found.version == "9.9.9" and found.dist == (package / "dist").resolve()
+
+
+# --- detection: the real browser here -------------------------------------------------------------
+
+@needs_web
+def test_probe_here_finds_wasm_and_a_software_webgpu_and_no_webnn():
+    hw = detect_hardware()
+    assert hw["wasm"].available, hw["wasm"].reason
+    assert hw["wasm"].details["cross_origin_isolated"] is True
+    assert hw["wasm"].details["timer_resolution_ms"] <= 0.1
+    webgpu = hw["webgpu"]
+    assert webgpu.available, webgpu.reason
+    if "swiftshader" in webgpu.devices[0].name:
+        assert webgpu.devices[0].name.endswith("(software)") and webgpu.details["software_adapter"]
+    if "Debian" in subprocess.run([BROWSER.path, "--version"], capture_output=True, text=True).stdout:
+        assert "WebNN is not supported" in hw["webnn"].reason
+
+
+# --- the driver: failures become errors with the browser's message, the browser restarts ---------
+
+@pytest.fixture(scope="module")
+def driver():
+    if BROWSER is None or ORT is None:
+        pytest.skip("no Chromium or onnxruntime-web here (CI installs both: .ci/run)")
+    d = WebDriver(BROWSER.path, ORT.dist)
+    yield d
+    d.close()
+
+
+def _unsupported_op_model(path: Path) -> Path:
+    from onnx import TensorProto, helper, save
+
+    node = helper.make_node("NoSuchOp", ["x"], ["y"], domain="com.example")
+    graph = helper.make_graph([node], "g", [helper.make_tensor_value_info("x", TensorProto.FLOAT, [1])],
+                              [helper.make_tensor_value_info("y", TensorProto.FLOAT, [1])])
+    model = helper.make_model(graph, opset_imports=[helper.make_opsetid("", 17), helper.make_opsetid("com.example", 1)],
+                              ir_version=8)
+    save(model, str(path))
+    return path
+
+
+def test_unsupported_operator_and_bad_model_are_page_errors_with_the_browsers_message(driver, tmp_path):
+    url = driver.add_blob(_unsupported_op_model(tmp_path / "op.onnx"))
+    with pytest.raises(PageError, match="NoSuchOp"):
+        driver.call("load", bundle="ort.wasm.min.mjs", key="op", model=url, executionProviders=["wasm"], numThreads=0)
+    url = driver.add_blob(b"this is not an onnx file")
+    with pytest.raises(PageError) as info:
+        driver.call("load", bundle="ort.wasm.min.mjs", key="bad", model=url, executionProviders=["wasm"], numThreads=0)
+    assert str(info.value)  # onnxruntime-web's own words
+    pid = driver.pid
+    assert driver.call("sleep", bundle="ort.wasm.min.mjs", ms=1) == {"slept": 1}
+    assert driver.pid == pid  # a page error keeps the browser
+
+
+def test_a_provider_the_bundle_lacks_is_the_browsers_message(driver, tmp_path):
+    url = driver.add_blob(_unsupported_op_model(tmp_path / "op.onnx"))
+    with pytest.raises(PageError, match="no available backend found"):
+        driver.call("load", bundle="ort.wasm.min.mjs", key="gpu", model=url, executionProviders=["webgpu"],
+                    numThreads=0)
+
+
+def test_a_hang_is_bounded_by_the_timeout_and_the_next_command_gets_a_new_browser(driver):
+    driver.call("sleep", bundle="", ms=1)
+    old = driver.pid
+    launches = driver.launches
+    started = time.monotonic()
+    with pytest.raises(BrowserTimeout, match="did not finish within 2 s; the browser was killed"):
+        driver.call("sleep", bundle="", ms=60_000, timeout_s=2)
+    assert time.monotonic() - started < 15
+    assert not psutil.pid_exists(old) or psutil.Process(old).status() == psutil.STATUS_ZOMBIE
+    assert driver.call("sleep", bundle="", ms=1) == {"slept": 1}
+    assert driver.launches == launches + 1
+
+
+def test_a_browser_crash_is_an_error_and_the_next_command_restarts_it(driver):
+    driver.call("sleep", bundle="", ms=1)
+    pid = driver.pid
+    threading.Timer(1.0, lambda: os.killpg(pid, signal.SIGKILL)).start()
+    with pytest.raises(BrowserCrashed, match="the browser exited"):
+        driver.call("sleep", bundle="", ms=30_000, timeout_s=60)
+    assert driver.call("sleep", bundle="", ms=1) == {"slept": 1}
+    assert driver.pid != pid
+
+
+# --- measuring: the backend through the runner ----------------------------------------------------
+
+@needs_web
+def test_runner_times_in_the_page_and_reads_the_precision_back(monkeypatch):
+    from pytest_hwbench.runner import BenchCase, Runner
+    from pytest_hwbench.trackers import TimingConfig
+
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0.2")
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=7, min_time_s=0.0))
+    try:
+        result = runner.run(BenchCase("bert-tiny", "onnxruntime-web", "wasm", "fp32", 2))
+    finally:
+        runner.close()
+        close_shared_driver()
+    assert result.latency.iterations == 7  # min iterations, min time 0: exactly the page's count
+    assert result.precision == "fp32"
+    details = result.details
+    assert details["web_bundle"] == "ort.wasm.min.mjs" and details["web_ort_version"] == ORT.version
+    assert details["web_output_types"] and set(details["web_output_types"].values()) == {"float32"}
+    assert details["timer"] == "performance.now() in the page"
+    assert details["web_cross_origin_isolated"] is True
+    assert details["web_warmup_ms"] >= 200
+    # in-page times are multiples of the isolated timer's 5 us step, not a Python clock's
+    assert all(abs(v * 200 - round(v * 200)) < 1e-3 for v in result.latency.values_ms)
+
+
+@needs_web
+def test_crash_mid_case_fails_that_case_with_the_message_and_the_next_case_runs(monkeypatch):
+    from pytest_hwbench.runner import BenchCase, Runner, failed_record
+    from pytest_hwbench.trackers import TimingConfig
+    from pytest_hwbench.web import shared_driver
+
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "8")
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.0))
+    case = BenchCase("bert-tiny", "onnxruntime-web", "wasm", "fp32", 1)
+    try:
+        runner.run(case)  # loads; the browser runs
+        pid = shared_driver().pid
+        threading.Timer(2.0, lambda: os.killpg(pid, signal.SIGKILL)).start()
+        with pytest.raises(BrowserCrashed) as info:
+            runner.run(case)
+        record = failed_record(case, "s", info.value)
+        assert record.status == "failed" and "the browser exited" in record.error
+        monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
+        result = runner.run(case)  # the model is reloaded into a new browser
+        assert result.latency.iterations == 3 and shared_driver().pid != pid
+    finally:
+        runner.close()
+        close_shared_driver()
+
+
+# --- the plugin: records in both stores, skips with reasons, no browser left ----------------------
+
+_SUITE = """
+def test_bench(hwbench_case, hwbench):
+    result = hwbench.measure(hwbench_case)
+    assert result.precision == hwbench_case.precision
+"""
+
+
+@needs_web
+def test_web_cases_land_in_mlflow_and_duckdb_and_leave_no_browser(pytester, tmp_path, monkeypatch):
+    run_tmp = tmp_path / "tmp"
+    run_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(run_tmp))
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0.2")
+    monkeypatch.setenv("HWBENCH_ORT_WEB", str(ORT.dist))  # pytester's subprocess has a HOME of its own
+    pytester.makepyfile(test_bench=_SUITE)
+    store = tmp_path / "store"
+    result = pytester.runpytest_subprocess("-m", "wasm or webgpu or webnn", "-rs", "--hwbench-models", "bert-tiny",
+                                           "--hwbench-batch-sizes", "1", "--hwbench-min-time", "0",
+                                           "--hwbench-store", str(store))
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.parseoutcomes().get("passed") == 2, result.stdout.str()
+    if not detect_hardware()["webnn"].available:
+        result.stdout.fnmatch_lines(["SKIPPED*webnn: *WebNN*"])
+    assert not _browsers_under(run_tmp)  # every Chromium ended with the session
+
+    from pytest_hwbench.sinks import read_records
+
+    ids = ["bert-tiny-wasm-onnxruntime-web-fp32-b1", "bert-tiny-webgpu-onnxruntime-web-fp32-b1"]
+    for source in (store / "hwbench.duckdb", f"sqlite:///{store / 'mlflow.db'}"):
+        records = sorted(read_records(source, with_timings=True), key=lambda r: r.case_id)
+        assert [r.case_id for r in records] == ids, source
+        wasm, webgpu = records
+        assert webgpu.extra["web_bundle"] == "ort.webgpu.min.mjs" and wasm.extra["web_bundle"] == "ort.wasm.min.mjs"
+        assert webgpu.extra["web_browser_version"] and webgpu.extra["web_ort_version"] == ORT.version
+        if "swiftshader" in webgpu.device_name:
+            assert webgpu.device_name.endswith("(software)") and webgpu.extra["web_software_adapter"] is True
+        for record in records:
+            assert record.extra["timer"] == "performance.now() in the page"
+            assert len(record.timings_ms) == record.iterations >= 10
+            # in-page times: multiples of the isolated timer's 5 us step
+            assert all(abs(v * 200 - round(v * 200)) < 1e-3 for v in record.timings_ms)
+
+
+def test_without_a_browser_on_path_web_cases_skip_naming_the_install_step(pytester, tmp_path, monkeypatch):
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    for tool in ("git",):
+        found = subprocess.run(["which", tool], capture_output=True, text=True).stdout.strip()
+        if found:
+            (bin_dir / tool).symlink_to(found)
+    monkeypatch.setenv("PATH", str(bin_dir))
+    monkeypatch.delenv("HWBENCH_BROWSER", raising=False)
+    pytester.makepyfile(test_bench=_SUITE)
+    result = pytester.runpytest_subprocess("-m", "wasm or webgpu or webnn", "-rs", "--hwbench-no-track",
+                                           "--hwbench-models", "bert-tiny", "--hwbench-batch-sizes", "1")
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert result.parseoutcomes().get("skipped") == 3 and "passed" not in result.parseoutcomes()
+    result.stdout.fnmatch_lines(["SKIPPED*no Chromium found*apt-get install -y*chromium*"])
+
+
+@needs_web
+def test_ctrl_c_leaves_no_browser(pytester, tmp_path):
+    run_tmp = tmp_path / "tmp"
+    run_tmp.mkdir()
+    pytester.makepyfile(test_bench=_SUITE)
+    env = {**os.environ, "TMPDIR": str(run_tmp), "HWBENCH_WEB_WARMUP_S": "30", "HWBENCH_ORT_WEB": str(ORT.dist)}
+    proc = subprocess.Popen([sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "-m", "wasm",
+                             "--hwbench-models", "bert-tiny", "--hwbench-batch-sizes", "1", "--hwbench-no-track"],
+                            cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
+    deadline = time.monotonic() + 120
+    while not _browsers_under(run_tmp) and time.monotonic() < deadline:  # the case is being measured
+        time.sleep(0.2)
+    assert _browsers_under(run_tmp), "the browser never started"
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGINT)
+    out, _ = proc.communicate(timeout=60)
+    assert b"KeyboardInterrupt" in out, out.decode()[-2000:]
+    time.sleep(0.5)
+    assert not _browsers_under(run_tmp)
+
+
+# --- install ------------------------------------------------------------------------------------
+
+@pytest.mark.skipif(not any(os.access(os.path.join(p, "npm"), os.X_OK) for p in os.environ["PATH"].split(os.pathsep)),
+                    reason="npm is not installed here")
+def test_hwbench_web_install_puts_the_pinned_version_in_the_folder(tmp_path):
+    from pytest_hwbench.web import ORT_WEB_VERSION
+    from pytest_hwbench.web.install import install_ort_web
+
+    package = install_ort_web(tmp_path / "web")
+    meta = json.loads((package / "package.json").read_text())
+    assert meta["name"] == "onnxruntime-web" and meta["version"] == ORT_WEB_VERSION
+    assert (package / "dist" / "ort.wasm.min.mjs").is_file()
+
+
+def test_hwbench_web_status_and_help():
+    from pytest_hwbench.cli import build_parser
+
+    assert "web" in build_parser().format_help()
+    done = subprocess.run([str(Path(sys.executable).parent / "hwbench"), "web", "status"], capture_output=True,
+                          text=True)
+    assert "browser:" in done.stdout and "onnxruntime-web:" in done.stdout
