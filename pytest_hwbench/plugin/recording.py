@@ -151,14 +151,30 @@ class Tracker:
         if self.recorder is not None:
             self.report = self.recorder.finish(_status(exitstatus))
 
+    def _write_runs_link(self, write: Any) -> None:
+        """The MLflow UI address of the session's runs table (issue 18, item 13)."""
+        for sink in self.recorder.sinks if self.recorder is not None else ():
+            link = getattr(sink, "runs_table_url", lambda: None)()
+            if not link:
+                continue
+            uri = redact_uri(self.config.mlflow_uri)
+            how = "" if uri.startswith(("http://", "https://")) else f"`mlflow ui --backend-store-uri {uri}`, then "
+            write(f"hwbench: runs table: {how}{link}")
+            return
+
     @pytest.hookimpl(trylast=True)  # after the plugin's own "hwbench" summary line
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:
         report = self.report
-        if report is None or not report.records:
+        if report is None or not (report.records or report.refused):
             return
         write = terminalreporter.write_line
         write(f"hwbench: MLflow {redact_uri(self.config.mlflow_uri)} (experiment {self.config.experiment!r}), "
               f"DuckDB {self.config.db_path}")
+        self._write_runs_link(write)
+        if report.refused:
+            terminalreporter.write_line(
+                f"hwbench: WARNING {report.refused} records refused, not stored: not measurements (the warnings "
+                "above say why)", yellow=True, bold=True)
         pending = {name: n for name, n in report.pending.items() if n}
         if pending:
             counts = ", ".join(f"{n} for {name}" for name, n in pending.items())

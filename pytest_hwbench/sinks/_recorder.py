@@ -222,6 +222,11 @@ class Recorder:
         """The session given to `start`, if any."""
         return self._session
 
+    @property
+    def sinks(self) -> tuple[Sink, ...]:
+        """The sinks, in the order given."""
+        return tuple(state.sink for state in self._states)
+
     def start(self, session: SessionInfo) -> None:
         """Spool the session and open it on every sink (a sink that raises is marked failed)."""
         if self._session is not None:

@@ -261,6 +261,20 @@ class MlflowSink:
         """The tracking URI with its credentials masked: the only form to print or log."""
         return redact_uri(self.tracking_uri)
 
+    def runs_table_url(self) -> str | None:
+        """Where a person sees this sink's runs: the experiment's runs table in MLflow's UI, once
+        the experiment is known (None before). For a local store, the address of
+        ``mlflow ui --backend-store-uri URI`` with its defaults.
+
+        MLflow 3.17's UI opens every experiment on its GenAI overview unless the address asks
+        for the model-training view (``workflowType=machine_learning``; the UI's own toggle,
+        kept per browser): the experiment's kind tag alone does not change where it lands.
+        """
+        if self._experiment_id is None:
+            return None
+        base = self.shown_uri.rstrip("/") if self._is_http else "http://127.0.0.1:5000"
+        return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"
+
     # -- plumbing ---------------------------------------------------------------------------
     @contextlib.contextmanager
     def _mlflow_env(self) -> Iterator[None]:
