@@ -118,9 +118,9 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
 #: ``hwsel train`` both moved @champion, and the worse could win).
 LOCK_MODEL = "hwsel-promotion-lock"
 #: How long a training run waits for the lock (moving aliases takes a few calls, well under 1 s).
-LOCK_WAIT_S = 120.0
+LOCK_WAIT_S = 90.0
 #: A lock older than this is left over by a run that died while holding it, and is taken over.
-LOCK_STALE_S = 600.0
+LOCK_STALE_S = 60.0
 
 
 @contextlib.contextmanager

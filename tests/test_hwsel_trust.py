@@ -199,6 +199,31 @@ def test_a_tie_on_newer_data_keeps_the_champion(small_runs: Path, tmp_path: Path
     assert "does not beat" in latency.reason
 
 
+def test_a_champion_answering_impossible_latencies_hands_over_to_the_next_layer(small_runs: Path,
+                                                                                 tmp_path: Path) -> None:
+    """A champion trained before the read-side check (it learned 1e-9 ms) answers nothing impossible."""
+    from mlflow.tracking import MlflowClient
+
+    from hwsel import registry
+    from hwsel.data import training_table
+    from hwsel.features import feature_frame
+    from hwsel.predict import Predictor
+
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    client = MlflowClient(tracking_uri=uri)
+    table = training_table(load_runs(str(small_runs)))
+    X, y = feature_frame(table), np.log(table["latency_ms"].to_numpy(dtype=float))
+    run = client.create_run(registry.ensure_experiment(client, uri, "hwsel-training"))
+    poisoned = SlowMean(delay=0.0, offset=math.log(1e-9) - float(np.mean(y))).fit(X, y)  # answers 1e-9 ms
+    version = registry.register(client, run.info.run_id, "latency", poisoned, X)
+    client.set_registered_model_alias(registry.MODEL_NAMES["latency"], registry.ALIAS, version)
+    champion = registry.load_champion("latency", tracking_uri=uri)
+    assert champion is not None
+    predictor = Predictor(runs=None, champions={"latency": champion}, detect=False)
+    answer = predictor.predict("gpt2", "cpu", batch_size=3)["cpu"]
+    assert answer.source == "roofline" and answer.latency_ms > 1e-3, answer
+
+
 # --- 3. concurrent hwsel train: compare-and-set, the loser says so --------------------------------
 
 class SlowMean(RegressorMixin, BaseEstimator):  # type: ignore[misc]

@@ -14,6 +14,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench.record import measurement_problem
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
@@ -84,7 +85,11 @@ class MeasuredIndex:
         df = df[pd.to_numeric(df["latency_ms_median"], errors="coerce") > 0]
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         devices: dict[str, dict[str, int]] = {}
+        impossible = 0
         for row in df.to_dict("records"):
+            if measurement_problem(row) is not None:  # runs given directly; load_runs drops them already
+                impossible += 1
+                continue
             try:
                 key = (str(row["model"]), str(row["hardware"]), str(row["precision"]), int(row["batch_size"]),
                        normalise_mode(str(row["mode"])), str(row["backend"]))
@@ -104,7 +109,7 @@ class MeasuredIndex:
             per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None)
             hardware.add(hw)
             backends.add(backend)
-        self.rows = len(df)
+        self.rows = len(df) - impossible
         self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
 
     @staticmethod

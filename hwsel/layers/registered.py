@@ -19,6 +19,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench.record import MAX_DEVICE_FLOPS, MIN_LATENCY_MS
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
@@ -150,8 +151,8 @@ class RegisteredLayer:
                 values = self._grid[self._grid_key(q)].interpolate(log_grid, math.log(q.batch_size))
             lat_log, low_log, high_log, mem_log = values
             latency = math.exp(lat_log) if math.isfinite(lat_log) else math.nan
-            if not math.isfinite(latency) or latency <= 0:
-                continue
+            if not _possible(latency, q):
+                continue  # no device runs it that fast (or slow): the next layer answers
             throughput = q.batch_size / latency * 1e3  # derived, as hwsel.train derives it
             memory = math.exp(mem_log) if mem_log is not None and math.isfinite(mem_log) else math.nan
             detail = ""
@@ -165,6 +166,16 @@ class RegisteredLayer:
                                 (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
                                 q.batch_size, q.mode, f"champion model version {version}{detail}", **self.where(q))
         return out
+
+
+def _possible(latency_ms: float, q: Query) -> bool:
+    """Whether a champion's latency is not faster than any measurement can be (`pytest_hwbench.record`'s
+    lower bounds): a champion trained on records older than that check may answer 3e-9 ms (issue 18).
+    How slow a champion may say a case runs is its accuracy, `hwsel.train`'s business."""
+    if not math.isfinite(latency_ms) or latency_ms < MIN_LATENCY_MS:
+        return False
+    flops = float(getattr(q.model, "flops_per_item", 0) or 0) * q.batch_size
+    return not (math.isfinite(flops) and flops > 0 and latency_ms < flops / MAX_DEVICE_FLOPS * 1e3)
 
 
 def _champion_log(champion: Any, features: Any) -> Any:
