@@ -374,3 +374,20 @@ def test_a_deep_stack_is_extrapolated_exactly_and_answers_fast(rest: Any) -> Non
     answer = rest.post("/performance/predict", json={"config": _bert(256, vocab_size=1234), "hardware": "cpu"})
     assert answer.status_code == 200, answer.text
     assert time.perf_counter() - started < 30  # two shallow builds, not 256 layers
+
+
+def test_promotion_lock_waits_names_its_holder_and_takes_over_a_stale_one(tmp_path: Path) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from hwsel.registry import LOCK_MODEL, promotion_lock
+
+    client = MlflowClient(tracking_uri=f"sqlite:///{tmp_path / 'mlflow.db'}")
+    with promotion_lock(client, "training run A"):
+        assert client.get_registered_model(LOCK_MODEL).tags["hwsel.owner"] == "training run A"
+        with pytest.raises(TimeoutError, match="held by training run A"), promotion_lock(client, "B", wait_s=0.5):
+            pass
+    # a holder that died an hour ago: its lock is taken over
+    client.create_registered_model(LOCK_MODEL, tags={"hwsel.owner": "dead run", "hwsel.since": repr(time.time() - 3600)})
+    with promotion_lock(client, "training run C", wait_s=5):
+        assert client.get_registered_model(LOCK_MODEL).tags["hwsel.owner"] == "training run C"
+    assert not client.search_registered_models(f"name='{LOCK_MODEL}'")
