@@ -235,7 +235,7 @@ def test_out_of_range_options_are_usage_errors_naming_the_range(
     result = pytester.runpytest_subprocess(*bench_args(store, "1"), option, value, timeout=120)
     text = output(result)
     assert result.ret == pytest.ExitCode.USAGE_ERROR, text
-    assert f"{option}: {value} is out of range; {accepted}" in text, text
+    assert f"{option}: {value!r} is out of range; {accepted}" in text, text
     assert "INTERNALERROR" not in text and not store.exists(), text
 
 

@@ -129,7 +129,7 @@ def _positive(option: str, kind: type, maximum: float | None = None) -> Any:
         except ValueError:
             raise pytest.UsageError(f"{option}: {value!r} is not a number; accepted: {shown}") from None
         if not math.isfinite(number) or number < 0 or (maximum is not None and number > maximum):
-            raise pytest.UsageError(f"{option}: {value} is out of range; accepted: {shown}")
+            raise pytest.UsageError(f"{option}: {value!r} is out of range; accepted: {shown}")
         return number
 
     return parse
