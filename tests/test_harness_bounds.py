@@ -309,6 +309,30 @@ def test_processes_opening_one_new_mlflow_store_together_all_succeed(tmp_path: P
         assert len(client.search_runs([experiment.experiment_id])) == 3
 
 
+def test_processes_starting_together_on_a_fresh_mlflow_server_share_one_experiment(tmp_path: Path) -> None:
+    """A real `mlflow server` on 127.0.0.1 with a new database: three sinks open their sessions
+    at the same instant; each creates the experiment or finds the one another just made."""
+    from _mlflow_server import MlflowServer
+    from mlflow.tracking import MlflowClient
+
+    server = MlflowServer(tmp_path / "server.db", tmp_path / "artifacts", tmp_path / "server.log")
+    server.start()
+    try:
+        start = time.time() + 4
+        code = RACE.replace('MlflowSink("sqlite:///" + sys.argv[1])', "MlflowSink(sys.argv[1])")
+        procs = [subprocess.Popen([sys.executable, "-c", code, server.uri, str(start), f"srv{i}"],
+                                  stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for i in range(3)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=240)
+            assert proc.returncode == 0 and out.strip() == "ok", err[-3000:]
+        client = MlflowClient(tracking_uri=server.uri)
+        (experiment,) = [e for e in client.search_experiments() if e.name == "hwbench"]
+        assert experiment.tags.get("mlflow.experimentKind") == "custom_model_development"
+        assert len(client.search_runs([experiment.experiment_id])) == 3
+    finally:
+        server.kill()
+
+
 def test_duckdb_sink_waits_out_a_lock_held_for_milliseconds(tmp_path: Path) -> None:
     db = tmp_path / "hwbench.duckdb"
     session = make_session()
