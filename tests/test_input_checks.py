@@ -295,7 +295,8 @@ def test_rest_sequence_length_is_bounded_by_the_model(rest: object, path: str) -
 
 def test_rest_hardware_lists_are_bounded_and_checked_on_every_endpoint(rest: object) -> None:
     for path, field in HARDWARE_FIELDS:
-        for value, words in ((["cpu"] * 200_000, ["at most 32 items"]),
+        # (a list of 200,000 is a body over MAX_REQUEST_BYTES: 413 before any field is read, issue 18)
+        for value, words in ((["cpu"] * 2_000, ["at most 32 items"]),
                              (["cpu", "tpu"], ["unknown hardware 'tpu'", "accepted: ", "cpu"])):
             status, payload = _post(rest, path, {**ENDPOINTS[path], field: value})
             assert status == 422, (path, field, payload)
