@@ -9,7 +9,9 @@ import nox
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-HARDWARE = ["cpu", "cuda", "rocm", "mps", "xpu", "openvino", "qnn"]
+HARDWARE = ["cpu", "cuda", "rocm", "mps", "xpu", "openvino", "qnn", "web"]
+#: The web targets (onnxruntime-web in headless Chromium), run together by "bench(web)".
+WEB_MARKERS = "wasm or webgpu or webnn"
 # The CPU wheel that lies on the CI disk; GPU runners get the default (CUDA) build instead.
 CPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch==2.13.0")
 GPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch>=2.4")
@@ -36,12 +38,15 @@ def lint(session: nox.Session) -> None:
 
 
 @nox.session(default=False)
-@nox.parametrize("hardware", HARDWARE)
+@nox.parametrize("hardware", HARDWARE, ids=HARDWARE)  # ids: the sessions are "bench(cuda)", "bench(web)"...
 def bench(session: nox.Session, hardware: str) -> None:
     """Run the benchmark suite for one hardware marker, e.g. nox -s "bench(cuda)"."""
     gpu = hardware in ("cuda", "rocm", "xpu", "mps")
     _install(session, GPU_TORCH if gpu else CPU_TORCH, "all" if hardware != "qnn" else "all,qnn")
-    session.run("pytest", "bench_suites", "-m", hardware, "--strict-markers", "-rs", *session.posargs)
+    if hardware == "web":  # onnxruntime-web from npm (the browser is the system's: see the README)
+        session.run("hwbench", "web", "install")
+    marker = WEB_MARKERS if hardware == "web" else hardware
+    session.run("pytest", "bench_suites", "-m", marker, "--strict-markers", "-rs", *session.posargs)
 
 
 @nox.session(default=False)

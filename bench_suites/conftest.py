@@ -5,7 +5,9 @@ tiers, and slices of the compiled and ONNX Runtime cases. It was sized to take a
 on one H100 (estimated by `python benchmarks/cuda_grid_estimate.py` from the recorded H100 runs;
 the figure is in the README). `--hwbench-grid all` runs every case the zoo, the backends and the
 hardware allow (about three hours on one H100). CPU cases are not trimmed: `-m cpu` is the whole
-CPU grid and `-m "cpu and quick"` the CI smoke tier.
+CPU grid and `-m "cpu and quick"` the CI smoke tier. Web cases (`-m wasm`, `-m webgpu`, `-m webnn`,
+onnxruntime-web in a headless Chromium) are trimmed to a few quick models at batch 1 (`WEB_CI_GRID`):
+WebGPU without a GPU runs on SwiftShader, 50 ms to seconds a forward.
 """
 
 from __future__ import annotations
@@ -67,8 +69,22 @@ CI_GRID: tuple[Slice, ...] = (
 )
 
 
+#: The CI grid on the web targets, per target: quick models at batch 1, one per modality on wasm,
+#: text and vision on webgpu (software WebGPU is slow); `--hwbench-grid all` runs every case.
+_WEB_SMOKE = frozenset({"onnxruntime-web"}), frozenset({"quick"}), frozenset({"inference"})
+WEB_CI_GRID: dict[str, tuple[Slice, ...]] = {
+    "wasm": (Slice(*_WEB_SMOKE, batch_sizes=frozenset({1}),
+                   models=frozenset({"bert-tiny", "vit-tiny", "whisper-micro", "gpt2-tiny"})),),
+    "webgpu": (Slice(*_WEB_SMOKE, batch_sizes=frozenset({1}), models=frozenset({"bert-tiny", "vit-tiny"})),),
+    "webnn": (Slice(*_WEB_SMOKE, batch_sizes=frozenset({1}), models=frozenset({"bert-tiny", "vit-tiny"})),),
+}
+
+
 def in_ci_grid(case: BenchCase) -> bool:
-    """Whether `case` is in the CI grid (every case off the accelerators is)."""
+    """Whether `case` is in the CI grid (every case off the accelerators and the web targets is)."""
+    if case.hardware in WEB_CI_GRID:
+        tier = get_model(case.model).tier
+        return any(piece.holds(case, tier) for piece in WEB_CI_GRID[case.hardware])
     if case.hardware not in ACCELERATORS:
         return True
     tier = get_model(case.model).tier

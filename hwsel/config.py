@@ -56,6 +56,7 @@ from pytest_hwbench.vocabulary import (
     HARDWARE_KINDS,
     PRECISIONS,
     TRAIN_MODE,
+    WEB_KINDS,
     check_mode,
     normalise_mode,
 )
@@ -66,9 +67,13 @@ ENV_VAR = "HWSEL_CONFIG"
 #: accepted as ``train`` wherever a mode is read). ``generate`` records are not a selection mode.
 MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
 #: Hardware we select among, in default fallback order (ties go to the earlier one): every kind
-#: the harness detects but onnxruntime, which runs on the CPU (ask for it with backend=).
-_FALLBACK_ORDER: tuple[str, ...] = ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu")
+#: the harness detects but onnxruntime, which runs on the CPU (ask for it with backend=). The web
+#: targets (onnxruntime-web in a browser) come last and answer when named (`WEB_TARGETS`).
+_FALLBACK_ORDER: tuple[str, ...] = ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu", "webgpu", "webnn", "wasm")
 HARDWARE: tuple[str, ...] = tuple(kind for kind in _FALLBACK_ORDER if kind in HARDWARE_KINDS)
+#: Targets in a web browser: a deployment choice rather than this machine's hardware, so selection
+#: considers them when a question names them, not by default (`hwsel.select.available_hardware`).
+WEB_TARGETS: frozenset[str] = WEB_KINDS
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
@@ -243,19 +248,23 @@ def _default_weights() -> Mapping[str, Weights]:
 
 def _default_hardware() -> Mapping[str, HardwarePreference]:
     # Memory figures are a common device of each kind; `hwsel.specs` or a config file refines them.
-    mem = {"cuda": 80.0, "rocm": 64.0, "xpu": 48.0, "mps": 16.0, "openvino": None, "qnn": 8.0, "cpu": None}
+    # wasm: a 32-bit WebAssembly memory holds 4 GiB at most.
+    mem = {"cuda": 80.0, "rocm": 64.0, "xpu": 48.0, "mps": 16.0, "openvino": None, "qnn": 8.0, "cpu": None,
+           "webgpu": None, "webnn": None, "wasm": 4.0}
     return MappingProxyType({hw: HardwarePreference(memory_gb=mem[hw]) for hw in HARDWARE})
 
 
 def _default_compatibility() -> Mapping[str, Mapping[str, str]]:
     table = {
-        "embedding": {"openvino": "high", "qnn": "medium", "mps": "high"},
-        "text_generation": {"openvino": "medium", "qnn": "low", "mps": "medium"},
-        "vision": {"openvino": "high", "qnn": "high", "mps": "high"},
+        "embedding": {"openvino": "high", "qnn": "medium", "mps": "high", "wasm": "high", "webgpu": "high"},
+        "text_generation": {"openvino": "medium", "qnn": "low", "mps": "medium", "wasm": "low"},
+        "vision": {"openvino": "high", "qnn": "high", "mps": "high", "wasm": "high", "webgpu": "high"},
         "audio": {"openvino": "medium", "qnn": "medium", "mps": "medium"},
-        "multimodal": {"openvino": "low", "qnn": "low", "mps": "medium"},
+        "multimodal": {"openvino": "low", "qnn": "low", "mps": "medium", "wasm": "low"},
     }
-    base = {"cuda": "high", "rocm": "high", "xpu": "medium", "cpu": "medium"}
+    # Web: the ONNX export runs in onnxruntime-web (wasm: up to 4 GiB, CPU speed; WebNN: few browsers).
+    base = {"cuda": "high", "rocm": "high", "xpu": "medium", "cpu": "medium", "wasm": "medium", "webgpu": "medium",
+            "webnn": "low"}
     return MappingProxyType({fam: MappingProxyType(base | row) for fam, row in table.items()})
 
 
@@ -275,8 +284,9 @@ _PRECISION_SUPPORT: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "cuda": ("fp32", "fp16", "bf16", "int8"), "rocm": ("fp32", "fp16", "bf16"), "xpu": ("fp32", "fp16", "bf16"),
     "mps": ("fp32", "fp16", "bf16"), "openvino": ("fp32", "fp16", "bf16", "int8"), "qnn": ("fp32", "fp16", "int8"),
     "cpu": ("fp32", "fp16", "bf16", "int8"),
+    "wasm": ("fp32",), "webgpu": ("fp32", "fp16"), "webnn": ("fp32", "fp16"),
 })
-_INFERENCE_ONLY: tuple[str, ...] = ("openvino", "qnn")
+_INFERENCE_ONLY: tuple[str, ...] = ("openvino", "qnn", "wasm", "webgpu", "webnn")
 
 
 @dataclass(frozen=True)
@@ -494,6 +504,7 @@ __all__ = [
     "FAMILIES",
     "HARDWARE",
     "MAX_HARDWARE_TARGETS",
+    "WEB_TARGETS",
     "MODES",
     "PRECISIONS",
     "ModeKeyed",

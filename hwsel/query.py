@@ -120,7 +120,9 @@ DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
 DEFAULT_BACKEND = "torch"
-_HARDWARE_BACKENDS: Mapping[str, str] = MappingProxyType({"openvino": "openvino", "qnn": "qai_hub"})
+_HARDWARE_BACKENDS: Mapping[str, str] = MappingProxyType({"openvino": "openvino", "qnn": "qai_hub",
+                                                          "wasm": "onnxruntime-web", "webgpu": "onnxruntime-web",
+                                                          "webnn": "onnxruntime-web"})
 
 
 def default_backend(hardware: str) -> str:

@@ -30,6 +30,7 @@ from .config import (
     MODES,
     RATINGS,
     SIZE_CATEGORIES,
+    WEB_TARGETS,
     ModeKeyed,
     SelectionConfig,
     Weights,
@@ -58,10 +59,11 @@ def detect_hardware() -> Any:
 
 
 def available_hardware(config: SelectionConfig | None = None) -> tuple[str, ...]:
-    """Configured targets that `detect_hardware()` finds here (cpu at least), in fallback order."""
+    """Configured targets that `detect_hardware()` finds here (cpu at least), in fallback order.
+    The web targets (wasm, webgpu, webnn) are left out: they answer when a question names them."""
     cfg = config or load_config()
     try:
-        found = set(detect_hardware().available())
+        found = set(detect_hardware().available()) - WEB_TARGETS
     except Exception:  # detection is best effort: the CPU is always there
         found = set()
     found.add("cpu")

@@ -93,6 +93,10 @@ KNOWN_DEVICES: tuple[DeviceSpec, ...] = (
     _gpu("apple-m4-max", 18.4, 18.4, 18.4, None, 546.0, 128.0, r"\bm4\s*(pro|max|ultra)\b", kind="apple"),
     # Intel NPU (Core Ultra), through OpenVINO.
     _gpu("intel-npu", 1.4, 5.5, 5.5, 11.0, 90.0, 16.0, r"\bnpu\b", r"ai boost", kind="npu"),
+    # Software WebGPU adapters (Chromium's SwiftShader, Mesa's llvmpipe): shaders JIT-compiled for
+    # the CPU; a 2-layer d=128 transformer takes 50-500 ms a forward (FACTS.md, "Web platforms").
+    DeviceSpec("webgpu-software", {"fp32": 0.02}, 10.0, 4.0, True, "cpu",
+               (r"swiftshader", r"llvmpipe", r"lavapipe", r"\(software\)")),
 )
 
 #: When a device name matches nothing: a middling device of the hardware kind, marked unknown.
@@ -108,6 +112,11 @@ _GENERIC: dict[str, DeviceSpec] = {
                       90.0, 16.0, False),
     "npu": DeviceSpec("npu-generic", {"fp32": 1.4, "fp16": 5.5, "int8": 11.0}, 90.0, 16.0, False, "npu"),
     "qnn": DeviceSpec("qnn-generic", {"fp32": 1.0, "fp16": 8.0, "int8": 16.0}, 60.0, 12.0, False, "npu"),
+    # Web targets with a device named by the browser only: WebGPU reaches a fraction of a GPU's
+    # native rate through WGSL shaders and buffers capped at maxBufferSize (4 GiB); WebNN hands
+    # the graph to the OS's ML runtime (DirectML, Core ML, TFLite) on a GPU or NPU.
+    "webgpu": DeviceSpec("webgpu-generic", {"fp32": 4.0, "fp16": 8.0}, 250.0, 4.0, False),
+    "webnn": DeviceSpec("webnn-generic", {"fp32": 2.0, "fp16": 8.0}, 100.0, 4.0, False, "npu"),
 }
 
 #: Targets whose device is the host CPU unless the device name says otherwise.
@@ -177,6 +186,31 @@ def local_cpu_spec() -> DeviceSpec:
     return _cpu_spec(f"cpu:{model}", cores, flags, _clock_ghz(model), memory_gb)
 
 
+#: Threads onnxruntime-web gives the WebAssembly provider by default: half the cores, at most 4.
+WASM_MAX_THREADS = 4
+
+
+def wasm_spec(device_name: str = "") -> DeviceSpec:
+    """The WebAssembly provider of onnxruntime-web on a CPU: 128-bit SIMD (4 fp32 lanes, whatever
+    AVX the CPU has), half the cores up to `WASM_MAX_THREADS`, 4 GiB of memory (wasm32). This
+    machine's CPU when `device_name` is empty or names it, else a generic 8-core CPU."""
+    try:
+        local = not device_name or _same_as_local_cpu(device_name)
+        if local:
+            from pytest_hwbench.hardware import detect_hardware
+
+            details = dict(detect_hardware()["cpu"].details)
+            model = str(details.get("model") or "cpu")
+            cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
+        else:
+            model, cores = device_name, 8
+    except Exception:  # detection is best effort here: the spec only feeds features
+        model, cores, local = "cpu", 8, False
+    threads = max(1, min(WASM_MAX_THREADS, -(-cores // 2)))
+    base = _cpu_spec(f"wasm:{model}", threads, frozenset(), _clock_ghz(model) if local else 2.5, 4.0, known=local)
+    return DeviceSpec(base.name, {"fp32": base.peak_tflops["fp32"]}, base.memory_bandwidth_gbs, 4.0, local, "cpu")
+
+
 def generic_cpu_spec() -> DeviceSpec:
     """A CPU we know nothing about: 8 AVX2 cores at 2.5 GHz."""
     return _cpu_spec("cpu-generic", 8, frozenset({"avx2"}), 2.5, 32.0, known=False)
@@ -212,6 +246,8 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
     """
     hardware = (hardware or "cpu").lower()
     name = (device_name or "").strip()
+    if hardware == "wasm":
+        return wasm_spec(name)
     if hardware in CPU_TARGETS and (not name or _is_cpu_name(name) or _same_as_local_cpu(name)):
         return local_cpu_spec() if not name or _same_as_local_cpu(name) else generic_cpu_spec()
     if name:
@@ -227,7 +263,7 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
 
 #: Device names that name no device: what records hold when the harness did not know the device.
 _UNNAMED = frozenset({"", "none", "unknown", "default", "cpu", "gpu", "npu", "cuda", "rocm", "xpu", "mps",
-                      "openvino", "qnn", "onnxruntime"} | {spec.name for spec in _GENERIC.values()}
+                      "openvino", "qnn", "onnxruntime", "wasm", "webgpu", "webnn"} | {spec.name for spec in _GENERIC.values()}
                      | {"cpu-generic"})
 
 
@@ -257,4 +293,4 @@ def _same_as_local_cpu(device_name: str) -> bool:
 
 
 __all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "device_key", "generic_cpu_spec", "local_cpu_spec",
-           "spec_for"]
+           "spec_for", "wasm_spec"]

@@ -392,3 +392,52 @@ def test_hwbench_web_status_and_help():
     done = subprocess.run([str(Path(sys.executable).parent / "hwbench"), "web", "status"], capture_output=True,
                           text=True)
     assert "browser:" in done.stdout and "onnxruntime-web:" in done.stdout
+
+
+# --- suites, nox, CI, fidelity ------------------------------------------------------------------
+
+def test_the_ci_grid_keeps_a_few_quick_web_cases():
+    import importlib.util
+
+    from pytest_hwbench.runner import BenchCase
+
+    path = Path(__file__).resolve().parents[1] / "bench_suites" / "conftest.py"
+    spec = importlib.util.spec_from_file_location("bench_suites_conftest", path)
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up
+    spec.loader.exec_module(module)
+    in_ci_grid = module.in_ci_grid
+
+    def case(model: str, hardware: str, batch: int) -> BenchCase:
+        return BenchCase(model, "onnxruntime-web", hardware, "fp32", batch)
+
+    assert in_ci_grid(case("bert-tiny", "webgpu", 1)) and in_ci_grid(case("vit-tiny", "wasm", 1))
+    assert not in_ci_grid(case("bert-tiny", "webgpu", 8))  # SwiftShader: 0.3 s a forward
+    assert not in_ci_grid(case("clip-tiny", "webgpu", 1)) and not in_ci_grid(case("bert-base", "wasm", 1))
+
+
+def test_nox_has_a_web_bench_session_and_ci_installs_the_web_parts():
+    root = Path(__file__).resolve().parents[1]
+    listed = subprocess.run([str(Path(sys.executable).parent / "nox"), "-l", "-f", str(root / "noxfile.py")],
+                            capture_output=True, text=True, cwd=root)
+    if listed.returncode != 0 and "No such file" in listed.stderr:
+        pytest.skip("nox is not installed")
+    assert "bench(web)" in listed.stdout, listed.stdout + listed.stderr
+    ci = (root / ".ci" / "run").read_text()
+    assert "hwbench web install" in ci and "chromium" in ci
+    assert 'pytest bench_suites -m "(wasm or webgpu or webnn) and quick"' in ci
+
+
+@needs_web
+def test_fidelity_script_prints_page_and_python_medians_and_the_timer_resolution():
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "web_fidelity.py"), "--models", "bert-tiny",
+                           "--batch-sizes", "1", "--targets", "wasm", "--min-time", "0.1", "--warmup", "0.1"],
+                          capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    row = next(line for line in lines if line.startswith("bert-tiny"))
+    page, native = float(row.split()[3]), float(row.split()[5])
+    assert page > 0 and native > 0
+    assert any("in-page timer resolution: 5.0 us cross-origin isolated" in line and "100.0 us without isolation" in line
+               for line in lines), done.stdout

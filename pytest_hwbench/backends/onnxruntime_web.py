@@ -151,6 +151,7 @@ class _PageModel:
         driver = self._driver
         warmup_s = _env_float(WARMUP_ENV, WARMUP_S)
         url = driver.add_blob(call.blob)
+        sampler = _MemorySampler(driver.pid)
         try:
             value = driver.call("measure", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S) + warmup_s
                                 + timing.min_time_s, key=self.key, inputs=url, feeds=call.feeds,
@@ -159,13 +160,16 @@ class _PageModel:
                                         "max_iterations": timing.max_iterations})
         finally:
             driver.drop_blob(url)
+            peak_mb = sampler.stop()
         types = dict(value.get("outputTypes") or {})
         ran = {_OUTPUT_PRECISION.get(t, t) for t in types.values() if t in _OUTPUT_PRECISION}
         if ran and ran != {self.precision}:
             raise PrecisionMismatch(f"{self.spec.name}: asked onnxruntime-web for {self.precision}, the page's outputs "
                                     f"are {', '.join(sorted(set(types.values())))}")
         return {**self.details, "remote_timings_ms": [float(v) for v in value["timesMs"]],
-                "remote_cold_latency_ms": float(value["coldMs"]), "web_warmup_iterations": value.get("warmupIterations"),
+                "remote_cold_latency_ms": float(value["coldMs"]), "remote_peak_device_memory_mb": peak_mb,
+                "web_memory": "peak resident memory of the browser's processes while the page measured",
+                "web_warmup_iterations": value.get("warmupIterations"),
                 "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
                 "timer": "performance.now() in the page"}
 
@@ -270,6 +274,44 @@ class OnnxRuntimeWebBackend:
             details=model.details,
             **extra,
         )
+
+
+class _MemorySampler:
+    """Peak resident memory (MiB) of the browser's process tree, sampled while the page measures:
+    the renderer (wasm memory, onnxruntime-web's buffers) and the GPU process. The page has no
+    prompt way to tell its own memory, so this is the case's memory figure (browser overhead
+    included)."""
+
+    INTERVAL_S = 0.2
+
+    def __init__(self, pid: int | None) -> None:
+        self.pid = pid
+        self.peak = 0.0
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="hwbench-web-memory", daemon=True)
+        self._thread.start()
+
+    def _sample(self) -> None:
+        total = 0
+        for pid in _browser_pids(self.pid):
+            try:
+                import psutil
+
+                total += psutil.Process(pid).memory_info().rss
+            except Exception:  # noqa: BLE001 - a process that just ended
+                continue
+        self.peak = max(self.peak, total / 2**20)
+
+    def _run(self) -> None:
+        while not self._stop.is_set():
+            self._sample()
+            self._stop.wait(self.INTERVAL_S)
+
+    def stop(self) -> float | None:
+        self._stop.set()
+        self._thread.join(timeout=5)
+        self._sample()
+        return round(self.peak, 1) if self.peak > 0 else None
 
 
 def _browser_pids(pid: int | None) -> tuple[int, ...]:

@@ -109,10 +109,11 @@ class _Handler(BaseHTTPRequestHandler):
 
     def _send(self, status: int, body: bytes = b"", content_type: str = "application/octet-stream") -> None:
         self.send_response(status)
-        # Cross-origin isolation: 5 us timer resolution and SharedArrayBuffer (wasm threads).
-        self.send_header("Cross-Origin-Opener-Policy", "same-origin")
-        self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
-        self.send_header("Cross-Origin-Resource-Policy", "same-origin")
+        if self.server.driver.isolate:
+            # Cross-origin isolation: 5 us timer resolution and SharedArrayBuffer (wasm threads).
+            self.send_header("Cross-Origin-Opener-Policy", "same-origin")
+            self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
+            self.send_header("Cross-Origin-Resource-Policy", "same-origin")
         self.send_header("Cache-Control", "no-store")
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
@@ -176,12 +177,15 @@ class WebDriver:
     """One server and at most one browser, showing one page at a time.
 
     `browser` is the Chromium binary, `ort_dist` onnxruntime-web's ``dist`` folder (None: the
-    probe page only). Thread-safe for one caller at a time (a lock serialises `call`).
+    probe page only). `isolate` False leaves out the cross-origin isolation headers (to show
+    what the timer resolution is without them). Thread-safe: a lock serialises `call`.
     """
 
-    def __init__(self, browser: str, ort_dist: Path | None = None, *, extra_flags: tuple[str, ...] = ()) -> None:
+    def __init__(self, browser: str, ort_dist: Path | None = None, *, extra_flags: tuple[str, ...] = (),
+                 isolate: bool = True) -> None:
         self.browser = browser
         self.ort_dist = ort_dist
+        self.isolate = isolate
         self.extra_flags = tuple(extra_flags) + tuple(os.environ.get(FLAGS_ENV, "").split())
         self._blobs: dict[str, Path | bytes] = {}
         self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
