@@ -417,7 +417,8 @@ def test_distributed_switches_to_fsdp_and_checkpointing_when_memory_is_short() -
 def test_prediction_matrix_of_10000_configurations(empty_cwd: Path, duckdb_file: Path) -> None:
     predictor = Predictor.load(duckdb_file)
     models = ["bert-tiny", "gpt2-tiny", "vit-tiny", "bert-base", "gpt2"]
-    hardware = list(predictor.config.hardware_names)
+    # the native targets (7): the web ones (wasm, webgpu, webnn; issue 17) would make it 14400
+    hardware = [hw for hw in predictor.config.hardware_names if hw not in ("wasm", "webgpu", "webnn")]
     batches = list(range(1, 73))
     precisions = ["fp32", "fp16", "bf16", "int8"]
     matrix = prediction_matrix(models, hardware, batches, precisions, predictor=predictor)
