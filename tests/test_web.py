@@ -111,6 +111,33 @@ def test_recorded_webnn_success_translates_into_an_available_target():
     assert webgpu.precisions == ("fp32", "fp16")
 
 
+def test_fp16_runs_where_the_adapter_has_shader_f16():
+    from pytest_hwbench.backends.base import get_backend
+    from pytest_hwbench.hardware import HardwareInfo
+
+    backend = get_backend("onnxruntime-web")
+    here = HardwareInfo(targets_from_facts(_recorded("chromium156-swiftshader.json")))
+    assert "shader-f16" in backend.unavailable("webgpu", "fp16", here)
+    assert backend.unavailable("webgpu", "fp32", here) is None
+    gpu = HardwareInfo(targets_from_facts(_recorded("webnn-and-gpu-adapter.json")))
+    assert backend.unavailable("webgpu", "fp16", gpu) is None
+    assert backend.unavailable("webnn", "fp32", gpu) is None
+    assert backend.unavailable("webnn", "fp32", here).startswith("webnn: NotSupportedError")
+
+
+def test_the_probe_can_be_turned_off(monkeypatch):
+    from pytest_hwbench.web import detect
+
+    monkeypatch.setenv("HWBENCH_WEB_PROBE", "0")
+    detect.web_facts.cache_clear()
+    try:
+        facts = detect.web_facts()
+    finally:
+        detect.web_facts.cache_clear()
+    if facts["browser"] is not None:
+        assert facts["probe"] is None and "HWBENCH_WEB_PROBE=0" in targets_from_facts(facts)["wasm"].reason
+
+
 def test_missing_browser_and_missing_ort_web_name_the_fix():
     facts = _recorded("chromium156-swiftshader.json")
     no_browser = {**facts, "browser": None, "probe": None,

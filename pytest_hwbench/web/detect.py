@@ -14,6 +14,7 @@ interpretation here.
 from __future__ import annotations
 
 import functools
+import os
 from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
@@ -23,8 +24,11 @@ from ._locate import find_browser, find_ort_web
 
 #: The web targets, one hardware marker each.
 WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
-#: Seconds the probe page may take (browser start included).
-PROBE_TIMEOUT_S = 60.0
+#: Seconds the probe page may take (browser start included; about 1 s here).
+PROBE_TIMEOUT_S = 30.0
+#: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
+#: unavailable, saying so. For processes that never run web cases on a machine with a browser.
+PROBE_ENV = "HWBENCH_WEB_PROBE"
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
 WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
 #: Adapter architectures that are software renderers, not GPUs.
@@ -56,7 +60,9 @@ def web_facts() -> dict[str, Any]:
         "ort_web": {"dist": str(ort.dist), "version": ort.version} if ort else None, "ort_web_reason": ort_reason,
         "probe": None, "probe_error": "",
     }
-    if browser is not None:
+    if browser is not None and os.environ.get(PROBE_ENV, "").strip() == "0":
+        facts["probe_error"] = f"{PROBE_ENV}=0 turned the capability probe off"
+    elif browser is not None:
         try:
             facts["probe"] = run_probe(browser.path)
         except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
