@@ -360,6 +360,56 @@ def test_web_cases_land_in_mlflow_and_duckdb_and_leave_no_browser(pytester, tmp_
             assert all(abs(v * 200 - round(v * 200)) < 1e-3 for v in record.timings_ms)
 
 
+_KILL_FIRST_CASE = """
+import os, signal, threading
+
+import pytest
+
+killed = []
+
+
+@pytest.hookimpl(wrapper=True)
+def pytest_runtest_call(item):
+    if not killed:  # the first case: its browser dies while the page measures
+        killed.append(item.nodeid)
+
+        def kill():
+            from pytest_hwbench.web import shared_driver
+
+            os.killpg(shared_driver().pid, signal.SIGKILL)
+
+        threading.Timer(float(os.environ["KILL_AFTER_S"]), kill).start()
+    return (yield)
+"""
+
+
+@needs_web
+def test_a_crash_fails_its_case_with_the_message_and_the_session_goes_on(pytester, tmp_path, monkeypatch):
+    run_tmp = tmp_path / "tmp"
+    run_tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(run_tmp))
+    monkeypatch.setenv("HWBENCH_ORT_WEB", str(ORT.dist))
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "6")
+    monkeypatch.setenv("KILL_AFTER_S", "4")  # after load (export + session), inside the 6 s warm-up
+    pytester.makeconftest(_KILL_FIRST_CASE)
+    pytester.makepyfile(test_bench=_SUITE)
+    store = tmp_path / "store"
+    result = pytester.runpytest_subprocess("-m", "wasm", "--hwbench-models", "bert-tiny,vit-tiny",
+                                           "--hwbench-batch-sizes", "1", "--hwbench-min-time", "0",
+                                           "--hwbench-store", str(store))
+    outcomes = result.parseoutcomes()
+    assert outcomes.get("failed") == 1 and outcomes.get("passed") == 1, result.stdout.str()
+    result.stdout.fnmatch_lines(["*BrowserCrashed: the browser exited*"])
+    assert not _browsers_under(run_tmp)
+
+    from pytest_hwbench.sinks import read_records
+
+    records = {r.case_id: r for r in read_records(store / "hwbench.duckdb")}
+    failed = records["bert-tiny-wasm-onnxruntime-web-fp32-b1"]
+    assert failed.status == "failed" and "the browser exited" in failed.error
+    assert records["vit-tiny-wasm-onnxruntime-web-fp32-b1"].status == "passed"  # a fresh browser
+
+
 def test_without_a_browser_on_path_web_cases_skip_naming_the_install_step(pytester, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
