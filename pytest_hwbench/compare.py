@@ -13,7 +13,8 @@ Verdicts, per ``case_id``, over passed records only:
 - ``missing``: no passed record on a side (the note says which and why);
 - ``inconclusive``, with the reason: every record of a side was measured on a busy machine
   (``noise == "noisy"``, its reason quoted), a side has fewer than `MIN_ROUNDS` rounds, the sides
-  ran different thread counts or devices, or the change passes the threshold but the rounds
+  ran different thread counts or devices, the host ran its reference kernel (recorded beside
+  each record, `pytest_hwbench.interference.reference_us`) more than 1.2x slower on one side, or the change passes the threshold but the rounds
   overlap too much to tell (Mann-Whitney U on rounds, p >= `alpha`) or the spread is larger than
   the change;
 - ``regression`` / ``improvement``: the median moved by more than `threshold` and by more than
@@ -36,6 +37,7 @@ from typing import Any, Literal
 
 import numpy as np
 
+from .interference import MAX_REFERENCE_SLOWDOWN
 from .record import BenchmarkRecord
 
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
@@ -98,6 +100,8 @@ class _Side:
     sessions: dict[str, list[float]] = field(default_factory=dict)
     threads: frozenset[int] = frozenset()
     devices: frozenset[str] = frozenset()
+    #: median time of the host's reference kernel beside these records (None: not read)
+    reference_us: float | None = None
     noise: str = "-"
     noisy_reason: str = ""
     failure: str = ""
@@ -139,9 +143,15 @@ def _side(records: Sequence[BenchmarkRecord]) -> _Side:
         sessions=dict(sessions),
         threads=frozenset(r.threads for r in used if r.threads is not None),
         devices=frozenset(r.device_name for r in used if r.device_name),
+        reference_us=_median([r.interference.get("reference_us") for r in used]),
         noise=noise,
         noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
     )
+
+
+def _median(values: Sequence[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return float(np.median(numbers)) if numbers else None
 
 
 def _mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
@@ -179,6 +189,11 @@ def _inconclusive_reason(a: _Side, b: _Side) -> str:
                        f"{'/'.join(map(str, sorted(b.threads)))} in B")
     if a.devices and b.devices and not a.devices & b.devices:
         reasons.append(f"device {', '.join(sorted(a.devices))} in A, {', '.join(sorted(b.devices))} in B")
+    if a.reference_us and b.reference_us:
+        ratio = b.reference_us / a.reference_us
+        if max(ratio, 1 / ratio) > MAX_REFERENCE_SLOWDOWN:
+            slower, by = ("B", ratio) if ratio > 1 else ("A", 1 / ratio)
+            reasons.append(f"the host ran its reference kernel {by:.2f}x slower in {slower}")
     short = [f"{len(side.rounds)} in {label}" for label, side in (("A", a), ("B", b)) if len(side.rounds) < MIN_ROUNDS]
     if short:
         reasons.append(f"too few rounds ({', '.join(short)}; need {MIN_ROUNDS})")

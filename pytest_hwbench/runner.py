@@ -18,7 +18,7 @@ from typing import Any
 from .backends.base import LoadedModel, get_backend
 from .errors import OutOfMemory
 from .hardware import HardwareInfo, detect_hardware
-from .interference import InterferenceMonitor, free_cores, judge, severity
+from .interference import InterferenceMonitor, ReferenceBaseline, free_cores, judge, severity
 from .models import ModelSpec, achieved_tflops, get_model
 from .record import METRIC_FIELDS, BenchmarkRecord
 from .scenarios import DEFAULT_MODE, get_scenario, registered_modes
@@ -375,14 +375,15 @@ class Runner:
     `energy_min_time_s` > 0 measures energy per item on devices with a readable energy counter
     (NVML on NVIDIA GPUs) in a loop of that length after the timed one; 0 turns it off.
     A case whose measurement was noisy (`pytest_hwbench.interference.judge`: other processes on
-    its cores, stolen time, a throttled or shared GPU) is measured again after `noise_wait_s`,
+    its cores, stolen time, a reference kernel slower than `reference` says this host runs it, a
+    throttled or shared GPU) is measured again after `noise_wait_s`,
     up to `noise_retries` more times, with its intra-op threads sized to the cores left free
     where the runtime can change them; the cleanest try is kept and the result says how many ran.
     """
 
     def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,
                  energy_min_time_s: float = 1.0, noise_retries: int = DEFAULT_NOISE_RETRIES,
-                 noise_wait_s: float = DEFAULT_NOISE_WAIT_S) -> None:
+                 noise_wait_s: float = DEFAULT_NOISE_WAIT_S, reference: ReferenceBaseline | None = None) -> None:
         self.timing = timing or TimingConfig()
         self.cache_size = max(1, cache_size)
         if not energy_min_time_s >= 0:
@@ -394,6 +395,8 @@ class Runner:
             raise ValueError(f"noise_wait_s must be between 0 and 60 seconds, got {noise_wait_s!r}")
         self.noise_retries = noise_retries
         self.noise_wait_s = float(noise_wait_s)
+        #: the fastest this host has run the reference kernel (`pytest_hwbench.interference`)
+        self.reference = reference if reference is not None else ReferenceBaseline.default()
         #: load key -> (model, load time in s, device MiB its load allocated)
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()
 
@@ -531,7 +534,7 @@ class Runner:
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
         memory = MemoryTracker(loaded.device_kind, loaded.device_index, foreign_mb=foreign)
         metrics: dict[str, float] = {}
-        with memory.track(), InterferenceMonitor(gpu, loaded.own_pids()) as monitor:
+        with memory.track(), InterferenceMonitor(gpu, loaded.own_pids(), self.reference) as monitor:
             cold = tracker.time_once(call) if cold_call else None
             latency = tracker.run(call, self.timing)
             more = getattr(call, "measure_more", None)
@@ -547,7 +550,7 @@ class Runner:
         noisy; the details of the cleanest try and its verdict."""
         tries: list[tuple[float, dict[str, Any], _Noise]] = []
         while True:
-            with InterferenceMonitor(None, loaded.own_pids()) as monitor:
+            with InterferenceMonitor(None, loaded.own_pids(), self.reference) as monitor:
                 measured = measure(self.timing)
             verdict, reason = judge(monitor.readings)
             tries.append((severity(monitor.readings, loaded.threads),

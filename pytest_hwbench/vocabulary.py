@@ -11,7 +11,9 @@ by `normalise_mode` wherever a mode is read.
 
 from __future__ import annotations
 
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from types import MappingProxyType
 
 #: Scenarios the harness runs and records carry, the default first.
@@ -44,6 +46,15 @@ NOISE_VERDICTS: tuple[str, ...] = ("clean", "noisy")
 #: in one place, `pytest_hwbench.sinks.resolve_tracking_uri`.
 DEFAULT_EXPERIMENT = "hwbench"
 DEFAULT_STORE_DIR = "mlruns"
+
+
+def cache_dir(kind: str) -> Path:
+    """Where hwbench keeps its `kind` of cache (``onnx``, ``web``, ``reference``...):
+    ``$HWBENCH_CACHE_DIR/<kind>``, else ``$XDG_CACHE_HOME/hwbench/<kind>`` (``~/.cache/hwbench``)."""
+    base = os.environ.get("HWBENCH_CACHE_DIR")
+    if base:
+        return Path(base).expanduser() / kind
+    return Path(os.environ.get("XDG_CACHE_HOME") or Path.home() / ".cache") / "hwbench" / kind
 
 
 def normalise_mode(mode: str) -> str:
@@ -87,6 +98,7 @@ __all__ = [
     "TRAIN_MODE",
     "WEB_KINDS",
     "bytes_per_element",
+    "cache_dir",
     "check_mode",
     "check_precision",
     "normalise_mode",

@@ -204,3 +204,14 @@ def test_cli_compares_records_replayed_from_other_machines_and_mlflow_runs(tmp_p
 
     assert main(["compare", "--source-a", a, "--source-b", b, "all", "nope"]) == 2
     assert "session 'nope' matches no session" in capsys.readouterr().err
+
+
+def test_a_host_that_ran_its_reference_kernel_slower_on_one_side_is_inconclusive():
+    # Both sides quiet by every counter, but the reference kernel beside B's records ran 1.5x
+    # slower: the host (a neighbour on its physical cores) changed, not the code.
+    a = [dataclasses.replace(record("A", "m", steady(10.0)), interference={"reference_us": 260.0})]
+    b = [dataclasses.replace(record("B", "m", steady(14.0)), interference={"reference_us": 390.0})]
+    c = one(a, b)
+    assert c.verdict == "inconclusive" and "reference kernel 1.50x slower in B" in c.note
+    same_host = [dataclasses.replace(b[0], interference={"reference_us": 270.0})]
+    assert one(a, same_host).verdict == "regression"

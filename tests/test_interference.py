@@ -268,7 +268,7 @@ def test_a_busy_session_says_so_in_its_summary_and_report(pytester: pytest.Pytes
 def test_retries_option_is_bounded(pytester: pytest.Pytester) -> None:
     result = pytester.runpytest_subprocess("--hwbench-noise-retries", "11", "-p", "no:cacheprovider")
     assert result.ret == pytest.ExitCode.USAGE_ERROR
-    result.stderr.fnmatch_lines(["*--hwbench-noise-retries: 11 is out of range; accepted: 0 to 10*"])
+    result.stderr.fnmatch_lines(["*--hwbench-noise-retries: '11' is out of range; accepted: 0 to 10*"])
 
 
 def test_hwsel_train_leaves_noisy_records_out_and_says_so(tmp_path: Path) -> None:
@@ -297,3 +297,21 @@ def test_hwsel_train_leaves_noisy_records_out_and_says_so(tmp_path: Path) -> Non
     answer = json.loads(proc.stdout)
     assert answer["noisy_left_out"] == noisy > 0
     assert answer["rows"] <= len(records) - noisy
+
+
+def test_a_slow_reference_kernel_makes_a_record_noisy(tmp_path: Path) -> None:
+    from pytest_hwbench.interference import ReferenceBaseline, reference_us
+
+    assert 0 < reference_us(repeats=3) < 1e6
+    baseline = ReferenceBaseline(tmp_path / "reference" / "baseline.json")
+    assert baseline.ratio(260.0) == 1.0 and baseline.ratio(390.0) == pytest.approx(1.5)
+    assert ReferenceBaseline(tmp_path / "reference" / "baseline.json").best_us == 260.0  # kept across runs
+    assert ReferenceBaseline(None).ratio(500.0) == 1.0  # in memory only
+    verdict, reason = judge({"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_ratio": 1.5})
+    assert verdict == "noisy" and reason.startswith("a reference kernel ran 1.50x slower than this host's best")
+    assert judge({"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_ratio": 1.1})[0] == "clean"
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.05), noise_retries=0,
+                    reference=ReferenceBaseline(None))
+    record = runner.run(_case()).to_record("s")
+    runner.close()
+    assert record.interference["reference_us"] > 0 and record.interference["reference_ratio"] >= 1.0

@@ -28,6 +28,7 @@ from typing import Any
 
 from ..errors import UnsupportedCase
 from ..models import ModelSpec
+from ..vocabulary import cache_dir
 
 #: Bump to invalidate every cached export (a change in how we export).
 FORMAT_VERSION = 1
@@ -44,11 +45,7 @@ _FAILED: dict[str, str] = {}  # cache key -> why the export failed, so a process
 
 def cache_root() -> Path:
     """Where exports live: ``$HWBENCH_CACHE_DIR/onnx``, else ``$XDG_CACHE_HOME/hwbench/onnx``."""
-    base = os.environ.get("HWBENCH_CACHE_DIR")
-    if base:
-        return Path(base).expanduser() / "onnx"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hwbench" / "onnx"
+    return cache_dir("onnx")
 
 
 @dataclass(frozen=True)

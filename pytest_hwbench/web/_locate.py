@@ -16,6 +16,8 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from ..vocabulary import cache_dir
+
 #: The onnxruntime-web release `hwbench web install` installs (FACTS.md, "Web platforms").
 ORT_WEB_VERSION = "1.30.0"
 BROWSER_ENV = "HWBENCH_BROWSER"
@@ -47,11 +49,7 @@ class OrtWeb:
 def install_dir() -> Path:
     """Where `hwbench web install` puts onnxruntime-web: ``$HWBENCH_CACHE_DIR/web``, else
     ``$XDG_CACHE_HOME/hwbench/web`` (``~/.cache/hwbench/web``)."""
-    base = os.environ.get("HWBENCH_CACHE_DIR")
-    if base:
-        return Path(base).expanduser() / "web"
-    xdg = os.environ.get("XDG_CACHE_HOME") or str(Path.home() / ".cache")
-    return Path(xdg) / "hwbench" / "web"
+    return cache_dir("web")
 
 
 @functools.cache
