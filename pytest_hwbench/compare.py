@@ -14,11 +14,13 @@ Verdicts, per ``case_id``, over passed records only:
 - ``inconclusive``, with the reason: every record of a side was measured on a busy machine
   (``noise == "noisy"``, its reason quoted), a side has fewer than `MIN_ROUNDS` rounds, the sides
   ran different thread counts or devices, the host ran its reference kernel (recorded beside
-  each record, `pytest_hwbench.interference.reference_us`) more than 1.2x slower on one side, or the change passes the threshold but the rounds
-  overlap too much to tell (Mann-Whitney U on rounds, p >= `alpha`) or the spread is larger than
-  the change;
+  each record, `pytest_hwbench.interference.reference_us`) more than
+  `MAX_REFERENCE_SLOWDOWN` times slower on one side, or the change passes the threshold but the
+  rounds overlap too much to tell (Mann-Whitney U on rounds, p >= `alpha`), the spread or the
+  host's own change of speed is large enough to explain it;
 - ``regression`` / ``improvement``: the median moved by more than `threshold` and by more than
-  `NOISE_Z` times the two sides' combined spread, and the rounds differ (p < `alpha`);
+  `NOISE_Z` times the two sides' combined spread, plus `HOST_AMPLIFICATION` times what the host's
+  reference kernel moved between the sides, and the rounds differ (p < `alpha`);
 - ``unchanged``: otherwise.
 
 Records come from anywhere `pytest_hwbench.sinks.read_records` reads (DuckDB, MLflow, spools and
@@ -49,6 +51,10 @@ ROUNDS = 5
 MIN_ROUNDS = 3
 #: A change must exceed this many combined spreads (besides the threshold) to count.
 NOISE_Z = 3.0
+#: How much more a model's latency moves than the host's reference kernel when the host itself
+#: slows (seen on the project's runner: onnxruntime bert-tiny +78 % while the kernel ran +31 %).
+#: A change must also exceed this times the change of the reference kernel between the sides.
+HOST_AMPLIFICATION = 2.5
 
 
 @dataclass(frozen=True)
@@ -246,11 +252,15 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
     if reason:
         return Comparison(case_id, med_a, med_b, change, None, "inconclusive", note=reason, **base)
     p_value = _mannwhitney(side_a.rounds, side_b.rounds)
-    needed = max(threshold, NOISE_Z * spread)
+    host = abs(side_b.reference_us / side_a.reference_us - 1) if side_a.reference_us and side_b.reference_us else 0.0
     if change is None or abs(change) <= threshold:
         return Comparison(case_id, med_a, med_b, change, p_value, "unchanged", **base)
-    if abs(change) <= needed:
+    if abs(change) <= NOISE_Z * spread:
         note = f"change within {NOISE_Z:g} x the rounds' spread (+-{spread:.1%})"
+        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive", note=note, **base)
+    if abs(change) <= max(threshold, NOISE_Z * spread) + HOST_AMPLIFICATION * host:
+        note = (f"change within what the host's own speed explains (its reference kernel moved {host:.1%} "
+                f"between the sides)")
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive", note=note, **base)
     if p_value is None or p_value >= alpha:
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
@@ -301,5 +311,5 @@ def format_table(comparisons: Sequence[Comparison]) -> str:
     return "\n".join(lines)
 
 
-__all__ = ["MIN_ROUNDS", "NOISE_Z", "ROUNDS", "VERDICTS", "Comparison", "Verdict", "compare_records",
+__all__ = ["HOST_AMPLIFICATION", "MIN_ROUNDS", "NOISE_Z", "ROUNDS", "VERDICTS", "Comparison", "Verdict", "compare_records",
            "exit_code", "format_table", "round_medians"]
