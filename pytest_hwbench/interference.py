@@ -369,14 +369,16 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
 
     On the CPU it is oversubscription: our `threads` (else the cores we kept busy) plus the other
     processes' load plus stolen time, beyond the cores we may use. A try whose threads each had a
-    core to themselves scores 0 even with others busy on the remaining cores. A slowed or shared
-    GPU adds one core's worth.
+    core to themselves scores 0 even with others busy on the remaining cores. A reference kernel
+    slower than the host's best adds a little (it orders tries the counters cannot tell apart); a
+    slowed or shared GPU adds one core's worth.
     """
     cores = float(readings.get("cores_allowed") or 1)
     demand = float(threads) if threads else float(readings.get("own_cores") or 0.0)
     other = float(readings.get("other_cores") or 0.0) + float(readings.get("steal_cores") or 0.0)
     value = max(0.0, min(demand, cores) + other - cores) + 0.01 * other  # ties: the quieter window
-    value += max(0.0, float(readings.get("reference_ratio") or 1.0) - 1.0)
+    # a tenth of a core per 100 % slower: never outweighs threads that had no core of their own
+    value += 0.1 * max(0.0, float(readings.get("reference_ratio") or 1.0) - 1.0)
     if any(bit & int(readings.get("gpu_clock_event_reasons") or 0) for bit in GPU_SLOWDOWN_REASONS):
         value += 1.0
     if set(readings.get("gpu_process_pids") or ()) - _own_pids():

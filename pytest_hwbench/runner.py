@@ -491,10 +491,11 @@ class Runner:
                     tries.append(dataclasses.replace(attempt, threads=threads))
                     if attempt.verdict == "clean" or len(tries) > self.noise_retries:
                         break
-                    # Busy: wait, then measure again on the cores the others left free.
-                    quiet = self._wait(self.noise_wait_s)
+                    # Busy: wait, then measure again on the cores the others left free (the fewer
+                    # of what the timed window and the wait saw).
+                    free = min(free_cores(attempt.readings), free_cores(self._wait(self.noise_wait_s)))
                     if loaded.set_threads is not None:
-                        threads = loaded.set_threads(min(free_cores(quiet), loaded.threads or free_cores(quiet)))
+                        threads = loaded.set_threads(min(free, loaded.threads or free))
             finally:
                 if loaded.set_threads is not None and loaded.threads and threads != loaded.threads:
                     loaded.set_threads(loaded.threads)  # the next case starts with the full count

@@ -3,13 +3,16 @@
 The ``pytester`` fixture snapshots ``sys.modules`` and restores it afterwards, dropping modules
 first imported during the test. mlflow and sqlalchemy imported first inside such a run lose
 their submodules when the run ends ("cannot import name 'MlflowClient'", "'InternalTraversal'
-object is not callable" in later tests). duckdb's and pyarrow's compiled extensions cannot be
+object is not callable", matplotlib's "Legend needs either Axes or FigureBase as parent" in later
+tests). duckdb's and pyarrow's compiled extensions cannot be
 initialised twice in one process (a second import aborts the interpreter), and pandas modules
 imported twice give two copies of its array classes (``AssertionError: ArrowStringArray`` when
 a DuckDB result becomes a frame). Importing them here, before any snapshot, keeps one copy.
 """
 
 import duckdb  # noqa: F401
+import matplotlib.backends.backend_agg  # noqa: F401  (the report's figures: one copy of Axes, Legend...)
+import matplotlib.figure  # noqa: F401
 import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (and with it sqlalchemy)
 import mlflow.tracking  # noqa: F401  (dropped submodules: "cannot import name 'MlflowClient'" later)
 import pandas  # noqa: F401

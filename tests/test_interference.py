@@ -61,7 +61,7 @@ def test_a_spinning_child_makes_the_record_noisy_names_it_and_is_re_measured(spi
     assert "cores busy with other processes" in record.noise_reason
     assert f"pid {spinner.pid}" in record.noise_reason  # the busiest process, named
     assert record.tries == 2  # measured again after the wait, the cleanest kept
-    assert record.interference["other_cores"] > 0.6
+    assert record.interference["other_cores"] > MAX_OTHER_CORES
     assert record.interference["cores_allowed"] == len(os.sched_getaffinity(0))
     # The retry ran on the cores left free: with one of ours taken, at most the rest.
     assert record.threads is not None and record.threads <= max(1, len(os.sched_getaffinity(0)) - 1)
@@ -254,11 +254,13 @@ def test_a_busy_session_says_so_in_its_summary_and_report(pytester: pytest.Pytes
     (record,) = load_records(store / "hwbench.duckdb")
     assert record.noise == "noisy" and record.tries == 2
 
-    from pytest_hwbench.report import write_report
-    from pytest_hwbench.sinks import load_results
-
-    paths = write_report(load_results(store / "hwbench.duckdb"), pytester.path / "report")
-    text = paths.markdown.read_text()
+    # The report in a process of its own: matplotlib imported inside a pytester test is dropped
+    # with the test's modules, and later tests would meet two copies of its classes.
+    report = subprocess.run([str(Path(sys.executable).with_name("hwbench")), "report", "--store", str(store),
+                             "--session", "all", "--out", str(pytester.path / "report")],
+                            capture_output=True, text=True, timeout=300)
+    assert report.returncode == 0, report.stdout + report.stderr
+    text = (pytester.path / "report" / "report.md").read_text()
     assert "1 passed, 0 failed; 1 noisy, see Noisy records" in text
     section = text.split("## Noisy records", 1)[1].split("\n## ", 1)[0]
     assert "1 of 1 judged records were measured while other work held the machine" in section
