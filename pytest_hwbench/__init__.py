@@ -8,8 +8,10 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
+    from .compare import Comparison, compare_records
     from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
     from .hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
+    from .interference import InterferenceMonitor, ReferenceBaseline, judge
     from .models import MODELS, ModelSpec, get_model, load_model_set, register_model
     from .record import BenchmarkRecord, SessionInfo, normalize_record
     from .runner import BenchCase, CaseResult, Runner, failed_record
@@ -23,6 +25,8 @@ _EXPORTS: dict[str, str] = {
     "get_backend": "backends",
     "register_backend": "backends",
     "registered_backends": "backends",
+    "Comparison": "compare",
+    "compare_records": "compare",
     "HwbenchError": "errors",
     "HwbenchWarning": "errors",
     "PrecisionMismatch": "errors",
@@ -31,6 +35,9 @@ _EXPORTS: dict[str, str] = {
     "HardwareInfo": "hardware",
     "TargetInfo": "hardware",
     "detect_hardware": "hardware",
+    "InterferenceMonitor": "interference",
+    "ReferenceBaseline": "interference",
+    "judge": "interference",
     "MODELS": "models",
     "ModelSpec": "models",
     "get_model": "models",
@@ -58,10 +65,12 @@ __all__ = [
     "BenchCase",
     "BenchmarkRecord",
     "CaseResult",
+    "Comparison",
     "DeviceInfo",
     "HardwareInfo",
     "HwbenchError",
     "HwbenchWarning",
+    "InterferenceMonitor",
     "Latency",
     "LatencyTracker",
     "LoadedModel",
@@ -69,16 +78,19 @@ __all__ = [
     "MemoryTracker",
     "ModelSpec",
     "PrecisionMismatch",
+    "ReferenceBaseline",
     "Runner",
     "SessionInfo",
     "TargetInfo",
     "TimingConfig",
     "UnsupportedCase",
     "__version__",
+    "compare_records",
     "detect_hardware",
     "failed_record",
     "get_backend",
     "get_model",
+    "judge",
     "load_model_set",
     "normalize_record",
     "register_backend",

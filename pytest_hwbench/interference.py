@@ -12,7 +12,7 @@ A timed loop is bracketed by two `HostSnapshot`s. Between them, on the cores thi
 
 A fixed reference kernel is timed before and after the loop (`reference_us`) and set against
 the fastest this host has run it (`ReferenceBaseline`): a virtual machine whose physical cores
-are shared with a neighbour runs vector code slower while every counter above stays quiet.
+are shared with a neighbour runs multi-threaded code slower while every counter above stays quiet.
 
 Also read: the 1-minute load average, the CPU clock where the kernel exposes it, and on NVIDIA
 GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reasons and the other
