@@ -22,7 +22,6 @@ interpreter exit end it with its process group.
 
 from __future__ import annotations
 
-import dataclasses
 import importlib.util
 import os
 import threading
@@ -260,9 +259,6 @@ class OnnxRuntimeWebBackend:
             model.details["web_software_adapter"] = bool(target_details.get("software_adapter"))
         threads = int(value["numThreads"]) if hardware == "wasm" and value.get("numThreads") else None
         driver = model._driver
-        extra: dict[str, Any] = {}
-        if "own_pids" in {f.name for f in dataclasses.fields(LoadedModel)}:
-            extra["own_pids"] = lambda: _browser_pids(driver.pid)  # the browser's CPU time is the case's
         return LoadedModel(
             precision=graph,
             device_name=str(device_name),
@@ -272,7 +268,7 @@ class OnnxRuntimeWebBackend:
             threads=threads,
             close=model.release,
             details=model.details,
-            **extra,
+            own_pids=lambda: _browser_pids(driver.pid),  # the browser's CPU time is the case's own
         )
 
 
