@@ -52,6 +52,7 @@ import torch
 import torch.utils.benchmark as tub
 
 from pytest_hwbench import (
+    Backend,
     BenchCase,
     LoadedModel,
     Runner,
@@ -83,7 +84,7 @@ class Shared:
     call: Callable[[], Any] | None = None
 
 
-class SharedBackend:
+class SharedBackend(Backend):
     """Hands `Runner` the model loaded beforehand, so the harness path (prepare, cold call,
     warm-up, tracker, memory) runs on the model the references run; registered through the
     public registry like any backend."""

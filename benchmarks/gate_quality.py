@@ -45,10 +45,10 @@ GATE_PACKAGE = '''
 import os
 import time
 
-from pytest_hwbench import get_backend, register_backend
+from pytest_hwbench import Backend, get_backend, register_backend
 
 
-class GateTorch:
+class GateTorch(Backend):
     name = "gate-torch"
     hardware = ("cpu",)
     precisions = ("fp32",)

@@ -23,10 +23,10 @@ from pathlib import Path
 CONFTEST = '''
 import json, time
 import pytest
-from pytest_hwbench.backends.base import LoadedModel, register_backend
+from pytest_hwbench.backends.base import Backend, LoadedModel, register_backend
 
 
-class NoopBackend:
+class NoopBackend(Backend):
     """A backend whose forward does nothing: what remains is the harness and the record flow."""
     name = "noop"
     hardware = ("cpu",)

@@ -93,12 +93,12 @@ def main(argv: list[str] | None = None) -> int:
                     inputs = spec.make_inputs(batch)
                     call = loaded.prepare(inputs)
                     measured = call.measure_remote(timing)  # type: ignore[attr-defined]
-                    page = statistics.median(measured["remote_timings_ms"])
+                    page = statistics.median(measured.timings_ms)
                     threads = loaded.threads or 1
                     feeds = {k: v.detach().cpu().numpy() for k, v in inputs.items()}
                     native, count = _ort_median(loaded.details["onnx_file"], feeds, threads, args.warmup,  # type: ignore[index]
                                                 args.min_time, 10)
-                    rows.append((name, batch, target, loaded.device_name, page, len(measured["remote_timings_ms"]),
+                    rows.append((name, batch, target, loaded.device_name, page, len(measured.timings_ms),
                                  native, count, threads))
             finally:
                 loaded.close()

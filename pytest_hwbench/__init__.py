@@ -8,13 +8,17 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
+    from .backends.base import MeasuredElsewhere, RemoteMeasurement
+    from .case import BenchCase
     from .compare import Comparison, compare_records
     from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
     from .hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
     from .interference import InterferenceMonitor, ReferenceBaseline, judge
     from .models import MODELS, ModelSpec, get_model, load_model_set, register_model
     from .record import BenchmarkRecord, SessionInfo, normalize_record
-    from .runner import BenchCase, CaseResult, Runner, failed_record
+    from .result import CaseResult, failed_record
+    from .runner import Runner
+    from .scenarios import Scenario
     from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
 
 #: public name -> the module that defines it. Imported on first use (PEP 562), so importing a
@@ -46,10 +50,13 @@ _EXPORTS: dict[str, str] = {
     "BenchmarkRecord": "record",
     "SessionInfo": "record",
     "normalize_record": "record",
-    "BenchCase": "runner",
-    "CaseResult": "runner",
+    "BenchCase": "case",
+    "CaseResult": "result",
     "Runner": "runner",
-    "failed_record": "runner",
+    "failed_record": "result",
+    "MeasuredElsewhere": "backends.base",
+    "RemoteMeasurement": "backends.base",
+    "Scenario": "scenarios",
     "Latency": "trackers",
     "LatencyTracker": "trackers",
     "Memory": "trackers",
@@ -74,12 +81,15 @@ __all__ = [
     "Latency",
     "LatencyTracker",
     "LoadedModel",
+    "MeasuredElsewhere",
     "Memory",
     "MemoryTracker",
     "ModelSpec",
     "PrecisionMismatch",
     "ReferenceBaseline",
+    "RemoteMeasurement",
     "Runner",
+    "Scenario",
     "SessionInfo",
     "TargetInfo",
     "TimingConfig",

@@ -7,8 +7,8 @@ from typing import TYPE_CHECKING
 import pytest
 
 if TYPE_CHECKING:
+    from .case import BenchCase
     from .record import BenchmarkRecord, SessionInfo
-    from .runner import BenchCase
 
 
 @pytest.hookspec

@@ -20,6 +20,7 @@ from typing import Any
 import numpy as np
 
 from .errors import HwbenchWarning
+from .torch_device import device_module
 
 #: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
 TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu", "mps")
@@ -88,14 +89,6 @@ class TimingConfig:
             raise ValueError(f"min_time_s must be >= 0, got {self.min_time_s}; give a finite number of seconds")
         if self.max_iterations < self.min_iterations:
             raise ValueError(f"max_iterations ({self.max_iterations}) must be >= min_iterations ({self.min_iterations})")
-
-
-def timer_for(device_kind: str) -> str:
-    """The timer kind that times work on `device_kind` (a hardware target name).
-
-    ROCm builds of torch drive AMD GPUs through ``torch.cuda``, whose events are HIP events.
-    """
-    return {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}.get(device_kind, "wall")
 
 
 def event_timer_unavailable(kind: str) -> str | None:
@@ -254,27 +247,6 @@ class Memory:
     device_in_use_at_start_mb: float | None = None
 
 
-def _device_module(device_kind: str) -> Any | None:
-    if device_kind not in ("cuda", "rocm", "xpu", "mps"):
-        return None
-    import torch
-
-    return {"cuda": torch.cuda, "rocm": torch.cuda, "xpu": getattr(torch, "xpu", None),
-            "mps": getattr(torch, "mps", None)}[device_kind]
-
-
-def device_allocated_mb(device_kind: str, device_index: int = 0) -> float | None:
-    """Device memory allocated by tensors now, in MiB; None on the CPU or without a counter."""
-    module = _device_module(device_kind)
-    if module is None:
-        return None
-    if hasattr(module, "memory_allocated"):
-        return float(module.memory_allocated(device_index)) / 2**20
-    if hasattr(module, "current_allocated_memory"):  # MPS
-        return float(module.current_allocated_memory()) / 2**20
-    return None
-
-
 def own_peak_mb(peak_mb: float | None, in_use_at_start_mb: float | None) -> float | None:
     """The part of a device peak that is a block's own: `peak_mb` less what others held at its
     start; None when the peak is below that figure (it cannot be the block's own)."""
@@ -299,7 +271,7 @@ class MemoryTracker:
     @contextmanager
     def track(self) -> Iterator[MemoryTracker]:
         """Measure within the block; read `self.result` afterwards."""
-        module = _device_module(self.device_kind)
+        module = device_module(self.device_kind)
         if module is not None and hasattr(module, "reset_peak_memory_stats"):
             module.reset_peak_memory_stats(self.device_index)
         _reset_hwm()
@@ -323,8 +295,6 @@ __all__ = [
     "Memory",
     "MemoryTracker",
     "TimingConfig",
-    "device_allocated_mb",
     "event_timer_unavailable",
     "own_peak_mb",
-    "timer_for",
 ]

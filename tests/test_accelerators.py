@@ -33,12 +33,12 @@ from pytest_hwbench.hardware import (
     rocm_arch,
     target_from_facts,
 )
+from pytest_hwbench.torch_device import timer_for
 from pytest_hwbench.trackers import (
     TIMER_KINDS,
     LatencyTracker,
     TimingConfig,
     event_timer_unavailable,
-    timer_for,
 )
 
 RUNTIMES = Path(__file__).parent / "data" / "runtimes"

@@ -16,10 +16,10 @@ import pytest
 
 from pytest_hwbench.backends._onnx_export import EXPORT_SEED, build_seeded_model, export_onnx
 from pytest_hwbench.backends.base import get_backend
+from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import detect_hardware
 from pytest_hwbench.models import MODELS
-from pytest_hwbench.runner import BenchCase
 
 torch = pytest.importorskip("torch")
 np = pytest.importorskip("numpy")

@@ -9,9 +9,10 @@ import pytest
 import torch
 import transformers
 
+from pytest_hwbench.availability import MEMORY_USABLE_SHARE
+from pytest_hwbench.case import BenchCase
 from pytest_hwbench.hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
 from pytest_hwbench.models import KEY_MODELS, MODELS, TIERS, dense_flops_estimate, get_model
-from pytest_hwbench.runner import MEMORY_USABLE_SHARE, BenchCase
 
 #: The tiny variants this key set added (the others are covered by tests/test_models.py too).
 NEW_TINY = ("llama-tiny", "qwen2-tiny", "llava-tiny", "clap-tiny", "detr-tiny", "xclip-tiny")

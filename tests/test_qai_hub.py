@@ -24,10 +24,11 @@ import pytest
 from pytest_hwbench.backends import qai_hub as qh
 from pytest_hwbench.backends._onnx_export import ExportedModel
 from pytest_hwbench.backends.base import get_backend
+from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import HardwareInfo, TargetInfo, detect_qnn
 from pytest_hwbench.models import get_model
-from pytest_hwbench.runner import BenchCase, CaseResult, failed_record
+from pytest_hwbench.result import CaseResult, failed_record
 from pytest_hwbench.trackers import Latency, Memory
 
 DATA = Path(__file__).parent / "data" / "qai_hub"
@@ -108,9 +109,9 @@ def test_details_are_flat_and_json_ready():
     got = qh.profile_to_measurement(_profile("mobilenet_tflite_v1_1"), compile_job_id="jc", profile_job_id="jp")
     details = got.details()
     json.dumps(details)
-    assert details["remote_timings_ms"] == [pytest.approx(1.012)]
+    assert "remote_timings_ms" not in details  # the times travel as a RemoteMeasurement, not in extra
     assert details["qai_hub_layers_gpu"] == 2 and details["qai_hub_layers_cpu"] == 1
-    assert details["qai_hub_peak_memory_mb_high"] == details["remote_peak_device_memory_mb"] == pytest.approx(12.0)
+    assert details["qai_hub_peak_memory_mb_high"] == pytest.approx(12.0)
     assert all(not isinstance(v, (dict, tuple)) for v in details.values())
 
 
@@ -304,13 +305,14 @@ def test_prepare_compiles_and_profiles_once_per_shape(monkeypatch, fake_export):
     assert hub.profiles[0]["inputs"] is None  # AI Hub feeds random inputs when profiling
 
     expected = qh.profile_to_measurement(_profile("bert_tiny_qnn_context_binary_v1_2"))
-    assert loaded.details["remote_timings_ms"] == list(expected.times_ms)
     assert loaded.details["qai_hub_compile_job"] == "jcomp1"
     assert loaded.details["qai_hub_profile_job"] == "jprof1"
     assert loaded.details["qai_hub_device"] == "Samsung Galaxy S24 14"
     assert loaded.details["qai_hub_layers_npu"] == 27
-    assert call.remote_timings_ms == expected.times_ms
-    with pytest.raises(qh.QaiHubError, match="remote_timings_ms"):
+    measured = call.measure_remote(None)
+    assert measured.timings_ms == expected.times_ms and measured.on_this_host is False
+    assert measured.peak_device_memory_mb == expected.peak_memory_high_mb
+    with pytest.raises(qh.QaiHubError, match="measure_remote"):
         call()  # a local clock around this would time nothing
 
     loaded.prepare(spec.make_inputs(1))
@@ -373,13 +375,13 @@ def test_load_without_qai_hub_is_an_unsupported_case(monkeypatch, fake_export):
 
 def _record_of(loaded: Any, batch: int) -> Any:
     spec = get_model("bert-tiny")
-    details = dict(loaded.details)
-    timings = details.pop("remote_timings_ms")
+    measured = loaded.prepare(spec.make_inputs(batch)).measure_remote(None)  # the profile of that shape
+    timings = measured.timings_ms
     result = CaseResult(case=BenchCase("bert-tiny", "qai_hub", "qnn", loaded.precision, batch), spec=spec,
                         precision=loaded.precision, device_name=loaded.device_name, threads=None,
                         latency=Latency.from_values(timings), cold_latency_ms=timings[0], load_time_s=0.0,
-                        memory=Memory(None, details.pop("remote_peak_device_memory_mb")), load_cached=False,
-                        details=details)
+                        memory=Memory(None, measured.peak_device_memory_mb), load_cached=False,
+                        details=dict(loaded.details))
     return result.to_record("session-1", nodeid="test_bench.py::test_bench[qnn]")
 
 

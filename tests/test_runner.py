@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import pytest
 
-from pytest_hwbench import BenchCase, LoadedModel, Runner, TimingConfig
+from pytest_hwbench import Backend, BenchCase, LoadedModel, RemoteMeasurement, Runner, TimingConfig
 from pytest_hwbench.backends.base import _REGISTRY, register_backend
 
 REMOTE_TIMES = [4.0, 5.0, 6.0, 5.5, 4.5]
 
 
-class _RemoteBackend:
+class _RemoteBackend(Backend):
     """A backend whose device is measured elsewhere (the shape Qualcomm AI Hub results take)."""
 
     name = "remote-test"
@@ -31,15 +31,15 @@ class _RemoteBackend:
 
     def load(self, spec, hardware, precision, device_index=0):
         self.loads += 1
-        details = {"remote_timings_ms": list(REMOTE_TIMES), "remote_peak_device_memory_mb": 12.5, "job": "j1"}
-
-        def prepare(inputs):
-            def call():
+        class Call:
+            def __call__(self):
                 raise AssertionError("a remote-timed call must not be timed locally")
-            return call
 
-        return LoadedModel(precision="fp32", device_name="remote phone", prepare=prepare, timer="remote",
-                           details=details)
+            def measure_remote(self, timing):
+                return RemoteMeasurement(tuple(REMOTE_TIMES), peak_device_memory_mb=12.5, on_this_host=False)
+
+        return LoadedModel(precision="fp32", device_name="remote phone", prepare=lambda inputs: Call(),
+                           timer="remote", details={"job": "j1"})
 
 
 @pytest.fixture
@@ -72,7 +72,7 @@ def test_model_is_loaded_once_across_batch_sizes(remote_backend):
     assert first.load_time_s == second.load_time_s
 
 
-class _HungryBackend:
+class _HungryBackend(Backend):
     """A torch backend whose forward at batch >= 4 allocates ``batch_size`` x 256 PiB: the real CPU
     allocator fails, as a device does when activations outgrow its memory.
 
@@ -124,7 +124,8 @@ def hungry_backend():
 
 def test_out_of_memory_frees_the_cache_and_the_next_case_runs(hungry_backend):
     from pytest_hwbench.errors import OutOfMemory
-    from pytest_hwbench.runner import failed_record, is_out_of_memory
+    from pytest_hwbench.result import failed_record
+    from pytest_hwbench.runner import is_out_of_memory
 
     runner = Runner(TimingConfig(warmup_iterations=0, min_iterations=2, min_time_s=0), cache_size=2)
     runner.run(BenchCase("bert-tiny", "hungry-test", "cpu", "fp32", 1))

@@ -17,9 +17,9 @@ PACKAGE = '''
 import json
 from pathlib import Path
 
-from pytest_hwbench import LoadedModel, register_backend
+from pytest_hwbench import Backend, LoadedModel, register_backend
 from pytest_hwbench.sinks import register_sink
-from pytest_hwbench.scenarios import register_scenario
+from pytest_hwbench.scenarios import Scenario, register_scenario
 
 
 def _loaded(tag):
@@ -29,7 +29,7 @@ def _loaded(tag):
     return LoadedModel(precision="fp32", device_name=f"extra {tag}", prepare=prepare, details={"by": tag})
 
 
-class ExtraBackend:
+class ExtraBackend(Backend):
     name = "extra-backend"
     hardware = ("cpu",)
     precisions = ("fp32",)
@@ -47,7 +47,7 @@ class ExtraBackend:
         return _loaded("backend")
 
 
-class EchoScenario:
+class EchoScenario(Scenario):
     mode = "echo"
     description = "a third party's mode"
     backends = ("extra-backend",)

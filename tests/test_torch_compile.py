@@ -15,10 +15,10 @@ import pytest
 
 from pytest_hwbench.backends.base import get_backend, registered_backends
 from pytest_hwbench.backends.torch_compile import graphs_compiled
+from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import detect_hardware
 from pytest_hwbench.models import MODELS
-from pytest_hwbench.runner import BenchCase
 
 torch = pytest.importorskip("torch")
 

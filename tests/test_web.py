@@ -268,7 +268,8 @@ def test_a_browser_crash_is_an_error_and_the_next_command_restarts_it(driver):
 
 @needs_web
 def test_runner_times_in_the_page_and_reads_the_precision_back(monkeypatch):
-    from pytest_hwbench.runner import BenchCase, Runner
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
 
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0.2")
@@ -292,7 +293,9 @@ def test_runner_times_in_the_page_and_reads_the_precision_back(monkeypatch):
 
 @needs_web
 def test_crash_mid_case_fails_that_case_with_the_message_and_the_next_case_runs(monkeypatch):
-    from pytest_hwbench.runner import BenchCase, Runner, failed_record
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.result import failed_record
+    from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
     from pytest_hwbench.web import shared_driver
 
@@ -476,7 +479,7 @@ def test_hwbench_web_status_and_help():
 def test_the_ci_grid_keeps_a_few_quick_web_cases():
     import importlib.util
 
-    from pytest_hwbench.runner import BenchCase
+    from pytest_hwbench.case import BenchCase
 
     path = Path(__file__).resolve().parents[1] / "bench_suites" / "conftest.py"
     spec = importlib.util.spec_from_file_location("bench_suites_conftest", path)

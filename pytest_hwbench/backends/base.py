@@ -8,13 +8,16 @@ entry-point group (see `pytest_hwbench._plugins`).
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from dataclasses import dataclass
-from typing import Any, Protocol, runtime_checkable
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import BACKENDS_GROUP, Registry
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+
+if TYPE_CHECKING:
+    from ..trackers import TimingConfig
 
 ENTRY_POINT_GROUP = BACKENDS_GROUP
 
@@ -47,9 +50,41 @@ class LoadedModel:
     own_pids: Callable[[], tuple[int, ...]] = lambda: ()
 
 
+@dataclass(frozen=True)
+class RemoteMeasurement:
+    """What a call timed outside this process's loop measured (`MeasuredElsewhere`).
+
+    `cold_latency_ms` defaults to the first timing; `details` go into the record's extra;
+    `on_this_host` says whether the measuring process shares this machine (a browser page: its
+    interference is judged as the case's) or not (a cloud device: this machine's load says
+    nothing of it, and the record carries no noise verdict).
+    """
+
+    timings_ms: tuple[float, ...]
+    cold_latency_ms: float | None = None
+    peak_device_memory_mb: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    on_this_host: bool = True
+
+
+@runtime_checkable
+class MeasuredElsewhere(Protocol):
+    """A prepared call that another process or machine times (timer ``"remote"``): a browser
+    page, a cloud device. The runner calls `measure_remote` instead of its own timed loop."""
+
+    def __call__(self) -> Any: ...
+
+    def measure_remote(self, timing: TimingConfig) -> RemoteMeasurement:
+        """Measure under `timing` (or report what was measured already) and say where."""
+        ...
+
+
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend module provides (a module-level object or class instance)."""
+    """What every backend provides (a module-level object or class instance).
+
+    The members with a default are optional: a backend that subclasses `Backend` inherits them.
+    """
 
     #: Short name used in case ids and `--hwbench-backends` (``torch``, ``onnxruntime``...).
     name: str
@@ -57,10 +92,15 @@ class Backend(Protocol):
     hardware: tuple[str, ...]
     #: Precisions the backend can run somewhere.
     precisions: tuple[str, ...]
-    # Optional: ``opt_in_hardware: tuple[str, ...]``, hardware whose cases the default grid
-    # leaves out; they run when the backend is named (--hwbench-backends or the hwbench marker).
-    # Optional: ``marker_docs: dict[str, str]``, the docs of markers of its own (registered by the
-    # plugin), and ``shutdown()``, called once at session end to end process-wide resources.
+    #: Hardware whose cases the default grid leaves out; they run when the backend is named
+    #: (``--hwbench-backends`` or the hwbench marker), e.g. torch.compile on the CPU.
+    opt_in_hardware: ClassVar[tuple[str, ...]] = ()
+    #: Docs of pytest markers of its own (registered by the plugin), marker -> one line.
+    marker_docs: ClassVar[Mapping[str, str]] = {}
+
+    def shutdown(self) -> None:
+        """Called once at session end to end process-wide resources (e.g. a browser)."""
+        return None
 
     def markers(self, hardware: str) -> tuple[str, ...]:
         """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""
@@ -87,7 +127,8 @@ def register_backend(backend: Backend) -> Backend:
     """Add a backend (called by each backend module at import)."""
     if not isinstance(backend, Backend):
         raise TypeError(f"{backend!r} does not implement the Backend protocol (name, hardware, precisions, "
-                        "markers, default_precisions, unavailable, load)")
+                        "markers, default_precisions, unavailable, load; subclass "
+                        "pytest_hwbench.Backend to inherit opt_in_hardware, marker_docs and shutdown)")
     return _BACKENDS.register(backend.name, backend)
 
 
@@ -107,4 +148,4 @@ def get_backend(name: str) -> Backend:
         raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(backends))}") from None
 
 
-__all__ = ["Backend", "LoadedModel", "get_backend", "register_backend", "registered_backends"]
+__all__ = ["Backend", "LoadedModel", "MeasuredElsewhere", "RemoteMeasurement", "get_backend", "register_backend", "registered_backends"]

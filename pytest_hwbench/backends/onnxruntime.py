@@ -21,7 +21,7 @@ from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ._onnx_export import ExportedModel, cache_root, cached_variant, export_onnx, summarize_error
-from .base import LoadedModel, register_backend
+from .base import Backend, LoadedModel, register_backend
 
 #: Share of the MatMul/Conv weights that must be int8 before we call a quantized graph int8.
 INT8_MIN_COVERAGE = 0.5
@@ -137,7 +137,7 @@ def _cuda_name(index: int) -> str:
     return f"CUDA device {index}"
 
 
-class OnnxRuntimeBackend:
+class OnnxRuntimeBackend(Backend):
     """ONNX Runtime with one execution provider per hardware target."""
 
     name = "onnxruntime"

@@ -32,7 +32,7 @@ from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ._onnx_export import export_onnx
-from .base import LoadedModel, register_backend
+from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
 #: onnxruntime-web bundle per target (FACTS.md: asking a bundle for a provider it lacks fails
 #: with "no available backend found").
@@ -84,7 +84,7 @@ class _PageCall:
         raise RuntimeError("onnxruntime-web: this case runs in a browser page; its times come from "
                            "measure_remote(timing) (timer 'remote'), a Python clock measures nothing here")
 
-    def measure_remote(self, timing: Any) -> dict[str, Any]:
+    def measure_remote(self, timing: Any) -> RemoteMeasurement:
         return self.model.measure(self, timing)
 
 
@@ -145,7 +145,7 @@ class _PageModel:
             offset += len(data)
         return _PageCall(self, feeds, b"".join(chunks))
 
-    def measure(self, call: _PageCall, timing: Any) -> dict[str, Any]:
+    def measure(self, call: _PageCall, timing: Any) -> RemoteMeasurement:
         self._reload_if_restarted()
         driver = self._driver
         warmup_s = _env_float(WARMUP_ENV, WARMUP_S)
@@ -165,12 +165,13 @@ class _PageModel:
         if ran and ran != {self.precision}:
             raise PrecisionMismatch(f"{self.spec.name}: asked onnxruntime-web for {self.precision}, the page's outputs "
                                     f"are {', '.join(sorted(set(types.values())))}")
-        return {**self.details, "remote_timings_ms": [float(v) for v in value["timesMs"]],
-                "remote_cold_latency_ms": float(value["coldMs"]), "remote_peak_device_memory_mb": peak_mb,
+        return RemoteMeasurement(
+            tuple(float(v) for v in value["timesMs"]), float(value["coldMs"]), peak_mb,
+            {**self.details,
                 "web_memory": "peak resident memory of the browser's processes while the page measured",
                 "web_warmup_iterations": value.get("warmupIterations"),
                 "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
-                "timer": "performance.now() in the page"}
+                "timer": "performance.now() in the page"})
 
     def release(self) -> None:
         driver = self._driver
@@ -183,7 +184,7 @@ class _PageModel:
     input_names: tuple[str, ...] = ()
 
 
-class OnnxRuntimeWebBackend:
+class OnnxRuntimeWebBackend(Backend):
     """onnxruntime-web in headless Chromium: WebAssembly, WebGPU and WebNN providers."""
 
     name = "onnxruntime-web"

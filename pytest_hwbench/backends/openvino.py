@@ -19,7 +19,7 @@ from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import DeviceInfo, HardwareInfo
 from ..models import ModelSpec
 from ._onnx_export import ExportedModel, cached_variant, export_onnx, summarize_error
-from .base import LoadedModel, register_backend
+from .base import Backend, LoadedModel, register_backend
 
 #: our hardware name -> OpenVINO device family.
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}
@@ -88,7 +88,7 @@ def _read_back(compiled: Any, precision: str) -> tuple[str, str, dict[str, int]]
     return hint, raw_name, layers
 
 
-class OpenVinoBackend:
+class OpenVinoBackend(Backend):
     """OpenVINO runtime on its CPU, GPU and NPU plugins."""
 
     name = "openvino"

@@ -5,10 +5,9 @@ Nothing runs on this machine but the export: AI Hub compiles the graph for the d
 ``$HWBENCH_QAI_HUB_DEVICE`` (default `DEFAULT_DEVICE`), runs it there (100 profiler iterations by
 default) and returns a profile. So a `LoadedModel` from this backend cannot be timed with a local
 clock. Its ``timer`` is ``"remote"`` and `prepare(inputs)` submits a compile job and a profile job
-for the shape of `inputs` (cached per shape) and puts the device's per-iteration times into
-``details["remote_timings_ms"]`` (and its peak memory, MiB, into
-``details["remote_peak_device_memory_mb"]``). A runner uses those instead of its own loop and
-trackers; the call that `prepare` returns raises if anything tries to time it locally.
+for the shape of `inputs` (cached per shape); the call it returns is `MeasuredElsewhere`: its
+``measure_remote()`` gives the device's per-iteration times and peak memory, which a runner uses
+instead of its own loop and trackers. Calling it raises: a local clock would time nothing.
 
 `profile_to_measurement` turns a downloaded profile (the dict ``ProfileJob.download_profile()``
 returns) into a `RemoteProfile`. It is a pure function, tested on recorded profile shapes in
@@ -38,7 +37,7 @@ from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ._onnx_export import ExportedModel, cached_variant, export_onnx
-from .base import LoadedModel, register_backend
+from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
 #: Environment variable naming the AI Hub device (``qai-hub list-devices`` shows the names).
 DEVICE_ENV = "HWBENCH_QAI_HUB_DEVICE"
@@ -159,9 +158,6 @@ class RemoteProfile:
         """Flat, JSON-ready entries for `LoadedModel.details` (and so the record's extra)."""
         low, high = self.peak_memory_mb or (None, None)
         out: dict[str, Any] = {
-            # Generic keys a runner reads for any backend with timer "remote":
-            "remote_timings_ms": list(self.times_ms),
-            "remote_peak_device_memory_mb": high,
             "qai_hub_per_iteration_times": self.per_iteration,
             "qai_hub_estimated_inference_ms": self.estimated_ms,
             "qai_hub_peak_memory_mb_low": low,
@@ -336,15 +332,21 @@ def _submit_profile(client: Any, model: Any, device: Any, name: str) -> Any:
 
 
 class _RemoteCall:
-    """What `prepare` returns: the profile, and a refusal to be timed on this machine."""
+    """What `prepare` returns: the profile (`MeasuredElsewhere`), and a refusal to be timed on
+    this machine."""
 
     def __init__(self, profile: RemoteProfile) -> None:
         self.profile = profile
-        self.remote_timings_ms = profile.times_ms
 
     def __call__(self) -> Any:
-        raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times are in "
-                          "details['remote_timings_ms'] (timer 'remote'), a local clock measures nothing here")
+        raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times come from "
+                          "measure_remote() (timer 'remote'), a local clock measures nothing here")
+
+    def measure_remote(self, timing: Any) -> RemoteMeasurement:
+        """What the profile job measured on the device (AI Hub picks its own iterations, so
+        `timing` does not apply); this machine's load says nothing of it."""
+        return RemoteMeasurement(self.profile.times_ms, peak_device_memory_mb=self.profile.peak_memory_high_mb,
+                                 on_this_host=False)
 
 
 @dataclass
@@ -409,7 +411,7 @@ class _Session:
         return measured
 
 
-class QaiHubBackend:
+class QaiHubBackend(Backend):
     """Qualcomm AI Hub: compile for and profile on a hosted Snapdragon device's NPU."""
 
     name = "qai_hub"

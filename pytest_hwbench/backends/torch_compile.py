@@ -26,13 +26,12 @@ from typing import Any
 from ..errors import UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from .base import LoadedModel, register_backend
+from ..torch_device import device_string, sync_for
+from .base import Backend, LoadedModel, register_backend
 from .torch_eager import (
     _DTYPES,
-    _device,
     _load_model,
     _move_inputs,
-    _sync_for,
     torch_loaded_model,
 )
 
@@ -139,7 +138,7 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-class TorchCompileBackend:
+class TorchCompileBackend(Backend):
     """torch.compile (inductor) in one mode, on any device inductor generates code for."""
 
     # mps is left out: inductor's Metal code generation is a prototype in torch 2.13 and has
@@ -213,12 +212,12 @@ class TorchCompileBackend:
         missing = self.missing(hardware)
         if missing:
             raise UnsupportedCase(missing)
-        device = _device(hardware, device_index)
+        device = device_string(hardware, device_index)
         # TF32 off on cuda/rocm as in torch eager; inductor reads the same flags when it
         # generates matmul kernels, so fp32 stays fp32.
         model = _load_model(spec, hardware, precision, device_index)
         dtype = getattr(torch, _DTYPES[precision])
-        sync = _sync_for(hardware, device)
+        sync = sync_for(hardware, device_index)
         compiled = torch.compile(model, dynamic=False, **self.compile_kwargs(hardware))
         details: dict[str, Any] = {"compile_mode": self.mode}
         state = {"compiled": compiled}

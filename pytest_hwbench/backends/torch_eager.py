@@ -7,28 +7,12 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import timer_for
-from .base import LoadedModel, register_backend
+from ..torch_device import device_string, disable_tf32, sync_for, timer_for
+from .base import Backend, LoadedModel, register_backend
 
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Share of the weights dynamic int8 must cover before we call a model int8.
 INT8_MIN_COVERAGE = 0.5
-
-
-def _device(hardware: str, index: int) -> str:
-    return {"cpu": "cpu", "cuda": f"cuda:{index}", "rocm": f"cuda:{index}", "mps": "mps", "xpu": f"xpu:{index}"}[hardware]
-
-
-def _sync_for(hardware: str, device: str) -> Any:
-    import torch
-
-    if hardware in ("cuda", "rocm"):
-        return lambda: torch.cuda.synchronize(device)
-    if hardware == "xpu":
-        return lambda: torch.xpu.synchronize(device)
-    if hardware == "mps":
-        return torch.mps.synchronize
-    return lambda: None
 
 
 def _quantize_int8(model: Any, name: str) -> Any:
@@ -63,16 +47,13 @@ def _load_model(spec: ModelSpec, hardware: str, precision: str, device_index: in
     torch holds another precision than the one asked for."""
     import torch
 
-    if hardware in ("cuda", "rocm"):
-        # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5).
-        torch.backends.cuda.matmul.allow_tf32 = False
-        torch.backends.cudnn.allow_tf32 = False
+    disable_tf32(hardware)
     model = spec.build_model("cpu")
     if precision == "int8":
         model = _quantize_int8(model, spec.name)
     elif precision != "fp32":
         model = model.to(getattr(torch, _DTYPES[precision]))
-    model = model.to(_device(hardware, device_index))
+    model = model.to(device_string(hardware, device_index))
     ran = effective_precision(model)
     if ran != precision:
         raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
@@ -125,7 +106,7 @@ def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare
         precision=precision,
         device_name=device_name(hardware, device_index),
         prepare=prepare,
-        sync=sync or _sync_for(hardware, _device(hardware, device_index)),
+        sync=sync or sync_for(hardware, device_index),
         timer=timer_for(hardware),
         device_kind=hardware,
         device_index=device_index,
@@ -136,7 +117,7 @@ def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare
     )
 
 
-class TorchEagerBackend:
+class TorchEagerBackend(Backend):
     """torch eager on any device torch supports."""
 
     name = "torch"
@@ -176,7 +157,7 @@ class TorchEagerBackend:
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         import torch
 
-        device = _device(hardware, device_index)
+        device = device_string(hardware, device_index)
         model = _load_model(spec, hardware, precision, device_index)
         dtype = None if precision == "int8" else getattr(torch, _DTYPES[precision])
 

@@ -13,9 +13,9 @@ from typing import Any
 import pytest
 
 from ..backends.base import registered_backends
+from ..case import BenchCase
 from ..hardware import detect_hardware
 from ..models import get_model
-from ..runner import BenchCase
 from .grid import Selection, generate_cases, marker_values
 from .session import STATE, case_of, note
 

@@ -12,9 +12,10 @@ from typing import Any
 
 import pytest
 
+from ..case import BenchCase
 from ..errors import OutOfMemory, UnsupportedCase
 from ..record import BenchmarkRecord
-from ..runner import BenchCase, CaseResult, failed_record
+from ..result import CaseResult, failed_record
 from .session import CASE_ATTR, RECORD_ATTR, STATE, HwbenchState, case_of
 
 

@@ -11,15 +11,14 @@ into summary lines. `case_from_id` is the way back from a case id to its case.
 from __future__ import annotations
 
 import difflib
-import re
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..backends.base import registered_backends
+from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id, takes_new_tokens
 from ..hardware import HardwareInfo
 from ..models import FAMILIES, MODELS, ModelSpec, get_model
-from ..runner import DEFAULT_NEW_TOKENS, BenchCase, takes_new_tokens
 from ..scenarios import get_scenario, registered_modes
 from ..vocabulary import DEFAULT_MODE, PRECISIONS
 
@@ -169,7 +168,7 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
                 for hardware in backend.hardware:
                     if wanted_hardware is not None and hardware not in wanted_hardware:
                         continue
-                    if named_backends is None and hardware in getattr(backend, "opt_in_hardware", ()):
+                    if named_backends is None and hardware in backend.opt_in_hardware:
                         continue  # e.g. torch.compile on cpu: only when asked for by name
                     defaults = backend.default_precisions(hardware, hw)
                     # asked-for precisions the mode lacks skip with its reason
@@ -185,24 +184,8 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
 
 def case_from_id(case_id: str) -> BenchCase | None:
     """The case whose `BenchCase.id` is `case_id`, or None when it is none of this run's cases."""
-    def alternatives(names: Iterable[str]) -> str:
-        return "|".join(re.escape(n) for n in sorted(names, key=len, reverse=True))
-
-    pattern = (rf"^(?P<model>{alternatives(MODELS)})-(?P<hardware>{alternatives(hardware_targets())})"
-               rf"-(?P<backend>{alternatives(registered_backends())})-(?P<precision>{alternatives(PRECISIONS)})"
-               rf"-b(?P<batch>\d+)(?:-(?P<mode>{alternatives(m for m in registered_modes() if m != DEFAULT_MODE)}))?"
-               rf"(?:-in(?P<input>\d+))?(?:-out(?P<tokens>\d+))?$")
-    match = re.match(pattern, case_id)
-    if match is None:
-        return None
-    try:
-        case = BenchCase(match["model"], match["backend"], match["hardware"], match["precision"],
-                         int(match["batch"]), match["mode"] or DEFAULT_MODE,
-                         int(match["tokens"]) if match["tokens"] else None,
-                         int(match["input"]) if match["input"] else None)
-    except ValueError:
-        return None
-    return case if case.id == case_id else None
+    return parse_case_id(case_id, models=MODELS, hardware=hardware_targets(), backends=registered_backends(),
+                         modes=registered_modes())
 
 
 __all__ = ["DEFAULT_BATCH_SIZES", "MARKER_KEYWORDS", "Grid", "Selection", "case_from_id", "generate_cases",

@@ -16,8 +16,9 @@ import pytest
 
 from .. import hookspecs
 from ..backends.base import registered_backends
+from ..case import DEFAULT_NEW_TOKENS
 from ..models import FAMILIES, get_model, load_model_set, register_model
-from ..runner import DEFAULT_NEW_TOKENS, DEFAULT_NOISE_RETRIES
+from ..runner import DEFAULT_NOISE_RETRIES
 from ..scenarios import registered_modes, registered_scenarios
 from ..sinks._recorder import DEFAULT_DEADLINE_S
 from ..trackers import TimingConfig
@@ -235,8 +236,7 @@ def register_markers(config: pytest.Config) -> None:
     for backend in registered_backends().values():  # markers a backend brings (e.g. its own targets)
         for hardware in backend.hardware:
             for name in backend.markers(hardware):
-                docs = getattr(backend, "marker_docs", {})
-                markers.setdefault(name, docs.get(name, f"cases of the {backend.name} backend on {hardware}"))
+                markers.setdefault(name, backend.marker_docs.get(name, f"cases of the {backend.name} backend on {hardware}"))
     for name, doc in markers.items():
         config.addinivalue_line("markers", f"{name}: {doc}")
     if not config.pluginmanager.hasplugin("xdist"):

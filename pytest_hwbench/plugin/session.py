@@ -27,9 +27,11 @@ from typing import Any
 import pytest
 
 from ..backends.base import registered_backends
+from ..case import BenchCase
 from ..hardware import HardwareInfo, detect_hardware
 from ..record import BenchmarkRecord, SessionInfo
-from ..runner import BenchCase, Runner, failed_record
+from ..result import failed_record
+from ..runner import Runner
 from ..trackers import TimingConfig
 from .grid import case_from_id
 from .options import apply_options, register_markers
@@ -374,9 +376,7 @@ class HwbenchState:
             # Backends that hold a process-wide resource (a browser) end it here: also after a
             # failure or Ctrl-C, which still finish the session.
             for backend in registered_backends().values():
-                shutdown = getattr(backend, "shutdown", None)
-                if callable(shutdown):
-                    shutdown()
+                backend.shutdown()
         if self.is_worker:  # the controller prints the summary: hand it this worker's notes
             output = self.config.workeroutput  # type: ignore[attr-defined]
             output["hwbench_notes"] = list(dict.fromkeys(self.notes))

@@ -10,7 +10,7 @@ caching, the timed loop and memory tracking are the runner's, the same for every
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING, Any, Protocol, runtime_checkable
+from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry
 from ..vocabulary import DEFAULT_MODE
@@ -28,7 +28,10 @@ _SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario")
 
 @runtime_checkable
 class Scenario(Protocol):
-    """What a mode provides (``inference``, ``generate``, ``train``, or a third party's)."""
+    """What a mode provides (``inference``, ``generate``, ``train``, or a third party's).
+
+    The members with a default are optional: a scenario that subclasses `Scenario` inherits them.
+    """
 
     #: The mode's name: the `BenchCase.mode` and the pytest marker.
     mode: str
@@ -38,6 +41,11 @@ class Scenario(Protocol):
     description: str
     #: Precisions the mode runs at somewhere.
     precisions: tuple[str, ...]
+    #: Case options the mode takes (``("new_tokens",)`` for generate), passed to `load`.
+    options: ClassVar[tuple[str, ...]] = ()
+    #: FLOPs of one timed iteration, in forward passes (a training step is about 3); None where
+    #: no single figure holds (generate), and the record then has no achieved TFLOP/s.
+    forwards_per_iteration: ClassVar[float | None] = 1.0
 
     def supports(self, spec: ModelSpec) -> bool:
         """Whether cases of this mode are generated for `spec` at all (e.g. generate: decoders)."""
@@ -73,7 +81,8 @@ def register_scenario(scenario: Scenario) -> Scenario:
     """Add a mode (called by each scenario module at import; a third party's too)."""
     if not isinstance(scenario, Scenario):
         raise TypeError(f"{scenario!r} does not implement the Scenario protocol (mode, backends, precisions, "
-                        "description, supports, unavailable, load)")
+                        "description, supports, unavailable, load; subclass pytest_hwbench.scenarios.Scenario "
+                        "to inherit options and forwards_per_iteration)")
     return _SCENARIOS.register(scenario.mode, scenario)
 
 

@@ -55,9 +55,10 @@ from ..backends.torch_compile import (
     warm_up,
 )
 from ..backends.torch_eager import BACKEND as EAGER
-from ..backends.torch_eager import _device, _sync_for, effective_precision, torch_loaded_model
+from ..backends.torch_eager import effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
-from . import register_scenario
+from ..torch_device import device_string, disable_tf32, sync_for
+from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -292,7 +293,7 @@ def _model_class(spec: ModelSpec) -> type | None:
     return mapping[type(spec._config())]  # type: ignore[no-any-return]
 
 
-class GenerateScenario:
+class GenerateScenario(Scenario):
     """Fixed-length greedy ``generate()`` on torch eager, and with its decode step compiled on the
     torch.compile backends (see the module docstring)."""
 
@@ -366,11 +367,8 @@ class GenerateScenario:
         auto_class = generation_class(spec)
         import torch
 
-        device = _device(hardware, device_index)
-        if hardware in ("cuda", "rocm"):
-            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5), as in torch eager.
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+        device = device_string(hardware, device_index)
+        disable_tf32(hardware)
         model = spec.build_model("cpu", auto_class=auto_class)  # seed 0, then cast: same weights everywhere
         _set_special_tokens(model)
         if precision != "fp32":
@@ -385,7 +383,7 @@ class GenerateScenario:
         encoder_decoder = bool(model.config.is_encoder_decoder)
         details: dict[str, Any] = {"generation_class": type(model).__name__}
         generate_kwargs: dict[str, Any] = {}
-        sync = _sync_for(hardware, device)
+        sync = sync_for(hardware, device_index)
         if compiler is not None:
             from transformers import CompileConfig
 

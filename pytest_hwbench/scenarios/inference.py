@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends.base import get_backend, registered_backends
 from ..errors import UnsupportedCase
 from ..vocabulary import PRECISIONS
-from . import DEFAULT_MODE, register_scenario
+from . import DEFAULT_MODE, Scenario, register_scenario
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -19,7 +19,7 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
 
 
-class InferenceScenario:
+class InferenceScenario(Scenario):
     """Forward passes, on every backend at every precision a backend offers."""
 
     mode = DEFAULT_MODE

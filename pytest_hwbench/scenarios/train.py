@@ -31,10 +31,11 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import LoadedModel
-from ..backends.torch_eager import _device, effective_precision, torch_loaded_model
+from ..backends.torch_eager import effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
+from ..torch_device import device_string, disable_tf32
 from ..vocabulary import TRAIN_MODE
-from . import register_scenario
+from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
     from ..hardware import HardwareInfo
@@ -203,19 +204,7 @@ def _precision_reason(precision: str) -> str:
             f"{precision} is inference-only quantization")
 
 
-def _device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
-    """Host RAM for the CPU, the smallest device of an accelerator; None when unknown."""
-    target = hw.targets.get(hardware)
-    if target is None or not target.available:
-        return None
-    if hardware == "cpu":
-        memory = target.details.get("memory_mb")
-        return float(memory) if memory else None
-    sizes = [d.memory_mb for d in target.devices if d.memory_mb]
-    return float(min(sizes)) if sizes else None
-
-
-class TrainScenario:
+class TrainScenario(Scenario):
     """One optimizer step per iteration on torch eager, fp32 or autocast fp16/bf16."""
 
     mode = TRAIN_MODE
@@ -245,13 +234,13 @@ class TrainScenario:
         if precision != "fp32":
             import torch
 
-            device_type = torch.device(_device(hardware, 0)).type
+            device_type = torch.device(device_string(hardware)).type
             if not torch.amp.is_autocast_available(device_type):
                 return f"{precision}: torch {torch.__version__} has no autocast for {device_type}"
         return self._memory_shortfall(spec, hardware, precision, hw)
 
     def _memory_shortfall(self, spec: ModelSpec, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
-        from ..runner import MEMORY_USABLE_SHARE
+        from ..availability import MEMORY_USABLE_SHARE, device_memory_mb
 
         if spec.tier == "quick":  # tiny by contract, and not built at collection
             return None
@@ -261,7 +250,7 @@ class TrainScenario:
             return None
         per_param = TRAIN_BYTES_PER_PARAM + (AMP_CAST_BYTES_PER_PARAM if precision in AMP_DTYPES else 0)
         need = params * per_param / 2**20
-        device = _device_memory_mb(hardware, hw)
+        device = device_memory_mb(hardware, hw)
         if device is None or need <= device * MEMORY_USABLE_SHARE:
             return None
         return (f"train needs ~{need / 1024:.1f} GiB for {spec.name} before activations ({per_param} bytes per "
@@ -280,12 +269,9 @@ class TrainScenario:
             raise UnsupportedCase(f"train: takes no mode options, got {', '.join(sorted(options))}")
         if precision not in self.precisions:
             raise UnsupportedCase(_precision_reason(precision))
-        device = _device(hardware, device_index)
+        device = device_string(hardware, device_index)
         device_type = torch.device(device).type
-        if hardware in ("cuda", "rocm"):
-            # fp32 means fp32: TF32 tensor-core math is opt-in (issue 5), as in the torch backend.
-            torch.backends.cuda.matmul.allow_tf32 = False
-            torch.backends.cudnn.allow_tf32 = False
+        disable_tf32(hardware)
         model = spec.build_model("cpu").to(device).train()
         master = effective_precision(model)
         if master != "fp32":

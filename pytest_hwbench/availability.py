@@ -1,0 +1,131 @@
+"""Whether a case can run here, and if not, the skip reason: hardware, runtime, precision,
+the mode, the model's known gaps, its input length and memory.
+
+The one place that checks memory against what detection reports (`device_memory_mb`,
+`MEMORY_USABLE_SHARE`); scenarios with memory rules of their own (training) use the same figures.
+"""
+
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
+from .backends.base import get_backend
+from .hardware import HardwareInfo, detect_hardware
+from .scenarios import get_scenario
+
+if TYPE_CHECKING:
+    from .case import BenchCase
+    from .models import ModelSpec
+
+#: Share of a device's memory a case may plan to use: the OS, the Python process, the runtime
+#: (CUDA context, allocator slack) and the estimate's own error need the rest.
+MEMORY_USABLE_SHARE = 0.9
+
+
+def unavailable(case: BenchCase, hw: HardwareInfo | None = None) -> str | None:
+    """None when `case` can run here, else the skip reason.
+
+    The backend's reason comes first (hardware, runtime, precision); then the mode's; then the
+    model's known gap on this backend (`ModelSpec.backend_gaps`); then an input longer than the
+    model embeds; then memory: a case whose `ModelSpec.estimated_memory_mb` does not fit its
+    device is skipped before it is built (`memory_shortfall`).
+    """
+    hw = hw or detect_hardware()
+    reason = get_backend(case.backend).unavailable(case.hardware, case.precision, hw)
+    if reason:
+        return reason
+    try:
+        spec: ModelSpec | None = case.spec()
+    except KeyError:  # an unknown model fails in its run, with the zoo's hint
+        spec = None
+    scenario = get_scenario(case.mode)
+    if case.backend not in scenario.backends:
+        return f"{case.mode}: runs on {', '.join(scenario.backends)}, not {case.backend}"
+    if spec is None:
+        return memory_shortfall(case, hw)
+    reason = scenario.unavailable(spec, case.backend, case.hardware, case.precision, hw)
+    if reason:
+        return reason
+    gap = spec.backend_gaps.get(case.backend)
+    if gap:
+        return f"{case.model} on {case.backend}: {gap}"
+    return input_length_reason(case, spec) or memory_shortfall(case, hw)
+
+
+def input_length_reason(case: BenchCase, spec: ModelSpec) -> str | None:
+    """Why `case.input_length` cannot run as asked: the model embeds fewer positions. The inputs
+    would be cut to the limit, and the case would measure another length than its id says
+    (issue 18, item 9)."""
+    if case.input_length is None:
+        return None
+    try:
+        limit = spec.max_sequence_length
+    except Exception:  # an unbuildable config fails in its run, with the error
+        return None
+    if limit is not None and case.input_length > limit:
+        return (f"{case.model} takes at most {limit} tokens, not {case.input_length}; "
+                f"give --hwbench-input-lengths up to {limit}")
+    return None
+
+
+def device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
+    """Memory of the device a case on `hardware` runs on: host RAM for the CPU, the smallest
+    device of an accelerator target; None where detection gives no figure (mps, OpenVINO
+    devices, ...), and then only the host check applies."""
+    if hardware == "cpu":
+        return host_memory_mb(hw)
+    target = hw.targets.get(hardware)
+    if target is None or not target.available:
+        return None
+    sizes = [d.memory_mb for d in target.devices if d.memory_mb]
+    return float(min(sizes)) if sizes else None
+
+
+def host_memory_mb(hw: HardwareInfo) -> float | None:
+    """Host RAM as detection reports it, in MiB; None when unknown."""
+    cpu = hw.targets.get("cpu")
+    memory = cpu.details.get("memory_mb") if cpu is not None else None
+    return float(memory) if memory else None
+
+
+def _gib(mb: float) -> str:
+    return f"{mb / 1024:.1f} GiB"
+
+
+def memory_shortfall(case: BenchCase, hw: HardwareInfo) -> str | None:
+    """None when `case` fits in memory here, else a skip reason naming the figures.
+
+    Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports:
+    - the device: weights at the case's precision plus peak activations at its batch size
+      (`ModelSpec.estimated_memory_mb`) against host RAM (cpu) or the accelerator's memory;
+    - the host: every backend builds the seeded model in fp32 on the host before it casts,
+      moves or exports it, so fp32 weights must fit in host RAM whatever the target.
+    The quick tier is tiny by contract (CI smoke on any machine) and is not estimated: the
+    estimate builds the model on the meta device, which imports torch and transformers at
+    collection. A model that cannot be built or measured is not skipped here: its run fails
+    with the error.
+    """
+    try:
+        spec = case.spec()
+        if spec.tier == "quick" and case.input_length is None:  # a longer input may not be tiny
+            return None
+        need = spec.estimated_memory_mb(case.precision, case.batch_size)
+        build = spec.weights_memory_mb("fp32")
+        weights = spec.weights_memory_mb(case.precision)
+    except Exception:  # unknown or unbuildable model: the run records the error itself
+        return None
+    usable = f"{MEMORY_USABLE_SHARE:.0%} usable"
+    device = device_memory_mb(case.hardware, hw)
+    if device is not None and need > device * MEMORY_USABLE_SHARE:
+        return (f"needs ~{_gib(need)} for {case.model} {case.precision} at batch {case.batch_size} "
+                f"({_gib(weights)} weights + {_gib(need - weights)} activations), "
+                f"{case.hardware} has {_gib(device)} ({usable})")
+    host = host_memory_mb(hw)
+    if host is not None and build > host * MEMORY_USABLE_SHARE:
+        return (f"needs ~{_gib(build)} of host memory to build {case.model} in fp32 before running it at "
+                f"{case.precision} on {case.hardware}, cpu has {_gib(host)} ({usable})")
+    return None
+
+
+__all__ = ["MEMORY_USABLE_SHARE", "device_memory_mb", "host_memory_mb", "input_length_reason", "memory_shortfall",
+           "unavailable"]

@@ -1,0 +1,88 @@
+"""torch's view of a hardware target: device strings, the device module, sync, TF32, memory.
+
+One place for what every torch backend, scenario and tracker needs: ROCm builds of torch drive
+AMD GPUs through ``torch.cuda`` (HIP behind the CUDA API), so ``rocm`` maps to ``torch.cuda``
+here and nowhere else. torch is imported inside the functions that need it, so importing this
+module costs nothing.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+#: Hardware targets torch addresses itself -> the ``torch`` submodule that drives them.
+TORCH_MODULES: dict[str, str] = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+#: Targets torch drives with one device per index (``cuda:0``...); mps has a single device.
+_INDEXED = frozenset({"cuda", "rocm", "xpu"})
+
+
+def device_string(hardware: str, index: int = 0) -> str:
+    """torch's device string for `hardware` (``cpu``, ``cuda:1`` for cuda and rocm, ``mps``...)."""
+    if hardware == "cpu":
+        return "cpu"
+    if hardware not in TORCH_MODULES:
+        raise ValueError(f"torch does not address hardware {hardware!r}; it addresses cpu, "
+                         f"{', '.join(TORCH_MODULES)}")
+    module = TORCH_MODULES[hardware]
+    return f"{module}:{index}" if hardware in _INDEXED else module
+
+
+def device_module(hardware: str) -> Any | None:
+    """The ``torch`` submodule driving `hardware` (``torch.cuda`` for rocm); None on the CPU,
+    for targets torch does not address, or where this torch build lacks the module."""
+    name = TORCH_MODULES.get(hardware)
+    if name is None:
+        return None
+    import torch
+
+    return getattr(torch, name, None)
+
+
+def sync_for(hardware: str, index: int = 0) -> Callable[[], None]:
+    """A call that waits for the work queued on device `index` of `hardware` (no-op on the CPU)."""
+    module = device_module(hardware)
+    if module is None:
+        return lambda: None
+    if hardware == "mps":
+        return module.synchronize
+    device = device_string(hardware, index)
+    return lambda: module.synchronize(device)
+
+
+def disable_tf32(hardware: str) -> None:
+    """fp32 means fp32 on NVIDIA and AMD GPUs: TF32 tensor-core math is opt-in (issue 5)."""
+    if TORCH_MODULES.get(hardware) != "cuda":
+        return
+    import torch
+
+    torch.backends.cuda.matmul.allow_tf32 = False
+    torch.backends.cudnn.allow_tf32 = False
+
+
+def empty_cache(hardware: str) -> None:
+    """Return cached allocator blocks of `hardware` to the device (no-op on the CPU)."""
+    module = device_module(hardware)
+    if module is not None and hasattr(module, "empty_cache"):
+        module.empty_cache()
+
+
+def allocated_mb(hardware: str, index: int = 0) -> float | None:
+    """Device memory allocated by tensors now, in MiB; None on the CPU or without a counter."""
+    module = device_module(hardware)
+    if module is None:
+        return None
+    if hasattr(module, "memory_allocated"):
+        return float(module.memory_allocated(index)) / 2**20
+    if hasattr(module, "current_allocated_memory"):  # MPS
+        return float(module.current_allocated_memory()) / 2**20
+    return None
+
+
+def timer_for(hardware: str) -> str:
+    """The timer kind that times work on `hardware`: its device's events, else the wall clock."""
+    return TORCH_MODULES.get(hardware, "wall")
+
+
+__all__ = ["TORCH_MODULES", "allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
+           "sync_for", "timer_for"]
