@@ -16,7 +16,7 @@ from .errors import HwbenchWarning
 BACKENDS_GROUP = "pytest_hwbench.backends"
 SINKS_GROUP = "pytest_hwbench.sinks"
 SCENARIOS_GROUP = "pytest_hwbench.scenarios"
-#: Modules that add hardware probes to `pytest_hwbench.hardware.PROBES` for targets of their own.
+#: Modules that register hardware probes (`pytest_hwbench.hardware.register_probe`).
 HARDWARE_GROUP = "pytest_hwbench.hardware"
 #: Modules that add `hwbench` subcommands (`pytest_hwbench.cli.register_command`).
 COMMANDS_GROUP = "pytest_hwbench.commands"

@@ -1,13 +1,14 @@
 """Hardware and runtime detection: what this machine can run, and why not where it cannot.
 
 `detect_hardware()` runs the probes once per process and returns a `HardwareInfo`: one
-`TargetInfo` per target (cpu, cuda, rocm, mps, xpu, openvino, onnxruntime, qnn), each saying
-whether it is available, why not, its devices and the precisions it runs natively.
+`TargetInfo` per registered target, each saying whether it is available, why not, its devices and
+the precisions it runs natively. The CPU and torch's GPU runtimes (cuda, rocm, mps, xpu) are
+probed here; other targets (openvino, onnxruntime, qnn, the web targets, a third party's) by
+probe modules of the ``pytest_hwbench.hardware`` entry-point group (`register_probe`).
 Probes name capabilities, never backend classes. The torch GPU runtimes (cuda, rocm, mps, xpu)
 are read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation
 is tested on facts recorded on machines that have the hardware.
 
-Length: over 500 lines, one short detector per hardware kind (eight) behind one `detect_hardware`.
 """
 
 from __future__ import annotations
@@ -21,6 +22,7 @@ from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ._plugins import HARDWARE_GROUP, Registry
 from .vocabulary import HARDWARE_KINDS, PRECISIONS
 
 #: The targets probed, one per hardware kind (`pytest_hwbench.vocabulary.HARDWARE_KINDS`).
@@ -99,7 +101,8 @@ class HardwareInfo:
         return {name: asdict(info) for name, info in self.targets.items()}
 
 
-def _not_available(name: str, reason: str, **details: Any) -> TargetInfo:
+def not_available(name: str, reason: str, **details: Any) -> TargetInfo:
+    """The `TargetInfo` of a target that cannot run here, saying why."""
     return TargetInfo(name=name, available=False, reason=reason, details=details)
 
 
@@ -354,11 +357,11 @@ def _version_tuple(text: str | None) -> tuple[int, ...]:
 def _cuda_target(facts: TorchFacts) -> TargetInfo:
     hip = facts.version.get("hip")
     if hip:
-        return _not_available("cuda", f"torch is a ROCm build (hip {hip}); see the rocm target")
+        return not_available("cuda", f"torch is a ROCm build (hip {hip}); see the rocm target")
     if not facts.is_built:
-        return _not_available("cuda", f"torch {facts.torch_version} is built without CUDA (torch.version.cuda is None)")
+        return not_available("cuda", f"torch {facts.torch_version} is built without CUDA (torch.version.cuda is None)")
     if not facts.is_available or not facts.devices:
-        return _not_available("cuda", "torch.cuda.is_available() is False" + _env_note(facts))
+        return not_available("cuda", "torch.cuda.is_available() is False" + _env_note(facts))
     devices = []
     for i, props in enumerate(facts.devices):
         major, minor = props.get("major"), props.get("minor")
@@ -377,9 +380,9 @@ def _cuda_target(facts: TorchFacts) -> TargetInfo:
 def _rocm_target(facts: TorchFacts) -> TargetInfo:
     hip = facts.version.get("hip")
     if not facts.is_built:
-        return _not_available("rocm", "torch is not a ROCm build (torch.version.hip is None)")
+        return not_available("rocm", "torch is not a ROCm build (torch.version.hip is None)")
     if not facts.is_available or not facts.devices:
-        return _not_available("rocm", f"torch.cuda.is_available() is False on this ROCm build (hip {hip})"
+        return not_available("rocm", f"torch.cuda.is_available() is False on this ROCm build (hip {hip})"
                               + _env_note(facts))
     devices = []
     for i, props in enumerate(facts.devices):
@@ -397,10 +400,10 @@ def _rocm_target(facts: TorchFacts) -> TargetInfo:
 def _mps_target(facts: TorchFacts) -> TargetInfo:
     macos = facts.extra.get("macos")
     if not facts.is_built:
-        return _not_available("mps", "torch is built without MPS (torch.backends.mps.is_built() is False)")
+        return not_available("mps", "torch is built without MPS (torch.backends.mps.is_built() is False)")
     if not facts.is_available or not facts.devices:
         where = f" on macOS {macos}" if macos else ""
-        return _not_available("mps", f"torch.backends.mps.is_available() is False{where} "
+        return not_available("mps", f"torch.backends.mps.is_available() is False{where} "
                                      "(MPS needs Apple silicon or an AMD GPU and macOS 12.3+)")
     props = facts.devices[0]
     bf16 = _version_tuple(macos) >= MPS_BF16_MACOS
@@ -415,10 +418,10 @@ def _mps_target(facts: TorchFacts) -> TargetInfo:
 
 def _xpu_target(facts: TorchFacts) -> TargetInfo:
     if not facts.is_built:
-        return _not_available("xpu", f"torch {facts.torch_version} is built without XPU "
+        return not_available("xpu", f"torch {facts.torch_version} is built without XPU "
                                      "(torch.xpu._is_compiled() is False; install an XPU build of torch)")
     if not facts.is_available or not facts.devices:
-        return _not_available("xpu", "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)"
+        return not_available("xpu", "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)"
                               + _env_note(facts))
     devices = []
     for i, props in enumerate(facts.devices):
@@ -445,9 +448,9 @@ _INTERPRETERS: Mapping[str, Callable[[TorchFacts], TargetInfo]] = {
 def target_from_facts(facts: TorchFacts) -> TargetInfo:
     """The `TargetInfo` those facts describe: availability and why not, devices, precisions."""
     if not facts.torch_installed:
-        return _not_available(facts.runtime, "torch is not installed")
+        return not_available(facts.runtime, "torch is not installed")
     if facts.error:
-        return _not_available(facts.runtime, f"detection failed: {facts.error}")
+        return not_available(facts.runtime, f"detection failed: {facts.error}")
     return _INTERPRETERS[facts.runtime](facts)
 
 
@@ -471,109 +474,41 @@ def detect_xpu() -> TargetInfo:
     return target_from_facts(gather_torch_facts("xpu"))
 
 
-#: OpenVINO OPTIMIZATION_CAPABILITIES -> our precision names.
-_OV_CAPS = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
+#: target name -> probe, filled by `register_probe`: the torch runtimes and the CPU here, other
+#: targets by the modules of the ``pytest_hwbench.hardware`` entry-point group (ours and a third
+#: party's alike; a later registration of a name replaces the earlier one).
+_PROBES: Registry[Callable[[], TargetInfo]] = Registry(HARDWARE_GROUP, "hardware probe")
 
 
-def openvino_devices_from(core: Any) -> tuple[DeviceInfo, ...]:
-    """Device list from an `openvino.Core` (or anything with the same methods)."""
-    devices = []
-    for i, name in enumerate(core.available_devices):
-        try:
-            full = core.get_property(name, "FULL_DEVICE_NAME")
-        except RuntimeError:
-            full = name
-        try:
-            caps = core.get_property(name, "OPTIMIZATION_CAPABILITIES")
-        except RuntimeError:
-            caps = ["FP32"]
-        precisions = tuple(p for cap, p in _OV_CAPS.items() if cap in caps)
-        devices.append(DeviceInfo(i, f"{name}: {full}", None, None, precisions))
-    return tuple(devices)
+def register_probe(name: str, probe: Callable[[], TargetInfo]) -> Callable[[], TargetInfo]:
+    """Add (or replace) the probe of target `name`; called by probe modules at import."""
+    return _PROBES.register(name, probe)
 
 
-def detect_openvino() -> TargetInfo:
-    """OpenVINO runtime and its devices (CPU, GPU, NPU)."""
-    try:
-        ov = importlib.import_module("openvino")
-    except ImportError:
-        return _not_available("openvino", "openvino is not installed (pip install 'pytest-hwbench[openvino]')")
-    devices = openvino_devices_from(ov.Core())
-    if not devices:
-        return _not_available("openvino", "openvino found no device")
-    precisions = tuple(p for p in PRECISIONS if any(p in d.precisions for d in devices))
-    return TargetInfo("openvino", True, "", devices, precisions, {"version": ov.__version__})
+def registered_probes() -> dict[str, Callable[[], TargetInfo]]:
+    """Every probe by target: the base ones, then the entry-point group's, imported once."""
+    return _PROBES.loaded()
 
 
-def detect_onnxruntime() -> TargetInfo:
-    """ONNX Runtime and its execution providers."""
-    try:
-        ort = importlib.import_module("onnxruntime")
-    except ImportError:
-        return _not_available("onnxruntime", "onnxruntime is not installed (pip install 'pytest-hwbench[onnx]')")
-    providers = tuple(ort.get_available_providers())
-    devices = tuple(DeviceInfo(i, p) for i, p in enumerate(providers))
-    return TargetInfo("onnxruntime", True, "", devices, ("fp32", "fp16", "int8"),
-                      {"version": ort.__version__, "providers": list(providers)})
-
-
-def qai_hub_configured() -> str | None:
-    """None when Qualcomm AI Hub has a token, else how to configure one."""
-    if os.environ.get("QAI_HUB_API_TOKEN"):
-        return None
-    ini = os.environ.get("QAIHUB_CLIENT_INI") or str(Path.home() / ".qai_hub" / "client.ini")
-    if Path(ini).exists():
-        return None
-    return ("no Qualcomm AI Hub token: run `qai-hub configure --api_token TOKEN` "
-            "or set QAI_HUB_API_TOKEN")
-
-
-def detect_qnn() -> TargetInfo:
-    """Qualcomm NPUs through Qualcomm AI Hub (cloud devices; needs qai-hub and a token)."""
-    try:
-        hub = importlib.import_module("qai_hub")
-    except ImportError:
-        return _not_available("qnn", "qai-hub is not installed (pip install 'pytest-hwbench[qnn]')")
-    reason = qai_hub_configured()
-    if reason:
-        return _not_available("qnn", reason, version=getattr(hub, "__version__", "?"))
-    # The Hexagon NPU runs float graphs in fp16: there is no native fp32 there.
-    return TargetInfo("qnn", True, "", (), ("fp16", "int8"),
-                      {"version": getattr(hub, "__version__", "?")})
-
-
-#: Probe per target. Modules of the ``pytest_hwbench.hardware`` entry-point group add theirs on
-#: import (`detect_hardware` imports them first); other code may add probes before the first call.
-PROBES: dict[str, Callable[[], TargetInfo]] = {
-    "cpu": detect_cpu,
-    "cuda": detect_cuda,
-    "rocm": detect_rocm,
-    "mps": detect_mps,
-    "xpu": detect_xpu,
-    "openvino": detect_openvino,
-    "onnxruntime": detect_onnxruntime,
-    "qnn": detect_qnn,
-}
+for _name, _probe in (("cpu", detect_cpu), ("cuda", detect_cuda), ("rocm", detect_rocm), ("mps", detect_mps),
+                      ("xpu", detect_xpu)):
+    register_probe(_name, _probe)
 
 
 @functools.cache
 def detect_hardware() -> HardwareInfo:
     """Probe every target once per process; a probe that crashes reports the target unavailable."""
-    from ._plugins import HARDWARE_GROUP, load_group
-
-    load_group(HARDWARE_GROUP, kind="hardware probe")
     targets = {}
-    for name, probe in PROBES.items():
+    for name, probe in registered_probes().items():
         try:
             targets[name] = probe()
         except Exception as exc:  # a broken driver must not stop the session
-            targets[name] = _not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
+            targets[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
     return HardwareInfo(targets)
 
 
 __all__ = [
     "PRECISIONS",
-    "PROBES",
     "TARGETS",
     "TORCH_RUNTIMES",
     "DeviceInfo",
@@ -582,5 +517,8 @@ __all__ = [
     "TorchFacts",
     "detect_hardware",
     "gather_torch_facts",
+    "not_available",
+    "register_probe",
+    "registered_probes",
     "target_from_facts",
 ]

@@ -8,7 +8,9 @@ import pytest
 
 if TYPE_CHECKING:
     from .case import BenchCase
+    from .plugin.recording import TrackingConfig
     from .record import BenchmarkRecord, SessionInfo
+    from .sinks.base import Sink
 
 
 @pytest.hookspec
@@ -29,3 +31,18 @@ def pytest_hwbench_record(config: pytest.Config, record: BenchmarkRecord) -> Non
 @pytest.hookspec
 def pytest_hwbench_session_finish(config: pytest.Config, session: SessionInfo, exitstatus: int) -> None:
     """Controller or serial process, once: after the last record."""
+
+
+@pytest.hookspec(firstresult=True)
+def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink] | None:
+    """Controller or serial process, at the first record: the sinks every record goes to after
+    the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.defaults`, trylast) gives
+    the store's MLflow and DuckDB sinks; the first answer that is not None wins, so a conftest's
+    or a plugin's replaces ours."""
+
+
+@pytest.hookspec
+def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
+    """Controller or serial process, once: distribution -> version for the session's info; every
+    answer is merged (later answers add to earlier ones). Ours: the core packages and those of
+    each registered backend (`Backend.distributions`) and default sink."""

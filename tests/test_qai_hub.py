@@ -26,8 +26,9 @@ from pytest_hwbench.backends._onnx_export import ExportedModel
 from pytest_hwbench.backends.base import get_backend
 from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
-from pytest_hwbench.hardware import HardwareInfo, TargetInfo, detect_qnn
+from pytest_hwbench.hardware import HardwareInfo, TargetInfo
 from pytest_hwbench.models import get_model
+from pytest_hwbench.probes.qnn import detect_qnn
 from pytest_hwbench.result import CaseResult, failed_record
 from pytest_hwbench.trackers import Latency, Memory
 

@@ -18,7 +18,7 @@ import json
 from pathlib import Path
 
 from pytest_hwbench import Backend, LoadedModel, register_backend
-from pytest_hwbench.sinks import register_sink
+from pytest_hwbench.sinks import Sink, register_sink
 from pytest_hwbench.scenarios import Scenario, register_scenario
 
 
@@ -63,7 +63,9 @@ class EchoScenario(Scenario):
         return _loaded("scenario")
 
 
-class JsonLinesSink:
+class JsonLinesSink(Sink):
+    name = "extra"
+
     def __init__(self, target):
         self.path = Path(target)
 

@@ -97,6 +97,8 @@ class Backend(Protocol):
     opt_in_hardware: ClassVar[tuple[str, ...]] = ()
     #: Docs of pytest markers of its own (registered by the plugin), marker -> one line.
     marker_docs: ClassVar[Mapping[str, str]] = {}
+    #: Distributions it runs on, whose versions each session records (``("onnxruntime",)``).
+    distributions: ClassVar[tuple[str, ...]] = ()
 
     def shutdown(self) -> None:
         """Called once at session end to end process-wide resources (e.g. a browser)."""

@@ -140,6 +140,8 @@ def _cuda_name(index: int) -> str:
 class OnnxRuntimeBackend(Backend):
     """ONNX Runtime with one execution provider per hardware target."""
 
+    distributions = ("onnxruntime",)
+
     name = "onnxruntime"
     hardware: tuple[str, ...] = ("cpu", "cuda", "openvino")
     precisions: tuple[str, ...] = ("fp32", "fp16", "int8")

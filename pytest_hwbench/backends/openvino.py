@@ -91,6 +91,8 @@ def _read_back(compiled: Any, precision: str) -> tuple[str, str, dict[str, int]]
 class OpenVinoBackend(Backend):
     """OpenVINO runtime on its CPU, GPU and NPU plugins."""
 
+    distributions = ("openvino",)
+
     name = "openvino"
     hardware: tuple[str, ...] = ("cpu", "gpu", "npu")
     precisions: tuple[str, ...] = ("fp32", "bf16", "fp16", "int8")

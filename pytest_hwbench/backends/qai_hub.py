@@ -43,7 +43,7 @@ from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 DEVICE_ENV = "HWBENCH_QAI_HUB_DEVICE"
 DEFAULT_DEVICE = "Samsung Galaxy S24 (Family)"
 #: Environment variable holding an API token; qai-hub itself reads only its ini file, so we
-#: pass this one through `qai_hub.ClientConfig` (hardware.qai_hub_configured accepts either).
+#: pass this one through `qai_hub.ClientConfig` (the qnn probe, `pytest_hwbench.probes.qnn`, accepts either).
 TOKEN_ENV = "QAI_HUB_API_TOKEN"
 #: The ini file ``qai-hub configure`` writes; qai-hub reads ``$QAIHUB_CLIENT_INI`` instead when set.
 CLIENT_INI_ENV = "QAIHUB_CLIENT_INI"
@@ -414,6 +414,8 @@ class _Session:
 class QaiHubBackend(Backend):
     """Qualcomm AI Hub: compile for and profile on a hosted Snapdragon device's NPU."""
 
+    distributions = ("qai-hub", "onnx")
+
     name = "qai_hub"
     hardware: tuple[str, ...] = ("qnn",)
     precisions: tuple[str, ...] = ("fp16", "int8")
@@ -424,9 +426,12 @@ class QaiHubBackend(Backend):
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         return self.precisions
 
+    #: The AI Hub device asked for (``--hwbench-qai-hub-device``, `pytest_hwbench.backends.qai_hub_options`).
+    device: str | None = None
+
     def device_name(self) -> str:
-        """The AI Hub device cases run on: ``$HWBENCH_QAI_HUB_DEVICE`` or `DEFAULT_DEVICE`."""
-        return os.environ.get(DEVICE_ENV, "").strip() or DEFAULT_DEVICE
+        """The AI Hub device cases run on: `device`, else ``$HWBENCH_QAI_HUB_DEVICE``, else `DEFAULT_DEVICE`."""
+        return self.device or os.environ.get(DEVICE_ENV, "").strip() or DEFAULT_DEVICE
 
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         if hardware not in self.hardware:

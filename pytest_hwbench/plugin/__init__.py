@@ -31,7 +31,7 @@ from .fixtures import Hwbench, hwbench, hwbench_case, pytest_runtest_makereport
 from .grid import Selection, case_from_id, generate_cases, hardware_targets
 from .options import pytest_addhooks, pytest_addoption
 from .recording import Tracker, TrackingConfig
-from .session import HwbenchState, Progress, pytest_configure
+from .session import HwbenchState, Progress, pytest_configure, pytest_hwbench_package_versions
 
 __all__ = [
     "Hwbench",
@@ -50,5 +50,6 @@ __all__ = [
     "pytest_collection_modifyitems",
     "pytest_configure",
     "pytest_generate_tests",
+    "pytest_hwbench_package_versions",
     "pytest_runtest_makereport",
 ]

@@ -8,7 +8,6 @@ an empty list is refused rather than read as "the whole default grid".
 from __future__ import annotations
 
 import math
-import os
 from collections.abc import Iterable
 from typing import Any
 
@@ -193,9 +192,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=_positive("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
-    group.addoption("--hwbench-qai-hub-device", dest="hwbench_qai_hub_device", default=None, metavar="NAME",
-                    help="Qualcomm AI Hub device for qnn cases (`qai-hub list-devices`; default: "
-                         "$HWBENCH_QAI_HUB_DEVICE, else Samsung Galaxy S24 (Family))")
     group.addoption("--hwbench-store", dest="hwbench_store", type=_text("--hwbench-store", "a directory"),
                     default=None, metavar="DIR",
                     help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
@@ -246,13 +242,7 @@ def register_markers(config: pytest.Config) -> None:
 
 def apply_options(config: pytest.Config) -> None:
     """Check the options the parsers cannot (the zoo and the registries are known only now)
-    and apply those with effects: the AI Hub device, the model sets."""
-    device = config.getoption("hwbench_qai_hub_device")
-    if device is not None:
-        if not device.strip():
-            raise pytest.UsageError("--hwbench-qai-hub-device: empty device name; see `qai-hub list-devices`")
-        # The qai_hub backend reads the device from the environment, which xdist workers inherit.
-        os.environ["HWBENCH_QAI_HUB_DEVICE"] = device.strip()
+    and apply those with effects: the model sets."""
     for path in config.getoption("hwbench_model_sets"):
         try:
             for spec in load_model_set(path):

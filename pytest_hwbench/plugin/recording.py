@@ -44,10 +44,6 @@ class TrackingConfig:
                 f"db_path={str(self.db_path)!r}, experiment={self.experiment!r}, "
                 f"extra_sinks={tuple(redact_uri(s) for s in self.extra_sinks)!r})")
 
-    def sink_specs(self) -> tuple[str, ...]:
-        """What each record is written to, as `open_sink` specs: MLflow, DuckDB, then the extras."""
-        return (f"mlflow:{self.mlflow_uri}", f"duckdb:{self.db_path}", *self.extra_sinks)
-
     @property
     def spool_dir(self) -> Path:
         """The append-only record journal (written before any sink)."""
@@ -117,6 +113,7 @@ class Tracker:
         self.report: RecorderReport | None = None
         self._session: SessionInfo | None = None
         self._reporter: Any = None
+        self._pytest_config: pytest.Config | None = None
 
     def _notify(self, line: str) -> None:
         """A line for the terminal now (a sink that keeps the run waiting says so)."""
@@ -133,15 +130,18 @@ class Tracker:
         # registers its "dsession" in a trylast pytest_configure, so ask here, not there.
         self.defer = not config.pluginmanager.hasplugin("dsession")
         self._reporter = config.pluginmanager.get_plugin("terminalreporter")
+        self._pytest_config = config
         # The stores are opened at the first record, so a session without benchmark cases
         # (e.g. the project's own tests) creates nothing.
         self._session = session
 
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
         if self.recorder is None:
-            assert self._session is not None, "pytest_hwbench_session_start must come first"
-            sinks = [open_sink(spec, **({"experiment": self.config.experiment} if spec.startswith("mlflow:") else {}))
-                     for spec in self.config.sink_specs()]
+            assert self._session is not None and self._pytest_config is not None, \
+                "pytest_hwbench_session_start must come first"
+            hook = self._pytest_config.hook
+            defaults = hook.pytest_hwbench_default_sinks(config=self._pytest_config, tracking=self.config) or []
+            sinks = [*defaults, *(open_sink(spec) for spec in self.config.extra_sinks)]
             self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer,
                                      deadline_s=self.config.sink_timeout_s, notify=self._notify)
             self.recorder.start(self._session)
@@ -154,13 +154,10 @@ class Tracker:
     def _write_runs_link(self, write: Any) -> None:
         """The MLflow UI address of the session's runs table (issue 18, item 13)."""
         for sink in self.recorder.sinks if self.recorder is not None else ():
-            link = getattr(sink, "runs_table_url", lambda: None)()
-            if not link:
-                continue
-            uri = redact_uri(self.config.mlflow_uri)
-            how = "" if uri.startswith(("http://", "https://")) else f"`mlflow ui --backend-store-uri {uri}`, then "
-            write(f"hwbench: runs table: {how}{link}")
-            return
+            link = sink.browse()
+            if link:
+                write(f"hwbench: {link}")
+                return
 
     @pytest.hookimpl(trylast=True)  # after the plugin's own "hwbench" summary line
     def pytest_terminal_summary(self, terminalreporter: Any) -> None:

@@ -19,6 +19,7 @@ import socket
 import subprocess
 import time
 import uuid
+from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
@@ -91,15 +92,24 @@ def runner_label() -> str:
     return ""
 
 
-def _versions() -> dict[str, str]:
+def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
+    """distribution -> version, for those of `distributions` that are installed."""
     out = {}
-    for dist in ("pytest-hwbench", "torch", "transformers", "onnxruntime", "openvino", "pytest", "pytest-benchmark",
-                 "pytest-xdist", "mlflow", "duckdb"):
+    for dist in distributions:
         try:
             out[dist] = metadata.version(dist)
         except metadata.PackageNotFoundError:
             pass
     return out
+
+
+#: Distributions every session reports, whatever runs.
+CORE_DISTRIBUTIONS = ("pytest-hwbench", "torch", "transformers", "pytest", "pytest-benchmark", "pytest-xdist")
+
+
+def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
+    return installed_versions(dict.fromkeys(
+        [*CORE_DISTRIBUTIONS, *(d for b in registered_backends().values() for d in b.distributions)]))
 
 
 def _what_runs(config: pytest.Config) -> dict[str, str]:
@@ -272,7 +282,8 @@ class HwbenchState:
             git_branch=_git("rev-parse", "--abbrev-ref", "HEAD"),
             runner_label=runner_label(),
             hardware_summary=detect_hardware().summary(),
-            package_versions=_versions(),
+            package_versions={k: v for answer in self.config.hook.pytest_hwbench_package_versions(config=self.config)
+                              for k, v in answer.items()},
             extra=_what_runs(self.config),
         )
         self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)

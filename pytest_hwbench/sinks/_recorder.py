@@ -123,7 +123,7 @@ def _unique_names(sinks: Iterable[Sink]) -> list[str]:
     seen: dict[str, int] = {}
     names: list[str] = []
     for sink in sinks:
-        base = getattr(sink, "name", type(sink).__name__)
+        base = sink.name
         seen[base] = seen.get(base, 0) + 1
         names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
     return names
@@ -177,8 +177,8 @@ class _SinkState:
     @property
     def where(self) -> str:
         """The sink and its store, for messages (credentials masked)."""
-        target = getattr(self.sink, "shown_uri", None) or getattr(self.sink, "path", None)
-        return f"sink {self.name!r}" + (f" ({redact_uri(str(target))})" if target else "")
+        target = self.sink.where()
+        return f"sink {self.name!r}" + (f" ({redact_uri(target)})" if target else "")
 
 
 class Recorder:

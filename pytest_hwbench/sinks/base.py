@@ -60,6 +60,7 @@ class Sink(Protocol):
     Order of calls: `open_session` once, `write` any number of times, `close` once. `existing_ids`
     may be called at any time, also without a session (replay asks before it opens one).
     A sink raises on failure; the `Recorder` decides what to do (spool and retry later).
+    The members with a default are optional: a sink that subclasses `Sink` inherits them.
     """
 
     #: Short stable name, used as the key in reports and replay results (``mlflow``, ``duckdb``).
@@ -80,6 +81,15 @@ class Sink(Protocol):
     def close(self, status: str) -> None:
         """End the open session with `status` (see `normalize_status`); no-op without one."""
         ...
+
+    def where(self) -> str:
+        """The store, for messages, credentials masked ("": nothing to show)."""
+        return ""
+
+    def browse(self) -> str | None:
+        """How a person looks at the session's records (an address and how to open it), once
+        known; None where the sink has no such view."""
+        return None
 
 
 class SinkFactory(Protocol):
@@ -173,7 +183,12 @@ def open_sink(uri_or_name: str, **options: Any) -> Sink:
     until the sink is used. `options` go to the factory (e.g. ``experiment="hwbench"`` for MLflow).
     """
     name, target = resolve_sink(uri_or_name)
-    return SINKS[name](target, **options)
+    sink = SINKS[name](target, **options)
+    if not isinstance(sink, Sink):
+        raise TypeError(f"sink {name!r} built {sink!r}, which does not implement the Sink protocol (name, "
+                        "open_session, write, existing_ids, close; subclass pytest_hwbench.sinks.Sink to inherit "
+                        "where and browse)")
+    return sink
 
 
 def read_sink(uri_or_name: str, **options: Any) -> list[BenchmarkRecord]:

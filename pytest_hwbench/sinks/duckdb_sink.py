@@ -35,7 +35,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import FIELDS
-from pytest_hwbench.sinks.base import normalize_status, register_sink
+from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
 from pytest_hwbench.vocabulary import DEFAULT_STORE_DIR, normalise_mode
 
 if TYPE_CHECKING:
@@ -320,7 +320,7 @@ def _open(path: Path, **kwargs: Any) -> duckdb.DuckDBPyConnection:
         pause = min(pause * 2, 0.2)
 
 
-class DuckDBSink:
+class DuckDBSink(Sink):
     """Writes sessions, results and timings to the DuckDB file at `path`.
 
     The file (and its directory) is created on first use, at the current schema version; an
@@ -336,6 +336,9 @@ class DuckDBSink:
 
     def __repr__(self) -> str:
         return f"DuckDBSink({str(self.path)!r})"
+
+    def where(self) -> str:
+        return str(self.path)
 
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:

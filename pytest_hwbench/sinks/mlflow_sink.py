@@ -50,7 +50,7 @@ from urllib.parse import urlsplit
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
-from pytest_hwbench.sinks.base import normalize_status, register_sink
+from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
@@ -200,7 +200,7 @@ def _run_duration_ms(record: BenchmarkRecord) -> int:
     return max(0, int(total))
 
 
-class MlflowSink:
+class MlflowSink(Sink):
     """Writes records to an MLflow tracking store (see the module docstring for the layout).
 
     Construction only resolves and validates the URI; the client is made on first use.
@@ -274,6 +274,17 @@ class MlflowSink:
             return None
         base = self.shown_uri.rstrip("/") if self._is_http else "http://127.0.0.1:5000"
         return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"
+
+    def where(self) -> str:
+        return self.shown_uri
+
+    def browse(self) -> str | None:
+        """The runs table (`runs_table_url`), after how to start the UI for a local store."""
+        link = self.runs_table_url()
+        if not link:
+            return None
+        how = "" if self._is_http else f"`mlflow ui --backend-store-uri {self.shown_uri}`, then "
+        return f"runs table: {how}{link}"
 
     # -- plumbing ---------------------------------------------------------------------------
     @contextlib.contextmanager

@@ -2,7 +2,7 @@
 a capability probe page, once per process.
 
 Listed in the ``pytest_hwbench.hardware`` entry-point group: importing this module adds one
-probe per web target to `pytest_hwbench.hardware.PROBES`, so `detect_hardware()` (and with it
+probe per web target (`pytest_hwbench.hardware.register_probe`), so `detect_hardware()` (and with it
 ``hwbench detect``, the plugin and hwsel) reports them. All three read one `web_facts()`: where
 the browser and onnxruntime-web are (`_locate`) and what the probe page saw in the browser
 (``page/bench.js`` ``probe``: WebGPU adapter, WebNN contexts, cross-origin isolation, timer
@@ -19,7 +19,7 @@ from collections.abc import Mapping
 from dataclasses import asdict
 from typing import Any
 
-from ..hardware import PROBES, DeviceInfo, TargetInfo
+from ..hardware import DeviceInfo, TargetInfo, register_probe
 from ._locate import find_browser, find_ort_web
 
 #: The web targets, one hardware marker each.
@@ -192,7 +192,7 @@ def _probe(name: str) -> Any:
 
 
 for _name in WEB_TARGETS:
-    PROBES.setdefault(_name, _probe(_name))
+    register_probe(_name, _probe(_name))
 
 __all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "run_probe", "targets_from_facts", "web_facts",
            "web_targets"]
