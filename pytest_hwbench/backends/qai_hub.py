@@ -415,6 +415,7 @@ class QaiHubBackend(Backend):
     """Qualcomm AI Hub: compile for and profile on a hosted Snapdragon device's NPU."""
 
     distributions = ("qai-hub", "onnx")
+    marker_docs = {"qnn": "cases that run on a Qualcomm NPU through Qualcomm AI Hub"}
 
     name = "qai_hub"
     hardware: tuple[str, ...] = ("qnn",)

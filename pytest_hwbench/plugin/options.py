@@ -30,8 +30,6 @@ HARDWARE_MARKERS: dict[str, str] = {
     "rocm": "cases that need an AMD GPU through torch's ROCm build",
     "mps": "cases that need an Apple GPU (torch.backends.mps)",
     "xpu": "cases that need an Intel GPU (torch.xpu)",
-    "openvino": "cases that run through OpenVINO (any OpenVINO device)",
-    "qnn": "cases that run on a Qualcomm NPU through Qualcomm AI Hub",
 }
 OTHER_MARKERS: dict[str, str] = {
     "quick": "tiny model variants, for CI smoke runs",

@@ -440,8 +440,8 @@ def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sess
                 statuses: Mapping[str, str], deadline_s: float | None,
                 notify: Callable[[str], None] | None) -> SinkReplay:
     written = 0
-    target = getattr(sink, "shown_uri", None) or getattr(sink, "path", None)
-    where = f"sink {name!r}" + (f" ({redact_uri(str(target))})" if target else "")
+    target = sink.where()
+    where = f"sink {name!r}" + (f" ({redact_uri(target)})" if target else "")
 
     def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
         if deadline_s is None:
