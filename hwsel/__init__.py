@@ -32,17 +32,10 @@ from pytest_hwbench._lazy import lazy_exports
 
 from .config import HardwarePreference, SelectionConfig, TaskProfile, Thresholds, Weights, load_config
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
-from .predict import (
-    HwselWarning,
-    Prediction,
-    Predictor,
-    Query,
-    clear_predictors,
-    get_predictor,
-    model_info,
-    predict_performance,
-    prediction_matrix,
-)
+from .matrix import prediction_matrix
+from .performance import predict_performance
+from .predict import Predictor, clear_predictors, get_predictor
+from .query import HwselWarning, Prediction, Query, QuestionError, UnknownModelError, model_info
 from .select import (
     HardwareScore,
     Recommendation,
@@ -69,11 +62,13 @@ __all__ = [
     "Prediction",
     "Predictor",
     "Query",
+    "QuestionError",
     "Recommendation",
     "SelectionConfig",
     "Suggestion",
     "TaskProfile",
     "Thresholds",
+    "UnknownModelError",
     "Weights",
     "analyze_model",
     "available_hardware",

@@ -39,13 +39,15 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, crea
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.vocabulary import PRECISIONS
 
-from .config import MAX_HARDWARE_TARGETS, SelectionConfig
+from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES, SelectionConfig
 from .data import default_source, describe_sources, load_runs, training_table
-from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
-from .features import resolve_model
+from .distributed import TRAIN_PRECISIONS, DistributedConfig, MemoryEstimate, distributed_training_config
+from .matrix import prediction_matrix
 from .next import Suggestion, suggest_measurements
-from .predict import Prediction, Predictor, model_info, prediction_matrix, with_sequence_length
+from .predict import Predictor
+from .query import Prediction, QuestionError, UnknownModelError, describe_model, error_text
 from .select import (
     HardwareScore,
     Recommendation,
@@ -101,10 +103,16 @@ BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
 BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=16)]
 SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
                                        description="tokens per item; at most the model's position limit")]
-Precision = Literal["fp32", "fp16", "bf16", "int8"]
-Mode = Literal["inference", "training"]
-Modes = Annotated[list[Mode], Field(min_length=1, max_length=2)]
-Family = Literal["embedding", "text_generation", "vision", "audio", "multimodal"]
+# The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
+# here. A mode may be spelt the old way (``training``): `ACCEPTED_MODES` lists every spelling, and
+# `hwsel.config.check_mode`, behind the question builder, reads them as the mode, as it does for
+# the CLI and the Python API. Hardware stays a string checked against the configured targets, so
+# that a 422 names the unknown target and lists the accepted ones.
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+TrainPrecision = Literal[TRAIN_PRECISIONS]  # type: ignore[valid-type]
+Mode = Literal[ACCEPTED_MODES]  # type: ignore[valid-type]
+Modes = Annotated[list[Mode], Field(min_length=1, max_length=len(MODES))]
+Family = Literal[FAMILIES]  # type: ignore[valid-type]
 Backend = Annotated[str, Field(min_length=1, max_length=64,
                                 description="runtime asked about; default eager torch (openvino on the openvino "
                                             "target, qai_hub on qnn)")]
@@ -200,7 +208,7 @@ class MapRequest(_Request):
     model_families: list[Family] | None = Field(None, min_length=1, max_length=5)
     batch_sizes: BatchSizes = [1, 4, 16, 32, 64]
     hardware_platforms: HardwareList | None = None
-    modes: Modes = ["inference", "training"]
+    modes: Modes = list(MODES)
     precision: Precision = "fp32"
     backend: Backend | None = None
     device: Device | None = None
@@ -272,7 +280,7 @@ class DistributedRequest(_Request):
     gpu_count: GpuCount = 8
     batch_size: BatchSize = 8
     max_memory_gb: float = Field(16.0, gt=0, le=1e5, allow_inf_nan=False)
-    precision: Literal["fp32", "fp16", "bf16"] = "bf16"
+    precision: TrainPrecision = "bf16"
 
 
 #: `hwsel.distributed.MemoryEstimate.to_dict()`.
@@ -311,7 +319,7 @@ class AnalysisRequest(_Request):
     model_family: Family | None = None
     batch_sizes: BatchSizes = [1, 8, 32]
     hardware_platforms: HardwareList | None = None
-    modes: Modes = ["inference", "training"]
+    modes: Modes = list(MODES)
     precision: Precision = "fp32"
     backend: Backend | None = None
     device: Device | None = None
@@ -367,10 +375,6 @@ def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None
     return JSONResponse(status_code=status, content=body)
 
 
-def _message(exc: BaseException) -> str:
-    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-
-
 def _plain(value: Any) -> Any:
     """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500).
 
@@ -395,19 +399,6 @@ def _invalid(field: str, message: str) -> RequestValidationError:
     return RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
 
 
-def _max_sequence_length(info: Any) -> int | None:
-    """The model's position limit where the zoo knows its config (None: unknown or unlimited)."""
-    from pytest_hwbench.models import MODELS
-
-    spec = MODELS.get(info.name)
-    if spec is None:
-        return None
-    try:
-        return spec.max_sequence_length
-    except Exception:  # a config that cannot say; the request's own bound still holds
-        return None
-
-
 def _config_layers(config: Any) -> int:
     """Layers a config describes: its layer counts (`_LAYER_KEYS`), nested configs included."""
     total = 0
@@ -422,33 +413,20 @@ def _config_layers(config: Any) -> int:
     return total
 
 
-def _model(name: str | None, family: str | None, sequence_length: int | None = None,
-           config: Mapping[str, Any] | None = None) -> Any:
+def _bounded_model(name: str | None, config: Mapping[str, Any] | None = None, *, family: str | None = None,
+                   sequence_length: int | None = None) -> Any:
+    """`hwsel.query.describe_model` within what one request may cost: a `config` of at most
+    `MAX_CONFIG_LAYERS` layers (checked before anything is built) and `MAX_CONFIG_PARAMS`
+    parameters. Everything else about the model is the question builder's to check."""
     if config is not None:
         layers = _config_layers(config)
         if layers > MAX_CONFIG_LAYERS:
-            raise _invalid("config", f"the config describes {layers} layers; at most {MAX_CONFIG_LAYERS} per request "
-                                     "(MAX_CONFIG_LAYERS)")
-        try:
-            info = resolve_model(name, config)  # no name: the config's own
-        except KeyError as exc:
-            raise _invalid("config", _message(exc)) from None
-        if info.param_count > MAX_CONFIG_PARAMS:
-            raise _invalid("config", f"the config derives a model of {info.param_count:.3g} parameters; at most "
-                                     f"{MAX_CONFIG_PARAMS:.0e} per request (MAX_CONFIG_PARAMS)")
-    elif name is None:
-        raise _invalid("model_name", "give model_name (a zoo name or hub-style alias) or config (the contents of a "
-                                     "Hugging Face config.json)")
-    else:
-        info = model_info(name)
-    if sequence_length is not None:
-        limit = _max_sequence_length(info)
-        if limit is not None and sequence_length > limit:
-            raise _invalid("sequence_length", f"{info.name} takes at most {limit} tokens (its config's position limit), "
-                                  f"got {sequence_length}")
-    info = with_sequence_length(info, sequence_length)
-    if family is not None and family != info.family:
-        raise ValueError(f"model {info.name!r} is a {info.family} model, not {family}; drop model_family or fix it")
+            raise QuestionError(f"the config describes {layers} layers; at most {MAX_CONFIG_LAYERS} per request "
+                                "(MAX_CONFIG_LAYERS)", "config")
+    info = describe_model(name, config=config, sequence_length=sequence_length, family=family)
+    if config is not None and info.param_count > MAX_CONFIG_PARAMS:
+        raise QuestionError(f"the config derives a model of {info.param_count:.3g} parameters; at most "
+                            f"{MAX_CONFIG_PARAMS:.0e} per request (MAX_CONFIG_PARAMS)", "config")
     return info
 
 
@@ -457,7 +435,7 @@ def _hardware(pred: Predictor, field: str, names: Any) -> tuple[str, ...] | None
     if names is None:
         return None
     try:
-        return pred.config.check_hardware(names)
+        return pred.config_.check_hardware(names)
     except ValueError as exc:
         raise _invalid(field, str(exc)) from None
 
@@ -535,13 +513,23 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
         return JSONResponse(status_code=exc.status_code, content={"status": "error", "message": redact_uri(exc.detail)},
                             headers=getattr(exc, "headers", None))
 
+    @app.exception_handler(QuestionError)
+    async def _bad_question(request: Request, exc: QuestionError) -> JSONResponse:
+        # the question builder's one error: an unknown model is 404, any other bad value 422 naming it
+        if isinstance(exc, UnknownModelError):
+            return _error(404, str(exc))
+        if not exc.field:
+            return _error(422, str(exc))
+        return _error(422, f"invalid request: {exc.field}: {exc}",
+                      [{"loc": ["body", exc.field], "msg": str(exc), "type": "value_error"}])
+
     @app.exception_handler(KeyError)
     async def _unknown(request: Request, exc: KeyError) -> JSONResponse:
-        return _error(404, _message(exc))
+        return _error(404, error_text(exc))
 
     @app.exception_handler(ValueError)
     async def _bad_value(request: Request, exc: ValueError) -> JSONResponse:
-        return _error(422, _message(exc))
+        return _error(422, str(exc))
 
     @app.exception_handler(Exception)
     async def _internal(request: Request, exc: Exception) -> JSONResponse:
@@ -555,7 +543,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
             "status": "healthy", "version": VERSION,
             "available_components": {**{k: v["available"] for k, v in layers.items()}, "fastapi": True},
             "database_connected": bool(layers["measured"]["available"]),
-            "prediction_layers": layers, "config_origin": pred.config.origin,
+            "prediction_layers": layers, "config_origin": pred.config_.origin,
         })
 
     @app.get("/hardware/detect", response_model=DetectResponse)
@@ -567,15 +555,15 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/hardware/select", response_model=RecommendationResponse)
     def select(req: SelectRequest) -> dict[str, Any]:
-        available = _hardware(pred, "available_hardware", req.available_hardware)
-        info = _model(req.model_name, req.model_family, req.sequence_length, req.config)
+        info = _bounded_model(req.model_name, req.config, family=req.model_family,
+                              sequence_length=req.sequence_length)
         if req.task_type:
             rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
-                                           available_hardware=available, backend=req.backend,
+                                           available_hardware=req.available_hardware, backend=req.backend,
                                            device=req.device, predictor=pred)
         else:
             rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
-                                  available_hardware=available, backend=req.backend, device=req.device,
+                                  available_hardware=req.available_hardware, backend=req.backend, device=req.device,
                                   predictor=pred)
         return _plain(rec.to_dict())
 
@@ -586,12 +574,12 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
         for item in req.models:
             name, family = (item, None) if isinstance(item, str) else (item.name, item.family)
             try:
-                rec = select_hardware(_model(name, family), batch_size=req.batch_size, mode=req.mode,
+                rec = select_hardware(describe_model(name, family=family), batch_size=req.batch_size, mode=req.mode,
                                       precision=req.precision, available_hardware=available, backend=req.backend,
                                       device=req.device, predictor=pred)
             except (KeyError, ValueError) as exc:
-                out[name] = {"primary": None, "fallbacks": [], "explanation": _message(exc),
-                             "prediction_source": None, "error": _message(exc)}
+                out[name] = {"primary": None, "fallbacks": [], "explanation": error_text(exc),
+                             "prediction_source": None, "error": error_text(exc)}
                 continue
             out[name] = {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                          "explanation": rec.explanation, "prediction_source": rec.prediction_source}
@@ -605,9 +593,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/performance/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> dict[str, Any]:
-        hardware = _hardware(pred, "hardware", req.hardware) or pred.config.hardware_names
-        info = _model(req.model_name, req.model_family, req.sequence_length, req.config)
-        preds = pred.predict(info, hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
+        info = _bounded_model(req.model_name, req.config, family=req.model_family,
+                              sequence_length=req.sequence_length)
+        preds = pred.predict(info, req.hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
                              backend=req.backend, device=req.device)
         backends = {p.backend for p in preds.values()}
         return _plain({"model_name": info.name, "model_family": info.family, "batch_size": req.batch_size,
@@ -624,7 +612,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/training/distributed", response_model=DistributedResponse)
     def distributed(req: DistributedRequest) -> dict[str, Any]:
-        info = _model(req.model_name, req.model_family)
+        info = describe_model(req.model_name, family=req.model_family)
         plan = distributed_training_config(info, req.gpu_count, req.batch_size, req.max_memory_gb,
                                            precision=req.precision)
         return _plain(plan.to_dict())
@@ -637,7 +625,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                     next_table.append(training_table(load_runs(next_source)))
                 except (LookupError, OSError, ValueError) as exc:
                     return _error(503, f"no benchmark records to suggest from ({describe_sources(next_source)}): "
-                                       f"{_message(exc)}")
+                                       f"{error_text(exc)}")
             key = req.model_dump_json()
             picks = next_answers.get(key)
             if picks is None:
@@ -654,7 +642,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.post("/analysis/model", response_model=AnalysisResponse)
     def analysis(req: AnalysisRequest) -> dict[str, Any]:
         hardware = _hardware(pred, "hardware_platforms", req.hardware_platforms)
-        info = _model(req.model_name, req.model_family)
+        info = describe_model(req.model_name, family=req.model_family)
         data = analyze_model(info, req.batch_sizes, hardware, req.modes, req.precision,
                              device=req.device, backend=req.backend, predictor=pred)
         # hwsel names the mode "train" (pytest_hwbench.vocabulary); this API keeps the predecessor's key

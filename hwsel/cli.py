@@ -23,6 +23,7 @@ from typing import Any
 from pytest_hwbench.sinks import redact_uri
 
 from .config import FAMILIES, HARDWARE, MODES, PRECISIONS
+from .query import QuestionError, describe_model, error_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -261,22 +262,6 @@ def build_parser() -> argparse.ArgumentParser:
 
 # --- commands -----------------------------------------------------------------------------------
 
-def _model(args: argparse.Namespace) -> Any:
-    from .predict import model_info, with_sequence_length
-
-    config = getattr(args, "model_config", None)
-    if args.model is None:
-        if config is None:
-            raise UsageError("name the model: --model NAME (a zoo name or hub-style alias) or --config PATH "
-                             "(a config.json, a directory holding one, or a model-set TOML/JSON)")
-        from .features import resolve_model
-
-        info = resolve_model(None, config)  # the name comes from the config
-    else:
-        info = model_info(args.model, config)
-    return with_sequence_length(info, getattr(args, "seq_length", None))
-
-
 def _predictor(args: argparse.Namespace) -> Any:
     from .predict import Predictor
 
@@ -341,7 +326,7 @@ def cmd_select(args: argparse.Namespace) -> int:
     from .select import select_hardware, select_hardware_for_task
 
     predictor = _predictor(args)
-    model = _model(args)
+    model = describe_model(args.model, config=args.model_config, sequence_length=args.seq_length)
     if args.task:
         rec = select_hardware_for_task(args.task, model, batch_size=args.batch_size, precision=args.precision,
                                        available_hardware=args.hardware, backend=args.backend, device=_devices(args),
@@ -364,12 +349,14 @@ def cmd_select(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
-    from .predict import predict_performance
+    from .query import ask
 
     predictor = _predictor(args)
-    model = _model(args)
-    preds = predict_performance(model, args.hardware, batch_size=args.batch_size, precision=args.precision,
-                                mode=args.mode, backend=args.backend, device=_devices(args), predictor=predictor)
+    queries = ask(predictor.config_, args.model, args.hardware, batch_size=args.batch_size, precision=args.precision,
+                  mode=args.mode, backend=args.backend, device=_devices(args), model_config=args.model_config,
+                  sequence_length=args.seq_length)
+    model = queries[0].model
+    preds = {q.hardware: p for q, p in zip(queries, predictor.predict_many(queries), strict=True)}
     backends = {p.backend for p in preds.values()}
     backend = backends.pop() if len(backends) == 1 else None
     data = {"model_name": model.name, "model_family": model.family, "batch_size": args.batch_size,
@@ -384,7 +371,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
 
 
 def _devices_text(devices: dict[str, Any]) -> str:
-    from .predict import describe_device
+    from .query import describe_device
 
     return "\n".join(f"  {hw:<9} device: {describe_device(hw, d['device'], d['device_source'], d['device_spec'])}; "
                      f"backend: {d['backend']}" for hw, d in devices.items())
@@ -406,7 +393,7 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from .predict import prediction_matrix
+    from .matrix import prediction_matrix
 
     data = prediction_matrix(args.models, args.hardware, args.batch_sizes, args.precisions, args.mode, args.backend,
                              device=_devices(args), predictor=_predictor(args))
@@ -423,7 +410,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_distributed(args: argparse.Namespace) -> int:
     from .distributed import distributed_training_config
 
-    plan = distributed_training_config(_model(args), args.gpus, args.batch_size, args.max_memory_gb,
+    plan = distributed_training_config(describe_model(args.model, config=args.model_config), args.gpus,
+                                       args.batch_size, args.max_memory_gb,
                                        precision=args.precision)
     m = plan.estimated_memory
     lines = [f"strategy: {plan.distributed_strategy} on {plan.gpu_count} GPU(s)"
@@ -443,7 +431,8 @@ def cmd_distributed(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from .select import analyze_model
 
-    data = analyze_model(_model(args), args.batch_sizes, args.hardware, args.modes, args.precision,
+    data = analyze_model(describe_model(args.model, config=args.model_config), args.batch_sizes, args.hardware,
+                         args.modes, args.precision,
                          device=_devices(args), backend=args.backend, predictor=_predictor(args))
     lines = [f"{data['model_name']} ({data['model_family']})", _devices_text(data["devices"])]
     for mode in args.modes:
@@ -508,11 +497,6 @@ COMMANDS = {"train": cmd_train, "select": cmd_select, "predict": cmd_predict, "m
             "serve": cmd_serve}
 
 
-def _message(exc: BaseException) -> str:
-    # KeyError's str() quotes its argument; show the message as written
-    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
-
-
 class _RedactingFormatter(logging.Formatter):
     """A log line (traceback included) with every URI's password masked (`redact_uri`)."""
 
@@ -550,8 +534,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         os.environ.setdefault("MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR", "false")
     try:
         return COMMANDS[args.command](args)
-    except (UsageError, ValueError, LookupError, FileNotFoundError) as exc:
-        print(f"hwsel {args.command}: error: {redact_uri(_message(exc))}", file=sys.stderr)
+    except (QuestionError, UsageError, ValueError, LookupError, FileNotFoundError) as exc:
+        # a question hwsel cannot answer as asked (`hwsel.query.QuestionError`), bad settings or data
+        print(f"hwsel {args.command}: error: {redact_uri(error_text(exc))}", file=sys.stderr)
         return EXIT_USAGE
     except KeyboardInterrupt:
         return 130

@@ -54,10 +54,10 @@ from pytest_hwbench.models import FAMILIES
 from pytest_hwbench.vocabulary import (
     DEFAULT_MODE,
     HARDWARE_KINDS,
+    MODE_ALIASES,
     PRECISIONS,
     TRAIN_MODE,
     WEB_KINDS,
-    check_mode,
     normalise_mode,
 )
 
@@ -66,6 +66,9 @@ ENV_VAR = "HWSEL_CONFIG"
 #: The modes hwsel selects and predicts for (`pytest_hwbench.vocabulary`'s names; ``training`` is
 #: accepted as ``train`` wherever a mode is read). ``generate`` records are not a selection mode.
 MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
+#: Every spelling of a mode a question may use: `MODES` and their older names (``training``,
+#: ``fine_tuning``), which `check_mode` reads as the mode. The REST models accept exactly these.
+ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASES.items() if mode in MODES)
 #: Hardware we select among, in default fallback order (ties go to the earlier one): every kind
 #: the harness detects but onnxruntime, which runs on the CPU (ask for it with backend=). The web
 #: targets (onnxruntime-web in a browser) come last and answer when named (`WEB_TARGETS`).
@@ -106,16 +109,27 @@ def _mode_table(table: Mapping[str, _V], where: str) -> Mapping[str, _V]:
     """`table` keyed by the modes' one names, read-only; ValueError naming an unknown mode."""
     out: ModeKeyed[_V] = ModeKeyed()
     for mode, value in table.items():
-        out[_check_mode(mode, where)] = value
+        out[check_mode(mode, where)] = value
     return MappingProxyType(out)
 
 
-def _check_mode(mode: Any, where: str = "mode") -> str:
-    """`mode` by its one name (``training`` -> ``train``); else ValueError listing `MODES`."""
-    try:
-        return check_mode(mode, MODES)
-    except ValueError:
-        raise ValueError(f"{where}: unknown mode {mode!r}; accepted: {', '.join(MODES)}") from None
+def check_mode(mode: Any, where: str = "") -> str:
+    """`mode` by its one name; else ValueError naming it and listing `MODES`.
+
+    hwsel's one reading of a mode, for the Python API, the CLI, REST and config files alike: the
+    older spellings (``training``, ``fine_tuning``) are `pytest_hwbench.vocabulary.normalise_mode`'s
+    and are read as ``train`` here and nowhere else. `where` prefixes the message (a config table).
+    """
+    name = normalise_mode(mode) if isinstance(mode, str) else None
+    if name not in MODES:
+        prefix = f"{where}: " if where else ""
+        raise ValueError(f"{prefix}unknown mode {mode!r}; accepted: {', '.join(MODES)}")
+    return name
+
+
+def check_modes(modes: Any) -> list[str]:
+    """`check_mode` of each, by their one names, each once (``train`` and ``training`` are one mode)."""
+    return list(dict.fromkeys(check_mode(m) for m in modes))
 
 
 def _number(where: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
@@ -185,7 +199,7 @@ class TaskProfile:
     weights: Weights = field(default_factory=Weights)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "mode", check_mode(self.mode, MODES))  # "training" is "train"
+        object.__setattr__(self, "mode", check_mode(self.mode, "mode"))  # "training" is "train"
 
 
 @dataclass(frozen=True)
@@ -408,7 +422,7 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> SelectionConfig:
     if "weights" in data:
         weights = dict(cfg.weights)
         for given, raw in _table("weights", data["weights"]).items():
-            mode = _check_mode(given, "weights")  # [weights.training] is [weights.train]
+            mode = check_mode(given, "weights")  # [weights.training] is [weights.train]
             # the predecessor's training criteria had a convergence weight; we have no such signal
             weights[mode] = _weights(f"weights.{mode}", raw, weights[mode], extra=("convergence_weight",))
         changes["weights"] = _mode_table(weights, "weights")
@@ -500,6 +514,7 @@ def load_config(path: str | os.PathLike[str] | Mapping[str, Any] | SelectionConf
 
 
 __all__ = [
+    "ACCEPTED_MODES",
     "ENV_VAR",
     "FAMILIES",
     "HARDWARE",
@@ -514,5 +529,7 @@ __all__ = [
     "TaskProfile",
     "Thresholds",
     "Weights",
+    "check_mode",
+    "check_modes",
     "load_config",
 ]

@@ -19,10 +19,13 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_hwbench.vocabulary import TRAIN_MODE
+from pytest_hwbench.vocabulary import PRECISIONS, TRAIN_MODE
 
 from .memory import memory_breakdown
-from .query import check_batch_size, check_precision, model_info
+from .query import QuestionError, check_batch_size, check_precision, describe_model
+
+#: Precisions a training step computes in: the floating-point ones (int8 is inference only).
+TRAIN_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p.startswith(("fp", "bf")))
 
 #: Part of each GPU's memory kept free for the allocator, NCCL buffers and fragmentation.
 RESERVE = 0.10
@@ -124,9 +127,10 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
     gpus, batch_size = _check_gpus(gpus), check_batch_size(batch_size)
     budget_total = _check_memory(max_memory_gb)
     precision = check_precision(precision)
-    if precision == "int8":
-        raise ValueError("int8 is not a training precision; use fp32, fp16 or bf16")
-    info = model_info(model)
+    if precision not in TRAIN_PRECISIONS:
+        raise QuestionError(f"{precision} is not a training precision; use {', '.join(TRAIN_PRECISIONS[:-1])} or "
+                            f"{TRAIN_PRECISIONS[-1]}", "precision")
+    info = describe_model(model)
     budget = budget_total * (1 - RESERVE)
     gib = 1024.0
 
@@ -197,4 +201,4 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
         estimated_memory=estimate, explanation=explanation, steps=tuple(steps))
 
 
-__all__ = ["DistributedConfig", "MemoryEstimate", "distributed_training_config"]
+__all__ = ["TRAIN_PRECISIONS", "DistributedConfig", "MemoryEstimate", "distributed_training_config"]

@@ -7,13 +7,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from .config import SelectionConfig
-from .query import Query, check_backend, check_batch_size, check_mode, check_precision, device_map, model_info
-
-if TYPE_CHECKING:
-    from .predict import Predictor
+from .predict import Predictor, bulk, predictor_for
+from .query import Query, QuestionError, ask, check_batch_size, check_precision
 
 #: The full-tier zoo models: the matrix's default rows.
 DEFAULT_MATRIX_MODELS: tuple[str, ...] = ("bert-base", "gpt2", "t5-small", "vit-base", "resnet-50", "whisper-tiny",
@@ -33,24 +31,22 @@ def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[st
     device each target's answers are for and why (`device` as in `predict_performance`). All rows
     are predicted in one `predict_many` call, so each layer scores its rows in one batch.
     """
-    from .predict import _bulk, _predictor
-
-    p = _predictor(predictor, source, tracking_uri, config)
+    p = predictor_for(predictor, source, tracking_uri, config)
     names = list(models) if models is not None else list(DEFAULT_MATRIX_MODELS)
-    infos = [model_info(m["name"] if isinstance(m, Mapping) else m) for m in names]
-    hws = p.config.check_hardware(hardware if hardware is not None else p.config.hardware_names)
     batches = [check_batch_size(b) for b in batch_sizes]
     precs = [check_precision(x) for x in precisions]
-    mode = check_mode(mode)
-    backend = check_backend(backend)
-    if not infos or not batches or not precs:
-        raise ValueError("prediction_matrix needs at least one model, batch size and precision")
-    devices = device_map(hws, device)
-    resolved = {hw: p.resolve(Query(infos[0], hw, precs[0], batches[0], mode, backend, devices.get(hw)))
-                for hw in hws}
+    if not names or not batches or not precs:
+        raise QuestionError("prediction_matrix needs at least one model, batch size and precision")
+    # one question per model (`ask` checks the rest once); each model is built once
+    firsts = [ask(p.config_, m["name"] if isinstance(m, Mapping) else m, hardware, batch_size=batches[0],
+                  precision=precs[0], mode=mode, backend=backend, device=device) for m in names]
+    infos = [qs[0].model for qs in firsts]
+    hws = [q.hardware for q in firsts[0]]
+    mode = firsts[0][0].mode
+    resolved = {q.hardware: p.resolve(q) for q in firsts[0]}
     queries = [Query(info, hw, prec, b, mode, r.backend, r.device_name, r.device_source)
                for info in infos for hw, r in resolved.items() for b in batches for prec in precs]
-    with _bulk(len(queries)):
+    with bulk(len(queries)):
         return _matrix(p, infos, hws, batches, precs, mode, queries)
 
 

@@ -29,9 +29,13 @@ or in-memory arithmetic; many rows of one layer go to one vectorised call
 (`Predictor.predict_many`), and answers are cached by case. The registered layer scores each
 case at the batch sizes of `Predictor.GRID_BATCH_SIZES` once and interpolates between them.
 
-Everything this module offered before it was split stays importable from here: the values and
-checks (`hwsel.query`), the memory model (`hwsel.memory`), the layers (`hwsel.layers`) and the
-matrix (`hwsel.matrix`).
+A `Predictor` follows scikit-learn's estimator rule: ``__init__`` only stores (and checks) its
+parameters; what is built from them (the loaded config, the measured index, the layers, their
+status) ends in ``_`` and is built by `Predictor.build`, which `Predictor.load` calls after
+reading the data and a predictor built by hand calls on first use. This module holds the
+`Predictor` and the process's shared ones (`get_predictor`); the questions come from
+`hwsel.query.ask`, the Python API's functions live in `hwsel.performance`, `hwsel.select` and
+`hwsel.matrix`.
 """
 
 from __future__ import annotations
@@ -46,26 +50,12 @@ from typing import Any
 
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
-from .config import SOURCES, SelectionConfig, load_config
-from .layers import (
-    GRID_BATCH_SIZES,
-    DeviceFields,
-    Layer,
-    LayerStatus,
-    Measured,
-    MeasuredIndex,
-    MeasuredLayer,
-    RegisteredLayer,
-    RooflineLayer,
-    RulesLayer,
-    launch_overhead_ms,
-    roofline_arrays,
-    rules_estimate,
-)
-from .layers.measured import load_measured
+from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
+from .layers.base import DeviceFields, Layer, LayerStatus
+from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
-    TARGETS,
-    champion_domain,
+    GRID_BATCH_SIZES,
+    RegisteredLayer,
     champion_summary,
     load_champions,
     snapshot_devices,
@@ -73,32 +63,15 @@ from .layers.registered import (
     snapshot_frame,
     snapshot_mode_names,
 )
-from .matrix import DEFAULT_MATRIX_MODELS, prediction_matrix
-from .memory import MemoryBreakdown, memory_breakdown
-from .query import (
-    DEFAULT_BACKEND,
-    DEVICE_SOURCES,
-    MAX_BATCH_SIZE,
-    HwselWarning,
-    Prediction,
-    Query,
-    check_backend,
-    check_batch_size,
-    check_device,
-    check_mode,
-    check_precision,
-    default_backend,
-    describe_device,
-    device_map,
-    model_info,
-    with_sequence_length,
-)
+from .layers.roofline import RooflineLayer
+from .layers.rules import RulesLayer
+from .query import Prediction, Query, ask, check_device, default_backend
 
 log = logging.getLogger("hwsel")
 
 
 @contextlib.contextmanager
-def _bulk(size: int) -> Iterator[None]:
+def bulk(size: int) -> Iterator[None]:
     """Pause the cyclic GC while building many small objects.
 
     With torch's object graph in memory, the generation-2 collections that 10,000 new results
@@ -115,6 +88,14 @@ def _bulk(size: int) -> Iterator[None]:
         gc.enable()
 
 
+def _check_layers(layers: Iterable[str]) -> tuple[str, ...]:
+    names = tuple(layers)
+    bad = [s for s in names if s not in SOURCES]
+    if bad:
+        raise ValueError(f"unknown layer {bad[0]!r}; accepted: {', '.join(SOURCES)}")
+    return names
+
+
 class Predictor:
     """Answers performance queries from the first layer that can (see the module docstring).
 
@@ -124,6 +105,13 @@ class Predictor:
     to those of `runs` when choosing a default device, and `detect` False leaves this machine's
     hardware out of that choice (see `default_device`). `champion_modes` maps a mode to the
     spelling the champions were trained with (`hwsel.layers.registered.snapshot_mode_names`).
+    `champion_domain` is the (hardware, backend, precision, mode) combinations the champions
+    answer for (default: the loaded data's, else any).
+
+    Parameters are stored as given (``layers`` as a tuple, checked: a typo fails here, not at
+    the first question). Built state, by `build`: ``config_`` (the `SelectionConfig`),
+    ``index_`` (the measured index), ``status_`` (layer -> `LayerStatus`), ``record_devices_``
+    (hardware -> device -> records), ``layers_`` (layer name -> `Layer`, in the order asked).
     """
 
     #: Batch sizes the registered models score for every case key they are asked about; batch
@@ -136,69 +124,22 @@ class Predictor:
                  champion_domain: Iterable[tuple[str, str, str, str]] | None = None,
                  training_devices: Mapping[str, Mapping[str, int]] | None = None,
                  detect: bool = True, champion_modes: Mapping[str, str] | None = None) -> None:
-        self.config = load_config(config)
-        self.layers = tuple(layers)
-        bad = [s for s in self.layers if s not in SOURCES]
-        if bad:
-            raise ValueError(f"unknown layer {bad[0]!r}; accepted: {', '.join(SOURCES)}")
-        notes = dict(notes or {})
-        self.index = MeasuredIndex(runs if "measured" in self.layers else None)
-        self.champions = {t: c for t, c in (champions or {}).items() if c is not None} \
-            if "registered" in self.layers else {}
-        # Champions answer only for (hardware, backend, precision, mode) combinations their training
-        # data had: a regression extrapolated to an unseen device or precision is worse than the
-        # roofline estimate. The domain comes from the training snapshot (`champion_domain`, see
-        # `Predictor.load`), else from the loaded benchmark data; with neither it is open.
-        domain = None if champion_domain is None else frozenset(champion_domain)
-        if self.champions and domain is None and self.index.rows:
-            domain = self.index.domain()
-        # hardware -> device name -> records: the loaded data's and the champion's training rows
-        counts: dict[str, dict[str, int]] = {}
-        for source in (self.index.devices, training_devices or {}):
-            for hw, per in source.items():
-                for name, n in per.items():
-                    counts.setdefault(hw, {})[name] = counts.setdefault(hw, {}).get(name, 0) + int(n)
-        self.record_devices: dict[str, dict[str, int]] = counts
+        self.runs = runs
+        self.champions = champions
+        self.config = config
+        self.layers = _check_layers(layers)
+        self.notes = notes
+        self.champion_domain = champion_domain
+        self.training_devices = training_devices
         self.detect = detect
-        self._defaults: dict[str, tuple[str | None, str]] = {}
-        self.status: dict[str, LayerStatus] = {
-            "measured": LayerStatus(bool(len(self.index)),
-                                    "" if len(self.index) else notes.get("measured") or "no usable benchmark rows",
-                                    {"rows": self.index.rows, "cases": len(self.index)}),
-            "registered": LayerStatus("latency" in self.champions,
-                                      "" if "latency" in self.champions else notes.get(
-                                          "registered", "no registered latency model"),
-                                      {**{t: champion_summary(c) for t, c in self.champions.items()},
-                                       "domain": None if domain is None else sorted("/".join(d) for d in domain)}),
-            "roofline": LayerStatus("roofline" in self.layers, ""),
-            "rules": LayerStatus("rules" in self.layers, ""),
-        }
-        for name in SOURCES:
-            if name not in self.layers:
-                self.status[name] = LayerStatus(False, "layer turned off")
-        if not any(s.available for s in self.status.values()):
-            raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
-        where = DeviceFields()  # one device description per device, shared by the layers
-        factor = self.config.thresholds.interval_factor
-        self._registered = RegisteredLayer(self.champions, domain, where, champion_modes)
-        #: layer name -> layer, in the order they are asked (`SOURCES`)
-        self._layers: dict[str, Layer] = {
-            "measured": MeasuredLayer(self.index, where),
-            "registered": self._registered,
-            "roofline": RooflineLayer(factor["roofline"], where),
-            "rules": RulesLayer(factor["rules"], where),
-        }
-        self._cache: dict[Query, Prediction] = {}
+        self.champion_modes = champion_modes
 
-    @property
-    def _domain(self) -> frozenset[tuple[str, str, str, str]] | None:
-        """(hardware, backend, precision, mode) the champions answer for (None: any)."""
-        return self._registered.domain
-
-    @property
-    def scored_rows(self) -> int:
-        """Rows the registered models have scored so far (each grid point once)."""
-        return self._registered.scored_rows
+    def __getattr__(self, name: str) -> Any:
+        # Built state (``config_``, ``index_``, ...) of a predictor made by hand: built on first use.
+        if name.endswith("_") and not name.startswith("__") and not self.__dict__.get("_building"):
+            self.build()
+            return getattr(self, name)
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -212,8 +153,10 @@ class Predictor:
         list of those (their union). With neither a source nor a default store here (``mlruns/``),
         the data layer is off and says so. `detect` False leaves this machine's hardware out of
         the default device (answers then depend on the records alone, wherever they run).
+        Returns a built predictor whose ``config`` is the loaded `SelectionConfig`.
         """
-        layers = tuple(layers)
+        layers = _check_layers(layers)
+        settings = load_config(config)
         notes: dict[str, str] = {}
         runs = None
         if "measured" in layers:
@@ -225,12 +168,85 @@ class Predictor:
             if "latency" in champions:
                 frame = snapshot_frame(champions["latency"], tracking_uri)
                 domain, devices, modes = snapshot_domain(frame), snapshot_devices(frame), snapshot_mode_names(frame)
-        return cls(runs=runs, champions=champions, config=config, layers=layers, notes=notes,
-                   champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes)
+        return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
+                   champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes).build()
+
+    def build(self) -> Predictor:
+        """Build the layers from the parameters (the measured index, the champions' domain, each
+        layer's status); returns self. Raises ValueError when no layer can answer."""
+        self._building = True
+        try:
+            self._build()
+        finally:
+            del self._building
+        return self
+
+    def _build(self) -> None:
+        config = load_config(self.config)
+        notes = dict(self.notes or {})
+        index = MeasuredIndex(self.runs if "measured" in self.layers else None)
+        champions = {t: c for t, c in (self.champions or {}).items() if c is not None} \
+            if "registered" in self.layers else {}
+        # Champions answer only for (hardware, backend, precision, mode) combinations their training
+        # data had: a regression extrapolated to an unseen device or precision is worse than the
+        # roofline estimate. The domain comes from the training snapshot (`champion_domain`, see
+        # `Predictor.load`), else from the loaded benchmark data; with neither it is open.
+        domain = None if self.champion_domain is None else frozenset(self.champion_domain)
+        if champions and domain is None and index.rows:
+            domain = index.domain()
+        # hardware -> device name -> records: the loaded data's and the champion's training rows
+        counts: dict[str, dict[str, int]] = {}
+        for source in (index.devices, self.training_devices or {}):
+            for hw, per in source.items():
+                for name, n in per.items():
+                    counts.setdefault(hw, {})[name] = counts.setdefault(hw, {}).get(name, 0) + int(n)
+        status: dict[str, LayerStatus] = {
+            "measured": LayerStatus(bool(len(index)),
+                                    "" if len(index) else notes.get("measured") or "no usable benchmark rows",
+                                    {"rows": index.rows, "cases": len(index)}),
+            "registered": LayerStatus("latency" in champions,
+                                      "" if "latency" in champions else notes.get(
+                                          "registered", "no registered latency model"),
+                                      {**{t: champion_summary(c) for t, c in champions.items()},
+                                       "domain": None if domain is None else sorted("/".join(d) for d in domain)}),
+            "roofline": LayerStatus("roofline" in self.layers, ""),
+            "rules": LayerStatus("rules" in self.layers, ""),
+        }
+        for name in SOURCES:
+            if name not in self.layers:
+                status[name] = LayerStatus(False, "layer turned off")
+        if not any(s.available for s in status.values()):
+            raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
+        where = DeviceFields()  # one device description per device, shared by the layers
+        factor = config.thresholds.interval_factor
+        self.config_ = config
+        self.index_ = index
+        self.record_devices_ = counts
+        self.status_ = status
+        self.registered_ = RegisteredLayer(champions, domain, where, self.champion_modes)
+        #: layer name -> layer, in the order they are asked (`SOURCES`)
+        self.layers_: dict[str, Layer] = {
+            "measured": MeasuredLayer(index, where),
+            "registered": self.registered_,
+            "roofline": RooflineLayer(factor["roofline"], where),
+            "rules": RulesLayer(factor["rules"], where),
+        }
+        self.default_devices_: dict[str, tuple[str | None, str]] = {}
+        self.answers_: dict[Query, Prediction] = {}
+
+    @property
+    def _domain(self) -> frozenset[tuple[str, str, str, str]] | None:
+        """(hardware, backend, precision, mode) the champions answer for (None: any)."""
+        return self.registered_.domain
+
+    @property
+    def scored_rows(self) -> int:
+        """Rows the registered models have scored so far (each grid point once)."""
+        return self.registered_.scored_rows
 
     def describe(self) -> dict[str, Any]:
         """Which layers answer, with row counts, champion versions and why a layer is off."""
-        return {name: {"available": s.available, "note": s.note, **s.details} for name, s in self.status.items()}
+        return {name: {"available": s.available, "note": s.note, **s.details} for name, s in self.status_.items()}
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -241,9 +257,9 @@ class Predictor:
         (`pytest_hwbench.detect_hardware`), else the device most benchmark records of that kind
         hold (loaded data plus the champion's training snapshot), else None: the generic spec.
         """
-        found = self._defaults.get(hardware)
+        found = self.default_devices_.get(hardware)
         if found is None:
-            found = self._defaults[hardware] = self._default_device(hardware)
+            found = self.default_devices_[hardware] = self._default_device(hardware)
         return found
 
     def _default_device(self, hardware: str) -> tuple[str | None, str]:
@@ -251,7 +267,7 @@ class Predictor:
             name = _detected_device(hardware)
             if name:
                 return name, "detected"
-        counts = self.record_devices.get(hardware)
+        counts = self.record_devices_.get(hardware)
         if counts:
             return max(sorted(counts), key=lambda n: counts[n]), "records"
         return None, "none"
@@ -273,26 +289,21 @@ class Predictor:
 
     def query(self, model: Any, hardware: str, *, batch_size: int = 1, precision: str = "fp32",
               mode: str = "inference", backend: str | None = None, device: str | None = None) -> Query:
-        """A validated, resolved `Query` (raises ValueError/KeyError naming the bad value)."""
-        info = model_info(model)
-        hw = self.config.check_hardware([hardware])[0]
-        return self.resolve(Query(info, hw, check_precision(precision), check_batch_size(batch_size),
-                                  check_mode(mode), check_backend(backend),
-                                  None if device is None else check_device(device)))
+        """A validated, resolved `Query` (`hwsel.query.ask`; raises `QuestionError` naming the bad value)."""
+        return self.resolve(ask(self.config_, model, [hardware], batch_size=batch_size, precision=precision,
+                                mode=mode, backend=backend, device=device)[0])
 
-    def predict(self, model: Any, hardware: str | Sequence[str], *, batch_size: int = 1, precision: str = "fp32",
-                mode: str = "inference", backend: str | None = None,
+    def predict(self, model: Any, hardware: str | Sequence[str] | None = None, *, batch_size: int = 1,
+                precision: str = "fp32", mode: str = "inference", backend: str | None = None,
                 device: str | Mapping[str, str] | None = None) -> dict[str, Prediction]:
-        """hardware -> `Prediction` for one model and case.
+        """hardware -> `Prediction` for one model and case (`hardware` None: every configured target).
 
         `device`: one device name or spec name (with one hardware target), or hardware -> device;
         targets without one get `default_device`. Each answer says which device it is for.
         """
-        names = self.config.check_hardware(hardware)
-        devices = device_map(names, device)
-        queries = [self.query(model, hw, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
-                              device=devices.get(hw)) for hw in names]
-        return dict(zip(names, self.predict_many(queries), strict=True))
+        queries = ask(self.config_, model, hardware, batch_size=batch_size, precision=precision, mode=mode,
+                      backend=backend, device=device)
+        return {q.hardware: p for q, p in zip(queries, self.predict_many(queries), strict=True)}
 
     def predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
         """Predictions for many validated queries, each from the first layer that can answer.
@@ -301,21 +312,22 @@ class Predictor:
         registered models score all of theirs in one ``predict`` call per target). Answers are
         cached by query.
         """
-        with _bulk(len(queries)):
+        with bulk(len(queries)):
             return self._predict_many(queries)
 
     def _predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
         queries = [self.resolve(q) for q in queries]
-        out: list[Prediction | None] = [self._cache.get(q) for q in queries]
+        cache = self.answers_
+        out: list[Prediction | None] = [cache.get(q) for q in queries]
         todo = [i for i, p in enumerate(out) if p is None]
         if not todo:
             return out  # type: ignore[return-value]
         work = [queries[i] for i in todo]
         preds = self._run_layers(work)
-        if len(self._cache) > 100_000:
-            self._cache.clear()
+        if len(cache) > 100_000:
+            cache.clear()
         for q, p in zip(work, preds, strict=True):
-            self._cache[q] = p
+            cache[q] = p
         for i, p in zip(todo, preds, strict=False):
             out[i] = p
         return out  # type: ignore[return-value]
@@ -323,8 +335,8 @@ class Predictor:
     def _run_layers(self, queries: Sequence[Query]) -> list[Prediction]:
         out: list[Prediction | None] = [None] * len(queries)
         todo = list(range(len(queries)))
-        for name, layer in self._layers.items():
-            if todo and self.status[name].available:
+        for name, layer in self.layers_.items():
+            if todo and self.status_[name].available:
                 todo = self._fill(out, todo, layer.answer([queries[i] for i in todo]))
         if todo:  # only when the rules layer is off
             q = queries[todo[0]]
@@ -358,7 +370,7 @@ def _detected_device(hardware: str) -> str | None:
     return name or None
 
 
-# --- module-level API ---------------------------------------------------------------------------------
+# --- the process's shared predictors ------------------------------------------------------------
 
 _PREDICTORS: dict[tuple[Any, ...], Predictor] = {}
 
@@ -370,8 +382,6 @@ def get_predictor(source: str | os.PathLike[str] | None = None, *, tracking_uri:
 
     `clear_predictors()` forgets them (e.g. after `hwsel train` registered a new champion).
     """
-    from .config import ENV_VAR
-
     cfg_key = config if config is None or isinstance(config, str | os.PathLike) else id(config)
     src_key = None if source is None else str(source) if isinstance(source, str | os.PathLike) \
         else tuple(map(str, source))
@@ -388,63 +398,12 @@ def clear_predictors() -> None:
     _PREDICTORS.clear()
 
 
-def _predictor(predictor: Predictor | None, source: Any, tracking_uri: str | None, config: Any) -> Predictor:
+def predictor_for(predictor: Predictor | None, source: Any = None, tracking_uri: str | None = None,
+                  config: Any = None) -> Predictor:
+    """`predictor` when given, else the shared one for (source, tracking_uri, config)."""
     if predictor is not None:
         return predictor
     return get_predictor(source, tracking_uri=tracking_uri, config=config)
 
 
-def predict_performance(model: Any, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
-                        precision: str = "fp32", mode: str = "inference", backend: str | None = None, *,
-                        device: str | Mapping[str, str] | None = None,
-                        predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
-                        tracking_uri: str | None = None,
-                        config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Prediction]:
-    """hardware -> `Prediction` (latency_ms, throughput, memory_mb, source, interval) for one case.
-
-    `hardware` defaults to every configured target: prediction is for hardware you may not have.
-    `device` names the device (``"NVIDIA H100 80GB HBM3"`` or a spec name such as ``"h100"``) for
-    one target, or maps targets to devices; otherwise each target gets `Predictor.default_device`.
-    `backend` defaults to eager ``torch`` (`default_backend`). Each `Prediction` says which device
-    and backend it is for.
-    """
-    p = _predictor(predictor, source, tracking_uri, config)
-    return p.predict(model, hardware if hardware is not None else p.config.hardware_names, batch_size=batch_size,
-                     precision=precision, mode=mode, backend=backend, device=device)
-
-
-__all__ = [
-    "DEFAULT_BACKEND",
-    "DEFAULT_MATRIX_MODELS",
-    "DEVICE_SOURCES",
-    "MAX_BATCH_SIZE",
-    "TARGETS",
-    "HwselWarning",
-    "Layer",
-    "LayerStatus",
-    "Measured",
-    "MeasuredIndex",
-    "MemoryBreakdown",
-    "Prediction",
-    "Predictor",
-    "Query",
-    "champion_domain",
-    "check_backend",
-    "check_batch_size",
-    "check_device",
-    "check_mode",
-    "check_precision",
-    "clear_predictors",
-    "default_backend",
-    "describe_device",
-    "device_map",
-    "get_predictor",
-    "launch_overhead_ms",
-    "memory_breakdown",
-    "model_info",
-    "predict_performance",
-    "prediction_matrix",
-    "roofline_arrays",
-    "rules_estimate",
-    "with_sequence_length",
-]
+__all__ = ["Predictor", "bulk", "clear_predictors", "get_predictor", "predictor_for"]

@@ -5,6 +5,11 @@ a spec name from `hwsel.specs` such as ``h100``), a precision, a batch size, a m
 Modes and precisions are `pytest_hwbench.vocabulary`'s words: the selection modes are
 ``inference`` and ``train`` (``training`` is accepted and read as ``train``).
 
+`ask` is the one question builder: the Python API (`hwsel.performance.predict_performance`,
+`hwsel.select.select_hardware`), the CLI and REST all turn what a user typed into `Query` values
+through it, the model built once per question, and every bad value raises one `QuestionError`
+naming the field, the value and what is accepted.
+
 Every layer of `hwsel.layers` and the `hwsel.predict.Predictor` speak these values; nothing
 here loads data, models or MLflow.
 """
@@ -19,10 +24,9 @@ from types import MappingProxyType
 from typing import Any
 
 from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS
-from pytest_hwbench.vocabulary import check_mode as _check_mode
 from pytest_hwbench.vocabulary import check_precision as _check_precision
 
-from .config import MODES
+from .config import SelectionConfig, check_mode
 
 #: Batch sizes above this are refused: predictions stay finite and requests stay cheap.
 MAX_BATCH_SIZE = 1 << 20
@@ -138,20 +142,48 @@ def describe_device(hardware: str, device: str | None, source: str, spec: str = 
     return f"{device} ({why})" if not spec or spec.lower() == device.lower() else f"{device} ({why}; spec {spec})"
 
 
+# --- errors ---------------------------------------------------------------------------------------
+
+class QuestionError(ValueError):
+    """A question that cannot be answered as asked: `field` names the input (``model``, ``config``,
+    ``hardware``, ``device``, ``batch_size``, ``sequence_length``, ``precision``, ``mode``,
+    ``backend``, ``model_family``), the message the bad value and what is accepted.
+
+    The one error `ask` raises. The CLI answers it with exit code 2, REST with 422 naming the
+    field (404 for `UnknownModelError`); Python callers may catch it as a ValueError.
+    """
+
+    def __init__(self, message: str, field: str = "") -> None:
+        super().__init__(message)
+        self.field = field
+
+    def __str__(self) -> str:  # the message as written, also for the KeyError subclass
+        return str(self.args[0]) if self.args else ""
+
+
+class UnknownModelError(QuestionError, KeyError):
+    """A model name neither the zoo nor its aliases know; also a KeyError (REST answers 404)."""
+
+
+def error_text(exc: BaseException) -> str:
+    """An exception's message as written (a KeyError's str() quotes its argument)."""
+    return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
+
+
 # --- validation ------------------------------------------------------------------------------------
 
 def check_device(device: Any, name: str = "device") -> str:
     """A device name or spec name: a non-empty line of at most 200 characters."""
     if not isinstance(device, str) or not device.strip() or len(device) > 200 or not device.isprintable():
-        raise ValueError(f"{name} must be a device name such as 'NVIDIA H100 80GB HBM3' or a spec name such as "
-                         f"'h100' (hwsel.specs), got {device!r}")
+        raise QuestionError(f"{name} must be a device name such as 'NVIDIA H100 80GB HBM3' or a spec name such as "
+                            f"'h100' (hwsel.specs), got {device!r}", "device")
     return " ".join(device.split())
 
 
 def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) -> dict[str, str]:
     """hardware -> asked device, from one device name (one hardware target) or a mapping.
 
-    Raises ValueError naming the fix: one name for several targets is ambiguous, and a mapping
+    Raises QuestionError naming the fix: one name for several targets is ambiguous, and a mapping
     may only name targets that are asked about.
     """
     if device is None:
@@ -160,8 +192,8 @@ def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) 
         out = {}
         for hw, name in device.items():
             if hw not in hardware:
-                raise ValueError(f"device given for {hw!r}, which is not among the hardware asked about "
-                                 f"({', '.join(hardware)}); name one of those")
+                raise QuestionError(f"device given for {hw!r}, which is not among the hardware asked about "
+                                    f"({', '.join(hardware)}); name one of those", "device")
             out[str(hw)] = check_device(name, f"device for {hw}")
         return out
     name = check_device(device)
@@ -169,51 +201,39 @@ def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) 
         from .specs import CPU_TARGETS
 
         hw = next((h for h in hardware if h not in CPU_TARGETS), hardware[0])  # device names mostly name accelerators
-        raise ValueError(f"one device ({name!r}) for several hardware targets ({', '.join(hardware)}); give one "
-                         f"per target, e.g. {{'{hw}': {name!r}}} (CLI: --device {hw}={name!r})")
+        raise QuestionError(f"one device ({name!r}) for several hardware targets ({', '.join(hardware)}); give one "
+                            f"per target, e.g. {{'{hw}': {name!r}}} (CLI: --device {hw}={name!r})", "device")
     return {hardware[0]: name}
 
 
 def check_batch_size(batch_size: Any, name: str = "batch_size") -> int:
-    """A whole number in [1, MAX_BATCH_SIZE]; else ValueError naming the value."""
+    """A whole number in [1, MAX_BATCH_SIZE]; else QuestionError naming the value."""
     if isinstance(batch_size, bool) or not isinstance(batch_size, int):
         if isinstance(batch_size, float) and batch_size.is_integer():
             batch_size = int(batch_size)
         else:
-            raise ValueError(f"{name} must be a whole number >= 1, got {batch_size!r}")
+            raise QuestionError(f"{name} must be a whole number >= 1, got {batch_size!r}", name)
     if not 1 <= batch_size <= MAX_BATCH_SIZE:
-        raise ValueError(f"{name} must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}")
+        raise QuestionError(f"{name} must be between 1 and {MAX_BATCH_SIZE}, got {batch_size}", name)
     return batch_size
 
 
 def check_precision(precision: Any) -> str:
-    """One of `pytest_hwbench.vocabulary.PRECISIONS`; else ValueError listing them."""
+    """One of `pytest_hwbench.vocabulary.PRECISIONS`; else QuestionError listing them."""
     try:
         return _check_precision(precision)
     except ValueError:
-        raise ValueError(f"unknown precision {precision!r}; accepted: {', '.join(PRECISIONS)}") from None
-
-
-def check_mode(mode: Any) -> str:
-    """A selection mode by its one name (`hwsel.config.MODES`; ``training`` is ``train``); else
-    ValueError listing them."""
-    try:
-        return _check_mode(mode, MODES)
-    except ValueError:
-        raise ValueError(f"unknown mode {mode!r}; accepted: {', '.join(MODES)}") from None
-
-
-def check_modes(modes: Sequence[Any]) -> list[str]:
-    """`check_mode` of each, by their one names, each once (``train`` and ``training`` are one mode)."""
-    return list(dict.fromkeys(check_mode(m) for m in modes))
+        raise QuestionError(f"unknown precision {precision!r}; accepted: {', '.join(PRECISIONS)}",
+                            "precision") from None
 
 
 def check_backend(backend: Any) -> str | None:
-    """None (the hardware's default) or a short backend name; else ValueError."""
+    """None (the hardware's default) or a short backend name; else QuestionError."""
     if backend is None:
         return None
     if not isinstance(backend, str) or not backend or len(backend) > 64:
-        raise ValueError(f"backend must be a short name such as torch, onnxruntime or openvino, got {backend!r}")
+        raise QuestionError(f"backend must be a short name such as torch, onnxruntime or openvino, got {backend!r}",
+                            "backend")
     return backend
 
 
@@ -252,9 +272,91 @@ def with_sequence_length(info: Any, sequence_length: int | None) -> Any:
     length = check_batch_size(sequence_length, "sequence_length")
     old = getattr(info, "sequence_length", None)
     if not old:
-        raise ValueError(f"sequence_length does not apply to {info.name}: its input is not a token sequence")
+        raise QuestionError(f"sequence_length does not apply to {info.name}: its input is not a token sequence",
+                            "sequence_length")
     return dataclasses.replace(info, name=f"{info.name}@seq{length}", sequence_length=length,
                                flops_per_item=float(info.flops_per_item) * length / old)
+
+
+def _position_limit(info: Any) -> int | None:
+    """The model's position limit where the zoo knows its config (None: unknown or unlimited)."""
+    from pytest_hwbench.models import MODELS
+
+    spec = MODELS.get(info.name)
+    if spec is None:
+        return None
+    try:
+        return spec.max_sequence_length
+    except Exception:  # a config that cannot say; the question's own bound still holds
+        return None
+
+
+def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+                   sequence_length: int | None = None, family: str | None = None) -> Any:
+    """The model part of a question, built once: a name, alias or ModelInfo, or a `config` (a
+    config.json, a folder holding one, its parsed contents, or a model-set file), at
+    `sequence_length` tokens (within the model's position limit), checked against `family`.
+
+    Raises `UnknownModelError` for a name nobody knows and `QuestionError` naming the field for
+    the rest (a config hwsel cannot read is the ``config``'s fault).
+    """
+    if model is None and config is None:
+        raise QuestionError("name the model: a zoo name or hub-style alias (CLI --model NAME, REST model_name), or "
+                            "describe it with a config (CLI --config PATH: a config.json, a directory holding one, "
+                            "or a model-set TOML/JSON; REST config: the contents of a Hugging Face config.json)",
+                            "model")
+    try:
+        info = model_info(model, config)
+    except KeyError as exc:
+        if config is not None:
+            raise QuestionError(error_text(exc), "config") from None
+        raise UnknownModelError(error_text(exc), "model") from None
+    except TypeError as exc:
+        raise QuestionError(str(exc), "model") from None
+    if sequence_length is not None:
+        length = check_batch_size(sequence_length, "sequence_length")
+        limit = _position_limit(info)
+        if limit is not None and length > limit:
+            raise QuestionError(f"{info.name} takes at most {limit} tokens (its config's position limit), "
+                                f"got {length}", "sequence_length")
+        info = with_sequence_length(info, length)
+    if family is not None and family != info.family:
+        raise QuestionError(f"model {info.name!r} is a {info.family} model, not {family}; drop model_family or fix it",
+                            "model_family")
+    return info
+
+
+# --- the question builder --------------------------------------------------------------------------
+
+def ask(config: SelectionConfig, model: Any, hardware: str | Sequence[str] | None = None, *, batch_size: Any = 1,
+        precision: Any = "fp32", mode: Any = "inference", backend: Any = None,
+        device: str | Mapping[str, str] | None = None,
+        model_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+        sequence_length: int | None = None, family: str | None = None) -> list[Query]:
+    """One `Query` per hardware target from what a user typed: the one question builder of the
+    Python API, the CLI and REST.
+
+    `model` and `model_config`, `sequence_length`, `family` as in `describe_model` (the model is
+    built once, whatever the number of targets); `hardware` one target or several among
+    `config`'s (default: every configured target); `device` one device for one target or
+    hardware -> device; `mode` in any spelling `hwsel.config.check_mode` reads (``training`` is
+    ``train``). Backend and device defaults are left to `hwsel.predict.Predictor.resolve`.
+    Raises `QuestionError` (`UnknownModelError` for an unknown name) naming the field.
+    """
+    batch = check_batch_size(batch_size)
+    prec = check_precision(precision)
+    try:
+        mode_name = check_mode(mode)
+    except ValueError as exc:
+        raise QuestionError(str(exc), "mode") from None
+    backend_name = check_backend(backend)
+    try:
+        names = config.check_hardware(hardware if hardware is not None else config.hardware_names)
+    except ValueError as exc:
+        raise QuestionError(str(exc), "hardware") from None
+    devices = device_map(names, device)
+    info = describe_model(model, config=model_config, sequence_length=sequence_length, family=family)
+    return [Query(info, hw, prec, batch, mode_name, backend_name, devices.get(hw)) for hw in names]
 
 
 __all__ = [
@@ -264,15 +366,18 @@ __all__ = [
     "HwselWarning",
     "Prediction",
     "Query",
+    "QuestionError",
+    "UnknownModelError",
+    "ask",
     "check_backend",
     "check_batch_size",
     "check_device",
-    "check_mode",
-    "check_modes",
     "check_precision",
     "default_backend",
     "describe_device",
+    "describe_model",
     "device_map",
+    "error_text",
     "model_info",
     "with_sequence_length",
 ]

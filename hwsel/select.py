@@ -34,18 +34,20 @@ from .config import (
     ModeKeyed,
     SelectionConfig,
     Weights,
+    check_modes,
     load_config,
 )
-from .predict import Predictor, _predictor
+from .predict import Predictor, predictor_for
 from .query import (
     DEFAULT_BACKEND,
     Prediction,
     Query,
+    QuestionError,
+    ask,
     check_backend,
     check_batch_size,
-    check_mode,
-    check_modes,
     check_precision,
+    describe_model,
     device_map,
     model_info,
 )
@@ -243,7 +245,7 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
     bad = [f"{hw} ({s.reason})" for hw, s in scores.items() if not s.compatible]
     if bad:
         parts.append("Incompatible: " + "; ".join(bad) + ".")
-    off = [f"{name}: {st.note}" for name, st in predictor.status.items()
+    off = [f"{name}: {st.note}" for name, st in predictor.status_.items()
            if not st.available and st.note and name in ("measured", "registered")]
     if off:
         parts.append("Note: " + "; ".join(off) + ".")
@@ -259,13 +261,16 @@ def _device_table(preds: Mapping[str, Prediction]) -> dict[str, dict[str, Any]]:
                  "backend": p.backend} for hw, p in preds.items()}
 
 
-def _select(predictor: Predictor, cfg: SelectionConfig, info: Any, *, batch_size: int, mode: str, precision: str,
-            hardware: Sequence[str], backend: str | None, weights: Weights, task: str | None,
-            devices: Mapping[str, str] | None = None) -> Recommendation:
+def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query], *, weights: Weights,
+            task: str | None) -> Recommendation:
+    """The recommendation among `queries`: one question (model, batch, precision, mode, backend)
+    asked of each hardware target."""
+    first = queries[0]
+    info, batch_size, mode, precision, backend = first.model, first.batch_size, first.mode, first.precision, \
+        first.backend
+    hardware = [q.hardware for q in queries]
     reasons = {hw: _incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
-    devices = devices or {}
-    preds = dict(zip(hardware, predictor.predict_many(
-        [Query(info, hw, precision, batch_size, mode, backend, devices.get(hw)) for hw in hardware]), strict=True))
+    preds = dict(zip(hardware, predictor.predict_many(queries), strict=True))
     for hw, p in preds.items():
         cap = _capacity_gb(cfg, hw)
         if not reasons[hw] and p.memory_mb > cap * 1024:
@@ -300,10 +305,10 @@ def _select(predictor: Predictor, cfg: SelectionConfig, info: Any, *, batch_size
     )
 
 
-def _hardware_list(cfg: SelectionConfig, available: Sequence[str] | str | None) -> tuple[str, ...]:
-    if available is None:
-        return available_hardware(cfg)
-    return cfg.check_hardware(available)
+def _each(info: Any, hardware: Sequence[str], batch_size: int, mode: str, precision: str, backend: str | None,
+          devices: Mapping[str, str]) -> list[Query]:
+    """One checked question asked of every target (the map's and the analysis' rows)."""
+    return [Query(info, hw, precision, batch_size, mode, backend, devices.get(hw)) for hw in hardware]
 
 
 def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
@@ -321,14 +326,12 @@ def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", pr
     given. Invalid input raises ValueError (bad value) or KeyError (unknown model), naming what
     is accepted.
     """
-    batch_size, mode, precision = check_batch_size(batch_size), check_mode(mode), check_precision(precision)
-    backend = check_backend(backend)
-    p = _predictor(predictor, source, tracking_uri, config)
-    cfg = p.config if config is None or predictor is None else load_config(config)
-    info = model_info(model)
-    hardware = _hardware_list(cfg, available_hardware)
-    return _select(p, cfg, info, batch_size=batch_size, mode=mode, precision=precision, hardware=hardware,
-                   backend=backend, weights=cfg.weights[mode], task=None, devices=device_map(hardware, device))
+    p = predictor_for(predictor, source, tracking_uri, config)
+    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    hardware = available_hardware if available_hardware is not None else _detected(cfg)
+    queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
+                  device=device)
+    return _select(p, cfg, queries, weights=cfg.weights[queries[0].mode], task=None)
 
 
 def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precision: str = "fp32",
@@ -339,17 +342,21 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
                              config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
     """Like `select_hardware`, with the mode and weights of a task profile (classification,
     generation, embedding, speech_recognition, fine_tuning, training, or one from the config)."""
-    p = _predictor(predictor, source, tracking_uri, config)
-    cfg = p.config if config is None or predictor is None else load_config(config)
+    p = predictor_for(predictor, source, tracking_uri, config)
+    cfg = p.config_ if config is None or predictor is None else load_config(config)
     if task not in cfg.tasks:
-        raise ValueError(f"unknown task {task!r}; accepted: {', '.join(cfg.tasks)} (add one under [tasks] in the config)")
+        raise QuestionError(f"unknown task {task!r}; accepted: {', '.join(cfg.tasks)} (add one under [tasks] in the "
+                            "config)", "task")
     profile = cfg.tasks[task]
-    batch_size, precision = check_batch_size(batch_size), check_precision(precision)
-    info = model_info(model)
-    hardware = _hardware_list(cfg, available_hardware)
-    return _select(p, cfg, info, batch_size=batch_size, mode=profile.mode, precision=precision, hardware=hardware,
-                   backend=check_backend(backend), weights=profile.weights, task=task,
-                   devices=device_map(hardware, device))
+    hardware = available_hardware if available_hardware is not None else _detected(cfg)
+    queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=profile.mode,
+                  backend=backend, device=device)
+    return _select(p, cfg, queries, weights=profile.weights, task=task)
+
+
+def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
+    """`available_hardware` (the selection functions' parameter of that name hides it)."""
+    return available_hardware(cfg)
 
 
 # --- selection map ---------------------------------------------------------------------------------
@@ -409,8 +416,8 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     says which device and backend each target's answers are for (`device`, `backend` as in
     `select_hardware`).
     """
-    p = _predictor(predictor, source, tracking_uri, config)
-    cfg = p.config if config is None or predictor is None else load_config(config)
+    p = predictor_for(predictor, source, tracking_uri, config)
+    cfg = p.config_ if config is None or predictor is None else load_config(config)
     fams = list(families) if families is not None else list(FAMILIES)
     for fam in fams:
         if fam not in FAMILIES:
@@ -426,8 +433,8 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     reps = representative_models(cfg, fams)
 
     def entry(info: Any, b: int, mode: str) -> dict[str, Any]:
-        rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=backend,
-                      weights=cfg.weights[mode], task=None, devices=devices)
+        rec = _select(p, cfg, _each(info, hws, b, mode, precision, backend, devices), weights=cfg.weights[mode],
+                      task=None)
         return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                 "source": rec.prediction_source}
 
@@ -486,9 +493,9 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
     primary and fallbacks. `hardware` defaults to every configured target; ``devices`` says which
     device and backend each target's answers are for (`device`, `backend` as in `select_hardware`).
     """
-    p = _predictor(predictor, source, tracking_uri, config)
-    cfg = p.config if config is None or predictor is None else load_config(config)
-    info = model_info(model)
+    p = predictor_for(predictor, source, tracking_uri, config)
+    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    info = describe_model(model)
     batches = [check_batch_size(b) for b in batch_sizes]
     mode_list = check_modes(modes)
     precision = check_precision(precision)
@@ -507,8 +514,8 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
         performance: dict[str, Any] = {}
         recommendations: dict[str, Any] = {}
         for b in batches:
-            rec = _select(p, cfg, info, batch_size=b, mode=mode, precision=precision, hardware=hws, backend=backend,
-                          weights=cfg.weights[mode], task=None, devices=devices)
+            rec = _select(p, cfg, _each(info, hws, b, mode, precision, backend, devices), weights=cfg.weights[mode],
+                          task=None)
             performance[str(b)] = {
                 hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
                      "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
