@@ -17,6 +17,7 @@ pipeline (model lookup, roofline, feature frame) that training and prediction sh
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import functools
 import hashlib
@@ -32,15 +33,20 @@ import numpy as np
 import pandas as pd
 
 from hwsel.specs import DeviceSpec, local_cpu_spec, spec_for
+from pytest_hwbench.models import ModelArchitecture
 from pytest_hwbench.vocabulary import CPU_KINDS, bytes_per_element
 
 
 @dataclass(frozen=True)
 class ModelInfo:
-    """Architecture numbers of a model (no weights).
+    """hwsel's one description of a model: its name and family, its architecture numbers (no
+    weights) and the size of one item.
 
-    `flops_per_item` is forward FLOPs for one item (batch 1). The input shape fields say what one
-    item is: tokens (`sequence_length`), an image side (`image_size`) or audio samples.
+    The architecture fields are `pytest_hwbench.models.ModelArchitecture`'s, by the same names
+    (`from_architecture` copies every one of them that hwsel keeps; `activation_bytes_per_item`
+    it does not use); the input shape fields say what one item is: tokens (`sequence_length`),
+    an image side (`image_size`) or audio samples. `flops_per_item` is forward FLOPs for one
+    item (batch 1). The field order is the constructor's, positional arguments included.
     """
 
     name: str
@@ -61,6 +67,24 @@ class ModelInfo:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
         return asdict(self)
+
+    @classmethod
+    def from_architecture(cls, arch: ModelArchitecture, *, name: str, family: str,
+                          shape: Mapping[str, Any]) -> ModelInfo:
+        """The description of a model whose architecture is `arch` and whose item is `shape`
+        (`ModelSpec.input_shape()`): every field `arch` shares with this class, by name."""
+        values = {f: getattr(arch, f) for f in _ARCHITECTURE_FIELDS}
+        # hwsel counts parameters as an int and FLOPs as a float, whatever built them
+        values.update(param_count=int(arch.param_count), flops_per_item=float(arch.flops_per_item))
+        return cls(name=name, family=family, **values, **{f: shape.get(f) for f in _SHAPE_FIELDS})
+
+
+#: `ModelInfo` fields that are `ModelArchitecture`'s, and those that say what one item is (the rest
+#: of them but the name and family): derived from the two classes, never listed by hand.
+_ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(ModelInfo) if f.name in {a.name for a in dataclasses.fields(ModelArchitecture)})
+_SHAPE_FIELDS: tuple[str, ...] = tuple(
+    f.name for f in dataclasses.fields(ModelInfo) if f.name not in (*_ARCHITECTURE_FIELDS, "name", "family"))
 
 
 @dataclass(frozen=True)
@@ -170,23 +194,8 @@ def _fingerprint(spec: Any) -> str:
 
 def _measure_spec(spec: Any, name: str | None = None) -> ModelInfo:
     """ModelInfo of a zoo `ModelSpec` from a meta-device build (imports torch and transformers)."""
-    arch = spec.architecture
-    shape = spec.input_shape()
-    return ModelInfo(
-        name=name or spec.name,
-        family=spec.family,
-        model_type=arch.model_type,
-        param_count=int(arch.param_count),
-        flops_per_item=float(arch.flops_per_item),
-        num_layers=arch.num_layers,
-        hidden_size=arch.hidden_size,
-        sequence_length=shape.get("sequence_length"),
-        image_size=shape.get("image_size"),
-        audio_samples=shape.get("audio_samples"),
-        launches_per_forward=arch.launches_per_forward,
-        num_attention_heads=arch.num_attention_heads,
-        num_key_value_heads=arch.num_key_value_heads,
-    )
+    return ModelInfo.from_architecture(spec.architecture, name=name or spec.name, family=spec.family,
+                                       shape=spec.input_shape())
 
 
 #: Config keys holding the depth of a model's stack of identical layers.
@@ -223,8 +232,6 @@ def _stack_depth(spec: Any) -> tuple[str, int] | None:
 
 def _measure(spec: Any) -> ModelInfo:
     """`_measure_spec`, or for a deep uniform stack (`_stack_depth`) the line through two shallow builds."""
-    import dataclasses
-
     found = _stack_depth(spec)
     if found is None:
         return _measure_spec(spec)

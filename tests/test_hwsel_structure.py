@@ -179,3 +179,29 @@ def test_find_cycle_follows_every_kind_of_import(toy: Path, name: str, files: di
                                                  cycle: list[str] | None) -> None:
     _package(toy / name, files)
     assert find_cycle(name) == cycle
+
+
+# --- one model description -----------------------------------------------------------------------
+
+def test_model_info_takes_the_architecture_fields_by_name_from_the_zoo() -> None:
+    """`hwsel.features.ModelInfo` is hwsel's one model description: each architecture number is
+    `pytest_hwbench.models.ModelArchitecture`'s field of that name and type (copied generically by
+    `ModelInfo.from_architecture`), so the two cannot drift apart."""
+    import dataclasses
+
+    from hwsel.features import ModelInfo
+    from pytest_hwbench.models import ModelArchitecture
+
+    arch = {f.name: f.type for f in dataclasses.fields(ModelArchitecture)}
+    info = {f.name: f.type for f in dataclasses.fields(ModelInfo)}
+    unused = {"activation_bytes_per_item"}  # hwsel's memory model derives activations itself
+    assert set(arch) - unused <= set(info), set(arch) - unused - set(info)
+    assert {k: info[k] for k in set(arch) - unused} == {k: arch[k] for k in set(arch) - unused}
+    built = ModelInfo.from_architecture(
+        ModelArchitecture(model_type="bert", param_count=10, flops_per_item=2, num_layers=2, hidden_size=8,
+                          activation_bytes_per_item=1.0, launches_per_forward=5, num_attention_heads=2,
+                          num_key_value_heads=1),
+        name="toy", family="embedding", shape={"sequence_length": 16})
+    assert built == ModelInfo("toy", "embedding", "bert", 10, 2.0, 2, 8, 16, launches_per_forward=5,
+                              num_attention_heads=2, num_key_value_heads=1)
+    assert isinstance(built.flops_per_item, float)
