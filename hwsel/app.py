@@ -161,7 +161,7 @@ def _response_model(cls: type, *, types: Mapping[str, Any] | None = None,
     return create_model(f"{cls.__name__}Model", __base__=_Response, **fields)
 
 
-#: `hwsel.predict.Prediction.to_dict()`, with the predecessor's names latency and memory_usage.
+#: `hwsel.query.Prediction.to_dict()`, with the predecessor's names latency and memory_usage.
 PredictionModel = _response_model(Prediction, extra={"latency": float, "memory_usage": float})
 
 
