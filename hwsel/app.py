@@ -65,8 +65,9 @@ VERSION = "0.1.0"
 # --- request fields ---------------------------------------------------------------------------------
 # One definition per kind of field, shared by every request model, so that an endpoint cannot
 # accept what another refuses. Requests are strict (`_Request`): ``true`` or ``"1"`` is not a
-# batch size. Bounds that depend on the model (its position limit) or on the configured hardware
-# are checked in `_model` and `_hardware`, answering 422 with the field's name like the rest.
+# batch size. What depends on the model (its position limit, its family) or on the configured
+# hardware is checked by the question builder (`hwsel.query.ask`, `describe_model`), whose one
+# `QuestionError` answers 422 with the field's name like the rest (404 for an unknown model).
 
 #: Largest batch size a request may ask about (keeps every request cheap).
 MAX_REQUEST_BATCH_SIZE = 65536

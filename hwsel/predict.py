@@ -136,7 +136,8 @@ class Predictor:
 
     def __getattr__(self, name: str) -> Any:
         # Built state (``config_``, ``index_``, ...) of a predictor made by hand: built on first use.
-        if name.endswith("_") and not name.startswith("__") and not self.__dict__.get("_building"):
+        state = self.__dict__
+        if name.endswith("_") and not name.startswith("__") and "layers_" not in state and "_building" not in state:
             self.build()
             return getattr(self, name)
         raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")

@@ -205,3 +205,59 @@ def test_model_info_takes_the_architecture_fields_by_name_from_the_zoo() -> None
     assert built == ModelInfo("toy", "embedding", "bert", 10, 2.0, 2, 8, 16, launches_per_forward=5,
                               num_attention_heads=2, num_key_value_heads=1)
     assert isinstance(built.flops_per_item, float)
+
+
+# --- the Predictor stores, build() builds; one question builder ----------------------------------
+
+class _Untouchable:
+    """A parameter value that fails on any use: `Predictor.__init__` may only store it."""
+
+    def __getattr__(self, name: str) -> None:
+        raise AssertionError(f"__init__ used its parameter ({name})")
+
+    def __iter__(self) -> None:
+        raise AssertionError("__init__ iterated its parameter")
+
+
+def test_predictor_init_only_stores_its_parameters() -> None:
+    from hwsel.predict import Predictor
+
+    params = {"runs": _Untouchable(), "champions": _Untouchable(), "config": _Untouchable(), "layers": ("rules",),
+              "notes": _Untouchable(), "champion_domain": _Untouchable(), "training_devices": _Untouchable(),
+              "detect": False, "champion_modes": _Untouchable()}
+    predictor = Predictor(**params)
+    assert {name: getattr(predictor, name) for name in params} == params
+    assert not [name for name in vars(predictor) if name.endswith("_")]  # nothing built yet
+    with pytest.raises(ValueError, match="unknown layer 'oracle'"):
+        Predictor(layers=("oracle",))  # a typo fails at once, without side effects
+    built = Predictor(layers=("rules",), detect=False)
+    assert built.build() is built and built.config_.origin == "defaults" and built.status_["rules"].available
+
+
+def test_one_question_builds_the_model_once(monkeypatch: pytest.MonkeyPatch) -> None:
+    """However many targets, `hwsel.query.ask` resolves the model once, for every front door."""
+    import hwsel.query
+    from hwsel.performance import predict_performance
+    from hwsel.predict import Predictor
+    from hwsel.select import select_hardware
+
+    calls: list[object] = []
+    real = hwsel.query.model_info
+
+    def counting(model: object, config: object = None) -> object:
+        calls.append(model)
+        return real(model, config)  # type: ignore[arg-type]
+
+    monkeypatch.setattr(hwsel.query, "model_info", counting)
+    predictor = Predictor(layers=("rules",), detect=False)
+    preds = predict_performance("bert-tiny", ["cpu", "cuda", "mps"], predictor=predictor)
+    assert set(preds) == {"cpu", "cuda", "mps"} and calls == ["bert-tiny"]
+    calls.clear()
+    select_hardware("bert-tiny", available_hardware=["cpu", "cuda"], mode="training", predictor=predictor)
+    assert calls == ["bert-tiny"]
+    with pytest.raises(hwsel.query.QuestionError) as bad:
+        predict_performance("bert-tiny", "cpu", mode="serving", predictor=predictor)
+    assert bad.value.field == "mode" and "'serving'" in str(bad.value) and "inference, train" in str(bad.value)
+    with pytest.raises(KeyError) as unknown:  # UnknownModelError is a QuestionError and a KeyError
+        predict_performance("bert-bse", "cpu", predictor=predictor)
+    assert isinstance(unknown.value, hwsel.query.QuestionError) and str(unknown.value).startswith("unknown model")
