@@ -558,13 +558,14 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     def select(req: SelectRequest) -> dict[str, Any]:
         info = _bounded_model(req.model_name, req.config, family=req.model_family,
                               sequence_length=req.sequence_length)
+        available = _hardware(pred, "available_hardware", req.available_hardware)  # the request's field
         if req.task_type:
             rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
-                                           available_hardware=req.available_hardware, backend=req.backend,
+                                           available_hardware=available, backend=req.backend,
                                            device=req.device, predictor=pred)
         else:
             rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
-                                  available_hardware=req.available_hardware, backend=req.backend, device=req.device,
+                                  available_hardware=available, backend=req.backend, device=req.device,
                                   predictor=pred)
         return _plain(rec.to_dict())
 
