@@ -479,7 +479,7 @@ def test_bad_store_settings_are_usage_errors_before_any_case(
 
 # -- 6. the CLI on a filled store -------------------------------------------------------------------
 def report_number(value: float) -> str:
-    """How the report prints a number (`pytest_hwbench.report.data._fmt`): 2 decimals with separators from 1 up, else 3 digits."""
+    """How the report prints a number (`pytest_hwbench.report.data.fmt`): 2 decimals with separators from 1 up, else 3 digits."""
     return f"{value:,.2f}" if abs(value) >= 1 else f"{value:.3g}"
 
 

@@ -97,7 +97,7 @@ def _quantize_int8(exported: ExportedModel, name: str) -> Path:
     return path
 
 
-def _convert_fp16(exported: ExportedModel, name: str) -> Path:
+def convert_fp16(exported: ExportedModel, name: str) -> Path:
     def build(directory: Path) -> str:
         import onnx
         from onnxruntime.transformers.float16 import convert_float_to_float16
@@ -206,7 +206,7 @@ class OnnxRuntimeBackend(Backend):
         if precision == "int8":
             return _quantize_int8(exported, spec.name)
         if precision == "fp16":
-            return _convert_fp16(exported, spec.name)
+            return convert_fp16(exported, spec.name)
         return exported.path
 
     def _read_back(self, session: Any, hardware: str, graph: str) -> str:

@@ -228,12 +228,12 @@ class OnnxRuntimeWebBackend(Backend):
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         from ..hardware import detect_hardware
-        from .onnxruntime import _convert_fp16, graph_precision
+        from .onnxruntime import convert_fp16, graph_precision
 
         if hardware not in self.hardware:
             raise UnsupportedCase(f"{self.name}: no hardware target {hardware!r}")
         exported = export_onnx(spec)
-        path = _convert_fp16(exported, spec.name) if precision == "fp16" else exported.path
+        path = convert_fp16(exported, spec.name) if precision == "fp16" else exported.path
         graph, shares = graph_precision(path)
         if graph != precision:
             raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the graph holds {graph} "

@@ -7,7 +7,7 @@ rows; nothing is estimated.
 
 Modules:
 
-- `data`: checks and types the rows (`_prepare`), groups them into table cells, speedups and
+- `data`: checks and types the rows (`prepare`), groups them into table cells, speedups and
   compiled/eager pairs, and formats numbers.
 - `compatibility`: the compatibility matrix, its failure counts and performance ratings, and
   ``compatibility.json``.

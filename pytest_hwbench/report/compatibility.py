@@ -29,7 +29,7 @@ from typing import Any
 
 import pandas as pd
 
-from .data import _passed, _prepare, _short
+from .data import passed_rows, prepare, short
 
 COMPATIBILITY_SCHEMA_VERSION = 1
 
@@ -52,7 +52,7 @@ def _rating(relative: float | None) -> str:
 def _failure_summary(rows: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
     counts: dict[str, int] = {}
     for message in rows["error"]:
-        key = _short(message, limit)
+        key = short(message, limit)
         counts[key] = counts.get(key, 0) + 1
     return [{"message": m, "count": n} for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
@@ -65,13 +65,13 @@ def compatibility_matrix(results: pd.DataFrame, *, session_id: str | None = None
     relative_throughput, cases_compared, passed/failed counts, precisions_passed, models_passed,
     models_failed_only, failures (distinct truncated messages with counts) and per-case results.
     """
-    return _compatibility(_prepare(results, session_id))
+    return _compatibility(prepare(results, session_id))
 
 
 def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
     for family, fam in df.groupby("family", sort=True):
-        passed = _passed(fam).dropna(subset=["throughput_items_per_s"])
+        passed = passed_rows(fam).dropna(subset=["throughput_items_per_s"])
         # Step 1: best precision per (target, model, batch); duplicates of one config by median.
         per_config = passed.groupby(["target", "precision", "model", "batch_size"])["throughput_items_per_s"].median()
         best_prec = per_config.groupby(level=["target", "model", "batch_size"]).max()
@@ -88,7 +88,7 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                     ratios.setdefault(str(target), []).append(float(value) / float(top))
         entries: dict[str, dict[str, Any]] = {}
         for target, rows in fam.groupby("target", sort=True):
-            ok = _passed(rows)
+            ok = passed_rows(rows)
             failed = rows[rows["status"] != "passed"]  # failed, or crashed with its process
             compatible = not ok.empty
             target_ratios = ratios.get(str(target), [])

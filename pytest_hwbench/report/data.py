@@ -1,6 +1,6 @@
 """The report's rows: the checked, typed frame every section reads, and the cells its tables show.
 
-`_prepare` turns the caller's DataFrame (one row per `BenchmarkRecord`, the record's field names
+`prepare` turns the caller's DataFrame (one row per `BenchmarkRecord`, the record's field names
 as columns, e.g. from ``sinks.load_results`` or ``sinks.records_frame(sinks.read_records(...))``)
 into the frame the other modules use: numbers coerced, a missing mode read as the default mode,
 and the derived columns ``config`` (``hardware/backend/precision``), ``target``
@@ -42,7 +42,7 @@ _NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "
 
 # --- formatting -------------------------------------------------------------------------------
 
-def _fmt(value: float | None) -> str:
+def fmt(value: float | None) -> str:
     """Numbers as the report prints them: 2 decimals (thousands separated) from 1 up, else 3 digits."""
     if value is None or (isinstance(value, float) and math.isnan(value)):
         return "n/a"
@@ -53,11 +53,11 @@ def _fmt(value: float | None) -> str:
     return f"{value:.3g}"
 
 
-def _fmt_speedup(value: float | None) -> str:
+def fmt_speedup(value: float | None) -> str:
     return "n/a" if value is None or math.isnan(value) else f"{value:.2f}x"
 
 
-def _short(message: Any, limit: int) -> str:
+def short(message: Any, limit: int) -> str:
     """One line, whitespace collapsed, at most `limit` characters."""
     text = re.sub(r"\s+", " ", str(message if message is not None else "")).strip() or "(no error message)"
     return text if len(text) <= limit else text[: limit - 1] + "…"
@@ -65,7 +65,7 @@ def _short(message: Any, limit: int) -> str:
 
 # --- data preparation -------------------------------------------------------------------------
 
-def _prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
+def prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     if not isinstance(results, pd.DataFrame):
         raise TypeError(f"results must be a pandas DataFrame, got {type(results).__name__}")
     frame = results
@@ -109,27 +109,27 @@ def _prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def _config_order(configs: Iterable[str]) -> list[str]:
+def config_order(configs: Iterable[str]) -> list[str]:
     baseline = "/".join(BASELINE)
     return sorted(set(configs), key=lambda c: (c != baseline, c.split("/")))
 
 
-def _passed(df: pd.DataFrame) -> pd.DataFrame:
+def passed_rows(df: pd.DataFrame) -> pd.DataFrame:
     return df[df["status"] == "passed"]
 
 
-def _cells(df: pd.DataFrame, metric: str) -> dict[tuple[str, int, str], float]:
+def cell_medians(df: pd.DataFrame, metric: str) -> dict[tuple[str, int, str], float]:
     """(model, batch, config) -> median over the passed records of that cell (NaN if unmeasured)."""
-    passed = _passed(df)
+    passed = passed_rows(df)
     if passed.empty:
         return {}
     grouped = passed.groupby(["model", "batch_size", "config"])[metric].median()
     return {(str(m), int(b), str(c)): float(v) for (m, b, c), v in grouped.items()}
 
 
-def _reference_batch(df: pd.DataFrame) -> int | None:
+def reference_batch(df: pd.DataFrame) -> int | None:
     """The batch size with the most passed records (smallest on ties): what single-batch plots show."""
-    passed = _passed(df)
+    passed = passed_rows(df)
     if passed.empty:
         return None
     counts = passed.groupby("batch_size").size()
@@ -137,9 +137,9 @@ def _reference_batch(df: pd.DataFrame) -> int | None:
     return int(min(b for b, n in counts.items() if n == best))
 
 
-def _speedups(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
+def speedup_cells(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
     """(model, batch, config) -> baseline latency / config latency, where both were measured."""
-    cells = _cells(fam, "latency_ms_median")
+    cells = cell_medians(fam, "latency_ms_median")
     baseline = "/".join(BASELINE)
     out: dict[tuple[str, int, str], float] = {}
     for (model, batch, config), value in cells.items():
@@ -149,10 +149,10 @@ def _speedups(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
     return out
 
 
-def _compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
+def compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
     """One entry per passed compiled (case, backend) with a passed eager ``torch`` record of the
     same case: the case, the backend, both medians of `metric` and the compile time."""
-    passed = _passed(df).dropna(subset=[metric])
+    passed = passed_rows(df).dropna(subset=[metric])
     compiled = passed[passed["compile_time_s"].notna() & (passed["backend"] != EAGER_BACKEND)]
     eager = passed[passed["backend"] == EAGER_BACKEND]
     if compiled.empty or eager.empty:

@@ -27,17 +27,17 @@ from .compatibility import RATING_THRESHOLDS, _compatibility, _write_document
 from .data import (
     BASELINE,
     EAGER_BACKEND,
-    _cells,
-    _compiled_pairs,
-    _config_order,
-    _fmt,
-    _fmt_speedup,
-    _prepare,
-    _reference_batch,
-    _short,
-    _speedups,
+    cell_medians,
+    compiled_pairs,
+    config_order,
+    fmt,
+    fmt_speedup,
+    prepare,
+    reference_batch,
+    short,
+    speedup_cells,
 )
-from .plots import _draw_family
+from .plots import draw_family
 
 #: The generate mode, one of `vocabulary.MODES` (which names no constant for it).
 _GENERATE_MODE = "generate"
@@ -93,7 +93,7 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]
 # --- tables and sections ----------------------------------------------------------------------
 
 def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str]:
-    cells = _cells(fam, metric)
+    cells = cell_medians(fam, metric)
     status = fam.groupby(["model", "batch_size", "config"])["status"].agg(set)
     rows = []
     for model, batch in sorted({(str(m), int(b)) for m, b in zip(fam["model"], fam["batch_size"], strict=True)}):
@@ -102,7 +102,7 @@ def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str
             key = (model, batch, config)
             seen = status.get(key, set())
             if "passed" in seen:
-                row.append(_fmt(cells.get(key)))
+                row.append(fmt(cells.get(key)))
             elif seen - {"passed"}:
                 row.append("crashed" if seen == {"crashed"} else "failed")
             else:
@@ -114,17 +114,17 @@ def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str
 def _speedup_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
     baseline = "/".join(BASELINE)
     others = [c for c in configs if c != baseline]
-    speedups = _speedups(fam)
-    base_cells = _cells(fam, "latency_ms_median")
+    speedups = speedup_cells(fam)
+    base_cells = cell_medians(fam, "latency_ms_median")
     rows = []
     for model, batch in sorted({(m, b) for (m, b, _) in speedups}):
-        rows.append([model, str(batch), _fmt(base_cells.get((model, batch, baseline))),
-                     *[_fmt_speedup(speedups.get((model, batch, c))) for c in others]])
+        rows.append([model, str(batch), fmt(base_cells.get((model, batch, baseline))),
+                     *[fmt_speedup(speedups.get((model, batch, c))) for c in others]])
     return _md_table(["model", "batch", f"{baseline} latency (ms)", *others], rows)
 
 
 def _scaling_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
-    cells = _cells(fam, "throughput_items_per_s")
+    cells = cell_medians(fam, "throughput_items_per_s")
     batches = sorted({b for (_, b, _) in cells})
     rows = []
     for model in sorted({m for (m, _, _) in cells}):
@@ -135,12 +135,12 @@ def _scaling_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
             lo, hi = min(points), max(points)
             scale = (f"{points[hi] / points[lo]:.2f}x (b{lo}→b{hi})"
                      if hi != lo and points[lo] > 0 else "–")
-            rows.append([model, config, *[_fmt(points[b]) if b in points else "–" for b in batches], scale])
+            rows.append([model, config, *[fmt(points[b]) if b in points else "–" for b in batches], scale])
     return _md_table(["model", "config", *[f"b{b}" for b in batches], "largest/smallest batch"], rows)
 
 
 def _memory_table(fam: pd.DataFrame, configs: list[str]) -> list[str] | None:
-    rss, dev = _cells(fam, "peak_host_rss_mb"), _cells(fam, "peak_device_memory_mb")
+    rss, dev = cell_medians(fam, "peak_host_rss_mb"), cell_medians(fam, "peak_device_memory_mb")
     if all(math.isnan(v) for v in [*rss.values(), *dev.values()]):
         return None
     rows = []
@@ -151,7 +151,7 @@ def _memory_table(fam: pd.DataFrame, configs: list[str]) -> list[str] | None:
             if key not in rss:
                 row.append("–")
             else:
-                row.append(f"{_fmt(rss.get(key))} / {_fmt(dev.get(key))}")
+                row.append(f"{fmt(rss.get(key))} / {fmt(dev.get(key))}")
         rows.append(row)
     return _md_table(["model", "batch", *configs], rows)
 
@@ -194,10 +194,10 @@ def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> l
         for device in info.get("devices") or ():
             if isinstance(device, Mapping):
                 mem = device.get("memory_mb")
-                devices.append(f"{device.get('name', '?')}" + (f" ({_fmt(float(mem))} MB)" if mem else ""))
+                devices.append(f"{device.get('name', '?')}" + (f" ({fmt(float(mem))} MB)" if mem else ""))
         rows.append([name, "yes" if available else "no", "; ".join(devices) or "–",
                      ", ".join(info.get("precisions") or ()) or "–",
-                     "" if available else _short(info.get("reason") or "", 200), counts(name)])
+                     "" if available else short(info.get("reason") or "", 200), counts(name)])
     for name in measured.index:
         if name not in hardware:
             rows.append([name, "not detected", "–", "–", "measured but absent from the detection", counts(name)])
@@ -239,7 +239,7 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
     for _, row in failed.sort_values(["family", "model", "config", "batch_size"]).iterrows():
         case = f" (`{row['case_id']}`)" if row["case_id"] else ""
         lines.append(f"- **{row['family']}** {row['model']} {row['config']} b{row['batch_size']}{case}: "
-                     f"{_short(row['error'], _ERROR_CHARS_MD)}")
+                     f"{short(row['error'], _ERROR_CHARS_MD)}")
     return [*lines, ""]
 
 
@@ -258,10 +258,10 @@ def _noise_section(df: pd.DataFrame) -> list[str]:
     rows = []
     for _, row in noisy.sort_values(["family", "model", "config", "batch_size"]).iterrows():
         tries = row.get("tries")
-        rows.append([f"`{row['case_id']}`", _fmt(row.get("latency_ms_median")),
+        rows.append([f"`{row['case_id']}`", fmt(row.get("latency_ms_median")),
                      "–" if tries is None or pd.isna(tries) else str(int(tries)),
                      "–" if row.get("threads") is None or pd.isna(row.get("threads")) else str(int(row["threads"])),
-                     _short(row.get("noise_reason") or "", _ERROR_CHARS_MD)])
+                     short(row.get("noise_reason") or "", _ERROR_CHARS_MD)])
     return [*lines, *_md_table(["case", "median (ms)", "tries", "threads", "why noisy"], rows), ""]
 
 
@@ -282,7 +282,7 @@ def _case_label(pair: Mapping[str, Any], with_length: bool = False) -> str:
 
 def _compiled_section(df: pd.DataFrame) -> list[str]:
     """Every compiled case slower than eager torch on the same case, a line each with both medians."""
-    pairs = _compiled_pairs(df, "latency_ms_median")
+    pairs = compiled_pairs(df, "latency_ms_median")
     if not pairs:
         return []
     lines = ["## Compiled vs eager", "",
@@ -292,8 +292,8 @@ def _compiled_section(df: pd.DataFrame) -> list[str]:
     several = {m for m in {p["model"] for p in pairs} if len({p["length"] for p in pairs if p["model"] == m}) > 1}
     for pair in slower:
         label = _case_label(pair, with_length=pair["model"] in several)
-        lines.append(f"- {label}: {pair['backend']} {_fmt(pair['value'])} ms is slower than eager "
-                     f"{EAGER_BACKEND} {_fmt(pair['eager'])} ms ({pair['value'] / pair['eager']:.2f}x)")
+        lines.append(f"- {label}: {pair['backend']} {fmt(pair['value'])} ms is slower than eager "
+                     f"{EAGER_BACKEND} {fmt(pair['eager'])} ms ({pair['value'] / pair['eager']:.2f}x)")
     if not slower:
         lines.append(f"- no compiled case is slower than eager {EAGER_BACKEND} ({len(pairs)} compared)")
     return [*lines, ""]
@@ -301,12 +301,12 @@ def _compiled_section(df: pd.DataFrame) -> list[str]:
 
 def _generation_speedup_table(rows: pd.DataFrame) -> list[str]:
     """Eager and compiled tokens/s side by side, per case and compiled backend."""
-    pairs = _compiled_pairs(rows, "tokens_per_s")
+    pairs = compiled_pairs(rows, "tokens_per_s")
     if not pairs:
         return []
-    table = [[p["model"], p["hardware"], p["precision"], str(p["batch_size"]), str(p["tokens"]), _fmt(p["eager"]),
-              p["backend"], _fmt(p["value"]), _fmt_speedup(p["value"] / p["eager"] if p["eager"] > 0 else None),
-              _fmt(p["compile_s"])] for p in pairs]
+    table = [[p["model"], p["hardware"], p["precision"], str(p["batch_size"]), str(p["tokens"]), fmt(p["eager"]),
+              p["backend"], fmt(p["value"]), fmt_speedup(p["value"] / p["eager"] if p["eager"] > 0 else None),
+              fmt(p["compile_s"])] for p in pairs]
     return ["#### Eager vs compiled decoding: generated tokens/s", "",
             f"Speed-up = compiled tokens/s / eager {EAGER_BACKEND} tokens/s on the same case; compile time "
             "(static KV cache, decode step compiled) is apart from both.", "",
@@ -331,7 +331,7 @@ def _mode_sections(df: pd.DataFrame) -> list[str]:
         else:
             md += ["One optimizer step (forward, backward, step) per iteration; fp16/bf16 are autocast over fp32 "
                    "weights.", ""]
-        configs = _config_order(rows["config"])
+        configs = config_order(rows["config"])
         if mode == _GENERATE_MODE:
             md += _generation_speedup_table(rows)
         for metric, heading in tables:
@@ -340,7 +340,7 @@ def _mode_sections(df: pd.DataFrame) -> list[str]:
     inference = df[df["mode"] == DEFAULT_MODE]
     for metric, heading in _EXTRA_TABLES:
         if not inference.empty and inference[metric].notna().any():
-            md += [f"## {heading} (inference)", "", *_value_table(inference, metric, _config_order(inference["config"])),
+            md += [f"## {heading} (inference)", "", *_value_table(inference, metric, config_order(inference["config"])),
                    ""]
     return md
 
@@ -357,7 +357,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     `session_id`: report only that session's rows.
     Raises ValueError when no rows are left (naming the session filter) or columns are missing.
     """
-    df = _prepare(results, session_id)
+    df = prepare(results, session_id)
     out_dir = Path(out_dir)
     plot_dir = out_dir / "plots"
     plot_dir.mkdir(parents=True, exist_ok=True)
@@ -373,7 +373,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
            + (f"; {noisy} noisy, see Noisy records" if noisy else "") + ")",
            f"- **sessions**: {', '.join(sessions) or 'unknown'}",
            f"- **families**: {', '.join(sorted(df['family'].unique()))}",
-           f"- **configs** (hardware/backend/precision): {', '.join(_config_order(df['config']))}"]
+           f"- **configs** (hardware/backend/precision): {', '.join(config_order(df['config']))}"]
     if "created_at" in df.columns and df["created_at"].notna().any():
         stamps = sorted(str(s) for s in df["created_at"].dropna())
         md.append(f"- **measured**: {stamps[0]} … {stamps[-1]}")
@@ -395,18 +395,18 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
            "`failed`: every record of that cell failed (see Failures); `–`: not run.", ""]
     for family, fam in df.groupby("family", sort=True):
         family = str(family)
-        configs = _config_order(fam["config"])
-        batch = _reference_batch(fam)
+        configs = config_order(fam["config"])
+        batch = reference_batch(fam)
         md += [f"### {family}", "", "#### Latency, median (ms)", "", *_value_table(fam, "latency_ms_median", configs), ""]
         md += ["#### Throughput (items/s)", "", *_value_table(fam, "throughput_items_per_s", configs), ""]
         md += [f"#### Speedup vs {'/'.join(BASELINE)}", ""]
-        if _speedups(fam):
+        if speedup_cells(fam):
             md += [*_speedup_table(fam, configs), ""]
         else:
             md += [f"No speedup: no (model, batch size) has both a passed {'/'.join(BASELINE)} record and "
                    "another passed config.", ""]
         md += ["#### Batch-size scaling: throughput (items/s) per batch size", ""]
-        if _cells(fam, "throughput_items_per_s"):
+        if cell_medians(fam, "throughput_items_per_s"):
             md += [*_scaling_table(fam, configs), ""]
         else:
             md += ["No passed cases.", ""]
@@ -416,7 +416,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
         if batch is None:
             md += ["No passed cases in this family: no plots.", ""]
             continue
-        for kind, title, path in _draw_family(fam, family, batch, plot_dir):
+        for kind, title, path in draw_family(fam, family, batch, plot_dir):
             plots[f"{family}/{kind}"] = path
             md += [f"![{family}: {title}](plots/{path.name})", ""]
         md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]

@@ -16,7 +16,7 @@ from typing import TYPE_CHECKING, Any
 
 import pandas as pd
 
-from .data import BASELINE, _cells, _config_order, _fmt, _fmt_speedup, _speedups
+from .data import BASELINE, cell_medians, config_order, fmt, fmt_speedup, speedup_cells
 
 if TYPE_CHECKING:
     from matplotlib.axes import Axes
@@ -31,11 +31,11 @@ def _new_figure(width: float, height: float) -> Any:
 def _colors(configs: Iterable[str]) -> dict[str, str]:
     """One colour per config, the same in every plot of a family."""
     palette = [f"C{i}" for i in range(10)] + ["black", "grey", "olive", "navy", "teal", "maroon"]
-    return {c: palette[i % len(palette)] for i, c in enumerate(_config_order(configs))}
+    return {c: palette[i % len(palette)] for i, c in enumerate(config_order(configs))}
 
 
 def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]], *,
-                  colors: Mapping[str, str], fmt: Any = _fmt, ylabel: str, title: str) -> bool:
+                  colors: Mapping[str, str], fmt: Any = fmt, ylabel: str, title: str) -> bool:
     """Bars grouped by model, one series per config, each bar labelled with its value."""
     drawn = False
     n = max(len(series), 1)
@@ -73,9 +73,9 @@ def _models_at(cells: Mapping[tuple[str, int, str], float], batch: int) -> list[
 
 
 def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    cells = _cells(fam, "latency_ms_median")
+    cells = cell_medians(fam, "latency_ms_median")
     models = _models_at(cells, batch)
-    series = _bar_series(cells, models, _config_order(fam["config"]), batch)
+    series = _bar_series(cells, models, config_order(fam["config"]), batch)
     if not series:
         return False
     fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
@@ -87,7 +87,7 @@ def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bo
 
 
 def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
-    cells = _cells(fam, "throughput_items_per_s")
+    cells = cell_medians(fam, "throughput_items_per_s")
     models = sorted({m for (m, _, _), v in cells.items() if not math.isnan(v)})
     if not models:
         return False
@@ -97,14 +97,14 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
     axes = fig.subplots(rows, cols, squeeze=False)
     colors = _colors(fam["config"])
     for ax, model in zip(axes.flat, models, strict=False):
-        for config in _config_order(fam["config"]):
+        for config in config_order(fam["config"]):
             points = sorted((b, v) for (m, b, c), v in cells.items() if m == model and c == config and not math.isnan(v))
             if not points:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
             ax.plot(xs, ys, marker="o", label=config, color=colors[config])
             for x, y in points:
-                ax.annotate(_fmt(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
+                ax.annotate(fmt(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         batches = sorted({b for (m, b, _), v in cells.items() if m == model and not math.isnan(v)})
         if len(batches) > 1 and batches[-1] / batches[0] >= 8:
             ax.set_xscale("log", base=2)
@@ -127,15 +127,15 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
 
 
 def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    speedups = _speedups(fam)
+    speedups = speedup_cells(fam)
     models = sorted({m for (m, b, _) in speedups if b == batch})
-    configs = [c for c in _config_order(fam["config"]) if c != "/".join(BASELINE)]
+    configs = [c for c in config_order(fam["config"]) if c != "/".join(BASELINE)]
     series = _bar_series(speedups, models, configs, batch)
     if not series:
         return False
     fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
     ax = fig.add_subplot()
-    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=_fmt_speedup, ylabel=f"speedup vs {'/'.join(BASELINE)} (x)",
+    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=fmt_speedup, ylabel=f"speedup vs {'/'.join(BASELINE)} (x)",
                   title=f"{family}: speedup over {'/'.join(BASELINE)}, batch size {batch}")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
     fig.savefig(path, dpi=100)
@@ -144,9 +144,9 @@ def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> boo
 
 def _plot_memory(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
     panels = []
-    configs = _config_order(fam["config"])
+    configs = config_order(fam["config"])
     for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"), ("peak_device_memory_mb", "peak device memory (MB)")):
-        cells = _cells(fam, metric)
+        cells = cell_medians(fam, metric)
         models = _models_at(cells, batch)
         series = _bar_series(cells, models, configs, batch)
         if series:
@@ -166,7 +166,7 @@ def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "family"
 
 
-def _draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> list[tuple[str, str, Path]]:
+def draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> list[tuple[str, str, Path]]:
     """Draw the family's plots under `plot_dir`; (kind, title, path) of each one written, in report order.
 
     `batch` is the batch size the single-batch plots show; a plot with nothing to draw is not written.

@@ -140,7 +140,7 @@ def registered_sinks() -> dict[str, SinkFactory]:
     return dict(_SINKS.loaded())
 
 
-def _accepted_forms() -> str:
+def accepted_forms() -> str:
     names = ", ".join(sorted(SINKS)) or "(none registered)"
     schemes = ", ".join(f"{s}://..." for s in sorted(_SCHEMES))
     suffixes = ", ".join(f"PATH{s}" for s in sorted(_SUFFIXES))
@@ -175,7 +175,7 @@ def resolve_sink(uri_or_name: str) -> tuple[str, str | None]:
     suffix = PurePath(text).suffix.lower()
     if suffix and suffix in _SUFFIXES:
         return _SUFFIXES[suffix], text
-    raise ValueError(f"no sink for {uri_or_name!r}: expected {_accepted_forms()}")
+    raise ValueError(f"no sink for {uri_or_name!r}: expected {accepted_forms()}")
 
 
 def open_sink(uri_or_name: str, **options: Any) -> Sink:

@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
-from pytest_hwbench.sinks.base import _accepted_forms, read_sink, registered_sinks, resolve_sink
+from pytest_hwbench.sinks.base import accepted_forms, read_sink, registered_sinks, resolve_sink
 from pytest_hwbench.sinks.spool import Spool
 
 if TYPE_CHECKING:
@@ -46,7 +46,7 @@ def source_kind(source: str | os.PathLike[str]) -> str:
     except ValueError:
         raise ValueError(
             f"{text}: not a record source; give a spool directory, a .jsonl records file, or what a sink "
-            f"reads ({_accepted_forms()})"
+            f"reads ({accepted_forms()})"
         ) from None
 
 
