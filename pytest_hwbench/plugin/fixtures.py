@@ -95,7 +95,13 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if case is not None:
         setattr(report, CASE_ATTR, case.id)
     if call.when == "call" and _RECORD in item.stash:
-        setattr(report, RECORD_ATTR, item.stash[_RECORD].to_dict())
+        # An xdist worker's report travels to the controller as JSON: the record as a dict. A
+        # serial run hands the record itself to its own logreport hook (no dict and back).
+        record, state = item.stash[_RECORD], item.config.stash[STATE]
+        if state.is_worker:
+            setattr(report, RECORD_ATTR, record.to_dict())
+        else:
+            state.finished[report.nodeid] = record
     return report
 
 

@@ -235,6 +235,8 @@ class HwbenchState:
         self._placement: Placement | None = None
         self.session_info: SessionInfo | None = None
         self.records: list[BenchmarkRecord] = []
+        #: serial run: nodeid -> the record its test just finished, until its report is logged
+        self.finished: dict[str, BenchmarkRecord] = {}
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
         self.progress = Progress(config.getoption("hwbench_progress_interval"))
@@ -313,10 +315,14 @@ class HwbenchState:
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
             self._show_progress(report)
-        data = getattr(report, RECORD_ATTR, None)
-        if data is None or self.is_worker:
+        if self.is_worker:
             return
-        record = BenchmarkRecord.from_dict(data)
+        record = self.finished.pop(report.nodeid, None) if report.when == "call" else None
+        if record is None:
+            data = getattr(report, RECORD_ATTR, None)  # from an xdist worker, or its crash
+            if data is None:
+                return
+            record = BenchmarkRecord.from_dict(data)
         self.records.append(record)
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
