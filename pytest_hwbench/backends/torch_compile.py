@@ -251,7 +251,7 @@ class TorchCompileBackend(Backend):
             torch._dynamo.reset()
 
         return torch_loaded_model(hardware, device_index, precision, prepare, sync=sync, close=close,
-                                  details=details)
+                                  details=details, compiled=True)
 
 
 COMPILE = register_backend(TorchCompileBackend("torch-compile", "default"))

@@ -99,9 +99,14 @@ def _set_cpu_threads(count: int) -> int:
 
 
 def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare: Any, *,
-                       sync: Any = None, close: Any = None, details: dict[str, Any] | None = None) -> LoadedModel:
+                       sync: Any = None, close: Any = None, details: dict[str, Any] | None = None,
+                       compiled: bool = False) -> LoadedModel:
     """The `LoadedModel` of a torch model on `hardware`: device name, sync, timer and threads
-    as every torch backend and scenario reports them (`sync` defaults to the device's)."""
+    as every torch backend and scenario reports them (`sync` defaults to the device's).
+
+    A `compiled` model keeps its thread count: dynamo guards on it, so a retry on fewer threads
+    would recompile (and fail under ``fail_on_recompile``) instead of measuring the same graph.
+    """
     return LoadedModel(
         precision=precision,
         device_name=device_name(hardware, device_index),
@@ -113,7 +118,7 @@ def torch_loaded_model(hardware: str, device_index: int, precision: str, prepare
         threads=_threads(hardware),
         close=close or (lambda: None),
         details=details,
-        set_threads=_set_cpu_threads if hardware == "cpu" else None,
+        set_threads=_set_cpu_threads if hardware == "cpu" and not compiled else None,
     )
 
 

@@ -444,7 +444,8 @@ class GenerateScenario(Scenario):
             if compiler is not None:
                 torch._dynamo.reset()
 
-        return torch_loaded_model(hardware, device_index, ran, prepare, sync=sync, close=close, details=details)
+        return torch_loaded_model(hardware, device_index, ran, prepare, sync=sync, close=close, details=details,
+                                  compiled=compiler is not None)
 
 
 SCENARIO = register_scenario(GenerateScenario())
