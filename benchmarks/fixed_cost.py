@@ -8,8 +8,8 @@ sink writes). This measures the fixed cost of the acceptance command
         --hwbench-batch-sizes 1 --hwbench-backends torch
 
 for a "before" git revision and an "after" tree (default: this working tree), interleaved
-(before, after, before, after, ...) so that a slow stretch of a noisy machine hits both sides,
-and prints medians and minima.
+(before, after, after, before, ...) so that a slow stretch of a noisy machine hits both sides
+and each side runs first in half of the rounds, and prints medians and minima.
 
 Each side runs its own code and its own entry-point metadata: a throwaway venv per side (no
 pip, no torch of its own) whose site-packages holds a ``.pth`` line naming this interpreter's
@@ -327,7 +327,7 @@ def whole_command(side: Side, work: Path, plugin_dir: Path, tag: str) -> dict[st
         "    sessionfinish end -> unconfigure (terminal summary)": marks["unconfigure_begin"] - marks["sessionfinish_end"],
         "    unconfigure": marks["unconfigure_end"] - marks["unconfigure_begin"],
         "    unconfigure end -> last atexit handler": marks["atexit"] - marks["unconfigure_end"],
-        "    atexit -> process gone": t_end - marks["atexit"],
+        "    last atexit handler -> process gone (finalization)": t_end - marks["atexit"],
         "first case call": calls[0],
         "later case calls (median)": statistics.median(calls[1:]) if len(calls) > 1 else float("nan"),
     }
@@ -386,7 +386,7 @@ def print_table(summary: dict[str, dict[str, dict[str, float]]], fresh: dict[str
         side["fixed cost above pytest's own start"] = {
             "median": side["fixed cost"]["median"] - own["median"], "min": side["fixed cost"]["min"] - own["min"]}
     width = max(map(len, before)) + 2
-    print(f"\nmedian (min) of {repeats} interleaved runs, seconds")
+    print(f"\nmedian (min) of {repeats} interleaved runs (before/after order alternating), seconds")
     print(f"{'component':<{width}} | {'before':>15} | {'after':>15} | after/before")
     print("-" * (width + 50))
     for key in before:
@@ -504,7 +504,9 @@ def main(argv: list[str] | None = None) -> int:
             imports[name] = importtime(side, work, empty)
         rounds: dict[str, list[dict[str, float]]] = {"before": [], "after": []}
         for i in range(args.repeats):
-            for name, side in sides.items():
+            # ABBA: the first command of a pair runs slower (seen: pytest's start 1.0-1.5 s first, 0.8 s
+            # second, same side), so each side goes first in half of the rounds.
+            for name, side in (list(sides.items()) if i % 2 == 0 else list(sides.items())[::-1]):
                 fig = one_round(side, work, plugin_dir, empty, str(i))
                 rounds[name].append(fig)
                 log(f"round {i + 1}/{args.repeats} {name}: whole {fig['whole command']:.2f} s, fixed "
