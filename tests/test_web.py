@@ -138,6 +138,34 @@ def test_the_probe_can_be_turned_off(monkeypatch):
         assert facts["probe"] is None and "HWBENCH_WEB_PROBE=0" in targets_from_facts(facts)["wasm"].reason
 
 
+@needs_web
+def test_a_later_process_reuses_the_probe_of_the_same_browser(monkeypatch, tmp_path):
+    from pytest_hwbench.web import detect
+
+    monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.delenv("HWBENCH_WEB_PROBE", raising=False)
+    detect.web_facts.cache_clear()
+    try:
+        first = detect.web_facts()  # a real browser runs the probe page
+        assert first["probe"] and (tmp_path / "web" / "probe.json").exists()
+
+        def no_browser(path):
+            raise RuntimeError("the browser was started again")
+
+        monkeypatch.setattr(detect, "run_probe", no_browser)
+        detect.web_facts.cache_clear()
+        assert detect.web_facts()["probe"] == first["probe"]  # from the cache: no browser
+        monkeypatch.setenv("HWBENCH_BROWSER_FLAGS", "--some-other-flag")  # another browser setup: probed again
+        detect.web_facts.cache_clear()
+        assert "the browser was started again" in detect.web_facts()["probe_error"]
+        monkeypatch.delenv("HWBENCH_BROWSER_FLAGS")
+        monkeypatch.setenv("HWBENCH_WEB_PROBE", "fresh")
+        detect.web_facts.cache_clear()
+        assert "the browser was started again" in detect.web_facts()["probe_error"]
+    finally:
+        detect.web_facts.cache_clear()
+
+
 def test_missing_browser_and_missing_ort_web_name_the_fix():
     facts = _recorded("chromium156-swiftshader.json")
     no_browser = {**facts, "browser": None, "probe": None,

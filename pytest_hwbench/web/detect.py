@@ -1,5 +1,6 @@
 """Detection of the web targets ``wasm``, ``webgpu`` and ``webnn``: browser, onnxruntime-web and
-a capability probe page, once per process.
+a capability probe page, once per process (and its findings reused for a day by later processes
+with the same browser, `PROBE_CACHE_S`).
 
 Listed in the ``pytest_hwbench.hardware`` entry-point group: importing this module adds one
 probe per web target (`pytest_hwbench.hardware.register_probe`), so `detect_hardware()` (and with it
@@ -14,12 +15,17 @@ interpretation here.
 from __future__ import annotations
 
 import functools
+import json
 import os
+import platform
+import time
 from collections.abc import Mapping
 from dataclasses import asdict
+from pathlib import Path
 from typing import Any
 
 from ..hardware import DeviceInfo, TargetInfo, register_probe
+from ..vocabulary import cache_dir
 from ._locate import find_browser, find_ort_web
 
 #: The web targets, one hardware marker each.
@@ -27,8 +33,12 @@ WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
 #: Seconds the probe page may take (browser start included; about 1 s here).
 PROBE_TIMEOUT_S = 30.0
 #: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
-#: unavailable, saying so. For processes that never run web cases on a machine with a browser.
+#: unavailable, saying so. ``fresh`` probes again even when a cached probe is still valid.
 PROBE_ENV = "HWBENCH_WEB_PROBE"
+#: Seconds a probe's findings are reused (`cache_dir("web")/probe.json`) by later processes on
+#: this host with the same browser, onnxruntime-web and browser flags: the probe starts a browser
+#: (about 1-3 s), which every pytest process paid before (issue 19, fixed cost).
+PROBE_CACHE_S = 24 * 3600.0
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
 WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
 #: Adapter architectures that are software renderers, not GPUs.
@@ -63,11 +73,44 @@ def web_facts() -> dict[str, Any]:
     if browser is not None and os.environ.get(PROBE_ENV, "").strip() == "0":
         facts["probe_error"] = f"{PROBE_ENV}=0 turned the capability probe off"
     elif browser is not None:
-        try:
-            facts["probe"] = run_probe(browser.path)
-        except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
-            facts["probe_error"] = f"{type(exc).__name__}: {exc}"
+        key = {"host": platform.node(), "browser": asdict(browser), "ort_web": facts["ort_web"],
+               "flags": os.environ.get("HWBENCH_BROWSER_FLAGS", "")}
+        facts["probe"] = _cached_probe(key)
+        if facts["probe"] is None:
+            try:
+                facts["probe"] = run_probe(browser.path)
+            except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
+                facts["probe_error"] = f"{type(exc).__name__}: {exc}"
+            else:
+                _store_probe(key, facts["probe"])
     return facts
+
+
+def _probe_file() -> Path:
+    return cache_dir("web") / "probe.json"
+
+
+def _cached_probe(key: Mapping[str, Any]) -> dict[str, Any] | None:
+    """The probe a recent process on this host ran with the same `key`, else None."""
+    if os.environ.get(PROBE_ENV, "").strip() == "fresh":
+        return None
+    try:
+        entry = json.loads(_probe_file().read_text())
+    except (OSError, ValueError):
+        return None
+    fresh = isinstance(entry, dict) and 0 <= time.time() - float(entry.get("at", 0)) < PROBE_CACHE_S
+    return dict(entry["probe"]) if fresh and entry.get("key") == json.loads(json.dumps(key)) else None
+
+
+def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any]) -> None:
+    path = _probe_file()
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps({"key": key, "at": time.time(), "probe": probe}))
+        tmp.replace(path)  # whole or not at all: parallel workers may write at once
+    except OSError:  # a read-only cache costs the next process a probe, nothing more
+        pass
 
 
 def is_software_adapter(adapter: Mapping[str, Any]) -> bool:
