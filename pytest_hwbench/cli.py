@@ -17,8 +17,8 @@ from typing import TYPE_CHECKING
 from .sinks.redact import redact_uri
 
 if TYPE_CHECKING:
-    from .plugin import TrackingConfig
     from .record import BenchmarkRecord
+    from .sinks.recording import TrackingConfig
 
 EXIT_OK, EXIT_CHECK_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -110,7 +110,7 @@ def _store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> Non
 def _tracking(args: argparse.Namespace) -> TrackingConfig:
     from pathlib import Path
 
-    from .plugin import TrackingConfig
+    from .sinks.recording import TrackingConfig
 
     return TrackingConfig.resolve(args.store, getattr(args, "mlflow_uri", None), args.db,
                                   getattr(args, "experiment", None), Path.cwd())

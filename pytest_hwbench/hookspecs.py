@@ -8,9 +8,9 @@ import pytest
 
 if TYPE_CHECKING:
     from .case import BenchCase
-    from .plugin.recording import TrackingConfig
     from .record import BenchmarkRecord, SessionInfo
     from .sinks.base import Sink
+    from .sinks.recording import TrackingConfig
 
 
 @pytest.hookspec
@@ -36,7 +36,7 @@ def pytest_hwbench_session_finish(config: pytest.Config, session: SessionInfo, e
 @pytest.hookspec(firstresult=True)
 def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink] | None:
     """Controller or serial process, at the first record: the sinks every record goes to after
-    the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.defaults`, trylast) gives
+    the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.recording`, trylast) gives
     the store's MLflow and DuckDB sinks; the first answer that is not None wins, so a conftest's
     or a plugin's replaces ours."""
 

@@ -29,9 +29,6 @@ PLUGIN_LIBRARIES = ("mlflow", "duckdb", "onnxruntime", "openvino", "qai_hub", "o
 #: Attributes the runner, grid and recorder once probed with getattr; now members of a protocol.
 CONTRACT_MEMBERS = ("options", "forwards_per_iteration", "measure_more", "measure_remote", "opt_in_hardware",
                     "marker_docs", "shutdown", "runs_table_url", "shown_uri", "path", "name", "distributions")
-#: The one import of a plug-in left in base code, and why (issue 19 leaves it for a later change).
-KNOWN = {("pytest_hwbench.plugin.recording", "pytest_hwbench.sinks.mlflow_sink"):
-         "TrackingConfig resolves the embedded default store's MLflow URI (the README's first command)"}
 #: Words every module shares: hardware kinds such as ``openvino`` are targets there, not plug-ins.
 WORDS = "pytest_hwbench.vocabulary"
 #: What one case walks through (modules and whole packages).
@@ -105,8 +102,7 @@ def test_no_base_module_names_a_plugin():
     for module, path in _base_modules().items():
         if module in plugins:
             continue
-        problems += [f"{module} imports plug-in {target}" for target in sorted(graph[module] & plugins)
-                     if (module, target) not in KNOWN]
+        problems += [f"{module} imports plug-in {target}" for target in sorted(graph[module] & plugins)]
         tree = ast.parse(path.read_text(encoding="utf-8"))
         docs = _docstrings(tree)
         for node in ast.walk(tree):

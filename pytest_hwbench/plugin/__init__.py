@@ -18,7 +18,6 @@ The package, in the order a run meets it:
 - `fixtures`: ``hwbench_case``, ``hwbench`` (`Hwbench`), the record on the test report.
 - `session`: ``pytest_configure``, the per-process `HwbenchState` (session start/finish,
   records to hooks, xdist workers and crashes, progress, summary).
-- `recording`: where records go (`TrackingConfig`, the `Tracker` that feeds the sinks).
 
 pytest registers this module object and pluggy looks hooks and fixtures up as its attributes,
 so every module-level hook and fixture of the submodules is imported here.
@@ -30,7 +29,6 @@ from .collection import pytest_collection_modifyitems, pytest_generate_tests
 from .fixtures import Hwbench, hwbench, hwbench_case, pytest_runtest_makereport
 from .grid import Selection, case_from_id, generate_cases, hardware_targets
 from .options import pytest_addhooks, pytest_addoption
-from .recording import Tracker, TrackingConfig
 from .session import HwbenchState, Progress, pytest_configure, pytest_hwbench_package_versions
 
 __all__ = [
@@ -38,8 +36,6 @@ __all__ = [
     "HwbenchState",
     "Progress",
     "Selection",
-    "Tracker",
-    "TrackingConfig",
     "case_from_id",
     "generate_cases",
     "hardware_targets",

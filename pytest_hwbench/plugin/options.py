@@ -19,7 +19,6 @@ from ..case import DEFAULT_NEW_TOKENS
 from ..models import FAMILIES, get_model, load_model_set, register_model
 from ..runner import DEFAULT_NOISE_RETRIES
 from ..scenarios import registered_modes, registered_scenarios
-from ..sinks._recorder import DEFAULT_DEADLINE_S
 from ..trackers import TimingConfig
 from ..vocabulary import DEFAULT_MODE, PRECISIONS
 from .grid import hardware_targets
@@ -57,7 +56,7 @@ def _names(option: str, what: str) -> Any:
     return parse
 
 
-def _text(option: str, what: str) -> Any:
+def text_option(option: str, what: str) -> Any:
     """A parser of one non-empty value (a name, a path, a URI)."""
 
     def parse(value: str) -> str:
@@ -117,7 +116,7 @@ MAX_CACHED_MODELS = 64
 MAX_NOISE_RETRIES = 10
 
 
-def _positive(option: str, kind: type, maximum: float | None = None) -> Any:
+def positive_option(option: str, kind: type, maximum: float | None = None) -> Any:
     """A parser of one number >= 0 (and <= `maximum`), refusing others with the range."""
 
     def parse(value: str) -> Any:
@@ -170,55 +169,30 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
     group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
                     metavar="PATH", help="add models from a TOML/JSON model-set file or a directory with config.json")
-    group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=_positive("--hwbench-warmup", int, MAX_ITERATIONS),
+    group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=positive_option("--hwbench-warmup", int, MAX_ITERATIONS),
                     default=3, metavar="N", help=f"warm-up iterations per case, 0 to {MAX_ITERATIONS} (default 3)")
     group.addoption("--hwbench-min-iterations", dest="hwbench_min_iterations",
-                    type=_positive("--hwbench-min-iterations", int, MAX_ITERATIONS), default=10, metavar="N",
+                    type=positive_option("--hwbench-min-iterations", int, MAX_ITERATIONS), default=10, metavar="N",
                     help=f"minimum timed iterations per case, 0 to {MAX_ITERATIONS} (default 10)")
-    group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=_positive("--hwbench-min-time", float, MAX_CASE_SECONDS),
+    group.addoption("--hwbench-min-time", dest="hwbench_min_time", type=positive_option("--hwbench-min-time", float, MAX_CASE_SECONDS),
                     default=1.0, metavar="SECONDS", help=f"minimum timed duration per case, 0 to {MAX_CASE_SECONDS:g} (default 1.0)")
     group.addoption("--hwbench-energy-time", dest="hwbench_energy_time",
-                    type=_positive("--hwbench-energy-time", float, MAX_CASE_SECONDS), default=1.0, metavar="SECONDS",
+                    type=positive_option("--hwbench-energy-time", float, MAX_CASE_SECONDS), default=1.0, metavar="SECONDS",
                     help="seconds of an extra loop that reads the GPU energy counter (NVML) per case; 0 turns "
                          "energy off (default 1.0; CPU cases never measure energy)")
     group.addoption("--hwbench-noise-retries", dest="hwbench_noise_retries",
-                    type=_positive("--hwbench-noise-retries", int, MAX_NOISE_RETRIES), default=DEFAULT_NOISE_RETRIES,
+                    type=positive_option("--hwbench-noise-retries", int, MAX_NOISE_RETRIES), default=DEFAULT_NOISE_RETRIES,
                     metavar="N",
                     help="measure a case again, up to N more times, when other processes held its cores (or "
                          "its GPU) while it was timed; the cleanest try is kept (0 to "
                          f"{MAX_NOISE_RETRIES}, default {DEFAULT_NOISE_RETRIES})")
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
-                    type=_positive("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
+                    type=positive_option("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
-    group.addoption("--hwbench-store", dest="hwbench_store", type=_text("--hwbench-store", "a directory"),
-                    default=None, metavar="DIR",
-                    help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
-    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri",
-                    type=_text("--hwbench-mlflow-uri", "a tracking URI, e.g. http://127.0.0.1:5000"),
-                    default=None, metavar="URI",
-                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<store>/mlflow.db)")
-    group.addoption("--hwbench-db", dest="hwbench_db", type=_text("--hwbench-db", "a DuckDB file path"),
-                    default=None, metavar="PATH",
-                    help="DuckDB results file (default: <store>/hwbench.duckdb)")
-    group.addoption("--hwbench-experiment", dest="hwbench_experiment",
-                    type=_text("--hwbench-experiment", "an MLflow experiment name, e.g. hwbench"),
-                    default=None, metavar="NAME",
-                    help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
     group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval",
-                    type=_positive("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS), default=60.0, metavar="SECONDS",
+                    type=positive_option("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS), default=60.0, metavar="SECONDS",
                     help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
                          "after every case)")
-    group.addoption("--hwbench-sink", dest="hwbench_sinks", action="append", default=[], metavar="SPEC",
-                    help="also write every record to this sink (repeatable): NAME, NAME:TARGET, a URI or a file "
-                         "a registered sink takes, e.g. duckdb:/shared/bench.duckdb")
-    group.addoption("--hwbench-sink-timeout", dest="hwbench_sink_timeout",
-                    type=_positive("--hwbench-sink-timeout", float, MAX_CASE_SECONDS), default=DEFAULT_DEADLINE_S,
-                    metavar="SECONDS",
-                    help="seconds each sink (MLflow, DuckDB, ...) may spend per session on calls that fail or do "
-                         "not answer, then its records stay in the spool for `hwbench replay`; 0 waits without "
-                         f"limit (default {DEFAULT_DEADLINE_S:g})")
-    group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
-                    help="record nothing: no spool, no MLflow, no DuckDB")
 
 
 # --- at pytest_configure ----------------------------------------------------------------------

@@ -1,8 +1,8 @@
 """Session wiring: per-process state, configure/start/finish, records to hooks, xdist, progress.
 
-`pytest_configure` checks the options, creates one `HwbenchState` per process (registered as
-plugin ``hwbench-state``) and, on the controller, the `Tracker` that writes records (plugin
-``hwbench-tracker``, `pytest_hwbench.plugin.recording`). The state's hooks fire
+`pytest_configure` checks the options and creates one `HwbenchState` per process (registered as
+plugin ``hwbench-state``); the records are written by the recording plug-in
+(`pytest_hwbench.sinks.recording`), which implements the hooks the state fires. The state fires
 `pytest_hwbench_session_start`, `pytest_hwbench_record` and `pytest_hwbench_session_finish`,
 give each xdist worker the session id, its GPU and a slice of the cores, write a ``crashed``
 record for a case whose worker died, print progress lines and the run's hwbench summary.
@@ -36,7 +36,6 @@ from ..runner import Runner
 from ..trackers import TimingConfig
 from .grid import case_from_id
 from .options import apply_options, register_markers
-from .recording import Tracker, TrackingConfig
 
 RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
 CASE_ATTR = "hwbench_case"  # the case id on every report of a case
@@ -49,16 +48,6 @@ def pytest_configure(config: pytest.Config) -> None:
     state = HwbenchState(config)
     config.stash[STATE] = state
     config.pluginmanager.register(state, "hwbench-state")
-    if not state.is_worker and not config.getoption("hwbench_no_track"):
-        try:
-            tracking = TrackingConfig.resolve(
-                config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
-                config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
-                tuple(config.getoption("hwbench_sinks")), config.getoption("hwbench_sink_timeout"),
-            )
-        except ValueError as exc:
-            raise pytest.UsageError(str(exc)) from None
-        config.pluginmanager.register(Tracker(tracking), "hwbench-tracker")
 
 
 def case_of(item: pytest.Item) -> BenchCase | None:

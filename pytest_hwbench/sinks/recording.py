@@ -1,8 +1,12 @@
-"""Where a session's records go: the spool, then MLflow and DuckDB (the plugin's record hooks).
+"""The recording plug-in (``pytest11`` entry point ``hwbench-recording``): every record to the
+spool first, then to the default sinks (the store's MLflow tracking URI and DuckDB file) and
+``--hwbench-sink``, on the controller or the serial process.
 
-`TrackingConfig.resolve` validates the store settings before any case runs; `Tracker` is the
-pytest plugin object that feeds a `Recorder` on the controller (or the serial process). The
-timers that measure a case are elsewhere (`pytest_hwbench.trackers`).
+The base plugin measures and fires ``pytest_hwbench_session_start``, ``pytest_hwbench_record`` and
+``pytest_hwbench_session_finish``; the `Tracker` here implements them, as a third party's
+recorder would. The sinks come from ``pytest_hwbench_default_sinks`` (ours is ``trylast``: a
+conftest that answers it replaces MLflow and DuckDB and keeps the spool). `TrackingConfig.resolve`
+validates the store settings before any case runs. ``-p no:hwbench-recording`` records nothing.
 """
 
 from __future__ import annotations
@@ -16,10 +20,69 @@ from typing import Any
 
 import pytest
 
+from ..plugin.options import MAX_CASE_SECONDS, positive_option, text_option
+from ..plugin.session import STATE, installed_versions
 from ..record import BenchmarkRecord, SessionInfo
-from ..sinks import DEFAULT_DEADLINE_S, Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
-from ..sinks.mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
+from . import DEFAULT_DEADLINE_S, Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
+from .base import Sink
+from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+
+
+def pytest_addoption(parser: pytest.Parser) -> None:
+    group = parser.getgroup("hwbench")
+    group.addoption("--hwbench-store", dest="hwbench_store", type=text_option("--hwbench-store", "a directory"),
+                    default=None, metavar="DIR",
+                    help="local store: MLflow SQLite db, DuckDB file and spool (default: <rootdir>/mlruns)")
+    group.addoption("--hwbench-mlflow-uri", dest="hwbench_mlflow_uri",
+                    type=text_option("--hwbench-mlflow-uri", "a tracking URI, e.g. http://127.0.0.1:5000"),
+                    default=None, metavar="URI",
+                    help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///<store>/mlflow.db)")
+    group.addoption("--hwbench-db", dest="hwbench_db", type=text_option("--hwbench-db", "a DuckDB file path"),
+                    default=None, metavar="PATH",
+                    help="DuckDB results file (default: <store>/hwbench.duckdb)")
+    group.addoption("--hwbench-experiment", dest="hwbench_experiment",
+                    type=text_option("--hwbench-experiment", "an MLflow experiment name, e.g. hwbench"),
+                    default=None, metavar="NAME",
+                    help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    group.addoption("--hwbench-sink", dest="hwbench_sinks", action="append", default=[], metavar="SPEC",
+                    help="also write every record to this sink (repeatable): NAME, NAME:TARGET, a URI or a file "
+                         "a registered sink takes, e.g. duckdb:/shared/bench.duckdb")
+    group.addoption("--hwbench-sink-timeout", dest="hwbench_sink_timeout",
+                    type=positive_option("--hwbench-sink-timeout", float, MAX_CASE_SECONDS), default=DEFAULT_DEADLINE_S,
+                    metavar="SECONDS",
+                    help="seconds each sink (MLflow, DuckDB, ...) may spend per session on calls that fail or do "
+                         "not answer, then its records stay in the spool for `hwbench replay`; 0 waits without "
+                         f"limit (default {DEFAULT_DEADLINE_S:g})")
+    group.addoption("--hwbench-no-track", dest="hwbench_no_track", action="store_true",
+                    help="record nothing: no spool, no MLflow, no DuckDB")
+
+
+@pytest.hookimpl(trylast=True)  # after the base plugin made the process's state
+def pytest_configure(config: pytest.Config) -> None:
+    state = config.stash.get(STATE, None)
+    if state is None or state.is_worker or config.getoption("hwbench_no_track"):
+        return  # workers measure, the controller writes (xdist); or the base plugin is off
+    try:
+        tracking = TrackingConfig.resolve(
+            config.getoption("hwbench_store"), config.getoption("hwbench_mlflow_uri"),
+            config.getoption("hwbench_db"), config.getoption("hwbench_experiment"), config.rootpath,
+            tuple(config.getoption("hwbench_sinks")), config.getoption("hwbench_sink_timeout"),
+        )
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
+    config.pluginmanager.register(Tracker(tracking), "hwbench-tracker")
+
+
+@pytest.hookimpl(optionalhook=True)
+def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
+    return installed_versions(("mlflow", "duckdb"))
+
+
+@pytest.hookimpl(trylast=True, optionalhook=True)
+def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink]:
+    return [open_sink(f"mlflow:{tracking.mlflow_uri}", experiment=tracking.experiment),
+            open_sink(f"duckdb:{tracking.db_path}")]
 
 
 @dataclass(frozen=True)
@@ -184,4 +247,5 @@ class Tracker:
                 write(f"hwbench:   {name}: {redact_uri(error)}")
 
 
-__all__ = ["Tracker", "TrackingConfig"]
+__all__ = ["Tracker", "TrackingConfig", "pytest_addoption", "pytest_configure", "pytest_hwbench_default_sinks",
+           "pytest_hwbench_package_versions"]
