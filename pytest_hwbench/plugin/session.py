@@ -378,7 +378,7 @@ class HwbenchState:
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
         if self._runner is not None:
-            self._runner.close()
+            self._runner.close(collect=False)
             # Backends that hold a process-wide resource (a browser) end it here: also after a
             # failure or Ctrl-C, which still finish the session.
             for backend in registered_backends().values():
