@@ -49,6 +49,16 @@ def load_group(group: str, *, kind: str) -> None:
 T = TypeVar("T")
 
 
+def missing_members(obj: object, protocol: type) -> list[str]:
+    """The members of `protocol` (attributes and methods, its own and its bases') that `obj` lacks."""
+    names: set[str] = set()
+    for cls in protocol.__mro__:
+        if cls is object or cls.__name__ in ("Protocol", "Generic"):
+            continue
+        names |= {n for n in (*vars(cls), *getattr(cls, "__annotations__", {})) if not n.startswith("_")}
+    return sorted(n for n in names if not hasattr(obj, n))
+
+
 class Registry(Generic[T]):
     """The plugins of one kind by name, filled by `register` as the modules of entry-point
     `group` are imported (`loaded` imports them once)."""
@@ -75,4 +85,4 @@ class Registry(Generic[T]):
 
 
 __all__ = ["BACKENDS_GROUP", "COMMANDS_GROUP", "HARDWARE_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry",
-           "load_group"]
+           "load_group", "missing_members"]

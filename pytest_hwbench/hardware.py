@@ -486,8 +486,11 @@ def register_probe(name: str, probe: Callable[[], TargetInfo]) -> Callable[[], T
 
 
 def registered_probes() -> dict[str, Callable[[], TargetInfo]]:
-    """Every probe by target: the base ones, then the entry-point group's, imported once."""
-    return _PROBES.loaded()
+    """Every probe by target, imported once: the vocabulary's targets in its order
+    (`TARGETS`), then others in the order they registered."""
+    probes = _PROBES.loaded()
+    order = [t for t in TARGETS if t in probes] + [t for t in probes if t not in TARGETS]
+    return {name: probes[name] for name in order}
 
 
 for _name, _probe in (("cpu", detect_cpu), ("cuda", detect_cuda), ("rocm", detect_rocm), ("mps", detect_mps),

@@ -43,6 +43,7 @@ def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig
 
 @pytest.hookspec
 def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
-    """Controller or serial process, once: distribution -> version for the session's info; every
-    answer is merged (later answers add to earlier ones). Ours: the core packages and those of
-    each registered backend (`Backend.distributions`) and default sink."""
+    """Controller or serial process, once: distribution -> version for the session's info. Every
+    answer is merged into one mapping (a conftest adds to ours; for a distribution several answer,
+    ours win). Ours: the core packages, each registered backend's `Backend.distributions`, and the
+    recording plug-in's sinks."""

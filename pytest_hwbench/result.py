@@ -14,6 +14,9 @@ from .trackers import Latency, Memory
 if TYPE_CHECKING:
     from .case import BenchCase
 
+#: `CaseResult.forwards_per_iteration` when not given: ask the case's scenario.
+FROM_SCENARIO: float = float("-inf")
+
 
 @dataclass(frozen=True)
 class CaseResult:
@@ -37,8 +40,9 @@ class CaseResult:
     noise_reason: str = ""
     tries: int | None = None
     interference: dict[str, Any] = field(default_factory=dict)
-    #: FLOPs of one timed iteration, in forward passes (the scenario's; None: no single figure)
-    forwards_per_iteration: float | None = 1.0
+    #: FLOPs of one timed iteration, in forward passes (None: no single figure, e.g. generate);
+    #: left out, the case's scenario says (`Scenario.forwards_per_iteration`)
+    forwards_per_iteration: float | None = FROM_SCENARIO
 
     @property
     def throughput(self) -> float:
@@ -51,6 +55,10 @@ class CaseResult:
         arch = self.spec.architecture
         lat = self.latency
         forwards = self.forwards_per_iteration
+        if forwards == FROM_SCENARIO:  # None compares unequal
+            from .scenarios import get_scenario
+
+            forwards = get_scenario(self.case.mode).forwards_per_iteration
         return BenchmarkRecord(
             **_case_fields(self.case, self.spec, session_id),
             status="passed",

@@ -128,8 +128,13 @@ class Runner:
         call = loaded.prepare(spec.make_inputs(case.batch_size))
         details = dict(loaded.details or {})
         metrics = {k: float(details.pop(k)) for k in list(details) if k in _DETAIL_METRICS}
-        tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index) \
-            if not isinstance(call, MeasuredElsewhere) else None
+        if isinstance(call, MeasuredElsewhere):
+            tracker = None
+        elif loaded.timer == "remote":
+            raise TypeError(f"{case.backend}: timer 'remote', but its prepared call is not MeasuredElsewhere: give the "
+                            "call a measure_remote(timing) method returning a pytest_hwbench.RemoteMeasurement")
+        else:
+            tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index)
         tries: list[_Try] = []
         threads = loaded.threads
         try:
@@ -170,16 +175,10 @@ class Runner:
         """One measurement of `call`, bracketed by the interference monitor, judged: the timed
         loop (after the cold call when `first`), or the call's own remote measurement."""
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
-        with InterferenceMonitor(gpu, loaded.own_pids(), self.reference) as monitor:
-            if tracker is None:
-                remote: Any = call.measure_remote(self.timing)
-            else:
-                memory = MemoryTracker(loaded.device_kind, loaded.device_index, foreign_mb=foreign)
-                with memory.track():
-                    cold = tracker.time_once(call) if first else float("nan")
-                    latency = tracker.run(call, self.timing)
-                    more = call.measure_more(tracker, self.timing, latency) if isinstance(call, MeasuresMore) else {}
+        monitor = InterferenceMonitor(gpu, loaded.own_pids(), self.reference)
         if tracker is None:
+            with monitor:
+                remote: Any = call.measure_remote(self.timing)
             latency = Latency.from_values(remote.timings_ms)
             cold_ms = remote.cold_latency_ms if remote.cold_latency_ms is not None else latency.values_ms[0]
             measured = _Try(latency, Memory(None, remote.peak_device_memory_mb), float(cold_ms),
@@ -187,6 +186,11 @@ class Runner:
             if not remote.on_this_host:
                 return measured
         else:
+            memory = MemoryTracker(loaded.device_kind, loaded.device_index, foreign_mb=foreign)
+            with memory.track(), monitor:
+                cold = tracker.time_once(call) if first else float("nan")
+                latency = tracker.run(call, self.timing)
+                more = call.measure_more(tracker, self.timing, latency) if isinstance(call, MeasuresMore) else {}
             assert memory.result is not None
             measured = _Try(latency, memory.result, cold, dict(more), threads=threads)
         verdict, reason = judge(monitor.readings)

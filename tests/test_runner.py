@@ -244,3 +244,39 @@ def test_the_case_after_an_out_of_memory_case_starts_with_its_memory_free(pytest
         "--hwbench-batch-sizes", "1,8,2", "--hwbench-warmup", "0", "--hwbench-min-iterations", "1",
         "--hwbench-min-time", "0", "--hwbench-no-track", "-rx")
     result.assert_outcomes(passed=2, xfailed=1)
+
+
+class _OldRemoteBackend(_RemoteBackend):
+    """The timer-'remote' contract before `MeasuredElsewhere`: times left in details, a plain call."""
+
+    name = "old-remote-test"
+
+    def load(self, spec, hardware, precision, device_index=0):
+        return LoadedModel(precision="fp32", device_name="remote phone", prepare=lambda inputs: (lambda: None),
+                           timer="remote", details={"remote_timings_ms": list(REMOTE_TIMES)})
+
+
+def test_a_remote_timer_without_measure_remote_names_the_contract():
+    backend = register_backend(_OldRemoteBackend())
+    try:
+        with pytest.raises(TypeError, match="not MeasuredElsewhere: give the call a measure_remote"):
+            Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0)).run(
+                BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
+    finally:
+        _REGISTRY.pop(backend.name, None)
+
+
+def test_a_result_built_by_hand_asks_its_scenario_for_the_forwards_per_iteration():
+    from pytest_hwbench import CaseResult, Latency, Memory, get_model
+
+    def record(mode: str, **extra):
+        case = BenchCase("gpt2-tiny", "torch", "cpu", "fp32", 1, mode=mode)
+        return CaseResult(case=case, spec=get_model("gpt2-tiny"), precision="fp32", device_name="cpu", threads=1,
+                          latency=Latency.from_values([1.0, 2.0]), cold_latency_ms=2.0, load_time_s=0.1,
+                          memory=Memory(None, None), load_cached=False, **extra).to_record("s")
+
+    assert record("generate").achieved_tflops is None  # generate has no single FLOP figure
+    inference = record("inference").achieved_tflops
+    assert inference is not None and inference > 0
+    assert record("train").achieved_tflops == pytest.approx(3 * inference)  # a step is about 3 forwards
+    assert record("inference", forwards_per_iteration=None).achieved_tflops is None

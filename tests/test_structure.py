@@ -170,3 +170,12 @@ def test_a_backend_missing_a_member_is_refused_naming_the_fix():
 
     with pytest.raises(TypeError, match="subclass pytest_hwbench.Backend"):
         register_backend(Bare())
+
+
+def test_detection_lists_the_vocabularys_targets_in_its_order():
+    from pytest_hwbench.hardware import TARGETS, detect_hardware
+
+    found = list(detect_hardware().targets)
+    ours = [t for t in found if t in TARGETS]
+    assert ours == [t for t in TARGETS if t in found]
+    assert found[: len(ours)] == ours  # a third party's targets come after

@@ -159,6 +159,13 @@ def test_a_later_process_reuses_the_probe_of_the_same_browser(monkeypatch, tmp_p
         detect.web_facts.cache_clear()
         assert "the browser was started again" in detect.web_facts()["probe_error"]
         monkeypatch.delenv("HWBENCH_BROWSER_FLAGS")
+        cached = tmp_path / "web" / "probe.json"
+        for broken in ('{"at": null}', "[1, 2]", "not json"):  # a malformed cache is a miss, not a failure
+            saved = cached.read_text()
+            cached.write_text(broken)
+            detect.web_facts.cache_clear()
+            assert "the browser was started again" in detect.web_facts()["probe_error"], broken
+            cached.write_text(saved)
         monkeypatch.setenv("HWBENCH_WEB_PROBE", "fresh")
         detect.web_facts.cache_clear()
         assert "the browser was started again" in detect.web_facts()["probe_error"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from .._plugins import BACKENDS_GROUP, Registry
+from .._plugins import BACKENDS_GROUP, Registry, missing_members
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 
@@ -128,9 +128,9 @@ _REGISTRY = _BACKENDS.items
 def register_backend(backend: Backend) -> Backend:
     """Add a backend (called by each backend module at import)."""
     if not isinstance(backend, Backend):
-        raise TypeError(f"{backend!r} does not implement the Backend protocol (name, hardware, precisions, "
-                        "markers, default_precisions, unavailable, load; subclass "
-                        "pytest_hwbench.Backend to inherit opt_in_hardware, marker_docs and shutdown)")
+        raise TypeError(f"{backend!r} does not implement the Backend protocol: it lacks "
+                        f"{', '.join(missing_members(backend, Backend))} (subclass pytest_hwbench.Backend to inherit "
+                        "the members with defaults)")
     return _BACKENDS.register(backend.name, backend)
 
 

@@ -414,7 +414,7 @@ class _Session:
 class QaiHubBackend(Backend):
     """Qualcomm AI Hub: compile for and profile on a hosted Snapdragon device's NPU."""
 
-    distributions = ("qai-hub", "onnx")
+    distributions = ("qai-hub",)
     marker_docs = {"qnn": "cases that run on a Qualcomm NPU through Qualcomm AI Hub"}
 
     name = "qai_hub"

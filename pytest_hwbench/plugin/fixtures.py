@@ -95,12 +95,12 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
     if case is not None:
         setattr(report, CASE_ATTR, case.id)
     if call.when == "call" and _RECORD in item.stash:
-        # An xdist worker's report travels to the controller as JSON: the record as a dict. A
-        # serial run hands the record itself to its own logreport hook (no dict and back).
+        # The report carries the record as a dict (an xdist worker's report travels to the
+        # controller as JSON; conftests and report plugins read it). A serial run also hands the
+        # record itself to its own logreport hook, which so need not read it back from the dict.
         record, state = item.stash[_RECORD], item.config.stash[STATE]
-        if state.is_worker:
-            setattr(report, RECORD_ATTR, record.to_dict())
-        else:
+        setattr(report, RECORD_ATTR, record.to_dict())
+        if not state.is_worker:
             state.finished[report.nodeid] = record
     return report
 

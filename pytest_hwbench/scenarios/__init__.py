@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from .._plugins import SCENARIOS_GROUP, Registry
+from .._plugins import SCENARIOS_GROUP, Registry, missing_members
 from ..vocabulary import DEFAULT_MODE
 
 if TYPE_CHECKING:
@@ -80,9 +80,9 @@ class MeasuresMore(Protocol):
 def register_scenario(scenario: Scenario) -> Scenario:
     """Add a mode (called by each scenario module at import; a third party's too)."""
     if not isinstance(scenario, Scenario):
-        raise TypeError(f"{scenario!r} does not implement the Scenario protocol (mode, backends, precisions, "
-                        "description, supports, unavailable, load; subclass pytest_hwbench.scenarios.Scenario "
-                        "to inherit options and forwards_per_iteration)")
+        raise TypeError(f"{scenario!r} does not implement the Scenario protocol: it lacks "
+                        f"{', '.join(missing_members(scenario, Scenario))} (subclass pytest_hwbench.Scenario to "
+                        "inherit the members with defaults)")
     return _SCENARIOS.register(scenario.mode, scenario)
 
 

@@ -17,7 +17,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
-from pytest_hwbench._plugins import SINKS_GROUP, Registry
+from pytest_hwbench._plugins import SINKS_GROUP, Registry, missing_members
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 #: Entry-point group every sink module is listed under, ours included.
@@ -183,11 +183,16 @@ def open_sink(uri_or_name: str, **options: Any) -> Sink:
     until the sink is used. `options` go to the factory (e.g. ``experiment="hwbench"`` for MLflow).
     """
     name, target = resolve_sink(uri_or_name)
-    sink = SINKS[name](target, **options)
+    return check_sink(SINKS[name](target, **options), f"sink {name!r}")
+
+
+def check_sink(sink: Any, source: str) -> Sink:
+    """`sink` when it implements the `Sink` protocol, else TypeError naming what it lacks and
+    where it came from (`source`)."""
     if not isinstance(sink, Sink):
-        raise TypeError(f"sink {name!r} built {sink!r}, which does not implement the Sink protocol (name, "
-                        "open_session, write, existing_ids, close; subclass pytest_hwbench.sinks.Sink to inherit "
-                        "where and browse)")
+        raise TypeError(f"{source} gave {sink!r}, which does not implement the Sink protocol: it lacks "
+                        f"{', '.join(missing_members(sink, Sink))} (subclass pytest_hwbench.sinks.Sink to inherit "
+                        "the members with defaults)")
     return sink
 
 
@@ -207,6 +212,7 @@ __all__ = [
     "SINKS",
     "Sink",
     "SinkFactory",
+    "check_sink",
     "normalize_status",
     "open_sink",
     "read_sink",

@@ -25,7 +25,7 @@ from ..plugin.session import STATE, installed_versions
 from ..record import BenchmarkRecord, SessionInfo
 from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 from . import DEFAULT_DEADLINE_S, Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
-from .base import Sink
+from .base import Sink, check_sink
 from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 
 
@@ -204,11 +204,18 @@ class Tracker:
                 "pytest_hwbench_session_start must come first"
             hook = self._pytest_config.hook
             defaults = hook.pytest_hwbench_default_sinks(config=self._pytest_config, tracking=self.config) or []
-            sinks = [*defaults, *(open_sink(spec) for spec in self.config.extra_sinks)]
+            for sink in defaults:
+                check_sink(sink, "pytest_hwbench_default_sinks")
+            sinks = [*defaults, *(self._open_extra(spec) for spec in self.config.extra_sinks)]
             self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer,
                                      deadline_s=self.config.sink_timeout_s, notify=self._notify)
             self.recorder.start(self._session)
         self.recorder.emit(record)
+
+    def _open_extra(self, spec: str) -> Sink:
+        """A ``--hwbench-sink``; an MLflow one logs to the session's experiment too."""
+        name, _ = resolve_sink(spec)
+        return open_sink(spec, **({"experiment": self.config.experiment} if name == "mlflow" else {}))
 
     def pytest_hwbench_session_finish(self, exitstatus: int) -> None:
         if self.recorder is not None:

@@ -15,6 +15,7 @@ interpretation here.
 from __future__ import annotations
 
 import functools
+import hashlib
 import json
 import os
 import platform
@@ -73,8 +74,7 @@ def web_facts() -> dict[str, Any]:
     if browser is not None and os.environ.get(PROBE_ENV, "").strip() == "0":
         facts["probe_error"] = f"{PROBE_ENV}=0 turned the capability probe off"
     elif browser is not None:
-        key = {"host": platform.node(), "browser": asdict(browser), "ort_web": facts["ort_web"],
-               "flags": os.environ.get("HWBENCH_BROWSER_FLAGS", "")}
+        key = _probe_key(asdict(browser), facts["ort_web"])
         facts["probe"] = _cached_probe(key)
         if facts["probe"] is None:
             try:
@@ -84,6 +84,23 @@ def web_facts() -> dict[str, Any]:
             else:
                 _store_probe(key, facts["probe"])
     return facts
+
+
+def _probe_key(browser: Mapping[str, Any], ort_web: Any) -> dict[str, Any]:
+    """What the probe's findings depend on: host, browser, onnxruntime-web, the flags the browser
+    starts with, the probe page itself and this package's version."""
+    from importlib.metadata import PackageNotFoundError, version
+
+    from ._driver import BROWSER_FLAGS, FLAGS_ENV
+
+    page = Path(__file__).with_name("page")
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted(page.glob("bench.*")))).hexdigest()[:16]
+    try:
+        ours = version("pytest-hwbench")
+    except PackageNotFoundError:
+        ours = "?"
+    return {"host": platform.node(), "browser": dict(browser), "ort_web": ort_web, "page": digest,
+            "flags": [*BROWSER_FLAGS, os.environ.get(FLAGS_ENV, "")], "pytest_hwbench": ours}
 
 
 def _probe_file() -> Path:
@@ -96,10 +113,11 @@ def _cached_probe(key: Mapping[str, Any]) -> dict[str, Any] | None:
         return None
     try:
         entry = json.loads(_probe_file().read_text())
-    except (OSError, ValueError):
+        fresh = 0 <= time.time() - float(entry["at"]) < PROBE_CACHE_S
+        same = entry["key"] == json.loads(json.dumps(key))
+        return dict(entry["probe"]) if fresh and same else None
+    except (OSError, ValueError, TypeError, KeyError):  # unreadable or malformed: probe again
         return None
-    fresh = isinstance(entry, dict) and 0 <= time.time() - float(entry.get("at", 0)) < PROBE_CACHE_S
-    return dict(entry["probe"]) if fresh and entry.get("key") == json.loads(json.dumps(key)) else None
 
 
 def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any]) -> None:
