@@ -229,7 +229,7 @@ class Side:
         if self.where["dists"] != [self.where["dist"]] or not self.where["dist"].startswith(str(self.venv)):
             raise Failure(f"{self.name}: pytest-hwbench metadata visible: {self.where['dists']}; only this "
                           f"side's, under {self.venv}, may be")
-        outside = [f"{ep} ({origin})" for ep, origin in zip(self.where["entry_points"], self.where["entry_point_files"])
+        outside = [f"{ep} ({origin})" for ep, origin in zip(self.where["entry_points"], self.where["entry_point_files"], strict=True)
                    if origin is None or self.tree.resolve() not in Path(origin).resolve().parents]
         if outside or not self.where["entry_points"]:
             raise Failure(f"{self.name}: pytest11 entry points not in {self.tree}: "
