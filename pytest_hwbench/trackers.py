@@ -101,7 +101,7 @@ def event_timer_unavailable(kind: str) -> str | None:
         import torch
     except ImportError:
         return "torch is not installed"
-    module = getattr(torch, kind, None)
+    module = device_module(kind)  # a timer kind is named after the torch module it uses
     if module is None or not hasattr(module, "Event"):
         return f"torch {torch.__version__} has no torch.{kind}.Event"
     if not module.is_available():
@@ -173,9 +173,7 @@ class LatencyTracker:
         return Latency.from_values(values)
 
     def _run_events(self, fn: Callable[[], Any], config: TimingConfig) -> list[float]:
-        import torch
-
-        module = getattr(torch, self.kind)
+        module = device_module(self.kind)
         # Events go on the stream the work goes to: the current stream of the measured device,
         # not of whichever device is current. MPS has one device and one stream.
         stream = None if self.kind == "mps" else module.current_stream(self.device_index)
