@@ -1,7 +1,7 @@
 """Hardware and runtime detection: what this machine can run, and why not where it cannot.
 
-`detect_hardware()` runs the probes once per process and returns a `HardwareInfo`: one
-`TargetInfo` per registered target, each saying whether it is available, why not, its devices and
+`detect_hardware(targets)` runs the probes of the targets asked for (all when none are named), each
+at most once per process, and returns a `HardwareInfo`: one `TargetInfo` per target, each saying whether it is available, why not, its devices and
 the precisions it runs natively. The CPU and torch's GPU runtimes (cuda, rocm, mps, xpu) are
 probed here; other targets (openvino, onnxruntime, qnn, the web targets, a third party's) by
 probe modules of the ``pytest_hwbench.hardware`` entry-point group (`register_probe`).
@@ -13,11 +13,11 @@ is tested on facts recorded on machines that have the hardware.
 
 from __future__ import annotations
 
-import functools
 import importlib
 import os
 import platform
-from collections.abc import Callable, Mapping
+import threading
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
@@ -498,16 +498,55 @@ for _name, _probe in (("cpu", detect_cpu), ("cuda", detect_cuda), ("rocm", detec
     register_probe(_name, _probe)
 
 
-@functools.cache
-def detect_hardware() -> HardwareInfo:
-    """Probe every target once per process; a probe that crashes reports the target unavailable."""
-    targets = {}
-    for name, probe in registered_probes().items():
-        try:
-            targets[name] = probe()
-        except Exception as exc:  # a broken driver must not stop the session
-            targets[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
-    return HardwareInfo(targets)
+#: target -> what its probe found, once per process (`detect_hardware`).
+_FOUND: dict[str, TargetInfo] = {}
+_FOUND_LOCK = threading.Lock()
+
+
+def _probes_for(targets: Iterable[str] | None) -> dict[str, Callable[[], TargetInfo]]:
+    """The probes of `targets` (every registered target when None), in `registered_probes`'s
+    order. The CPU and torch runtimes are built in: asking only for them imports no probe module."""
+    if targets is None:
+        return registered_probes()
+    wanted = list(dict.fromkeys(targets))
+    probes = _PROBES.items if all(name in _PROBES.items for name in wanted) else registered_probes()
+    unknown = [name for name in wanted if name not in probes]
+    if unknown:
+        raise ValueError(f"unknown hardware target(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(registered_probes())}")
+    order = [t for t in TARGETS if t in wanted] + [t for t in wanted if t not in TARGETS]
+    return {name: probes[name] for name in order}
+
+
+def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
+    """What this machine has for `targets` (every registered target when None), each probed at
+    most once per process: a CPU question runs the CPU probe only, and no browser starts unless a
+    web target is asked for. A probe that crashes reports its target unavailable; an unknown
+    target name is a ValueError naming the known ones."""
+    found = {}
+    for name, probe in _probes_for(targets).items():
+        with _FOUND_LOCK:
+            if name not in _FOUND:
+                try:
+                    _FOUND[name] = probe()
+                except Exception as exc:  # a broken driver must not stop the session
+                    _FOUND[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
+            found[name] = _FOUND[name]
+    return HardwareInfo(found)
+
+
+def probed_hardware() -> HardwareInfo:
+    """The targets this process has probed so far (nothing is probed by asking)."""
+    with _FOUND_LOCK:
+        done = dict(_FOUND)
+    order = [t for t in TARGETS if t in done] + [t for t in done if t not in TARGETS]
+    return HardwareInfo({name: done[name] for name in order})
+
+
+def forget_detection() -> None:
+    """Drop what was probed, so the next `detect_hardware` probes again (tests, long-lived services)."""
+    with _FOUND_LOCK:
+        _FOUND.clear()
 
 
 __all__ = [
@@ -519,8 +558,10 @@ __all__ = [
     "TargetInfo",
     "TorchFacts",
     "detect_hardware",
+    "forget_detection",
     "gather_torch_facts",
     "not_available",
+    "probed_hardware",
     "register_probe",
     "registered_probes",
     "target_from_facts",
