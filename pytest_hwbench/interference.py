@@ -10,9 +10,16 @@ A timed loop is bracketed by two `HostSnapshot`s. Between them, on the cores thi
 - ``steal`` is time the hypervisor gave the vCPU to someone else;
 - this process's own CPU time against the wall time says how many cores the case kept busy.
 
-A fixed reference kernel is timed before and after the loop (`reference_us`) and set against
-the fastest this host has run it (`ReferenceBaseline`): a virtual machine whose physical cores
-are shared with a neighbour runs multi-threaded code slower while every counter above stays quiet.
+A fixed reference kernel is timed before and after the loop (`reference_us`). Two things come of it:
+
+- ``host_speed``: this host's recent baseline for the kernel (`ReferenceBaseline`: a low percentile
+  of its recent times, i.e. the fast end of how this host has run lately) over the kernel's time
+  beside the case. 1.0 is the host at its recent best, 0.75 a host running a third slower. A virtual
+  machine whose physical cores are shared with a neighbour runs multi-threaded code slower while
+  every counter above stays quiet; that is *host speed*, carried with the record so comparisons
+  and predictors can correct for it. A steady slow host is not interference: its records are clean.
+- the kernel before against after: when they disagree by more than `MAX_REFERENCE_CHANGE`, the
+  host changed speed *during* the case, and the record is noisy.
 
 Also read: the 1-minute load average, the CPU clock where the kernel exposes it, and on NVIDIA
 GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reasons and the other
@@ -26,6 +33,7 @@ from __future__ import annotations
 
 import functools
 import json
+import math
 import os
 import time
 from collections.abc import Mapping
@@ -59,9 +67,17 @@ GPU_INFO_REASONS: dict[int, str] = {
     0x100: "display clock setting",
 }
 
-#: A record is noisy when the reference kernel (`reference_us`) ran this much slower than the
-#: fastest this host has run it: the host itself was slower than it can be.
+#: A record is noisy when the reference kernel timed after the loop and the one timed before
+#: disagree by more than this factor: the host changed speed while the case ran.
+MAX_REFERENCE_CHANGE = 1.2
+#: Kept for readers of older figures: a side-by-side reference ratio above this between two
+#: sessions is a host-speed change worth naming (compare corrects for it instead of refusing).
 MAX_REFERENCE_SLOWDOWN = 1.1
+#: Reference readings kept per host in the baseline file (the most recent ones).
+RECENT_READINGS = 64
+#: Percentile of the recent reference times that is the host's baseline: its fast end, robust to a
+#: single lucky reading (one fast outlier among 64 moves it by nothing).
+BASELINE_PERCENTILE = 10.0
 #: Side of the float32 matrix the reference kernel multiplies, and products per sample: torch's
 #: intra-op threads share each product, so the kernel feels what multi-threaded model kernels feel
 #: (about 0.45 ms per sample on the project's 2-core AMD EPYC runner).
@@ -198,18 +214,30 @@ def _host_key() -> str:
 
 
 class ReferenceBaseline:
-    """The fastest the reference kernel has run on this host: in this process, and across runs
-    in ``cache_dir("reference")/baseline.json`` (so a whole session on a slowed host is seen as
-    such, not taken for the host's speed). `path` None keeps it in memory only."""
+    """This host's recent reference-kernel times and the baseline drawn from them.
 
-    def __init__(self, path: Path | None = None) -> None:
+    The readings live in this process and, across runs, in ``cache_dir("reference")/baseline.json``
+    (one list per host key: node, CPU, cores allowed and torch's thread count), the last
+    `keep` of them. The baseline is their `BASELINE_PERCENTILE` percentile: the fast end of how
+    this host has run lately, not the fastest it ever ran (an all-time best made an hour in a
+    slower regime look like an hour of interference). `path` None keeps the readings in memory only.
+    A file in an older form (one all-time best per host) holds no recent readings and is ignored.
+    """
+
+    def __init__(self, path: Path | None = None, keep: int = RECENT_READINGS) -> None:
+        if keep < 1:
+            raise ValueError(f"keep must be >= 1 reading, got {keep!r}")
         self.path = path
-        self.best_us: float | None = None
+        self.keep = keep
+        self.recent: list[float] = []
         if path is not None:
             try:
-                self.best_us = float(json.loads(path.read_text())[_host_key()])
-            except (OSError, ValueError, KeyError, TypeError):
-                self.best_us = None
+                stored = json.loads(path.read_text()).get(_host_key())
+            except (OSError, ValueError, AttributeError):
+                stored = None
+            if isinstance(stored, dict) and isinstance(stored.get("recent"), list):
+                self.recent = [float(v) for v in stored["recent"]
+                               if isinstance(v, (int, float)) and v > 0][-keep:]
 
     @classmethod
     def default(cls) -> ReferenceBaseline:
@@ -218,12 +246,27 @@ class ReferenceBaseline:
 
         return cls(cache_dir("reference") / "baseline.json")
 
-    def ratio(self, measured_us: float) -> float:
-        """`measured_us` over the best so far (1.0 for a new best, which is remembered)."""
-        if self.best_us is None or measured_us < self.best_us:
-            self.best_us = measured_us
-            self._save()
-        return measured_us / self.best_us
+    @property
+    def baseline_us(self) -> float | None:
+        """The `BASELINE_PERCENTILE` percentile of the recent readings (None before the first)."""
+        if not self.recent:
+            return None
+        ordered = sorted(self.recent)
+        position = (len(ordered) - 1) * BASELINE_PERCENTILE / 100.0
+        low = int(position)
+        high = min(low + 1, len(ordered) - 1)
+        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+
+    def host_speed(self, measured_us: float) -> float:
+        """Remember `measured_us`, then the baseline over it: 1.0 at the host's recent best,
+        below 1 when the host runs slower than it has lately (0.75: a third slower)."""
+        if not measured_us > 0:
+            raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
+        self.recent = [*self.recent, float(measured_us)][-self.keep:]
+        self._save()
+        baseline = self.baseline_us
+        assert baseline is not None
+        return baseline / measured_us
 
     def _save(self) -> None:
         if self.path is None:
@@ -232,13 +275,20 @@ class ReferenceBaseline:
             self.path.parent.mkdir(parents=True, exist_ok=True)
             try:
                 known = json.loads(self.path.read_text())
+                if not isinstance(known, dict):
+                    known = {}
             except (OSError, ValueError):
                 known = {}
-            known[_host_key()] = self.best_us
+            key = _host_key()
+            mine = known.get(key) if isinstance(known.get(key), dict) else {}
+            theirs = [float(v) for v in (mine or {}).get("recent", []) if isinstance(v, (int, float))]
+            # other processes (xdist workers) append too: keep theirs, then this process's newest
+            merged = [v for v in theirs if v not in self.recent] + self.recent
+            known[key] = {"recent": merged[-self.keep:]}
             tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(known))
             tmp.replace(self.path)  # atomic: concurrent workers never read half a file
-        except OSError:  # a read-only home: the in-process best still works
+        except OSError:  # a read-only home: the in-process readings still work
             pass
 
 
@@ -323,10 +373,21 @@ def tick_error(readings: Mapping[str, Any]) -> float:
     return 2.0 * cores / (_CLOCK_TICKS * window) if window > 0 else float("inf")
 
 
+def reference_change(readings: Mapping[str, Any]) -> float:
+    """How far the reference kernel before and after the loop disagree, as a factor >= 1 (1.0 where
+    either was not read)."""
+    before, after = readings.get("reference_before_us"), readings.get("reference_after_us")
+    if not (isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0 and after > 0):
+        return 1.0
+    return max(before, after) / min(before, after)
+
+
 def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> tuple[Noise, str]:
     """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
-    `gpu_readings`): other processes on our cores, stolen time, a GPU slowed by heat or power, or
-    other processes on the GPU. Several reasons are joined with ``; ``."""
+    `gpu_readings`): other processes on our cores, stolen time, the host changing speed during the
+    case (`reference_change`), a GPU slowed by heat or power, or other processes on the GPU.
+    Host speed alone (a steadily slow host, ``host_speed`` < 1) is no reason: it is measured and
+    carried, not refused. Several reasons are joined with ``; ``."""
     reasons: list[str] = []
     cores = readings.get("cores_allowed") or 0
     other = readings.get("other_cores")
@@ -337,10 +398,12 @@ def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> t
     steal = readings.get("steal_cores")
     if steal is not None and cores and steal > MAX_STEAL_SHARE * cores:
         reasons.append(f"{steal:.2f} cores stolen by the hypervisor")
-    slower = readings.get("reference_ratio")
-    if slower is not None and slower > MAX_REFERENCE_SLOWDOWN:
-        reasons.append(f"a reference kernel ran {slower:.2f}x slower than this host's best (a neighbour on "
-                       "the same physical cores, or lower clocks)")
+    change = reference_change(readings)
+    if change > MAX_REFERENCE_CHANGE:
+        before, after = readings.get("reference_before_us"), readings.get("reference_after_us")
+        when = "after the case than before" if (after or 0) > (before or 0) else "before the case than after"
+        reasons.append(f"the host changed speed during the case: a reference kernel ran {change:.2f}x slower "
+                       f"{when}")
     event = readings.get("gpu_clock_event_reasons")
     if event:
         slow = [name for bit, name in GPU_SLOWDOWN_REASONS.items() if event & bit]
@@ -369,16 +432,16 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
 
     On the CPU it is oversubscription: our `threads` (else the cores we kept busy) plus the other
     processes' load plus stolen time, beyond the cores we may use. A try whose threads each had a
-    core to themselves scores 0 even with others busy on the remaining cores. A reference kernel
-    slower than the host's best adds a little (it orders tries the counters cannot tell apart); a
-    slowed or shared GPU adds one core's worth.
+    core to themselves scores 0 even with others busy on the remaining cores. A host that changed
+    speed during the try adds a little (it orders tries the counters cannot tell apart); a slowed
+    or shared GPU adds one core's worth.
     """
     cores = float(readings.get("cores_allowed") or 1)
     demand = float(threads) if threads else float(readings.get("own_cores") or 0.0)
     other = float(readings.get("other_cores") or 0.0) + float(readings.get("steal_cores") or 0.0)
     value = max(0.0, min(demand, cores) + other - cores) + 0.01 * other  # ties: the quieter window
     # a tenth of a core per 100 % slower: never outweighs threads that had no core of their own
-    value += 0.1 * max(0.0, float(readings.get("reference_ratio") or 1.0) - 1.0)
+    value += 0.1 * (reference_change(readings) - 1.0)
     if any(bit & int(readings.get("gpu_clock_event_reasons") or 0) for bit in GPU_SLOWDOWN_REASONS):
         value += 1.0
     if set(readings.get("gpu_process_pids") or ()) - _own_pids():
@@ -410,10 +473,17 @@ class InterferenceMonitor:
     def __exit__(self, *exc: object) -> None:
         self.readings = host_readings(self._start, HostSnapshot.take(self.own_pids))
         if self.reference is not None and self._reference_before is not None:
-            # the slower of the two, so a slowdown that began or ended during the loop shows
-            slowest = max(self._reference_before, reference_us())
-            self.readings["reference_us"] = round(slowest, 2)
-            self.readings["reference_ratio"] = round(self.reference.ratio(slowest), 3)
+            before, after = self._reference_before, reference_us()
+            # the geometric mean of the two stands for the window; their disagreement says
+            # whether the host changed speed during it (`judge`)
+            middle = math.sqrt(before * after)
+            self.readings["reference_before_us"] = round(before, 2)
+            self.readings["reference_after_us"] = round(after, 2)
+            self.readings["reference_us"] = round(middle, 2)
+            self.readings["host_speed"] = round(self.reference.host_speed(middle), 3)
+            baseline = self.reference.baseline_us
+            if baseline is not None:
+                self.readings["reference_baseline_us"] = round(baseline, 2)
         if self.gpu_index is not None:
             self.readings.update(gpu_readings(self.gpu_index))
         if (self.readings.get("other_cores") or 0.0) > MAX_OTHER_CORES + tick_error(self.readings):
@@ -426,10 +496,13 @@ class InterferenceMonitor:
 __all__ = [
     "GPU_INFO_REASONS",
     "GPU_SLOWDOWN_REASONS",
+    "BASELINE_PERCENTILE",
     "MAX_OTHER_CORES",
+    "MAX_REFERENCE_CHANGE",
     "MAX_REFERENCE_SLOWDOWN",
     "MAX_STEAL_SHARE",
     "NOISE_VERDICTS",
+    "RECENT_READINGS",
     "HostSnapshot",
     "InterferenceMonitor",
     "ReferenceBaseline",
@@ -440,6 +513,7 @@ __all__ = [
     "gpu_readings",
     "host_readings",
     "judge",
+    "reference_change",
     "reference_us",
     "tick_error",
     "severity",

@@ -16,7 +16,7 @@ from typing import Any, Literal
 
 from pytest_hwbench.vocabulary import NOISE_VERDICTS, normalise_mode
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
 
 #: ``crashed``: the process measuring the case died (an xdist worker killed or segfaulted); the
 #: controller wrote the record.
@@ -140,7 +140,9 @@ class BenchmarkRecord:
     #: measurements taken for this case (1: the first was clean); the cleanest one is kept
     tries: int | None = None
     #: the readings the verdict came from: other_cores, steal_cores, own_cores, cores_allowed,
-    #: load_avg_1m, cpu_mhz, window_s; on NVIDIA GPUs gpu_sm_clock_mhz, gpu_clock_event_reasons...
+    #: load_avg_1m, cpu_mhz, window_s; the reference kernel beside the case (reference_before_us,
+    #: reference_after_us, reference_us, reference_baseline_us) and ``host_speed`` (schema 4, see
+    #: `BenchmarkRecord.host_speed`); on NVIDIA GPUs gpu_sm_clock_mhz, gpu_clock_event_reasons...
     interference: Mapping[str, Any] = field(default_factory=dict)
     # context
     error: str | None = None
@@ -160,6 +162,21 @@ class BenchmarkRecord:
             raise ValueError(f"batch_size must be >= 1, got {self.batch_size}")
         if self.noise not in (None, *NOISE_VERDICTS):
             raise ValueError(f"noise {self.noise!r} is not one of {NOISE_VERDICTS} (or None: not judged)")
+
+    @property
+    def host_speed(self) -> float | None:
+        """How fast the host ran during this case against its own recent baseline: the reference
+        kernel's baseline time over its time beside the case (1.0: the host at its recent best;
+        0.75: a third slower, e.g. a neighbour on the same physical cores). None: unknown (not
+        measured, or a record older than schema 4)."""
+        value = self.interference.get("host_speed")
+        return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    @property
+    def host_speed_text(self) -> str:
+        """`host_speed` for people: ``0.82x`` or ``unknown``."""
+        speed = self.host_speed
+        return "unknown" if speed is None else f"{speed:.2f}x"
 
     @property
     def run_name(self) -> str:
@@ -236,7 +253,14 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     # Version 2 added new_tokens and the compile/generation/energy metrics: all optional, so a
     # version-1 record reads as one that measured none of them. Version 3 added the interference
     # fields (noise, noise_reason, tries, interference): an older record reads as not judged
-    # (noise None), never as clean. Later versions add steps here.
+    # (noise None), never as clean. Version 4 added ``host_speed`` to the interference readings
+    # and stopped judging host speed as noise: an older record's reference ratio (against an
+    # all-time best) is no host speed, so its host speed reads as unknown. Later versions add
+    # steps here.
+    try:
+        version = int(out.get("schema_version") or 1)
+    except (TypeError, ValueError):
+        version = 1
     out["schema_version"] = SCHEMA_VERSION
     extra = dict(out.get("extra") or {})
     for key in list(out):
@@ -246,6 +270,8 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     out["timings_ms"] = tuple(float(t) for t in out.get("timings_ms") or ())
     out["cpu_affinity"] = tuple(int(c) for c in out.get("cpu_affinity") or ())
     out["interference"] = dict(out.get("interference") or {})
+    if version < 4:
+        out["interference"].pop("host_speed", None)
     if out.get("noise_reason") is None:
         out["noise_reason"] = ""
     if isinstance(out.get("mode"), str):

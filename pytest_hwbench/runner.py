@@ -27,6 +27,7 @@ from .record import METRIC_FIELDS
 from .result import CaseResult
 from .scenarios import MeasuresMore, get_scenario
 from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+from .vocabulary import DEFAULT_NOISE_RETRIES
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -44,9 +45,11 @@ def is_out_of_memory(exc: BaseException) -> bool:
 
 #: Record metrics a backend or scenario may report through `LoadedModel.details`.
 _DETAIL_METRICS = frozenset(METRIC_FIELDS)
-#: Measurements of a noisy case after the first, by default; `noise_wait_s` between them.
-DEFAULT_NOISE_RETRIES = 2
+#: `noise_wait_s` between the tries of a noisy case.
 DEFAULT_NOISE_WAIT_S = 0.5
+#: Two tries agree when their medians differ by no more than this share (or by twice the larger
+#: of their relative IQRs, when that is wider): a further try would tell nothing new.
+AGREE_SHARE = 0.05
 
 
 @dataclass(frozen=True)
@@ -64,16 +67,31 @@ class _Try:
     threads: int | None = None
 
 
+def tries_agree(first: _Try, second: _Try) -> bool:
+    """Whether two tries of a case measured the same: medians within `AGREE_SHARE`, or within
+    twice the larger relative IQR of the two, on the same thread count."""
+    if first.threads != second.threads:
+        return False
+    a, b = first.latency.median, second.latency.median
+    if not (a > 0 and b > 0):
+        return False
+    spread = max((first.latency.iqr or 0.0) / a, (second.latency.iqr or 0.0) / b)
+    return abs(b / a - 1.0) <= max(AGREE_SHARE, 2.0 * spread)
+
+
 class Runner:
     """Runs cases, keeping the last `cache_size` loaded models for reuse across batch sizes.
 
     `energy_min_time_s` > 0 measures energy per item on devices with a readable energy counter
     (NVML on NVIDIA GPUs) in a loop of that length after the timed one; 0 turns it off.
-    A case whose measurement was noisy (`pytest_hwbench.interference.judge`: other processes on
-    its cores, stolen time, a reference kernel slower than `reference` says this host runs it, a
-    throttled or shared GPU) is measured again after `noise_wait_s`, up to `noise_retries` more
-    times, with its intra-op threads sized to the cores left free where the runtime can change
-    them; the cleanest try is kept and the result says how many ran.
+    A case whose measurement was interfered with (`pytest_hwbench.interference.judge`: other
+    processes on its cores, stolen time, the host changing speed during the case, a throttled or
+    shared GPU) is measured again after `noise_wait_s`, up to `noise_retries` more times, with its
+    intra-op threads sized to the cores left free where the runtime can change them. Retries stop
+    as soon as one is clean or agrees with the try before it (`tries_agree`: the interference
+    is steady, and another try would measure the same). Host speed alone (a steadily slow host)
+    is never retried: it is measured (`reference`, the host's recent baseline) and recorded as
+    ``host_speed``. The cleanest try is kept and the result says how many ran.
     """
 
     def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,
@@ -142,6 +160,8 @@ class Runner:
                 attempt = self._measure(loaded, call, tracker, foreign, threads, not tries)
                 tries.append(attempt)
                 if attempt.verdict in (None, "clean") or len(tries) > self.noise_retries:
+                    break
+                if len(tries) >= 2 and tries_agree(tries[-2], attempt):
                     break
                 # Busy: wait, then measure again on the cores the others left free (the fewer
                 # of what the timed window and the wait saw).
@@ -256,4 +276,4 @@ class Runner:
         return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
 
 
-__all__ = ["DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]
+__all__ = ["AGREE_SHARE", "DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory", "tries_agree"]

@@ -194,7 +194,7 @@ def test_a_schema_2_record_reads_back_not_judged(tmp_path: Path) -> None:
     path.write_text(json.dumps(old) + "\n")
     (back,) = read_records(path)
     assert back.noise is None and back.noise_reason == "" and back.tries is None and back.interference == {}
-    assert back.schema_version == 3
+    assert back.schema_version == 4
     evidence = read_records(Path(__file__).parent / "data" / "h100_subset.jsonl")
     assert evidence and all(r.noise is None for r in evidence)
 
@@ -301,19 +301,74 @@ def test_hwsel_train_leaves_noisy_records_out_and_says_so(tmp_path: Path) -> Non
     assert answer["rows"] <= len(records) - noisy
 
 
-def test_a_slow_reference_kernel_makes_a_record_noisy(tmp_path: Path) -> None:
-    from pytest_hwbench.interference import ReferenceBaseline, reference_us
+def test_a_faster_best_in_the_baseline_file_no_longer_makes_a_steady_run_noisy(tmp_path: Path) -> None:
+    from pytest_hwbench.interference import ReferenceBaseline, _host_key, reference_us
 
     assert 0 < reference_us(repeats=3) < 1e6
-    baseline = ReferenceBaseline(tmp_path / "reference" / "baseline.json")
-    assert baseline.ratio(260.0) == 1.0 and baseline.ratio(390.0) == pytest.approx(1.5)
-    assert ReferenceBaseline(tmp_path / "reference" / "baseline.json").best_us == 260.0  # kept across runs
-    assert ReferenceBaseline(None).ratio(500.0) == 1.0  # in memory only
-    verdict, reason = judge({"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_ratio": 1.5})
-    assert verdict == "noisy" and reason.startswith("a reference kernel ran 1.50x slower than this host's best")
-    assert judge({"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_ratio": 1.1})[0] == "clean"
+    path = tmp_path / "reference" / "baseline.json"
+    # the older form: an all-time best 100x faster than anything this host runs now
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps({_host_key(): 1.0}))
+    assert ReferenceBaseline(path).recent == []  # an all-time best is no recent baseline
     runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.05), noise_retries=0,
-                    reference=ReferenceBaseline(None))
+                    reference=ReferenceBaseline(path))
     record = runner.run(_case()).to_record("s")
     runner.close()
-    assert record.interference["reference_us"] > 0 and record.interference["reference_ratio"] >= 1.0
+    readings = record.interference
+    assert readings["reference_us"] > 0 and readings["reference_before_us"] > 0 and readings["reference_after_us"] > 0
+    assert record.host_speed is not None and record.host_speed == readings["host_speed"]
+    # whatever else this shared machine does, the reference kernel is no reason for the verdict
+    assert "reference kernel ran" not in record.noise_reason or "during the case" in record.noise_reason
+    assert "best" not in record.noise_reason
+    # the readings of that file now: the newest, the older form gone
+    assert ReferenceBaseline(path).recent == [pytest.approx(readings["reference_us"], abs=0.01)]
+
+    # a recent baseline twice as fast as now: host speed about 0.5, and still clean
+    fast = ReferenceBaseline(tmp_path / "fast.json")
+    for _ in range(20):
+        fast.host_speed(100.0)
+    assert fast.host_speed(200.0) == pytest.approx(0.5)
+    assert ReferenceBaseline(tmp_path / "fast.json").baseline_us == pytest.approx(100.0)  # kept across runs
+    steady_slow = {"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_before_us": 200.0,
+                   "reference_after_us": 205.0, "reference_us": 202.5, "host_speed": 0.49}
+    assert judge(steady_slow) == ("clean", "")
+    # one lucky reading among many moves the baseline by nothing
+    for _ in range(30):
+        fast.host_speed(200.0)
+    fast.host_speed(10.0)
+    assert fast.baseline_us == pytest.approx(100.0)
+    assert ReferenceBaseline(None).host_speed(500.0) == 1.0  # in memory only
+    with pytest.raises(ValueError, match="measured_us must be > 0"):
+        ReferenceBaseline(None).host_speed(0.0)
+
+
+def test_a_host_that_changes_speed_during_the_case_is_noisy() -> None:
+    changed = {"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_before_us": 200.0,
+               "reference_after_us": 300.0}
+    verdict, reason = judge(changed)
+    assert verdict == "noisy"
+    assert reason == "the host changed speed during the case: a reference kernel ran 1.50x slower after the case than before"
+    assert severity(changed, 1) > severity({**changed, "reference_after_us": 200.0}, 1)
+
+
+def test_a_schema_3_record_without_host_speed_reads_back_as_unknown(tmp_path: Path) -> None:
+    # A record as schema 3 wrote it: judged clean against an all-time best, no host speed.
+    old = _record(noise="clean", noise_reason="", tries=1,
+                  interference={"other_cores": 0.0, "reference_us": 450.0, "reference_ratio": 1.0}).to_dict()
+    old["schema_version"] = 3
+    path = tmp_path / "old.jsonl"
+    path.write_text(json.dumps(old) + "\n")
+    (back,) = read_records(path)
+    assert back.schema_version == 4
+    assert back.host_speed is None and back.host_speed_text == "unknown"
+    # a schema-3 writer could not know host speed: a stray value is not taken for one
+    stray = {**old, "interference": {**old["interference"], "host_speed": 1.0}}
+    assert BenchmarkRecord.from_dict(stray).host_speed is None
+    # through DuckDB as well
+    DuckDBSink(tmp_path / "r.duckdb").write([back])
+    (stored,) = load_records(tmp_path / "r.duckdb")
+    assert stored.host_speed is None and stored.host_speed_text == "unknown"
+    new = dataclasses.replace(back, interference={**back.interference, "host_speed": 0.8})
+    DuckDBSink(tmp_path / "n.duckdb").write([new])
+    (stored,) = load_records(tmp_path / "n.duckdb")
+    assert stored.host_speed == 0.8 and stored.host_speed_text == "0.80x"
