@@ -118,7 +118,7 @@ def _describe(exc: BaseException) -> str:
     return truncate(redact_uri(f"{type(exc).__name__}: {exc}"), 1000)
 
 
-def _unique_names(sinks: Iterable[Sink]) -> list[str]:
+def unique_names(sinks: Iterable[Sink]) -> list[str]:
     """Sink names, with ``#2``, ``#3`` appended where two sinks share one."""
     seen: dict[str, int] = {}
     names: list[str] = []
@@ -208,7 +208,7 @@ class Recorder:
         self.spool = spool
         self.retry_every = retry_every
         self._states = [
-            _SinkState(name, sink) for name, sink in zip(_unique_names(sinks), sinks, strict=True)
+            _SinkState(name, sink) for name, sink in zip(unique_names(sinks), sinks, strict=True)
         ]
         self._session: SessionInfo | None = None
         self._records = 0
@@ -502,7 +502,7 @@ def replay_each(
     statuses = spool.session_statuses()
     return [
         dataclasses.replace(_replay_one(name, sink, records, sessions, statuses, deadline_s, notify), refused=refused)
-        for name, sink in zip(_unique_names(sinks), sinks, strict=True)
+        for name, sink in zip(unique_names(sinks), sinks, strict=True)
     ]
 
 
@@ -517,4 +517,4 @@ def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
 
 
 __all__ = ["DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "SinkReplay", "SinkTimeout",
-           "call_with_deadline", "refusal", "replay", "replay_each"]
+           "call_with_deadline", "refusal", "replay", "replay_each", "unique_names"]

@@ -11,9 +11,11 @@ validates the store settings before any case runs. ``-p no:hwbench-recording`` r
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import sys
 import tempfile
+import time
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -21,12 +23,15 @@ from typing import Any
 import pytest
 
 from ..plugin.options import MAX_CASE_SECONDS, positive_option, text_option
-from ..plugin.session import STATE, installed_versions
+from ..plugin.session import STATE, case_of, installed_versions
 from ..record import BenchmarkRecord, SessionInfo
 from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
-from . import DEFAULT_DEADLINE_S, Recorder, RecorderReport, Spool, open_sink, redact_uri, resolve_sink
-from .base import Sink, check_sink
+from ._recorder import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY, Recorder, RecorderReport, unique_names
+from .base import Sink, check_sink, open_sink, resolve_sink
 from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+from .redact import redact_uri
+from .spool import Spool, refusal
+from .writer import SinkWriter, shippable
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -163,20 +168,33 @@ def _status(exitstatus: int) -> str:
 
 
 class Tracker:
-    """Controller-side plugin: session start -> records -> finish, through a `Recorder`.
+    """Controller-side plugin: session start -> records -> finish, spool first, sinks between cases.
 
-    A serial session defers: it writes the sinks once at the end, so that no sink I/O runs
-    between two measurements; an xdist controller measures nothing and writes as records arrive.
+    A serial session hands its records to a `SinkWriter` process (for the sinks that can travel
+    there, ours do): it writes each record while pytest tears the case down and sets up the next,
+    and it is idle (`SinkWriter.wait_idle`) before every case's call phase, so no sink I/O runs
+    while a case is timed. It is started once the first hwbench case is collected, so that its
+    start-up runs beside collection; sessions without hwbench cases start nothing. The pytest
+    process spools every record before handing it over and never imports the sinks' libraries.
+    Sinks that cannot travel (a conftest's) and an xdist controller's sinks (it measures nothing)
+    are written in this process as each record arrives.
     """
 
     def __init__(self, config: TrackingConfig) -> None:
         self.config = config
-        self.defer = True
         self.recorder: Recorder | None = None
+        self.writer: SinkWriter | None = None
         self.report: RecorderReport | None = None
         self._session: SessionInfo | None = None
         self._reporter: Any = None
         self._pytest_config: pytest.Config | None = None
+        self._has_cases = False
+        self._opened = False
+        self._links: list[str | None] = []
+        #: (begin, end) monotonic seconds of each case's call phase, when a writer runs
+        self.call_windows: list[tuple[float, float]] = []
+        #: CPU seconds the writer used during those call phases, in all (None: not known here)
+        self.writer_cpu_in_calls: float | None = None
 
     def _notify(self, line: str) -> None:
         """A line for the terminal now (a sink that keeps the run waiting says so)."""
@@ -188,29 +206,81 @@ class Tracker:
             reporter._tw.line()
         reporter.write_line(line, yellow=True)
 
-    def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
-        # An xdist controller measures nothing: it writes each record as it arrives. xdist
-        # registers its "dsession" in a trylast pytest_configure, so ask here, not there.
-        self.defer = not config.pluginmanager.hasplugin("dsession")
-        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
+    def _make_sinks(self, config: pytest.Config) -> None:
+        """Once: the sinks, split into those the writer process takes and those written here."""
+        if self.recorder is not None:
+            return
         self._pytest_config = config
-        # The stores are opened at the first record, so a session without benchmark cases
-        # (e.g. the project's own tests) creates nothing.
+        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
+        defaults = config.hook.pytest_hwbench_default_sinks(config=config, tracking=self.config) or []
+        for sink in defaults:
+            check_sink(sink, "pytest_hwbench_default_sinks")
+        sinks = [*defaults, *(self._open_extra(spec) for spec in self.config.extra_sinks)]
+        # An xdist controller measures nothing: it writes each record here as it arrives. xdist
+        # registers its "dsession" in a trylast pytest_configure, so ask now, not at configure.
+        serial = not config.pluginmanager.hasplugin("dsession")
+        names = unique_names(sinks)
+        away = [i for i, sink in enumerate(sinks) if serial and shippable(sink)]
+        here = [sinks[i] for i in range(len(sinks)) if i not in away]
+        self.recorder = Recorder(Spool(self.config.spool_dir), here, deadline_s=self.config.sink_timeout_s,
+                                 notify=self._notify)
+        if away:
+            self.writer = SinkWriter([sinks[i] for i in away], [names[i] for i in away],
+                                     deadline_s=self.config.sink_timeout_s, retry_every=DEFAULT_RETRY_EVERY,
+                                     spool_dir=self.config.spool_dir,
+                                     log_path=self.config.store_dir / "writer.log", notify=self._notify)
+            self.writer.start()
+
+    def _open(self) -> None:
+        """Open the session on the spool and every sink, once its info and a case are known."""
+        if self._opened or self._session is None or not self._has_cases or self.recorder is None:
+            return
+        self._opened = True
+        self.recorder.start(self._session)
+        if self.writer is not None:
+            self.writer.open(self._session)
+
+    def pytest_itemcollected(self, item: pytest.Item) -> None:
+        if self.recorder is None and not item.config.option.collectonly and case_of(item) is not None:
+            self._make_sinks(item.config)  # the writer starts beside the rest of the collection
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if not session.config.option.collectonly and any(case_of(item) is not None for item in session.items):
+            self._make_sinks(session.config)
+            self._has_cases = True
+            self._open()
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+        writer = self.writer
+        if writer is None or case_of(item) is None:
+            return (yield)
+        writer.wait_idle()  # no sink I/O while the case is timed
+        cpu, began = writer.cpu_seconds(), time.monotonic()
+        try:
+            return (yield)
+        finally:
+            self.call_windows.append((began, time.monotonic()))
+            after = writer.cpu_seconds()
+            if cpu is not None and after is not None:
+                self.writer_cpu_in_calls = (self.writer_cpu_in_calls or 0.0) + after - cpu
+
+    def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
+        self._pytest_config = config
+        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
         self._session = session
+        self._open()
 
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
-        if self.recorder is None:
-            assert self._session is not None and self._pytest_config is not None, \
-                "pytest_hwbench_session_start must come first"
-            hook = self._pytest_config.hook
-            defaults = hook.pytest_hwbench_default_sinks(config=self._pytest_config, tracking=self.config) or []
-            for sink in defaults:
-                check_sink(sink, "pytest_hwbench_default_sinks")
-            sinks = [*defaults, *(self._open_extra(spec) for spec in self.config.extra_sinks)]
-            self.recorder = Recorder(Spool(self.config.spool_dir), sinks, defer=self.defer,
-                                     deadline_s=self.config.sink_timeout_s, notify=self._notify)
-            self.recorder.start(self._session)
-        self.recorder.emit(record)
+        assert self._session is not None and self._pytest_config is not None, \
+            "pytest_hwbench_session_start must come first"
+        self._make_sinks(self._pytest_config)
+        self._has_cases = True
+        self._open()
+        assert self.recorder is not None
+        self.recorder.emit(record)  # spooled first; then the sinks written here
+        if self.writer is not None and refusal(record) is None:
+            self.writer.record(record)
 
     def _open_extra(self, spec: str) -> Sink:
         """A ``--hwbench-sink``; an MLflow one logs to the session's experiment too."""
@@ -218,13 +288,41 @@ class Tracker:
         return open_sink(spec, **({"experiment": self.config.experiment} if name == "mlflow" else {}))
 
     def pytest_hwbench_session_finish(self, exitstatus: int) -> None:
-        if self.recorder is not None:
-            self.report = self.recorder.finish(_status(exitstatus))
+        if self.recorder is None or not self._opened:
+            return
+        status = _status(exitstatus)
+        report = self.recorder.finish(status)
+        self._links = [sink.browse() for sink in self.recorder.sinks]
+        if self.writer is not None:
+            away = self.writer.finish(status)
+            self._links = [*away.links, *self._links]
+            report = dataclasses.replace(
+                report, written={**away.written, **report.written}, pending={**away.pending, **report.pending},
+                errors={**away.errors, **report.errors})
+        self.report = report
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self.writer is not None:
+            self.writer.stop()  # a session that never opened (every case deselected), or ended early
+
+    def writer_overlaps(self) -> int:
+        """Call phases during which the writer reported work (0 is the promise)."""
+        busy = self.writer.busy if self.writer is not None else []
+        return sum(any(b < end and began < e for b, e in busy) for began, end in self.call_windows)
+
+    def writer_summary(self) -> str:
+        """One line on the writer against the timed cases (shown with ``-v``)."""
+        writer = self.writer
+        assert writer is not None
+        cpu = "unknown" if self.writer_cpu_in_calls is None else f"{self.writer_cpu_in_calls * 1e3:.0f} ms"
+        return (f"sink writer (pid {writer.proc.pid if writer.proc else '-'}): busy during "
+                f"{self.writer_overlaps()} of {len(self.call_windows)} case call phases, CPU used while they ran "
+                f"{cpu}; the cases waited {writer.waited_s:.2f} s for it in all")
 
     def _write_runs_link(self, write: Any) -> None:
-        """The MLflow UI address of the session's runs table (issue 18, item 13)."""
-        for sink in self.recorder.sinks if self.recorder is not None else ():
-            link = sink.browse()
+        """The MLflow UI address of the session's runs table."""
+        for link in self._links:
             if link:
                 write(f"hwbench: {link}")
                 return
@@ -238,6 +336,8 @@ class Tracker:
         write(f"hwbench: MLflow {redact_uri(self.config.mlflow_uri)} (experiment {self.config.experiment!r}), "
               f"DuckDB {self.config.db_path}")
         self._write_runs_link(write)
+        if self.writer is not None and terminalreporter.config.option.verbose > 0:
+            write(f"hwbench: {self.writer_summary()}")
         if report.refused:
             terminalreporter.write_line(
                 f"hwbench: WARNING {report.refused} records refused, not stored: not measurements (the warnings "

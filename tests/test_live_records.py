@@ -1,0 +1,225 @@
+"""Records reach the stores between cases, while the run goes on, from the sink writer process.
+
+Real pytest runs in subprocesses, a real SQLite MLflow store and DuckDB file read from inside a
+later case, a real `mlflow server` for the run killed with SIGKILL, and `hwbench replay` after
+the writer itself was killed. Cases are pinned to the CPU (``-m cpu``) so that the counts hold on
+a GPU host too.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+from _mlflow_server import MlflowServer
+
+HWBENCH_BIN = Path(sys.executable).with_name("hwbench")
+FOREIGN_ENV = ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "PYTEST_ADDOPTS", "MLFLOW_EXPERIMENT_NAME")
+
+#: Three cases, then a fourth case that first reads both stores (at its call phase the writer is
+#: idle: every earlier record is in them) and says whether this process imported a sink library.
+LIVE_FILE = """
+import json, sqlite3, sys
+from pathlib import Path
+
+import pytest
+
+MARK = dict(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], precisions=["fp32"])
+
+
+@pytest.mark.hwbench(batch_sizes=[1, 2, 3], **MARK)
+def test_case(hwbench_case, hwbench):
+    hwbench.measure(hwbench_case)
+
+
+@pytest.mark.hwbench(batch_sizes=[4], **MARK)
+def test_reader(hwbench_case, hwbench, request):
+    heavy = sorted(m for m in ("mlflow", "duckdb", "sqlalchemy") if m in sys.modules)
+    store = Path(request.config.getoption("hwbench_store"))
+    with sqlite3.connect(store / "mlflow.db") as con:
+        children = con.execute(
+            "select count(*) from runs r join tags t on t.run_uuid = r.run_uuid "
+            "where t.key = 'hwbench.kind' and t.value = 'record' and r.status = 'FINISHED'").fetchone()[0]
+    import duckdb
+
+    with duckdb.connect(str(store / "hwbench.duckdb"), read_only=True) as con:
+        rows = con.execute("select count(*) from results").fetchone()[0]
+    Path("seen.json").write_text(json.dumps({"children": children, "rows": rows, "heavy": heavy}))
+    hwbench.measure(hwbench_case)
+"""
+
+#: Cases 1-3 measure; case 4 says it started (its pid) and blocks until the test kills the run.
+KILL_FILE = """
+import os, time
+from pathlib import Path
+
+import pytest
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], precisions=["fp32"],
+                     batch_sizes=[1, 2, 3, 4, 5])
+def test_case(hwbench_case, hwbench):
+    if hwbench_case.batch_size == 4:
+        Path("blocked").write_text(str(os.getpid()))
+        time.sleep(600)
+    hwbench.measure(hwbench_case)
+"""
+
+#: The second case kills the writer process (SIGKILL): records stay in the spool.
+WRITER_KILL_FILE = """
+import os, signal, time
+
+import pytest
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], precisions=["fp32"],
+                     batch_sizes=[1, 2, 3])
+def test_case(hwbench_case, hwbench, request):
+    if hwbench_case.batch_size == 2:
+        writer = request.config.pluginmanager.get_plugin("hwbench-tracker").writer
+        os.kill(writer.proc.pid, signal.SIGKILL)
+        writer.proc.wait()
+    hwbench.measure(hwbench_case)
+"""
+
+FAST = ["--hwbench-warmup", "0", "--hwbench-min-iterations", "3", "--hwbench-min-time", "0",
+        "--hwbench-noise-retries", "0", "-p", "no:cacheprovider", "-p", "no:benchmark", "-m", "cpu"]
+
+
+def clean_env(**extra: str) -> dict[str, str]:
+    env = {k: v for k, v in os.environ.items() if k not in FOREIGN_ENV}
+    env.update(extra)
+    return env
+
+
+def run_pytest(cwd: Path, *args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "pytest", *FAST, *args], cwd=cwd, env=env or clean_env(),
+                          capture_output=True, text=True, timeout=600, stdin=subprocess.DEVNULL)
+
+
+def spooled_ids(store: Path) -> list[str]:
+    lines = (store / "spool" / "records.jsonl").read_text().splitlines()
+    return [json.loads(line)["record_id"] for line in lines if line.strip()]
+
+
+def sqlite_children(db: Path) -> dict[str, str]:
+    """record id -> run status of every record child run in a SQLite MLflow store."""
+    with sqlite3.connect(db) as con:
+        rows = con.execute(
+            "select t.value, r.status from runs r join tags t on t.run_uuid = r.run_uuid "
+            "where t.key = 'hwbench.record_id' and r.lifecycle_stage = 'active'").fetchall()
+    return dict(rows)
+
+
+def duck_ids(path: Path) -> set[str]:
+    import duckdb
+
+    with duckdb.connect(str(path), read_only=True) as con:
+        return {row[0] for row in con.execute("select record_id from results").fetchall()}
+
+
+def test_records_are_in_both_stores_while_the_run_goes_on(tmp_path: Path) -> None:
+    (tmp_path / "test_live.py").write_text(LIVE_FILE)
+    store = tmp_path / "store"
+    result = run_pytest(tmp_path, "--hwbench-store", str(store), "-v", "-W", "error::ResourceWarning")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    seen = json.loads((tmp_path / "seen.json").read_text())
+    # Read by the fourth case, before it was measured: the first three are in both stores.
+    assert seen == {"children": 3, "rows": 3, "heavy": []}, out[-3000:]
+    ids = spooled_ids(store)
+    assert len(ids) == 4
+    assert set(sqlite_children(store / "mlflow.db")) == set(ids) == duck_ids(store / "hwbench.duckdb")
+    assert set(sqlite_children(store / "mlflow.db").values()) == {"FINISHED"}
+    # The writer never worked while a case's call phase ran (its own report, against the calls).
+    assert "busy during 0 of 4 case call phases" in out, out[-3000:]
+    assert "WARNING" not in out
+
+
+@pytest.fixture(scope="module")
+def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
+    home = tmp_path_factory.mktemp("live-mlflow")
+    server = MlflowServer(home / "server.db", home / "artifacts", home / "server.log")
+    server.start(timeout=180)
+    try:
+        yield server
+    finally:
+        server.kill()
+
+
+def server_runs(uri: str, experiment: str) -> tuple[list[object], list[object]]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    if found is None:
+        return [], []
+    runs = client.search_runs([found.experiment_id], max_results=1000)
+    parents = [r for r in runs if r.data.tags.get("hwbench.kind") == "session"]
+    children = [r for r in runs if r.data.tags.get("hwbench.kind") == "record"]
+    return parents, children
+
+
+def test_a_run_killed_after_three_cases_has_three_child_runs(tmp_path: Path, server: MlflowServer) -> None:
+    (tmp_path / "test_kill.py").write_text(KILL_FILE)
+    store = tmp_path / "store"
+    experiment = "hwbench-sigkill"
+    env = clean_env(MLFLOW_TRACKING_URI=server.uri, HWBENCH_EXPERIMENT=experiment)
+    with (tmp_path / "pytest.log").open("w") as log:
+        proc = subprocess.Popen([sys.executable, "-m", "pytest", *FAST, "--hwbench-store", str(store)],
+                                cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+    try:
+        deadline = time.monotonic() + 400
+        while not (tmp_path / "blocked").exists():
+            assert proc.poll() is None and time.monotonic() < deadline, (tmp_path / "pytest.log").read_text()
+            time.sleep(0.2)
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.wait()
+    assert proc.returncode == -signal.SIGKILL
+    ids = spooled_ids(store)
+    assert len(ids) == 3
+    # The child runs were written between cases, before the kill; the orphaned writer then closes
+    # the session as killed once it reads the end of its input.
+    deadline = time.monotonic() + 120
+    while True:
+        parents, children = server_runs(server.uri, experiment)
+        if parents and parents[0].info.status == "KILLED" or time.monotonic() > deadline:  # type: ignore[attr-defined]
+            break
+        time.sleep(0.5)
+    assert sorted(r.data.tags["hwbench.record_id"] for r in children) == sorted(ids)  # type: ignore[attr-defined]
+    assert {r.info.status for r in children} == {"FINISHED"}  # type: ignore[attr-defined]
+    assert [p.info.status for p in parents] == ["KILLED"]  # type: ignore[attr-defined]
+    assert duck_ids(store / "hwbench.duckdb") == set(ids)
+
+
+def test_a_killed_writer_loses_nothing_and_replay_delivers(tmp_path: Path) -> None:
+    (tmp_path / "test_writer_kill.py").write_text(WRITER_KILL_FILE)
+    store = tmp_path / "store"
+    result = run_pytest(tmp_path, "--hwbench-store", str(store))
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]  # a dead writer fails no case
+    assert "passed" in out and "3 passed" in out, out[-3000:]
+    ids = spooled_ids(store)
+    assert len(ids) == 3
+    delivered = set(sqlite_children(store / "mlflow.db"))
+    assert delivered == set(ids[:1]), out[-3000:]  # the first case's record, written before the kill
+    assert "records spooled, not yet delivered (2 for mlflow, 2 for duckdb)" in out, out[-3000:]
+    assert "the writer process ended" in out
+
+    replay = subprocess.run([str(HWBENCH_BIN), "replay", "--store", str(store)], cwd=tmp_path, env=clean_env(),
+                            capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
+    assert replay.returncode == 0, replay.stdout + replay.stderr
+    assert set(sqlite_children(store / "mlflow.db")) == set(ids) == duck_ids(store / "hwbench.duckdb")
