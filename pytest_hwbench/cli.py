@@ -279,6 +279,12 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                         help="relative change of the median that counts (default 0.10)")
     parser.add_argument("--alpha", type=float, default=0.05,
                         help="significance of the Mann-Whitney U test on rounds (default 0.05)")
+    parser.add_argument("--all", action="store_true", dest="show_missing",
+                        help="list the missing cases too (default: one line counting them by reason)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="whole notes, p-values, rounds and the uncorrected change (lines may pass 120 columns)")
+    parser.add_argument("--json", action="store_true", help="print every comparison, the counts and the "
+                        "decisiveness as JSON instead of the table")
 
 
 def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> list[BenchmarkRecord]:
@@ -317,12 +323,17 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import compare_records, exit_code, format_table
+    from .compare import compare_records, exit_code, format_table, host_model_of, to_json
 
     a = _compare_side(args, args.source_a, args.session_a)
     b = _compare_side(args, args.source_b or args.source_a, args.session_b)
     comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)
-    print(format_table(comparisons))
+    host = host_model_of(a, b)
+    if getattr(args, "json", False):
+        print(to_json(comparisons, host))
+    else:
+        print(format_table(comparisons, show_missing=getattr(args, "show_missing", False),
+                           verbose=getattr(args, "verbose", False), host=host))
     return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
 
 

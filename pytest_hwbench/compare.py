@@ -8,28 +8,40 @@ record). A side's figure for a case is the median of its rounds; its spread is t
 relative spread of those rounds (1.4826 x MAD / median) or, where a side holds several sessions
 (a baseline history), of the sessions' medians, whichever is larger.
 
+Host speed: a record of schema 4 carries the time of a fixed reference kernel beside its case
+(``interference["reference_us"]``, with ``host_speed``). Where both sides carry it, each case's
+B side is corrected for the host's change of speed, ``h = reference_B / reference_A``: latency is
+taken to move as ``h ** k``. The elasticity ``k`` (how this host's models move against the kernel)
+is learned from the records being compared (`learn_host_model`: the median over the cases whose
+host speed differs, of log latency change over log kernel change), and so is its uncertainty (the
+spread of those per-case figures); with too few such cases a wide prior is used
+(`PRIOR_ELASTICITY` +- `PRIOR_ELASTICITY_SD`). The correction's uncertainty, ``|log h| x sd(k)``,
+joins the two sides' spreads in the combined uncertainty.
+
 Verdicts, per ``case_id``, over passed records only:
 
 - ``missing``: no passed record on a side (the note says which and why);
-- ``inconclusive``, with the reason: every record of a side was measured on a busy machine
+- ``inconclusive``, with the reason: every record of a side was interfered with
   (``noise == "noisy"``, its reason quoted), a side has fewer than `MIN_ROUNDS` rounds, the sides
-  ran different thread counts or devices, the host ran its reference kernel (recorded beside
-  each record, `pytest_hwbench.interference.reference_us`) more than
-  `MAX_REFERENCE_SLOWDOWN` times slower on one side, or the change passes the threshold but the
-  rounds overlap too much to tell (Mann-Whitney U on rounds, p >= `alpha`), the spread or the
-  host's own change of speed is large enough to explain it;
-- ``regression`` / ``improvement``: the median moved by more than `threshold` and by more than
-  `NOISE_Z` times the two sides' combined spread, plus `HOST_AMPLIFICATION` times what the host's
-  reference kernel moved between the sides, and the rounds differ (p < `alpha`);
+  ran different thread counts or devices, the corrected change passes the threshold but lies
+  inside `NOISE_Z` times the combined uncertainty, or the rounds overlap too much to tell
+  (Mann-Whitney U on rounds, p >= `alpha`);
+- ``regression`` / ``improvement``: the corrected median moved by more than `threshold` and by
+  more than `NOISE_Z` times the combined uncertainty, and the rounds differ (p < `alpha`);
 - ``unchanged``: otherwise.
+
+**Decisiveness** is the share of the compared cases (those on both sides) with a verdict
+(regression, improvement or unchanged), reported beside the verdicts.
 
 Records come from anywhere `pytest_hwbench.sinks.read_records` reads (DuckDB, MLflow, spools and
 record files replayed from other machines). Noisy records are left out of a side when clean ones
-remain; records older than schema 3 carry no verdict and are used as they are.
+remain; records older than schema 3 carry no verdict and are used as they are; records older
+than schema 4 carry no host speed and are compared uncorrected.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import warnings
 from collections import defaultdict
@@ -39,7 +51,6 @@ from typing import Any, Literal
 
 import numpy as np
 
-from .interference import MAX_REFERENCE_SLOWDOWN
 from .record import BenchmarkRecord
 
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
@@ -51,10 +62,18 @@ ROUNDS = 5
 MIN_ROUNDS = 3
 #: A change must exceed this many combined spreads (besides the threshold) to count.
 NOISE_Z = 3.0
-#: How much more a model's latency moves than the host's reference kernel when the host itself
-#: slows (seen on the project's runner: onnxruntime bert-tiny +78 % while the kernel ran +31 %).
-#: A change must also exceed this times the change of the reference kernel between the sides.
-HOST_AMPLIFICATION = 2.5
+#: How a model's latency moves against the reference kernel (log over log) when nothing else can
+#: be learned, and the uncertainty of that guess: on the project's runner models moved from about
+#: as much as the kernel to about twice as much (onnxruntime bert-tiny +78 % while the kernel ran
+#: +31 %: 2.1x in logs).
+PRIOR_ELASTICITY = 1.3
+PRIOR_ELASTICITY_SD = 0.6
+#: A case teaches the elasticity only when the host's speed differs by at least this share between
+#: the sides; and at least `MIN_LEARNING_CASES` such cases are needed to replace the prior.
+MIN_HOST_CHANGE = 0.05
+MIN_LEARNING_CASES = 3
+#: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
+MIN_ELASTICITY_SD = 0.15
 
 
 @dataclass(frozen=True)
@@ -62,9 +81,12 @@ class Comparison:
     """One case on both sides.
 
     `change` is ``(median_b - median_a) / median_a``: positive means B is slower. `n_a`/`n_b` count
-    rounds; `spread` is the combined relative spread of both sides (the change needed to count
-    is the larger of the threshold and `NOISE_Z` x `spread`); `noise` reads ``clean/noisy``
-    (A's verdict, then B's; ``-`` where unknown). `p_value` is None when no test ran.
+    rounds; `spread` is the combined relative spread of both sides' rounds; `noise` reads
+    ``clean/noisy`` (A's verdict, then B's; ``-`` where unknown). `p_value` is None when no test
+    ran. `host_ratio` is B's reference kernel time over A's (None: a side carries no host speed);
+    `corrected_change` is `change` with B corrected for it (equal to `change` without one) and is
+    what the verdict judges; `uncertainty` is the combined relative uncertainty (rounds' spreads
+    and the correction's), the change needed to count being `NOISE_Z` times it.
     """
 
     case_id: str
@@ -78,6 +100,35 @@ class Comparison:
     note: str = ""
     spread: float | None = None
     noise: str = "-/-"
+    host_ratio: float | None = None
+    corrected_change: float | None = None
+    uncertainty: float | None = None
+
+    @property
+    def decided(self) -> bool:
+        """Whether the case got a verdict (regression, improvement or unchanged)."""
+        return self.verdict in ("regression", "improvement", "unchanged")
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict of every field."""
+        return dataclasses.asdict(self)
+
+
+@dataclass(frozen=True)
+class HostModel:
+    """How latency moves against the reference kernel on this host: ``latency ~ kernel ** elasticity``,
+    with `elasticity_sd` its uncertainty; `learned_from` cases taught it (0: the prior)."""
+
+    elasticity: float = PRIOR_ELASTICITY
+    elasticity_sd: float = PRIOR_ELASTICITY_SD
+    learned_from: int = 0
+
+    def describe(self) -> str:
+        """One line for people."""
+        source = (f"learned from {self.learned_from} cases whose host speed differed" if self.learned_from
+                  else f"a prior: fewer than {MIN_LEARNING_CASES} cases whose host speed differed")
+        return (f"host-speed correction: latency taken to move {self.elasticity:.2f}x the reference kernel "
+                f"(in logs, +-{self.elasticity_sd:.2f}; {source})")
 
 
 def round_medians(timings_ms: Sequence[float], rounds: int = ROUNDS) -> list[float]:
@@ -106,7 +157,8 @@ class _Side:
     sessions: dict[str, list[float]] = field(default_factory=dict)
     threads: frozenset[int] = frozenset()
     devices: frozenset[str] = frozenset()
-    #: median time of the host's reference kernel beside these records (None: not read)
+    #: median time of the host's reference kernel beside these records, from records that carry
+    #: host speed (schema 4); None where none does
     reference_us: float | None = None
     noise: str = "-"
     noisy_reason: str = ""
@@ -149,7 +201,7 @@ def _side(records: Sequence[BenchmarkRecord]) -> _Side:
         sessions=dict(sessions),
         threads=frozenset(r.threads for r in used if r.threads is not None),
         devices=frozenset(r.device_name for r in used if r.device_name),
-        reference_us=_median([r.interference.get("reference_us") for r in used]),
+        reference_us=_median([r.interference.get("reference_us") for r in used if r.host_speed is not None]),
         noise=noise,
         noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
     )
@@ -195,11 +247,6 @@ def _inconclusive_reason(a: _Side, b: _Side) -> str:
                        f"{'/'.join(map(str, sorted(b.threads)))} in B")
     if a.devices and b.devices and not a.devices & b.devices:
         reasons.append(f"device {', '.join(sorted(a.devices))} in A, {', '.join(sorted(b.devices))} in B")
-    if a.reference_us and b.reference_us:
-        ratio = b.reference_us / a.reference_us
-        if max(ratio, 1 / ratio) > MAX_REFERENCE_SLOWDOWN:
-            slower, by = ("B", ratio) if ratio > 1 else ("A", 1 / ratio)
-            reasons.append(f"the host ran its reference kernel {by:.2f}x slower in {slower}")
     short = [f"{len(side.rounds)} in {label}" for label, side in (("A", a), ("B", b)) if len(side.rounds) < MIN_ROUNDS]
     if short:
         reasons.append(f"too few rounds ({', '.join(short)}; need {MIN_ROUNDS})")
@@ -223,20 +270,56 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
         if bad:
             raise TypeError(f"{name} must hold BenchmarkRecords (read them with pytest_hwbench.sinks.read_records "
                             f"or load_records), got {bad[0]}")
-    grouped: list[dict[str, list[BenchmarkRecord]]] = []
-    for records in (a, b):
-        by_case: dict[str, list[BenchmarkRecord]] = {}
-        for record in records:
-            by_case.setdefault(record.case_id, []).append(record)
-        grouped.append(by_case)
-    sides_a = {case: _side(recs) for case, recs in grouped[0].items()}
-    sides_b = {case: _side(recs) for case, recs in grouped[1].items()}
+    sides_a, sides_b = _sides(a), _sides(b)
+    host = learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
     order = list(sides_a) + [c for c in sides_b if c not in sides_a]
-    return [_compare_case(case, sides_a.get(case), sides_b.get(case), threshold, alpha) for case in order]
+    return [_compare_case(case, sides_a.get(case), sides_b.get(case), threshold, alpha, host) for case in order]
+
+
+def _sides(records: Sequence[BenchmarkRecord]) -> dict[str, _Side]:
+    by_case: dict[str, list[BenchmarkRecord]] = {}
+    for record in records:
+        by_case.setdefault(record.case_id, []).append(record)
+    return {case: _side(recs) for case, recs in by_case.items()}
+
+
+def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> HostModel:
+    """The `HostModel` that `compare_records` learns from `a` and `b` (for printing beside it)."""
+    sides_a, sides_b = _sides(a), _sides(b)
+    return learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
+
+
+def learn_host_model(pairs: Sequence[tuple[_Side, _Side]]) -> HostModel:
+    """The elasticity of latency against the reference kernel, from the cases whose host speed
+    differs by at least `MIN_HOST_CHANGE` between the sides: the median of their
+    ``log(latency B / latency A) / log(kernel B / kernel A)``, its spread 1.4826 x MAD (at least
+    `MIN_ELASTICITY_SD`), clamped to [0, 3]. Fewer than `MIN_LEARNING_CASES` such cases: the prior."""
+    slopes = []
+    for a, b in pairs:
+        med_a, med_b = a.median, b.median
+        if not (a.reference_us and b.reference_us and med_a and med_b) or a.noise == "noisy" or b.noise == "noisy":
+            continue
+        x = math.log(b.reference_us / a.reference_us)
+        if abs(x) < math.log1p(MIN_HOST_CHANGE):
+            continue
+        slopes.append(math.log(med_b / med_a) / x)
+    if len(slopes) < MIN_LEARNING_CASES:
+        return HostModel()
+    arr = np.asarray(slopes)
+    k = float(np.median(arr))
+    sd = 1.4826 * float(np.median(np.abs(arr - k)))
+    return HostModel(min(3.0, max(0.0, k)), max(MIN_ELASTICITY_SD, sd), len(slopes))
+
+
+def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
+    """(cases with a verdict, cases compared): `missing` cases are not compared."""
+    compared = [c for c in comparisons if c.verdict != "missing"]
+    return sum(c.decided for c in compared), len(compared)
 
 
 def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, threshold: float,
-                  alpha: float) -> Comparison:
+                  alpha: float, host: HostModel | None = None) -> Comparison:
+    host = host or HostModel()
     med_a = side_a.median if side_a else None
     med_b = side_b.median if side_b else None
     n_a = len(side_a.rounds) if side_a else 0
@@ -247,25 +330,30 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
                           noise=noise)
     change = (med_b - med_a) / med_a if med_a > 0 else None
     spread = math.hypot(side_a.spread, side_b.spread)
-    base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise}
+    ratio = side_b.reference_us / side_a.reference_us if side_a.reference_us and side_b.reference_us else None
+    factor = ratio ** host.elasticity if ratio else 1.0  # what the host's change of speed did to B
+    corrected = (med_b / factor - med_a) / med_a if med_a > 0 else None
+    correction_sd = abs(math.log(ratio)) * host.elasticity_sd if ratio else 0.0
+    uncertainty = math.hypot(spread, correction_sd)
+    base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise, "host_ratio": ratio,
+            "corrected_change": corrected, "uncertainty": uncertainty}
     reason = _inconclusive_reason(side_a, side_b)
     if reason:
         return Comparison(case_id, med_a, med_b, change, None, "inconclusive", note=reason, **base)
-    p_value = _mannwhitney(side_a.rounds, side_b.rounds)
-    host = abs(side_b.reference_us / side_a.reference_us - 1) if side_a.reference_us and side_b.reference_us else 0.0
-    if change is None or abs(change) <= threshold:
+    rounds_b = [r / factor for r in side_b.rounds]
+    p_value = _mannwhitney(side_a.rounds, rounds_b)
+    if corrected is None or abs(corrected) <= threshold:
         return Comparison(case_id, med_a, med_b, change, p_value, "unchanged", **base)
-    if abs(change) <= NOISE_Z * spread:
-        note = f"change within {NOISE_Z:g} x the rounds' spread (+-{spread:.1%})"
-        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive", note=note, **base)
-    if abs(change) <= max(threshold, NOISE_Z * spread) + HOST_AMPLIFICATION * host:
-        note = (f"change within what the host's own speed explains (its reference kernel moved {host:.1%} "
-                f"between the sides)")
+    if abs(corrected) <= NOISE_Z * uncertainty:
+        what = f"the rounds' spread +-{spread:.1%}"
+        if ratio:
+            what += f", the host-speed correction +-{correction_sd:.1%} (kernel {ratio:.2f}x in B)"
+        note = f"change inside {NOISE_Z:g} x the combined uncertainty ({what})"
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive", note=note, **base)
     if p_value is None or p_value >= alpha:
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
                           note=f"rounds overlap: not significant (p >= {alpha:g})", **base)
-    verdict: Verdict = "regression" if change > 0 else "improvement"
+    verdict: Verdict = "regression" if corrected > 0 else "improvement"
     return Comparison(case_id, med_a, med_b, change, p_value, verdict, **base)
 
 
@@ -284,32 +372,86 @@ def _fmt_p(value: float | None) -> str:
     return f"{value:.2e}" if value < 1e-3 else f"{value:.4f}"
 
 
-def format_table(comparisons: Sequence[Comparison]) -> str:
-    """Plain-text table, one line per case, then a count per verdict."""
-    header = ["case_id", "median A (ms)", "median B (ms)", "change", "spread", "p-value", "rounds A", "rounds B",
-              "noise A/B", "verdict", "note"]
-    rows: list[list[Any]] = [
-        [c.case_id, _fmt_ms(c.median_a), _fmt_ms(c.median_b),
-         "-" if c.change is None else f"{c.change * 100:+.1f}%",
-         "-" if c.spread is None else f"{c.spread * 100:.1f}%", _fmt_p(c.p_value), c.n_a, c.n_b, c.noise,
-         c.verdict, c.note]
-        for c in comparisons
-    ]
-    cells = [[str(x) for x in row] for row in [header, *rows]]
+def _fmt_change(value: float | None) -> str:
+    return "-" if value is None else f"{value * 100:+.1f}%"
+
+
+def _fit(text: str, width: int) -> str:
+    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+
+
+def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = False, verbose: bool = False,
+                 width: int = 120, host: HostModel | None = None) -> str:
+    """Plain text: the compared cases first, one line each within `width` columns (case, verdict,
+    the corrected change and the change needed to count, medians, host speed B/A, noise, the note cut
+    to fit; `verbose` keeps it whole and adds the p-value, rounds and the raw change); the
+    `missing` cases folded into one count line by reason (`show_missing` lists them); then a
+    count per verdict with the decisiveness, and `host`'s correction when given."""
+    compared = [c for c in comparisons if c.verdict != "missing"]
+    missing = [c for c in comparisons if c.verdict == "missing"]
+    header = ["case_id", "verdict", "change", "+-", "A ms", "B ms", "host B/A", "noise A/B"]
+    if verbose:
+        header += ["raw change", "p-value", "rounds A/B"]
+    header.append("note")
+    listed = compared + (missing if show_missing else [])
+    rows: list[list[str]] = []
+    for c in listed:
+        row = [c.case_id, c.verdict, _fmt_change(c.corrected_change if c.corrected_change is not None else c.change),
+               "-" if c.uncertainty is None else f"{NOISE_Z * c.uncertainty * 100:.0f}%",
+               _fmt_ms(c.median_a), _fmt_ms(c.median_b),
+               "-" if c.host_ratio is None else f"{c.host_ratio:.2f}", c.noise]
+        if verbose:
+            row += [_fmt_change(c.change), _fmt_p(c.p_value), f"{c.n_a}/{c.n_b}"]
+        row.append(c.note)
+        rows.append(row)
+    cells = [header, *rows]
     widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
-    right = {1, 2, 3, 4, 5, 6, 7}
+    widths[-1] = len(header[-1])  # the note is last and ragged: no padding, cut to the width
+    right = {2, 3, 4, 5, 6} | ({8, 9, 10} if verbose else set())
 
     def line(row: list[str]) -> str:
-        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
+        text = "  ".join(c.rjust(w) if i in right else c.ljust(w)
                          for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
+        return text if verbose else _fit(text, width)
 
-    lines = [line(cells[0]), "  ".join("-" * w for w in widths)]
+    lines = [line(cells[0]), "  ".join("-" * w for w in widths)] if listed else []
+    if lines and not verbose:
+        lines[1] = lines[1][:width]
     lines += [line(r) for r in cells[1:]]
+    if missing and not show_missing:
+        why: dict[str, int] = defaultdict(int)
+        for c in missing:
+            for part in c.note.split("; "):
+                why[part.split(":")[0]] += 1
+        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        lines.append(_fit(f"{len(missing)} missing ({parts}); --all lists them", width) if not verbose
+                     else f"{len(missing)} missing ({parts}); --all lists them")
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
+    decided, total = decisiveness(comparisons)
+    share = f"{decided / total:.0%}" if total else "-"
     lines.append("")
+    if host is not None and any(c.host_ratio is not None for c in compared):
+        lines.append(host.describe())
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(comparisons)} cases)")
+    lines.append(f"decisiveness {share} ({decided} of {total} compared cases have a verdict)")
     return "\n".join(lines)
 
 
-__all__ = ["HOST_AMPLIFICATION", "MIN_ROUNDS", "NOISE_Z", "ROUNDS", "VERDICTS", "Comparison", "Verdict", "compare_records",
-           "exit_code", "format_table", "round_medians"]
+def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) -> str:
+    """The comparisons, the counts, the decisiveness and the host model as one JSON document."""
+    import json
+
+    decided, total = decisiveness(comparisons)
+    return json.dumps({
+        "comparisons": [c.to_dict() for c in comparisons],
+        "counts": {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS},
+        "decisiveness": decided / total if total else None,
+        "decided": decided,
+        "compared": total,
+        "host_model": dataclasses.asdict(host) if host is not None else None,
+    }, indent=2, default=str)
+
+
+__all__ = ["MIN_ROUNDS", "NOISE_Z", "PRIOR_ELASTICITY", "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison",
+           "HostModel", "Verdict", "compare_records", "decisiveness", "exit_code", "format_table",
+           "host_model_of", "learn_host_model", "round_medians", "to_json"]

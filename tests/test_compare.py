@@ -167,10 +167,41 @@ def test_format_table_has_the_noise_column_and_counts():
                             [record("B", "slow", steady(13.0)),
                              record("B", "busy", steady(30.0), noise="noisy", reason="busy machine")])
     lines = format_table(comps).splitlines()
-    assert "noise A/B" in lines[0] and "rounds A" in lines[0]
+    assert "noise A/B" in lines[0] and "host B/A" in lines[0]
     busy = next(ln for ln in lines if ln.startswith("busy-cpu"))
     assert "clean/noisy" in busy and "inconclusive" in busy
-    assert lines[-1] == "1 regression, 0 improvement, 0 unchanged, 1 inconclusive, 0 missing (2 cases)"
+    assert lines[-2] == "1 regression, 0 improvement, 0 unchanged, 1 inconclusive, 0 missing (2 cases)"
+    assert lines[-1] == "decisiveness 50% (1 of 2 compared cases have a verdict)"
+
+
+def test_compared_cases_come_first_missing_ones_fold_into_one_line_and_lines_fit_120_columns(capsys):
+    # A session against one that ran 3 of its 40 cases: the 3 compared lines must not drown
+    # in 37 rows of `missing`, and no line may pass 120 columns (details go to --verbose / JSON).
+    long = "a-model-with-a-rather-long-name-for-its-family"
+    a = [record("A", f"{long}-{i}", steady(10.0)) for i in range(40)]
+    busy = "1.0 of 2 cores busy with other processes (busiest: python3 (pid 42) 1.00 cores, pytest (pid 7) 0.3 cores)"
+    b = [record("B", f"{long}-0", steady(13.0)), record("B", f"{long}-1", steady(10.0)),
+         record("B", f"{long}-2", steady(30.0), noise="noisy", reason=busy), failed("B", f"{long}-3", "boom " * 50)]
+    comps = compare_records(a, b)
+    text = format_table(comps)
+    lines = text.splitlines()
+    assert max(len(line) for line in lines) <= 120
+    assert [ln.split()[0] for ln in lines[2:5]] == [f"{long}-{i}-cpu-torch-fp32-b1" for i in range(3)]
+    assert sum("missing" in ln for ln in lines) == 2  # the fold line and the count line
+    assert "37 missing (36 absent from B, 1 failed in B); --all lists them" in text
+    assert "decisiveness 67% (2 of 3 compared cases have a verdict)" in text
+    everything = format_table(comps, show_missing=True).splitlines()
+    assert sum(" missing " in ln for ln in everything) == 37 + 1 and max(len(ln) for ln in everything) <= 120
+    verbose = format_table(comps, verbose=True)
+    assert busy in verbose and "p-value" in verbose
+
+    import json
+
+    from pytest_hwbench.compare import to_json
+
+    data = json.loads(to_json(comps))
+    assert data["decided"] == 2 and data["compared"] == 3 and len(data["comparisons"]) == 40
+    assert data["comparisons"][2]["note"] == f"noisy in B: {busy}"
 
 
 def _jsonl(path, records: list[BenchmarkRecord]):
@@ -206,12 +237,35 @@ def test_cli_compares_records_replayed_from_other_machines_and_mlflow_runs(tmp_p
     assert "session 'nope' matches no session" in capsys.readouterr().err
 
 
-def test_a_host_that_ran_its_reference_kernel_slower_on_one_side_is_inconclusive():
-    # Both sides quiet by every counter, but the reference kernel beside B's records ran 1.5x
-    # slower: the host (a neighbour on its physical cores) changed, not the code.
-    a = [dataclasses.replace(record("A", "m", steady(10.0)), interference={"reference_us": 260.0})]
-    b = [dataclasses.replace(record("B", "m", steady(14.0)), interference={"reference_us": 390.0})]
-    c = one(a, b)
-    assert c.verdict == "inconclusive" and "reference kernel 1.50x slower in B" in c.note
-    same_host = [dataclasses.replace(b[0], interference={"reference_us": 270.0})]
-    assert one(a, same_host).verdict == "regression"
+def _at_host(rec: BenchmarkRecord, reference_us: float) -> BenchmarkRecord:
+    return dataclasses.replace(rec, interference={"reference_us": reference_us, "host_speed": 300.0 / reference_us})
+
+
+def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
+    from pytest_hwbench.compare import host_model_of
+
+    # Both sides quiet by every counter, but B ran on a host 1.5x slower by its reference kernel,
+    # and every model moved with it (latency ~ kernel ** 1.0 here); one model also regressed 40 %.
+    models = [f"m{i}" for i in range(8)]
+    a = [_at_host(record("A", m, steady(10.0 + i)), 300.0) for i, m in enumerate(models)]
+    b = [_at_host(record("B", m, steady((10.0 + i) * 1.5 * (1.4 if m == "m3" else 1.0))), 450.0)
+         for i, m in enumerate(models)]
+    host = host_model_of(a, b)
+    assert host.learned_from == 8 and host.elasticity == pytest.approx(1.0, abs=0.02)
+    got = {c.case_id.split("-cpu-")[0]: c for c in compare_records(a, b)}
+    assert got["m3"].verdict == "regression" and got["m3"].corrected_change == pytest.approx(0.40, abs=0.03)
+    assert got["m3"].change == pytest.approx(1.10, abs=0.05) and got["m3"].host_ratio == pytest.approx(1.5)
+    assert all(got[m].verdict == "unchanged" for m in models if m != "m3")  # every case decided
+
+    # One case alone on a host 1.5x slower: nothing to learn from, and the prior's uncertainty is
+    # too wide to decide; on a host only 3 % slower the same prior decides a +40 %.
+    (alone,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.5 * 1.4)), 450.0)])
+    assert alone.verdict == "inconclusive" and "host-speed correction" in alone.note
+    (near,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.03 * 1.4)), 309.0)])
+    assert near.verdict == "regression" and near.corrected_change == pytest.approx(0.36, abs=0.03)
+
+    # Records without host speed (older than schema 4) compare uncorrected.
+    plain_a = [dataclasses.replace(r, interference={"reference_us": 300.0}) for r in a[:1]]
+    plain_b = [dataclasses.replace(r, interference={"reference_us": 450.0}) for r in b[:1]]
+    (c,) = compare_records(plain_a, plain_b)
+    assert c.host_ratio is None and c.verdict == "regression" and c.corrected_change == pytest.approx(c.change)
