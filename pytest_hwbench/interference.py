@@ -70,9 +70,6 @@ GPU_INFO_REASONS: dict[int, str] = {
 #: A record is noisy when the reference kernel timed after the loop and the one timed before
 #: disagree by more than this factor: the host changed speed while the case ran.
 MAX_REFERENCE_CHANGE = 1.2
-#: Kept for readers of older figures: a side-by-side reference ratio above this between two
-#: sessions is a host-speed change worth naming (compare corrects for it instead of refusing).
-MAX_REFERENCE_SLOWDOWN = 1.1
 #: Reference readings kept per host in the baseline file (the most recent ones).
 RECENT_READINGS = 64
 #: Percentile of the recent reference times that is the host's baseline: its fast end, robust to a
@@ -499,7 +496,6 @@ __all__ = [
     "BASELINE_PERCENTILE",
     "MAX_OTHER_CORES",
     "MAX_REFERENCE_CHANGE",
-    "MAX_REFERENCE_SLOWDOWN",
     "MAX_STEAL_SHARE",
     "NOISE_VERDICTS",
     "RECENT_READINGS",
