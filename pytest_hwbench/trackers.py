@@ -21,6 +21,7 @@ import numpy as np
 
 from .errors import HwbenchWarning
 from .torch_device import device_module
+from .vocabulary import MAX_ITERATIONS
 
 #: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
 TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu", "mps")
@@ -78,7 +79,7 @@ class TimingConfig:
     warmup_iterations: int = 3
     min_iterations: int = 10
     min_time_s: float = 1.0
-    max_iterations: int = 100_000
+    max_iterations: int = MAX_ITERATIONS
 
     def __post_init__(self) -> None:
         if self.warmup_iterations < 0:

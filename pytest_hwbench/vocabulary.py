@@ -79,6 +79,12 @@ def check_precision(precision: object, accepted: tuple[str, ...] = PRECISIONS, *
     return text
 
 
+#: Measurements of a noisy case after the first, by default (``--hwbench-noise-retries``).
+DEFAULT_NOISE_RETRIES = 2
+#: The most timed iterations of one case (`TimingConfig.max_iterations`).
+MAX_ITERATIONS = 100_000
+
+
 def bytes_per_element(precision: str) -> int:
     """Bytes per element of `precision` (4 for a name this module does not know)."""
     return BYTES_PER_PRECISION.get(precision, 4)
@@ -89,8 +95,10 @@ __all__ = [
     "CPU_KINDS",
     "DEFAULT_EXPERIMENT",
     "DEFAULT_MODE",
+    "DEFAULT_NOISE_RETRIES",
     "DEFAULT_STORE_DIR",
     "HARDWARE_KINDS",
+    "MAX_ITERATIONS",
     "MODES",
     "MODE_ALIASES",
     "NOISE_VERDICTS",

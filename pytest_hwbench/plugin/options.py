@@ -17,10 +17,8 @@ from .. import hookspecs
 from ..backends.base import registered_backends
 from ..case import DEFAULT_NEW_TOKENS
 from ..models import FAMILIES, get_model, load_model_set, register_model
-from ..runner import DEFAULT_NOISE_RETRIES
 from ..scenarios import registered_modes, registered_scenarios
-from ..trackers import TimingConfig
-from ..vocabulary import DEFAULT_MODE, PRECISIONS
+from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, PRECISIONS
 from .grid import hardware_targets
 
 HARDWARE_MARKERS: dict[str, str] = {
@@ -106,10 +104,9 @@ def _choices(option: str, allowed: Iterable[str]) -> Any:
     return parse
 
 
-#: Upper bounds of the numeric options, refused beyond at start (issue 18, item 8): past them a
-#: run would end in an INTERNALERROR (more timed iterations than the timer keeps,
-#: `TimingConfig.max_iterations`) or take days while saying nothing.
-MAX_ITERATIONS = TimingConfig.max_iterations
+#: Upper bounds of the numeric options, refused beyond at start: past them a run would end in an
+#: INTERNALERROR (more timed iterations than the timer keeps, `MAX_ITERATIONS`) or take days
+#: while saying nothing.
 MAX_CASE_SECONDS = 3600.0
 MAX_PROGRESS_SECONDS = 86400.0
 MAX_CACHED_MODELS = 64
