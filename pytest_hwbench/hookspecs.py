@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,6 +31,12 @@ def pytest_hwbench_record(config: pytest.Config, record: BenchmarkRecord) -> Non
 @pytest.hookspec
 def pytest_hwbench_session_finish(config: pytest.Config, session: SessionInfo, exitstatus: int) -> None:
     """Controller or serial process, once: after the last record."""
+
+
+@pytest.hookspec
+def pytest_hwbench_terminal_summary(config: pytest.Config, terminalreporter: Any) -> None:
+    """Controller or serial process, at the very end of the console output: lines a plug-in adds
+    under the run's hwbench summary (e.g. where the records went), after every other summary."""
 
 
 @pytest.hookspec(firstresult=True)

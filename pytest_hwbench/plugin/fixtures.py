@@ -8,15 +8,17 @@ test report, so under pytest-xdist the record travels to the controller with the
 from __future__ import annotations
 
 from collections.abc import Generator
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
 from ..case import BenchCase
 from ..errors import OutOfMemory, UnsupportedCase
 from ..record import BenchmarkRecord
-from ..result import CaseResult, failed_record
 from .session import CASE_ATTR, RECORD_ATTR, STATE, HwbenchState, case_of
+
+if TYPE_CHECKING:
+    from ..result import CaseResult
 
 
 @pytest.fixture
@@ -40,6 +42,8 @@ class Hwbench:
         Running out of memory is an outcome, not a bug: the failed record keeps the error (data
         for the compatibility matrix), the memory is freed and the test is reported xfailed.
         """
+        from ..result import failed_record  # the measuring side (numpy, trackers): only when a case runs
+
         state, node = self._state, self._request.node
         placement = state.placement
         common = {"nodeid": node.nodeid, "worker": placement.worker, "cpu_affinity": placement.cpu_affinity}

@@ -23,7 +23,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from importlib import metadata
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -31,11 +31,11 @@ from ..backends.base import registered_backends
 from ..case import BenchCase
 from ..hardware import HardwareInfo, detect_hardware
 from ..record import BenchmarkRecord, SessionInfo
-from ..result import failed_record
-from ..runner import Runner
-from ..trackers import TimingConfig
 from .grid import case_from_id
 from .options import apply_options, register_markers
+
+if TYPE_CHECKING:  # the measuring side (numpy, trackers) is imported when a case runs
+    from ..runner import Runner
 
 RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
 CASE_ATTR = "hwbench_case"  # the case id on every report of a case
@@ -55,6 +55,12 @@ def case_of(item: pytest.Item) -> BenchCase | None:
     callspec = getattr(item, "callspec", None)
     case = callspec.params.get("hwbench_case") if callspec else None
     return case if isinstance(case, BenchCase) else None
+
+
+def _case_of_nodeid(nodeid: str) -> BenchCase | None:
+    """The case a collected test id measures (``path::test[<case id>]``), or None for other tests."""
+    match = re.search(r"\[(.+)\]$", nodeid)
+    return case_from_id(match.group(1)) if match else None
 
 
 def note(config: pytest.Config, line: str) -> None:
@@ -136,15 +142,24 @@ class Placement:
     cpu_affinity: tuple[int, ...]
 
 
-def place_worker(worker: str, index: int, count: int, hw: HardwareInfo) -> Placement:
-    """Give worker `index` of `count` its own GPU and a disjoint slice of the usable cores."""
+#: The torch runtimes whose devices xdist workers share out, one device per worker.
+MULTI_DEVICE_TARGETS = ("cuda", "rocm", "xpu")
+
+
+def place_worker(worker: str, index: int, count: int, hw: HardwareInfo | None = None) -> Placement:
+    """Give worker `index` of `count` its own GPU and a disjoint slice of the usable cores. A lone
+    process uses device 0 and all its cores, and probes nothing; several workers probe the torch
+    GPU runtimes (or read `hw`) to share their devices out."""
     cores: tuple[int, ...] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
-    if count > 1 and cores:
+    if count <= 1:
+        return Placement(worker, 0, cores)
+    if cores:
         share = max(1, len(cores) // count)
         mine = cores[(index * share) % len(cores):][:share]
         os.sched_setaffinity(0, mine)
         cores = mine
-    gpus = max((len(hw[t].devices) for t in ("cuda", "rocm", "xpu") if hw[t].available), default=0)
+    hw = hw or detect_hardware(targets=MULTI_DEVICE_TARGETS)
+    gpus = max((len(hw[t].devices) for t in MULTI_DEVICE_TARGETS if t in hw.targets and hw[t].available), default=0)
     return Placement(worker, index % gpus if gpus else 0, cores)
 
 
@@ -215,11 +230,6 @@ class HwbenchState:
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
         self.session_id: str = (workerinput or {}).get("hwbench_session_id") or uuid.uuid4().hex
-        self.timing = TimingConfig(
-            warmup_iterations=config.getoption("hwbench_warmup"),
-            min_iterations=max(1, config.getoption("hwbench_min_iterations")),
-            min_time_s=config.getoption("hwbench_min_time"),
-        )
         self._runner: Runner | None = None
         self._placement: Placement | None = None
         self.session_info: SessionInfo | None = None
@@ -234,14 +244,10 @@ class HwbenchState:
         self.worker_collections: dict[str, dict[str, int]] = {}
 
     @property
-    def hw(self) -> HardwareInfo:
-        return detect_hardware()
-
-    @property
     def placement(self) -> Placement:
         if self._placement is None:
             worker, index, count = _worker_slot(self.config)
-            self._placement = place_worker(worker, index, count, self.hw)
+            self._placement = place_worker(worker, index, count)
             if self._placement.cpu_affinity:
                 import torch
 
@@ -251,7 +257,15 @@ class HwbenchState:
     @property
     def runner(self) -> Runner:
         if self._runner is None:
-            self._runner = Runner(self.timing, self.config.getoption("hwbench_cache_size"),
+            from ..runner import Runner
+            from ..trackers import TimingConfig
+
+            timing = TimingConfig(
+                warmup_iterations=self.config.getoption("hwbench_warmup"),
+                min_iterations=max(1, self.config.getoption("hwbench_min_iterations")),
+                min_time_s=self.config.getoption("hwbench_min_time"),
+            )
+            self._runner = Runner(timing, self.config.getoption("hwbench_cache_size"),
                                   self.config.getoption("hwbench_energy_time"),
                                   noise_retries=self.config.getoption("hwbench_noise_retries"))
         return self._runner
@@ -261,9 +275,11 @@ class HwbenchState:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["hwbench_session_id"] = self.session_id
 
-    @pytest.hookimpl(trylast=True)
-    def pytest_sessionstart(self, session: pytest.Session) -> None:
-        if self.is_worker:
+    def _start_session(self, hardware: Iterable[str]) -> None:
+        """Fire `pytest_hwbench_session_start` (once, on the controller or the serial process) now
+        that the session is known to hold hwbench cases on `hardware`; a run without any (the
+        project's own tests, ``--co``) never probes hardware, imports torch or opens a store."""
+        if self.is_worker or self.session_info is not None or self.config.option.collectonly:
             return
         self.session_info = SessionInfo(
             session_id=self.session_id,
@@ -272,7 +288,7 @@ class HwbenchState:
             git_commit=_git("rev-parse", "HEAD"),
             git_branch=_git("rev-parse", "--abbrev-ref", "HEAD"),
             runner_label=runner_label(),
-            hardware_summary=detect_hardware().summary(),
+            hardware_summary=detect_hardware(targets=["cpu", *sorted(set(hardware))]).summary(),
             package_versions={k: v for answer in self.config.hook.pytest_hwbench_package_versions(config=self.config)
                               for k, v in answer.items()},
             extra=_what_runs(self.config),
@@ -280,8 +296,13 @@ class HwbenchState:
         self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if not self.is_worker and session.items and not self.config.option.collectonly:
-            self.progress.start(len(session.items), has_cases=any(map(case_of, session.items)))
+        if self.is_worker or not session.items:
+            return
+        cases = [case for case in map(case_of, session.items) if case is not None]
+        if cases:
+            self._start_session(case.hardware for case in cases)
+        if not self.config.option.collectonly:
+            self.progress.start(len(session.items), has_cases=bool(cases))
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
@@ -289,6 +310,10 @@ class HwbenchState:
         # when the first case's report arrives.
         if self.progress.total is None:
             self.progress.start(len(ids), has_cases=False)
+        if self.session_info is None:
+            cases = [case for case in map(_case_of_nodeid, ids) if case is not None]
+            if cases:
+                self._start_session(case.hardware for case in cases)
 
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
@@ -319,12 +344,13 @@ class HwbenchState:
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
         """An xdist worker died running `crashitem`: the controller writes the case's record
         (status ``crashed``), attached to the report xdist makes for it and logs next."""
-        match = re.search(r"\[(.+)\]$", crashitem)
-        case = case_from_id(match.group(1)) if match else None
+        case = _case_of_nodeid(crashitem)
         if case is None:
             return  # not a benchmark case
         worker = getattr(getattr(report, "node", None), "gateway", None)
         worker_id = getattr(worker, "id", "?")
+        from ..result import failed_record
+
         error = f"crashed: xdist worker {worker_id} died running {crashitem} ({_exit_reason(worker)})"
         record = dataclasses.replace(failed_record(case, self.session_id, error, nodeid=crashitem, worker=worker_id),
                                      status="crashed")
@@ -341,22 +367,45 @@ class HwbenchState:
             self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
 
     def _missing_paths(self) -> list[str]:
-        """The test paths on the command line that do not exist. Serial pytest refuses them
-        (``file or directory not found``); an xdist controller collects nothing itself and its
-        workers reported an empty collection instead (issue 18, item 12)."""
+        """The test paths and node ids on the command line that name nothing. Serial pytest
+        refuses them (``file or directory not found``, ``not found: FILE::NAME``); an xdist
+        controller collects nothing itself and its workers reported an empty collection instead
+        (issue 18, item 12). A node id is missing when its file exists but defines no class or
+        function of each ``::`` name (parameter ids in brackets left out)."""
         if self.config.option.pyargs:  # arguments may be module names, not paths
             return []
-        here = self.config.invocation_params.dir
-        return [str(arg) for arg in self.config.args
-                if not (Path(here) / str(arg).partition("::")[0]).exists()]
+        here = Path(self.config.invocation_params.dir)
+        missing: list[str] = []
+        for arg in map(str, self.config.args):
+            path, _, names = arg.partition("::")
+            file = here / path
+            if not file.exists():
+                missing.append(arg)
+            elif names and file.is_file() and file.suffix == ".py":
+                import ast
+
+                try:
+                    tree = ast.parse(file.read_text(encoding="utf-8", errors="replace"))
+                except SyntaxError:
+                    continue  # pytest reports the collection error itself
+                defined = {node.name for node in ast.walk(tree)
+                           if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef | ast.ClassDef)}
+                if any(name.partition("[")[0] not in defined for name in names.split("::") if name):
+                    missing.append(arg)
+        return missing
 
     def _explain_empty_run(self) -> bool:
-        """A run that collected no test says why: test paths that do not exist (True is
-        returned then), else per process: no case generated (the grid options and markers),
+        """A run that collected no test says why: test paths or node ids that name nothing (True
+        is returned then), else per process: no case generated (the grid options and markers),
         every case deselected (-m/-k), or a worker that never reported."""
         missing = self._missing_paths()
         if missing:
-            self.notes.append(f"no test ran: file or directory not found: {', '.join(missing)}")
+            files = [arg for arg in missing if "::" not in arg]
+            nodes = [arg for arg in missing if "::" in arg]
+            if files:
+                self.notes.append(f"no test ran: file or directory not found: {', '.join(files)}")
+            if nodes:
+                self.notes.append(f"no test ran: not found: {', '.join(nodes)}")
             return True
         accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
                                                else {})
@@ -394,21 +443,28 @@ class HwbenchState:
                 config=self.config, session=self.session_info, exitstatus=int(exitstatus)
             )
 
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
+        """The hwbench section comes last, after every other plugin's summary (pytest-benchmark's
+        table) and pytest's short test summary: it is what a benchmark run's reader looks for."""
+        result = yield
         if self.is_worker or not (self.records or self.notes):
-            return
+            return result
+        terminalreporter.write_sep("-", "hwbench")
+        for line in self.summary_lines():
+            terminalreporter.write_line(f"hwbench: {line}")
+        self.config.hook.pytest_hwbench_terminal_summary(config=self.config, terminalreporter=terminalreporter)
+        return result
+
+    def summary_lines(self) -> list[str]:
+        """The run's hwbench summary: notes, then records and noisy counts."""
         failed = sum(r.status != "passed" for r in self.records)
         noisy = [r for r in self.records if r.noise == "noisy"]
-        terminalreporter.write_sep("-", "hwbench")
-        for line in dict.fromkeys(self.notes):
-            terminalreporter.write_line(f"hwbench: {line}")
-        terminalreporter.write_line(
-            f"hwbench: {len(self.records)} records ({failed} failed, {len(noisy)} noisy), session {self.session_id}"
-        )
+        lines = list(dict.fromkeys(self.notes))
+        lines.append(f"{len(self.records)} records ({failed} failed, {len(noisy)} noisy), session {self.session_id}")
         if noisy:  # the figures of these were taken while other work held the machine
             worst = max(noisy, key=lambda r: r.interference.get("other_cores") or 0.0)
-            terminalreporter.write_line(
-                f"hwbench: noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
-                "(`hwbench report` lists them; `hwbench compare` calls them inconclusive)"
-            )
+            lines.append(f"noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
+                         "(`hwbench report` lists them; `hwbench compare` calls them inconclusive)")
+        return lines
 
