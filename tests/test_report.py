@@ -424,3 +424,37 @@ def test_crashed_cases_count_as_failures_in_tables_and_compatibility(tmp_path):
     assert "killed by signal 9" in md
     entry = json.loads(paths.compatibility.read_text())["families"]["audio"]["cpu/torch"]
     assert (entry["passed"], entry["failed"], entry["compatible"]) == (0, 1, False)
+
+
+def test_aggregated_cells_are_named_with_why(tmp_path):
+    """A cell that shows the median of several records says which cell and why (other sessions,
+    other tests), and records of other modes never count as a duplicate of an inference cell."""
+    rng = np.random.default_rng(5)
+    one = passed_record(rng, "vision", "vit-tiny", "cpu", "torch", "fp32", 1, 10.0)
+    other_session = passed_record(rng, "vision", "vit-tiny", "cpu", "torch", "fp32", 1, 11.0, session="sess-b")
+    bert = [dataclasses.replace(passed_record(rng, "embedding", "bert-tiny", "cpu", "torch", "fp32", 8, 9.0),
+                                nodeid=f"bench_suites/test_x.py::{name}") for name in ("test_a", "test_b")]
+    gen = dataclasses.replace(passed_record(rng, "vision", "vit-tiny", "cpu", "torch", "fp32", 8, 50.0),
+                              mode="generate", new_tokens=8)
+    single = passed_record(rng, "vision", "vit-tiny", "cpu", "torch", "fp32", 8, 12.0)
+    md = write_report(frame([one, other_session, *bert, gen, single]), tmp_path).markdown.read_text()
+    assert "- 2 table cell(s) aggregate several passed records: the median of their values" in md
+    assert "  - bert-tiny b8 cpu/torch/fp32 (inference): 2 records, 2 tests" in md
+    assert "  - vit-tiny b1 cpu/torch/fp32 (inference): 2 records, 2 sessions" in md
+    assert "vit-tiny b8" not in md.split("## System information")[0]  # generate + inference: own tables
+
+
+def test_runtime_targets_count_the_records_of_their_backend(tmp_path):
+    """A runtime target (onnxruntime, openvino) runs its cases on the cpu: the hardware table
+    counts them by backend, not as 0 / 0."""
+    rng = np.random.default_rng(6)
+    recs = [passed_record(rng, "embedding", "bert-tiny", "cpu", backend, "fp32", 1, 9.0)
+            for backend in ("torch", "onnxruntime", "onnxruntime")]
+    hardware = {name: {"available": True, "devices": [], "precisions": ["fp32"], "reason": ""}
+                for name in ("cpu", "onnxruntime", "openvino")}
+    md = write_report(frame(recs), tmp_path, hardware=hardware).markdown.read_text()
+    rows = {line.split("|")[1].strip(): line.split("|")[-2].strip()
+            for line in md.split("## Available hardware")[1].split("##")[0].splitlines() if line.startswith("| ")}
+    assert rows["cpu"] == "3 / 0"
+    assert rows["onnxruntime"] == "2 / 0 (its backend, on cpu)"
+    assert rows["openvino"] == "0 / 0"

@@ -172,15 +172,54 @@ def _system_section(df: pd.DataFrame, system_info: Mapping[str, Any] | None) -> 
     return [*lines, ""]
 
 
+#: Why records share a table cell, by the column that tells them apart.
+_AGGREGATE_REASONS = (("session_id", "sessions"), ("nodeid", "tests"), ("length", "input lengths"),
+                      ("tokens", "new-token counts"))
+#: Aggregated cells named one by one in the report's header (the rest are counted).
+_AGGREGATES_SHOWN = 10
+
+
+def _aggregated_cells(df: pd.DataFrame) -> list[str]:
+    """Header lines for the table cells (mode, model, batch size, config) that show the median of
+    several passed records, each with why they are several: other sessions, other tests, other
+    input lengths or new-token counts, or repeats of one case."""
+    passed = df[df["status"] == "passed"]
+    if passed.empty:
+        return []
+    keys = ["mode", "model", "batch_size", "config"]
+    cells = [(key, group) for key, group in passed.groupby(keys, sort=True) if len(group) > 1]
+    if not cells:
+        return []
+    described = []
+    for (mode, model, batch, config), group in cells:
+        why = [f"{group[column].nunique()} {label}" for column, label in _AGGREGATE_REASONS
+               if column in group.columns and group[column].nunique() > 1]
+        described.append(f"{model} b{batch} {config} ({mode}): {len(group)} records, "
+                         + (", ".join(why) if why else "repeats of one case"))
+    lines = [f"- {len(cells)} table cell(s) aggregate several passed records: the median of their values"]
+    lines += [f"  - {text}" for text in described[:_AGGREGATES_SHOWN]]
+    if len(described) > _AGGREGATES_SHOWN:
+        lines.append(f"  - and {len(described) - _AGGREGATES_SHOWN} more")
+    return lines
+
+
 def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> list[str]:
     lines = ["## Available hardware", ""]
     measured = df.groupby("hardware")["status"].value_counts().unstack(fill_value=0)
+    # A runtime target (a runtime on the host, e.g. an inference engine) runs its cases on another
+    # target's hardware: its records carry it as their backend.
+    by_backend = df.groupby("backend")["status"].value_counts().unstack(fill_value=0)
 
     def counts(name: str) -> str:
-        if name not in measured.index:
+        table = measured if name in measured.index else by_backend if name in by_backend.index else None
+        if table is None:
             return "0 / 0"
-        row = measured.loc[name]
-        return f"{int(row.get('passed', 0))} / {int(row.get('failed', 0))}"
+        row = table.loc[name]
+        shown = f"{int(row.get('passed', 0))} / {int(row.get('failed', 0))}"
+        if table is by_backend:
+            hosts = sorted({str(h) for h in df.loc[df["backend"] == name, "hardware"]})
+            shown += f" (its backend, on {', '.join(hosts)})"
+        return shown
 
     if not hardware:
         lines += ["Hardware detection not provided; hardware measured in these records:", ""]
@@ -364,8 +403,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
 
     passed, failed = int((df["status"] == "passed").sum()), int((df["status"] != "passed").sum())
     sessions = sorted({str(s) for s in df["session_id"].dropna()})
-    duplicate_cells = int((df[df["status"] == "passed"]
-                           .groupby(["family", "model", "batch_size", "config"]).size() > 1).sum())
+    aggregated = _aggregated_cells(df)
     md: list[str] = ["# Hardware benchmark report", ""]
     noisy = int((df["noise"] == "noisy").sum()) if "noise" in df.columns else 0
     md += [f"- **records**: {len(df)} ({passed} passed, {failed} failed"
@@ -377,8 +415,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     if "created_at" in df.columns and df["created_at"].notna().any():
         stamps = sorted(str(s) for s in df["created_at"].dropna())
         md.append(f"- **measured**: {stamps[0]} … {stamps[-1]}")
-    if duplicate_cells:
-        md.append(f"- {duplicate_cells} table cell(s) aggregate several passed records: the median of their values")
+    md += aggregated
     md.append("")
     md += _system_section(df, system_info)
     md += _hardware_section(df, hardware)
