@@ -135,7 +135,9 @@ def test_the_probe_can_be_turned_off(monkeypatch):
     finally:
         detect.web_facts.cache_clear()
     if facts["browser"] is not None:
-        assert facts["probe"] is None and "HWBENCH_WEB_PROBE=0" in targets_from_facts(facts)["wasm"].reason
+        reason = targets_from_facts(facts)["wasm"].reason
+        assert facts["probe"] is None and reason.startswith("probe turned off (HWBENCH_WEB_PROBE=0"), reason
+        assert "failed" not in reason
 
 
 @needs_web
@@ -412,11 +414,16 @@ def pytest_runtest_call(item):
         killed.append(item.nodeid)
 
         def kill():
+            import time
+
             from pytest_hwbench.web import shared_driver
 
+            while shared_driver().pid is None:  # the browser starts with the case's load
+                time.sleep(0.05)
+            time.sleep(float(os.environ["KILL_AFTER_S"]))
             os.killpg(shared_driver().pid, signal.SIGKILL)
 
-        threading.Timer(float(os.environ["KILL_AFTER_S"]), kill).start()
+        threading.Thread(target=kill, daemon=True).start()
     return (yield)
 """
 
@@ -428,7 +435,7 @@ def test_a_crash_fails_its_case_with_the_message_and_the_session_goes_on(pyteste
     monkeypatch.setenv("TMPDIR", str(run_tmp))
     monkeypatch.setenv("HWBENCH_ORT_WEB", str(ORT.dist))
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "6")
-    monkeypatch.setenv("KILL_AFTER_S", "4")  # after load (export + session), inside the 6 s warm-up
+    monkeypatch.setenv("KILL_AFTER_S", "2")  # after the browser started: in the load or the 6 s warm-up
     pytester.makeconftest(_KILL_FIRST_CASE)
     pytester.makepyfile(test_bench=_SUITE)
     store = tmp_path / "store"
@@ -556,3 +563,205 @@ def test_fidelity_script_prints_page_and_python_medians_and_the_timer_resolution
     assert page > 0 and native > 0
     assert any("in-page timer resolution: 5.0 us cross-origin isolated" in line and "100.0 us without isolation" in line
                for line in lines), done.stdout
+
+
+# --- failing fast: dead pages, dead renderers, hung starts, leftovers (issue 26) --------------------
+
+def _page_renderer(driver: WebDriver) -> int:
+    """The renderer showing the page: the biggest of the browser's renderers (the other is a spare)."""
+    return max(driver.renderers(), key=lambda pid: psutil.Process(pid).memory_info().rss)
+
+
+def test_each_page_has_its_own_channel_a_dead_pages_request_takes_no_command(driver):
+    driver.call("sleep", bundle="", ms=1)
+    old_page = driver._page
+    # The old page's long poll is parked on its channel: a command for the next page never goes there.
+    assert driver._next_command("no-such-page")[0] == 410
+    os.killpg(driver.pid, signal.SIGKILL)
+    time.sleep(0.5)  # the browser is dead while its page was idle between commands
+    started = time.monotonic()
+    assert driver.call("sleep", bundle="", ms=1) == {"slept": 1}
+    assert time.monotonic() - started < 10
+    assert driver._page != old_page and driver._next_command(old_page)[0] == 410
+
+
+@needs_web
+def test_a_browser_killed_while_idle_costs_the_next_case_seconds(monkeypatch):
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.runner import Runner
+    from pytest_hwbench.trackers import TimingConfig
+    from pytest_hwbench.web import shared_driver
+
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
+    monkeypatch.setenv("HWBENCH_WEB_SETTLE_S", "0")
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.0))
+    case = BenchCase("bert-tiny", "onnxruntime-web", "wasm", "fp32", 1)
+    try:
+        runner.run(case)
+        started = time.monotonic()
+        runner.run(case)
+        usual_s = time.monotonic() - started  # the same case in a running browser (a loaded host is slow)
+        pid = shared_driver().pid
+        os.killpg(pid, signal.SIGKILL)  # between cases: the page was idle
+        time.sleep(0.5)
+        started = time.monotonic()
+        result = runner.run(case)
+        assert time.monotonic() - started - usual_s < 10  # a new browser and a reload, not a timeout
+        assert result.latency.iterations == 3 and shared_driver().pid != pid
+    finally:
+        runner.close()
+        close_shared_driver()
+
+
+@needs_web
+def test_a_renderer_killed_mid_case_fails_it_within_seconds_naming_the_crash(monkeypatch):
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.runner import Runner
+    from pytest_hwbench.trackers import TimingConfig
+    from pytest_hwbench.web import shared_driver
+
+    monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
+    monkeypatch.setenv("HWBENCH_WEB_SETTLE_S", "0")
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.0))
+    case = BenchCase("bert-tiny", "onnxruntime-web", "wasm", "fp32", 1)
+    try:
+        runner.run(case)  # loaded; the page's renderer now holds the model
+        monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "60")
+        renderer = _page_renderer(shared_driver())
+        killed_at: list[float] = []
+
+        def kill() -> None:
+            killed_at.append(time.monotonic())
+            os.kill(renderer, signal.SIGKILL)  # what the kernel's out-of-memory killer does
+
+        threading.Timer(1.5, kill).start()
+        with pytest.raises(BrowserCrashed) as info:
+            runner.run(case)
+        assert time.monotonic() - killed_at[0] < 10
+        message = str(info.value)
+        assert "renderer process died" in message and "Tab Killed" in message and str(renderer) in message
+        assert shared_driver().pid is None  # killed: the next case starts a fresh browser
+        monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
+        assert runner.run(case).latency.iterations == 3
+    finally:
+        runner.close()
+        close_shared_driver()
+
+
+_FAKE_BROWSER = """#!/bin/sh
+case "$1" in --version) echo "Chromium 1.0 (a fake that never answers)"; exit 0;; esac
+echo started >> "{log}"
+exec sleep 600
+"""
+
+
+def test_a_browser_that_hangs_at_start_is_probed_once_and_later_runs_do_not_wait(pytester, tmp_path):
+    log = tmp_path / "starts.log"
+    fake = tmp_path / "fake-chromium"
+    fake.write_text(_FAKE_BROWSER.format(log=log))
+    fake.chmod(0o755)
+    env = {**os.environ, "HWBENCH_BROWSER": str(fake), "HWBENCH_CACHE_DIR": str(tmp_path / "cache"),
+           "HWBENCH_WEB_PROBE_TIMEOUT_S": "3", "TMPDIR": str(tmp_path)}
+    env.pop("HWBENCH_WEB_PROBE", None)
+    measure = ("import time; from pytest_hwbench.web.detect import web_facts, web_targets; t = time.monotonic(); "
+               "web_facts(); print(round(time.monotonic() - t, 3)); print(web_targets()['wasm'].reason)")
+    first = subprocess.run([sys.executable, "-c", measure], env=env, capture_output=True, text=True, timeout=120)
+    seconds, reason = first.stdout.splitlines()[:2]
+    assert 2.5 < float(seconds) < 15, first.stdout + first.stderr  # bounded by the probe timeout (3 s)
+    assert "did not finish within 3 s" in reason and log.read_text().count("started") == 1
+    again = subprocess.run([sys.executable, "-c", measure], env=env, capture_output=True, text=True, timeout=120)
+    seconds, reason = again.stdout.splitlines()[:2]
+    assert float(seconds) < 1.0 and "cached from an earlier probe" in reason, again.stdout
+    # A -m cpu run in a new process: the browser is not started again.
+    pytester.makepyfile(test_bench=_SUITE)
+    monkeypatch_env = {k: env[k] for k in ("HWBENCH_BROWSER", "HWBENCH_CACHE_DIR", "HWBENCH_WEB_PROBE_TIMEOUT_S")}
+    old = {k: os.environ.get(k) for k in monkeypatch_env}
+    os.environ.update(monkeypatch_env)
+    try:
+        result = pytester.runpytest_subprocess("-m", "cpu", "--hwbench-no-track", "--hwbench-models", "bert-tiny",
+                                               "--hwbench-batch-sizes", "1", "--hwbench-backends", "torch",
+                                               "--hwbench-min-time", "0")
+    finally:
+        for k, v in old.items():
+            if v is None:
+                os.environ.pop(k, None)
+            else:
+                os.environ[k] = v
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    assert log.read_text().count("started") == 1
+    assert not list(tmp_path.glob("hwbench-web-run-*"))
+
+
+_HOLD_A_BROWSER = """
+import sys, time
+from pytest_hwbench.web import WebDriver
+driver = WebDriver(sys.argv[1])
+driver.call("sleep", ms=1)
+print(driver.pid, flush=True)
+time.sleep(600)
+"""
+
+
+def _ours(folder: Path) -> set[str]:
+    return {p.name for p in folder.glob("hwbench-web-run-*")} | {p.name for p in folder.glob("org.chromium.*")} \
+        | {p.name for p in folder.glob(".org.chromium.*")}
+
+
+@needs_browser
+def test_a_sigkilled_runs_folders_are_removed_by_the_next_run(tmp_path):
+    tmpdir = tmp_path / "a-long-enough-tmpdir-name-that-chromium-gets-a-short-one-in-slash-tmp"
+    tmpdir.mkdir()
+    env = {**os.environ, "TMPDIR": str(tmpdir)}
+    before_tmp = _ours(Path("/tmp"))
+    proc = subprocess.Popen([sys.executable, "-c", _HOLD_A_BROWSER, BROWSER.path], env=env, stdout=subprocess.PIPE,
+                            text=True)
+    try:
+        browser_pid = int(proc.stdout.readline())
+        assert [p.name for p in tmpdir.glob("hwbench-web-run-*")], "no run folder in $TMPDIR"
+        assert list(tmpdir.glob("hwbench-web-run-*/profile-*"))
+        assert _ours(Path("/tmp")) - before_tmp  # $TMPDIR is long: the browser's TMPDIR is under /tmp
+    finally:
+        proc.kill()  # SIGKILL: no atexit
+        proc.wait()
+    deadline = time.monotonic() + 10
+    while psutil.pid_exists(browser_pid) and time.monotonic() < deadline:  # dies with its parent
+        time.sleep(0.1)
+    assert not psutil.pid_exists(browser_pid) or psutil.Process(browser_pid).status() == psutil.STATUS_ZOMBIE
+    assert list(tmpdir.glob("hwbench-web-run-*"))  # left behind by the killed run
+    one_more = subprocess.run([sys.executable, "-c", "import sys\nfrom pytest_hwbench.web import WebDriver\n"
+                               "d = WebDriver(sys.argv[1]); d.call('sleep', ms=1); d.close()", BROWSER.path],
+                              env=env, capture_output=True, text=True, timeout=120)
+    assert one_more.returncode == 0, one_more.stderr[-2000:]
+    assert not _ours(tmpdir), list(tmpdir.iterdir())
+    assert not (_ours(Path("/tmp")) - before_tmp)
+
+
+@needs_web
+def test_a_broken_onnxruntime_web_names_the_install_command(monkeypatch, tmp_path):
+    import shutil
+
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.runner import Runner
+    from pytest_hwbench.trackers import TimingConfig
+
+    broken = tmp_path / "onnxruntime-web"
+    (broken / "dist").mkdir(parents=True)
+    shutil.copy(ORT.dist.parent / "package.json", broken / "package.json")
+    shutil.copy(ORT.dist / "ort.wasm.min.mjs", broken / "dist")  # the bundle without its wasm files
+    monkeypatch.setenv("HWBENCH_ORT_WEB", str(broken))
+    close_shared_driver()
+    runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.0))
+    try:
+        with pytest.raises(PageError) as info:
+            runner.run(BenchCase("bert-tiny", "onnxruntime-web", "wasm", "fp32", 1))
+    finally:
+        runner.close()
+        close_shared_driver()
+    assert "wasm" in str(info.value) and "hwbench web install" in str(info.value)
+
+
+def test_the_probe_key_leaves_out_onnxruntime_web():
+    from pytest_hwbench.web import detect
+
+    key = detect._probe_key({"path": "/usr/bin/chromium", "version": "Chromium 1"})
+    assert "ort_web" not in key and key["browser"]["version"] == "Chromium 1"

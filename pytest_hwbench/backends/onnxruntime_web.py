@@ -7,8 +7,10 @@ onnxruntime backend for fp16), served with the case's inputs by the driver's ser
 127.0.0.1 (`pytest_hwbench.web`).
 
 Timing happens in the page: ``performance.now()`` around each ``session.run``, a cold call,
-warm-up by count and by time (`WARMUP_S`; V8 keeps compiling the wasm in the background), then
-the run's min iterations and min time. The call that `prepare` returns has
+warm-up by count and by time (`WARMUP_S`), then the run's min iterations and min time. The first
+measurement in a fresh page warms up until steady: V8 keeps compiling the 14 MB wasm module in
+the background for seconds, so the page goes on until the medians of two consecutive
+`SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`, for at most `SETTLE_S`. The call that `prepare` returns has
 ``measure_remote(timing)``; the runner calls it (timer ``"remote"``) and the page's
 per-iteration times become the record's timings. The device name is what the browser reports
 (the WebGPU adapter; a software adapter such as SwiftShader says so, and ``extra`` carries
@@ -17,7 +19,10 @@ per-iteration times become the record's timings. The device name is what the bro
 Precision is read back: the graph's weights (`graph_precision`) and the output types the page saw.
 One browser per process, started at the first load and reused; `shutdown` (session end), a
 failure (the driver kills a crashed or hung browser, the next case starts a new one) and
-interpreter exit end it with its process group.
+interpreter exit end it with its process group. Memory is the browser's real footprint: the
+peak of the proportional set size (PSS) summed over its processes while the page measures
+(shared pages counted once, split among the processes that share them; summed RSS counts them
+once per process, about twice the footprint).
 """
 
 from __future__ import annotations
@@ -40,6 +45,16 @@ BUNDLES: dict[str, str] = {"wasm": "ort.wasm.min.mjs", "webgpu": "ort.webgpu.min
 #: Seconds of warm-up in the page, besides the run's warm-up count (``$HWBENCH_WEB_WARMUP_S``).
 WARMUP_S = 1.0
 WARMUP_ENV = "HWBENCH_WEB_WARMUP_S"
+#: Longest warm-up until steady of the first measurement in a fresh page (``$HWBENCH_WEB_SETTLE_S``; 0: off).
+SETTLE_S = 10.0
+SETTLE_ENV = "HWBENCH_WEB_SETTLE_S"
+#: The window whose median the settling compares with the previous window's.
+SETTLE_WINDOW_S = 1.0
+#: Relative difference of two consecutive window medians under which the page counts as steady.
+SETTLE_TOLERANCE = 0.03
+#: How the record names its memory figure (``extra["web_memory"]``).
+MEMORY_KIND = "pss"
+MEMORY_DOC = "peak proportional set size (PSS) summed over the browser's processes while the page measured"
 #: Seconds one load or one measurement may take in the page before the browser is killed
 #: (``$HWBENCH_WEB_TIMEOUT_S``): a hang becomes a failed case, the next case gets a new browser.
 TIMEOUT_S = 300.0
@@ -111,6 +126,11 @@ class _PageModel:
             value = driver.call("load", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S), key=self.key,
                                 model=url, executionProviders=self.providers(device_type),
                                 numThreads=int(threads) if threads else 0)
+        except _web().PageError as exc:
+            hint = _wasm_load_hint(str(exc))
+            if hint:
+                raise _web().PageError(f"{exc}{hint}") from exc
+            raise
         finally:
             driver.drop_blob(url)
         self._launches = driver.launches
@@ -149,14 +169,16 @@ class _PageModel:
         self._reload_if_restarted()
         driver = self._driver
         warmup_s = _env_float(WARMUP_ENV, WARMUP_S)
+        settle_s = _env_float(SETTLE_ENV, SETTLE_S)
         url = driver.add_blob(call.blob)
         sampler = _MemorySampler(driver.pid)
         try:
             value = driver.call("measure", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S) + warmup_s
-                                + timing.min_time_s, key=self.key, inputs=url, feeds=call.feeds,
+                                + settle_s + timing.min_time_s, key=self.key, inputs=url, feeds=call.feeds,
                                 timing={"warmup_iterations": timing.warmup_iterations, "warmup_s": warmup_s,
                                         "min_iterations": timing.min_iterations, "min_time_s": timing.min_time_s,
-                                        "max_iterations": timing.max_iterations})
+                                        "max_iterations": timing.max_iterations, "settle_s": settle_s,
+                                        "settle_window_s": SETTLE_WINDOW_S, "settle_tolerance": SETTLE_TOLERANCE})
         finally:
             driver.drop_blob(url)
             peak_mb = sampler.stop()
@@ -168,8 +190,9 @@ class _PageModel:
         return RemoteMeasurement(
             tuple(float(v) for v in value["timesMs"]), float(value["coldMs"]), peak_mb,
             {**self.details,
-                "web_memory": "peak resident memory of the browser's processes while the page measured",
+                "web_memory": MEMORY_KIND, "web_memory_doc": MEMORY_DOC,
                 "web_warmup_iterations": value.get("warmupIterations"),
+                "web_warmup_settled": value.get("settled"), "web_warmup_windows": value.get("settleWindows"),
                 "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
                 "timer": "performance.now() in the page"})
 
@@ -273,13 +296,36 @@ class OnnxRuntimeWebBackend(Backend):
         )
 
 
-class _MemorySampler:
-    """Peak resident memory (MiB) of the browser's process tree, sampled while the page measures:
-    the renderer (wasm memory, onnxruntime-web's buffers) and the GPU process. The page has no
-    prompt way to tell its own memory, so this is the case's memory figure (browser overhead
-    included)."""
+def _wasm_load_hint(message: str) -> str:
+    """The fix to add when the page could not load onnxruntime-web's wasm (a missing or broken
+    install), else ""."""
+    text = message.lower()
+    if ".wasm" in text or "wasm" in text and ("fetch" in text or "failed to load" in text or "aborted" in text
+                                              or "404" in text or "compile" in text):
+        return _web().hello_hint(message)
+    return ""
 
-    INTERVAL_S = 0.2
+
+def browser_pss_mb(pid: int | None) -> float | None:
+    """The browser's footprint now: PSS (MiB) summed over its processes, None when none runs."""
+    import psutil
+
+    total = 0
+    for each in _browser_pids(pid):
+        try:
+            total += psutil.Process(each).memory_full_info().pss
+        except Exception:  # noqa: BLE001 - a process that just ended
+            continue
+    return total / 2**20 if total else None
+
+
+class _MemorySampler:
+    """Peak PSS (MiB) summed over the browser's process tree, sampled while the page measures:
+    the renderer (wasm memory, onnxruntime-web's buffers), the GPU process and the rest. The page
+    has no prompt way to tell its own memory, so this is the case's memory figure (browser
+    overhead included)."""
+
+    INTERVAL_S = 0.25
 
     def __init__(self, pid: int | None) -> None:
         self.pid = pid
@@ -289,15 +335,7 @@ class _MemorySampler:
         self._thread.start()
 
     def _sample(self) -> None:
-        total = 0
-        for pid in _browser_pids(self.pid):
-            try:
-                import psutil
-
-                total += psutil.Process(pid).memory_info().rss
-            except Exception:  # noqa: BLE001 - a process that just ended
-                continue
-        self.peak = max(self.peak, total / 2**20)
+        self.peak = max(self.peak, browser_pss_mb(self.pid) or 0.0)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -325,4 +363,4 @@ def _browser_pids(pid: int | None) -> tuple[int, ...]:
 
 BACKEND = register_backend(OnnxRuntimeWebBackend())
 
-__all__ = ["BACKEND", "BUNDLES", "OnnxRuntimeWebBackend"]
+__all__ = ["BACKEND", "BUNDLES", "MEMORY_KIND", "OnnxRuntimeWebBackend", "browser_pss_mb"]

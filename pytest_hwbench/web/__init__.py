@@ -2,7 +2,10 @@
 
 - `_locate`: where the browser and onnxruntime-web are, and the fix when they are not.
 - `_driver`: `WebDriver`, one browser showing one page that long-polls a local server for
-  commands; kills the browser with its process group on close, failure and exit.
+  commands; watches the browser's processes; kills the browser with its process group on close,
+  failure and exit.
+- `_runfolder`: the run folder that holds every browser file of a process, and the removal of
+  a killed run's folder.
 - `detect`: the web targets' probes (entry-point group ``pytest_hwbench.hardware``).
 - `install`: ``hwbench web install`` (entry-point group ``pytest_hwbench.commands``).
 - ``page/``: the page (``bench.html``, ``bench.js``): probe, load, measure, release.
@@ -15,7 +18,7 @@ from __future__ import annotations
 
 import threading
 
-from ._driver import BROWSER_FLAGS, BrowserCrashed, BrowserTimeout, PageError, WebDriver, WebError
+from ._driver import BROWSER_FLAGS, BrowserCrashed, BrowserTimeout, PageError, WebDriver, WebError, hello_hint
 from ._locate import ORT_WEB_VERSION, Browser, OrtWeb, find_browser, find_ort_web, install_dir
 
 _SHARED: WebDriver | None = None
@@ -48,5 +51,5 @@ def close_shared_driver() -> None:
 
 
 __all__ = ["BROWSER_FLAGS", "ORT_WEB_VERSION", "Browser", "BrowserCrashed", "BrowserTimeout", "OrtWeb", "PageError",
-           "WebDriver", "WebError", "close_shared_driver", "find_browser", "find_ort_web", "install_dir",
+           "WebDriver", "WebError", "close_shared_driver", "find_browser", "find_ort_web", "hello_hint", "install_dir",
            "shared_driver"]

@@ -6,12 +6,19 @@ No browser-automation package: the browser is a plain subprocess in a session of
 (FACTS.md, "Web platforms"). The server sends the cross-origin isolation headers, without which
 ``performance.now()`` ticks in 100 us steps and wasm threads fall back to one.
 
+Each page has a command channel of its own (its id is in its URL): a request from a page of a
+browser that died can never take a command meant for the next one.
+
 `WebDriver.call` sends one command and waits for its result, bounded by a timeout; while it
-waits it watches the browser process. A page error is an ordinary failed result (`PageError`,
-carrying the browser's message). A browser that exits or a command that outlives its timeout
-kills the browser with its whole process group (`BrowserCrashed`, `BrowserTimeout`); the next
-command starts a fresh one. `close` ends the browser; so does interpreter exit (`atexit`) for
-every driver still open, and on Linux the browser dies with this process (``PR_SET_PDEATHSIG``).
+waits it watches the browser's processes. A page error is an ordinary failed result
+(`PageError`, carrying the browser's message). A browser that exits, a page whose renderer dies
+(Chromium logs "Tab Killed", "Tab Crashed" or "Tab OOM"; the kernel's out-of-memory kills are
+read from ``/proc/vmstat``) or a command that outlives its timeout kills the browser with its
+whole process group (`BrowserCrashed`, `BrowserTimeout`); the next command starts a fresh one.
+`close` ends the browser; so does interpreter exit (`atexit`) for every driver still open, and on
+Linux the browser dies with this process (``PR_SET_PDEATHSIG``). Profiles and Chromium's own
+temporary folders live in the process's run folder (`_runfolder`), which a later run removes
+when this one was killed.
 """
 
 from __future__ import annotations
@@ -22,6 +29,7 @@ import json
 import mimetypes
 import os
 import queue
+import re
 import shutil
 import signal
 import subprocess
@@ -39,17 +47,19 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import HwbenchError
+from ._runfolder import browser_tmp, new_folder, sweep_stale_runs
 
 #: Flags for every launch. ``--enable-unsafe-webgpu`` gives WebGPU an adapter (SwiftShader where
 #: there is no GPU); the feature flag exposes ``navigator.ml`` (WebNN); the rest keep a headless
 #: run quiet and off the network (FACTS.md). ``--no-sandbox``: Chromium refuses to run as root
-#: without it.
+#: without it. ``--enable-logging=stderr``: a release build logs nothing otherwise, and its "Tab
+#: Killed/Crashed/OOM" line is how a page whose renderer died is told from a slow page.
 BROWSER_FLAGS: tuple[str, ...] = (
     "--headless=new", "--no-sandbox", "--no-first-run", "--no-default-browser-check", "--disable-quic",
     "--disable-background-networking", "--disable-component-update", "--disable-sync", "--disable-extensions",
     "--disable-default-apps", "--disable-background-timer-throttling", "--disable-renderer-backgrounding",
     "--disable-backgrounding-occluded-windows", "--mute-audio", "--enable-unsafe-webgpu",
-    "--enable-features=WebMachineLearningNeuralNetwork",
+    "--enable-features=WebMachineLearningNeuralNetwork", "--enable-logging=stderr", "--log-level=1",
 )
 #: Extra flags for every launch, split on whitespace (e.g. ``--use-angle=vulkan`` on a GPU host).
 FLAGS_ENV = "HWBENCH_BROWSER_FLAGS"
@@ -57,8 +67,15 @@ FLAGS_ENV = "HWBENCH_BROWSER_FLAGS"
 START_TIMEOUT_S = 90.0
 #: Seconds a page waits on one ``/cmd`` request before asking again.
 POLL_S = 20.0
-#: Longest $TMPDIR under which Chromium's singleton socket path still fits (else a short one is made).
-SHORT_PATH = 60
+#: Chromium's line when a tab's renderer dies (chrome/browser/ui/sad_tab.cc; kinds Killed, Crashed, OOM),
+#: logged with ``--enable-logging=stderr``.
+SAD_TAB = re.compile(r"sad_tab\.cc:\d+\] Tab (\w+)")
+#: What each kind means (Chromium's SadTabKind from the renderer's termination status).
+SAD_TAB_KINDS = {"Killed": "killed by a signal (SIGKILL or SIGTERM from outside the browser)",
+                 "Crashed": "crashed (a fatal signal inside the renderer, e.g. SIGSEGV, or an abort)",
+                 "OOM": "ran out of memory (an allocation failed inside the renderer)"}
+#: Seconds between two looks at the browser's processes while a command runs.
+WATCH_S = 0.25
 _MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html",
          ".onnx": "application/octet-stream", ".bin": "application/octet-stream", ".map": "application/json"}
 _PAGE_ASSETS = frozenset({"bench.html", "bench.js"})
@@ -178,26 +195,30 @@ class WebDriver:
 
     `browser` is the Chromium binary, `ort_dist` onnxruntime-web's ``dist`` folder (None: the
     probe page only). `isolate` False leaves out the cross-origin isolation headers (to show
-    what the timer resolution is without them). Thread-safe: a lock serialises `call`.
+    what the timer resolution is without them). `start_timeout_s` bounds the browser's start up
+    to the page's hello (default `START_TIMEOUT_S`). Thread-safe: a lock serialises `call`.
     """
 
     def __init__(self, browser: str, ort_dist: Path | None = None, *, extra_flags: tuple[str, ...] = (),
-                 isolate: bool = True) -> None:
+                 isolate: bool = True, start_timeout_s: float | None = None) -> None:
         self.browser = browser
         self.ort_dist = ort_dist
         self.isolate = isolate
         self.extra_flags = tuple(extra_flags) + tuple(os.environ.get(FLAGS_ENV, "").split())
         self._blobs: dict[str, Path | bytes] = {}
-        self._commands: queue.Queue[dict[str, Any]] = queue.Queue()
+        self.start_timeout_s = START_TIMEOUT_S if start_timeout_s is None else float(start_timeout_s)
+        self._channels: dict[str, queue.Queue[dict[str, Any] | None]] = {}
         self._inbox: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._server: _Server | None = None
         self._thread: threading.Thread | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._profile: str | None = None
-        self._short_tmp: str | None = None
+        self._profile: Path | None = None
+        self._browser_tmp: Path | None = None
         self._stderr: Any = None
+        self._stderr_seen = 0
+        self._sad_tab: str | None = None
         self._page: str | None = None
         self._bundle: str | None = None
         self.hello: dict[str, Any] = {}
@@ -224,13 +245,21 @@ class WebDriver:
         _OPEN.add(self)
 
     def _next_command(self, page: str) -> tuple[int, bytes]:
-        if page != self._page:
+        channel = self._channels.get(page)
+        if channel is None:
             return 410, b'{"gone": true}'  # an old page: stop polling
         try:
-            command = self._commands.get(timeout=POLL_S)
+            command = channel.get(timeout=POLL_S)
         except queue.Empty:
             return 204, b""
+        if command is None:  # the page was closed while this request waited
+            return 410, b'{"gone": true}'
         return 200, json.dumps(command).encode()
+
+    def _close_channels(self) -> None:
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.put(None)  # wakes a request still waiting on it
 
     def add_blob(self, data: Path | bytes) -> str:
         """Serve `data` (a file or bytes) at the returned URL path until `drop_blob`."""
@@ -252,19 +281,65 @@ class WebDriver:
         return self.pid is not None
 
     def _launch(self, url: str) -> None:
-        self._profile = tempfile.mkdtemp(prefix="hwbench-chromium-")
+        sweep_stale_runs()
+        self._profile = new_folder("profile")
+        self._browser_tmp = browser_tmp()
         self._stderr = tempfile.TemporaryFile()
-        env = dict(os.environ)
-        if len(self._profile) > SHORT_PATH and Path("/tmp").is_dir():
-            # Chromium puts its singleton socket under $TMPDIR and aborts when that path passes
-            # the 108-byte limit of a Unix socket ("Socket path too long").
-            self._short_tmp = tempfile.mkdtemp(prefix="hwb-", dir="/tmp")
-            env["TMPDIR"] = self._short_tmp
+        self._stderr_seen, self._sad_tab = 0, None
+        # Chromium's own temporary folders (.org.chromium.Chromium.*, its singleton socket) go
+        # into the run folder too, so nothing of a killed browser stays in $TMPDIR or /tmp.
+        env = {**os.environ, "TMPDIR": str(self._browser_tmp)}
         args = [self.browser, *BROWSER_FLAGS, *self.extra_flags, f"--user-data-dir={self._profile}", url]
         self._process = subprocess.Popen(  # noqa: S603 - our own binary and flags
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env,
             start_new_session=True, preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
         self.launches += 1
+
+    def _new_stderr(self) -> str:
+        """What the browser wrote to stderr since the last look."""
+        if self._stderr is None:
+            return ""
+        try:
+            self._stderr.seek(self._stderr_seen)
+            data = self._stderr.read()
+        except (OSError, ValueError):
+            return ""
+        self._stderr_seen += len(data)
+        return data.decode(errors="replace")
+
+    def page_died(self) -> str | None:
+        """Chromium's verdict when the page's renderer died since the browser started ("Tab Killed:
+        URL" from its log), else None."""
+        if self._sad_tab is None:
+            for line in self._new_stderr().splitlines():
+                if SAD_TAB.search(line) and (self._server is None or f":{self.port}/" in line):
+                    self._sad_tab = line
+                    break
+        return self._sad_tab
+
+    def processes(self) -> list[Any]:
+        """The browser's processes (psutil), itself first; empty when none runs."""
+        pid = self.pid
+        if pid is None:
+            return []
+        try:
+            import psutil
+
+            browser = psutil.Process(pid)
+            return [browser, *browser.children(recursive=True)]
+        except Exception:  # noqa: BLE001 - it just ended
+            return []
+
+    def renderers(self) -> set[int]:
+        """Process ids of the browser's renderers (the page's, and a spare one Chromium keeps)."""
+        found = set()
+        for proc in self.processes():
+            try:
+                if "--type=renderer" in proc.cmdline():
+                    found.add(proc.pid)
+            except Exception:  # noqa: BLE001 - gone meanwhile
+                continue
+        return found
 
     def stderr_tail(self, limit: int = 1500) -> str:
         """The end of the browser's stderr (noise included: the Debian wrapper and D-Bus write there)."""
@@ -276,31 +351,31 @@ class WebDriver:
         except (OSError, ValueError):
             return ""
         lines = [ln for ln in text.splitlines() if ln.strip() and "dbus" not in ln.lower()
-                 and "unexpected operator" not in ln]
+                 and "unexpected operator" not in ln and ":WARNING:" not in ln]
         return "\n".join(lines)[-limit:]
 
     def kill(self) -> None:
         """End the browser and every process of its group; safe to call at any time."""
         process, self._process = self._process, None
         self._page, self._bundle = None, None
+        self._close_channels()
         if process is not None:
             _kill_tree(process)
-        for folder in (self._profile, self._short_tmp):
+        for folder in (self._profile, self._browser_tmp):
             if folder is not None:
                 shutil.rmtree(folder, ignore_errors=True)
-        self._profile = self._short_tmp = None
+        self._profile = self._browser_tmp = None
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
         self._drain()
 
     def _drain(self) -> None:
-        for q in (self._commands, self._inbox):
-            while True:
-                try:
-                    q.get_nowait()
-                except queue.Empty:
-                    break
+        while True:
+            try:
+                self._inbox.get_nowait()
+            except queue.Empty:
+                break
 
     def close(self) -> None:
         """End the browser and the server."""
@@ -318,21 +393,26 @@ class WebDriver:
         """Show the page with onnxruntime-web `bundle` loaded ("" loads none), starting the
         browser when none runs; returns the page's hello (user agent, ort version...)."""
         with self._lock:
+            if self.running() and self.page_died() is not None:
+                self.kill()  # its renderer died while the page was idle: start afresh
             if self.running() and self._page is not None and self._bundle == bundle:
                 return self.hello
             page = uuid.uuid4().hex[:12]
             url = f"http://127.0.0.1:{self.port}/page/bench.html?page={page}&bundle={bundle}"
+            timeout_s = 30.0
             if self.running() and self._page is not None:
                 self._send({"op": "navigate", "url": url}, timeout_s=30.0)
             else:
                 self.kill()
                 self._launch(url)
+                timeout_s = self.start_timeout_s
             self._page, self._bundle = page, bundle
-            hello = self._wait(lambda kind, body: kind == "hello" and body.get("page") == page, START_TIMEOUT_S,
-                               f"starting the page (bundle {bundle or 'none'})")
+            self._channels[page] = queue.Queue()
+            hello = self._wait(lambda kind, body: kind == "hello" and body.get("page") == page, timeout_s,
+                               f"starting the page (bundle {bundle or 'none'})", watch_page=True)
             if hello.get("error"):
                 self.kill()
-                raise PageError(str(hello["error"]))
+                raise PageError(f"{hello['error']}{hello_hint(str(hello['error']))}")
             self.hello = hello
             return hello
 
@@ -345,15 +425,22 @@ class WebDriver:
     def _send(self, command: dict[str, Any], *, timeout_s: float) -> Any:
         command = {**command, "id": next(self._ids)}
         self.page_errors.clear()
-        self._commands.put(command)
+        channel = self._channels.get(self._page or "")
+        if channel is None:
+            raise WebError(f"op {command['op']!r}: no page is open (call open_page first)")
+        channel.put(command)
         result = self._wait(lambda kind, body: kind == "result" and body.get("id") == command["id"], timeout_s,
-                            f"op {command['op']!r}")
+                            f"op {command['op']!r}", watch_page=command["op"] != "navigate")
         if not result.get("ok"):
             raise PageError(str(result.get("error") or "the page reported a failure without a message"))
         return result.get("value")
 
-    def _wait(self, wanted: Callable[[str, dict[str, Any]], bool], timeout_s: float, what: str) -> dict[str, Any]:
+    def _wait(self, wanted: Callable[[str, dict[str, Any]], bool], timeout_s: float, what: str, *,
+              watch_page: bool = False) -> dict[str, Any]:
         deadline = time.monotonic() + timeout_s
+        renderers = self.renderers() if watch_page else set()
+        oom_kills = _oom_kills()
+        next_look = time.monotonic() + WATCH_S
         while True:
             try:
                 kind, body = self._inbox.get(timeout=0.1)
@@ -367,14 +454,66 @@ class WebDriver:
                 code = self._process.returncode if self._process is not None else None
                 tail = self.stderr_tail()
                 self.kill()
-                raise BrowserCrashed(f"the browser exited (code {code}) during {what}"
+                raise BrowserCrashed(f"the browser exited ({_exit_status(code)}) during {what}"
+                                     + _oom_note(oom_kills)
                                      + (f"; page errors: {' | '.join(self.page_errors)}" if self.page_errors else "")
                                      + (f"; its stderr ends: {tail}" if tail else ""))
+            if watch_page and time.monotonic() >= next_look:
+                next_look = time.monotonic() + WATCH_S
+                died = self.page_died()
+                if died is not None:
+                    gone = sorted(renderers - self.renderers())
+                    match = SAD_TAB.search(died)
+                    kind = match.group(1) if match else "?"
+                    self.kill()
+                    raise BrowserCrashed(
+                        f"the page's renderer process died during {what}: Chromium says 'Tab {kind}', "
+                        f"{SAD_TAB_KINDS.get(kind, 'it ended')}"
+                        + (f" (renderer pid {', '.join(map(str, gone))})" if gone else "")
+                        + _oom_note(oom_kills) + "; the browser was killed, the next command starts a new one")
             if time.monotonic() > deadline:
                 errors = list(self.page_errors)
                 self.kill()
                 raise BrowserTimeout(f"{what} did not finish within {timeout_s:.0f} s; the browser was killed"
                                      + (f"; page errors: {' | '.join(errors)}" if errors else ""))
+
+
+def hello_hint(error: str) -> str:
+    """The fix to add to a page's failure to load onnxruntime-web (a missing or broken install)."""
+    from ._locate import INSTALL_ORT_WEB
+
+    return f"; onnxruntime-web looks missing or broken: {INSTALL_ORT_WEB}" if error else ""
+
+
+def _exit_status(code: int | None) -> str:
+    if code is None:
+        return "status unknown"
+    if code < 0:
+        try:
+            return f"killed by {signal.Signals(-code).name}"
+        except ValueError:
+            return f"killed by signal {-code}"
+    return f"code {code}"
+
+
+def _oom_kills() -> int | None:
+    """The kernel's count of out-of-memory kills since boot (``/proc/vmstat`` ``oom_kill``)."""
+    try:
+        with open("/proc/vmstat") as stats:
+            for line in stats:
+                if line.startswith("oom_kill "):
+                    return int(line.split()[1])
+    except (OSError, ValueError):
+        return None
+    return None
+
+
+def _oom_note(before: int | None) -> str:
+    after = _oom_kills()
+    if before is None or after is None or after <= before:
+        return ""
+    return (f"; out of memory: the kernel's out-of-memory killer ended {after - before} process(es) meanwhile "
+            "(/proc/vmstat oom_kill; `dmesg` names them)")
 
 
 def _kill_tree(process: subprocess.Popen[bytes]) -> None:
@@ -405,4 +544,4 @@ def _kill_tree(process: subprocess.Popen[bytes]) -> None:
         psutil.wait_procs(victims, timeout=10)
 
 
-__all__ = ["BROWSER_FLAGS", "BrowserCrashed", "BrowserTimeout", "PageError", "WebDriver", "WebError"]
+__all__ = ["BROWSER_FLAGS", "BrowserCrashed", "BrowserTimeout", "PageError", "WebDriver", "WebError", "hello_hint"]

@@ -3,7 +3,9 @@
 Browser: ``$HWBENCH_BROWSER`` (a path or a command name), else the first of `BROWSER_NAMES` on
 PATH. onnxruntime-web: ``$HWBENCH_ORT_WEB`` (the package folder or its ``dist``), else
 ``./node_modules/onnxruntime-web`` (a project-local ``npm install``), else the folder
-``hwbench web install`` fills (`install_dir`). Nothing here starts a browser.
+``hwbench web install`` fills (`install_dir`). Nothing here starts a browser; the browser's
+version (``--version``) is asked once per binary and kept in ``cache_dir("web")/browsers.json``,
+keyed by the file's path, size and modification time.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ import functools
 import json
 import os
 import shutil
+import signal
 import subprocess
+import time
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -52,15 +56,63 @@ def install_dir() -> Path:
     return cache_dir("web")
 
 
+#: Seconds ``BROWSER --version`` may take (a fraction of a second here).
+VERSION_TIMEOUT_S = 10.0
+#: Seconds a version that could not be read is remembered (a read one is kept while the file is the same).
+VERSION_RETRY_S = 24 * 3600.0
+
+
+def _ask_version(path: str) -> tuple[str, bool]:
+    """The version line and whether it was read; the command is bounded by `VERSION_TIMEOUT_S`
+    and killed with its process group (a wrapper script's children hold the pipe open)."""
+    try:
+        process = subprocess.Popen([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603
+                                   stderr=subprocess.DEVNULL, start_new_session=True)
+    except OSError as exc:
+        return f"unknown ({type(exc).__name__}: {exc})", False
+    try:
+        out, _ = process.communicate(timeout=VERSION_TIMEOUT_S)
+    except subprocess.TimeoutExpired:
+        try:
+            os.killpg(process.pid, signal.SIGKILL)
+        except OSError:
+            pass
+        process.communicate()
+        return f"unknown (no answer to --version within {VERSION_TIMEOUT_S:g} s)", False
+    line = next((ln.strip() for ln in out.decode(errors="replace").splitlines() if ln.strip()), "")
+    return (line.split(" built on ")[0], True) if line else ("unknown", False)
+
+
 @functools.cache
 def browser_version(path: str) -> str:
-    """``Chromium 156.0.8078.79`` from ``PATH --version`` (the Debian wrapper adds noise on stderr)."""
+    """``Chromium 156.0.8078.79`` from ``PATH --version`` (the Debian wrapper adds noise on stderr),
+    remembered across processes for the same file."""
     try:
-        done = subprocess.run([path, "--version"], capture_output=True, text=True, timeout=30)
-    except (OSError, subprocess.TimeoutExpired) as exc:
+        real = os.path.realpath(path)
+        stat = os.stat(real)
+    except OSError as exc:
         return f"unknown ({type(exc).__name__}: {exc})"
-    line = next((ln.strip() for ln in done.stdout.splitlines() if ln.strip()), "")
-    return line.split(" built on ")[0] if line else "unknown"
+    key = f"{real}|{stat.st_size}|{stat.st_mtime_ns}"
+    store = cache_dir("web") / "browsers.json"
+    try:
+        known = json.loads(store.read_text())
+        if not isinstance(known, dict):
+            known = {}
+    except (OSError, ValueError):
+        known = {}
+    entry = known.get(key)
+    if isinstance(entry, dict) and (entry.get("read") or time.time() - float(entry.get("at", 0)) < VERSION_RETRY_S):
+        return str(entry.get("version"))
+    version, read = _ask_version(path)
+    known[key] = {"version": version, "read": read, "at": time.time()}
+    try:
+        store.parent.mkdir(parents=True, exist_ok=True)
+        tmp = store.with_name(f".{store.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(known))
+        tmp.replace(store)
+    except OSError:  # a read-only cache costs the next process a --version, nothing more
+        pass
+    return version
 
 
 def find_browser() -> tuple[Browser | None, str]:

@@ -31,14 +31,18 @@ from ._locate import find_browser, find_ort_web
 
 #: The web targets, one hardware marker each.
 WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
-#: Seconds the probe page may take (browser start included; about 1 s here).
+#: Seconds the probe may take, the browser's start included (about 1 s here;
+#: ``$HWBENCH_WEB_PROBE_TIMEOUT_S``). A browser that hangs at start costs this once: the failure
+#: is cached like a finding.
 PROBE_TIMEOUT_S = 30.0
+PROBE_TIMEOUT_ENV = "HWBENCH_WEB_PROBE_TIMEOUT_S"
 #: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
 #: unavailable, saying so. ``fresh`` probes again even when a cached probe is still valid.
 PROBE_ENV = "HWBENCH_WEB_PROBE"
-#: Seconds a probe's findings are reused (`cache_dir("web")/probe.json`) by later processes on
-#: this host with the same browser, onnxruntime-web and browser flags: the probe starts a browser
-#: (about 1-3 s), which every pytest process paid before (issue 19, fixed cost).
+#: Seconds a probe's findings, or its failure and why, are reused (`cache_dir("web")/probe.json`)
+#: by later processes on this host with the same browser and browser flags: the probe starts a
+#: browser (about 1-3 s; up to `PROBE_TIMEOUT_S` for one that hangs). onnxruntime-web is no part
+#: of the key: the probe page never loads it.
 PROBE_CACHE_S = 24 * 3600.0
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
 WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
@@ -50,13 +54,32 @@ NO_WEBGPU_FIX = ("WebGPU needs an adapter: run Chromium with --enable-unsafe-web
                  "GPU, a Vulkan driver (extra flags through HWBENCH_BROWSER_FLAGS)")
 
 
+def probe_timeout_s() -> float:
+    """`PROBE_TIMEOUT_S`, or ``$HWBENCH_WEB_PROBE_TIMEOUT_S``; ValueError naming a bad value."""
+    text = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
+    if not text:
+        return PROBE_TIMEOUT_S
+    try:
+        value = float(text)
+    except ValueError:
+        value = -1.0
+    if not value > 0:
+        raise ValueError(f"{PROBE_TIMEOUT_ENV}={text!r}: give a number of seconds > 0 (default {PROBE_TIMEOUT_S:g})")
+    return value
+
+
 def run_probe(browser: str) -> dict[str, Any]:
-    """The probe page's findings in a fresh browser, which is ended before returning."""
+    """The probe page's findings in a fresh browser, which is ended before returning; the whole
+    (browser start included) is bounded by `probe_timeout_s()`."""
     from ._driver import WebDriver
 
-    driver = WebDriver(browser)
+    timeout_s = probe_timeout_s()
+    started = time.monotonic()
+    driver = WebDriver(browser, start_timeout_s=timeout_s)
     try:
-        return dict(driver.call("probe", timeout_s=PROBE_TIMEOUT_S))
+        driver.open_page("")
+        left = max(1.0, timeout_s - (time.monotonic() - started))
+        return dict(driver.call("probe", timeout_s=left))
     finally:
         driver.close()
 
@@ -72,23 +95,33 @@ def web_facts() -> dict[str, Any]:
         "probe": None, "probe_error": "",
     }
     if browser is not None and os.environ.get(PROBE_ENV, "").strip() == "0":
-        facts["probe_error"] = f"{PROBE_ENV}=0 turned the capability probe off"
+        facts["probe_off"] = True
+        facts["probe_error"] = f"probe turned off ({PROBE_ENV}=0; unset it to probe the browser)"
     elif browser is not None:
-        key = _probe_key(asdict(browser), facts["ort_web"])
-        facts["probe"] = _cached_probe(key)
-        if facts["probe"] is None:
+        from ._runfolder import sweep_stale_runs
+
+        sweep_stale_runs()  # a killed run's browser folders, even when this run starts no browser
+        key = _probe_key(asdict(browser))
+        cached = _cached_probe(key)
+        if cached is not None:
+            facts["probe"], error = cached
+            if error:
+                facts["probe_error"] = (f"{error} (cached from an earlier probe on this host; "
+                                        f"{PROBE_ENV}=fresh probes again)")
+        else:
             try:
                 facts["probe"] = run_probe(browser.path)
             except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
                 facts["probe_error"] = f"{type(exc).__name__}: {exc}"
+                _store_probe(key, None, facts["probe_error"])
             else:
                 _store_probe(key, facts["probe"])
     return facts
 
 
-def _probe_key(browser: Mapping[str, Any], ort_web: Any) -> dict[str, Any]:
-    """What the probe's findings depend on: host, browser, onnxruntime-web, the flags the browser
-    starts with, the probe page itself and this package's version."""
+def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
+    """What the probe's findings depend on: host, browser, the flags the browser starts with, the
+    probe page itself and this package's version."""
     from importlib.metadata import PackageNotFoundError, version
 
     from ._driver import BROWSER_FLAGS, FLAGS_ENV
@@ -99,7 +132,7 @@ def _probe_key(browser: Mapping[str, Any], ort_web: Any) -> dict[str, Any]:
         ours = version("pytest-hwbench")
     except PackageNotFoundError:
         ours = "?"
-    return {"host": platform.node(), "browser": dict(browser), "ort_web": ort_web, "page": digest,
+    return {"host": platform.node(), "browser": dict(browser), "page": digest,
             "flags": [*BROWSER_FLAGS, os.environ.get(FLAGS_ENV, "")], "pytest_hwbench": ours}
 
 
@@ -107,25 +140,30 @@ def _probe_file() -> Path:
     return cache_dir("web") / "probe.json"
 
 
-def _cached_probe(key: Mapping[str, Any]) -> dict[str, Any] | None:
-    """The probe a recent process on this host ran with the same `key`, else None."""
+def _cached_probe(key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str] | None:
+    """What a recent process on this host's probe with the same `key` found: the findings and
+    "", or None and why the probe failed; None when there is no such probe."""
     if os.environ.get(PROBE_ENV, "").strip() == "fresh":
         return None
     try:
         entry = json.loads(_probe_file().read_text())
         fresh = 0 <= time.time() - float(entry["at"]) < PROBE_CACHE_S
         same = entry["key"] == json.loads(json.dumps(key))
-        return dict(entry["probe"]) if fresh and same else None
+        if not (fresh and same):
+            return None
+        if entry.get("probe") is None:
+            return None, str(entry["error"])
+        return dict(entry["probe"]), ""
     except (OSError, ValueError, TypeError, KeyError):  # unreadable or malformed: probe again
         return None
 
 
-def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any]) -> None:
+def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any] | None, error: str = "") -> None:
     path = _probe_file()
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "at": time.time(), "probe": probe}))
+        tmp.write_text(json.dumps({"key": key, "at": time.time(), "probe": probe, "error": error}))
         tmp.replace(path)  # whole or not at all: parallel workers may write at once
     except OSError:  # a read-only cache costs the next process a probe, nothing more
         pass
@@ -158,6 +196,8 @@ def _common(facts: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     if not browser:
         return str(facts.get("browser_reason") or "no browser"), details
     if facts.get("probe") is None:
+        if facts.get("probe_off"):
+            return str(facts.get("probe_error")), details
         return f"the capability probe page failed in {browser.get('version')}: {facts.get('probe_error')}", details
     return None, details
 
@@ -255,5 +295,5 @@ def _probe(name: str) -> Any:
 for _name in WEB_TARGETS:
     register_probe(_name, _probe(_name))
 
-__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "run_probe", "targets_from_facts", "web_facts",
-           "web_targets"]
+__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "probe_timeout_s", "run_probe", "targets_from_facts",
+           "web_facts", "web_targets"]

@@ -7,6 +7,13 @@ const PAGE = params.get("page");
 const BUNDLE = params.get("bundle");  // "" for the probe page: no onnxruntime-web loaded
 let ort = null;
 const sessions = new Map();
+let pageSteady = false;  // set by the first measurement, which warms up until steady
+
+function median(values) {
+  const sorted = Array.from(values).sort((x, y) => x - y);
+  const mid = sorted.length >> 1;
+  return sorted.length % 2 ? sorted[mid] : (sorted[mid - 1] + sorted[mid]) / 2;
+}
 
 async function post(path, body) {
   await fetch(path, {method: "POST", headers: {"Content-Type": "application/json"}, body: JSON.stringify(body)});
@@ -149,14 +156,38 @@ async function measure(cmd) {
   }
   dispose(outputs);
   // Warm-up by time as well as by count: V8 keeps compiling the large wasm module in the
-  // background, so a few runs are not enough (FACTS.md, "Web platforms").
+  // background, so a few runs are not enough (FACTS.md, "Web platforms"). The first measurement
+  // in this page goes on until the medians of two consecutive windows agree (or settle_s passes).
   let warm = 0;
+  let settled = !(t.settle_s > 0) || pageSteady;
+  let settleWindows = 0;
+  let previous = null;
+  let window = [];
   const warmStart = performance.now();
-  while (warm < t.warmup_iterations || performance.now() - warmStart < t.warmup_s * 1000) {
+  let windowStart = warmStart;
+  for (;;) {
+    a = performance.now();
     dispose(await session.run(feeds));
+    const now = performance.now();
+    window.push(now - a);
     warm++;
-    if (warm >= t.max_iterations) break;
+    if (!settled && now - windowStart >= t.settle_window_s * 1000) {
+      const current = median(window);
+      if (previous !== null && Math.abs(current - previous) <= t.settle_tolerance * previous) settled = true;
+      previous = current;
+      window = [];
+      windowStart = now;
+      settleWindows++;
+    }
+    const basic = warm >= t.warmup_iterations && now - warmStart >= t.warmup_s * 1000;
+    if (settled) {
+      if (basic || warm >= t.max_iterations) break;
+    } else if (basic && now - warmStart >= t.settle_s * 1000) {
+      break;  // the bound: not steady, measured anyway (the result says so)
+    }
   }
+  const steady = settled;
+  pageSteady = true;
   const warmupMs = performance.now() - warmStart;
   const times = [];
   const start = performance.now();
@@ -167,7 +198,7 @@ async function measure(cmd) {
     times.push(performance.now() - a);
     dispose(outputs);
   }
-  return {timesMs: times, coldMs, warmupIterations: warm, warmupMs,
+  return {timesMs: times, coldMs, warmupIterations: warm, warmupMs, settled: steady, settleWindows,
           outputTypes: types, outputShapes: shapes, outputSample: sample};
 }
 

@@ -1,0 +1,130 @@
+"""The one folder a process keeps its browsers' files in, and the removal of a dead run's folder.
+
+Every browser profile of a process and Chromium's own temporary folders (``TMPDIR`` of the
+browser, where it puts ``.org.chromium.Chromium.*``) live under one run folder,
+``$TMPDIR/hwbench-web-run-<pid>-XXXX``. The folder holds a ``lock`` file that the process keeps
+locked (``flock``) while it lives and a ``pid`` file written after the lock is taken. Interpreter
+exit removes the folder; a run killed by SIGKILL or SIGTERM cannot, so every later process that
+starts a browser or probes (`sweep_stale_runs`) removes the folders whose lock is free: the
+kernel drops a lock when its holder dies, however it dies.
+
+When ``$TMPDIR`` is too long for Chromium's singleton socket (a Unix socket path is at most 108
+bytes), the browser's ``TMPDIR`` is a second run folder of the same kind under /tmp.
+"""
+
+from __future__ import annotations
+
+import atexit
+import fcntl
+import os
+import shutil
+import tempfile
+import threading
+import time
+from pathlib import Path
+
+#: Name prefix of run folders (in ``$TMPDIR`` and /tmp).
+RUN_PREFIX = "hwbench-web-run-"
+#: Longest base folder under which Chromium's singleton socket path still fits.
+SHORT_PATH = 60
+#: A run folder without a pid file younger than this is being created: left alone.
+CREATING_S = 30.0
+
+_LOCK = threading.Lock()
+_MINE: dict[str, tuple[Path, int]] = {}
+
+
+def _make(base: str) -> Path:
+    folder = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=base))
+    fd = os.open(folder / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    (folder / "pid").write_text(str(os.getpid()))
+    _MINE[base] = (folder, fd)
+    return folder
+
+
+def run_folder(base: str | None = None) -> Path:
+    """This process's run folder under `base` (default ``$TMPDIR``), made at the first call; a
+    child process (fork) makes its own."""
+    base = base or tempfile.gettempdir()
+    with _LOCK:
+        mine = _MINE.get(base)
+        if mine is not None and mine[0].name.startswith(f"{RUN_PREFIX}{os.getpid()}-") and mine[0].is_dir():
+            return mine[0]
+        return _make(base)
+
+
+def new_folder(kind: str) -> Path:
+    """A fresh folder ``<kind>-XXXX`` in the run folder (a browser profile)."""
+    return Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=run_folder()))
+
+
+def browser_tmp() -> Path:
+    """A fresh folder for a browser's ``TMPDIR`` in the run folder: under ``$TMPDIR``, or under
+    /tmp where that path would be longer than `SHORT_PATH` (Chromium aborts with "Socket path too
+    long" when its singleton socket's path passes 108 bytes)."""
+    folder = run_folder()
+    if len(str(folder)) + 10 > SHORT_PATH and Path("/tmp").is_dir():
+        folder = run_folder("/tmp")
+    return Path(tempfile.mkdtemp(prefix="t", dir=folder))
+
+
+def _stale(folder: Path) -> bool:
+    """Whether `folder` is a run folder whose process is gone (its lock is free)."""
+    try:
+        fd = os.open(folder / "lock", os.O_RDWR)
+    except FileNotFoundError:
+        try:  # no lock yet: being made now, or a crash between mkdtemp and open
+            return time.time() - folder.stat().st_mtime > CREATING_S
+        except OSError:
+            return False
+    except OSError:
+        return False
+    try:
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+    except OSError:
+        return False  # held: its process lives
+    finally:
+        os.close(fd)  # closing drops a lock this call took
+    # Free: the pid file is written after the lock is taken, so a folder with a pid file is dead;
+    # one without is being made (taken lock, pid not written yet) unless it is old.
+    if (folder / "pid").exists():
+        return True
+    try:
+        return time.time() - folder.stat().st_mtime > CREATING_S
+    except OSError:
+        return False
+
+
+def sweep_stale_runs() -> list[Path]:
+    """Remove the run folders of dead processes in ``$TMPDIR`` and /tmp; the folders removed."""
+    mine = {folder for folder, _ in _MINE.values()}
+    removed = []
+    for base in dict.fromkeys((tempfile.gettempdir(), "/tmp")):
+        try:
+            candidates = list(Path(base).glob(f"{RUN_PREFIX}*"))
+        except OSError:
+            continue
+        for folder in candidates:
+            if folder in mine or not folder.is_dir():
+                continue
+            if _stale(folder):
+                shutil.rmtree(folder, ignore_errors=True)
+                removed.append(folder)
+    return removed
+
+
+@atexit.register
+def _remove_mine() -> None:
+    with _LOCK:
+        for folder, fd in _MINE.values():
+            if folder.name.startswith(f"{RUN_PREFIX}{os.getpid()}-"):
+                shutil.rmtree(folder, ignore_errors=True)
+            try:
+                os.close(fd)
+            except OSError:
+                pass
+        _MINE.clear()
+
+
+__all__ = ["RUN_PREFIX", "browser_tmp", "new_folder", "run_folder", "sweep_stale_runs"]
