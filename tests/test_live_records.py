@@ -119,11 +119,19 @@ def sqlite_children(db: Path) -> dict[str, str]:
     return dict(rows)
 
 
-def duck_ids(path: Path) -> set[str]:
+def duck_ids(path: Path, wait_s: float = 0.0) -> set[str]:
+    """Record ids in a DuckDB file; waits up to `wait_s` for a writer that still holds its lock."""
     import duckdb
 
-    with duckdb.connect(str(path), read_only=True) as con:
-        return {row[0] for row in con.execute("select record_id from results").fetchall()}
+    deadline = time.monotonic() + wait_s
+    while True:
+        try:
+            with duckdb.connect(str(path), read_only=True) as con:
+                return {row[0] for row in con.execute("select record_id from results").fetchall()}
+        except duckdb.IOException:
+            if time.monotonic() > deadline:
+                raise
+            time.sleep(0.5)
 
 
 def test_records_are_in_both_stores_while_the_run_goes_on(tmp_path: Path) -> None:
@@ -202,7 +210,7 @@ def test_a_run_killed_after_three_cases_has_three_child_runs(tmp_path: Path, ser
     assert sorted(r.data.tags["hwbench.record_id"] for r in children) == sorted(ids)  # type: ignore[attr-defined]
     assert {r.info.status for r in children} == {"FINISHED"}  # type: ignore[attr-defined]
     assert [p.info.status for p in parents] == ["KILLED"]  # type: ignore[attr-defined]
-    assert duck_ids(store / "hwbench.duckdb") == set(ids)
+    assert duck_ids(store / "hwbench.duckdb", wait_s=120) == set(ids)  # the writer closes DuckDB last
 
 
 def test_a_killed_writer_loses_nothing_and_replay_delivers(tmp_path: Path) -> None:

@@ -1,0 +1,206 @@
+"""One case per invocation: the hwbench command against optimum-benchmark inline, pair by pair.
+
+Two comparisons, each a series of pairs run back to back (the side that goes first alternates
+from pair to pair, ABBA, so that a slow stretch of a shared machine hits both sides alike); the
+ratio is taken within each pair, and the median and range of the pair ratios are printed:
+
+1. The one-case command
+
+       pytest bench_suites/test_inference.py -m cpu --hwbench-models bert-tiny --hwbench-batch-sizes 1
+           --hwbench-backends torch --hwbench-precisions fp32
+
+   (into a store in a temporary folder, not the repository's ``mlruns/``) against
+   optimum-benchmark 0.6.0 with its inline launcher on the same case: the zoo's bert-tiny
+   (random weights, saved once with ``save_pretrained`` and loaded from disk offline), CPU, fp32,
+   batch 1, sequence length 32, with hwbench's default timing policy (3 warm-up runs, at least
+   10 timed iterations and 1 s), latency and memory tracked. Each side is a fresh process: wall
+   time, CPU time (user + system) and peak RSS, from ``wait4``. Aim: ratio <= 1.0.
+2. ``pytest --co -q`` of a one-test folder with the plugin and with every pytest11 plugin of
+   pytest-hwbench blocked (``-p no:hwbench -p no:hwbench-recording -p no:hwbench-qai-hub``).
+   Aim: ratio <= 1.2.
+
+optimum-benchmark runs in a venv of its own (it needs ``transformers<5``). Without it the first
+comparison is skipped and the line says how to make one:
+
+    python -m venv /tmp/ob-venv && /tmp/ob-venv/bin/pip install torch==2.13.0 &&
+        /tmp/ob-venv/bin/pip install optimum-benchmark==0.6.0 "transformers<5" "datasets>=4,<5"
+
+(torch first: it resolves from local disk; otherwise pip pulls a multi-GB CUDA build.) Run it
+under the machine's timing lock, so that no other timing run shares the machine:
+
+    flock /tmp/hwbench-timing.lock python benchmarks/one_case.py [--pairs 5] [--ob-python PATH]
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import shutil
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+REPO = Path(__file__).resolve().parent.parent
+ONE_CASE = ["bench_suites/test_inference.py", "-m", "cpu", "--hwbench-models", "bert-tiny",
+            "--hwbench-batch-sizes", "1", "--hwbench-backends", "torch", "--hwbench-precisions", "fp32"]
+BLOCKED = ["-p", "no:hwbench", "-p", "no:hwbench-recording", "-p", "no:hwbench-qai-hub"]
+DEFAULT_OB_PYTHON = Path("/tmp/ob-venv/bin/python")
+INSTALL = ('python -m venv /tmp/ob-venv && /tmp/ob-venv/bin/pip install torch==2.13.0 && '
+           '/tmp/ob-venv/bin/pip install optimum-benchmark==0.6.0 "transformers<5" "datasets>=4,<5"')
+AIM_ONE_CASE = 1.0
+AIM_COLLECT = 1.2
+
+#: Saves the zoo model (config given as JSON) with random weights, in the peer's venv.
+SAVE_MODEL = r'''
+import json, sys, torch, transformers
+spec = json.loads(sys.argv[1])
+torch.manual_seed(0)
+config = getattr(transformers, spec["config_class"])(**spec["config_kwargs"])
+getattr(transformers, spec["auto_class"]).from_config(config).save_pretrained(sys.argv[2])
+'''
+
+#: optimum-benchmark 0.6.0, inline launcher, hwbench's default timing policy.
+PEER = r'''
+import json, sys
+from optimum_benchmark import Benchmark, BenchmarkConfig, InferenceConfig, InlineConfig, PyTorchConfig
+model, batch, seq = sys.argv[1], int(sys.argv[2]), int(sys.argv[3])
+config = BenchmarkConfig(
+    name="one-case", launcher=InlineConfig(),
+    scenario=InferenceConfig(iterations=10, duration=1, warmup_runs=3, latency=True, memory=True,
+                             input_shapes={"batch_size": batch, "sequence_length": seq}),
+    backend=PyTorchConfig(model=model, device="cpu", task="feature-extraction", torch_dtype="float32",
+                          no_weights=False, library="transformers"),
+)
+report = Benchmark.launch(config).to_dict()
+print(json.dumps({"median_ms": report["forward"]["latency"]["p50"] * 1e3}))
+'''
+
+
+@dataclass(frozen=True)
+class Run:
+    """One process: wall seconds, CPU seconds (user + system), peak RSS in MiB."""
+
+    wall_s: float
+    cpu_s: float
+    peak_mib: float
+
+
+def measure(cmd: list[str], cwd: Path, env: dict[str, str]) -> Run:
+    """Run `cmd` to its end; raise with its output when it fails."""
+    began = time.monotonic()
+    with tempfile.TemporaryFile() as out:
+        proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=out, stderr=subprocess.STDOUT,
+                                stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        wall = time.monotonic() - began
+        proc.returncode = os.waitstatus_to_exitcode(status)
+        if proc.returncode != 0:
+            out.seek(0)
+            raise SystemExit(f"{' '.join(cmd)} exited {proc.returncode}:\n{out.read().decode(errors='replace')[-3000:]}")
+    return Run(wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024)
+
+
+def paired(name_a: str, run_a: Callable[[], Run], name_b: str, run_b: Callable[[], Run], pairs: int) -> list[tuple[Run, Run]]:
+    out = []
+    for i in range(pairs):
+        first_a = i % 2 == 0
+        a = b = None
+        for side in ((name_a, name_b) if first_a else (name_b, name_a)):
+            if side == name_a:
+                a = run_a()
+            else:
+                b = run_b()
+        assert a is not None and b is not None
+        out.append((a, b))
+        print(f"  pair {i + 1} ({'A first' if first_a else 'B first'}): {name_a} {a.wall_s:6.2f} s, "
+              f"{name_b} {b.wall_s:6.2f} s, ratio {a.wall_s / b.wall_s:5.2f}", flush=True)
+    return out
+
+
+def summarize(title: str, name_a: str, name_b: str, runs: list[tuple[Run, Run]], aim: float) -> dict[str, float]:
+    wall = [a.wall_s / b.wall_s for a, b in runs]
+    cpu = [a.cpu_s / b.cpu_s for a, b in runs]
+    print(f"\n{title}: {len(runs)} pairs, ratio {name_a} / {name_b} taken pair by pair")
+    print(f"  wall  median {statistics.median(wall):.2f} (min {min(wall):.2f}, max {max(wall):.2f}); "
+          f"{name_a} median {statistics.median(a.wall_s for a, _ in runs):.2f} s, "
+          f"{name_b} median {statistics.median(b.wall_s for _, b in runs):.2f} s; aim <= {aim:g}")
+    print(f"  CPU   median {statistics.median(cpu):.2f}; {name_a} {statistics.median(a.cpu_s for a, _ in runs):.2f} s, "
+          f"{name_b} {statistics.median(b.cpu_s for _, b in runs):.2f} s")
+    print(f"  peak RSS {name_a} {statistics.median(a.peak_mib for a, _ in runs):.0f} MiB, "
+          f"{name_b} {statistics.median(b.peak_mib for _, b in runs):.0f} MiB")
+    return {"wall_ratio_median": statistics.median(wall), "cpu_ratio_median": statistics.median(cpu)}
+
+
+def load_average() -> str:
+    try:
+        return " ".join(Path("/proc/loadavg").read_text().split()[:3])
+    except OSError:
+        return "unknown"
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0],
+                                     formatter_class=argparse.RawDescriptionHelpFormatter)
+    parser.add_argument("--pairs", type=int, default=5, help="pairs per comparison (default 5)")
+    parser.add_argument("--ob-python", type=Path, default=DEFAULT_OB_PYTHON,
+                        help=f"the interpreter of optimum-benchmark's venv (default {DEFAULT_OB_PYTHON})")
+    parser.add_argument("--skip-peer", action="store_true", help="only the collection comparison")
+    parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
+    args = parser.parse_args(argv)
+    if args.pairs < 1:
+        parser.error("--pairs must be >= 1")
+    pytest_bin = str(Path(sys.executable).with_name("pytest"))
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
+    figures: dict[str, dict[str, float]] = {}
+    print(f"load average at start: {load_average()}; {os.cpu_count()} CPUs", flush=True)
+    with tempfile.TemporaryDirectory(prefix="hwbench-one-case-") as tmp:
+        work = Path(tmp)
+        empty = work / "one-test"
+        empty.mkdir()
+        (empty / "test_one.py").write_text("def test_one():\n    pass\n")
+        collect = [pytest_bin, "--co", "-q", "-p", "no:cacheprovider", "test_one.py"]
+        print("\n`pytest --co -q` of a one-test folder: A with the plugin, B with hwbench's plugins blocked")
+        runs = paired("plugin", lambda: measure(collect, empty, env),
+                      "blocked", lambda: measure([*collect, *BLOCKED], empty, env), args.pairs)
+        figures["collect_only"] = summarize("pytest --co -q, one test", "plugin", "blocked", runs, AIM_COLLECT)
+
+        if args.skip_peer:
+            pass
+        elif not args.ob_python.exists():
+            print(f"\none case vs optimum-benchmark: SKIPPED, no {args.ob_python}; make its venv with:\n  {INSTALL}")
+        else:
+            from pytest_hwbench.models import get_model
+
+            spec = get_model("bert-tiny")
+            model_dir = work / "bert-tiny"
+            peer_env = {**env, "HF_HUB_OFFLINE": "1", "TRANSFORMERS_OFFLINE": "1"}
+            subprocess.run([str(args.ob_python), "-c", SAVE_MODEL,
+                            json.dumps({"config_class": spec.config_class, "config_kwargs": dict(spec.config_kwargs),
+                                        "auto_class": spec.auto_class}), str(model_dir)],
+                           check=True, env=peer_env, capture_output=True)
+            (work / "peer.py").write_text(PEER)
+            peer = [str(args.ob_python), str(work / "peer.py"), str(model_dir), "1", str(spec.sequence_length)]
+            store = work / "store"
+            ours = [pytest_bin, *ONE_CASE, "-q", "-p", "no:cacheprovider", "--hwbench-store", str(store)]
+            print("\nwarm-up: one run of each (fills the store, the page cache and the web of imports)", flush=True)
+            measure(ours, REPO, env)
+            measure(peer, work, peer_env)
+            print(f"\none case per invocation: A = `pytest {' '.join(ONE_CASE)}`, B = optimum-benchmark 0.6.0 inline")
+            runs = paired("hwbench", lambda: measure(ours, REPO, env),
+                          "optimum-benchmark", lambda: measure(peer, work, peer_env), args.pairs)
+            figures["one_case"] = summarize("one case", "hwbench", "optimum-benchmark", runs, AIM_ONE_CASE)
+            shutil.rmtree(store, ignore_errors=True)
+    print(f"\nload average at end: {load_average()}")
+    if args.json:
+        args.json.write_text(json.dumps(figures, indent=2))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
