@@ -74,7 +74,7 @@ def device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
     devices, ...), and then only the host check applies."""
     if hardware == "cpu":
         return host_memory_mb(hw)
-    target = hw.targets.get(hardware)
+    target = hw.get(hardware)
     if target is None or not target.available:
         return None
     sizes = [d.memory_mb for d in target.devices if d.memory_mb]
@@ -83,7 +83,7 @@ def device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
 
 def host_memory_mb(hw: HardwareInfo) -> float | None:
     """Host RAM as detection reports it, in MiB; None when unknown."""
-    cpu = hw.targets.get("cpu")
+    cpu = hw.get("cpu")
     memory = cpu.details.get("memory_mb") if cpu is not None else None
     return float(memory) if memory else None
 

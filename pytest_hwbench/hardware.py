@@ -73,15 +73,29 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class HardwareInfo:
-    """Everything `detect_hardware` found, keyed by target name."""
+    """What `detect_hardware` found, keyed by target name. `live`: this machine's own detection,
+    where a registered target not probed yet is probed when asked for by name (`info["cuda"]`);
+    iterating `targets` shows only what was probed."""
 
     targets: Mapping[str, TargetInfo]
+    live: bool = field(default=False, compare=False)
 
     def __getitem__(self, name: str) -> TargetInfo:
-        try:
+        if name in self.targets:
             return self.targets[name]
+        if self.live:
+            try:
+                return detect_hardware(targets=[name])[name]
+            except ValueError as exc:
+                raise KeyError(str(exc)) from None
+        raise KeyError(f"unknown hardware target {name!r}; known: {', '.join(self.targets)}")
+
+    def get(self, name: str) -> TargetInfo | None:
+        """The target `name` (probed now on a live detection), or None for a target unknown here."""
+        try:
+            return self[name]
         except KeyError:
-            raise KeyError(f"unknown hardware target {name!r}; known: {', '.join(self.targets)}") from None
+            return None
 
     def available(self) -> list[str]:
         """Names of the available targets."""
@@ -532,7 +546,7 @@ def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
                 except Exception as exc:  # a broken driver must not stop the session
                     _FOUND[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
             found[name] = _FOUND[name]
-    return HardwareInfo(found)
+    return HardwareInfo(found, live=True)
 
 
 def probed_hardware() -> HardwareInfo:
@@ -540,7 +554,7 @@ def probed_hardware() -> HardwareInfo:
     with _FOUND_LOCK:
         done = dict(_FOUND)
     order = [t for t in TARGETS if t in done] + [t for t in done if t not in TARGETS]
-    return HardwareInfo({name: done[name] for name in order})
+    return HardwareInfo({name: done[name] for name in order}, live=True)
 
 
 def forget_detection() -> None:

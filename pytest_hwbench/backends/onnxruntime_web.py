@@ -233,7 +233,7 @@ class OnnxRuntimeWebBackend(Backend):
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         if hardware not in self.hardware:
             return f"{self.name}: no hardware target {hardware!r} (known: {', '.join(self.hardware)})"
-        target = hw.targets.get(hardware)
+        target = hw.get(hardware)
         if target is None:
             return f"{hardware}: not detected (the pytest_hwbench.hardware entry points are not installed: pip install -e .)"
         if not target.available:

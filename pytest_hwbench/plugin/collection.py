@@ -8,6 +8,7 @@ carrying its hardware, mode, ``quick`` and ``xdist_group`` marks.
 
 from __future__ import annotations
 
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
@@ -50,12 +51,39 @@ def _param(case: BenchCase) -> Any:
     return pytest.param(case, id=case.id, marks=marks)
 
 
+def _mark_selection(config: pytest.Config, metafunc: pytest.Metafunc) -> Callable[[Iterable[str]], bool] | None:
+    """Whether a case of this test with the given marks survives the run's ``-m`` expression, or
+    None (everything may survive) without one. Evaluated with pytest's own expression grammar on
+    the test's marks plus the case's; an expression on mark arguments is not judged here."""
+    text = config.option.markexpr
+    if not text or "(" in text:
+        return None
+    try:
+        from _pytest.mark.expression import Expression  # pytest's -m grammar; no public handle
+
+        expression = Expression.compile(text)
+    except Exception:  # noqa: BLE001 - pytest reports a bad expression itself
+        return None
+    own = {mark.name for mark in metafunc.definition.iter_markers()}
+
+    def keeps(marks: Iterable[str]) -> bool:
+        names = own | set(marks)
+        try:
+            return bool(expression.evaluate(lambda name, /, **kwargs: name in names))
+        except Exception:  # noqa: BLE001 - a grammar this pytest evaluates otherwise: keep the case
+            return True
+
+    return keeps
+
+
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "hwbench_case" not in metafunc.fixturenames:
         return
     config = metafunc.config
     narrowed = _marker_filter(metafunc)
-    grid = generate_cases(selection(config), detect_hardware(), narrowed, metafunc.definition.nodeid)
+    # Live detection: a target is probed when a kept case first asks for it.
+    grid = generate_cases(selection(config), detect_hardware(targets=()), narrowed, metafunc.definition.nodeid,
+                          keeps=_mark_selection(config, metafunc))
     for line in grid.notes:
         note(config, line)
     cases = grid.cases
@@ -68,7 +96,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Skip by capability at collection, so absent hardware costs no fixture set-up.
+    # Skip by capability at collection, so absent hardware costs no fixture set-up; live detection
+    # probes only the targets the kept cases ask about.
     hw = None
     state = config.stash.get(STATE, None)
     for item in items:
@@ -77,7 +106,7 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             continue
         if state is not None:
             state.collection["selected"] += 1
-        hw = hw or detect_hardware()
+        hw = hw or detect_hardware(targets=())
         reason = case.unavailable(hw)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -15,9 +15,9 @@ from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, fields
 from typing import Any
 
-from ..backends.base import registered_backends
+from ..backends.base import Backend, registered_backends
 from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id, takes_new_tokens
-from ..hardware import HardwareInfo
+from ..hardware import HardwareInfo, TargetInfo, not_available
 from ..models import FAMILIES, MODELS, ModelSpec, get_model
 from ..scenarios import get_scenario, registered_modes
 from ..vocabulary import DEFAULT_MODE, PRECISIONS
@@ -116,12 +116,26 @@ def marker_values(nodeid: str, marks: Iterable[tuple[tuple[Any, ...], Mapping[st
     return narrowed
 
 
+class _Unprobed(HardwareInfo):
+    """Stands for the hardware of cases that the run's marker selection drops: every target reads
+    as not probed, so building their ids probes nothing."""
+
+    def __getitem__(self, name: str) -> TargetInfo:
+        return not_available(name, "not probed: the run's -m selection keeps no case on it")
+
+
+_UNPROBED = _Unprobed({})
+
+
 def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str, Any] | None = None,
-                   test: str = "") -> Grid:
+                   test: str = "", keeps: Callable[[Iterable[str]], bool] | None = None) -> Grid:
     """The grid of cases `selection` asks for on `hw`, in an order that reuses loaded models.
 
     `narrowed` holds the hwbench marker's keywords of `test` (`marker_values`); a marker value
-    that the selection narrows to nothing gives a note for the run's summary.
+    that the selection narrows to nothing gives a note for the run's summary. `keeps(marks)`
+    says whether a case with these marks survives the run's marker selection (``-m``): the
+    cases it drops are still generated (pytest deselects them) but ask `hw` nothing, so their
+    targets are never probed.
     """
     narrowed = narrowed or {}
     notes: list[str] = []
@@ -170,7 +184,8 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
                         continue
                     if named_backends is None and hardware in backend.opt_in_hardware:
                         continue  # e.g. torch.compile on cpu: only when asked for by name
-                    defaults = backend.default_precisions(hardware, hw)
+                    kept = keeps is None or keeps(case_marks(backend, hardware, mode, spec))
+                    defaults = backend.default_precisions(hardware, hw if kept else _UNPROBED)
                     # asked-for precisions the mode lacks skip with its reason
                     defaults = tuple(p for p in defaults if p in scenario.precisions)
                     for precision in (precisions if precisions is not None else defaults):
@@ -182,11 +197,18 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
     return Grid(cases, tuple(notes))
 
 
+def case_marks(backend: Backend, hardware: str, mode: str, spec: ModelSpec) -> list[str]:
+    """The names of the marks a case carries: its backend's markers on `hardware`, its mode, and
+    ``quick`` for a model of the quick tier."""
+    return [*backend.markers(hardware), mode, *(("quick",) if spec.tier == "quick" else ())]
+
+
 def case_from_id(case_id: str) -> BenchCase | None:
     """The case whose `BenchCase.id` is `case_id`, or None when it is none of this run's cases."""
     return parse_case_id(case_id, models=MODELS, hardware=hardware_targets(), backends=registered_backends(),
                          modes=registered_modes())
 
 
-__all__ = ["DEFAULT_BATCH_SIZES", "MARKER_KEYWORDS", "Grid", "Selection", "case_from_id", "generate_cases",
+__all__ = ["DEFAULT_BATCH_SIZES", "MARKER_KEYWORDS", "Grid", "Selection", "case_from_id", "case_marks",
+           "generate_cases",
            "hardware_targets", "marker_values"]

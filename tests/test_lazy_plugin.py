@@ -1,0 +1,83 @@
+"""Nothing heavy until a hwbench case is collected, and detection per target.
+
+Each check runs in a fresh interpreter, so what it finds in `sys.modules` or among the probed
+targets is what that run did, not what an earlier test imported.
+"""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+import textwrap
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+HEAVY = ("torch", "mlflow", "duckdb", "transformers", "onnxruntime", "openvino", "numpy")
+
+
+def _fresh(code: str, cwd: Path, timeout: float = 300) -> dict:
+    """Run `code` in a new interpreter; it prints one JSON line last."""
+    proc = subprocess.run([sys.executable, "-c", textwrap.dedent(code)], cwd=cwd, capture_output=True, text=True,
+                          timeout=timeout, check=False)
+    assert proc.returncode == 0, proc.stdout[-3000:] + proc.stderr[-3000:]
+    return json.loads(proc.stdout.strip().splitlines()[-1])
+
+
+@pytest.mark.parametrize("args", [["-q"], ["--co", "-q"]], ids=["run", "collect-only"])
+def test_an_unrelated_pytest_run_imports_nothing_heavy(tmp_path, args):
+    (tmp_path / "test_plain.py").write_text("def test_plain():\n    assert 1 + 1 == 2\n")
+    found = _fresh(f"""
+        import json, sys, pytest
+        rc = pytest.main({args!r} + ["-p", "no:cacheprovider", "test_plain.py"])
+        import pytest_hwbench.hardware as hardware
+        print(json.dumps({{"rc": int(rc), "heavy": [m for m in {HEAVY!r} if m in sys.modules],
+                          "probed": list(hardware.probed_hardware().targets),
+                          "plugin": "pytest_hwbench.plugin" in sys.modules}}))
+    """, tmp_path)
+    assert found["plugin"], "the plugin must be installed and loaded for this test to mean anything"
+    assert found["rc"] == 0
+    assert found["heavy"] == []
+    assert found["probed"] == []
+
+
+def test_a_cpu_selection_probes_only_what_its_cases_ask_about():
+    """-m "cpu and quick": the cpu and the runtimes its backends run on are probed; no GPU runtime,
+    no web target (no browser) and no qnn."""
+    found = _fresh("""
+        import json, sys, pytest
+        import pytest_hwbench.hardware as hardware
+        rc = pytest.main(["bench_suites/test_inference.py", "-m", "cpu and quick", "--co", "-q",
+                          "-p", "no:cacheprovider", "--hwbench-models", "bert-tiny"])
+        print(json.dumps({"rc": int(rc), "probed": list(hardware.probed_hardware().targets)}))
+    """, ROOT)
+    assert found["rc"] == 0
+    assert "cpu" in found["probed"]
+    assert set(found["probed"]) <= {"cpu", "onnxruntime", "openvino"}, found["probed"]
+
+
+def test_detection_runs_the_probes_asked_for_once():
+    found = _fresh("""
+        import json
+        from pytest_hwbench import hardware
+        calls = []
+        original = hardware.registered_probes()["cpu"]
+        hardware.register_probe("cpu", lambda: calls.append(1) or original())
+        first = hardware.detect_hardware(targets=["cpu"])
+        again = hardware.detect_hardware(targets=("cpu",))
+        live_cuda = first["cuda"]  # a live detection probes a target when asked for by name
+        try:
+            hardware.detect_hardware(targets=["cpu", "tpu-9000"])
+            error = ""
+        except ValueError as exc:
+            error = str(exc)
+        print(json.dumps({"calls": len(calls), "same": first["cpu"] == again["cpu"],
+                          "targets": list(first.targets), "probed": list(hardware.probed_hardware().targets),
+                          "cuda": live_cuda.name, "error": error}))
+    """, ROOT)
+    assert found["calls"] == 1 and found["same"]
+    assert found["targets"] == ["cpu"]
+    assert found["probed"] == ["cpu", "cuda"] and found["cuda"] == "cuda"
+    assert "'tpu-9000'" in found["error"] and "known: cpu, cuda" in found["error"]
