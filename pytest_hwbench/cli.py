@@ -192,25 +192,29 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .sinks import DuckDBSink, MlflowSink, Spool, replay_each
+    from .sinks import DuckDBSink, MlflowSink, ReplayProgress, Spool, replay_each
 
     cfg = _tracking(args)
     wanted = _wanted_sinks(args.sinks)
     if args.timeout < 0:
         raise ValueError(f"--timeout: {args.timeout} is out of range; accepted: 0 (no limit) or more seconds")
     spool = Spool(cfg.spool_dir)
-    if not spool.records_path.exists():
-        print(f"hwbench replay: nothing spooled in {cfg.spool_dir}")
-        return EXIT_OK
     if args.move_corrupt and "duckdb" in wanted:
         aside = _move_aside_if_corrupt(cfg.db_path)
         if aside is not None:
             print(f"hwbench replay: {cfg.db_path} was corrupt: moved to {aside}; rebuilding it from the spool")
+    if not spool.records_path.exists():
+        print(f"hwbench replay: nothing spooled in {cfg.spool_dir}")
+        return EXIT_OK
     sinks = {"mlflow": lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment), "duckdb": lambda: DuckDBSink(cfg.db_path)}
     shown = {"mlflow": f"MLflow {redact_uri(cfg.mlflow_uri)}", "duckdb": f"DuckDB {cfg.db_path}"}
     print(f"hwbench replay: {spool.records_path} -> {', '.join(shown[n] for n in wanted)}", flush=True)
-    results = replay_each(spool, [sinks[n]() for n in wanted], deadline_s=args.timeout or None,
-                          notify=lambda line: print(line, file=sys.stderr, flush=True))
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    # Progress per sink (written of N, rate); a replay run again resumes where this one stopped.
+    progress = [ReplayProgress(sinks[n](), lambda line: say(f"hwbench replay: {line}")) for n in wanted]
+    results = replay_each(spool, progress, deadline_s=args.timeout or None, notify=say)
     for result in results:
         if result.ok:
             print(f"  {result.name}: {result.written} records written")
@@ -310,16 +314,41 @@ def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> l
     return [r for r in records if r.session_id in set(chosen)]
 
 
-def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
-    from .sinks import load_records, read_records
+def _session_parts(wanted: str) -> list[str]:
+    """The comma-separated session names of `wanted`; ValueError naming an empty one."""
+    parts = [part.strip() for part in str(wanted).split(",")]
+    if not all(parts):
+        raise ValueError(f"session {wanted!r} is empty or has an empty part; give a session id, a unique prefix, "
+                         "'latest', 'all', or several ids joined by commas (`hwbench sessions` lists them)")
+    return parts
 
+
+def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
+    from .sinks import MlflowStoreError, load_records, ping, read_records, source_kind
+
+    parts = _session_parts(wanted)
     if source is None:  # the DuckDB file: read only the sessions asked for
         db = _db(args)
         if wanted == "all":
             return load_records(db)
-        return [r for part in wanted.split(",") for r in load_records(db, _session_id(db, part.strip()))]
-    records = read_records(source, experiment=args.experiment, with_timings=True)
-    return _pick_sessions(records, wanted, redact_uri(source))
+        return [r for part in parts for r in load_records(db, _session_id(db, part))]
+    shown = redact_uri(source)
+    remote = source_kind(source) == "mlflow"
+    if remote:
+        problem = ping(source)  # an unreachable server answers in seconds, not after MLflow's retries
+        if problem is not None:
+            raise ConnectionError(f"source {shown}: {problem}; check the address and that the server runs")
+    try:
+        records = read_records(source, experiment=args.experiment, with_timings=True)
+    except (ValueError, FileNotFoundError):
+        raise
+    except (OSError, MlflowStoreError) as exc:
+        raise ConnectionError(f"source {shown} cannot be read: {redact_uri(str(exc))}") from None
+    except Exception as exc:
+        if not remote:
+            raise
+        raise ConnectionError(f"source {shown} cannot be read: {redact_uri(f'{type(exc).__name__}: {exc}')}") from None
+    return _pick_sessions(records, wanted, shown)
 
 
 def _compare(args: argparse.Namespace) -> int:
@@ -350,8 +379,15 @@ def _export(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
+    _store_args(parser, mlflow=True)
+    parser.add_argument("--full", action="store_true",
+                        help="fetch every child run of the experiment, not only the sessions the DuckDB file lacks "
+                             "(also finds records whose parent run is gone)")
+
+
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .sinks import MlflowStoreError, import_mlflow
+    from .sinks import MlflowStoreError, import_mlflow_sessions
 
     cfg = _tracking(args)
     print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {cfg.db_path}",
@@ -359,11 +395,12 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     from mlflow.exceptions import MlflowException
 
     try:
-        count = import_mlflow(cfg.mlflow_uri, cfg.experiment, cfg.db_path)
+        result = import_mlflow_sessions(cfg.mlflow_uri, cfg.experiment, cfg.db_path, full=args.full,
+                                        notify=lambda line: print(f"  {line}", flush=True))
     except (OSError, MlflowException, MlflowStoreError) as exc:  # the store is down or refuses us
         print(f"hwbench import-mlflow: error: {redact_uri(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return EXIT_STORE
-    print(f"  {count} records imported")
+    print(f"  {result.records} records imported")
     return EXIT_OK
 
 
@@ -375,7 +412,7 @@ register_command("compare", "regressions between two sessions, tested on rounds 
                  _compare_args, _compare)
 register_command("export", "export the DuckDB tables to Parquet", _export_args, _export)
 register_command("import-mlflow", "rebuild the DuckDB results from an MLflow server's runs",
-                 lambda p: _store_args(p, mlflow=True), _import_mlflow)
+                 _import_mlflow_args, _import_mlflow)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -408,6 +445,9 @@ def main(argv: Sequence[str] | None = None) -> int:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"hwbench {args.command}: error: {redact_uri(message)}", file=sys.stderr)
         return EXIT_USAGE
+    except ConnectionError as exc:  # a store that does not answer: not a failed check, not bad usage
+        print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
+        return EXIT_STORE
 
 
 if __name__ == "__main__":

@@ -37,14 +37,18 @@ def healthy(port: int, timeout: float = 1.0) -> bool:
 
 
 class MlflowServer:
-    """One `mlflow server` process group over a SQLite file; can be killed and started again.
+    """One `mlflow server` process group over a SQLite file (or `backend_uri`, e.g. PostgreSQL);
+    can be killed and started again.
 
     `start` may be called again after `kill`: same port, same database, same artifact root.
     """
 
-    def __init__(self, db: Path, artifacts: Path, log: Path, port: int | None = None) -> None:
+    def __init__(self, db: Path, artifacts: Path, log: Path, port: int | None = None, *,
+                 backend_uri: str | None = None, workers: int = 1) -> None:
         self.db, self.artifacts, self.log = Path(db), Path(artifacts), Path(log)
         self.port = port or free_port()
+        self.backend_uri = backend_uri or f"sqlite:///{self.db}"
+        self.workers = workers
         self.proc: subprocess.Popen[bytes] | None = None
 
     @property
@@ -61,8 +65,8 @@ class MlflowServer:
             raise RuntimeError(f"mlflow server on port {self.port} is already running")
         cmd = [
             str(MLFLOW_BIN), "server", "--host", "127.0.0.1", "--port", str(self.port),
-            "--backend-store-uri", f"sqlite:///{self.db}", "--default-artifact-root", str(self.artifacts),
-            "--workers", "1",
+            "--backend-store-uri", self.backend_uri, "--default-artifact-root", str(self.artifacts),
+            "--workers", str(self.workers),
         ]  # fmt: skip
         # The job runner (huey consumer processes) serves GenAI jobs; tracking does not need it,
         # and on a small machine it doubles start and stop times.

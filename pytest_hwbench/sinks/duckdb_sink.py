@@ -263,7 +263,9 @@ def _default_path(path: str | os.PathLike[str] | None) -> Path:
 #: two runs starting together collide on locks held for milliseconds; a real holder outlasts it).
 LOCK_WAIT_S = 2.0
 _CORRUPT_SIGNS = ("not a valid duckdb database file", "corrupt", "checksum", "serialization error",
-                  "failed to load metadata", "internal error")
+                  "failed to load metadata", "internal error",
+                  # a file cut short (a full disk, a copy interrupted): its blocks end early
+                  "could not read enough bytes", "truncated")
 
 
 class DuckDBFileError(RuntimeError):

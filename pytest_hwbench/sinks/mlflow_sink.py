@@ -42,7 +42,7 @@ import urllib.error
 import urllib.request
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 from urllib.parse import urlsplit
@@ -68,6 +68,8 @@ RECORDS_ARTIFACT_DIR = "hwbench_records"
 #: ``hwbench`` experiment opened on the GenAI overview ("Traces 0", "No data").
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
+#: Searches in flight at once against an MLflow server (`MlflowSink.existing_ids`, import).
+SEARCH_THREADS = 4
 #: Seconds a local SQLite store's first open waits for another process creating the same store.
 STORE_INIT_WAIT_S = 120.0
 
@@ -302,7 +304,10 @@ class MlflowSink(Sink):
             wanted.update(
                 {
                     "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(self.http_max_retries),
+                    # Retries (connection errors, 429, 5xx) wait 1, 2, 4... s plus up to 1 s at
+                    # random, so runners that a busy server turned away do not all return at once.
                     "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
+                    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1.0",
                     "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(self.http_timeout_s)),
                     # Else set_terminated fetches the run again (one more request per record)
                     # just to print "View run ... at: URL" to stdout.
@@ -474,29 +479,63 @@ class MlflowSink(Sink):
             tags[f"hwbench.{name}"] = truncate(to_text(name, value), TAG_VALUE_LIMIT)
         return tags
 
-    def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
+    def existing_ids(self, record_ids: Iterable[str] | Mapping[str, BenchmarkRecord]) -> set[str]:
         """Record ids with a finished child run in the experiment.
 
-        One paged search over the experiment's child runs (tags cannot be searched with IN).
-        Child runs left RUNNING by an interrupted write do not count; they are remembered and
-        deleted when the record is written again.
+        The cost follows the records asked about, not the experiment's size: one bounded search
+        per session (its child runs, by the ``hwbench.session_id`` tag) when the records are
+        given as a mapping record_id -> record (what `replay_each` passes) or a session is open;
+        else one search per record id (MLflow cannot search tags with IN). Child runs left
+        RUNNING by an interrupted write do not count; they are remembered and deleted when the
+        record is written again.
         """
-        wanted = set(record_ids)
-        if not wanted:
+        if isinstance(record_ids, Mapping):
+            sessions: dict[str, str | None] = {
+                rid: getattr(record, "session_id", None) for rid, record in record_ids.items()
+            }
+        else:
+            sessions = dict.fromkeys(record_ids, self._session_id)
+        if not sessions:
             return set()
+        wanted = set(sessions)
+        by_session = sorted({sid for sid in sessions.values() if sid})
+        alone = sorted(rid for rid, sid in sessions.items() if not sid)
+        filters = [self._records_filter(sid) for sid in by_session]
+        filters += [f"tags.`{RECORD_TAG}` = '{_quoted(rid, 'record_id')}'" for rid in alone]
         found: set[str] = set()
         stale: dict[str, list[str]] = {}
         with self._mlflow_env():
-            for run in self._search(f"tags.`{KIND_TAG}` = 'record'"):
-                record_id = run.data.tags.get(RECORD_TAG)
-                if record_id not in wanted:
-                    continue
-                if run.info.status in _TERMINAL:
-                    found.add(record_id)
-                else:
-                    stale.setdefault(record_id, []).append(run.info.run_id)
+            if self._experiment(create=False) is None:
+                return set()
+            for runs in self._search_each(filters):
+                for run in runs:
+                    record_id = run.data.tags.get(RECORD_TAG)
+                    if record_id not in wanted:
+                        continue
+                    if run.info.status in _TERMINAL:
+                        found.add(record_id)
+                    else:
+                        stale.setdefault(record_id, []).append(run.info.run_id)
         self._stale = {rid: runs for rid, runs in stale.items() if rid not in found}
         return found
+
+    @staticmethod
+    def _records_filter(session_id: str) -> str:
+        """The search filter for the child runs of one session."""
+        return f"tags.`{SESSION_TAG}` = '{_quoted(session_id, 'session_id')}' AND tags.`{KIND_TAG}` = 'record'"
+
+    def _search_each(self, filters: Sequence[str]) -> Iterator[list[Run]]:
+        """The runs each filter finds (a list per filter, in order). Against a server, up to
+        `SEARCH_THREADS` searches are in flight at once: each is one bounded query, and a server
+        a few milliseconds away spends most of a search waiting on the network."""
+        if not self._is_http or len(filters) < 2:
+            for text in filters:
+                yield list(self._search(text))
+            return
+        from concurrent.futures import ThreadPoolExecutor
+
+        with ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hwbench-mlflow-search") as pool:
+            yield from pool.map(lambda text: list(self._search(text)), filters)
 
     def close(self, status: str) -> None:
         """Log the records written since `open_session` as a JSON artifact; terminate the parent."""
@@ -529,19 +568,26 @@ class MlflowSink(Sink):
                 )
         return out
 
-    def read_records(self, *, with_timings: bool = True) -> list[BenchmarkRecord]:
-        """Rebuild the records of every finished child run (params cast back from text).
+    def read_records(self, *, with_timings: bool = True,
+                     session_ids: Iterable[str] | None = None) -> list[BenchmarkRecord]:
+        """Rebuild the records of every finished child run (params cast back from text), or,
+        with `session_ids`, of those sessions only (one bounded search per session).
 
         Raw timings are not in child runs; with `with_timings` they are read from the parent
         runs' ``hwbench_records/`` artifacts where those exist (best effort: an unreadable
         artifact store gives an `HwbenchWarning` and records without timings).
         """
+        if session_ids is None:
+            filters = [f"tags.`{KIND_TAG}` = 'record'"]
+        else:
+            filters = [self._records_filter(sid) for sid in dict.fromkeys(session_ids)]
         rows: list[tuple[dict[str, Any], str]] = []
         with self._mlflow_env():
-            for run in self._search(f"tags.`{KIND_TAG}` = 'record'"):
-                if run.info.status not in _TERMINAL or RECORD_TAG not in run.data.tags:
-                    continue
-                rows.append((_record_data(run), run.data.tags.get(PARENT_TAG, "")))
+            for runs in self._search_each(filters):
+                for run in runs:
+                    if run.info.status not in _TERMINAL or RECORD_TAG not in run.data.tags:
+                        continue
+                    rows.append((_record_data(run), run.data.tags.get(PARENT_TAG, "")))
             full: dict[str, dict[str, Any]] = {}
             if with_timings and rows:
                 full = self._artifact_records({parent for _, parent in rows if parent})
@@ -685,6 +731,13 @@ def _session_tags(session: SessionInfo) -> dict[str, str]:
     if session.git_branch:
         tags["mlflow.source.git.branch"] = session.git_branch
     return tags
+
+
+def _quoted(value: str, what: str) -> str:
+    """`value` for a search filter's quoted string; ValueError for one holding a quote."""
+    if "'" in value or "`" in value or "\\" in value:
+        raise ValueError(f"{what} {value!r} contains a quote or backslash; it cannot be searched for in MLflow")
+    return value
 
 
 def _json_or(text: str | None, default: Any) -> Any:

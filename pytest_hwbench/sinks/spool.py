@@ -14,14 +14,18 @@ from __future__ import annotations
 import json
 import math
 import os
+import shlex
+import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import utc_now_iso
+from pytest_hwbench.sinks.base import Sink
+from pytest_hwbench.sinks.redact import redact_uri
 
 RECORDS_FILE = "records.jsonl"
 SESSIONS_FILE = "sessions.jsonl"
@@ -192,4 +196,78 @@ class Spool:
         }
 
 
-__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "Spool", "refusal"]
+def replay_command(store_dir: str | os.PathLike[str], *, db_path: str | os.PathLike[str] | None = None,
+                   mlflow_uri: str | None = None, experiment: str | None = None,
+                   sinks: Sequence[str] = ()) -> str:
+    """The `hwbench replay` command line that sends this run's spool to the stores the run used:
+    every store option it was given repeated (``--store``, ``--db``, ``--mlflow-uri``,
+    ``--experiment``), so that following the hint never fills a different store. The MLflow URI
+    is shown with its credentials masked."""
+    parts = ["hwbench", "replay", "--store", os.fspath(store_dir)]
+    if db_path is not None:
+        parts += ["--db", os.fspath(db_path)]
+    if mlflow_uri:
+        parts += ["--mlflow-uri", redact_uri(mlflow_uri)]
+    if experiment:
+        parts += ["--experiment", experiment]
+    if sinks:
+        parts += ["--sinks", ",".join(sinks)]
+    return shlex.join(parts)
+
+
+class ReplayProgress(Sink):
+    """Wraps a sink during replay and reports how far it got: after `existing_ids` it knows how
+    many records are missing (N), and after each `write` it tells `notify` "NAME: W of N records
+    written (R records/s)", at most every `every_s` seconds and once at the end. Everything else
+    is the wrapped sink's; a replay that stops and is run again resumes where it stopped, since
+    `existing_ids` skips what the sink already holds."""
+
+    def __init__(self, sink: Sink, notify: Callable[[str], None], *, every_s: float = 2.0) -> None:
+        self.sink = sink
+        self.name = sink.name
+        self.notify = notify
+        self.every_s = every_s
+        self.total = 0
+        self.written = 0
+        self._began = 0.0
+        self._last = 0.0
+
+    def __repr__(self) -> str:
+        return f"ReplayProgress({self.sink!r})"
+
+    def where(self) -> str:
+        return self.sink.where()
+
+    def browse(self) -> str | None:
+        return self.sink.browse()
+
+    def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
+        ids = record_ids if isinstance(record_ids, dict) else list(record_ids)
+        found = self.sink.existing_ids(ids)
+        self.total = len(ids) - len(found)
+        self._began = self._last = time.monotonic()
+        self.notify(f"{self.name}: {len(found)} of {len(ids)} records already there; {self.total} to write")
+        return found
+
+    def open_session(self, session: SessionInfo) -> None:
+        self.sink.open_session(session)
+
+    def write(self, records: Sequence[BenchmarkRecord]) -> None:
+        self.sink.write(records)
+        self.written += len(records)
+        now = time.monotonic()
+        if now - self._last >= self.every_s or self.written >= self.total:
+            self._last = now
+            self.notify(self.line())
+
+    def line(self) -> str:
+        """The progress so far: records written of those to write, and the rate."""
+        elapsed = max(time.monotonic() - self._began, 1e-9)
+        return (f"{self.name}: {self.written} of {self.total} records written "
+                f"({self.written / elapsed:.1f} records/s, {elapsed:.0f} s)")
+
+    def close(self, status: str) -> None:
+        self.sink.close(status)
+
+
+__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "ReplayProgress", "Spool", "refusal", "replay_command"]

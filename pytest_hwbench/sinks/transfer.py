@@ -1,44 +1,98 @@
 """Copying a store into another: an MLflow experiment into a DuckDB file (`hwbench import-mlflow`).
 
 A feature of its own that uses two sinks, so neither sink module imports the other.
+
+The import is incremental: it lists the experiment's sessions (its parent runs, one per session)
+and fetches the child runs of only those sessions the DuckDB file does not hold with the same
+final status: one bounded search per such session. A second import of an unchanged server
+therefore reads the session list and nothing else.
 """
 
 from __future__ import annotations
 
 import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks.duckdb_sink import DuckDBSink
+from pytest_hwbench.sinks.duckdb_sink import DuckDBSink, list_sessions
 from pytest_hwbench.sinks.mlflow_sink import MlflowSink
 
 
-def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str]) -> int:
-    """Rebuild sessions and results in `db_path` from an MLflow experiment; return records added.
+@dataclass(frozen=True)
+class ImportResult:
+    """What `import_mlflow_sessions` did: sessions listed in MLflow, sessions fetched (those the
+    DuckDB file lacked or held unfinished), records added."""
 
-    Child runs give the results (params cast back from text, metrics, context tags); parent runs
-    give the sessions; raw timings come from the parents' records artifacts where present.
-    Records already in the file are skipped, so importing twice adds nothing.
+    sessions: int
+    fetched: int
+    records: int
+
+
+def _held_sessions(db_path: Path) -> dict[str, str | None]:
+    """session_id -> final status (None while running) of the sessions in the DuckDB file."""
+    if not db_path.exists():
+        return {}
+    frame = list_sessions(db_path)
+    return {str(sid): (None if status is None or status != status else str(status))
+            for sid, status in zip(frame["session_id"], frame["status"], strict=True)}
+
+
+def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                           full: bool = False,
+                           notify: Callable[[str], None] | None = None) -> ImportResult:
+    """Bring `db_path` up to date with an MLflow experiment.
+
+    Parent runs give the sessions; child runs give the results (params cast back from text,
+    metrics, context tags); raw timings come from the parents' records artifacts where present.
+    Only sessions the file lacks, holds as running, or holds with another final status are
+    fetched; `full` fetches every child run of the experiment instead (also records whose parent
+    run is gone). Records already in the file are skipped, so importing twice adds nothing.
+    `notify` gets one line per step (sessions listed, records fetched).
     """
+    say = notify or (lambda line: None)
     source = MlflowSink(tracking_uri, experiment)
     sessions = source.read_sessions()
-    records = source.read_records()
-    sink = DuckDBSink(db_path)
-    have = sink.existing_ids(r.record_id for r in records)
-    new = [r for r in records if r.record_id not in have]
+    path = Path(db_path)
+    held = {} if full else _held_sessions(path)
+    todo = [(info, status) for info, status in sessions
+            if full or info.session_id not in held or held[info.session_id] is None
+            or held[info.session_id] != status]
+    say(f"{len(sessions)} sessions in MLflow, {len(sessions) - len(todo)} already in {path.name}; "
+        f"fetching {len(todo)}")
+    if full:
+        records = source.read_records()
+    elif todo:
+        records = source.read_records(session_ids=[info.session_id for info, _ in todo])
+    else:
+        records = []
+    sink = DuckDBSink(path)
+    have = sink.existing_ids({r.record_id: r for r in records}) if records else set()
     by_session: dict[str, list[BenchmarkRecord]] = {}
-    for record in new:
-        by_session.setdefault(record.session_id, []).append(record)
-    known = {info.session_id: (info, status) for info, status in sessions}
+    for record in records:
+        if record.record_id not in have:
+            by_session.setdefault(record.session_id, []).append(record)
+    known = {info.session_id: (info, status) for info, status in todo}
+    added = 0
     for session_id in dict.fromkeys([*known, *by_session]):
         info, status = known.get(session_id, (None, "finished"))
         if info is None:
             first = by_session[session_id][0]
             info = SessionInfo(session_id=session_id, started_at=first.created_at, host=first.host)
         sink.open_session(info)
-        sink.write(by_session.get(session_id, []))
+        new = by_session.get(session_id, [])
+        sink.write(new)
+        added += len(new)
         if status != "running":  # a session still running in MLflow keeps no status here either
             sink.close(status)
-    return len(new)
+    return ImportResult(sessions=len(sessions), fetched=len(todo), records=added)
 
 
-__all__ = ["import_mlflow"]
+def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                  full: bool = False) -> int:
+    """Records added to `db_path` from an MLflow experiment (`import_mlflow_sessions`)."""
+    return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
+
+
+__all__ = ["ImportResult", "import_mlflow", "import_mlflow_sessions"]
