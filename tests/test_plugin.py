@@ -445,6 +445,19 @@ def test_opt_in_hardware_runs_only_when_the_backend_is_named(bench):
     assert {"bert-tiny-cpu-torch-fp32-b1", "bert-tiny-cpu-torch-compile-fp32-b1"} <= named
 
 
+def test_the_hwbench_summary_is_the_last_thing_on_the_console(bench):
+    """pytest-benchmark's wide table and pytest's short summary print above hwbench's summary, so
+    the records/noisy line is what a reader sees last (before pytest's own final line)."""
+    result = bench.runpytest(*FAST, *FP32, "-m", "cpu", "-rA")
+    assert result.ret == pytest.ExitCode.OK
+    lines = result.stdout.lines
+    table = max(i for i, line in enumerate(lines) if "benchmark:" in line and "tests" in line)
+    short = max(i for i, line in enumerate(lines) if "short test summary info" in line)
+    summary = max(i for i, line in enumerate(lines) if re.match(r"hwbench: \d+ records \(", line))
+    assert table < summary and short < summary, "\n".join(lines[-40:])
+    assert all(not line.strip() or line.startswith(("hwbench: ", "=")) for line in lines[summary:]), lines[summary:]
+
+
 # --- progress, pytest-benchmark quiet, marker values (issues 9 and 12) -------------------------
 
 def test_long_runs_print_progress_with_an_estimate_of_what_remains(bench):
