@@ -48,8 +48,10 @@ import os
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
+from .bounds import Coverage, Floor, blend_log, floors, within
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .layers.base import DeviceFields, Layer, LayerStatus
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
@@ -58,6 +60,7 @@ from .layers.registered import (
     RegisteredLayer,
     champion_summary,
     load_champions,
+    snapshot_coverage,
     snapshot_devices,
     snapshot_domain,
     snapshot_frame,
@@ -123,7 +126,8 @@ class Predictor:
                  layers: Iterable[str] = SOURCES, notes: Mapping[str, str] | None = None,
                  champion_domain: Iterable[tuple[str, str, str, str]] | None = None,
                  training_devices: Mapping[str, Mapping[str, int]] | None = None,
-                 detect: bool = True, champion_modes: Mapping[str, str] | None = None) -> None:
+                 detect: bool = True, champion_modes: Mapping[str, str] | None = None,
+                 champion_coverage: Coverage | None = None) -> None:
         self.runs = runs
         self.champions = champions
         self.config = config
@@ -133,6 +137,7 @@ class Predictor:
         self.training_devices = training_devices
         self.detect = detect
         self.champion_modes = champion_modes
+        self.champion_coverage = champion_coverage
 
     def __getattr__(self, name: str) -> Any:
         # Built state (``config_``, ``index_``, ...) of a predictor made by hand: built on first use.
@@ -163,14 +168,16 @@ class Predictor:
         if "measured" in layers:
             runs, notes["measured"] = load_measured(source, experiment)
         champions: dict[str, Any] = {}
-        domain, devices, modes = None, None, None
+        domain, devices, modes, coverage = None, None, None, None
         if "registered" in layers:
             champions, notes["registered"] = load_champions(tracking_uri)
             if "latency" in champions:
                 frame = snapshot_frame(champions["latency"], tracking_uri)
                 domain, devices, modes = snapshot_domain(frame), snapshot_devices(frame), snapshot_mode_names(frame)
+                coverage = snapshot_coverage(frame)
         return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
-                   champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes).build()
+                   champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes,
+                   champion_coverage=coverage).build()
 
     def build(self) -> Predictor:
         """Build the layers from the parameters (the measured index, the champions' domain, each
@@ -195,6 +202,11 @@ class Predictor:
         domain = None if self.champion_domain is None else frozenset(self.champion_domain)
         if champions and domain is None and index.rows:
             domain = index.domain()
+        # What the champions learned from (sizes, families, devices): a question outside it is
+        # blended towards the roofline (`_guard`). From the snapshot, else from the loaded data.
+        coverage = self.champion_coverage
+        if champions and coverage is None and self.runs is not None and len(self.runs):
+            coverage = snapshot_coverage(self.runs)
         # hardware -> device name -> records: the loaded data's and the champion's training rows
         counts: dict[str, dict[str, int]] = {}
         for source in (index.devices, self.training_devices or {}):
@@ -224,6 +236,7 @@ class Predictor:
         self.index_ = index
         self.record_devices_ = counts
         self.status_ = status
+        self.coverage_ = coverage
         self.registered_ = RegisteredLayer(champions, domain, where, self.champion_modes)
         #: layer name -> layer, in the order they are asked (`SOURCES`)
         self.layers_: dict[str, Layer] = {
@@ -343,7 +356,28 @@ class Predictor:
             q = queries[todo[0]]
             raise ValueError(f"no enabled layer can predict {q.model.name} on {q.hardware}; "
                              f"enable the rules layer (layers={self.layers})")
-        return out  # type: ignore[return-value]
+        return self._guard(queries, out)  # type: ignore[arg-type]
+
+    def _guard(self, queries: Sequence[Query], out: list[Prediction]) -> list[Prediction]:
+        """Every estimate within physics (`hwsel.bounds`): a registered answer to a question outside
+        what its champion learned from is blended towards the roofline, then every estimate is
+        clamped to its device's floors (and the one-day ceiling); a measurement below a floor is
+        kept and flagged. Each says so in its detail."""
+        coverage = self.coverage_
+        far: list[tuple[int, float, list[str]]] = []
+        if coverage is not None:
+            for i, (q, p) in enumerate(zip(queries, out, strict=True)):
+                if p.source == "registered":
+                    weight, reasons = coverage.distance(q)
+                    if weight > 0:
+                        far.append((i, weight, reasons))
+        if far:
+            roof = RooflineLayer(self.config_.thresholds.interval_factor["roofline"]).answer(
+                [queries[i] for i, _, _ in far])
+            for (i, weight, reasons), r in zip(far, roof, strict=True):
+                if r is not None:
+                    out[i] = _blend(out[i], r, weight, reasons)
+        return [_clamp(p, f) for p, f in zip(out, floors(queries), strict=True)]
 
     @staticmethod
     def _fill(out: list[Prediction | None], todo: list[int], answered: Sequence[Prediction | None]) -> list[int]:
@@ -354,6 +388,52 @@ class Predictor:
             else:
                 out[i] = pred
         return rest
+
+
+def _blend(p: Prediction, roof: Prediction, weight: float, reasons: Sequence[str]) -> Prediction:
+    """`p` moved `weight` of the way towards the roofline answer `roof` (log space); the interval
+    spans the blend and both answers."""
+    latency = blend_log(p.latency_ms, roof.latency_ms, weight)
+    memory = blend_log(p.memory_mb, roof.memory_mb, weight)
+    lo = min(blend_log(p.interval[0], roof.interval[0], weight), p.latency_ms, roof.latency_ms, latency)
+    hi = max(blend_log(p.interval[1], roof.interval[1], weight), p.latency_ms, roof.latency_ms, latency)
+    note = f"extrapolates ({'; '.join(reasons)}): blended {weight:.0%} towards the roofline"
+    return dataclasses.replace(p, latency_ms=latency, throughput=p.batch_size / latency * 1e3, memory_mb=memory,
+                               interval=(lo, hi), detail=f"{p.detail}; {note}" if p.detail else note)
+
+
+def _clamp(p: Prediction, floor: Floor) -> Prediction:
+    """`p` within `floor` (and the one-day ceiling), saying what was clamped.
+
+    A measurement is what happened: one below the floor means the device's spec is too low, and
+    the answer keeps the measured numbers and says so."""
+    if within(p.latency_ms, p.memory_mb, floor):
+        return p
+    if p.source == "measured":
+        note = f"below the {floor.device_spec} spec's floor ({floor.explain()}): the spec's peaks are low"
+        return dataclasses.replace(p, detail=f"{p.detail}; {note}" if p.detail else note)
+    notes = []
+    latency, memory = p.latency_ms, p.memory_mb
+    if not latency >= floor.latency_ms:
+        latency = floor.latency_ms
+        notes.append(f"latency {p.latency_ms:.4g} ms raised to the physical floor {latency:.4g} ms "
+                     f"({'compute' if floor.compute_ms >= floor.memory_ms else 'weight traffic'} at "
+                     f"{floor.device_spec} peak)")
+    elif latency > max(MAX_LATENCY_MS, floor.latency_ms):
+        latency = max(MAX_LATENCY_MS, floor.latency_ms)
+        notes.append(f"latency {p.latency_ms:.4g} ms capped at {latency:.4g} ms (one day, or the physical floor "
+                     "where that is longer: no benchmark runs longer)")
+    if not memory >= floor.memory_mb:
+        memory = floor.memory_mb
+        notes.append(f"memory {p.memory_mb:.4g} MiB raised to the weights' {memory:.4g} MiB")
+    lo, hi = p.interval
+    lo, hi = min(max(lo, floor.latency_ms), latency), max(min(hi, MAX_LATENCY_MS), latency)
+    if floor.latency_ms > MAX_LATENCY_MS:
+        notes.append(f"the physical floor alone is {floor.latency_ms / 86_400_000:.3g} days")
+    note = "; ".join(notes)
+    return dataclasses.replace(p, latency_ms=latency, memory_mb=memory, interval=(lo, hi),
+                               throughput=p.batch_size / latency * 1e3 if latency != p.latency_ms else p.throughput,
+                               detail=f"{p.detail}; {note}" if p.detail else note)
 
 
 def _detected_device(hardware: str) -> str | None:

@@ -23,6 +23,7 @@ from pytest_hwbench.record import MAX_DEVICE_FLOPS, MIN_LATENCY_MS
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
+from ..bounds import Coverage
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
 from .base import DeviceFields, optional_module
 from .rules import rules_estimate
@@ -207,8 +208,8 @@ def champion_summary(champion: Any) -> dict[str, Any]:
 # --- the training snapshot: what a champion may answer for ---------------------------------------
 
 def snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None:
-    """The (hardware, backend, precision, mode, device_name) columns of a champion's training
-    snapshot, read once at load from the Parquet artifact its ``hwsel.snapshot`` tag names; None
+    """The (hardware, backend, precision, mode, device_name, param_count, family) columns of a
+    champion's training snapshot, read once at load from the Parquet artifact its ``hwsel.snapshot`` tag names; None
     when it cannot be read. Modes are as the snapshot spells them."""
     uri = (getattr(champion, "tags", None) or {}).get("hwsel.snapshot")
     if not uri:
@@ -230,7 +231,8 @@ def snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None
     except Exception as exc:  # the snapshot is a nicety: without it the data decides
         log.debug("champion snapshot unreadable: %s", exc)
         return None
-    cols = [c for c in ("hardware", "backend", "precision", "mode", "device_name") if c in frame.columns]
+    cols = [c for c in ("hardware", "backend", "precision", "mode", "device_name", "param_count", "family")
+            if c in frame.columns]
     return frame.loc[:, cols]
 
 
@@ -256,6 +258,19 @@ def snapshot_devices(frame: Any | None) -> dict[str, dict[str, int]]:
         if device_key(str(hw), name):
             out.setdefault(str(hw), {})[name] = int(n)
     return out
+
+
+def snapshot_coverage(frame: Any | None) -> Coverage | None:
+    """What a snapshot (or runs) frame covers: sizes, families, devices (`hwsel.bounds.Coverage`);
+    None without a ``param_count`` column."""
+    if frame is None or "param_count" not in getattr(frame, "columns", ()):
+        return None
+    import pandas as pd
+
+    params = pd.to_numeric(frame["param_count"], errors="coerce").dropna()
+    families = frame["family"].dropna().astype(str).unique() if "family" in frame.columns else ()
+    devices = frame["device_name"].dropna().astype(str).unique() if "device_name" in frame.columns else ()
+    return Coverage.from_rows(params.tolist(), families, devices)
 
 
 def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
@@ -309,6 +324,7 @@ __all__ = [
     "load_champions",
     "snapshot_devices",
     "snapshot_domain",
+    "snapshot_coverage",
     "snapshot_frame",
     "snapshot_mode_names",
 ]

@@ -1,0 +1,156 @@
+"""Physical bounds every answer respects, and how far a question lies from what the data covers.
+
+No layer may answer below what physics allows on the answer's device (`hwsel.specs` peaks):
+
+- memory is at least the weights' bytes at the asked precision (plus gradients for a training
+  step, plus the KV cache when generating);
+- latency is at least the larger of the FLOPs over the device's peak FLOP/s and the weights'
+  bytes over its peak memory bandwidth (a forward reads every weight once), and at least
+  `pytest_hwbench.record.MIN_LATENCY_MS`; no answer is slower than the harness's own ceiling
+  `pytest_hwbench.record.MAX_LATENCY_MS` (one day) unless the floor itself is longer.
+
+`Floors.of` computes them for many queries at once; `hwsel.predict.Predictor` clamps every
+answer to them and says so in its ``detail``.
+
+`Coverage` describes what a registered model learned from (model sizes, families, devices);
+`Coverage.distance` says how far a question lies outside it, and `blend_weight` turns that into
+the share of the roofline estimate an answer is blended with.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
+
+from pytest_hwbench.record import MAX_LATENCY_MS, MIN_LATENCY_MS
+from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
+
+from .query import Query
+from .specs import CPU_TARGETS
+
+if TYPE_CHECKING:
+    from .specs import DeviceSpec
+
+_MIB = 2.0**20
+#: Share of the roofline blended in per decade of model size outside the training range.
+BLEND_PER_DECADE = 1.0
+#: Share of the roofline blended in for a family or device the training data never held.
+BLEND_UNSEEN = 0.5
+
+
+def kv_cache_bytes(q: Query) -> float:
+    """Bytes of the key/value cache of a generation at the question's sequence length (0 otherwise)."""
+    if q.mode != "generate":
+        return 0.0
+    m = q.model
+    layers = int(getattr(m, "num_layers", None) or 0)
+    hidden = int(getattr(m, "hidden_size", None) or 0)
+    tokens = int(getattr(m, "sequence_length", None) or 0)
+    return 2.0 * layers * hidden * tokens * q.batch_size * bytes_per_element(q.precision)
+
+
+@dataclass(frozen=True)
+class Floor:
+    """The physical lower bounds of one question on its device."""
+
+    latency_ms: float
+    memory_mb: float
+    compute_ms: float
+    memory_ms: float
+    device_spec: str
+
+    def explain(self) -> str:
+        """``at least 1.2 ms (compute at h100 peak) and 12.3 MiB (weights)`` in words."""
+        which = "compute" if self.compute_ms >= self.memory_ms else "weight traffic"
+        return f"at least {self.latency_ms:.4g} ms ({which} at {self.device_spec} peak) and {self.memory_mb:.4g} MiB"
+
+
+def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
+    """The physical lower bounds of `q` (resolved: hardware and device filled in) on `spec`
+    (default: `hwsel.specs.spec_for` of its hardware and device)."""
+    if spec is None:
+        from .specs import spec_for
+
+        spec = spec_for(q.hardware, q.device_name)
+    m = q.model
+    nbytes = float(bytes_per_element(q.precision))
+    weights = max(0.0, float(m.param_count)) * nbytes
+    train = q.mode == TRAIN_MODE
+    flops = max(0.0, float(m.flops_per_item)) * q.batch_size * (3.0 if train else 1.0)
+    peak = spec.tflops(q.precision) * 1e12
+    bandwidth = spec.memory_bandwidth_gbs * 1e9
+    compute_ms = flops / peak * 1e3 if peak > 0 else 0.0
+    memory_ms = weights * (2.0 if train else 1.0) / bandwidth * 1e3 if bandwidth > 0 else 0.0
+    memory = (weights * (2.0 if train else 1.0) + kv_cache_bytes(q)) / _MIB
+    latency = max(compute_ms, memory_ms, MIN_LATENCY_MS)
+    return Floor(latency, memory, compute_ms, memory_ms, spec.name)
+
+
+def floors(queries: Sequence[Query]) -> list[Floor]:
+    """`floor_of` for many queries (each device's spec looked up once)."""
+    from .specs import spec_for
+
+    specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
+    return [floor_of(q, specs[q.hardware, q.device_name]) for q in queries]
+
+
+def within(latency_ms: float, memory_mb: float, floor: Floor, *, slack: float = 1e-9) -> bool:
+    """Whether an answer respects `floor` and the ceiling: one day, or the floor where that is longer."""
+    return (latency_ms >= floor.latency_ms * (1 - slack) and memory_mb >= floor.memory_mb * (1 - slack)
+            and latency_ms <= max(MAX_LATENCY_MS, floor.latency_ms))
+
+
+@dataclass(frozen=True)
+class Coverage:
+    """What a model learned from: the size range (parameters), families and devices of its rows."""
+
+    min_params: float
+    max_params: float
+    families: frozenset[str]
+    devices: frozenset[str]
+
+    @classmethod
+    def from_rows(cls, params: Iterable[float], families: Iterable[str], devices: Iterable[str]) -> Coverage | None:
+        """The coverage of training rows; None when no row has a parameter count."""
+        sizes = [float(p) for p in params if p is not None and math.isfinite(float(p)) and float(p) > 0]
+        if not sizes:
+            return None
+        return cls(min(sizes), max(sizes), frozenset(str(f) for f in families if f),
+                   frozenset(" ".join(str(d).split()).lower() for d in devices if d))
+
+    def distance(self, q: Query) -> tuple[float, list[str]]:
+        """(blend weight in [0, 1], reasons) for `q`: decades of size outside the range, an unseen
+        family, an unseen accelerator."""
+        reasons: list[str] = []
+        weight = 0.0
+        p = float(q.model.param_count)
+        if p > 0:
+            decades = max(0.0, math.log10(p / self.max_params), math.log10(self.min_params / p))
+            if decades > 0.05:
+                weight = max(weight, min(1.0, BLEND_PER_DECADE * decades))
+                reasons.append(f"{p / 1e6:.4g}M parameters is {decades:.2g} decade(s) outside the training models' "
+                               f"{self.min_params / 1e6:.3g}M-{self.max_params / 1e6:.3g}M")
+        family = str(getattr(q.model, "family", "") or "")
+        if self.families and family and family not in self.families:
+            weight = max(weight, BLEND_UNSEEN)
+            reasons.append(f"family {family} not in the training data")
+        device = " ".join(str(q.device_name or "").split()).lower()
+        # CPU names differ from host to host while the features carry each CPU's peaks: only an
+        # unseen accelerator counts as extrapolating.
+        if self.devices and device and device not in self.devices and q.hardware not in CPU_TARGETS:
+            weight = max(weight, BLEND_UNSEEN)
+            reasons.append(f"device {q.device_name} not in the training data")
+        return weight, reasons
+
+
+def blend_log(value: float, toward: float, weight: float) -> float:
+    """`value` moved `weight` of the way towards `toward` in log space (both > 0)."""
+    if weight <= 0 or not (value > 0 and toward > 0):
+        return value
+    return math.exp((1 - weight) * math.log(value) + weight * math.log(toward))
+
+
+__all__ = ["BLEND_PER_DECADE", "BLEND_UNSEEN", "Coverage", "Floor", "blend_log", "floor_of", "floors",
+           "kv_cache_bytes", "within"]
