@@ -272,7 +272,9 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("session_a", metavar="SESSION_A",
                         help="baseline: a session id, a unique prefix, 'latest', 'all', or several ids joined by "
                              "commas (a history of sessions: their spread is the baseline's noise)")
-    parser.add_argument("session_b", metavar="SESSION_B", help="candidate, in the same forms")
+    parser.add_argument("session_b", metavar="SESSION_B", nargs="?", default=None,
+                        help="candidate, in the same forms; left out when SESSION_A is 'pair:ID' (the two sessions "
+                             "of one `hwbench ab` pair, A then B, from the DuckDB file)")
     parser.add_argument("--source-a", default=None, metavar="SOURCE",
                         help="where A's records are: a DuckDB file, an MLflow tracking URI, a spool directory or a "
                              ".jsonl record file (e.g. replayed from another machine); default: the DuckDB file")
@@ -354,6 +356,19 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 def _compare(args: argparse.Namespace) -> int:
     from .compare import compare_records, exit_code, format_table, host_model_of, to_json
 
+    if args.session_a.startswith("pair:"):
+        from .sinks import list_sessions
+
+        pair = args.session_a[len("pair:"):]
+        frame = list_sessions(_db(args))
+        sides = {(e or {}).get("ab_side"): sid for sid, e in zip(frame["session_id"], frame["extra"], strict=True)
+                 if (e or {}).get("ab_pair") == pair}
+        if set(sides) != {"A", "B"}:
+            raise ValueError(f"pair {pair!r} has sessions {sorted(k for k in sides if k)} in the DuckDB file, not A "
+                             "and B; `hwbench sessions` lists them")
+        args.session_a, args.session_b, args.source_a, args.source_b = sides["A"], sides["B"], None, None
+    elif args.session_b is None:
+        raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
     a = _compare_side(args, args.source_a, args.session_a)
     b = _compare_side(args, args.source_b or args.source_a, args.session_b)
     comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)

@@ -1,0 +1,428 @@
+"""`hwbench ab`: a paired, interleaved A/B measurement of the same cases on one host.
+
+Two variants of the same cases run in one job: each side in a long-lived worker process (an
+execnet gateway, as pytest-xdist starts its workers; a side may run another environment's python)
+that loads each model once and keeps it. The controller runs rounds; in each, every case is
+measured on A and on B back to back, the side that goes first alternating (A B, B A, ...), so a
+change of host speed or a busy neighbour hits both sides alike. A case's verdict is a paired test on its per-round ratios B / A (one-sample
+t-test on their logarithms): drift between rounds cancels, and only what differs between the
+variants remains.
+
+A variant is an option set (``--a-options "--hwbench-min-time 0.5"``: the measurement options
+`SIDE_OPTIONS`), an environment (``--b-env NAME=VALUE``) or another python (``--b-python
+/path/to/venv/bin/python``, which must have pytest-hwbench installed).
+
+Both sides land in the sinks (the spool, then MLflow and DuckDB, through `pytest_hwbench.sinks.Recorder`)
+as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``, ``ab_variant``),
+written after the last round so no sink runs beside a measurement. ``hwbench compare pair:ID``
+compares the pair again later.
+
+Exit codes: 0 no regression, 1 a regression in B, 2 bad usage, 3 a side's worker failed.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+import shlex
+import sys
+import time
+import uuid
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+from typing import Any
+
+from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
+from .record import BenchmarkRecord
+
+#: `--hwbench-*` options a side's option set may hold: (option, worker setting, type).
+SIDE_OPTIONS: dict[str, tuple[str, type]] = {
+    "--hwbench-warmup": ("warmup_iterations", int),
+    "--hwbench-min-iterations": ("min_iterations", int),
+    "--hwbench-min-time": ("min_time_s", float),
+    "--hwbench-noise-retries": ("noise_retries", int),
+}
+#: Defaults of a side: shorter than a pytest run's, since every round measures each case again.
+DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.3, "noise_retries": 0}
+DEFAULT_ROUNDS = 6
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class Side:
+    """One variant: its label, python, environment additions and measurement settings."""
+
+    label: str
+    python: str = sys.executable
+    env: dict[str, str] = field(default_factory=dict)
+    settings: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SIDE))
+    options_text: str = ""
+
+    def describe(self) -> str:
+        """The variant in words, e.g. ``python .venv/bin/python, HWBENCH_X=1, --hwbench-min-time 0.5``."""
+        parts = [] if self.python == sys.executable else [f"python {self.python}"]
+        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
+        if self.options_text:
+            parts.append(self.options_text)
+        return ", ".join(parts) or "as the controller"
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One case over all rounds: the per-round ratios B / A, their geometric mean change, the
+    paired test's p-value and the verdict (regression, improvement, unchanged, inconclusive)."""
+
+    case_id: str
+    ratios: tuple[float, ...]
+    change: float | None
+    p_value: float | None
+    verdict: str
+    note: str = ""
+
+
+def parse_side_options(text: str) -> dict[str, Any]:
+    """The settings an option set names, over `DEFAULT_SIDE`; ValueError naming an option
+    that a side cannot take, with the ones it can."""
+    settings = dict(DEFAULT_SIDE)
+    words = shlex.split(text or "")
+    i = 0
+    while i < len(words):
+        word = words[i]
+        name, _, value = word.partition("=")
+        if name not in SIDE_OPTIONS:
+            raise ValueError(f"option {word!r} cannot vary between ab sides; accepted: {', '.join(SIDE_OPTIONS)} "
+                             "(other variants: --a-env/--b-env NAME=VALUE, --a-python/--b-python PATH)")
+        if not value:
+            i += 1
+            if i >= len(words):
+                raise ValueError(f"option {name} needs a value")
+            value = words[i]
+        key, kind = SIDE_OPTIONS[name]
+        try:
+            settings[key] = kind(value)
+        except ValueError:
+            raise ValueError(f"option {name}: {value!r} is not a{'n integer' if kind is int else ' number'}") from None
+        i += 1
+    return settings
+
+
+def parse_env(items: Sequence[str]) -> dict[str, str]:
+    """``NAME=VALUE`` items as a dict; ValueError naming one without ``=``."""
+    out = {}
+    for item in items:
+        name, sep, value = item.partition("=")
+        if not sep or not name:
+            raise ValueError(f"environment setting {item!r} is not NAME=VALUE")
+        out[name] = value
+    return out
+
+
+def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
+                   alpha: float = DEFAULT_ALPHA) -> PairVerdict:
+    """The verdict on one case's per-round ratios B / A: the change is their geometric mean less
+    one; ``unchanged`` within `threshold`; a regression or improvement when the one-sample t-test
+    on the log ratios gives p < `alpha`; else inconclusive (the rounds disagree)."""
+    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
+    if len(logs) < 3:
+        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive",
+                           f"{len(logs)} paired rounds; need 3")
+    mean = sum(logs) / len(logs)
+    change = math.exp(mean) - 1.0
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
+    if sd == 0:
+        p = 0.0 if mean != 0 else 1.0
+    else:
+        from scipy.stats import t as student
+
+        tval = mean / (sd / math.sqrt(len(logs)))
+        p = float(2 * student.sf(abs(tval), len(logs) - 1))
+    if abs(change) <= threshold:
+        return PairVerdict(case_id, tuple(ratios), change, p, "unchanged")
+    if p >= alpha:
+        return PairVerdict(case_id, tuple(ratios), change, p, "inconclusive",
+                           f"the rounds disagree: p {p:.3f} >= {alpha:g}")
+    return PairVerdict(case_id, tuple(ratios), change, p, "regression" if change > 0 else "improvement")
+
+
+def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self-contained
+    import os
+    import sys as _sys
+    import traceback
+
+    setup = channel.receive()
+    os.environ.update(setup["env"])
+    _sys.path[:0] = [p for p in setup["sys_path"] if p not in _sys.path]
+    from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.result import failed_record
+    from pytest_hwbench.runner import Runner
+    from pytest_hwbench.trackers import TimingConfig
+
+    settings = setup["settings"]
+    if setup.get("threads"):
+        import torch
+
+        torch.set_num_threads(int(setup["threads"]))  # before any model loads: backends read it
+    cases = [BenchCase(**c) for c in setup["cases"]]
+    timing = TimingConfig(warmup_iterations=settings["warmup_iterations"],
+                          min_iterations=settings["min_iterations"], min_time_s=settings["min_time_s"])
+    runner = Runner(timing, cache_size=max(1, len(cases)), energy_min_time_s=0,
+                    noise_retries=settings["noise_retries"])
+    channel.send({"pid": os.getpid(), "python": _sys.executable})
+    while True:
+        message = channel.receive()
+        if message is None:
+            break
+        index, which = message
+        case = cases[which]
+        extra = {"ab_pair": setup["pair"], "ab_side": setup["label"], "ab_round": index}
+        try:
+            record = runner.run(case).to_record(setup["session_id"], extra=extra)
+        except Exception as exc:  # a failed case is a record too
+            record = failed_record(case, setup["session_id"], f"{type(exc).__name__}: {exc}\n"
+                                   f"{traceback.format_exc(limit=3)}")
+        channel.send(record.to_json())
+    runner.close(collect=False)
+
+
+class _Worker:
+    """A side's gateway and channel."""
+
+    def __init__(self, side: Side, cases: list[dict[str, Any]], pair: str, session_id: str,
+                 threads: int | None = None) -> None:
+        import os
+
+        import execnet
+
+        self.side = side
+        self.gateway = execnet.makegateway(f"popen//python={side.python}")
+        import inspect
+
+        # as source text: the worker function plus its call (execnet runs it with `channel` bound)
+        self.channel = self.gateway.remote_exec(f"{inspect.getsource(_worker)}\n_worker(channel)\n")
+        self.channel.send({"env": side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+                           "settings": side.settings, "cases": cases, "pair": pair, "label": side.label,
+                           "session_id": session_id, "threads": threads})
+        self.hello = self.channel.receive(timeout=300)
+
+    def measure(self, index: int, which: int) -> BenchmarkRecord:
+        """Case number `which` of round `index`, measured by this side's worker."""
+        import json
+
+        self.channel.send((index, which))
+        return BenchmarkRecord.from_dict(json.loads(self.channel.receive()))
+
+    def close(self) -> None:
+        try:
+            self.channel.send(None)
+            self.channel.waitclose(timeout=60)
+        except Exception:  # noqa: BLE001 - a worker that died is gone already
+            pass
+        self.gateway.exit()
+
+
+@dataclass(frozen=True)
+class AbResult:
+    """What one `run_ab` measured: the pair id, each side's session and records, the verdicts."""
+
+    pair: str
+    sessions: dict[str, str]
+    records: dict[str, list[BenchmarkRecord]]
+    verdicts: list[PairVerdict]
+
+
+def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUNDS,
+           threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA, threads: int | None = None,
+           say: Callable[[str], None] = print) -> AbResult:
+    """Measure `cases` (`BenchCase`s) on both sides in `rounds` rounds (each case A B or B A, the
+    first side alternating) and judge each case on its per-round ratios. `threads`: torch's
+    intra-op threads in both workers (None: torch's default, every core). Sinks are not written
+    here (see `record_pair`)."""
+    import dataclasses
+
+    if rounds < 3:
+        raise ValueError(f"rounds must be >= 3 (a paired test needs them), got {rounds}")
+    pair = uuid.uuid4().hex[:12]
+    sessions = {"A": uuid.uuid4().hex, "B": uuid.uuid4().hex}
+    payload = [dataclasses.asdict(c) for c in cases]
+    started = time.monotonic()
+    say(f"hwbench ab: pair {pair}, {len(cases)} cases x {rounds} rounds; starting A ({a.describe()}) and "
+        f"B ({b.describe()})")
+    workers = {label: _Worker(side, payload, pair, sessions[label], threads) for label, side in (("A", a), ("B", b))}
+    records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
+    per_round: list[dict[str, dict[str, BenchmarkRecord]]] = []
+    try:
+        for index in range(rounds):
+            got: dict[str, dict[str, BenchmarkRecord]] = {"A": {}, "B": {}}
+            for which, case in enumerate(cases):
+                # each case on both sides back to back; the side that goes first alternates (ABBA)
+                order = ("A", "B") if (index + which) % 2 == 0 else ("B", "A")
+                for label in order:
+                    record = workers[label].measure(index, which)
+                    records[label].append(record)
+                    got[label][case.id] = record
+            per_round.append(got)
+            elapsed = time.monotonic() - started
+            left = elapsed / (index + 1) * (rounds - index - 1)
+            say(f"hwbench ab: round {index + 1} of {rounds}, {elapsed:.0f} s elapsed, about {left:.0f} s left")
+    finally:
+        for worker in workers.values():
+            worker.close()
+    verdicts = []
+    for case in cases:
+        ratios = []
+        for got in per_round:
+            ra, rb = got["A"].get(case.id), got["B"].get(case.id)
+            if ra and rb and ra.latency_ms_median and rb.latency_ms_median:
+                ratios.append(rb.latency_ms_median / ra.latency_ms_median)
+        verdicts.append(paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha))
+    return AbResult(pair, sessions, records, verdicts)
+
+
+def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[], Any]],
+                spool_dir: Any) -> dict[str, Any]:
+    """Write both sides as two sessions tagged as one pair through a `Recorder` each (spool
+    first, then a sink from each of `sinks`, factories such as ``lambda: open_sink("duckdb")``);
+    returns each side's `RecorderReport`."""
+    import datetime as _dt
+    import socket
+
+    from .sinks import Recorder, Spool
+
+    reports = {}
+    for label, side in (("A", a), ("B", b)):
+        from .record import SessionInfo
+
+        info = SessionInfo(session_id=result.sessions[label],
+                           started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(), host=socket.gethostname(),
+                           runner_label=f"ab {result.pair} {label}",
+                           extra={"ab_pair": result.pair, "ab_side": label, "ab_variant": side.describe(),
+                                  "ab_other_session": result.sessions["B" if label == "A" else "A"]})
+        recorder = Recorder(Spool(spool_dir), [make() for make in sinks])
+        recorder.start(info)
+        for record in result.records[label]:
+            recorder.emit(record)
+        reports[label] = recorder.finish("finished")
+    return reports
+
+
+def format_verdicts(verdicts: Sequence[PairVerdict], width: int = 120) -> str:
+    """One line per case (within `width` columns), then the counts and the decisiveness."""
+    rows = [["case_id", "verdict", "change", "p-value", "rounds", "note"]]
+    for v in verdicts:
+        rows.append([v.case_id, v.verdict, "-" if v.change is None else f"{v.change * 100:+.1f}%",
+                     "-" if v.p_value is None else f"{v.p_value:.4f}", str(len(v.ratios)), v.note])
+    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    lines = []
+    for row in rows:
+        text = "  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+        lines.append(text.rstrip()[:width])
+    counts = {k: sum(v.verdict == k for v in verdicts) for k in ("regression", "improvement", "unchanged",
+                                                                  "inconclusive")}
+    decided = sum(v.verdict != "inconclusive" for v in verdicts)
+    lines.append("")
+    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()) + f" ({len(verdicts)} cases); decisiveness "
+                 f"{decided / len(verdicts):.0%}" if verdicts else "no cases")
+    return "\n".join(lines)
+
+
+def _args(parser: argparse.ArgumentParser) -> None:
+    from .cli import _store_args
+
+    _store_args(parser, mlflow=True)
+    parser.add_argument("--models", required=True, help="comma-separated model names (`hwbench models` lists them)")
+    parser.add_argument("--backends", default="torch", help="comma-separated backends (default: torch)")
+    parser.add_argument("--hardware", default="cpu", help="comma-separated hardware (default: cpu)")
+    parser.add_argument("--precisions", default="fp32", help="comma-separated precisions (default: fp32)")
+    parser.add_argument("--batch-sizes", default="1", help="comma-separated batch sizes (default: 1)")
+    parser.add_argument("--rounds", type=int, default=DEFAULT_ROUNDS,
+                        help=f"alternating rounds; each measures every case on both sides (default {DEFAULT_ROUNDS})")
+    parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
+                        help=f"relative change that counts (default {DEFAULT_THRESHOLD})")
+    parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
+                        help=f"significance of the paired t-test on log ratios (default {DEFAULT_ALPHA})")
+    for label in ("a", "b"):
+        side = label.upper()
+        parser.add_argument(f"--{label}-options", default="", metavar="OPTIONS",
+                            help=f"side {side}'s measurement options, e.g. \"--hwbench-min-time 0.5\" "
+                                 f"(accepted: {', '.join(SIDE_OPTIONS)})")
+        parser.add_argument(f"--{label}-env", action="append", default=[], metavar="NAME=VALUE",
+                            help=f"an environment variable for side {side}'s worker (repeatable)")
+        parser.add_argument(f"--{label}-python", default=sys.executable, metavar="PATH",
+                            help=f"the python side {side} runs (another venv; default: this one)")
+    parser.add_argument("--threads", type=int, default=None, metavar="N",
+                        help="torch intra-op threads in both workers (default: every core); 1 keeps two sides and "
+                             "the other work of a shared runner from spinning on each other's cores")
+    parser.add_argument("--no-sinks", action="store_true", help="do not write the two sessions to the sinks")
+
+
+def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
+    sides = []
+    for label in ("a", "b"):
+        options = getattr(args, f"{label}_options")
+        sides.append(Side(label.upper(), getattr(args, f"{label}_python"), parse_env(getattr(args, f"{label}_env")),
+                          parse_side_options(options), options))
+    return sides[0], sides[1]
+
+
+def _cases(args: argparse.Namespace) -> list[Any]:
+    from .case import BenchCase
+
+    def split(text: str) -> list[str]:
+        return [p.strip() for p in text.split(",") if p.strip()]
+
+    try:
+        sizes = [int(s) for s in split(args.batch_sizes)]
+    except ValueError:
+        raise ValueError(f"--batch-sizes {args.batch_sizes!r}: give integers joined by commas, e.g. 1,8") from None
+    cases = [BenchCase(m, be, hw, p, bs) for m in split(args.models) for be in split(args.backends)
+             for hw in split(args.hardware) for p in split(args.precisions) for bs in sizes]
+    runnable = []
+    for case in cases:
+        why = case.unavailable()
+        if why:
+            print(f"hwbench ab: skipping {case.id}: {why}", file=sys.stderr)
+        else:
+            runnable.append(case)
+    if not runnable:
+        raise ValueError("no case of the selection can run here; check --models/--backends/--hardware")
+    return runnable
+
+
+def _run(args: argparse.Namespace) -> int:
+    try:
+        a, b = _sides(args)
+        cases = _cases(args)
+        if args.rounds < 3:
+            raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
+        if args.threads is not None and args.threads < 1:
+            raise ValueError(f"--threads {args.threads}: give 1 or more")
+    except (ValueError, KeyError) as exc:
+        print(f"hwbench ab: error: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        result = run_ab(cases, a, b, rounds=args.rounds, threshold=args.threshold, alpha=args.alpha,
+                        threads=args.threads, say=lambda line: print(line, flush=True))
+    except Exception as exc:  # noqa: BLE001 - a worker that could not start or died
+        print(f"hwbench ab: error: a side's worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        return EXIT_STORE
+    print(format_verdicts(result.verdicts))
+    if not args.no_sinks:
+        from .cli import _tracking
+        from .sinks import DuckDBSink, MlflowSink
+
+        cfg = _tracking(args)
+        reports = record_pair(result, a, b, [lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment),
+                                             lambda: DuckDBSink(cfg.db_path)], cfg.spool_dir)
+        pending = sum(n for r in reports.values() for n in r.pending.values())
+        print(f"hwbench ab: sessions A {result.sessions['A']} and B {result.sessions['B']} (pair {result.pair}) "
+              f"written to MLflow and DuckDB{'' if not pending else f'; {pending} pending, run hwbench replay'}; "
+              f"`hwbench compare pair:{result.pair}` compares them again")
+    return EXIT_CHECK_FAILED if any(v.verdict == "regression" for v in result.verdicts) else EXIT_OK
+
+
+register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
+                 _args, _run)
+
+__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side", "format_verdicts", "paired_verdict",
+           "parse_env", "parse_side_options", "record_pair", "run_ab"]
