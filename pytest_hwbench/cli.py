@@ -246,7 +246,8 @@ def _report_args(parser: argparse.ArgumentParser) -> None:
     _store_args(parser)
     parser.add_argument("--session", default="latest", metavar="ID",
                         help="session id or unique prefix, 'latest' (default) or 'all'")
-    parser.add_argument("--out", default="hwbench-report", metavar="DIR", help="output directory")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output directory (default: STORE/report, beside the records it reports on)")
 
 
 def _report(args: argparse.Namespace) -> int:
@@ -261,7 +262,8 @@ def _report(args: argparse.Namespace) -> int:
     session = None if args.session == "all" else _session_id(db, args.session)
     results = load_results(db, session)
     system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
-    paths = write_report(results, Path(args.out), system_info=system, hardware=detect_hardware().to_dict(),
+    out = Path(args.out) if args.out else Path(args.store) / "report"
+    paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
                          session_id=session)
     print(f"hwbench report: {paths.markdown}, {paths.compatibility}, {len(paths.plots)} plots in {paths.out_dir}")
     return EXIT_OK
@@ -337,7 +339,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     shown = redact_uri(source)
     remote = source_kind(source) == "mlflow"
     if remote:
-        problem = ping(source)  # an unreachable server answers in seconds, not after MLflow's retries
+        problem = ping(source, timeout=10.0)  # refused at once, silent within 10 s: not after MLflow's retries
         if problem is not None:
             raise ConnectionError(f"source {shown}: {problem}; check the address and that the server runs")
     try:
