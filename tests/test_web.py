@@ -554,7 +554,8 @@ def test_nox_has_a_web_bench_session_and_ci_installs_the_web_parts():
 def test_fidelity_script_prints_page_and_python_medians_and_the_timer_resolution():
     root = Path(__file__).resolve().parents[1]
     done = subprocess.run([sys.executable, str(root / "benchmarks" / "web_fidelity.py"), "--models", "bert-tiny",
-                           "--batch-sizes", "1", "--targets", "wasm", "--min-time", "0.1", "--warmup", "0.1"],
+                           "--batch-sizes", "1", "--targets", "wasm", "--min-time", "0.1", "--warmup", "0.1",
+                           "--vs-python"],
                           capture_output=True, text=True, timeout=300)
     assert done.returncode == 0, done.stderr[-3000:]
     lines = done.stdout.splitlines()
@@ -765,3 +766,19 @@ def test_the_probe_key_leaves_out_onnxruntime_web():
 
     key = detect._probe_key({"path": "/usr/bin/chromium", "version": "Chromium 1"})
     assert "ort_web" not in key and key["browser"]["version"] == "Chromium 1"
+
+
+@needs_web
+def test_fidelity_script_compares_hwbench_with_an_independent_page_and_pss():
+    root = Path(__file__).resolve().parents[1]
+    done = subprocess.run([sys.executable, str(root / "benchmarks" / "web_fidelity.py"), "--models", "bert-tiny",
+                           "--rounds", "1", "--min-time", "0.2", "--reference-warmup", "1"],
+                          capture_output=True, text=True, timeout=600)
+    assert done.returncode == 0, done.stdout[-3000:] + done.stderr[-3000:]
+    lines = done.stdout.splitlines()
+    row = next(line for line in lines if line.split()[:2] == ["1", "bert-tiny"])
+    hwbench_ms, reference_ms, ratio, recorded, pss, rss = (float(v) for v in row.split()[2:8])
+    assert hwbench_ms > 0 and reference_ms > 0 and abs(ratio - hwbench_ms / reference_ms) < 0.01
+    assert 0 < pss < rss and recorded > 0  # summed PSS counts shared pages once: below summed RSS
+    summary = next(line for line in lines if line.startswith("bert-tiny"))
+    assert summary.endswith("pss")
