@@ -401,13 +401,18 @@ class WebDriver:
             url = f"http://127.0.0.1:{self.port}/page/bench.html?page={page}&bundle={bundle}"
             timeout_s = 30.0
             if self.running() and self._page is not None:
+                old = self._page
+                self._channels[page] = queue.Queue()  # before the new page can ask
                 self._send({"op": "navigate", "url": url}, timeout_s=30.0)
+                gone = self._channels.pop(old, None)
+                if gone is not None:
+                    gone.put(None)
             else:
                 self.kill()
+                self._channels[page] = queue.Queue()
                 self._launch(url)
                 timeout_s = self.start_timeout_s
             self._page, self._bundle = page, bundle
-            self._channels[page] = queue.Queue()
             hello = self._wait(lambda kind, body: kind == "hello" and body.get("page") == page, timeout_s,
                                f"starting the page (bundle {bundle or 'none'})", watch_page=True)
             if hello.get("error"):
