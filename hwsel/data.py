@@ -39,8 +39,13 @@ from .config import MODES
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error",
                                 "noise", "noise_reason")
 
-#: Columns of a runs frame, in order.
-RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS
+#: Columns of a runs frame, in order; ``host_speed`` is the record's (`BenchmarkRecord.host_speed`,
+#: NaN where unknown).
+RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS + ("host_speed",)
+
+#: `training_table` corrects a latency for host speed within these bounds only: a reading outside
+#: them (a kernel timed while the host was overloaded) says more about that instant than the host.
+HOST_SPEED_BOUNDS: tuple[float, float] = (0.5, 1.2)
 
 #: Record fields that hold lists or mappings: not training data, and not storable as Parquet columns.
 NESTED_COLUMNS: tuple[str, ...] = ("extra", "cpu_affinity", "timings_ms", "interference")
@@ -84,12 +89,31 @@ def existing_store(tracking_uri: str | None = None) -> str | None:
     return str(duckdb_file) if duckdb_file.exists() else None
 
 
+def _host_speed(value: object) -> float:
+    """The host speed a record's ``interference`` readings hold (a mapping or its JSON), else NaN."""
+    if isinstance(value, str):
+        import json
+
+        try:
+            value = json.loads(value)
+        except ValueError:
+            return float("nan")
+    if isinstance(value, dict):
+        speed = value.get("host_speed")
+        if isinstance(speed, (int, float)) and speed > 0:
+            return float(speed)
+    return float("nan")
+
+
 def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
     """Every `RUN_COLUMNS` column present, with schema types (ints as nullable Int64)."""
     out = frame.copy()
+    if "interference" in out.columns and ("host_speed" not in out.columns or out["host_speed"].isna().all()):
+        out["host_speed"] = [_host_speed(v) for v in out["interference"]]
     for name in RUN_COLUMNS:
         if name not in out.columns:
             out[name] = None
+    out["host_speed"] = pd.to_numeric(out["host_speed"], errors="coerce").astype(float)
     for name, kind in FIELD_TYPES.items():
         if kind == "int":
             out[name] = pd.to_numeric(out[name], errors="coerce").round().astype("Int64")
@@ -174,9 +198,13 @@ def load_runs(
             two sources counts once, the later source's copy); None means `default_source()`.
         experiment: MLflow experiment holding the records.
         passed_only: keep passed cases with a positive latency only.
-        include_noisy: keep records measured on a busy machine (``noise == "noisy"``); by default
-            they are left out, counted in ``frame.attrs["noisy"]``: their figures are the load's,
-            not the configuration's (issue 16). Records older than the verdict are kept.
+        include_noisy: keep records that were interfered with (``noise == "noisy"``: other processes
+            on their cores, stolen time, the host changing speed during the case); by default they
+            are left out, counted in ``frame.attrs["noisy"]`` and by reason in
+            ``frame.attrs["noisy_reasons"]`` (`left_out_text` says it in one line): their figures
+            are the load's, not the configuration's. Records older than the verdict are kept. A
+            steadily slow host is no interference: its records are clean and carry ``host_speed``,
+            which `training_table` corrects for.
 
     Passed records that cannot be measurements (`drop_impossible`) are dropped whatever
     `passed_only` says, with an `HwselWarning` counting them by reason; the counts are in
@@ -200,12 +228,59 @@ def load_runs(
         keep = (frame["status"] == "passed").to_numpy() & np.isfinite(latency) & (latency > 0)
         frame = frame.loc[keep]
     noisy = (frame["noise"] == "noisy").to_numpy() if "noise" in frame.columns else np.zeros(len(frame), bool)
+    reasons: dict[str, int] = {}
     if not include_noisy:
+        for text in frame.loc[noisy, "noise_reason"] if "noise_reason" in frame.columns else ():
+            reason = noise_kind(text)
+            reasons[reason] = reasons.get(reason, 0) + 1
         frame = frame.loc[~noisy]
     frame = frame.reset_index(drop=True)
     frame.attrs["dropped"] = dropped
     frame.attrs["noisy"] = 0 if include_noisy else int(noisy.sum())
+    frame.attrs["noisy_reasons"] = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
     return frame
+
+
+def noise_kind(reason: object) -> str:
+    """The kind of interference a record's ``noise_reason`` names, for counting: ``other
+    processes on our cores``, ``stolen time``, ``host changed speed during the case``, ``GPU
+    slowed``, ``other processes on the GPU``, ``a slower host (older records)`` or ``unstated``."""
+    text = str(reason or "")
+    kinds = [kind for needle, kind in (
+        ("busy with other processes", "other processes on our cores"),
+        ("stolen by the hypervisor", "stolen time"),
+        ("changed speed during the case", "host changed speed during the case"),
+        ("GPU clocks reduced", "GPU slowed"),
+        ("on the GPU", "other processes on the GPU"),
+        ("than this host's best", "a slower host (older records)"),
+    ) if needle in text]
+    return " + ".join(kinds) or "unstated"
+
+
+def left_out_text(runs: pd.DataFrame) -> str:
+    """One line on the interfered records `load_runs` left out, how many and why, and the flag
+    that keeps them; "" when none were."""
+    total = int(runs.attrs.get("noisy") or 0)
+    if not total:
+        return ""
+    reasons = dict(runs.attrs.get("noisy_reasons") or {})
+    why = ", ".join(f"{n} {reason}" for reason, n in reasons.items()) or "interfered with"
+    return (f"left out {total} interfered record{'s' if total != 1 else ''} ({why}); --include-noisy "
+            "keeps them")
+
+
+def usable_rows_text(runs: pd.DataFrame, rows: int) -> str:
+    """``found N usable rows``, with what was left out and why where anything was (never a bare 0)."""
+    parts = [f"found {rows} usable row{'s' if rows != 1 else ''}"]
+    noisy = left_out_text(runs)
+    if noisy:
+        parts.append(noisy)
+    dropped = dict(runs.attrs.get("dropped") or {})
+    if dropped:
+        parts.append(dropped_text(dropped))
+    if rows == 0 and not noisy and not dropped:
+        parts.append("the source holds no passed record with a latency; run the benchmarks first")
+    return "; ".join(parts)
 
 
 def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
@@ -255,7 +330,11 @@ CONFIG_KEYS: tuple[str, ...] = (
 def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFrame:
     """Runs plus the targets, in natural units.
 
-    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine);
+    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine),
+      corrected for host speed where the record carries it: ``latency x host_speed`` (what it
+      would have been with the host at its recent best; latency taken to move as the reference
+      kernel does), the speed clipped to `HOST_SPEED_BOUNDS`; ``host_speed_corrected`` says
+      which rows were. Predictions are therefore for the host at its recent best (host speed 1.0);
     - ``throughput``: ``batch_size / latency_ms * 1000`` items/s, derived so the two always agree
       (the runner reports throughput at the median too);
     - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
@@ -280,6 +359,12 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     batch = pd.to_numeric(table["batch_size"], errors="coerce").astype(float)
     keep = np.isfinite(latency) & (latency > 0) & np.isfinite(batch) & (batch >= 1)
     table = table.loc[keep].copy()
+    speed = pd.to_numeric(table["host_speed"], errors="coerce").astype(float) if "host_speed" in table.columns \
+        else pd.Series(np.nan, index=table.index)
+    known = np.isfinite(speed) & (speed > 0)
+    factor = speed.clip(*HOST_SPEED_BOUNDS).where(known, 1.0)
+    table["host_speed_corrected"] = known
+    latency = latency * factor.reindex(latency.index, fill_value=1.0)
     table["latency_ms"] = latency[keep]
     table["throughput"] = batch[keep] / latency[keep] * 1e3
     device = pd.to_numeric(table["peak_device_memory_mb"], errors="coerce").astype(float)
@@ -332,6 +417,7 @@ def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
 __all__ = [
     "CONFIG_KEYS",
     "DEFAULT_EXPERIMENT",
+    "HOST_SPEED_BOUNDS",
     "RUN_COLUMNS",
     "TARGET_COLUMNS",
     "default_source",
@@ -340,8 +426,11 @@ __all__ = [
     "dropped_text",
     "existing_store",
     "frame_digest",
+    "left_out_text",
     "load_runs",
+    "noise_kind",
     "snapshot",
+    "usable_rows_text",
     "source_list",
     "training_table",
 ]

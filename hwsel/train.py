@@ -57,7 +57,15 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
-from hwsel.data import NESTED_COLUMNS, dropped_text, frame_digest, load_runs, snapshot, training_table
+from hwsel.data import (
+    NESTED_COLUMNS,
+    dropped_text,
+    frame_digest,
+    load_runs,
+    snapshot,
+    training_table,
+    usable_rows_text,
+)
 
 # The estimator classes stay importable here: champions pickled before they moved to
 # hwsel.estimators name them as hwsel.train.<class>.
@@ -286,7 +294,7 @@ def train(
     table = training_table(runs)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
         raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
-                         f"found {len(table)} usable rows")
+                         f"{usable_rows_text(runs, len(table))}")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
     digest = frame_digest(table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns]))

@@ -237,6 +237,33 @@ def test_hwsel_leaves_noisy_records_out_and_says_how_many(tmp_path: Path) -> Non
     assert len(everything) == 6 and everything.attrs["noisy"] == 0
 
 
+def test_hwsel_corrects_for_host_speed_and_says_in_one_line_why_rows_are_left_out(tmp_path: Path) -> None:
+    from hwsel.data import load_runs, training_table, usable_rows_text
+
+    path = tmp_path / "runs.jsonl"
+    slow = {"other_cores": 0.0, "reference_us": 600.0, "host_speed": 0.75}
+    rows = [_record(record_id="slow", batch_size=1, noise="clean", noise_reason="", tries=1, latency_ms_median=0.8,
+                    timings_ms=(0.8,), interference=slow),
+            _record(record_id="plain", batch_size=2, noise="clean", noise_reason="", tries=1, interference={}),
+            _record(record_id="busy", batch_size=4),
+            _record(record_id="moved", batch_size=8, noise_reason="the host changed speed during the case: a reference "
+                    "kernel ran 1.40x slower after the case than before")]
+    path.write_text("".join(r.to_json() + "\n" for r in rows))
+    runs = load_runs(path)
+    assert list(runs["record_id"]) == ["slow", "plain"] and runs.attrs["noisy"] == 2
+    table = training_table(runs).set_index("record_id")
+    assert table.loc["slow", "latency_ms"] == pytest.approx(0.8 * 0.75)  # as on the host at its recent best
+    assert table.loc["plain", "latency_ms"] == pytest.approx(0.5) and not table.loc["plain", "host_speed_corrected"]
+    assert usable_rows_text(runs, 2) == ("found 2 usable rows; left out 2 interfered records (1 host changed speed "
+                                         "during the case, 1 other processes on our cores); --include-noisy keeps them")
+    only_noisy = load_runs([path], include_noisy=False).iloc[0:0]
+    only_noisy.attrs.update(noisy=2, noisy_reasons={"other processes on our cores": 2})
+    assert usable_rows_text(only_noisy, 0).startswith("found 0 usable rows; left out 2 interfered records")
+    empty = runs.iloc[0:0]
+    empty.attrs.update(noisy=0, dropped={})
+    assert "run the benchmarks first" in usable_rows_text(empty, 0)
+
+
 def test_a_busy_session_says_so_in_its_summary_and_report(pytester: pytest.Pytester, spinner) -> None:
     pytester.makepyfile(test_inference="def test_inference(hwbench_case, hwbench):\n"
                                        "    hwbench.measure(hwbench_case)\n")

@@ -280,3 +280,32 @@ def test_a_result_built_by_hand_asks_its_scenario_for_the_forwards_per_iteration
     assert inference is not None and inference > 0
     assert record("train").achieved_tflops == pytest.approx(3 * inference)  # a step is about 3 forwards
     assert record("inference", forwards_per_iteration=None).achieved_tflops is None
+
+
+def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> None:
+    # 4 generate cases run first (100 s each), then 36 inference cases (10 s each): pricing by
+    # the average so far said 36 x 100 s left after the generate cases; by kind it is 36 x 10 s
+    # once one inference case has run, and a first guess from the mode before that.
+    from pytest_hwbench.plugin import Progress
+
+    plan = {f"g{i}": BenchCase("gpt2-tiny", "torch", "cpu", "fp32", 1, mode="generate", new_tokens=8)
+            for i in range(4)}
+    plan |= {f"i{i}": BenchCase("bert-tiny", "torch", "cpu", "fp32", 1) for i in range(36)}
+    plan["plain"] = None
+    now = [0.0]
+    progress = Progress(0.0, clock=lambda: now[0])
+    progress.start(len(plan), plan=plan)
+    for i in range(4):
+        now[0] += 100.0
+        progress.done_one(f"g{i}")
+    # no inference case seen yet: a generate case is worth MODE_COST["generate"] inference cases,
+    # a plain test a tenth of one
+    assert progress.estimate_left(now[0]) == pytest.approx(36 * 100.0 / 4.0 + 0.1 * 25.0)
+    now[0] += 10.0
+    line = progress.done_one("i0")
+    assert progress.estimate_left(now[0]) == pytest.approx(35 * 10.0 + 0.1 * 25.0)
+    assert line == "hwbench: case 5 of 41 (12%), 6m50s elapsed, about 5m52s left"
+    unplanned = Progress(0.0, clock=lambda: now[0])
+    unplanned.start(10)
+    now[0] += 20.0
+    assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m00s left"

@@ -172,7 +172,20 @@ def _duration(seconds: float) -> str:
 class Progress:
     """Progress of a benchmark run, as lines for the controller's terminal: case k of n,
     elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
-    case). Runs without benchmark cases (`has_cases` False) print none."""
+    case). Runs without benchmark cases (`has_cases` False) print none.
+
+    The estimate prices each remaining test by what the grid knows of it (`plan`: nodeid -> its
+    `BenchCase`, None for a plain test): the time tests of the same kind took so far (same mode,
+    model and backend; else same mode and model; else same mode), which already holds their
+    tries; a mode not seen yet costs an inference case's worth (the median of the cases seen,
+    each divided by `MODE_COST` of its mode: a generate case is a whole generate() call per
+    iteration) times its own `MODE_COST`; a plain test a tenth of that. Without a plan every test costs the
+    average so far. Times between reports are the wall time per finished test, so parallel
+    workers are priced as they run.
+    """
+
+    #: Relative cost of a case by mode before one of its mode has run (inference = 1).
+    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 2.0, "generate": 4.0}
 
     def __init__(self, interval_s: float, clock: Any = time.monotonic) -> None:
         self.interval_s = interval_s
@@ -182,22 +195,61 @@ class Progress:
         self._clock = clock
         self._started = 0.0
         self._last = 0.0
+        self._previous = 0.0
+        self._left: dict[str, BenchCase | None] = {}
+        self._seen: dict[tuple[str, ...], list[float]] = {}
 
-    def start(self, total: int, has_cases: bool = True) -> None:
+    def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
         self.total, self.done, self.has_cases = total, 0, has_cases
-        self._started = self._last = self._clock()
+        self._started = self._last = self._previous = self._clock()
+        self._left = dict(plan or {})
+        self._seen = {}
 
-    def done_one(self) -> str | None:
-        """Count one finished test; the progress line when one is due, else None."""
+    @staticmethod
+    def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:
+        """The keys a test is priced by, most specific first."""
+        if case is None:
+            return (("test",),)
+        return ((case.mode, case.model, case.backend), (case.mode, case.model), (case.mode,))
+
+    def _price(self, case: BenchCase | None, fallback: float) -> float:
+        for kind in self._kinds(case):
+            times = self._seen.get(kind)
+            if times:
+                return sorted(times)[len(times) // 2]
+        return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
+
+    def estimate_left(self, elapsed: float) -> float:
+        """Seconds the remaining tests should take, by the pricing above."""
+        assert self.total is not None
+        remaining = self.total - self.done
+        if not self._left:
+            return elapsed / max(self.done, 1) * remaining
+        # an inference case's worth: each case's time over its mode's cost, the median of those
+        units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
+                       if len(kind) == 1 and kind != ("test",) for t in times)
+        typical = units[len(units) // 2] if units else elapsed / max(self.done, 1)
+        priced = sum(self._price(case, typical) for case in self._left.values())
+        unplanned = max(0, remaining - len(self._left))
+        return priced + unplanned * typical * 0.1
+
+    def done_one(self, nodeid: str | None = None) -> str | None:
+        """Count one finished test (`nodeid`, when the plan names it); the progress line when one
+        is due, else None."""
         if self.total is None:
             return None
         self.done += 1
         now = self._clock()
+        took, self._previous = now - self._previous, now
+        if nodeid is not None and nodeid in self._left:
+            case = self._left.pop(nodeid)
+            for kind in self._kinds(case):
+                self._seen.setdefault(kind, []).append(took)
         if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
             return None  # the run's own summary follows the last case
         self._last = now
         elapsed = now - self._started
-        left = elapsed / self.done * (self.total - self.done)
+        left = self.estimate_left(elapsed)
         return (f"hwbench: case {self.done} of {self.total} ({self.done / self.total:.0%}), "
                 f"{_duration(elapsed)} elapsed, about {_duration(left)} left")
 
@@ -302,14 +354,15 @@ class HwbenchState:
         if cases:
             self._start_session(case.hardware for case in cases)
         if not self.config.option.collectonly:
-            self.progress.start(len(session.items), has_cases=bool(cases))
+            self.progress.start(len(session.items), has_cases=bool(cases),
+                                plan={item.nodeid: case_of(item) for item in session.items})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
         # Every worker collects the same tests: count them once. Whether any is a case shows
         # when the first case's report arrives.
         if self.progress.total is None:
-            self.progress.start(len(ids), has_cases=False)
+            self.progress.start(len(ids), has_cases=False, plan={i: _case_of_nodeid(i) for i in ids})
         if self.session_info is None:
             cases = [case for case in map(_case_of_nodeid, ids) if case is not None]
             if cases:
@@ -319,7 +372,7 @@ class HwbenchState:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
         if getattr(report, CASE_ATTR, None):
             self.progress.has_cases = True
-        line = self.progress.done_one()
+        line = self.progress.done_one(report.nodeid)
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line and reporter is not None:
             if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
