@@ -175,6 +175,7 @@ class TeamServer:
 def team_server_running(directory: Path, workers: int = 4) -> Iterator[TeamServer]:
     """PostgreSQL and `mlflow server` (`workers` uvicorn workers) on it, artifacts and logs in
     `directory`; both stopped on exit."""
+    directory.mkdir(parents=True, exist_ok=True)
     pg = PostgresServer()
     pg.start()
     try:
