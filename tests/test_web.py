@@ -324,6 +324,11 @@ def test_runner_times_in_the_page_and_reads_the_precision_back(monkeypatch):
     assert details["timer"] == "performance.now() in the page"
     assert details["web_cross_origin_isolated"] is True
     assert details["web_warmup_ms"] >= 200
+    # The first measurement in a fresh page warmed up until steady (two 1 s windows at least, or the bound).
+    assert details["web_warmup_windows"] >= 2 and details["web_warmup_settle_ms"] >= 2000
+    assert isinstance(details["web_warmup_settled"], bool)
+    # Memory: summed PSS of the browser's processes, named so; a browser with a page is 100s of MiB.
+    assert details["web_memory"] == "pss" and 50 < result.memory.peak_device_mb < 4000
     # in-page times are multiples of the isolated timer's 5 us step, not a Python clock's
     assert all(abs(v * 200 - round(v * 200)) < 1e-3 for v in result.latency.values_ms)
 

@@ -182,6 +182,10 @@ class _PageModel:
         finally:
             driver.drop_blob(url)
             peak_mb = sampler.stop()
+        if value.get("settleWindows"):  # this measurement was the page's first: it warmed up until steady
+            self.details.update({"web_warmup_settled": bool(value.get("settled")),
+                                 "web_warmup_windows": int(value["settleWindows"]),
+                                 "web_warmup_settle_ms": round(float(value.get("warmupMs") or 0.0), 1)})
         types = dict(value.get("outputTypes") or {})
         ran = {_OUTPUT_PRECISION.get(t, t) for t in types.values() if t in _OUTPUT_PRECISION}
         if ran and ran != {self.precision}:
@@ -192,7 +196,7 @@ class _PageModel:
             {**self.details,
                 "web_memory": MEMORY_KIND, "web_memory_doc": MEMORY_DOC,
                 "web_warmup_iterations": value.get("warmupIterations"),
-                "web_warmup_settled": value.get("settled"), "web_warmup_windows": value.get("settleWindows"),
+
                 "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
                 "timer": "performance.now() in the page"})
 
