@@ -309,14 +309,16 @@ class Predictor:
 
     def predict(self, model: Any, hardware: str | Sequence[str] | None = None, *, batch_size: int = 1,
                 precision: str = "fp32", mode: str = "inference", backend: str | None = None,
-                device: str | Mapping[str, str] | None = None) -> dict[str, Prediction]:
+                device: str | Mapping[str, str] | None = None,
+                sequence_length: int | None = None) -> dict[str, Prediction]:
         """hardware -> `Prediction` for one model and case (`hardware` None: every configured target).
 
         `device`: one device name or spec name (with one hardware target), or hardware -> device;
-        targets without one get `default_device`. Each answer says which device it is for.
+        targets without one get `default_device`. `sequence_length`: another input length in
+        tokens (`hwsel.query.describe_model`). Each answer says which device it is for.
         """
         queries = ask(self.config_, model, hardware, batch_size=batch_size, precision=precision, mode=mode,
-                      backend=backend, device=device)
+                      backend=backend, device=device, sequence_length=sequence_length)
         return {q.hardware: p for q, p in zip(queries, self.predict_many(queries), strict=True)}
 
     def predict_many(self, queries: Sequence[Query]) -> list[Prediction]:

@@ -291,6 +291,26 @@ def _position_limit(info: Any) -> int | None:
         return None
 
 
+#: ModelInfo fields that count something: each must be >= 1 where given (None: unknown).
+_SIZE_FIELDS: tuple[str, ...] = ("param_count", "flops_per_item", "num_layers", "hidden_size", "sequence_length",
+                                 "image_size", "audio_samples", "num_attention_heads", "num_key_value_heads")
+
+
+def _check_sizes(info: Any) -> None:
+    """QuestionError naming the first size of `info` that is not a positive number."""
+    for name in _SIZE_FIELDS:
+        value = getattr(info, name, None)
+        if value is None and name not in ("param_count", "flops_per_item"):
+            continue
+        try:
+            ok = float(value) > 0 and float(value) == float(value)
+        except (TypeError, ValueError):
+            ok = False
+        if not ok:
+            raise QuestionError(f"model {getattr(info, 'name', '?')!r}: {name} must be a number > 0, got {value!r}",
+                                "model")
+
+
 def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
                    sequence_length: int | None = None, family: str | None = None) -> Any:
     """The model part of a question, built once: a name, alias or ModelInfo, or a `config` (a
@@ -313,6 +333,7 @@ def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mappin
         raise UnknownModelError(error_text(exc), "model") from None
     except TypeError as exc:
         raise QuestionError(str(exc), "model") from None
+    _check_sizes(info)
     if sequence_length is not None:
         length = check_batch_size(sequence_length, "sequence_length")
         limit = _position_limit(info)

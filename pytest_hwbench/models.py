@@ -805,6 +805,9 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
 
     config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
     kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
+    problem = _size_problem(kwargs, "")
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
     if not name:
         origin = config.get("_name_or_path")
         name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
@@ -827,6 +830,42 @@ _CHOICES: dict[str, tuple[str, ...]] = {"family": FAMILIES, "modality": MODALITI
 _CONFIG_FIELD = re.compile(r"field '([^']+)'")
 
 
+#: Config keys that count something (layers, heads, widths, positions): each must be >= 1.
+SIZE_KEYS: frozenset[str] = frozenset({
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "encoder_layers", "decoder_layers",
+    "hidden_size", "n_embd", "d_model", "embed_dim", "projection_dim", "d_ff", "d_kv", "n_inner", "head_dim",
+    "intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "num_attention_heads", "n_head", "num_heads",
+    "num_key_value_heads", "encoder_attention_heads", "decoder_attention_heads", "vocab_size",
+    "max_position_embeddings", "n_positions", "image_size", "patch_size", "num_channels", "num_mel_bins",
+    "hidden_sizes", "depths", "max_source_positions", "max_target_positions",
+})
+
+
+def nonpositive_size(config: Mapping[str, Any], prefix: str = "") -> tuple[str, Any] | None:
+    """(dotted field, value) of the first size in `config` (nested configs and lists included)
+    that is a number but not a whole number >= 1, or None. Sizes are the keys of `SIZE_KEYS`; None means the
+    config class's default."""
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found = nonpositive_size(value, f"{name}.")
+            if found is not None:
+                return found
+        elif key in SIZE_KEYS and value is not None:
+            values = value if isinstance(value, list | tuple) else [value]
+            for v in values:  # a value that is no number is the config class's to refuse
+                if isinstance(v, int | float) and not isinstance(v, bool) and (not v >= 1 or v != int(v)):
+                    return name, value
+    return None
+
+
+def _size_problem(config: Mapping[str, Any], prefix: str) -> str | None:
+    found = nonpositive_size(config, prefix)
+    if found is None:
+        return None
+    return f"field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}"
+
+
 def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
     """(spec, None, "") for a well-formed entry, else (None, field, problem)."""
     unknown = [key for key in entry if key not in _ENTRY_FIELDS]
@@ -847,6 +886,9 @@ def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
     for key in ("config_kwargs", "backend_gaps"):
         if key in entry and not isinstance(entry[key], Mapping):
             return None, key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}"
+    found = nonpositive_size(entry.get("config_kwargs") or {}, "config_kwargs.")
+    if found is not None:
+        return None, found[0], f"a size must be a whole number >= 1, got {found[1]!r}"
     return ModelSpec(**entry), None, ""
 
 
@@ -899,7 +941,9 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
 
     File form: ``[[models]]`` tables (TOML) or ``{"models": [...]}`` (JSON), each with
     ``name``, ``family``, ``config_class``, ``modality`` and optional ``config_kwargs``,
-    ``auto_class``, ``tier``, ``sequence_length``.
+    ``auto_class``, ``tier``, ``sequence_length``, ``replace``. An entry may reuse a built-in zoo
+    name only for the same architecture, or with ``replace = true``; every size in
+    ``config_kwargs`` (`SIZE_KEYS`: layers, heads, widths, positions) must be >= 1.
 
     Every model is checked here, once (`check_model_spec`: its config is built and kept), so a
     bad set stops a run before any case. Raises ValueError naming the file, the model (or the
@@ -946,6 +990,10 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
         if name in seen:
             raise ValueError(f"{where}: field 'name': {name!r} is already entry {seen[name]}; names must be unique")
         seen[name] = i
+        entry = dict(entry)
+        take_over = entry.pop("replace", False)
+        if not isinstance(take_over, bool):
+            raise ValueError(f"{where}: field 'replace': expected true or false, got {take_over!r}")
         spec, field_name, problem = _entry_spec(entry)
         if spec is None:
             raise ValueError(f"{where}: field {field_name!r}: {problem}")
@@ -953,7 +1001,33 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
             specs.append(check_model_spec(spec))
         except ValueError as exc:
             raise ValueError(f"{where}: {exc}") from None
+        if not take_over:
+            _check_zoo_name(spec, where)
     return specs
+
+
+#: The built-in zoo's names: a model set may reuse one only for the same architecture.
+ZOO_NAMES: frozenset[str] = frozenset(s.name for s in ZOO_SPECS)
+
+
+def _architecture_dict(spec: ModelSpec) -> dict[str, Any]:
+    """The built config's values that say what the model is (no metadata)."""
+    data = spec._config().to_dict()
+    return {k: v for k, v in data.items() if k not in _CONFIG_METADATA and k not in ("return_dict",)}
+
+
+def _check_zoo_name(spec: ModelSpec, where: str) -> None:
+    """Refuse an entry that takes a built-in zoo name for another architecture (records would
+    carry the zoo model's name for a different model)."""
+    if spec.name not in ZOO_NAMES:
+        return
+    zoo = next(s for s in ZOO_SPECS if s.name == spec.name)
+    zoo = _clean(zoo)
+    if zoo.config_class == spec.config_class and _architecture_dict(zoo) == _architecture_dict(spec):
+        return
+    raise ValueError(f"{where}: field 'name': {spec.name!r} is a built-in zoo model ({zoo.config_class}) and this "
+                     f"entry describes another architecture ({spec.config_class}({_kwargs_text(spec.config_kwargs)})); "
+                     "give it its own name, or set replace = true to take the zoo name over")
 
 
 def flops_per_item(spec: ModelSpec) -> float:
@@ -975,7 +1049,9 @@ __all__ = [
     "MODALITIES",
     "MODELS",
     "TIERS",
+    "SIZE_KEYS",
     "WEIGHT_BYTES",
+    "ZOO_NAMES",
     "is_hf_config",
     "spec_from_config",
     "ModelArchitecture",
@@ -985,5 +1061,6 @@ __all__ = [
     "dense_flops_estimate",
     "get_model",
     "load_model_set",
+    "nonpositive_size",
     "register_model",
 ]

@@ -165,12 +165,17 @@ _SMALL = "num_hidden_layers = 1, hidden_size = 32, num_attention_heads = 2, inte
      ["entry 1 (model 'ghost')", "field 'config_class'", "'NoSuchConfig'"]),
     (f'[[models]]\nname = "stringly"\nconfig_class = "BertConfig"\n{_BERT}config_kwargs = {{ hidden_size = "x" }}\n',
      ["entry 0 (model 'stringly')", "field 'config_kwargs.hidden_size'", "expected int"]),
-], ids=["config-class", "config-kwargs"])
+    (f'[[models]]\nname = "negative"\nconfig_class = "BertConfig"\n{_BERT}'
+     'config_kwargs = { num_hidden_layers = -2, hidden_size = 32, num_attention_heads = 2 }\n',
+     ["entry 0 (model 'negative')", "field 'config_kwargs.num_hidden_layers'", "whole number >= 1, got -2"]),
+    (f'[[models]]\nname = "bert-tiny"\nconfig_class = "BertConfig"\n{_BERT}',
+     ["entry 0 (model 'bert-tiny')", "field 'name'", "built-in zoo model", "replace = true"]),
+], ids=["config-class", "config-kwargs", "negative-layers", "zoo-name-taken"])
 def test_bad_model_set_is_a_usage_error_before_any_case(
     pytester: pytest.Pytester, body: str, fragments: list[str], _imported_here: None
 ) -> None:
     path = pytester.makefile(".toml", models=body)
-    model = re.findall(r'name = "(\w+)"', body)[-1]  # the bad one: were it let through, its case would run
+    model = re.findall(r'name = "([\w-]+)"', body)[-1]  # the bad one: were it let through, its case would run
     pytester.makepyfile(test_bench=BENCH_FILE.replace('"bert-tiny"', f'"{model}"'))
     store = pytester.path / "store"
     result = pytester.runpytest("--hwbench-store", str(store), "--hwbench-model-set", str(path), *FAST)
@@ -304,3 +309,76 @@ def test_rest_hardware_lists_are_bounded_and_checked_on_every_endpoint(rest: obj
             assert message.startswith(f"invalid request: {field}: "), (path, message)
             for word in words:
                 assert word in message, (path, message)
+
+
+# --- a model set may not take a zoo name; sizes are positive everywhere -----------------------------
+
+def test_zoo_name_is_kept_for_the_same_architecture_or_taken_over_with_replace(tmp_path: Path) -> None:
+    from pytest_hwbench.models import MODELS
+
+    zoo = MODELS["bert-tiny"]
+    kwargs = ", ".join(f"{k} = {v}" for k, v in zoo.config_kwargs.items())
+    same = tmp_path / "same.toml"
+    same.write_text(f'[[models]]\nname = "bert-tiny"\nconfig_class = "BertConfig"\n{_BERT}config_kwargs = {{ {kwargs} }}\n')
+    (spec,) = load_model_set(same)  # the zoo's own architecture under its own name: fine
+    assert spec.name == "bert-tiny"
+    base = tmp_path / "base.toml"  # BERT-base's defaults under the tiny model's name
+    base.write_text(f'[[models]]\nname = "bert-tiny"\nconfig_class = "BertConfig"\n{_BERT}')
+    with pytest.raises(ValueError, match="field 'name': 'bert-tiny' is a built-in zoo model"):
+        load_model_set(base)
+    base.write_text(f'[[models]]\nname = "bert-tiny"\nconfig_class = "BertConfig"\n{_BERT}replace = true\n')
+    (spec,) = load_model_set(base)  # said out loud: taken over
+    assert spec.config_kwargs == {}
+    bad = tmp_path / "bad.toml"
+    bad.write_text(f'[[models]]\nname = "x"\nconfig_class = "BertConfig"\n{_BERT}replace = "yes"\n')
+    with pytest.raises(ValueError, match="field 'replace': expected true or false"):
+        load_model_set(bad)
+
+
+@pytest.mark.parametrize("layers", [-3, 0])
+def test_rest_refuses_a_config_with_non_positive_layers(rest: object, layers: int) -> None:
+    config = {"model_type": "bert", "num_hidden_layers": layers, "hidden_size": 64, "num_attention_heads": 2,
+              "intermediate_size": 128, "vocab_size": 1000}
+    for path in ("/performance/predict", "/hardware/select"):
+        status, payload = _post(rest, path, {"config": config, "hardware" if "perf" in path else "available_hardware":
+                                             ["cpu"]})
+        assert status == 422, (path, payload)
+        message = str(payload["message"])
+        assert message.startswith("invalid request: config: "), payload
+        assert "'num_hidden_layers'" in message and f"got {layers}" in message, payload
+
+
+def test_python_api_refuses_non_positive_sizes_naming_the_field() -> None:
+    import dataclasses
+
+    from hwsel import predict_performance
+    from hwsel.predict import Predictor
+    from hwsel.query import QuestionError, describe_model
+
+    predictor = Predictor(layers=("roofline", "rules"), detect=False)
+    config = {"model_type": "gpt2", "n_layer": 2, "n_embd": -64, "n_head": 2, "vocab_size": 100}
+    with pytest.raises(QuestionError, match="'n_embd'.*got -64") as exc:
+        describe_model(config=config)
+    assert exc.value.field == "config"
+    zero = dataclasses.replace(describe_model("bert-tiny"), num_layers=0)
+    with pytest.raises(QuestionError, match="num_layers must be a number > 0, got 0") as exc:
+        predict_performance(zero, "cpu", predictor=predictor)
+    assert exc.value.field == "model"
+
+
+def test_predict_performance_takes_a_documented_seq_length() -> None:
+    import inspect
+
+    from hwsel import predict_performance
+    from hwsel.predict import Predictor
+    from hwsel.query import QuestionError
+
+    assert "seq_length" in inspect.signature(predict_performance).parameters
+    assert "`seq_length`" in (predict_performance.__doc__ or "")
+    predictor = Predictor(layers=("roofline", "rules"), detect=False)
+    short = predict_performance("bert-tiny", "cpu", batch_size=8, predictor=predictor)["cpu"]
+    long = predict_performance("bert-tiny", "cpu", batch_size=8, predictor=predictor, seq_length=512)["cpu"]
+    assert long.latency_ms > short.latency_ms  # 16x the tokens of bert-tiny's 32
+    with pytest.raises(QuestionError, match="at most 512 tokens") as exc:
+        predict_performance("bert-tiny", "cpu", predictor=predictor, seq_length=513)
+    assert exc.value.field == "sequence_length"
