@@ -19,6 +19,21 @@ from types import MappingProxyType
 #: Scenarios the harness runs and records carry, the default first.
 MODES: tuple[str, ...] = ("inference", "generate", "train")
 DEFAULT_MODE = "inference"
+#: The modes of `MODES` whose cases make tokens, so carry a number of new tokens.
+TOKEN_MODES: frozenset[str] = frozenset({"generate"})
+#: ... and those of scenarios registered since with a ``new_tokens`` option.
+_TOKEN_MODES: set[str] = set(TOKEN_MODES)
+
+
+def register_token_mode(mode: str) -> None:
+    """Mark `mode` as one whose cases make tokens (`pytest_hwbench.scenarios.register_scenario`
+    calls it for a scenario with a ``new_tokens`` option)."""
+    _TOKEN_MODES.add(mode)
+
+
+def takes_new_tokens(mode: str) -> bool:
+    """Whether cases of `mode` make tokens, so carry `BenchCase.new_tokens`."""
+    return mode in _TOKEN_MODES
 TRAIN_MODE = "train"
 #: Older or alternative spellings -> the mode name.
 MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
@@ -103,6 +118,7 @@ __all__ = [
     "MODE_ALIASES",
     "NOISE_VERDICTS",
     "PRECISIONS",
+    "TOKEN_MODES",
     "TRAIN_MODE",
     "WEB_KINDS",
     "bytes_per_element",
@@ -110,4 +126,6 @@ __all__ = [
     "check_mode",
     "check_precision",
     "normalise_mode",
+    "register_token_mode",
+    "takes_new_tokens",
 ]

@@ -81,3 +81,28 @@ def test_detection_runs_the_probes_asked_for_once():
     assert found["targets"] == ["cpu"]
     assert found["probed"] == ["cpu", "cuda"] and found["cuda"] == "cuda"
     assert "'tpu-9000'" in found["error"] and "known: cpu, cuda" in found["error"]
+
+
+def test_a_case_is_a_value_that_imports_only_the_vocabulary():
+    """Building, hashing and parsing 1,000 cases (every mode, generate's tokens and input lengths
+    included) imports no backend, scenario, model or measuring module."""
+    found = _fresh("""
+        import itertools, json, sys
+        from pytest_hwbench.case import BenchCase, parse_case_id
+        modes = ("inference", "generate", "train")
+        cases = [BenchCase(model, backend, "cpu", precision, batch, mode, None, length)
+                 for model, backend, precision, batch, mode, length in itertools.islice(itertools.product(
+                     ("bert-tiny", "gpt2-tiny", "vit-tiny"), ("torch", "onnxruntime"), ("fp32", "bf16"),
+                     range(1, 100), modes, (None, 64)), 1000)]
+        names = dict(models=("bert-tiny", "gpt2-tiny", "vit-tiny"), hardware=("cpu",),
+                     backends=("torch", "onnxruntime"), modes=modes)
+        parsed = [parse_case_id(case.id, **names) for case in cases]
+        print(json.dumps({"n": len(set(cases)), "round_trip": parsed == cases,
+                          "generate_tokens": sorted({c.new_tokens for c in cases if c.mode == "generate"}),
+                          "modules": sorted(m for m in sys.modules if m.startswith("pytest_hwbench")
+                                            or m in ("torch", "numpy", "transformers"))}))
+    """, ROOT)
+    assert found["n"] == 1000 and found["round_trip"]
+    assert found["generate_tokens"] == [32]
+    assert found["modules"] == ["pytest_hwbench", "pytest_hwbench._lazy", "pytest_hwbench.case",
+                                "pytest_hwbench.vocabulary"]

@@ -13,7 +13,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry, missing_members
-from ..vocabulary import DEFAULT_MODE
+from ..vocabulary import DEFAULT_MODE, register_token_mode
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -83,6 +83,8 @@ def register_scenario(scenario: Scenario) -> Scenario:
         raise TypeError(f"{scenario!r} does not implement the Scenario protocol: it lacks "
                         f"{', '.join(missing_members(scenario, Scenario))} (subclass pytest_hwbench.Scenario to "
                         "inherit the members with defaults)")
+    if "new_tokens" in scenario.options:
+        register_token_mode(scenario.mode)
     return _SCENARIOS.register(scenario.mode, scenario)
 
 
