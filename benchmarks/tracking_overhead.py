@@ -1,10 +1,13 @@
 """What does recording cost per case? The same trivial cases with tracking on and off.
 
-Runs pytest on 200 trivial cases (a backend whose forward does nothing, so the record flow is
-all there is) alternately with `--hwbench-no-track` and with the local SQLite MLflow store +
-DuckDB, in one invocation. Prints, per mode, the critical path (first case start to last case
-end: what tracking adds between measurements) and the whole session (the end-of-session sink
-flush included), in milliseconds per case, and the ratio on/off.
+Runs pytest on 200 trivial cases (a backend whose forward is a fixed pure-Python kernel of about
+0.2 ms, so the record flow is nearly all there is) alternately with `--hwbench-no-track` and with
+the local SQLite MLflow store + DuckDB, written live by the sink writer process. Prints, per
+mode, the critical path (first case start to last case end: what tracking adds between
+measurements, the waits for the writer included), the whole session (to the end of the last
+sink write), in milliseconds per case, and the ratio on/off; then what the measurements saw:
+the median of the cases' timed medians in each mode, and the writer's own account against the
+timed call phases (``-v`` line: call phases it was busy in, CPU it used while they ran).
 
     python benchmarks/tracking_overhead.py [--cases 200] [--repeats 2]
 """
@@ -13,6 +16,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import re
 import statistics
 import subprocess
 import sys
@@ -27,7 +31,7 @@ from pytest_hwbench.backends.base import Backend, LoadedModel, register_backend
 
 
 class NoopBackend(Backend):
-    """A backend whose forward does nothing: what remains is the harness and the record flow."""
+    """A backend whose forward is a fixed small kernel: what remains is the harness and the record flow."""
     name = "noop"
     hardware = ("cpu",)
     precisions = ("fp32",)
@@ -35,11 +39,19 @@ class NoopBackend(Backend):
     def default_precisions(self, hardware, hw): return ("fp32",)
     def unavailable(self, hardware, precision, hw): return None
     def load(self, spec, hardware, precision, device_index=0):
-        return LoadedModel(precision="fp32", device_name="noop", prepare=lambda inputs: (lambda: None))
+        return LoadedModel(precision="fp32", device_name="noop", prepare=lambda inputs: _kernel)
+
+
+def _kernel():
+    return sum(range(5000))
 
 
 register_backend(NoopBackend())
 _marks = []
+_medians = []
+
+def pytest_hwbench_record(config, record):
+    _medians.append(record.latency_ms_median)
 
 def pytest_runtest_logstart(nodeid, location):
     _marks.append(("start", time.perf_counter()))
@@ -58,8 +70,12 @@ def pytest_unconfigure(config):
     ends = [t for k, t in marks if k == "end"]
     with open("timing.json", "w") as fh:
         json.dump({"first_start": starts[0], "last_end": ends[-1], "unconfigure": time.perf_counter(),
-                   "cases": len(ends)}, fh)
+                   "cases": len(ends), "medians": _medians}, fh)
 '''
+
+#: The tracker's ``-v`` line on the writer against the timed call phases.
+WRITER_LINE = re.compile(r"busy during (?P<busy>\d+) of (?P<calls>\d+) case call phases, CPU used while they ran "
+                         r"(?P<cpu>[\d.]+) ms; the cases waited (?P<waited>[\d.]+) s")
 
 TEST = '''
 def test_case(hwbench_case, hwbench):
@@ -70,7 +86,7 @@ def test_case(hwbench_case, hwbench):
 def run_once(workdir: Path, cases: int, track: bool) -> dict[str, float]:
     """One pytest session in a subprocess; returns critical-path and total seconds."""
     sizes = ",".join(str(i) for i in range(1, cases + 1))
-    args = [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:benchmark",
+    args = [sys.executable, "-m", "pytest", "-v", "-p", "no:cacheprovider", "-p", "no:benchmark",
             "--hwbench-backends", "noop", "--hwbench-models", "bert-tiny", "--hwbench-batch-sizes", sizes,
             "--hwbench-warmup", "0", "--hwbench-min-iterations", "5", "--hwbench-min-time", "0",
             "--hwbench-store", str(workdir / "store")]
@@ -84,8 +100,15 @@ def run_once(workdir: Path, cases: int, track: bool) -> dict[str, float]:
     t = json.loads((workdir / "timing.json").read_text())
     if t["cases"] != cases:
         raise SystemExit(f"expected {cases} cases, pytest ran {t['cases']}")
-    return {"critical": t["last_end"] - t["first_start"], "session": t["unconfigure"] - t["first_start"],
-            "wall": wall}
+    out = {"critical": t["last_end"] - t["first_start"], "session": t["unconfigure"] - t["first_start"],
+           "wall": wall, "median_ms": statistics.median(m for m in t["medians"] if m is not None)}
+    found = WRITER_LINE.search(proc.stdout)
+    if track:
+        if found is None:
+            raise SystemExit(f"no sink writer line in the output:\n{proc.stdout[-3000:]}")
+        out.update(overlaps=int(found["busy"]), calls=int(found["calls"]), writer_cpu_ms=float(found["cpu"]),
+                   waited_s=float(found["waited"]))
+    return out
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -102,8 +125,11 @@ def main(argv: list[str] | None = None) -> int:
             for track in (False, True):
                 r = run_once(workdir, args.cases, track)
                 results[track].append(r)
+                extra = (f"; writer busy in {r['overlaps']} of {r['calls']} call phases, {r['writer_cpu_ms']:.0f} ms "
+                         f"CPU during them, waited for {r['waited_s']:.2f} s" if track else "")
                 print(f"  run {i + 1} tracking={'on ' if track else 'off'}: critical path {r['critical']:.2f} s, "
-                      f"session {r['session']:.2f} s, process {r['wall']:.2f} s", flush=True)
+                      f"session {r['session']:.2f} s, process {r['wall']:.2f} s, median of timed medians "
+                      f"{r['median_ms'] * 1e3:.1f} us{extra}", flush=True)
     n = args.cases
     print(f"\n{n} trivial cases per session, median of {args.repeats} sessions per mode (local SQLite MLflow + DuckDB)")
     print(f"{'':28s} {'off ms/case':>12s} {'on ms/case':>11s} {'added ms/case':>14s} {'ratio':>7s}")
@@ -111,6 +137,14 @@ def main(argv: list[str] | None = None) -> int:
         off = statistics.median(r[key] for r in results[False]) / n * 1e3
         on = statistics.median(r[key] for r in results[True]) / n * 1e3
         print(f"{label:28s} {off:12.2f} {on:11.2f} {on - off:14.2f} {on / off:7.2f}")
+    off = statistics.median(r["median_ms"] for r in results[False]) * 1e3
+    on = statistics.median(r["median_ms"] for r in results[True]) * 1e3
+    print(f"{'timed median of a case (us)':28s} {off:12.1f} {on:11.1f} {on - off:14.1f} {on / off:7.2f}")
+    overlaps = sum(r["overlaps"] for r in results[True])
+    calls = sum(r["calls"] for r in results[True])
+    cpu = sum(r["writer_cpu_ms"] for r in results[True])
+    print(f"\nsink writer: busy during {overlaps} of {calls} timed call phases; {cpu:.0f} ms of its CPU fell "
+          "inside them (it writes between cases, idle while a case runs)")
     return 0
 
 
