@@ -17,9 +17,10 @@ Failure policy of the recorder, per sink:
   ``hwbench replay`` command) pushes them later and is idempotent.
 
 With ``defer=True`` the sinks see nothing until `finish`, which writes every record in one batch
-per sink: the spool (a few ms per record) is then the only per-case cost, so sink I/O (about
-130 ms per MLflow run on SQLite) never runs between two measurements. The plugin defers in a
-serial session and writes as records arrive on an xdist controller, which measures nothing.
+per sink. The pytest plug-in writes as records arrive instead (between cases): in a serial
+session through the sink writer process (`pytest_hwbench.sinks.writer`, which runs its own
+`Recorder` and is idle whenever a case is timed), on an xdist controller (which measures
+nothing) in its own process.
 
 Bounded waiting (issue 18, item 5): with ``deadline_s`` set, each sink has that many seconds per
 session to spend on calls that fail or do not answer. Every call runs in a helper thread; when a

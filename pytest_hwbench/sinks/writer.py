@@ -308,6 +308,8 @@ def serve(stdin: IO[bytes] | None = None) -> int:
         return dict(recorder.report().written) if recorder is not None else {}
 
     for line in source:
+        if not line.endswith(b"\n"):
+            break  # the parent died while writing this message: as good as the end of input
         seq += 1
         began = time.monotonic()
         message = json.loads(line)
