@@ -22,6 +22,7 @@ from typing import Any
 
 from pytest_hwbench.sinks import redact_uri
 
+from ._reach import DEFAULT_TIMEOUT_S
 from .config import FAMILIES, HARDWARE, MODES, PRECISIONS
 from .query import QuestionError, describe_model, error_text
 
@@ -73,6 +74,9 @@ def _store_options(p: argparse.ArgumentParser) -> None:
     g.add_argument("--tracking-uri", default=None,
                    help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/mlflow.db)")
+    g.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help="seconds to wait for the records and for the registered models each; a store that does "
+                        f"not answer in time is left out and the other layers answer (default {DEFAULT_TIMEOUT_S:g})")
     g.add_argument("--selection-config", dest="config", default=None, metavar="FILE",
                    help="selection settings (weights, hardware preferences, thresholds), TOML or JSON "
                         "(default: $HWSEL_CONFIG, else built-in)")
@@ -265,7 +269,7 @@ def build_parser() -> argparse.ArgumentParser:
 def _predictor(args: argparse.Namespace) -> Any:
     from .predict import Predictor
 
-    return Predictor.load(args.source, tracking_uri=args.tracking_uri, config=args.config)
+    return Predictor.load(args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout)
 
 
 def _write(data: Any, output: str) -> str:
@@ -282,6 +286,11 @@ def _write(data: Any, output: str) -> str:
     return str(path)
 
 
+#: What `hwsel train`'s score is (`hwsel.evaluation.score_oof`); lower is better.
+SCORE_METRIC = ("mean |log(predicted / measured)| over held-out folds (batch sizes, models, devices "
+                "averaged per scheme); lower is better")
+
+
 def cmd_train(args: argparse.Namespace) -> int:
     try:
         from .train import train
@@ -296,6 +305,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
             "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out,
+            "score_metric": SCORE_METRIC,
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
     lines = [f"trained on {result.n_rows} rows from {', '.join(sources)} (run {result.run_id}, store {store})",
@@ -309,7 +319,8 @@ def cmd_train(args: argparse.Namespace) -> int:
                      "(measured on a busy machine; --include-noisy keeps them)")
     for t, r in result.targets.items():
         state = "now @champion" if r.alias_moved else "champion unchanged"
-        lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g}, {state} ({r.reason})")
+        lines.append(f"  {t:<10} {r.model_name} v{r.version}: score {r.score:.4g} ({SCORE_METRIC}), {state} "
+                     f"({r.reason})")
     _emit(data, "\n".join(lines), args.json)
     return EXIT_OK
 
@@ -320,6 +331,31 @@ def _fmt_pred(hw: str, p: Any, mark: str = "") -> str:
     return (f"  {hw:<9} {p.latency_ms:>10.4g} ms  [{lo:.4g}, {hi:.4g}]  {p.throughput:>10.4g} items/s  "
             f"{p.memory_mb:>9.4g} MiB  {p.source}" + (f" ({p.detail})" if p.detail else "") + mark
             + f"\n  {'':<9} device: {p.device_text()}; backend: {p.backend}")
+
+
+#: Targets whose detection starts a browser: never probed just to mark a selection's lines.
+_BROWSER_TARGETS = ("webgpu", "webnn", "wasm")
+
+
+def _absent_here(hardware: str, prediction: Any) -> str:
+    """``not on this machine: roofline for h100`` when this machine lacks `hardware`, else ""
+    (only this target is probed, `pytest_hwbench.hardware.detect_hardware`; a web target is
+    judged only if this process already probed it: asking must not start a browser)."""
+    try:
+        from pytest_hwbench.hardware import detect_hardware, probed_hardware
+
+        if hardware in _BROWSER_TARGETS:
+            target = probed_hardware().targets.get(hardware)
+            if target is None:
+                return ""
+        else:
+            target = detect_hardware(targets=(hardware,)).targets.get(hardware)
+    except Exception:  # a target the harness does not probe: not here
+        target = None
+    if target is not None and target.available:
+        return ""
+    device = prediction.device or prediction.device_spec or f"a generic {hardware}"
+    return f"not on this machine: {prediction.source} for {device}"
 
 
 def cmd_select(args: argparse.Namespace) -> int:
@@ -335,14 +371,19 @@ def cmd_select(args: argparse.Namespace) -> int:
         rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
                               available_hardware=args.hardware, backend=args.backend, device=_devices(args),
                               predictor=predictor)
+    absent = {hw: _absent_here(hw, s.prediction) for hw, s in rec.all_scores.items() if s.prediction is not None}
+
+    def named(hw: str | None) -> str:
+        return f"{hw} ({absent[hw]})" if hw and absent.get(hw) else (hw or "none compatible")
+
     lines = [f"{rec.model_name} ({rec.model_family}, {rec.model_size / 1e6:.4g}M params), batch {rec.batch_size}, "
              f"{rec.precision}, {rec.mode}",
-             f"primary:   {rec.primary_recommendation or 'none compatible'}",
-             f"fallbacks: {', '.join(rec.fallback_options) or '-'}"]
+             f"primary:   {named(rec.primary_recommendation)}",
+             f"fallbacks: {', '.join(named(hw) for hw in rec.fallback_options) or '-'}"]
     for hw, s in rec.all_scores.items():
         if s.prediction is not None:
             mark = f"score {s.score:.3f}" if s.compatible else f"incompatible: {s.reason}"
-            lines.append(_fmt_pred(hw, s.prediction, f"  {mark}"))
+            lines.append(_fmt_pred(hw, s.prediction, f"  {mark}" + (f"  [{absent[hw]}]" if absent.get(hw) else "")))
     lines.append(rec.explanation)
     _emit(rec.to_dict(), "\n".join(lines), args.json)
     return EXIT_OK
@@ -487,7 +528,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
-    app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config)
+    app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return EXIT_OK
 

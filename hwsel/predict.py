@@ -45,12 +45,14 @@ import dataclasses
 import gc
 import logging
 import os
+import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, is_http, reach
 from .bounds import Coverage, Floor, blend_log, floors, within
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .layers.base import DeviceFields, Layer, LayerStatus
@@ -68,7 +70,7 @@ from .layers.registered import (
 )
 from .layers.roofline import RooflineLayer
 from .layers.rules import RulesLayer
-from .query import Prediction, Query, ask, check_device, default_backend
+from .query import HwselWarning, Prediction, Query, ask, check_device, default_backend
 
 log = logging.getLogger("hwsel")
 
@@ -152,27 +154,60 @@ class Predictor:
     @classmethod
     def load(cls, source: str | os.PathLike[str] | None = None, *, tracking_uri: str | None = None,
              config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
-             experiment: str = DEFAULT_EXPERIMENT, detect: bool = True) -> Predictor:
+             experiment: str = DEFAULT_EXPERIMENT, detect: bool = True,
+             timeout: float = DEFAULT_TIMEOUT_S) -> Predictor:
         """Read the benchmark data and the registered champions once; failures turn a layer off.
 
         `source` is an MLflow tracking URI, a ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a
         list of those (their union). With neither a source nor a default store here (``mlruns/``),
         the data layer is off and says so. `detect` False leaves this machine's hardware out of
         the default device (answers then depend on the records alone, wherever they run).
+        `timeout`: seconds to wait for the records and for the champions each (a line on stderr
+        says what is awaited after a few seconds); a store that does not answer in time turns
+        its layer off with a note, and the other layers answer.
         Returns a built predictor whose ``config`` is the loaded `SelectionConfig`.
         """
         layers = _check_layers(layers)
         settings = load_config(config)
         notes: dict[str, str] = {}
         runs = None
-        if "measured" in layers:
-            runs, notes["measured"] = load_measured(source, experiment)
+        # A server is asked first, in a second at most, before anything heavy (MLflow) is imported:
+        # one that does not answer turns its layer off at once. Credentials travel as MLflow sends them.
+        unreachable = {u: why for u in {*_http_sources(source), tracking_uri} if is_http(u)
+                       for why in [reach(str(u), timeout=min(2.0, timeout))] if why is not None}
+        if "measured" in layers and any(u in unreachable for u in _http_sources(source)):
+            why = next(unreachable[u] for u in _http_sources(source) if u in unreachable)
+            warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=2)
+            notes["measured"] = f"benchmark data not loaded: {why}"
+            skip_measured = True
+        else:
+            skip_measured = False
+        if "measured" in layers and not skip_measured:
+            try:
+                runs, notes["measured"] = bounded(lambda: load_measured(source, experiment), timeout,
+                                                  f"the benchmark records ({source or 'the default store'})")
+            except HwselTimeout as exc:
+                warnings.warn(f"benchmark data not loaded: {exc}", HwselWarning, stacklevel=2)
+                notes["measured"] = f"benchmark data not loaded: {exc}"
         champions: dict[str, Any] = {}
         domain, devices, modes, coverage = None, None, None, None
-        if "registered" in layers:
-            champions, notes["registered"] = load_champions(tracking_uri)
+        if "registered" in layers and tracking_uri in unreachable:
+            why = unreachable[tracking_uri]
+            warnings.warn(f"registered models not loaded: {why}", HwselWarning, stacklevel=2)
+            notes["registered"] = f"registered models not loaded: {why}"
+        elif "registered" in layers:
+            def champions_and_snapshot() -> tuple[dict[str, Any], str, Any]:
+                found, note = load_champions(tracking_uri)
+                frame = snapshot_frame(found["latency"], tracking_uri) if "latency" in found else None
+                return found, note, frame
+
+            try:
+                champions, notes["registered"], frame = bounded(
+                    champions_and_snapshot, timeout, f"the registered models ({tracking_uri or 'the default store'})")
+            except HwselTimeout as exc:
+                warnings.warn(f"registered models not loaded: {exc}", HwselWarning, stacklevel=2)
+                champions, notes["registered"], frame = {}, f"registered models not loaded: {exc}", None
             if "latency" in champions:
-                frame = snapshot_frame(champions["latency"], tracking_uri)
                 domain, devices, modes = snapshot_domain(frame), snapshot_devices(frame), snapshot_mode_names(frame)
                 coverage = snapshot_coverage(frame)
         return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
@@ -392,6 +427,12 @@ class Predictor:
         return rest
 
 
+def _http_sources(source: Any) -> list[str]:
+    """The ``http(s)://`` tracking URIs among `source` (one or several)."""
+    items = source if isinstance(source, list | tuple) else [source]
+    return [str(s) for s in items if is_http(s)]
+
+
 def _blend(p: Prediction, roof: Prediction, weight: float, reasons: Sequence[str]) -> Prediction:
     """`p` moved `weight` of the way towards the roofline answer `roof` (log space); the interval
     spans the blend and both answers."""
@@ -439,11 +480,12 @@ def _clamp(p: Prediction, floor: Floor) -> Prediction:
 
 
 def _detected_device(hardware: str) -> str | None:
-    """The first device `pytest_hwbench.detect_hardware()` finds for `hardware`, if it is here."""
+    """The first device `pytest_hwbench.detect_hardware` finds for `hardware`, if it is here; only
+    that target is probed (a CPU question starts no GPU runtime and no browser)."""
     try:
         from pytest_hwbench.hardware import detect_hardware
 
-        target = detect_hardware().targets.get(hardware)
+        target = detect_hardware(targets=(hardware,)).targets.get(hardware)  # only this target is probed
     except Exception as exc:  # detection is best effort: without it the records decide
         log.debug("hardware detection failed: %s", exc)
         return None

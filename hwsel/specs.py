@@ -175,7 +175,7 @@ def local_cpu_spec() -> DeviceSpec:
     try:
         from pytest_hwbench.hardware import detect_hardware
 
-        cpu = detect_hardware()["cpu"]
+        cpu = detect_hardware(targets=("cpu",))["cpu"]  # the CPU probe only: no browser, no GPU runtime
         details = dict(cpu.details)
         model = str(details.get("model") or "cpu")
         cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
@@ -199,7 +199,7 @@ def wasm_spec(device_name: str = "") -> DeviceSpec:
         if local:
             from pytest_hwbench.hardware import detect_hardware
 
-            details = dict(detect_hardware()["cpu"].details)
+            details = dict(detect_hardware(targets=("cpu",))["cpu"].details)
             model = str(details.get("model") or "cpu")
             cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
         else:

@@ -307,6 +307,21 @@ def train(
     return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out)
 
 
+def open_client(uri: str, client_class: Any) -> Any:
+    """An MLflow client on `uri`; a new SQLite store is created and migrated by one process at a
+    time, with the harness's migration guard (`pytest_hwbench.sinks.mlflow_sink`: a lock on the
+    store's folder, and retries while a migration race shows), so two trainings that start together
+    on a new store both succeed."""
+    if not uri.startswith("sqlite:///"):
+        return client_class(tracking_uri=uri)
+    from pytest_hwbench.sinks.mlflow_sink import _retry_migration, _sqlite_path, _store_init_lock
+
+    path = _sqlite_path(uri)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with _store_init_lock(path.parent):
+        return _retry_migration(lambda: client_class(tracking_uri=uri))
+
+
 def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
                         experiment: str, trials: int, seed: int, progress: bool,
                         dropped: Mapping[str, int] | None = None) -> TrainResult:
@@ -315,7 +330,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
 
     from hwsel import registry
 
-    client = MlflowClient(tracking_uri=uri)
+    client = open_client(uri, MlflowClient)
     exp_id = registry.ensure_experiment(client, uri, TRAINING_EXPERIMENT)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     run = client.create_run(exp_id, run_name=f"train {stamp}", tags={"hwsel.kind": "training"})

@@ -209,6 +209,13 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
     sources = [str(s) for s in data.source_list(source)]
     where = data.describe_sources(sources)  # shown: a tracking URI's password masked (issue 18)
+    from .._reach import reach
+
+    for s in sources:
+        why = reach(s)
+        if why is not None:
+            warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=3)
+            return None, f"benchmark data not loaded: {why}"
     try:
         runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers
