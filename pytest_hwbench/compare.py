@@ -23,7 +23,7 @@ Verdicts, per ``case_id``, over passed records only:
 - ``missing``: no passed record on a side (the note says which and why);
 - ``inconclusive``, with the reason: every record of a side was interfered with
   (``noise == "noisy"``, its reason quoted), a side has fewer than `MIN_ROUNDS` rounds, the sides
-  ran different thread counts or devices, the corrected change passes the threshold but lies
+  ran different thread counts or devices, the host speeds differ by more than `MAX_HOST_RATIO`, the corrected change passes the threshold but lies
   inside `NOISE_Z` times the combined uncertainty, or the rounds overlap too much to tell
   (Mann-Whitney U on rounds, p >= `alpha`);
 - ``regression`` / ``improvement``: the corrected median moved by more than `threshold` and by
@@ -74,6 +74,9 @@ MIN_HOST_CHANGE = 0.05
 MIN_LEARNING_CASES = 3
 #: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
 MIN_ELASTICITY_SD = 0.15
+#: Host speeds further apart than this factor are not corrected for: such a reading says more about
+#: an overloaded instant than about the host, and the case is inconclusive.
+MAX_HOST_RATIO = 2.0
 
 
 @dataclass(frozen=True)
@@ -338,6 +341,10 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
     base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise, "host_ratio": ratio,
             "corrected_change": corrected, "uncertainty": uncertainty}
     reason = _inconclusive_reason(side_a, side_b)
+    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
+        slower = "B" if ratio > 1 else "A"
+        reason = "; ".join(filter(None, [reason, f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {slower}: "
+                                         f"beyond the {MAX_HOST_RATIO:g}x a correction can carry"]))
     if reason:
         return Comparison(case_id, med_a, med_b, change, None, "inconclusive", note=reason, **base)
     rounds_b = [r / factor for r in side_b.rounds]
@@ -452,6 +459,6 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) ->
     }, indent=2, default=str)
 
 
-__all__ = ["MIN_ROUNDS", "NOISE_Z", "PRIOR_ELASTICITY", "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison",
+__all__ = ["MAX_HOST_RATIO", "MIN_ROUNDS", "NOISE_Z", "PRIOR_ELASTICITY", "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison",
            "HostModel", "Verdict", "compare_records", "decisiveness", "exit_code", "format_table",
            "host_model_of", "learn_host_model", "round_medians", "to_json"]

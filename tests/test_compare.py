@@ -264,6 +264,10 @@ def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
     (near,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.03 * 1.4)), 309.0)])
     assert near.verdict == "regression" and near.corrected_change == pytest.approx(0.36, abs=0.03)
 
+    # A host 3x slower on one side is beyond what a correction can carry.
+    (far,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(30.0)), 900.0)])
+    assert far.verdict == "inconclusive" and "the host ran 3.0x slower in B" in far.note
+
     # Records without host speed (older than schema 4) compare uncorrected.
     plain_a = [dataclasses.replace(r, interference={"reference_us": 300.0}) for r in a[:1]]
     plain_b = [dataclasses.replace(r, interference={"reference_us": 450.0}) for r in b[:1]]
