@@ -1,0 +1,312 @@
+"""Team scale: many runners and a growing store against one `mlflow server` on PostgreSQL.
+
+Starts PostgreSQL (``initdb`` into a temporary directory, 127.0.0.1) and `mlflow server` with 4
+workers on it (tests/_postgres.py), then prints:
+
+1. K = 1, 4, 8 runners replaying their spools at once (one process each): records/s over all,
+   p99 of one record's write, records lost and records doubled (child runs per record id, read
+   back from the server).
+2. For experiments already holding about 1k, 10k and 50k runs: the time to replay 500 new
+   records, to import them into a DuckDB file that holds the rest (`hwbench import-mlflow`,
+   incremental), and a second import of the unchanged server. Sizes are interleaved over
+   `--rounds` rounds, and each figure is the median of its rounds, so the machine's load
+   drifts over all sizes alike.
+3. `hwsel train` (``--trials 1``) reading its records from the server at each size.
+
+The experiments are filled fast by PostgreSQL's COPY into MLflow's own tables (runs, tags, params,
+metrics, latest_metrics), with the very tags, params and metrics `MlflowSink` writes for each
+record, a parent run per 500 records (a CI session of the issue held 469); the DuckDB file gets the same records through `DuckDBSink`.
+Going through MLflow's REST API instead costs about 3 requests per run (hours at 50k here).
+
+Run it alone: ``flock /tmp/hwbench-timing.lock python benchmarks/team_scale.py``.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+import uuid
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[1]
+sys.path.insert(0, str(ROOT / "tests"))
+
+from _postgres import TeamServer, missing, team_server_running  # noqa: E402
+from test_sinks import make_record, make_session  # noqa: E402
+
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo  # noqa: E402
+from pytest_hwbench.sinks import DuckDBSink, MlflowSink, Spool, import_mlflow_sessions, replay_each  # noqa: E402
+from pytest_hwbench.sinks._fields import epoch_ms, to_text  # noqa: E402
+from pytest_hwbench.sinks.mlflow_sink import _session_tags, session_run_name  # noqa: E402
+
+RECORDS_PER_SESSION = 500
+
+RUNNER = """
+import json, sys, time
+from pytest_hwbench.sinks import MlflowSink, Spool, replay_each
+
+class Timed:
+    def __init__(self, sink):
+        self.sink, self.name, self.durations = sink, sink.name, []
+    def where(self): return self.sink.where()
+    def browse(self): return None
+    def existing_ids(self, ids): return self.sink.existing_ids(ids)
+    def open_session(self, session): self.sink.open_session(session)
+    def close(self, status): self.sink.close(status)
+    def write(self, records):
+        for record in records:  # one record per call: the unit the p99 is of
+            began = time.perf_counter()
+            self.sink.write([record])
+            self.durations.append(time.perf_counter() - began)
+
+uri, experiment, spool, barrier = sys.argv[1:5]
+import mlflow.tracking, pathlib  # imported before the start line, which all runners pass together
+timed = Timed(MlflowSink(uri, experiment))
+pathlib.Path(barrier, pathlib.Path(spool).name).touch()
+while not pathlib.Path(barrier, "go").exists():
+    time.sleep(0.01)
+began = time.time()
+[result] = replay_each(Spool(spool), [timed], deadline_s=120)
+print(json.dumps({"ok": result.ok, "error": result.error, "written": result.written,
+                  "began": began, "ended": time.time(), "durations": timed.durations}))
+"""
+
+
+def records_for(session: SessionInfo, n: int, offset: int = 0) -> list[BenchmarkRecord]:
+    return [make_record(session, offset + i, kind="vision" if (offset + i) % 2 else "text") for i in range(n)]
+
+
+def spool_with(directory: Path, session: SessionInfo, records: list[BenchmarkRecord]) -> Path:
+    spool = Spool(directory)
+    spool.append_session(session)
+    for record in records:
+        spool.append(record)
+    spool.append_session_end(session.session_id, "finished")
+    return directory
+
+
+def child_counts(uri: str, experiment: str) -> Counter[str]:
+    from mlflow.tracking import MlflowClient
+
+    client = MlflowClient(tracking_uri=uri)
+    found = client.get_experiment_by_name(experiment)
+    counts: Counter[str] = Counter()
+    if found is None:
+        return counts
+    token = None
+    while True:
+        page = client.search_runs([found.experiment_id], "tags.`hwbench.kind` = 'record'", max_results=1000,
+                                  page_token=token)
+        counts.update(run.data.tags.get("hwbench.record_id", "") for run in page if run.info.status in ("FINISHED", "FAILED", "KILLED"))
+        token = page.token
+        if not token:
+            return counts
+
+
+def p99(values: list[float]) -> float:
+    return statistics.quantiles(values, n=100)[98] if len(values) >= 2 else (values[0] if values else float("nan"))
+
+
+def runners(server: TeamServer, k: int, per_runner: int, work: Path) -> str:
+    experiment = f"team-k{k}-{uuid.uuid4().hex[:6]}"
+    expected: set[str] = set()
+    spools = []
+    for i in range(k):
+        session = make_session(f"runner-{i}")
+        records = records_for(session, per_runner)
+        expected.update(r.record_id for r in records)
+        spools.append(spool_with(work / f"k{k}-{i}", session, records))
+    env = {**os.environ, "PYTHONPATH": str(ROOT)}
+    barrier = work / f"barrier-k{k}"
+    barrier.mkdir()
+    procs = [subprocess.Popen([sys.executable, "-c", RUNNER, server.uri, experiment, str(s), str(barrier)], env=env,
+                              stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True) for s in spools]
+    deadline = time.monotonic() + 600
+    while len(list(barrier.iterdir())) < k and time.monotonic() < deadline and all(p.poll() is None for p in procs):
+        time.sleep(0.05)
+    (barrier / "go").touch()  # all runners have imported MLflow: they start replaying together
+    outs = [p.communicate(timeout=1800) for p in procs]
+    durations: list[float] = []
+    errors = []
+    spans: list[tuple[float, float]] = []
+    for proc, (out, err) in zip(procs, outs, strict=True):
+        if proc.returncode != 0:
+            errors.append(err.strip().splitlines()[-1] if err.strip() else f"exit {proc.returncode}")
+            continue
+        result = json.loads(out.strip().splitlines()[-1])
+        durations += result["durations"]
+        spans.append((result["began"], result["ended"]))
+        if not result["ok"]:
+            errors.append(result["error"])
+    wall = (max(e for _, e in spans) - min(b for b, _ in spans)) if spans else float("nan")
+    counts = child_counts(server.uri, experiment)
+    lost = len(expected - set(counts))
+    doubled = sum(n - 1 for rid, n in counts.items() if rid in expected and n > 1)
+    line = (f"K={k:<2} {k * per_runner:>5} records in {wall:6.1f} s: {k * per_runner / wall:6.1f} records/s, "
+            f"p99 of one write {1000 * p99(durations):7.1f} ms, lost {lost}, doubled {doubled}")
+    return line + (f"  errors: {errors}" if errors else "")
+
+
+def fill(server: TeamServer, experiment: str, n_runs: int, db: Path) -> None:
+    """`n_runs` child runs (and their parents) straight into MLflow's tables; the same records
+    into the DuckDB file at `db`. Params and metrics repeat over 64 templates (the timings do not
+    depend on their values); ids, sessions and tags are each run's own."""
+    import dataclasses
+
+    import psycopg
+
+    sink = MlflowSink(server.uri, experiment)
+    with sink._mlflow_env():
+        experiment_id = sink._experiment()
+        location = sink._client().get_experiment(experiment_id).artifact_location
+    template_session = make_session("filler")
+    templates = []
+    for i in range(64):
+        record = make_record(template_session, i, kind="vision" if i % 2 else "text")
+        templates.append((record, [(key, to_text(key, value)) for key, value in record.params().items()],
+                          [(key, float(value)) for key, value in record.metrics().items() if value is not None]))
+    runs, tags, params, metrics = [], [], [], []
+    duck = DuckDBSink(db)
+    sessions = max(1, -(-n_runs // RECORDS_PER_SESSION))
+    done = 0
+    for s in range(sessions):
+        session = make_session(f"filler-{s % 8}")
+        parent = uuid.uuid4().hex
+        started = epoch_ms(session.started_at)
+        runs.append((parent, session_run_name(session), "FINISHED", started, started + 60_000, "active",
+                     f"{location}/{parent}/artifacts", int(experiment_id), "hwbench"))
+        tags += [(key, value, parent) for key, value in _session_tags(session).items()]
+        tags.append(("mlflow.runName", session_run_name(session), parent))
+        sink._parent_run_id = parent
+        records = []
+        for i in range(min(RECORDS_PER_SESSION, n_runs - done)):
+            template, template_params, template_metrics = templates[(done + i) % len(templates)]
+            record = dataclasses.replace(template, record_id=uuid.uuid4().hex, session_id=session.session_id)
+            records.append(record)
+            run = uuid.uuid4().hex
+            created = epoch_ms(record.created_at) or started
+            runs.append((run, record.run_name, "FINISHED", created - 1000, created, "active",
+                         f"{location}/{run}/artifacts", int(experiment_id), "hwbench"))
+            tags += [(key, value, run) for key, value in sink._record_tags(record).items()]
+            tags.append(("mlflow.runName", record.run_name, run))
+            params += [(key, value, run) for key, value in template_params]
+            metrics += [(key, value, created, 0, False, run) for key, value in template_metrics]
+        done += len(records)
+        duck.open_session(session)
+        duck.write(records)
+        duck.close("finished")
+    sink._parent_run_id = None
+    with psycopg.connect(server.backend_uri) as con, con.cursor() as cur:
+        for table, columns, rows in (
+            ("runs", "run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, experiment_id, "
+             "user_id", runs),
+            ("tags", "key, value, run_uuid", tags),
+            ("params", "key, value, run_uuid", params),
+            ("metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
+            ("latest_metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
+        ):
+            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                for row in rows:
+                    copy.write_row(row)
+        con.commit()
+        cur.execute("ANALYZE")
+
+
+def timed(fn: object) -> float:
+    began = time.perf_counter()
+    fn()  # type: ignore[operator]
+    return time.perf_counter() - began
+
+
+def main(argv: list[str] | None = None) -> int:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("--runners", default="1,4,8", help="runner counts K (default 1,4,8)")
+    parser.add_argument("--per-runner", type=int, default=60, help="records each runner replays (default 60)")
+    parser.add_argument("--sizes", default="1000,10000,50000", help="runs already in the experiment")
+    parser.add_argument("--new", type=int, default=500, help="new records replayed and imported (default 500)")
+    parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds over the sizes (default 1)")
+    parser.add_argument("--train-timeout", type=float, default=600, help="seconds given to one hwsel train")
+    parser.add_argument("--skip-train", action="store_true", help="leave out the hwsel train timings")
+    args = parser.parse_args(argv)
+    reason = missing()
+    if reason:
+        print(f"team_scale: {reason}", file=sys.stderr)
+        return 2
+    ks = [int(k) for k in args.runners.split(",") if k]
+    sizes = [int(s) for s in args.sizes.split(",") if s]
+    with tempfile.TemporaryDirectory(prefix="hwbench-team-") as tmp:
+        work = Path(tmp)
+        began = time.perf_counter()
+        with team_server_running(work / "server") as server:
+            print(f"team server: PostgreSQL + mlflow server (4 workers) up in {time.perf_counter() - began:.0f} s",
+                  flush=True)
+            print("\n1. runners replaying at once", flush=True)
+            for k in ks:
+                print("  " + runners(server, k, args.per_runner, work), flush=True)
+
+            print(f"\n2. {args.new} new records against experiments of growing size "
+                  f"(median of {args.rounds} interleaved rounds)", flush=True)
+            experiments = {}
+            for size in sizes:
+                experiment = f"team-size{size}"
+                fill_s = timed(lambda e=experiment, s=size: fill(server, e, s, work / f"size{s}.duckdb"))
+                experiments[size] = experiment
+                print(f"  filled {size} runs in {fill_s:.0f} s", flush=True)
+            figures: dict[int, dict[str, list[float]]] = {s: {"replay": [], "import": [], "again": []} for s in sizes}
+            for r in range(args.rounds):
+                for size in sizes:
+                    session = make_session(f"new-{r}")
+                    spool = spool_with(work / f"new-{size}-{r}", session, records_for(session, args.new))
+                    sink = MlflowSink(server.uri, experiments[size])
+                    began = time.perf_counter()
+                    [result] = replay_each(Spool(spool), [sink], deadline_s=120)
+                    figures[size]["replay"].append(time.perf_counter() - began)
+                    assert result.ok and result.written == args.new, result
+                    db = work / f"size{size}.duckdb"
+                    imported = []
+                    for _ in range(2):  # the new records, then the unchanged server
+                        began = time.perf_counter()
+                        imported.append((import_mlflow_sessions(server.uri, experiments[size], db).records,
+                                         time.perf_counter() - began))
+                    assert [n for n, _ in imported] == [args.new, 0], imported
+                    import_s, again_s = imported[0][1], imported[1][1]
+                    figures[size]["import"].append(import_s)
+                    figures[size]["again"].append(again_s)
+                    print(f"  round {r + 1}, {size:>6} runs: replay {figures[size]['replay'][-1]:6.1f} s, "
+                          f"import {import_s:5.1f} s, second import {again_s:5.2f} s", flush=True)
+            base = statistics.median(figures[sizes[0]]["replay"])
+            for size in sizes:
+                med = {key: statistics.median(values) for key, values in figures[size].items()}
+                print(f"  {size:>6} runs (+{args.new * args.rounds} replayed): replay {med['replay']:6.1f} s "
+                      f"({med['replay'] / base:.2f}x the {sizes[0]}-run figure), import {med['import']:5.1f} s, "
+                      f"second import of the unchanged server {med['again']:5.2f} s", flush=True)
+
+            if not args.skip_train:
+                print(f"\n3. hwsel train --trials 1 reading from the server (timeout {args.train_timeout:.0f} s)",
+                      flush=True)
+                for size in sizes:
+                    registry = f"sqlite:///{work / f'registry-{size}.db'}"
+                    cmd = [str(Path(sys.executable).with_name("hwsel")), "train", "--source", server.uri,
+                           "--experiment", experiments[size], "--tracking-uri", registry, "--trials", "1",
+                           "--no-progress"]
+                    began = time.perf_counter()
+                    try:
+                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
+                        took = time.perf_counter() - began
+                        tail = (proc.stderr.strip().splitlines() or [""])[-1][:160]
+                        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
+                        print(f"  {size:>6} runs (+{args.new * args.rounds}): {took:6.1f} s ({status})", flush=True)
+                    except subprocess.TimeoutExpired:
+                        print(f"  {size:>6} runs: did not finish within {args.train_timeout:.0f} s", flush=True)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
