@@ -708,9 +708,12 @@ time.sleep(600)
 """
 
 
-def _ours(folder: Path) -> set[str]:
-    return {p.name for p in folder.glob("hwbench-web-run-*")} | {p.name for p in folder.glob("org.chromium.*")} \
-        | {p.name for p in folder.glob(".org.chromium.*")}
+def _ours(folder: Path, *pids: int) -> set[str]:
+    """Run folders of `pids` (of any process when none is given) and Chromium temp folders in `folder`."""
+    runs = {p.name for p in folder.glob("hwbench-web-run-*")}
+    if pids:  # other processes on this host may probe meanwhile: only these pids' folders count
+        runs = {name for name in runs if any(name.startswith(f"hwbench-web-run-{pid}-") for pid in pids)}
+    return runs | {p.name for p in folder.glob("org.chromium.*")} | {p.name for p in folder.glob(".org.chromium.*")}
 
 
 @needs_browser
@@ -725,7 +728,7 @@ def test_a_sigkilled_runs_folders_are_removed_by_the_next_run(tmp_path):
         browser_pid = int(proc.stdout.readline())
         assert [p.name for p in tmpdir.glob("hwbench-web-run-*")], "no run folder in $TMPDIR"
         assert list(tmpdir.glob("hwbench-web-run-*/profile-*"))
-        assert _ours(Path("/tmp")) - before_tmp  # $TMPDIR is long: the browser's TMPDIR is under /tmp
+        assert _ours(Path("/tmp"), proc.pid)  # $TMPDIR is long: the browser's TMPDIR is under /tmp
     finally:
         proc.kill()  # SIGKILL: no atexit
         proc.wait()
@@ -734,12 +737,12 @@ def test_a_sigkilled_runs_folders_are_removed_by_the_next_run(tmp_path):
         time.sleep(0.1)
     assert not psutil.pid_exists(browser_pid) or psutil.Process(browser_pid).status() == psutil.STATUS_ZOMBIE
     assert list(tmpdir.glob("hwbench-web-run-*"))  # left behind by the killed run
-    one_more = subprocess.run([sys.executable, "-c", "import sys\nfrom pytest_hwbench.web import WebDriver\n"
-                               "d = WebDriver(sys.argv[1]); d.call('sleep', ms=1); d.close()", BROWSER.path],
-                              env=env, capture_output=True, text=True, timeout=120)
+    one_more = subprocess.run([sys.executable, "-c", "import os, sys\nfrom pytest_hwbench.web import WebDriver\n"
+                               "d = WebDriver(sys.argv[1]); d.call('sleep', ms=1); d.close(); print(os.getpid())",
+                               BROWSER.path], env=env, capture_output=True, text=True, timeout=120)
     assert one_more.returncode == 0, one_more.stderr[-2000:]
     assert not _ours(tmpdir), list(tmpdir.iterdir())
-    assert not (_ours(Path("/tmp")) - before_tmp)
+    assert not (_ours(Path("/tmp"), proc.pid, int(one_more.stdout.split()[-1])) - before_tmp)
 
 
 @needs_web
