@@ -327,8 +327,8 @@ class Tracker:
                 write(f"hwbench: {link}")
                 return
 
-    @pytest.hookimpl(trylast=True)  # after the plugin's own "hwbench" summary line
-    def pytest_terminal_summary(self, terminalreporter: Any) -> None:
+    @pytest.hookimpl(optionalhook=True)  # under the run's hwbench summary, the last lines on the console
+    def pytest_hwbench_terminal_summary(self, config: pytest.Config, terminalreporter: Any) -> None:
         report = self.report
         if report is None or not (report.records or report.refused):
             return
