@@ -271,11 +271,17 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     verdicts = []
     for case in cases:
         ratios = []
+        errors = []
         for got in per_round:
             ra, rb = got["A"].get(case.id), got["B"].get(case.id)
+            errors += [f"failed in {label}: {r.error.splitlines()[0][:120]}" for label, r in (("A", ra), ("B", rb))
+                       if r is not None and r.error]
             if ra and rb and ra.latency_ms_median and rb.latency_ms_median:
                 ratios.append(rb.latency_ms_median / ra.latency_ms_median)
-        verdicts.append(paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha))
+        verdict = paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha)
+        if errors and verdict.verdict == "inconclusive":
+            verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[0]}")
+        verdicts.append(verdict)
     return AbResult(pair, sessions, records, verdicts)
 
 
@@ -377,6 +383,16 @@ def _cases(args: argparse.Namespace) -> list[Any]:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: give integers joined by commas, e.g. 1,8") from None
     cases = [BenchCase(m, be, hw, p, bs) for m in split(args.models) for be in split(args.backends)
              for hw in split(args.hardware) for p in split(args.precisions) for bs in sizes]
+    from .models import get_model
+
+    unknown = []
+    for name in sorted({c.model for c in cases}):
+        try:
+            get_model(name)
+        except KeyError:
+            unknown.append(name)
+    if unknown:
+        raise ValueError(f"--models: {', '.join(unknown)} not in the model zoo; `hwbench models` lists them")
     runnable = []
     for case in cases:
         why = case.unavailable()

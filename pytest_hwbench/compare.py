@@ -128,10 +128,10 @@ class HostModel:
 
     def describe(self) -> str:
         """One line for people."""
-        source = (f"learned from {self.learned_from} cases whose host speed differed" if self.learned_from
+        source = (f"learned from {self.learned_from} cases" if self.learned_from
                   else f"a prior: fewer than {MIN_LEARNING_CASES} cases whose host speed differed")
-        return (f"host-speed correction: latency taken to move {self.elasticity:.2f}x the reference kernel "
-                f"(in logs, +-{self.elasticity_sd:.2f}; {source})")
+        return (f"host-speed correction: latency ~ reference kernel ^ {self.elasticity:.2f} "
+                f"(+-{self.elasticity_sd:.2f}, {source})")
 
 
 def round_medians(timings_ms: Sequence[float], rounds: int = ROUNDS) -> list[float]:

@@ -82,6 +82,18 @@ def test_side_options_and_environments_are_checked() -> None:
         parse_env(["FOO"])
 
 
+def test_ab_refuses_bad_usage_with_exit_2(capsys) -> None:
+    import pytest_hwbench.ab  # noqa: F401 - registers the command
+    from pytest_hwbench.cli import main
+
+    assert main(["ab", "--models", "bert-tiny", "--a-options", "--hwbench-models x", "--no-sinks"]) == 2
+    assert "cannot vary between ab sides" in capsys.readouterr().err
+    assert main(["ab", "--models", "nope-model", "--no-sinks"]) == 2
+    assert "nope-model not in the model zoo" in capsys.readouterr().err
+    assert main(["ab", "--models", "bert-tiny", "--rounds", "2", "--no-sinks"]) == 2
+    assert "at least 3 rounds" in capsys.readouterr().err
+
+
 def _hwbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
     code = "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))"
     return subprocess.run([sys.executable, "-c", code, *args], env=env, cwd=cwd, capture_output=True, text=True,
