@@ -111,6 +111,9 @@ NEAREST_RATIO_AIM = 2.0
 TOP1_AIM = 0.90
 REGRET_AIM = 0.03
 COVERAGE_AIM = 0.85
+COVERAGE_MAX = 0.95
+WIDTH_AIM = 2.0
+SPREAD_AIM = 1.5
 LEVEL = 0.9
 
 #: A training row stands in for a held-out one when these match (the "same configuration").
@@ -197,7 +200,7 @@ class Aims:
         """`label`'s verdict against `aim` ("met" / "NOT met"), remembered for `summary`."""
         ok = math.isfinite(value) and (value <= aim if at_most else value >= aim)
         shown = _pct(value).strip() if fmt == "pct" else f"{value:.1f}x" if math.isfinite(value) else "n/a"
-        target = (_pct(aim).strip() if fmt == "pct" else f"{aim:.0f}x")
+        target = (_pct(aim).strip() if fmt == "pct" else f"{aim:g}x")
         aim_text = f"aim {'<=' if at_most else '>='} {target}"
         self.rows.append((label, shown, aim_text, ok))
         return f"{aim_text}: {'met' if ok else 'NOT met'}"
@@ -475,12 +478,137 @@ def lomo_table(ds: Dataset, oof: pd.DataFrame, folds: list[Fold], aims: Aims) ->
           f"{aims.check(f'{name} LOMO nearest-zoo/model MAPE', ratios[strong], NEAREST_RATIO_AIM, at_most=False, fmt='x')}")
 
 
-def coverage_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> None:
-    """Nominal 90% conformal bands on held-out models."""
+def novelty_frame(ds: Dataset) -> pd.DataFrame:
+    """The columns `hwsel.intervals.novelty` reads, one row per configuration of `ds`."""
+    t, X = ds.table, ds.X
+    return pd.DataFrame({"model": t["model"].astype(str).to_numpy(), "model_type": X["model_type"].astype(str),
+                         "family": X["family"].astype(str), "hardware": t["hardware"].astype(str).to_numpy(),
+                         "backend": t["backend"].astype(str).to_numpy(), "precision": t["precision"].astype(str).to_numpy(),
+                         "log_flops_per_item": X["log_flops_per_item"].to_numpy(dtype=float)}).reset_index(drop=True)
+
+
+def adaptive_bands(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
+    """Each held-out model's rows with their `hwsel.intervals.AdaptiveBand` (low, high) log offsets,
+    calibrated on the other models' out-of-fold residuals, nested: every distance, the held-out
+    model's and the calibration rows', is measured against models other than the held-out one."""
+    from hwsel.intervals import AdaptiveBand, novelty
+
+    frame = novelty_frame(ds)
+    rows = oof["row"].to_numpy()
+    resid = (oof["y_true"] - oof["y_pred"]).to_numpy()
+    model = oof["model"].to_numpy()
+    group = (frame["hardware"] + "|" + frame["backend"] + "|" + frame["precision"]).to_numpy()[rows]
+    low, high = np.zeros(len(oof)), np.zeros(len(oof))
+    for name in np.unique(model):
+        here = model == name
+        known = frame[frame["model"] != name]
+        calib_d = novelty(frame.iloc[rows[~here]], known)
+        band = AdaptiveBand.fit(resid[~here], calib_d, level, group[~here])
+        lo, hi = band.offsets(novelty(frame.iloc[rows[here]], known), group[here])
+        low[here], high[here] = lo, hi
+    return oof.assign(low=low, high=high, resid=resid)
+
+
+def _width_line(width: np.ndarray) -> str:
+    p10, med, p90 = (float(np.quantile(width, q)) for q in (0.1, 0.5, 0.9))
+    return f"width high/low: median {med:.2f}x, p10 {p10:.2f}x, p90 {p90:.2f}x, p90/p10 {p90 / p10:.2f}"
+
+
+def coverage_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> pd.DataFrame:
+    """Nominal 90% conformal bands on held-out models: one fixed band, and the adaptive one
+    (`hwsel.intervals`); returns the oof frame with the adaptive offsets."""
     c = coverage(oof)
-    print(f"  {c['n']} held-out-model rows inside their band: {_pct(c['coverage']).strip()}   "
-          f"{aims.check(f'{ds.name} LOMO 90% interval coverage', c['coverage'], COVERAGE_AIM, at_most=False)}")
-    print(f"  median width: high / low = {c['width']:.2f}x")
+    print(f"  fixed band (one pair of residual quantiles): {c['n']} held-out-model rows inside: "
+          f"{_pct(c['coverage']).strip()}; median width {c['width']:.2f}x (the same for every answer)")
+    bands = adaptive_bands(ds, oof)  # difficulty: the configuration's residual scale x the distance
+    inside = (bands["resid"] >= bands["low"]) & (bands["resid"] <= bands["high"])
+    width = np.exp(bands["high"] - bands["low"]).to_numpy()
+    cov = float(inside.mean())
+    print(f"  adaptive band (normalised conformal, difficulty from the distance to measured models): "
+          f"inside {_pct(cov).strip()}   "
+          f"{aims.check(f'{ds.name} LOMO adaptive coverage', cov, COVERAGE_AIM, at_most=False)}; "
+          f"{aims.check(f'{ds.name} LOMO adaptive coverage (upper)', cov, COVERAGE_MAX, at_most=True)}")
+    print(f"  {_width_line(width)}")
+    med = float(np.median(width))
+    spread = float(np.quantile(width, 0.9) / np.quantile(width, 0.1))
+    print(f"  median width {med:.2f}x   {aims.check(f'{ds.name} LOMO median width', med, WIDTH_AIM, at_most=True, fmt='x')}"
+          f"; p90/p10 {spread:.2f}   "
+          f"{aims.check(f'{ds.name} LOMO width p90/p10', spread, SPREAD_AIM, at_most=False, fmt='x')}")
+    return bands
+
+
+def precision_choice(ds: Dataset, bands: pd.DataFrame) -> dict[str, float]:
+    """Choosing the precision of each (model, batch size, hardware, backend) by predicted latency,
+    models held out, with ties: an option whose predicted latency is within the 90% bound of a
+    predicted difference (calibrated on the other models' pairs) of the fastest one's ties with
+    it; a tie is resolved by the stated secondary rule (less memory: fewer bytes per element,
+    then energy: none recorded, so the prediction decides) and counted apart."""
+    from pytest_hwbench.vocabulary import bytes_per_element
+
+    t = ds.table
+    rows = bands["row"].to_numpy()
+    frame = pd.DataFrame({
+        "case": (t["model"].astype(str) + "|" + t["batch_size"].astype(str) + "|" + t["hardware"].astype(str) + "|"
+                 + t["backend"].astype(str)).to_numpy()[rows],
+        "precision": t["precision"].astype(str).to_numpy()[rows],
+        "measured": bands["y_true"].to_numpy(), "predicted": bands["y_pred"].to_numpy(),
+        "low": bands["y_pred"].to_numpy() + bands["low"].to_numpy(),
+        "high": bands["y_pred"].to_numpy() + bands["high"].to_numpy(),
+    }).groupby(["case", "precision"], as_index=False).mean()
+    # The uncertainty of a difference between two precisions of one case is that of their ratio:
+    # their errors share the model, so it is much smaller than either interval. Its 90% bound is
+    # the 90% quantile of |residual_i - residual_j| over the pairs of the other models' cases.
+    frame["model"] = frame["case"].str.split("|").str[0]
+    frame["resid"] = frame["measured"] - frame["predicted"]
+    pairs: list[tuple[str, float]] = []
+    for _, g in frame.groupby("case"):
+        r = g["resid"].to_numpy()
+        pairs += [(g["model"].iloc[0], abs(r[i] - r[j])) for i in range(len(r)) for j in range(i + 1, len(r))]
+    pair_model = np.array([m for m, _ in pairs])
+    pair_diff = np.array([v for _, v in pairs])
+    bound = {m: float(np.quantile(pair_diff[pair_model != m], LEVEL)) if (pair_model != m).any() else math.inf
+             for m in frame["model"].unique()}
+    decided, decided_hits, ties, tie_hits, regrets, n = 0, 0, 0, 0, [], 0
+    plain_hits, plain_regrets = 0, []
+    for _, g in frame.groupby("case"):
+        if len(g) < 2:
+            continue
+        n += 1
+        best = float(g["measured"].min())
+        top = g.loc[g["predicted"].idxmin()]
+        plain_hits += bool(top["measured"] == best)
+        plain_regrets.append(math.exp(float(top["measured"]) - best) - 1.0)
+        tied = g[g["predicted"] - top["predicted"] <= bound[top["model"]]]
+        if len(tied) > 1:
+            ties += 1
+            tie_hits += bool((tied["measured"] == best).any())
+            choice = tied.assign(nbytes=tied["precision"].map(bytes_per_element)).sort_values(
+                ["nbytes", "predicted"], kind="mergesort").iloc[0]
+        else:
+            decided += 1
+            decided_hits += bool(top["measured"] == best)
+            choice = top
+        regrets.append(math.exp(float(choice["measured"]) - best) - 1.0)
+    return {"n": n, "decided": decided, "top1_decided": decided_hits / decided if decided else math.nan,
+            "ties": ties, "tie_holds_best": tie_hits / ties if ties else math.nan,
+            "top1_strict": decided_hits / n if n else math.nan,
+            "regret": float(np.mean(regrets)) if regrets else math.nan,
+            "plain_top1": plain_hits / n if n else math.nan,
+            "plain_regret": float(np.mean(plain_regrets)) if plain_regrets else math.nan,
+            "bound": float(np.median(list(bound.values()))) if bound else math.nan}
+
+
+def precision_table(ds: Dataset, bands: pd.DataFrame) -> None:
+    """Precision choice on held-out models, ties counted as ties."""
+    s = precision_choice(ds, bands)
+    print(f"  {s['n']} model x batch x hardware x backend cases with 2+ precisions")
+    print(f"  decided {s['decided']}: top-1 {_pct(s['top1_decided']).strip()}; ties {s['ties']} "
+          f"(the measured best inside the tie: {_pct(s['tie_holds_best']).strip()}); top-1 counting every tie as a "
+          f"miss {_pct(s['top1_strict']).strip()}")
+    print(f"  mean regret {_pct(s['regret']).strip()} (ties resolved by less memory, then energy); a tie is a predicted "
+          f"difference under {math.exp(s['bound']):.2f}x (median over folds)")
+    print(f"  for comparison, the fastest prediction alone (no ties): top-1 {_pct(s['plain_top1']).strip()}, "
+          f"mean regret {_pct(s['plain_regret']).strip()}")
 
 
 def selection_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> None:
@@ -585,9 +713,11 @@ def report(ds: Dataset, trials: int, seed: int, aims: Aims) -> StudyResult:
         oof, folds = lomo_oof(ds, study.params, seed)
         lomo_table(ds, oof, folds, aims)
     with section(f"{ds.name}: nominal 90% intervals on held-out models"):
-        coverage_table(ds, oof, aims)
+        bands = coverage_table(ds, oof, aims)
     with section(f"{ds.name}: selection on held-out models"):
         selection_table(ds, oof, aims)
+    with section(f"{ds.name}: precision choice on held-out models (ties counted as ties)"):
+        precision_table(ds, bands)
     return study
 
 

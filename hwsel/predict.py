@@ -55,7 +55,7 @@ from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, is_http, reach
 from .bounds import Coverage, Floor, blend_log, floors, within
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
-from .layers.base import DeviceFields, Layer, LayerStatus
+from .layers.base import DeviceFields, Layer, LayerStatus, optional_module
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
     GRID_BATCH_SIZES,
@@ -162,9 +162,9 @@ class Predictor:
         list of those (their union). With neither a source nor a default store here (``mlruns/``),
         the data layer is off and says so. `detect` False leaves this machine's hardware out of
         the default device (answers then depend on the records alone, wherever they run).
-        `timeout`: seconds to wait for the records and for the champions each (a line on stderr
-        says what is awaited after a few seconds); a store that does not answer in time turns
-        its layer off with a note, and the other layers answer.
+        `timeout`: seconds to wait for the records and for the champions each, imports aside (a
+        line on stderr says what is awaited after a few seconds); a store that does not answer in
+        time turns its layer off with a note, and the other layers answer.
         Returns a built predictor whose ``config`` is the loaded `SelectionConfig`.
         """
         layers = _check_layers(layers)
@@ -183,6 +183,7 @@ class Predictor:
         else:
             skip_measured = False
         if "measured" in layers and not skip_measured:
+            optional_module("data")  # imported here: the deadline is the store's, not the import's
             try:
                 runs, notes["measured"] = bounded(lambda: load_measured(source, experiment), timeout,
                                                   f"the benchmark records ({source or 'the default store'})")
@@ -201,6 +202,7 @@ class Predictor:
                 frame = snapshot_frame(found["latency"], tracking_uri) if "latency" in found else None
                 return found, note, frame
 
+            optional_module("registry")  # MLflow imported here: the deadline is the server's, not the import's
             try:
                 champions, notes["registered"], frame = bounded(
                     champions_and_snapshot, timeout, f"the registered models ({tracking_uri or 'the default store'})")

@@ -126,3 +126,32 @@ def test_a_far_extrapolation_says_so_and_blends_towards_the_roofline(runs) -> No
     assert p.interval[0] <= p.latency_ms <= p.interval[1]
     near = predictor.predict("bert-tiny", "cpu", batch_size=3)["cpu"]  # inside the data: no blend
     assert near.source == "registered" and "extrapolates" not in near.detail
+
+
+def test_measured_interval_says_where_a_second_session_lands(runs) -> None:  # type: ignore[no-untyped-def]
+    """Cases measured in two sessions, split in halves: the index holds both sessions of half A
+    (its between-session spread) and only the first session of half B; B's second measurements
+    must fall inside B's intervals about 90% of the time (the iteration spread alone: about half)."""
+    from hwsel.layers.measured import MeasuredIndex
+
+    keys = ["model", "hardware", "backend", "precision", "batch_size"]
+    torch = runs[runs["backend"] == "torch"]
+    per_case = torch.groupby(keys)["session_id"].nunique()
+    repeated = sorted(per_case[per_case >= 2].index)
+    assert len(repeated) >= 40
+    half_b = set(repeated[1::2])
+    first_session = torch.sort_values("created_at").groupby(keys)["session_id"].first()
+    case = list(zip(*(torch[k] for k in keys), strict=True))
+    in_b = [c in half_b for c in case]
+    first = [s == first_session[c] for c, s in zip(case, torch["session_id"], strict=True)]
+    keep = [not b or f for b, f in zip(in_b, first, strict=True)]
+    index = MeasuredIndex(torch[keep])
+    assert index.session_spread > 0
+    later = torch[[b and not f for b, f in zip(in_b, first, strict=True)]]
+    inside = []
+    for row in later.to_dict("records"):
+        m = index.lookup(row["model"], row["hardware"], row["precision"], int(row["batch_size"]), "inference",
+                         "torch", row["device_name"])
+        assert m is not None
+        inside.append(m.low <= row["latency_ms_median"] <= m.high)
+    assert sum(inside) / len(inside) >= 0.8, sum(inside) / len(inside)

@@ -138,10 +138,10 @@ def test_registered_layer_answers_behind_basic_auth(guarded_server: tuple[str, s
     uri, secret, proxy = guarded_server
     before = proxy.allowed
     out = _hwsel("predict", "--model", "bert-tiny", "--hardware", "cpu", "--batch-size", "3", "--source",
-                 str(small_runs), "--tracking-uri", uri, "--json", cwd=tmp_path, timeout=300)
+                 str(small_runs), "--tracking-uri", uri, "--timeout", "120", "--json", cwd=tmp_path, timeout=600)
     assert out.returncode == 0, out.stderr
     answer = json.loads(out.stdout)["predictions"]["cpu"]
-    assert answer["source"] == "registered", answer
+    assert answer["source"] == "registered", (answer, out.stderr)
     assert proxy.allowed > before
     assert secret not in out.stdout + out.stderr
     health = _hwsel("predict", "--model", "bert-tiny", "--hardware", "cpu", "--tracking-uri",

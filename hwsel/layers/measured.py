@@ -2,7 +2,9 @@
 
 Rows of `hwsel.data.load_runs` go into a dict keyed by the case (model, hardware, precision,
 batch, mode), then backend, then device; a query is a dict lookup. The interval is the measured
-spread (fastest iteration .. p95 over the runs). Records of another backend, or of another
+spread: fastest iteration .. p95 over the runs, widened to the case's own session medians and to
+the between-session spread of every case measured in several sessions (`_session_spread`), so it
+says where a second measurement lands. Records of another backend, or of another
 named device, never answer.
 """
 
@@ -64,6 +66,8 @@ class MeasuredIndex:
         self.hardware: frozenset[str] = frozenset()
         self.backends: frozenset[str] = frozenset()
         self.devices: dict[str, dict[str, int]] = {}
+        #: 90% quantile of |log(session i / session j)| over cases measured in several sessions
+        self.session_spread = 0.0
         if runs is not None and len(runs):
             self._build(runs)
 
@@ -104,16 +108,18 @@ class MeasuredIndex:
                     per = devices.setdefault(hw, {})
                     per[name] = per.get(name, 0) + 1
         hardware, backends = set(), set()
+        spread = self.session_spread = _session_spread(groups.values())
         for (model, hw, prec, batch, mode, backend, dkey), rows in groups.items():
             per_backend = self._index.setdefault((model, hw, prec, batch, mode), {}).setdefault(backend, {})
-            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None)
+            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None, spread)
             hardware.add(hw)
             backends.add(backend)
         self.rows = len(df) - impossible
         self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
 
     @staticmethod
-    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None) -> Measured:
+    def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None,
+                   spread: float = 0.0) -> Measured:
         import collections
         import statistics
 
@@ -128,12 +134,16 @@ class MeasuredIndex:
         lows = [v for r in rows if (v := first(r, ("latency_ms_min", "latency_ms_median"))) is not None]
         highs = [v for r in rows if (v := first(r, ("latency_ms_p95", "latency_ms_p90", "latency_ms_max",
                                                      "latency_ms_median"))) is not None]
+        # Between sessions: the case's own session medians, and at least the spread a second
+        # session shows across every case measured in several (`session_spread`).
+        sessions = _session_medians(rows)
+        between = [median * math.exp(-spread), median * math.exp(spread), *sessions]
         return Measured(
             latency_ms=median,
             throughput=statistics.median(thr) if thr else batch / median * 1e3,
             memory_mb=statistics.median(mem) if mem else None,
-            low=min(lows + [median]),
-            high=max(highs + [median]),
+            low=min(lows + [median] + between),
+            high=max(highs + [median] + between),
             backend=backend,
             runs=len(rows),
             device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
@@ -166,6 +176,36 @@ class MeasuredIndex:
         hardware only (an openvino record also indexed as hardware "openvino" counts as its cpu)."""
         return frozenset((hw, be, prec, mode) for (_, hw, prec, _, mode), per in self._index.items()
                          for be in per if not (hw in BACKEND_AS_HARDWARE and hw == be))
+
+
+def _session_medians(rows: Sequence[Mapping[str, Any]]) -> list[float]:
+    """The median latency of each session among `rows` (rows without a session are one each)."""
+    import statistics
+
+    per: dict[str, list[float]] = {}
+    for i, r in enumerate(rows):
+        v = _finite(r.get("latency_ms_median"))
+        if v:
+            per.setdefault(str(r.get("session_id") or f"row-{i}"), []).append(v)
+    return [statistics.median(v) for v in per.values()]
+
+
+#: Quantile of |log(session i / session j)| that `_session_spread` reports.
+SESSION_SPREAD_LEVEL = 0.9
+
+
+def _session_spread(groups: Any) -> float:
+    """The `SESSION_SPREAD_LEVEL` quantile of ``|log(median of session i / median of session j)|``
+    over the session pairs of every case measured in two or more sessions (0 when none was): how
+    far a second session's measurement lands from a first one's."""
+    gaps: list[float] = []
+    for rows in groups:
+        sessions = _session_medians(rows)
+        gaps += [abs(math.log(a / b)) for i, a in enumerate(sessions) for b in sessions[i + 1:]]
+    if not gaps:
+        return 0.0
+    gaps.sort()
+    return gaps[min(len(gaps) - 1, int(math.ceil(SESSION_SPREAD_LEVEL * len(gaps))) - 1)]
 
 
 class MeasuredLayer:
