@@ -309,3 +309,17 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
     unplanned.start(10)
     now[0] += 20.0
     assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m00s left"
+
+
+def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:
+    from pytest_hwbench.runner import _Try, tries_agree
+    from pytest_hwbench.trackers import Latency, Memory
+
+    def attempt(center: float, threads: int = 1, spread: float = 0.001) -> _Try:
+        values = [center * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
+        return _Try(Latency.from_values(values), Memory(None, None), float("nan"), threads=threads)
+
+    assert tries_agree(attempt(10.0), attempt(10.3))  # within 5 %: a third try would say the same
+    assert not tries_agree(attempt(10.0), attempt(11.0))
+    assert not tries_agree(attempt(10.0, threads=2), attempt(10.0, threads=1))  # not the same measurement
+    assert tries_agree(attempt(10.0, spread=0.05), attempt(11.0, spread=0.05))  # wide tries: within their IQR
