@@ -66,17 +66,16 @@ class _Try:
     reason: str = ""
     threads: int | None = None
 
-
-def tries_agree(first: _Try, second: _Try) -> bool:
-    """Whether two tries of a case measured the same: medians within `AGREE_SHARE`, or within
-    twice the larger relative IQR of the two, on the same thread count."""
-    if first.threads != second.threads:
-        return False
-    a, b = first.latency.median, second.latency.median
-    if not (a > 0 and b > 0):
-        return False
-    spread = max((first.latency.iqr or 0.0) / a, (second.latency.iqr or 0.0) / b)
-    return abs(b / a - 1.0) <= max(AGREE_SHARE, 2.0 * spread)
+    def agrees_with(self, other: _Try) -> bool:
+        """Whether `other` measured the same as this try: medians within `AGREE_SHARE`, or within
+        twice the larger relative IQR of the two, on the same thread count."""
+        if self.threads != other.threads:
+            return False
+        a, b = self.latency.median, other.latency.median
+        if not (a > 0 and b > 0):
+            return False
+        spread = max((self.latency.iqr or 0.0) / a, (other.latency.iqr or 0.0) / b)
+        return abs(b / a - 1.0) <= max(AGREE_SHARE, 2.0 * spread)
 
 
 class Runner:
@@ -88,7 +87,7 @@ class Runner:
     processes on its cores, stolen time, the host changing speed during the case, a throttled or
     shared GPU) is measured again after `noise_wait_s`, up to `noise_retries` more times, with its
     intra-op threads sized to the cores left free where the runtime can change them. Retries stop
-    as soon as one is clean or agrees with the try before it (`tries_agree`: the interference
+    as soon as one is clean or agrees with the try before it (`_Try.agrees_with`: the interference
     is steady, and another try would measure the same). Host speed alone (a steadily slow host)
     is never retried: it is measured (`reference`, the host's recent baseline) and recorded as
     ``host_speed``. The cleanest try is kept and the result says how many ran.
@@ -161,7 +160,7 @@ class Runner:
                 tries.append(attempt)
                 if attempt.verdict in (None, "clean") or len(tries) > self.noise_retries:
                     break
-                if len(tries) >= 2 and tries_agree(tries[-2], attempt):
+                if len(tries) >= 2 and tries[-2].agrees_with(attempt):
                     break
                 # Busy: wait, then measure again on the cores the others left free (the fewer
                 # of what the timed window and the wait saw).
@@ -276,4 +275,4 @@ class Runner:
         return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
 
 
-__all__ = ["AGREE_SHARE", "DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory", "tries_agree"]
+__all__ = ["AGREE_SHARE", "DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]

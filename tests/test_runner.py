@@ -312,14 +312,14 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
 
 
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:
-    from pytest_hwbench.runner import _Try, tries_agree
+    from pytest_hwbench.runner import _Try
     from pytest_hwbench.trackers import Latency, Memory
 
     def attempt(center: float, threads: int = 1, spread: float = 0.001) -> _Try:
         values = [center * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
         return _Try(Latency.from_values(values), Memory(None, None), float("nan"), threads=threads)
 
-    assert tries_agree(attempt(10.0), attempt(10.3))  # within 5 %: a third try would say the same
-    assert not tries_agree(attempt(10.0), attempt(11.0))
-    assert not tries_agree(attempt(10.0, threads=2), attempt(10.0, threads=1))  # not the same measurement
-    assert tries_agree(attempt(10.0, spread=0.05), attempt(11.0, spread=0.05))  # wide tries: within their IQR
+    assert attempt(10.0).agrees_with(attempt(10.3))  # within 5 %: a third try would say the same
+    assert not attempt(10.0).agrees_with(attempt(11.0))
+    assert not attempt(10.0, threads=2).agrees_with(attempt(10.0, threads=1))  # not the same measurement
+    assert attempt(10.0, spread=0.05).agrees_with(attempt(11.0, spread=0.05))  # wide tries: within their IQR
