@@ -30,6 +30,7 @@ COMMAND = ("predict", "--model", "bert-tiny", "--hardware", "cpu")
 def export(rev: str, into: Path) -> Path:
     """The tree of `rev` under `into` (``git archive``; nothing in this checkout changes)."""
     archive = subprocess.run(["git", "archive", rev], cwd=ROOT, capture_output=True, check=True).stdout
+    into.mkdir(parents=True, exist_ok=True)
     subprocess.run(["tar", "-x", "-C", str(into)], input=archive, check=True)
     return into
 
