@@ -456,7 +456,10 @@ def test_public_api_is_declared() -> None:
         assert hasattr(hwsel, name), name
     from pytest_hwbench.hardware import detect_hardware
 
-    assert hwsel.detect_hardware() is detect_hardware()
+    # probed once per process and target: the same findings, whichever door asks
+    assert hwsel.detect_hardware().targets == detect_hardware().targets
+    assert all(a is b for a, b in zip(hwsel.detect_hardware().targets.values(),
+                                      detect_hardware().targets.values(), strict=True))
 
 
 # --- CLI ----------------------------------------------------------------------------------------
