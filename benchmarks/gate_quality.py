@@ -253,7 +253,8 @@ def _ab_line(root: Path, site: Path, args: argparse.Namespace, load_core: int) -
     spinner = subprocess.Popen([sys.executable, "-c", spin])
     began = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
+        # not from the repository root: a stale *.egg-info there would hide the commands' entry points
+        proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
     finally:
         spinner.kill()
         spinner.wait()
