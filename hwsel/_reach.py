@@ -14,8 +14,6 @@ the other layers.
 
 from __future__ import annotations
 
-import base64
-import os
 import sys
 import threading
 import time
@@ -23,9 +21,10 @@ import urllib.error
 import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
-from urllib.parse import unquote, urlsplit, urlunsplit
+from urllib.parse import urlsplit
 
 from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.sinks.redact import split_credentials
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
@@ -37,32 +36,6 @@ _T = TypeVar("_T")
 
 class HwselTimeout(TimeoutError):
     """A store or server did not answer within hwsel's deadline (``--timeout``)."""
-
-
-def split_credentials(uri: str) -> tuple[str, dict[str, str]]:
-    """(URI without user-info, HTTP headers carrying the credentials) for an ``http(s)://`` URI.
-
-    User-info in the URI wins; else ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``
-    (basic auth), else ``MLFLOW_TRACKING_TOKEN`` (bearer), as MLflow's REST client reads them.
-    """
-    parts = urlsplit(uri)
-    headers: dict[str, str] = {}
-    user, password = parts.username, parts.password
-    if user is not None:
-        host = parts.hostname or ""
-        if ":" in host:
-            host = f"[{host}]"
-        netloc = host + (f":{parts.port}" if parts.port else "")
-        uri = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
-        user, password = unquote(user), unquote(password or "")
-    else:
-        user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
-    if user:
-        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
-        headers["Authorization"] = f"Basic {token}"
-    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
-        headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
-    return uri, headers
 
 
 def is_http(uri: Any) -> bool:
@@ -121,4 +94,4 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str) -> _T:
     return box["value"]  # type: ignore[no-any-return]
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "bounded", "is_http", "reach", "split_credentials"]
+__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "bounded", "is_http", "reach"]

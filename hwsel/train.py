@@ -314,12 +314,12 @@ def open_client(uri: str, client_class: Any) -> Any:
     on a new store both succeed."""
     if not uri.startswith("sqlite:///"):
         return client_class(tracking_uri=uri)
-    from pytest_hwbench.sinks.mlflow_sink import _retry_migration, _sqlite_path, _store_init_lock
+    from pytest_hwbench.sinks.mlflow_sink import retry_migration, sqlite_path, store_init_lock
 
-    path = _sqlite_path(uri)
+    path = sqlite_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)
-    with _store_init_lock(path.parent):
-        return _retry_migration(lambda: client_class(tracking_uri=uri))
+    with store_init_lock(path.parent):
+        return retry_migration(lambda: client_class(tracking_uri=uri))
 
 
 def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,

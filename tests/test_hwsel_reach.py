@@ -133,6 +133,16 @@ def test_reach_sends_the_uri_credentials_and_never_shows_them(guarded_server: tu
     assert "HTTP 401" in (reach(plain) or "")
 
 
+def test_the_harness_ping_sends_the_uri_credentials_too(guarded_server: tuple[str, str, _AuthProxy]) -> None:
+    """The recording plug-in's reachability check (`ping`) reaches the same guarded server."""
+    from pytest_hwbench.sinks.mlflow_sink import ping
+
+    uri, secret, proxy = guarded_server
+    assert ping(uri) is None
+    why = ping(uri.replace(secret, "wrong"))
+    assert why is not None and "HTTP 401" in why and "wrong" not in why and secret not in why
+
+
 def test_registered_layer_answers_behind_basic_auth(guarded_server: tuple[str, str, _AuthProxy],
                                                     small_runs: Path, tmp_path: Path) -> None:
     uri, secret, proxy = guarded_server

@@ -51,7 +51,7 @@ from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
 from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
-from pytest_hwbench.sinks.redact import redact_uri
+from pytest_hwbench.sinks.redact import redact_uri, split_credentials
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
 if TYPE_CHECKING:
@@ -116,7 +116,7 @@ def resolve_tracking_uri(
     return f"sqlite:///{store / 'mlflow.db'}"
 
 
-def _sqlite_path(uri: str) -> Path:
+def sqlite_path(uri: str) -> Path:
     """The database file of a ``sqlite:///`` URI (``sqlite:////abs`` is absolute)."""
     return Path(uri[len("sqlite:///") :].split("?", 1)[0])
 
@@ -139,7 +139,7 @@ def validate_tracking_uri(uri: str) -> str:
     scheme = parsed.scheme.lower()
     base = scheme.split("+", 1)[0]
     if base == "sqlite":
-        if not text.lower().startswith("sqlite:///") or not _sqlite_path(text).name or ":memory:" in text:
+        if not text.lower().startswith("sqlite:///") or not sqlite_path(text).name or ":memory:" in text:
             raise ValueError(
                 f"MLflow tracking URI {shown!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
             )
@@ -181,10 +181,12 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
         return str(exc)
     if urlsplit(text).scheme.lower() not in _HTTP_SCHEMES:
         return None
-    url = text.rstrip("/") + "/health"
+    plain, headers = split_credentials(text)  # user-info goes as basic auth, as MLflow's client sends it
+    url = plain.rstrip("/") + "/health"
     shown = redact_uri(url)
     try:
-        with urllib.request.urlopen(url, timeout=timeout) as response:  # noqa: S310 (http(s) only)
+        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),  # noqa: S310 (http(s) only)
+                                    timeout=timeout) as response:
             if response.status != 200:
                 return f"{shown} answered HTTP {response.status}"
     except urllib.error.HTTPError as exc:
@@ -239,7 +241,7 @@ class MlflowSink(Sink):
         self._is_http = urlsplit(self.tracking_uri).scheme.lower() in _HTTP_SCHEMES
         if artifact_location is None and self._is_sqlite:
             # Without this MLflow puts artifacts in ./mlruns of whatever the cwd is.
-            artifact_location = (_sqlite_path(self.tracking_uri).resolve().parent / "artifacts").as_uri()
+            artifact_location = (sqlite_path(self.tracking_uri).resolve().parent / "artifacts").as_uri()
         self.artifact_location = artifact_location
         if http_max_retries < 0 or http_timeout_s < 1:
             raise ValueError(
@@ -337,14 +339,14 @@ class MlflowSink(Sink):
             from mlflow.tracking import MlflowClient
 
             if self._is_sqlite:
-                path = _sqlite_path(self.tracking_uri)
+                path = sqlite_path(self.tracking_uri)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 # MlflowClient creates and migrates a new SQLite store when it is constructed,
                 # without a lock: two runs starting together on a new store raced ("Online
                 # migration expected to match one row", "duplicate column name: step"; issue 18,
                 # item 11). One process at a time creates it; the next finds it migrated.
-                with _store_init_lock(path.parent):
-                    self._client_obj = _retry_migration(lambda: MlflowClient(tracking_uri=self.tracking_uri))
+                with store_init_lock(path.parent):
+                    self._client_obj = retry_migration(lambda: MlflowClient(tracking_uri=self.tracking_uri))
             else:
                 self._client_obj = MlflowClient(tracking_uri=self.tracking_uri)
         return self._client_obj
@@ -658,7 +660,7 @@ def session_run_name(session: SessionInfo) -> str:
 
 
 @contextlib.contextmanager
-def _store_init_lock(directory: Path) -> Iterator[None]:
+def store_init_lock(directory: Path) -> Iterator[None]:
     """Hold an exclusive lock on `directory` (flock on its descriptor: no file left behind) for up
     to `STORE_INIT_WAIT_S` seconds of waiting; without ``fcntl`` (Windows) only the retry helps."""
     try:
@@ -689,7 +691,7 @@ def _store_init_lock(directory: Path) -> Iterator[None]:
 _MIGRATION_RACE = ("online migration", "duplicate column", "already exists", "alembic", "database is locked")
 
 
-def _retry_migration(make: Any, tries: int = 4) -> Any:
+def retry_migration(make: Any, tries: int = 4) -> Any:
     """`make()`, tried again (after 1, 2, 4 s) while it fails the way a migration race does (a
     store created by a process that does not take our lock, e.g. an older hwbench)."""
     for attempt in range(tries):
@@ -813,6 +815,9 @@ __all__ = [
     "ping",
     "redact_uri",
     "resolve_tracking_uri",
+    "retry_migration",
     "session_run_name",
+    "sqlite_path",
+    "store_init_lock",
     "validate_tracking_uri",
 ]

@@ -9,7 +9,10 @@ into an error goes through `redact_uri` first. The real URI is kept for connecti
 
 from __future__ import annotations
 
+import base64
+import os
 import re
+from urllib.parse import unquote, urlsplit, urlunsplit
 
 #: What a masked secret reads as.
 MASK = "***"
@@ -38,4 +41,31 @@ def redact_uri(text: object) -> str:
     return _QUERY_SECRET.sub(lambda m: f"{m['key']}{MASK}", value)
 
 
-__all__ = ["MASK", "redact_uri"]
+def split_credentials(uri: str) -> tuple[str, dict[str, str]]:
+    """(URI without user-info, HTTP headers carrying the credentials) for an ``http(s)://`` URI.
+
+    User-info in the URI wins; else ``MLFLOW_TRACKING_USERNAME``/``MLFLOW_TRACKING_PASSWORD``
+    (basic auth), else ``MLFLOW_TRACKING_TOKEN`` (bearer), as MLflow's REST client reads them.
+    """
+    parts = urlsplit(uri)
+    headers: dict[str, str] = {}
+    user, password = parts.username, parts.password
+    if user is not None:
+        host = parts.hostname or ""
+        if ":" in host:
+            host = f"[{host}]"
+        netloc = host + (f":{parts.port}" if parts.port else "")
+        uri = urlunsplit((parts.scheme, netloc, parts.path, parts.query, parts.fragment))
+        user, password = unquote(user), unquote(password or "")
+    else:
+        user, password = os.environ.get("MLFLOW_TRACKING_USERNAME"), os.environ.get("MLFLOW_TRACKING_PASSWORD")
+    if user:
+        token = base64.b64encode(f"{user}:{password or ''}".encode()).decode("ascii")
+        headers["Authorization"] = f"Basic {token}"
+    elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
+        headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
+    return uri, headers
+
+
+
+__all__ = ["MASK", "redact_uri", "split_credentials"]
