@@ -41,8 +41,8 @@ def pytest_hwbench_terminal_summary(config: pytest.Config, terminalreporter: Any
 
 @pytest.hookspec(firstresult=True)
 def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink] | None:
-    """Controller or serial process, at the first record: the sinks every record goes to after
-    the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.recording`, trylast) gives
+    """Controller or serial process, when the first hwbench case is collected: the sinks every
+    record goes to after the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.recording`, trylast) gives
     the store's MLflow and DuckDB sinks; the first answer that is not None wins, so a conftest's
     or a plugin's replaces ours."""
 

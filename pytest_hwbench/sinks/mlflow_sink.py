@@ -280,6 +280,12 @@ class MlflowSink(Sink):
         return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"
 
     def where(self) -> str:
+        """The store, credentials masked; a local store not created yet says so, so that the wait
+        for its tables reads as a first use, not as a failing server."""
+        if not self._is_http and self.tracking_uri.lower().startswith("sqlite:///"):
+            path = sqlite_path(self.tracking_uri)
+            if not path.exists():
+                return f"a new store at {path}, first use: creating its tables"
         return self.shown_uri
 
     def browse(self) -> str | None:

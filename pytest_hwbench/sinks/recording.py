@@ -30,7 +30,7 @@ from ._recorder import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY, Recorder, Record
 from .base import Sink, check_sink, open_sink, resolve_sink
 from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 from .redact import redact_uri
-from .spool import Spool, refusal
+from .spool import Spool, refusal, replay_command
 from .writer import SinkWriter, shippable
 
 
@@ -347,7 +347,7 @@ class Tracker:
             counts = ", ".join(f"{n} for {name}" for name, n in pending.items())
             terminalreporter.write_line(
                 f"hwbench: WARNING {max(pending.values())} records spooled, not yet delivered ({counts}); "
-                f"run `hwbench replay --store {self.config.store_dir}` once the store is back",
+                f"run `{replay_command(self.config.store_dir, db_path=self.config.db_path, mlflow_uri=self.config.mlflow_uri, experiment=self.config.experiment)}` once the store is back",  # noqa: E501
                 yellow=True, bold=True,
             )
             for name, error in report.errors.items():
