@@ -17,14 +17,12 @@ from __future__ import annotations
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.redact import split_credentials
+from pytest_hwbench.sinks.mlflow_sink import ping
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
@@ -47,23 +45,7 @@ def reach(uri: str, timeout: float = 2.0) -> str | None:
     """Why the tracking server at `uri` cannot be used now, or None when its ``/health`` answers
     200 within `timeout` seconds (None at once for a store that is not a server). Never raises;
     the reason never holds a password."""
-    if not is_http(uri):
-        return None
-    plain, headers = split_credentials(uri)
-    url = plain.rstrip("/") + "/health"
-    shown = redact_uri(uri.rstrip("/") + "/health")
-    request = urllib.request.Request(url, headers=headers)
-    try:
-        with urllib.request.urlopen(request, timeout=timeout) as response:  # noqa: S310 (http(s) only)
-            if response.status != 200:
-                return f"{shown} answered HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return f"{shown} answered HTTP {exc.code} {exc.reason}"
-    except urllib.error.URLError as exc:
-        return f"cannot reach {shown}: {redact_uri(str(exc.reason))}"
-    except (TimeoutError, OSError) as exc:
-        return f"cannot reach {shown} within {timeout:g} s: {redact_uri(str(exc))}"
-    return None
+    return ping(uri, timeout) if is_http(uri) else None
 
 
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str) -> _T:

@@ -183,7 +183,7 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
         return None
     plain, headers = split_credentials(text)  # user-info goes as basic auth, as MLflow's client sends it
     url = plain.rstrip("/") + "/health"
-    shown = redact_uri(url)
+    shown = redact_uri(text.rstrip("/") + "/health")  # says that credentials were given, masked
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers),  # noqa: S310 (http(s) only)
                                     timeout=timeout) as response:
@@ -192,9 +192,9 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
     except urllib.error.HTTPError as exc:
         return f"{shown} answered HTTP {exc.code} {exc.reason}"
     except urllib.error.URLError as exc:
-        return f"cannot reach {shown}: {redact_uri(exc.reason)}"
+        return f"cannot reach {shown}: {redact_uri(str(exc.reason))}"
     except (TimeoutError, OSError) as exc:
-        return f"cannot reach {shown} within {timeout} s: {redact_uri(exc)}"
+        return f"cannot reach {shown} within {timeout:g} s: {redact_uri(str(exc))}"
     return None
 
 
