@@ -21,3 +21,6 @@ import pyarrow  # noqa: F401
 duckdb.connect().execute("SELECT 'x' AS s").df()  # pulls in pandas' Arrow-backed string arrays
 
 pytest_plugins = ["pytester"]
+
+# The PostgreSQL-backed team server, one per test session for every module that asks for it.
+from _postgres import team_experiment, team_server  # noqa: E402, F401

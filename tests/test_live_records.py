@@ -1,7 +1,7 @@
 """Records reach the stores between cases, while the run goes on, from the sink writer process.
 
 Real pytest runs in subprocesses, a real SQLite MLflow store and DuckDB file read from inside a
-later case, a real `mlflow server` for the run killed with SIGKILL, and `hwbench replay` after
+later case, the PostgreSQL-backed team server for the run killed with SIGKILL, and `hwbench replay` after
 the writer itself was killed. Cases are pinned to the CPU (``-m cpu``) so that the counts hold on
 a GPU host too.
 """
@@ -10,16 +10,16 @@ from __future__ import annotations
 
 import json
 import os
+import re
+import shlex
 import signal
 import sqlite3
 import subprocess
 import sys
 import time
-from collections.abc import Iterator
 from pathlib import Path
 
-import pytest
-from _mlflow_server import MlflowServer
+from _postgres import TeamServer
 
 HWBENCH_BIN = Path(sys.executable).with_name("hwbench")
 FOREIGN_ENV = ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "PYTEST_ADDOPTS", "MLFLOW_EXPERIMENT_NAME")
@@ -152,17 +152,6 @@ def test_records_are_in_both_stores_while_the_run_goes_on(tmp_path: Path) -> Non
     assert "WARNING" not in out
 
 
-@pytest.fixture(scope="module")
-def server(tmp_path_factory: pytest.TempPathFactory) -> Iterator[MlflowServer]:
-    home = tmp_path_factory.mktemp("live-mlflow")
-    server = MlflowServer(home / "server.db", home / "artifacts", home / "server.log")
-    server.start(timeout=180)
-    try:
-        yield server
-    finally:
-        server.kill()
-
-
 def server_runs(uri: str, experiment: str) -> tuple[list[object], list[object]]:
     from mlflow.tracking import MlflowClient
 
@@ -176,11 +165,14 @@ def server_runs(uri: str, experiment: str) -> tuple[list[object], list[object]]:
     return parents, children
 
 
-def test_a_run_killed_after_three_cases_has_three_child_runs(tmp_path: Path, server: MlflowServer) -> None:
+def test_a_run_killed_after_three_cases_has_three_child_runs(tmp_path: Path, team_server: TeamServer,
+                                                             team_experiment: str) -> None:
+    """Against the team server (PostgreSQL + `mlflow server`): the three finished cases are child
+    runs there, not only in the spool."""
     (tmp_path / "test_kill.py").write_text(KILL_FILE)
     store = tmp_path / "store"
-    experiment = "hwbench-sigkill"
-    env = clean_env(MLFLOW_TRACKING_URI=server.uri, HWBENCH_EXPERIMENT=experiment)
+    experiment = team_experiment
+    env = clean_env(MLFLOW_TRACKING_URI=team_server.uri, HWBENCH_EXPERIMENT=experiment)
     with (tmp_path / "pytest.log").open("w") as log:
         proc = subprocess.Popen([sys.executable, "-m", "pytest", *FAST, "--hwbench-store", str(store)],
                                 cwd=tmp_path, env=env, stdout=log, stderr=subprocess.STDOUT,
@@ -203,7 +195,7 @@ def test_a_run_killed_after_three_cases_has_three_child_runs(tmp_path: Path, ser
     # the session as killed once it reads the end of its input.
     deadline = time.monotonic() + 120
     while True:
-        parents, children = server_runs(server.uri, experiment)
+        parents, children = server_runs(team_server.uri, experiment)
         if parents and parents[0].info.status == "KILLED" or time.monotonic() > deadline:  # type: ignore[attr-defined]
             break
         time.sleep(0.5)
@@ -231,3 +223,44 @@ def test_a_killed_writer_loses_nothing_and_replay_delivers(tmp_path: Path) -> No
                             capture_output=True, text=True, timeout=300, stdin=subprocess.DEVNULL)
     assert replay.returncode == 0, replay.stdout + replay.stderr
     assert set(sqlite_children(store / "mlflow.db")) == set(ids) == duck_ids(store / "hwbench.duckdb")
+
+
+ONE_CASE_FILE = """
+import pytest
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], precisions=["fp32"], batch_sizes=[1])
+def test_case(hwbench_case, hwbench):
+    hwbench.measure(hwbench_case)
+"""
+
+
+def test_the_spooled_warning_names_every_store_option_of_the_run(tmp_path: Path) -> None:
+    """A run whose team server is down ends with the replay command for *its* stores: the DuckDB
+    file and the tracking URI it was given, so following the hint never fills a new local store."""
+    import socket
+
+    with socket.socket() as sock:  # a port nobody listens on: connections are refused at once
+        sock.bind(("127.0.0.1", 0))
+        port = sock.getsockname()[1]
+    uri, db = f"http://127.0.0.1:{port}", tmp_path / "elsewhere" / "team.duckdb"
+    db.parent.mkdir()
+    (tmp_path / "test_one.py").write_text(ONE_CASE_FILE)
+    result = run_pytest(tmp_path, "--hwbench-store", str(tmp_path / "store"), "--hwbench-db", str(db),
+                        "--hwbench-mlflow-uri", uri, "--hwbench-experiment", "team-exp", "--hwbench-sink-timeout", "5")
+    out = result.stdout + result.stderr
+    assert result.returncode == 0, out[-4000:]
+    hint = re.search(r"run `(hwbench replay [^`]+)` once the store is back", out)
+    assert hint, out[-3000:]
+    args = shlex.split(hint.group(1))
+    assert args[args.index("--db") + 1] == str(db)
+    assert args[args.index("--mlflow-uri") + 1] == uri
+    assert args[args.index("--experiment") + 1] == "team-exp"
+    assert args[args.index("--store") + 1] == str(tmp_path / "store")
+    # Followed to the letter while the server is still down: the record stays pending for that
+    # server (exit 3 names it), and no local MLflow store appears.
+    replay = subprocess.run([str(Path(sys.executable).with_name("hwbench")), *args[1:], "--timeout", "5"],
+                            cwd=tmp_path, env=clean_env(), capture_output=True, text=True, timeout=300)
+    assert replay.returncode == 3, replay.stdout + replay.stderr
+    assert f"127.0.0.1:{port}" in replay.stdout + replay.stderr
+    assert not (tmp_path / "store" / "mlflow.db").exists()

@@ -19,7 +19,7 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
-from _postgres import TeamServer, team_experiment, team_server  # noqa: F401  (fixtures)
+from _postgres import TeamServer
 from test_sinks import make_records, make_session
 
 from pytest_hwbench.cli import build_parser
@@ -105,7 +105,7 @@ print(" ".join(r.record_id for r in records))
 
 # -- a team server: concurrent runners, replay, import ----------------------------------------------
 def test_four_concurrent_sessions_and_four_concurrent_replays_write_every_record_once(
-    team_server: TeamServer, team_experiment: str, tmp_path: Path  # noqa: F811
+    team_server: TeamServer, team_experiment: str, tmp_path: Path
 ) -> None:
     per_session, per_replay = 15, 30
     replays = []
@@ -194,7 +194,7 @@ class LatencyProxy:
 
 
 def test_a_slow_server_is_written_to_with_progress_not_given_up_on(
-    team_server: TeamServer, team_experiment: str, tmp_path: Path  # noqa: F811
+    team_server: TeamServer, team_experiment: str, tmp_path: Path
 ) -> None:
     session = make_session("slow-link")
     records = make_records(session, 40)
@@ -227,7 +227,7 @@ def write_session(uri: str, experiment: str, n: int, label: str) -> list[Benchma
 
 
 def test_existing_ids_asks_about_the_replayed_sessions_only(
-    team_server: TeamServer, team_experiment: str  # noqa: F811
+    team_server: TeamServer, team_experiment: str
 ) -> None:
     mine = write_session(team_server.uri, team_experiment, 6, "mine")
     others = write_session(team_server.uri, team_experiment, 30, "others")
@@ -252,7 +252,7 @@ def test_existing_ids_asks_about_the_replayed_sessions_only(
 
 
 def test_import_fetches_only_the_sessions_the_file_lacks(
-    team_server: TeamServer, team_experiment: str, tmp_path: Path  # noqa: F811
+    team_server: TeamServer, team_experiment: str, tmp_path: Path
 ) -> None:
     first = write_session(team_server.uri, team_experiment, 5, "a") + write_session(
         team_server.uri, team_experiment, 7, "b")
