@@ -43,7 +43,7 @@ PARENT_TAG = "mlflow.parentRunId"
 #: The summary line the tracker writes when records did not reach every sink.
 WARNING_LINE = re.compile(
     r"hwbench: WARNING (?P<count>\d+) records spooled, not yet delivered \((?P<detail>[^)]*)\); "
-    r"run `hwbench replay --store (?P<store>.+)` once the store is back"
+    r"run `(?P<command>hwbench replay --store (?P<store>\S+)[^`]*)` once the store is back"
 )
 #: Variables that would point a run or the CLI elsewhere than the test's own store.
 FOREIGN_ENV = ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "PYTEST_ADDOPTS", "MLFLOW_EXPERIMENT_NAME")

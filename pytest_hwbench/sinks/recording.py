@@ -320,6 +320,18 @@ class Tracker:
                 f"{self.writer_overlaps()} of {len(self.call_windows)} case call phases, CPU used while they ran "
                 f"{cpu}; the cases waited {writer.waited_s:.2f} s for it in all")
 
+    def _replay_hint(self) -> str:
+        """The `hwbench replay` command for this run's stores: each store setting that is not the
+        store folder's own default is repeated, so following it never fills another store."""
+        config, store = self.config, self.config.store_dir
+        default_uri = f"sqlite:///{store.resolve() / 'mlflow.db'}"
+        return replay_command(
+            store,
+            db_path=None if config.db_path == store / "hwbench.duckdb" else config.db_path,
+            mlflow_uri=None if config.mlflow_uri == default_uri else config.mlflow_uri,
+            experiment=None if config.experiment == DEFAULT_EXPERIMENT else config.experiment,
+        )
+
     def _write_runs_link(self, write: Any) -> None:
         """The MLflow UI address of the session's runs table."""
         for link in self._links:
@@ -347,7 +359,7 @@ class Tracker:
             counts = ", ".join(f"{n} for {name}" for name, n in pending.items())
             terminalreporter.write_line(
                 f"hwbench: WARNING {max(pending.values())} records spooled, not yet delivered ({counts}); "
-                f"run `{replay_command(self.config.store_dir, db_path=self.config.db_path, mlflow_uri=self.config.mlflow_uri, experiment=self.config.experiment)}` once the store is back",  # noqa: E501
+                f"run `{self._replay_hint()}` once the store is back",
                 yellow=True, bold=True,
             )
             for name, error in report.errors.items():
