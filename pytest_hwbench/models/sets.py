@@ -1,0 +1,318 @@
+"""Model sets: user models from a TOML/JSON file, a Hugging Face `config.json` file or a folder with one.
+
+`load_model_set` (``--hwbench-model-set``) reads and checks every entry once (`check_model_spec`:
+the config is built and kept on the spec), so a bad set stops a run before any case; every error
+names the file, the entry or model, and the field. `spec_from_config` turns the contents of a
+`config.json` into a checked `ModelSpec`. Sizes (`SIZE_KEYS`) must be whole numbers >= 1, and an
+entry may take a built-in zoo name only for the same architecture.
+"""
+
+from __future__ import annotations
+
+import difflib
+import json
+import re
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from .spec import FAMILIES, MODALITIES, TIERS, ModelSpec
+from .zoo import LLAVA_GAPS, ZOO_NAMES, zoo_entry
+
+try:
+    import tomllib
+except ModuleNotFoundError:  # Python 3.10
+    import tomli as tomllib  # type: ignore[no-redef]
+
+
+#: model_type (config.json) -> (family, modality, auto class), for directories with a config.json.
+_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
+    "bert": ("embedding", "text", "AutoModel"),
+    "roberta": ("embedding", "text", "AutoModel"),
+    "distilbert": ("embedding", "text", "AutoModel"),
+    "mpnet": ("embedding", "text", "AutoModel"),
+    "gpt2": ("text_generation", "text", "AutoModelForCausalLM"),
+    "llama": ("text_generation", "text", "AutoModelForCausalLM"),
+    "qwen2": ("text_generation", "text", "AutoModelForCausalLM"),
+    "t5": ("text_generation", "text2text", "AutoModelForSeq2SeqLM"),
+    "vit": ("vision", "image", "AutoModel"),
+    "resnet": ("vision", "image", "AutoModel"),
+    "whisper": ("audio", "audio_features", "AutoModel"),
+    "wav2vec2": ("audio", "audio_waveform", "AutoModel"),
+    "clip": ("multimodal", "image_text", "AutoModel"),
+    "clap": ("multimodal", "audio_text", "AutoModel"),
+    "xclip": ("multimodal", "video_text", "AutoModel"),
+    "llava": ("multimodal", "image_text_tokens", "AutoModelForImageTextToText"),
+    "detr": ("vision", "image", "AutoModelForObjectDetection"),
+}
+
+
+def _spec_from_dir(path: Path) -> ModelSpec:
+    config_file = path / "config.json"
+    try:
+        config = json.loads(config_file.read_text(encoding="utf-8"))
+    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
+    model_type = config.get("model_type") if isinstance(config, dict) else None
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(
+            f"{path}/config.json: model_type {model_type!r} has no default family; known: "
+            f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead."
+        )
+    family, modality, auto = _MODEL_TYPES[model_type]
+    gaps = LLAVA_GAPS if model_type == "llava" else {}
+    return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
+
+
+#: config.json keys that describe the file, not the architecture.
+_CONFIG_METADATA = ("model_type", "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
+                    "auto_map", "_commit_hash")
+
+
+def is_hf_config(data: Any) -> bool:
+    """Whether parsed JSON is a Hugging Face ``config.json`` (a ``model_type``, no ``models`` list)."""
+    return isinstance(data, Mapping) and "model_type" in data and "models" not in data
+
+
+def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, where: str = "config") -> ModelSpec:
+    """A checked `ModelSpec` from the contents of a Hugging Face ``config.json``.
+
+    The config class comes from its ``model_type`` (e.g. ``bert`` -> ``BertConfig``), the other
+    keys become its keyword arguments; family, modality and auto class are those of the model
+    type (`_MODEL_TYPES`). `name` defaults to the config's ``_name_or_path`` (last part), else
+    ``<model_type>-custom``. Raises ValueError naming `where` and the field.
+    """
+    if not isinstance(config, Mapping):
+        raise ValueError(f"{where}: expected a JSON object (the contents of a config.json), got "
+                         f"{type(config).__name__}")
+    model_type = config.get("model_type")
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
+                         f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+    import transformers
+
+    config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
+    kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
+    problem = _size_problem(kwargs, "")
+    if problem is not None:
+        raise ValueError(f"{where}: {problem}")
+    if not name:
+        origin = config.get("_name_or_path")
+        name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
+        name = name or f"{model_type}-custom"
+    family, modality, auto = _MODEL_TYPES[model_type]
+    gaps = LLAVA_GAPS if model_type == "llava" else {}
+    spec = ModelSpec(name, family, config_class, modality, config_kwargs=kwargs, auto_class=auto, backend_gaps=gaps)
+    try:
+        return check_model_spec(spec)
+    except ValueError as exc:
+        raise ValueError(f"{where}: {exc}") from None
+
+
+#: Fields of a model-set entry: the `ModelSpec` fields; the first four are required.
+_REQUIRED_FIELDS: tuple[str, ...] = ("name", "family", "config_class", "modality")
+_ENTRY_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.__dataclass_fields__)
+_CHOICES: dict[str, tuple[str, ...]] = {"family": FAMILIES, "modality": MODALITIES, "tier": TIERS}
+# transformers' strict config dataclasses name the field in their message (huggingface_hub's
+# StrictDataclassFieldValidationError): "Validation error for field 'hidden_size': ..."
+_CONFIG_FIELD = re.compile(r"field '([^']+)'")
+
+
+#: Config keys that count something (layers, heads, widths, positions): each must be >= 1.
+SIZE_KEYS: frozenset[str] = frozenset({
+    "num_hidden_layers", "num_layers", "n_layer", "n_layers", "num_decoder_layers", "encoder_layers", "decoder_layers",
+    "hidden_size", "n_embd", "d_model", "embed_dim", "projection_dim", "d_ff", "d_kv", "n_inner", "head_dim",
+    "intermediate_size", "encoder_ffn_dim", "decoder_ffn_dim", "num_attention_heads", "n_head", "num_heads",
+    "num_key_value_heads", "encoder_attention_heads", "decoder_attention_heads", "vocab_size",
+    "max_position_embeddings", "n_positions", "image_size", "patch_size", "num_channels", "num_mel_bins",
+    "hidden_sizes", "depths", "max_source_positions", "max_target_positions",
+})
+
+
+def nonpositive_size(config: Mapping[str, Any], prefix: str = "") -> tuple[str, Any] | None:
+    """(dotted field, value) of the first size in `config` (nested configs and lists included)
+    that is a number but not a whole number >= 1, or None. Sizes are the keys of `SIZE_KEYS`; None means the
+    config class's default."""
+    for key, value in config.items():
+        name = f"{prefix}{key}"
+        if isinstance(value, Mapping):
+            found = nonpositive_size(value, f"{name}.")
+            if found is not None:
+                return found
+        elif key in SIZE_KEYS and value is not None:
+            values = value if isinstance(value, list | tuple) else [value]
+            for v in values:  # a value that is no number is the config class's to refuse
+                if isinstance(v, int | float) and not isinstance(v, bool) and (not v >= 1 or v != int(v)):
+                    return name, value
+    return None
+
+
+def _size_problem(config: Mapping[str, Any], prefix: str) -> str | None:
+    found = nonpositive_size(config, prefix)
+    if found is None:
+        return None
+    return f"field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}"
+
+
+def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
+    """(spec, None, "") for a well-formed entry, else (None, field, problem)."""
+    unknown = [key for key in entry if key not in _ENTRY_FIELDS]
+    if unknown:
+        return None, str(unknown[0]), f"unknown field; accepted: {', '.join(_ENTRY_FIELDS)}"
+    for key in _REQUIRED_FIELDS:
+        if key not in entry:
+            return None, key, "missing (required: " + ", ".join(_REQUIRED_FIELDS) + ")"
+    for key in ("family", "config_class", "modality", "auto_class", "tier"):
+        if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
+            return None, key, f"expected a non-empty string, got {entry[key]!r}"
+    for key, choices in _CHOICES.items():
+        if key in entry and entry[key] not in choices:
+            return None, key, f"{entry[key]!r} is not one of {', '.join(choices)}"
+    length = entry.get("sequence_length", 1)
+    if isinstance(length, bool) or not isinstance(length, int) or length < 1:
+        return None, "sequence_length", f"expected a whole number >= 1, got {length!r}"
+    for key in ("config_kwargs", "backend_gaps"):
+        if key in entry and not isinstance(entry[key], Mapping):
+            return None, key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}"
+    found = nonpositive_size(entry.get("config_kwargs") or {}, "config_kwargs.")
+    if found is not None:
+        return None, found[0], f"a size must be a whole number >= 1, got {found[1]!r}"
+    return ModelSpec(**entry), None, ""
+
+
+def check_model_spec(spec: ModelSpec) -> ModelSpec:
+    """Build `spec`'s config once (kept for its cases) and check what every case would need.
+
+    Cheap: a transformers config object, the auto class's name and the input shape of the
+    modality; no model is built. Raises ValueError naming the field: ``config_class``,
+    ``config_kwargs.<key>``, ``auto_class`` or ``modality``.
+    """
+    import transformers
+
+    kwargs = spec.config_kwargs
+    is_path = spec.config_class.startswith(("/", "."))
+    if not is_path and not hasattr(transformers, spec.config_class):
+        close = difflib.get_close_matches(spec.config_class, [n for n in dir(transformers) if n.endswith("Config")],
+                                          n=3, cutoff=0.6)
+        hint = f"; did you mean {', '.join(close)}?" if close else " (e.g. BertConfig, LlamaConfig, ViTConfig)"
+        raise ValueError(f"field 'config_class': transformers has no config class {spec.config_class!r}{hint}")
+    try:
+        config = spec._config()  # cached on the spec: the cases reuse this object
+    except Exception as exc:  # a config class raises whatever its checks raise
+        text = f"{type(exc).__name__}: {exc}".replace("\n", " ")
+        if is_path:
+            raise ValueError(f"field 'config_class': cannot load {spec.config_class}: {text}") from None
+        match = _CONFIG_FIELD.search(str(exc))
+        key = match.group(1) if match and match.group(1) in kwargs else None
+        field_name = f"config_kwargs.{key}" if key else "config_kwargs"
+        raise ValueError(f"field {field_name!r}: {spec.config_class}({_kwargs_text(kwargs)}) fails: {text}") from None
+    if not hasattr(transformers, spec.auto_class):
+        raise ValueError(f"field 'auto_class': transformers has no class {spec.auto_class!r} "
+                         "(e.g. AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM)")
+    try:
+        spec.input_shape()
+    except Exception as exc:
+        raise ValueError(
+            f"field 'modality': {spec.modality!r} does not fit {type(config).__name__} "
+            f"({type(exc).__name__}: {exc}); pick the modality of the model's inputs: {', '.join(MODALITIES)}"
+        ) from None
+    return spec
+
+
+def _kwargs_text(kwargs: Mapping[str, Any]) -> str:
+    text = ", ".join(f"{k}={v!r}" for k, v in kwargs.items())
+    return text if len(text) <= 200 else text[:197] + "..."
+
+
+def load_model_set(path: str | Path) -> list[ModelSpec]:
+    """Read models from a TOML/JSON model-set file, a `config.json` file or a directory with one.
+
+    File form: ``[[models]]`` tables (TOML) or ``{"models": [...]}`` (JSON), each with
+    ``name``, ``family``, ``config_class``, ``modality`` and optional ``config_kwargs``,
+    ``auto_class``, ``tier``, ``sequence_length``, ``replace``. An entry may reuse a built-in zoo
+    name only for the same architecture, or with ``replace = true``; every size in
+    ``config_kwargs`` (`SIZE_KEYS`: layers, heads, widths, positions) must be >= 1.
+
+    Every model is checked here, once (`check_model_spec`: its config is built and kept), so a
+    bad set stops a run before any case. Raises ValueError naming the file, the model (or the
+    entry) and the field.
+    """
+    path = Path(path)
+    if path.is_dir():
+        if not (path / "config.json").exists():
+            raise ValueError(f"model directory {path} has no config.json")
+        spec = _spec_from_dir(path)
+        try:
+            return [check_model_spec(spec)]
+        except ValueError as exc:
+            raise ValueError(f"model directory {path}: {exc}") from None
+    if not path.exists():
+        raise ValueError(f"model set {path} does not exist (expected a .toml/.json file or a directory)")
+    if path.suffix not in (".toml", ".json"):
+        raise ValueError(f"model set {path}: unknown suffix {path.suffix!r}; use .toml, .json or a directory")
+    try:
+        text = path.read_text(encoding="utf-8")
+        data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
+    except (OSError, UnicodeDecodeError) as exc:
+        raise ValueError(f"model set {path}: cannot be read ({exc})") from None
+    except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
+        raise ValueError(f"model set {path}: not valid {path.suffix[1:].upper()}: {exc}") from None
+    if is_hf_config(data):  # a transformers config.json file, named after its folder or itself
+        default = path.parent.name if path.name == "config.json" else path.stem
+        return [spec_from_config(data, None if data.get("_name_or_path") else default, where=str(path))]
+    entries = data.get("models") if isinstance(data, dict) else None
+    if not isinstance(entries, list) or not entries:
+        raise ValueError(f"model set {path}: expected a non-empty 'models' list")
+    specs: list[ModelSpec] = []
+    seen: dict[str, int] = {}
+    for i, entry in enumerate(entries):
+        if not isinstance(entry, dict):
+            raise ValueError(
+                f"model set {path}: entry {i} of 'models' is not a table but {type(entry).__name__} {entry!r}; "
+                f"each entry is a table with {', '.join(_REQUIRED_FIELDS)}"
+            )
+        name = entry.get("name")
+        if not isinstance(name, str) or not name.strip():
+            raise ValueError(f"model set {path}, entry {i}: field 'name': expected a non-empty string, got {name!r}")
+        where = f"model set {path}, entry {i} (model {name!r})"
+        if name in seen:
+            raise ValueError(f"{where}: field 'name': {name!r} is already entry {seen[name]}; names must be unique")
+        seen[name] = i
+        entry = dict(entry)
+        take_over = entry.pop("replace", False)
+        if not isinstance(take_over, bool):
+            raise ValueError(f"{where}: field 'replace': expected true or false, got {take_over!r}")
+        spec, field_name, problem = _entry_spec(entry)
+        if spec is None:
+            raise ValueError(f"{where}: field {field_name!r}: {problem}")
+        try:
+            specs.append(check_model_spec(spec))
+        except ValueError as exc:
+            raise ValueError(f"{where}: {exc}") from None
+        if not take_over:
+            _check_zoo_name(spec, where)
+    return specs
+
+
+def _architecture_dict(spec: ModelSpec) -> dict[str, Any]:
+    """The built config's values that say what the model is (no metadata)."""
+    data = spec._config().to_dict()
+    return {k: v for k, v in data.items() if k not in _CONFIG_METADATA and k not in ("return_dict",)}
+
+
+def _check_zoo_name(spec: ModelSpec, where: str) -> None:
+    """Refuse an entry that takes a built-in zoo name for another architecture (records would
+    carry the zoo model's name for a different model)."""
+    if spec.name not in ZOO_NAMES:
+        return
+    zoo = zoo_entry(spec.name)
+    if zoo.config_class == spec.config_class and _architecture_dict(zoo) == _architecture_dict(spec):
+        return
+    raise ValueError(f"{where}: field 'name': {spec.name!r} is a built-in zoo model ({zoo.config_class}) and this "
+                     f"entry describes another architecture ({spec.config_class}({_kwargs_text(spec.config_kwargs)})); "
+                     "give it its own name, or set replace = true to take the zoo name over")
+
+
+
+__all__ = ["SIZE_KEYS", "check_model_spec", "is_hf_config", "load_model_set", "nonpositive_size",
+           "spec_from_config"]

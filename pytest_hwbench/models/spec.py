@@ -1,0 +1,189 @@
+"""What a model is: `ModelSpec` (how to build and feed it) and the words it is described in.
+
+A `ModelSpec` names a transformers config class and its kwargs, the auto class that builds the
+model, and the modality whose input builder (`inputs`) feeds it. Its `architecture` (parameters,
+FLOPs per item, activation peak, launches, heads) comes from the meta-device trace (`trace`), so
+the numbers of a 7B model cost about a second and no weights are allocated. transformers and
+torch are imported only when a config, a model or inputs are built.
+"""
+
+from __future__ import annotations
+
+import functools
+import math
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from types import MappingProxyType
+from typing import Any
+
+from ..vocabulary import BYTES_PER_PRECISION
+from .inputs import INPUTS, MAX_LENGTH, SHAPES
+from .trace import ModelArchitecture, trace_architecture
+
+FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
+MODALITIES: tuple[str, ...] = (
+    "text", "text2text", "image", "audio_features", "audio_waveform", "image_text",
+    "audio_text", "video_text", "image_text_tokens",
+)
+#: quick: tiny variants for CI; full: real sizes that fit a 24 GB CPU host in fp32; large: real
+#: sizes for GPU runners (their CPU cases skip on hosts without the memory).
+TIERS: tuple[str, ...] = ("full", "quick", "large")
+#: Bytes per weight at each precision. int8 is dynamic quantization of the Linear weights, so
+#: this is a floor: embeddings and norms stay fp32.
+WEIGHT_BYTES: Mapping[str, int] = BYTES_PER_PRECISION
+#: Bytes per activation value: dynamic int8 quantizes weights only and keeps fp32 activations.
+ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType({**BYTES_PER_PRECISION, "int8": 4})
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """How to build one zoo model and feed it."""
+
+    name: str
+    family: str
+    config_class: str
+    modality: str
+    config_kwargs: Mapping[str, Any] = field(default_factory=dict)
+    auto_class: str = "AutoModel"
+    tier: str = "full"
+    sequence_length: int = 128
+    #: backend name -> why this model cannot run there, for gaps no backend can detect before
+    #: a wrong result (e.g. an export that silently fixes the batch size). A skip reason.
+    backend_gaps: Mapping[str, str] = field(default_factory=dict)
+
+    def __post_init__(self) -> None:
+        if self.family not in FAMILIES:
+            raise ValueError(f"model {self.name!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
+        if self.modality not in MODALITIES:
+            raise ValueError(f"model {self.name!r}: modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
+        if self.tier not in TIERS:
+            raise ValueError(f"model {self.name!r}: tier {self.tier!r} is not one of {', '.join(TIERS)}")
+        if self.sequence_length < 1:
+            raise ValueError(f"model {self.name!r}: sequence_length must be >= 1, got {self.sequence_length}")
+
+    def build_config(self) -> Any:
+        """The transformers config object (no hub access)."""
+        import transformers
+
+        if self.config_class.startswith("/") or self.config_class.startswith("."):
+            return transformers.AutoConfig.from_pretrained(self.config_class, local_files_only=True)
+        try:
+            cls = getattr(transformers, self.config_class)
+        except AttributeError:
+            raise ValueError(
+                f"model {self.name!r}: transformers has no config class {self.config_class!r}"
+            ) from None
+        return cls(**self.config_kwargs)
+
+    def build_model(self, device: Any = "cpu", dtype: Any = None, seed: int | None = 0,
+                    auto_class: str | None = None) -> Any:
+        """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing).
+
+        The weights come from `seed` (None: the global RNG), so every backend runs the same
+        model; the caller's RNG state is left as it was. `auto_class` replaces the spec's own
+        (e.g. a generation head where the zoo builds the base model, as for Whisper).
+        """
+        import contextlib
+
+        import torch
+        import transformers
+
+        config = self.build_config()
+        auto = getattr(transformers, auto_class or self.auto_class)
+        rng = torch.random.fork_rng(devices=[]) if seed is not None else contextlib.nullcontext()
+        with rng, torch.device(device):
+            if seed is not None:
+                torch.manual_seed(seed)
+            model = auto.from_config(config, dtype=dtype) if dtype is not None else auto.from_config(config)
+        return model.eval()
+
+    def input_shape(self) -> dict[str, int | None]:
+        """The size of one item: sequence length, image size or audio samples."""
+        return SHAPES[self.modality](self.sequence_length, self._config())
+
+    @property
+    def max_sequence_length(self) -> int | None:
+        """The longest token sequence the model takes, from its config's position limit.
+
+        None where its input is no token sequence (images, waveforms) or the config sets no
+        limit (T5's relative positions). Builds the config, not the model.
+        """
+        return MAX_LENGTH[self.modality](self._config())
+
+    def make_inputs(self, batch_size: int, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
+        """Deterministic random inputs for `batch_size` items, as forward() kwargs."""
+        import torch
+
+        gen = torch.Generator().manual_seed(seed)
+        inputs = INPUTS[self.modality](self.sequence_length, self._config(), batch_size, gen)
+        return {k: v.to(device) for k, v in inputs.items()}
+
+    @functools.cached_property
+    def _cached_config(self) -> Any:
+        return self.build_config()
+
+    def _config(self) -> Any:
+        return self._cached_config
+
+    @functools.cached_property
+    def architecture(self) -> ModelArchitecture:
+        """Parameter count, FLOPs per item and shape numbers, from a meta-device build."""
+        # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
+        # which the meta-device trace answers.
+        return trace_architecture(self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
+                                  model_type=self.config_class,
+                                  tokens=lambda: self.input_shape().get("sequence_length") or 1)
+
+    def weights_memory_mb(self, precision: str = "fp32") -> float:
+        """MiB the weights take at `precision` (`WEIGHT_BYTES` per parameter)."""
+        return self.architecture.param_count * _bytes(WEIGHT_BYTES, precision) / 2**20
+
+    def activation_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
+        """MiB of activations alive at the peak of one forward over `batch_size` items.
+
+        The peak is measured once, at batch 1 in fp32, on the meta device: the most bytes that
+        op outputs of the forward held at one time, the returned outputs (logits, KV cache)
+        included, weights and inputs excluded. It is scaled linearly in the batch and by
+        `ACTIVATION_BYTES` / 4 for the precision. Runtime overhead (CUDA context, allocator
+        slack, a second copy while exporting) is not in it. 0 when the forward cannot run on
+        the meta device.
+        """
+        per_item = self.architecture.activation_bytes_per_item or 0.0
+        return per_item * _bytes(ACTIVATION_BYTES, precision) / 4 * batch_size / 2**20
+
+    def estimated_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
+        """MiB one forward needs at `precision` and `batch_size`: weights plus peak activations."""
+        return self.weights_memory_mb(precision) + self.activation_memory_mb(precision, batch_size)
+
+
+def _bytes(table: Mapping[str, int], precision: str) -> int:
+    try:
+        return table[precision]
+    except KeyError:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(table)}") from None
+
+
+
+def flops_per_item(spec: ModelSpec) -> float:
+    """Forward FLOPs for one item (batch 1)."""
+    return spec.architecture.flops_per_item
+
+
+def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float) -> float | None:
+    """TFLOP/s reached by one forward over `batch_size` items taking `latency_s`."""
+    if not flops_item or latency_s <= 0 or not math.isfinite(latency_s):
+        return None
+    return flops_item * batch_size / latency_s / 1e12
+
+
+__all__ = [
+    "ACTIVATION_BYTES",
+    "FAMILIES",
+    "MODALITIES",
+    "TIERS",
+    "WEIGHT_BYTES",
+    "ModelArchitecture",
+    "ModelSpec",
+    "achieved_tflops",
+    "flops_per_item",
+]
