@@ -63,7 +63,6 @@ from pathlib import Path
 
 import numpy as np
 import pandas as pd
-from sklearn.model_selection import GroupKFold
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
@@ -247,10 +246,11 @@ def choose_recipe(ds: Dataset, trials: int, seed: int) -> StudyResult:
 
 
 def lomo_folds(ds: Dataset) -> list[Fold]:
-    """Leave one model out: GroupKFold with one fold per model."""
-    groups = ds.table["model"].astype(str).to_numpy()
-    splitter = GroupKFold(n_splits=len(np.unique(groups)))
-    return [Fold("lomo", i, tr, te) for i, (tr, te) in enumerate(splitter.split(ds.table, groups=groups))]
+    """Leave one model out: one fold per model (`hwsel.evaluation.lomo_folds`, as `hwsel train`
+    calibrates its intervals)."""
+    from hwsel.evaluation import lomo_folds as folds_of
+
+    return folds_of(ds.table)
 
 
 def lomo_oof(ds: Dataset, params: dict, seed: int) -> tuple[pd.DataFrame, list[Fold]]:
@@ -478,35 +478,15 @@ def lomo_table(ds: Dataset, oof: pd.DataFrame, folds: list[Fold], aims: Aims) ->
           f"{aims.check(f'{name} LOMO nearest-zoo/model MAPE', ratios[strong], NEAREST_RATIO_AIM, at_most=False, fmt='x')}")
 
 
-def novelty_frame(ds: Dataset) -> pd.DataFrame:
-    """The columns `hwsel.intervals.novelty` reads, one row per configuration of `ds`."""
-    t, X = ds.table, ds.X
-    return pd.DataFrame({"model": t["model"].astype(str).to_numpy(), "model_type": X["model_type"].astype(str),
-                         "family": X["family"].astype(str), "hardware": t["hardware"].astype(str).to_numpy(),
-                         "backend": t["backend"].astype(str).to_numpy(), "precision": t["precision"].astype(str).to_numpy(),
-                         "log_flops_per_item": X["log_flops_per_item"].to_numpy(dtype=float)}).reset_index(drop=True)
-
-
 def adaptive_bands(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
-    """Each held-out model's rows with their `hwsel.intervals.AdaptiveBand` (low, high) log offsets,
-    calibrated on the other models' out-of-fold residuals, nested: every distance, the held-out
-    model's and the calibration rows', is measured against models other than the held-out one."""
-    from hwsel.intervals import AdaptiveBand, novelty
+    """Each held-out model's rows with their adaptive (low, high) log offsets
+    (`hwsel.intervals.lomo_offsets`, the calibration `hwsel train` stores with the champion):
+    calibrated on the other models' out-of-fold residuals, every distance measured against
+    models other than the held-out one."""
+    from hwsel.intervals import lomo_offsets, novelty_frame
 
-    frame = novelty_frame(ds)
-    rows = oof["row"].to_numpy()
-    resid = (oof["y_true"] - oof["y_pred"]).to_numpy()
-    model = oof["model"].to_numpy()
-    group = (frame["hardware"] + "|" + frame["backend"] + "|" + frame["precision"]).to_numpy()[rows]
-    low, high = np.zeros(len(oof)), np.zeros(len(oof))
-    for name in np.unique(model):
-        here = model == name
-        known = frame[frame["model"] != name]
-        calib_d = novelty(frame.iloc[rows[~here]], known)
-        band = AdaptiveBand.fit(resid[~here], calib_d, level, group[~here])
-        lo, hi = band.offsets(novelty(frame.iloc[rows[here]], known), group[here])
-        low[here], high[here] = lo, hi
-    return oof.assign(low=low, high=high, resid=resid)
+    low, high = lomo_offsets(novelty_frame(ds.table, ds.X), oof, level)
+    return oof.assign(low=low, high=high, resid=(oof["y_true"] - oof["y_pred"]).to_numpy())
 
 
 def _width_line(width: np.ndarray) -> str:

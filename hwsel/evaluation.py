@@ -61,6 +61,20 @@ def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
     return folds
 
 
+def lomo_folds(table: pd.DataFrame) -> list[Fold]:
+    """Leave one model out: one fold per model (scheme ``lomo``), in GroupKFold's order.
+
+    Raises:
+        ValueError: the table holds fewer than two models.
+    """
+    groups = table["model"].astype(str).to_numpy()
+    n_models = len(np.unique(groups))
+    if n_models < 2:
+        raise ValueError(f"leave-one-model-out needs at least two models, the table holds {n_models}")
+    splitter = GroupKFold(n_splits=n_models)
+    return [Fold("lomo", i, tr, te) for i, (tr, te) in enumerate(splitter.split(table, groups=groups))]
+
+
 def out_of_fold(
     estimator: Any,
     X: pd.DataFrame,
@@ -157,6 +171,7 @@ __all__ = [
     "cv_folds",
     "error_metrics",
     "interval_residuals",
+    "lomo_folds",
     "out_of_fold",
     "scheme_metrics",
     "score_oof",

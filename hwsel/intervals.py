@@ -14,9 +14,11 @@ predictive inference for regression", section 5.2, locally weighted conformal).
 
 from __future__ import annotations
 
+import json
 import math
-from collections.abc import Sequence
-from dataclasses import dataclass
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import Any
 
 import numpy as np
 import pandas as pd
@@ -125,4 +127,117 @@ class AdaptiveBand:
         return self.q_low * s, self.q_high * s
 
 
-__all__ = ["FAMILY_STEP", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand", "novelty"]
+def architecture_key(model_type: Any, log_flops_per_item: Any) -> str:
+    """One model architecture as a name: its type and log FLOPs per item (a served question is
+    the same model as a training one when its architecture is, whatever it is called)."""
+    try:
+        flops = float(log_flops_per_item)
+    except (TypeError, ValueError):
+        flops = math.nan
+    return f"{model_type}|{flops:.6f}" if math.isfinite(flops) else f"{model_type}|?"
+
+
+def novelty_frame(table: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
+    """`NOVELTY_COLUMNS` of a training table (``model``, ``hardware``, ``backend``, ``precision``)
+    and its `hwsel.features.feature_frame` (``model_type``, ``family``, ``log_flops_per_item``),
+    row for row."""
+    return pd.DataFrame({
+        "model": table["model"].astype(str).to_numpy(),
+        "model_type": features["model_type"].astype(str).to_numpy(),
+        "family": features["family"].astype(str).to_numpy(),
+        "hardware": table["hardware"].astype(str).to_numpy(),
+        "backend": table["backend"].astype(str).to_numpy(),
+        "precision": table["precision"].astype(str).to_numpy(),
+        "log_flops_per_item": features["log_flops_per_item"].to_numpy(dtype=float),
+    })
+
+
+def config_groups(frame: pd.DataFrame) -> np.ndarray:
+    """The configuration of each row (``hardware|backend|precision``): `AdaptiveBand`'s groups."""
+    return (frame["hardware"].astype(str) + "|" + frame["backend"].astype(str) + "|"
+            + frame["precision"].astype(str)).to_numpy()
+
+
+def lomo_offsets(frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) log offsets of each out-of-fold row of `oof` (columns ``row``, ``y_true``,
+    ``y_pred``; rows index `frame`, a `novelty_frame`): each model's rows get the band calibrated
+    on the other models' rows, every distance measured against models other than that one, so no
+    interval has seen the model it is scored on."""
+    rows = oof["row"].to_numpy()
+    resid = (oof["y_true"] - oof["y_pred"]).to_numpy(dtype=float)
+    model = frame["model"].to_numpy()[rows]
+    group = config_groups(frame)[rows]
+    low, high = np.zeros(len(oof)), np.zeros(len(oof))
+    for name in np.unique(model):
+        here = model == name
+        known = frame[frame["model"] != name]
+        band = AdaptiveBand.fit(resid[~here], novelty(frame.iloc[rows[~here]], known), level, group[~here])
+        low[here], high[here] = band.offsets(novelty(frame.iloc[rows[here]], known), group[here])
+    return low, high
+
+
+@dataclass(frozen=True)
+class AdaptiveIntervals:
+    """An `AdaptiveBand` with the configurations its distances are measured against: what a
+    registered model needs to give each answer its own interval.
+
+    `known` holds `NOVELTY_COLUMNS` of the training table, one row per (architecture,
+    configuration), with ``model`` the `architecture_key`.
+    """
+
+    band: AdaptiveBand
+    known: pd.DataFrame = field(repr=False, compare=False)
+
+    @classmethod
+    def calibrate(cls, frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> AdaptiveIntervals:
+        """Fit on leave-one-model-out predictions `oof` (see `lomo_offsets`) of the table whose
+        `novelty_frame` is `frame`; each calibration row's distance excludes its own model."""
+        rows = oof["row"].to_numpy()
+        resid = (oof["y_true"] - oof["y_pred"]).to_numpy(dtype=float)
+        model = frame["model"].to_numpy()[rows]
+        distance = np.zeros(len(oof))
+        for name in np.unique(model):
+            here = model == name
+            distance[here] = novelty(frame.iloc[rows[here]], frame[frame["model"] != name])
+        band = AdaptiveBand.fit(resid, distance, level, config_groups(frame)[rows])
+        known = frame.assign(model=[architecture_key(t, f) for t, f in
+                                    zip(frame["model_type"], frame["log_flops_per_item"], strict=True)])
+        return cls(band, known.drop_duplicates().reset_index(drop=True))
+
+    def offsets(self, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) log offsets for rows of `hwsel.features.feature_frame` (``model_type``,
+        ``family``, ``hardware``, ``backend``, ``precision``, ``log_flops_per_item``); a row's
+        own architecture never counts as its neighbour, as in calibration."""
+        rows = pd.DataFrame({c: features[c].to_numpy() for c in NOVELTY_COLUMNS if c != "model"})
+        rows["model"] = [architecture_key(t, f) for t, f in
+                         zip(rows["model_type"], rows["log_flops_per_item"], strict=True)]
+        return self.band.offsets(novelty(rows, self.known), config_groups(rows))
+
+    def to_json(self) -> str:
+        """The band and the known configurations as JSON (`from_json` reads it back)."""
+        band = {"base": self.band.base, "slope": self.band.slope, "q_low": self.band.q_low,
+                "q_high": self.band.q_high, "level": self.band.level, "group_scale": dict(self.band.group_scale)}
+        known = {c: self.known[c].tolist() for c in NOVELTY_COLUMNS}
+        return json.dumps({"kind": "hwsel.intervals.AdaptiveIntervals", "band": band, "known": known})
+
+    @classmethod
+    def from_json(cls, text: str) -> AdaptiveIntervals:
+        """Read `to_json`'s output.
+
+        Raises:
+            ValueError: the text is not such a document (naming what is missing).
+        """
+        doc = json.loads(text)
+        if not isinstance(doc, Mapping) or doc.get("kind") != "hwsel.intervals.AdaptiveIntervals":
+            raise ValueError("not an hwsel.intervals.AdaptiveIntervals document (no kind "
+                             "'hwsel.intervals.AdaptiveIntervals')")
+        b = doc["band"]
+        band = AdaptiveBand(float(b["base"]), float(b["slope"]), float(b["q_low"]), float(b["q_high"]),
+                            float(b["level"]), tuple(sorted((str(k), float(v)) for k, v in b["group_scale"].items())))
+        known = pd.DataFrame({c: doc["known"][c] for c in NOVELTY_COLUMNS})
+        known["log_flops_per_item"] = known["log_flops_per_item"].astype(float)
+        return cls(band, known)
+
+
+__all__ = ["FAMILY_STEP", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand", "AdaptiveIntervals",
+           "architecture_key", "config_groups", "lomo_offsets", "novelty", "novelty_frame"]

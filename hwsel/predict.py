@@ -7,7 +7,7 @@ answers from the first layer that can (`hwsel.layers`, each behind the `Layer` p
                   into a dict keyed by the case; the interval is the measured spread.
 2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), loaded once;
                   only for (hardware, backend, precision, mode) combinations their training
-                  snapshot holds; the interval is the champion's residual band.
+                  snapshot holds; the interval is the champion's (adaptive where it has them).
 3. ``roofline``   a compute/memory-bound estimate from the device's peak FLOP/s and bandwidth
                   (`hwsel.features`' roofline) plus a launch overhead per forward.
 4. ``rules``      plain heuristics (a table of effective FLOP/s and overheads per hardware); no

@@ -8,8 +8,10 @@ only when a new version wins (see its module docstring).
 
 Each version carries tags saying what it learned from: ``hwsel.training_run_id``,
 ``hwsel.data_sha256``, ``hwsel.snapshot`` (the Parquet artifact of the training table),
-``hwsel.params``, the cross-validated ``hwsel.score`` and residual quantiles
-(``hwsel.residual_q10``/``q90``) that `ChampionModel.interval` uses.
+``hwsel.params``, the cross-validated ``hwsel.score``, the residual quantiles
+(``hwsel.residual_q10``/``q90``: one band for every answer) and, for latency, ``hwsel.intervals``:
+the artifact of its adaptive intervals (`hwsel.intervals.AdaptiveIntervals`, calibrated on
+leave-one-model-out folds), which `ChampionModel.interval` uses when present.
 
 All calls go through an explicit `MlflowClient`; models are saved locally and uploaded with
 `log_artifacts`, so no fluent run is ever started (mlflow #159, #9235).
@@ -237,6 +239,8 @@ class ChampionModel:
     model: Any = field(repr=False, compare=False)
     residual_q10: float = 0.0
     residual_q90: float = 0.0
+    #: `hwsel.intervals.AdaptiveIntervals` stored with the version (None: the fixed band)
+    intervals: Any = field(default=None, repr=False, compare=False)
 
     def predict_log(self, features: pd.DataFrame) -> np.ndarray:
         """Natural log of the prediction."""
@@ -252,11 +256,20 @@ class ChampionModel:
         """Predictions in natural units (ms, items/s, MiB)."""
         return np.exp(self.predict_log(features))
 
+    def log_offsets(self, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) log offsets of the nominal 90% interval around `predict_log`: the adaptive
+        intervals' (each row's own width) when the version has them, else the fixed band."""
+        if self.intervals is not None:
+            return self.intervals.offsets(features)
+        n = len(features)
+        return np.full(n, self.residual_q10), np.full(n, self.residual_q90)
+
     def interval(self, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high): the 10%-90% band from cross-validated log residuals (held-out batch sizes
-        and held-out models pooled) around `predict`."""
+        """(low, high) around `predict`: nominal 90%, from leave-one-model-out residuals
+        (`log_offsets`)."""
         log = self.predict_log(features)
-        return np.exp(log + self.residual_q10), np.exp(log + self.residual_q90)
+        low, high = self.log_offsets(features)
+        return np.exp(log + low), np.exp(log + high)
 
 
 def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel | None:
@@ -317,7 +330,32 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
         model=model,
         residual_q10=_float(tags.get("hwsel.residual_q10"), 0.0),
         residual_q90=_float(tags.get("hwsel.residual_q90"), 0.0),
+        intervals=_load_intervals(uri, tags.get("hwsel.intervals")),
     )
+
+
+@functools.lru_cache(maxsize=32)
+def _load_intervals(tracking_uri: str, artifact_uri: str | None) -> Any:
+    """The `hwsel.intervals.AdaptiveIntervals` at `artifact_uri` (a version's ``hwsel.intervals``
+    tag), or None without one; an unreadable one gives an `HwbenchWarning` and None (the fixed
+    band answers)."""
+    if not artifact_uri:
+        return None
+    try:
+        import mlflow.artifacts
+
+        from hwsel.intervals import AdaptiveIntervals
+
+        with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp, quiet_mlflow():
+            local = mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=tmp,
+                                                        tracking_uri=tracking_uri)
+            return AdaptiveIntervals.from_json(Path(local).read_text(encoding="utf-8"))
+    except Exception as exc:
+        from pytest_hwbench.errors import HwbenchWarning
+
+        warnings.warn(f"hwsel: cannot read the adaptive intervals {artifact_uri} from {redact_uri(str(tracking_uri))}: "
+                      f"{redact_uri(repr(exc))}; answers carry the fixed band", HwbenchWarning, stacklevel=3)
+        return None
 
 
 __all__ = [

@@ -17,8 +17,11 @@ One `train()` call:
 3. throughput is not learned separately: ``log throughput = log(1000 * batch) - log latency``
    (`ThroughputFromLatency`), so the two predictions always agree;
 4. fits the winner on all rows, evaluates out-of-fold (MAPE, median/p90 error, share within
-   10%, roofline baseline), logs study and evaluation, registers a new version of
-   ``hwsel-latency``, ``hwsel-throughput`` and ``hwsel-memory`` (`hwsel.registry`);
+   10%, roofline baseline), calibrates the latency model's adaptive intervals on
+   leave-one-model-out folds of the winning recipe (`hwsel.intervals.AdaptiveIntervals`, an
+   artifact of the run named by the version's ``hwsel.intervals`` tag), logs study and
+   evaluation, registers a new version of ``hwsel-latency``, ``hwsel-throughput`` and
+   ``hwsel-memory`` (`hwsel.registry`);
 5. moves each model's ``champion`` alias only when the new version wins on the same
    evaluation. The current champion's *recipe* (its estimator and hyperparameters, cloned from
    the registered pipeline) is cross-validated on the new table with the same splits; its
@@ -92,6 +95,7 @@ from hwsel.evaluation import (
     cv_folds,
     error_metrics,
     interval_residuals,
+    lomo_folds,
     out_of_fold,
     scheme_metrics,
     score_oof,
@@ -359,6 +363,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
         now = int(time.time() * 1000)
 
         fitted: dict[str, Any] = {}
+        intervals_uri: str | None = None
         for target, (column, offset_col) in LEARNED.items():
             y_all = np.log(table[column].to_numpy(dtype=float))
             rows = np.isfinite(y_all)
@@ -380,6 +385,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                 fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), tp_study, sub, Xs,
                                         _LOG_1000 + Xs["log_batch_size"].to_numpy() - ys, target_folds)
                 _log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
+                intervals_uri = _log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now)
 
         versions: dict[str, str] = {}
         cvs: dict[str, Mapping[str, Mapping[str, float]]] = {}
@@ -399,7 +405,8 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                       "hwsel.training_run_id": run_id, "hwsel.score": repr(study.score),
                       "hwsel.residual_q10": repr(q10), "hwsel.residual_q90": repr(q90),
                       "hwsel.params": json.dumps(study.params, sort_keys=True),
-                      "hwsel.n_rows": str(len(sub))},
+                      "hwsel.n_rows": str(len(sub))}
+                | ({"hwsel.intervals": intervals_uri} if target == "latency" and intervals_uri else {}),
             )
 
         # Each learned target's champion, as read now, scored on this data (outside the lock:
@@ -470,6 +477,38 @@ def _log_study(client: Any, run_id: str, target: str, study: StudyResult, sub: p
         oof.to_parquet(oof_path, index=False)
         client.log_artifact(run_id, str(trials_path), "study")
         client.log_artifact(run_id, str(oof_path), "evaluation")
+
+
+def _log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_col: str, seed: int,
+                   sub: pd.DataFrame, Xs: pd.DataFrame, ys: np.ndarray, now: int) -> str | None:
+    """Calibrate the latency model's adaptive intervals (`hwsel.intervals.AdaptiveIntervals`) on
+    leave-one-model-out predictions of the chosen recipe, log them as the run's artifact
+    ``intervals/latency_intervals.json`` with the nested leave-one-model-out coverage and widths
+    (``latency.lomo_interval_*``), and return the artifact's URI; None with fewer than two models."""
+    from mlflow.entities import Metric
+
+    from hwsel.intervals import AdaptiveIntervals, lomo_offsets, novelty_frame
+
+    if sub["model"].nunique() < 2:
+        return None
+    estimator = build_estimator(dict(params), offset_column=offset_col, seed=seed)
+    with one_thread():
+        oof = out_of_fold(estimator, Xs, ys, lomo_folds(sub))
+    frame = novelty_frame(sub, Xs)
+    intervals = AdaptiveIntervals.calibrate(frame, oof, INTERVAL_LEVEL)
+    low, high = lomo_offsets(frame, oof, INTERVAL_LEVEL)
+    resid = (oof["y_true"] - oof["y_pred"]).to_numpy()
+    width = np.exp(high - low)
+    metrics = {"latency.lomo_interval_coverage": float(np.mean((resid >= low) & (resid <= high))),
+               "latency.lomo_interval_width_median": float(np.median(width)),
+               "latency.lomo_interval_width_p10": float(np.quantile(width, 0.1)),
+               "latency.lomo_interval_width_p90": float(np.quantile(width, 0.9))}
+    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)])
+    with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp:
+        path = Path(tmp) / "latency_intervals.json"
+        path.write_text(intervals.to_json(), encoding="utf-8")
+        client.log_artifact(run_id, str(path), "intervals")
+    return f"runs:/{run_id}/intervals/latency_intervals.json"
 
 
 def _log_roofline_baseline(client: Any, run_id: str, sub: pd.DataFrame, Xs: pd.DataFrame,

@@ -6,7 +6,10 @@ precision is worse than the roofline estimate). Each (model, hardware, backend, 
 device) is scored at the batch sizes of `GRID_BATCH_SIZES` once, in one call with the other rows
 asked for (a forest costs as much for 300 rows as for one); any batch size between answers by
 interpolating log latency and log memory linearly in log batch size between its two grid
-neighbours, so later questions never score again. The interval is the champion's residual band.
+neighbours, so later questions never score again. The interval is the champion's: its adaptive
+intervals (`hwsel.intervals.AdaptiveIntervals`, each answer as wide as its configuration's
+typical error and its distance to the measured models make it) when the version has them, else
+its fixed residual band.
 """
 
 from __future__ import annotations
@@ -190,9 +193,13 @@ def _champion_log(champion: Any, features: Any) -> Any:
 
 
 def _champion_interval(champion: Any, features: Any, log_pred: Any) -> tuple[Any, Any]:
-    """The champion's (low, high), from its residual quantiles when it has them (no second scoring)."""
+    """The champion's (low, high) around `log_pred` (no second scoring): its `log_offsets`
+    (adaptive or fixed, `hwsel.registry.ChampionModel`), its residual quantiles, or its `interval`."""
     import numpy as np
 
+    if hasattr(champion, "log_offsets"):
+        low, high = champion.log_offsets(features)
+        return np.exp(log_pred + np.asarray(low, dtype=float)), np.exp(log_pred + np.asarray(high, dtype=float))
     q10, q90 = getattr(champion, "residual_q10", None), getattr(champion, "residual_q90", None)
     if q10 is not None and q90 is not None:
         return np.exp(log_pred + q10), np.exp(log_pred + q90)

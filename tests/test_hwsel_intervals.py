@@ -1,0 +1,129 @@
+"""Adaptive prediction intervals: calibrated on leave-one-model-out folds by `hwsel train`, stored
+with the registered latency model, and carried by the registered layer's answers.
+
+Training runs on a slice of the committed snapshot of real CPU runs
+(`benchmarks/data/cpu_runs.parquet`) into a real SQLite MLflow store. Nothing is mocked.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import warnings
+from pathlib import Path
+
+import numpy as np
+import pandas as pd
+import pytest
+
+from hwsel import Predictor
+from hwsel.data import load_runs, snapshot
+from hwsel.features import query_frame, resolve_model
+from hwsel.intervals import AdaptiveBand, AdaptiveIntervals, lomo_offsets, novelty_frame
+from hwsel.registry import MODEL_NAMES, load_champion
+
+SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
+MODELS = ("bert-tiny", "gpt2-tiny", "resnet-tiny", "vit-tiny", "t5-tiny")
+
+
+def test_band_widens_with_distance_and_keeps_its_level() -> None:
+    """Residuals that grow with the distance to measured models give a band that grows with it,
+    and covers about the nominal share of new rows drawn the same way."""
+    rng = np.random.default_rng(0)
+    d = rng.uniform(0, 3, 4000)
+    r = rng.normal(0, 0.1 * (1 + 2 * d))
+    band = AdaptiveBand.fit(r[:2000], d[:2000], 0.9)
+    low, high = band.offsets(np.array([0.0, 3.0]))
+    assert band.slope > 0 and high[1] - low[1] > 2 * (high[0] - low[0])
+    lo, hi = band.offsets(d[2000:])
+    inside = float(np.mean((r[2000:] >= lo) & (r[2000:] <= hi)))
+    assert 0.87 <= inside <= 0.93
+
+
+@pytest.fixture(scope="module")
+def trained(tmp_path_factory: pytest.TempPathFactory) -> tuple[str, pd.DataFrame]:
+    """A registry with champions trained (2 trials) on five tiny models of the CPU snapshot."""
+    from hwsel.train import train
+
+    runs = load_runs(SNAPSHOT)
+    runs = runs[runs["model"].isin(MODELS) & runs["batch_size"].isin([1, 4, 16])
+                & runs["backend"].isin(["torch", "onnxruntime"])].reset_index(drop=True)
+    root = tmp_path_factory.mktemp("intervals")
+    path = snapshot(runs, root / "runs.parquet")
+    uri = f"sqlite:///{root / 'mlflow.db'}"
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        train(str(path), tracking_uri=uri, trials=2, seed=0, progress=False, snapshot_dir=root / "snapshots")
+    return uri, runs
+
+
+def test_training_stores_adaptive_intervals_with_the_latency_champion(trained: tuple[str, pd.DataFrame]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    uri, _ = trained
+    champion = load_champion("latency", uri)
+    assert champion is not None and isinstance(champion.intervals, AdaptiveIntervals)
+    artifact = champion.tags["hwsel.intervals"]
+    assert artifact == f"runs:/{champion.run_id}/intervals/latency_intervals.json"
+    # the stored document is the band the champion uses, with every training configuration
+    doc = json.loads(Path(MlflowClient(uri).download_artifacts(champion.run_id, "intervals/latency_intervals.json"))
+                     .read_text())
+    assert doc["band"]["level"] == 0.9 and doc["band"]["q_low"] <= 0 <= doc["band"]["q_high"]
+    assert set(doc["known"]["backend"]) == {"torch", "onnxruntime"}
+    assert champion.intervals.band == AdaptiveIntervals.from_json(json.dumps(doc)).band
+    # the nested leave-one-model-out figures of that calibration are logged with the run
+    metrics = MlflowClient(uri).get_run(champion.run_id).data.metrics
+    assert 0.0 < metrics["latency.lomo_interval_coverage"] <= 1.0
+    assert metrics["latency.lomo_interval_width_p90"] >= metrics["latency.lomo_interval_width_median"] > 1.0
+    # throughput and memory versions carry no adaptive intervals (the latency champion's serve them)
+    for target in ("throughput", "memory"):
+        other = load_champion(target, uri)
+        assert other is not None and other.intervals is None, MODEL_NAMES[target]
+
+
+def test_registered_answers_carry_intervals_of_their_own_width(trained: tuple[str, pd.DataFrame]) -> None:
+    uri, _ = trained
+    predictor = Predictor.load(tracking_uri=uri, layers=("registered", "rules"))
+    champion = predictor.champions["latency"]
+    widths = {}
+    for model in ("bert-tiny", "t5-tiny", "resnet-tiny"):
+        for backend in ("torch", "onnxruntime"):
+            pred = predictor.predict(model, "cpu", batch_size=8, backend=backend)["cpu"]
+            assert pred.source == "registered"
+            row = query_frame(resolve_model(model), hardware="cpu", backend=backend, precision="fp32", batch_size=8,
+                              device_name=pred.device)
+            low, high = champion.interval(row)
+            assert pred.interval[0] <= pred.latency_ms <= pred.interval[1]
+            if "physical floor" in pred.detail:  # raised to the device's floor (`hwsel.bounds`), band with it
+                assert pred.interval[1] == pytest.approx(max(float(high[0]), pred.latency_ms))
+                continue
+            assert pred.interval == pytest.approx((float(low[0]), float(high[0]))), (model, backend, pred.detail)
+            widths[model, backend] = pred.interval[1] / pred.interval[0]
+    # one width per answer, not one band for all
+    assert len(widths) >= 3 and len({round(w, 6) for w in widths.values()}) > 1
+    # a model far from every measured one (another family, 1000x the FLOPs) gets a wider band than
+    # a measured architecture's neighbour in the same configuration
+    near = query_frame(resolve_model("bert-tiny"), hardware="cpu", backend="torch", precision="fp32", batch_size=8)
+    far = near.assign(family="unknown-family", model_type="unknown-type",
+                      log_flops_per_item=near["log_flops_per_item"] + math.log(1000.0))
+    (nl, nh), (fl, fh) = champion.log_offsets(near), champion.log_offsets(far)
+    assert fh[0] - fl[0] > nh[0] - nl[0]
+
+
+def test_lomo_offsets_never_see_the_held_out_model(trained: tuple[str, pd.DataFrame]) -> None:
+    """The held-out model's band is the same whatever its own residuals are."""
+    from hwsel.data import training_table
+    from hwsel.features import feature_frame
+
+    _, runs = trained
+    table = training_table(runs).reset_index(drop=True)
+    frame = novelty_frame(table, feature_frame(table))
+    rng = np.random.default_rng(1)
+    y = rng.normal(0, 0.3, len(table))
+    oof = pd.DataFrame({"row": np.arange(len(table)), "y_true": y, "y_pred": np.zeros(len(table))})
+    low, high = lomo_offsets(frame, oof)
+    held = (frame["model"] == "bert-tiny").to_numpy()
+    oof2 = oof.assign(y_true=np.where(held, y * 50, y))
+    low2, high2 = lomo_offsets(frame, oof2)
+    assert np.allclose(low[held], low2[held]) and np.allclose(high[held], high2[held])
+    assert not np.allclose(high[~held], high2[~held])
