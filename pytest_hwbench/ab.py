@@ -333,9 +333,9 @@ def format_verdicts(verdicts: Sequence[PairVerdict], width: int = 120) -> str:
 
 
 def _args(parser: argparse.ArgumentParser) -> None:
-    from .cli import _store_args
+    from .sinks.commands import store_args
 
-    _store_args(parser, mlflow=True)
+    store_args(parser, mlflow=True)
     parser.add_argument("--models", required=True, help="comma-separated model names (`hwbench models` lists them)")
     parser.add_argument("--backends", default="torch", help="comma-separated backends (default: torch)")
     parser.add_argument("--hardware", default="cpu", help="comma-separated hardware (default: cpu)")
@@ -424,10 +424,10 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_STORE
     print(format_verdicts(result.verdicts))
     if not args.no_sinks:
-        from .cli import _tracking
         from .sinks import DuckDBSink, MlflowSink
+        from .sinks.commands import tracking
 
-        cfg = _tracking(args)
+        cfg = tracking(args)
         reports = record_pair(result, a, b, [lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment),
                                              lambda: DuckDBSink(cfg.db_path)], cfg.spool_dir)
         pending = sum(n for r in reports.values() for n in r.pending.values())

@@ -1,4 +1,8 @@
-"""Hooks that pytest-hwbench offers (added in `pytest_addhooks`)."""
+"""Hooks the base plugin calls (added in its `pytest_addhooks`).
+
+A plug-in declares the hooks that only it calls in its own ``pytest_addhooks``, as pytest-xdist
+does with its ``newhooks`` module; this module names no plug-in, nor a plug-in's types.
+"""
 
 from __future__ import annotations
 
@@ -9,8 +13,6 @@ import pytest
 if TYPE_CHECKING:
     from .case import BenchCase
     from .record import BenchmarkRecord, SessionInfo
-    from .sinks.base import Sink
-    from .sinks.recording import TrackingConfig
 
 
 @pytest.hookspec
@@ -39,17 +41,9 @@ def pytest_hwbench_terminal_summary(config: pytest.Config, terminalreporter: Any
     under the run's hwbench summary (e.g. where the records went), after every other summary."""
 
 
-@pytest.hookspec(firstresult=True)
-def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink] | None:
-    """Controller or serial process, when the first hwbench case is collected: the sinks every
-    record goes to after the spool, besides ``--hwbench-sink``. Ours (`pytest_hwbench.sinks.recording`, trylast) gives
-    the store's MLflow and DuckDB sinks; the first answer that is not None wins, so a conftest's
-    or a plugin's replaces ours."""
-
-
 @pytest.hookspec
 def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
     """Controller or serial process, once: distribution -> version for the session's info. Every
     answer is merged into one mapping (a conftest adds to ours; for a distribution several answer,
-    ours win). Ours: the core packages, each registered backend's `Backend.distributions`, and the
-    recording plug-in's sinks."""
+    ours win). Ours: the core packages and each registered backend's `Backend.distributions`; a
+    plug-in adds its own (e.g. the libraries of the sinks it writes to)."""

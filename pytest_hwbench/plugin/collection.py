@@ -17,8 +17,9 @@ from ..backends.base import registered_backends
 from ..case import BenchCase
 from ..hardware import detect_hardware
 from ..models import get_model
+from ..plugin_api import case_of
 from .grid import Selection, generate_cases, marker_values
-from .session import STATE, case_of, note
+from .session import STATE, note
 
 SELECTION = pytest.StashKey[Selection]()
 

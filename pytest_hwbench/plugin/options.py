@@ -7,7 +7,6 @@ an empty list is refused rather than read as "the whole default grid".
 
 from __future__ import annotations
 
-import math
 from collections.abc import Iterable
 from typing import Any
 
@@ -17,6 +16,7 @@ from .. import hookspecs
 from ..backends.base import registered_backends
 from ..case import DEFAULT_NEW_TOKENS
 from ..models import FAMILIES, get_model, load_model_set, register_model
+from ..plugin_api import MAX_CASE_SECONDS, positive_option
 from ..scenarios import registered_modes, registered_scenarios
 from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, PRECISIONS
 from .grid import hardware_targets
@@ -50,17 +50,6 @@ def _names(option: str, what: str) -> Any:
         if not items:
             raise pytest.UsageError(f"{option}: empty list; name one or more {what}, comma-separated")
         return tuple(dict.fromkeys(items))
-
-    return parse
-
-
-def text_option(option: str, what: str) -> Any:
-    """A parser of one non-empty value (a name, a path, a URI)."""
-
-    def parse(value: str) -> str:
-        if not value.strip():
-            raise pytest.UsageError(f"{option}: empty value; give {what}")
-        return value.strip()
 
     return parse
 
@@ -104,29 +93,12 @@ def _choices(option: str, allowed: Iterable[str]) -> Any:
     return parse
 
 
-#: Upper bounds of the numeric options, refused beyond at start: past them a run would end in an
-#: INTERNALERROR (more timed iterations than the timer keeps, `MAX_ITERATIONS`) or take days
-#: while saying nothing.
-MAX_CASE_SECONDS = 3600.0
+#: Upper bounds of the numeric options (besides `plugin_api.MAX_CASE_SECONDS`), refused beyond at
+#: start: past them a run would end in an INTERNALERROR (more timed iterations than the timer
+#: keeps, `MAX_ITERATIONS`) or take days while saying nothing.
 MAX_PROGRESS_SECONDS = 86400.0
 MAX_CACHED_MODELS = 64
 MAX_NOISE_RETRIES = 10
-
-
-def positive_option(option: str, kind: type, maximum: float | None = None) -> Any:
-    """A parser of one number >= 0 (and <= `maximum`), refusing others with the range."""
-
-    def parse(value: str) -> Any:
-        shown = f"0 to {maximum:g}" if maximum is not None else ">= 0"
-        try:
-            number = kind(value)
-        except ValueError:
-            raise pytest.UsageError(f"{option}: {value!r} is not a number; accepted: {shown}") from None
-        if not math.isfinite(number) or number < 0 or (maximum is not None and number > maximum):
-            raise pytest.UsageError(f"{option}: {value!r} is out of range; accepted: {shown}")
-        return number
-
-    return parse
 
 
 # --- hooks ------------------------------------------------------------------------------------

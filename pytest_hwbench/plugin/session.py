@@ -1,7 +1,7 @@
 """Session wiring: per-process state, configure/start/finish, records to hooks, xdist, progress.
 
 `pytest_configure` checks the options and creates one `HwbenchState` per process (registered as
-plugin ``hwbench-state``); the records are written by the recording plug-in
+plugin `plugin_api.STATE_PLUGIN`); the records are written by the recording plug-in
 (`pytest_hwbench.sinks.recording`), which implements the hooks the state fires. The state fires
 `pytest_hwbench_session_start`, `pytest_hwbench_record` and `pytest_hwbench_session_finish`,
 give each xdist worker the session id, its GPU and a slice of the cores, write a ``crashed``
@@ -21,7 +21,6 @@ import time
 import uuid
 from collections.abc import Iterable
 from dataclasses import dataclass
-from importlib import metadata
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -30,6 +29,7 @@ import pytest
 from ..backends.base import registered_backends
 from ..case import BenchCase
 from ..hardware import HardwareInfo, detect_hardware
+from ..plugin_api import STATE_PLUGIN, case_of, installed_versions
 from ..record import BenchmarkRecord, SessionInfo
 from .grid import case_from_id
 from .options import apply_options, register_markers
@@ -47,14 +47,7 @@ def pytest_configure(config: pytest.Config) -> None:
     apply_options(config)
     state = HwbenchState(config)
     config.stash[STATE] = state
-    config.pluginmanager.register(state, "hwbench-state")
-
-
-def case_of(item: pytest.Item) -> BenchCase | None:
-    """The case `item` measures, or None for other tests."""
-    callspec = getattr(item, "callspec", None)
-    case = callspec.params.get("hwbench_case") if callspec else None
-    return case if isinstance(case, BenchCase) else None
+    config.pluginmanager.register(state, STATE_PLUGIN)
 
 
 def _case_of_nodeid(nodeid: str) -> BenchCase | None:
@@ -85,17 +78,6 @@ def runner_label() -> str:
         if os.environ.get(var):
             return os.environ[var]
     return ""
-
-
-def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
-    """distribution -> version, for those of `distributions` that are installed."""
-    out = {}
-    for dist in distributions:
-        try:
-            out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
-    return out
 
 
 #: Distributions every session reports, whatever runs.
@@ -422,8 +404,8 @@ class HwbenchState:
     def _missing_paths(self) -> list[str]:
         """The test paths and node ids on the command line that name nothing. Serial pytest
         refuses them (``file or directory not found``, ``not found: FILE::NAME``); an xdist
-        controller collects nothing itself and its workers reported an empty collection instead
-        (issue 18, item 12). A node id is missing when its file exists but defines no class or
+        controller collects nothing itself and its workers reported an empty collection instead.
+        A node id is missing when its file exists but defines no class or
         function of each ``::`` name (parameter ids in brackets left out)."""
         if self.config.option.pyargs:  # arguments may be module names, not paths
             return []

@@ -59,6 +59,7 @@ _EXPORTS: dict[str, str] = {
     "Spool": "spool",
     "replay_command": "spool",
     "ImportResult": "transfer",
+    "export_records": "transfer",
     "import_mlflow": "transfer",
     "import_mlflow_sessions": "transfer",
 }
@@ -82,6 +83,7 @@ __all__ = [
     "SinkTimeout",
     "Spool",
     "export_parquet",
+    "export_records",
     "import_mlflow",
     "import_mlflow_sessions",
     "list_sessions",

@@ -4,9 +4,12 @@ spool first, then to the default sinks (the store's MLflow tracking URI and Duck
 
 The base plugin measures and fires ``pytest_hwbench_session_start``, ``pytest_hwbench_record`` and
 ``pytest_hwbench_session_finish``; the `Tracker` here implements them, as a third party's
-recorder would. The sinks come from ``pytest_hwbench_default_sinks`` (ours is ``trylast``: a
-conftest that answers it replaces MLflow and DuckDB and keeps the spool). `TrackingConfig.resolve`
-validates the store settings before any case runs. ``-p no:hwbench-recording`` records nothing.
+recorder would. This plug-in calls one hook of its own, declared here (`RecordingHooks`, added in
+its ``pytest_addhooks``): the sinks come from ``pytest_hwbench_default_sinks`` (ours is
+``trylast``: a conftest that answers it replaces MLflow and DuckDB and keeps the spool).
+`TrackingConfig.resolve` validates the store settings before any case runs; `TrackingConfig.store_sinks`
+names the store's sinks, which ``hwbench replay`` also reads. ``-p no:hwbench-recording``
+records nothing. Of the base plugin it uses `pytest_hwbench.plugin_api` only.
 """
 
 from __future__ import annotations
@@ -16,14 +19,21 @@ import os
 import sys
 import tempfile
 import time
-from dataclasses import dataclass
+from collections.abc import Mapping
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 import pytest
 
-from ..plugin.options import MAX_CASE_SECONDS, positive_option, text_option
-from ..plugin.session import STATE, case_of, installed_versions
+from ..plugin_api import (
+    MAX_CASE_SECONDS,
+    case_of,
+    installed_versions,
+    positive_option,
+    text_option,
+    writes_records,
+)
 from ..record import BenchmarkRecord, SessionInfo
 from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 from ._recorder import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY, Recorder, RecorderReport, unique_names
@@ -32,6 +42,23 @@ from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 from .redact import redact_uri
 from .spool import Spool, refusal, replay_command
 from .writer import SinkWriter, shippable
+
+
+class RecordingHooks:
+    """The hooks only the recording plug-in calls (added in its `pytest_addhooks`)."""
+
+    @staticmethod
+    @pytest.hookspec(firstresult=True)
+    def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink] | None:
+        """Controller or serial process, when the first hwbench case is collected: the sinks every
+        record goes to after the spool, besides ``--hwbench-sink``. Ours (trylast) gives the store's
+        sinks (`TrackingConfig.store_sinks`: MLflow and DuckDB); the first answer that is not None
+        wins, so a conftest's or a plug-in's replaces ours. A conftest that may run with this
+        plug-in off (``-p no:hwbench-recording``) marks its implementation ``optionalhook=True``."""
+
+
+def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
+    pluginmanager.add_hookspecs(RecordingHooks)
 
 
 def pytest_addoption(parser: pytest.Parser) -> None:
@@ -65,8 +92,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 @pytest.hookimpl(trylast=True)  # after the base plugin made the process's state
 def pytest_configure(config: pytest.Config) -> None:
-    state = config.stash.get(STATE, None)
-    if state is None or state.is_worker or config.getoption("hwbench_no_track"):
+    if not writes_records(config) or config.getoption("hwbench_no_track"):
         return  # workers measure, the controller writes (xdist); or the base plugin is off
     try:
         tracking = TrackingConfig.resolve(
@@ -86,8 +112,26 @@ def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
 
 @pytest.hookimpl(trylast=True, optionalhook=True)
 def pytest_hwbench_default_sinks(config: pytest.Config, tracking: TrackingConfig) -> list[Sink]:
-    return [open_sink(f"mlflow:{tracking.mlflow_uri}", experiment=tracking.experiment),
-            open_sink(f"duckdb:{tracking.db_path}")]
+    return [store_sink.open() for store_sink in tracking.store_sinks()]
+
+
+#: The names of the store's sinks (`TrackingConfig.store_sinks`), in the order records are replayed.
+STORE_SINK_NAMES = ("mlflow", "duckdb")
+
+
+@dataclass(frozen=True)
+class StoreSink:
+    """One sink of the store: its registered `name`, the `open_sink` `spec` and `options` that
+    build it, and how messages show it (`shown`, credentials masked)."""
+
+    name: str
+    spec: str
+    shown: str
+    options: Mapping[str, Any] = field(default_factory=dict)
+
+    def open(self) -> Sink:
+        """The sink, built by its registered factory (nothing connects until it is used)."""
+        return open_sink(self.spec, **self.options)
 
 
 @dataclass(frozen=True)
@@ -116,6 +160,13 @@ class TrackingConfig:
     def spool_dir(self) -> Path:
         """The append-only record journal (written before any sink)."""
         return self.store_dir / "spool"
+
+    def store_sinks(self) -> tuple[StoreSink, ...]:
+        """The store's sinks (`STORE_SINK_NAMES`), in the order records are replayed to them: the
+        MLflow tracking URI (the session's experiment) and the DuckDB file."""
+        return (StoreSink("mlflow", f"mlflow:{self.mlflow_uri}", f"MLflow {redact_uri(self.mlflow_uri)}",
+                          {"experiment": self.experiment}),
+                StoreSink("duckdb", f"duckdb:{self.db_path}", f"DuckDB {self.db_path}"))
 
     @classmethod
     def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
@@ -366,5 +417,5 @@ class Tracker:
                 write(f"hwbench:   {name}: {redact_uri(error)}")
 
 
-__all__ = ["Tracker", "TrackingConfig", "pytest_addoption", "pytest_configure", "pytest_hwbench_default_sinks",
-           "pytest_hwbench_package_versions"]
+__all__ = ["STORE_SINK_NAMES", "RecordingHooks", "StoreSink", "Tracker", "TrackingConfig", "pytest_addhooks", "pytest_addoption",
+           "pytest_configure", "pytest_hwbench_default_sinks", "pytest_hwbench_package_versions"]

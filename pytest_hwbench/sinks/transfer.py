@@ -1,4 +1,5 @@
-"""Copying a store into another: an MLflow experiment into a DuckDB file (`hwbench import-mlflow`).
+"""Copying a store into another: an MLflow experiment into a DuckDB file (`hwbench import-mlflow`),
+and a DuckDB file's records into any sink (`hwbench export --to`).
 
 A feature of its own that uses two sinks, so neither sink module imports the other.
 
@@ -14,9 +15,11 @@ import os
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks.duckdb_sink import DuckDBSink, list_sessions
+from pytest_hwbench.sinks.base import Sink
+from pytest_hwbench.sinks.duckdb_sink import DuckDBSink, list_sessions, load_records
 from pytest_hwbench.sinks.mlflow_sink import MlflowSink
 
 
@@ -95,4 +98,38 @@ def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.P
     return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
 
 
-__all__ = ["ImportResult", "import_mlflow", "import_mlflow_sessions"]
+def _text(value: Any) -> str:
+    """A cell of the sessions table as text: a timestamp in ISO form, a missing cell as ""."""
+    if value is None or value != value:  # NULL, NaN or NaT
+        return ""
+    return value.isoformat() if hasattr(value, "isoformat") else str(value)
+
+
+def export_records(db_path: str | os.PathLike[str], sink: Sink, *, chunk: int = 500) -> int:
+    """Write every record of the DuckDB file at `db_path` to `sink`, session by session (its
+    `SessionInfo` as the file holds it; a session with a final status is closed with it), and
+    return how many were written. Records the sink already holds (`Sink.existing_ids`) are
+    skipped, so exporting twice writes nothing new. The sink's errors propagate."""
+    path = Path(db_path)
+    written = 0
+    for row in list_sessions(path).to_dict("records"):
+        records = load_records(path, str(row["session_id"]))
+        have = sink.existing_ids([r.record_id for r in records]) if records else set()
+        missing = [r for r in records if r.record_id not in have]
+        if not missing:
+            continue
+        sink.open_session(SessionInfo(
+            session_id=str(row["session_id"]), started_at=_text(row["started_at"]) or missing[0].created_at,
+            host=_text(row["host"]), git_commit=_text(row["git_commit"]), git_branch=_text(row["git_branch"]),
+            runner_label=_text(row["runner_label"]), hardware_summary=_text(row["hardware_summary"]),
+            package_versions=dict(row["package_versions"] or {}), extra=dict(row["extra"] or {})))
+        for start in range(0, len(missing), chunk):
+            sink.write(missing[start:start + chunk])
+            written += len(missing[start:start + chunk])
+        status = _text(row["status"])
+        if status:
+            sink.close(status)
+    return written
+
+
+__all__ = ["ImportResult", "export_records", "import_mlflow", "import_mlflow_sessions"]

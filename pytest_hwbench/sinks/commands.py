@@ -1,0 +1,437 @@
+"""The store's ``hwbench`` subcommands (entry point ``store`` of ``pytest_hwbench.commands``):
+``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow``.
+
+They belong to the recording side: the store is what the recording plug-in writes (the spool,
+then `TrackingConfig.store_sinks`: the MLflow tracking URI and the DuckDB file). ``replay`` and
+``export --to`` build every sink through the registry (`open_sink`), so a sink a third party
+registers in the ``pytest_hwbench.sinks`` entry-point group is replayed and exported to like
+ours. ``sessions``, ``report``, ``compare`` and ``export --parquet`` read the DuckDB file; a DuckDB
+file that is locked exits 3, one that is corrupt exits 2 (`hwbench replay --sinks duckdb
+--move-corrupt` rebuilds it).
+"""
+
+from __future__ import annotations
+
+import argparse
+import sys
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
+from ._recorder import DEFAULT_DEADLINE_S, replay_each
+from .base import registered_sinks, resolve_sink
+from .duckdb_sink import DuckDBFileError, list_sessions
+from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
+from .redact import redact_uri
+
+if TYPE_CHECKING:
+    from ..record import BenchmarkRecord
+
+def store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> None:
+    """The store's options: ``--store``, ``--db`` and, with `mlflow`, ``--mlflow-uri`` and
+    ``--experiment``."""
+    parser.add_argument("--store", default="mlruns", metavar="DIR",
+                        help="local store holding the spool and default files (default: ./mlruns)")
+    parser.add_argument("--db", default=None, metavar="PATH", help="DuckDB file (default: STORE/hwbench.duckdb)")
+    if mlflow:
+        parser.add_argument("--mlflow-uri", default=None, metavar="URI",
+                            help="MLflow tracking URI (default: $MLFLOW_TRACKING_URI, else sqlite:///STORE/mlflow.db)")
+        parser.add_argument("--experiment", default=None, metavar="NAME",
+                            help="MLflow experiment (default: $HWBENCH_EXPERIMENT, else hwbench)")
+
+
+def tracking(args: argparse.Namespace) -> TrackingConfig:
+    """The store the options of `store_args` name (defaults filled, checked)."""
+    return TrackingConfig.resolve(args.store, getattr(args, "mlflow_uri", None), args.db,
+                                  getattr(args, "experiment", None), Path.cwd())
+
+
+def _db(args: argparse.Namespace) -> str:
+    path = tracking(args).db_path
+    if not path.exists():
+        raise FileNotFoundError(f"no DuckDB file at {path}; run the benchmarks first or pass --db PATH")
+    return str(path)
+
+
+def _session_id(db: str, wanted: str | None) -> str:
+    """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
+    from .duckdb_sink import list_sessions
+
+    ids = list(list_sessions(db)["session_id"])
+    if not ids:
+        raise ValueError(f"{db} holds no sessions; run the benchmarks first")
+    if wanted in (None, "latest"):
+        return str(ids[0])
+    matches = [i for i in ids if i.startswith(wanted)]
+    if len(matches) != 1:
+        what = "matches no" if not matches else f"matches {len(matches)}"
+        raise ValueError(f"session {wanted!r} {what} session in {db}; `hwbench sessions` lists them")
+    return str(matches[0])
+
+
+def _replay_args(parser: argparse.ArgumentParser) -> None:
+    store_args(parser, mlflow=True)
+    names = ", ".join(_accepted())
+    parser.add_argument("--sinks", default=None, metavar="NAMES",
+                        help=f"comma-separated sinks to replay, each on its own: a registered sink ({names}) or "
+                             "NAME:TARGET (default: the store's sinks, MLflow and DuckDB)")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+                        help="give up on a sink whose store leaves one call unanswered this long "
+                             f"(default {DEFAULT_DEADLINE_S:g}; 0: wait without limit)")
+    parser.add_argument("--move-corrupt", action="store_true",
+                        help="a DuckDB file that is corrupt is renamed to NAME.corrupt-TIME and rebuilt "
+                             "from the spool")
+
+
+def _accepted() -> list[str]:
+    """The sink names ``--sinks`` takes: the store's first, in their order, then every other
+    registered sink."""
+    return list(dict.fromkeys([*STORE_SINK_NAMES, *registered_sinks()]))
+
+
+def _sink_of(spec: str, store: dict[str, StoreSink]) -> StoreSink:
+    """The sink `spec` names: one of the store's by name, any registered sink by name (its
+    default target), or what `open_sink` takes (``NAME:TARGET``, a URI, a file). ValueError
+    for anything else."""
+    if spec in store:
+        return store[spec]
+    name, target = resolve_sink(spec)
+    return StoreSink(name, spec, f"{name} {redact_uri(target)}" if target else name)
+
+
+def chosen_sinks(option: str, text: str | None, cfg: TrackingConfig) -> list[tuple[str, StoreSink]]:
+    """(how `text` names it, the sink) for each sink a comma-separated `text` names (`_sink_of`),
+    each once; None: the store's sinks. ValueError naming `option`, what it did not accept and
+    what it accepts."""
+    store = {sink.name: sink for sink in cfg.store_sinks()}
+    if text is None:
+        return [(name, sink) for name, sink in store.items()]
+    specs = list(dict.fromkeys(n.strip() for n in text.split(",") if n.strip()))
+    chosen: list[tuple[str, StoreSink]] = []
+    unknown: list[str] = []
+    for spec in specs:
+        try:
+            chosen.append((spec, _sink_of(spec, store)))
+        except ValueError:
+            unknown.append(spec)
+    if unknown or not specs:
+        raise ValueError(f"{option}: {', '.join(map(repr, unknown)) or 'empty list'} not accepted; "
+                         f"accepted: {', '.join(_accepted())}, or NAME:TARGET (e.g. duckdb:other.duckdb)")
+    return chosen
+
+
+def _move_aside_if_corrupt(path: Path) -> Path | None:
+    """Rename the DuckDB file at `path` if it cannot be read as one; the new name, or None."""
+    import time
+
+    if not path.exists():
+        return None
+    try:
+        list_sessions(path)
+    except DuckDBFileError as exc:
+        if exc.kind != "corrupt":
+            return None
+        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+        path.rename(aside)
+        wal = path.with_name(path.name + ".wal")
+        if wal.exists():
+            wal.rename(aside.with_name(aside.name + ".wal"))
+        return aside
+    except Exception:  # noqa: BLE001 - not corrupt in the way we can tell: let the replay say what it is
+        return None
+    return None
+
+
+def _replay(args: argparse.Namespace) -> int:
+    from .spool import ReplayProgress, Spool
+
+    cfg = tracking(args)
+    chosen = chosen_sinks("--sinks", args.sinks, cfg)
+    wanted = [sink for _, sink in chosen]
+    if args.timeout < 0:
+        raise ValueError(f"--timeout: {args.timeout} is out of range; accepted: 0 (no limit) or more seconds")
+    spool = Spool(cfg.spool_dir)
+    if args.move_corrupt and any(sink.name == "duckdb" for sink in wanted):
+        aside = _move_aside_if_corrupt(cfg.db_path)
+        if aside is not None:
+            print(f"hwbench replay: {cfg.db_path} was corrupt: moved to {aside}; rebuilding it from the spool")
+    if not spool.records_path.exists():
+        print(f"hwbench replay: nothing spooled in {cfg.spool_dir}")
+        return EXIT_OK
+    print(f"hwbench replay: {spool.records_path} -> {', '.join(sink.shown for sink in wanted)}", flush=True)
+    if any(sink.name == "mlflow" for sink in wanted):
+        # Imported before the first call's deadline starts: importing MLflow takes seconds (tens on
+        # a busy runner), and that is not the store failing to answer.
+        import mlflow.tracking  # noqa: F401
+
+    def say(line: str) -> None:
+        print(line, file=sys.stderr, flush=True)
+
+    # Progress per sink (written of N, rate); a replay run again resumes where this one stopped.
+    progress = [ReplayProgress(sink.open(), lambda line: say(f"hwbench replay: {line}")) for sink in wanted]
+    results = replay_each(spool, progress, deadline_s=args.timeout or None, notify=say)
+    for result in results:
+        if result.ok:
+            print(f"  {result.name}: {result.written} records written")
+        else:
+            print(f"  {result.name}: not replayed ({result.written} records written before): "
+                  f"{redact_uri(result.error or '')}")
+    if results and results[0].refused:
+        print(f"  {results[0].refused} spooled records refused: not measurements (see the warnings)")
+    failed = [(result, named) for result, (named, _) in zip(results, chosen, strict=True) if not result.ok]
+    if failed:
+        print(f"hwbench replay: error: {', '.join(r.name for r, _ in failed)} not replayed; their records stay "
+              f"spooled, run `hwbench replay --sinks {','.join(redact_uri(n) for _, n in failed)}` once the store "
+              "is back", file=sys.stderr)
+        corrupt = any("is corrupt" in (r.error or "") for r, _ in failed)
+        return EXIT_USAGE if corrupt else EXIT_STORE
+    return EXIT_OK
+
+
+def _sessions(args: argparse.Namespace) -> int:
+    from .duckdb_sink import list_sessions
+
+    frame = list_sessions(_db(args))
+    rows = [[str(r.session_id), str(r.started_at)[:19], str(r.host), str(r.runner_label), str(r.records),
+             str(r.git_commit)[:10]] for r in frame.itertuples()]
+    print(table(rows, ["session", "started", "host", "runner", "records", "commit"]))
+    return EXIT_OK
+
+
+def _report_args(parser: argparse.ArgumentParser) -> None:
+    store_args(parser)
+    parser.add_argument("--session", default="latest", metavar="ID",
+                        help="session id or unique prefix, 'latest' (default) or 'all'")
+    parser.add_argument("--out", default=None, metavar="DIR",
+                        help="output directory (default: STORE/report, beside the records it reports on)")
+
+
+def _report(args: argparse.Namespace) -> int:
+    import platform
+
+    from ..hardware import detect_hardware
+    from ..report import write_report
+    from .duckdb_sink import load_results
+
+    db = _db(args)
+    session = None if args.session == "all" else _session_id(db, args.session)
+    results = load_results(db, session)
+    system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
+    out = Path(args.out) if args.out else Path(args.store) / "report"
+    paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
+                         session_id=session)
+    print(f"hwbench report: {paths.markdown}, {paths.compatibility}, {len(paths.plots)} plots in {paths.out_dir}")
+    return EXIT_OK
+
+
+def _compare_args(parser: argparse.ArgumentParser) -> None:
+    store_args(parser)
+    parser.add_argument("session_a", metavar="SESSION_A",
+                        help="baseline: a session id, a unique prefix, 'latest', 'all', or several ids joined by "
+                             "commas (a history of sessions: their spread is the baseline's noise)")
+    parser.add_argument("session_b", metavar="SESSION_B", nargs="?", default=None,
+                        help="candidate, in the same forms; left out when SESSION_A is 'pair:ID' (the two sessions "
+                             "of one `hwbench ab` pair, A then B, from the DuckDB file)")
+    parser.add_argument("--source-a", default=None, metavar="SOURCE",
+                        help="where A's records are: a DuckDB file, an MLflow tracking URI, a spool directory or a "
+                             ".jsonl record file (e.g. replayed from another machine); default: the DuckDB file")
+    parser.add_argument("--source-b", default=None, metavar="SOURCE", help="where B's records are (default: as A)")
+    parser.add_argument("--experiment", default=None, metavar="NAME",
+                        help="MLflow experiment of an MLflow source (default: $HWBENCH_EXPERIMENT, else hwbench)")
+    parser.add_argument("--threshold", type=float, default=0.10,
+                        help="relative change of the median that counts (default 0.10)")
+    parser.add_argument("--alpha", type=float, default=0.05,
+                        help="significance of the Mann-Whitney U test on rounds (default 0.05)")
+    parser.add_argument("--all", action="store_true", dest="show_missing",
+                        help="list the missing cases too (default: one line counting them by reason)")
+    parser.add_argument("--verbose", "-v", action="store_true",
+                        help="whole notes, p-values, rounds and the uncorrected change (lines may pass 120 columns)")
+    parser.add_argument("--json", action="store_true", help="print every comparison, the counts and the "
+                        "decisiveness as JSON instead of the table")
+
+
+def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> list[BenchmarkRecord]:
+    """The records of the sessions `wanted` names (see `_compare_args`) among `records`."""
+    newest: dict[str, str] = {}
+    for record in records:
+        newest[record.session_id] = max(newest.get(record.session_id, ""), record.created_at)
+    ids = sorted(newest, key=newest.__getitem__, reverse=True)
+    if not ids:
+        raise ValueError(f"{where} holds no records; run the benchmarks first")
+    if wanted == "all":
+        return records
+    chosen: list[str] = []
+    for part in (p.strip() for p in wanted.split(",")):
+        if part == "latest":
+            chosen.append(ids[0])
+            continue
+        matches = [i for i in ids if i.startswith(part)] if part else []
+        if len(matches) != 1:
+            what = "matches no" if not matches else f"matches {len(matches)}"
+            raise ValueError(f"session {part!r} {what} session in {where}; `hwbench sessions` lists them")
+        chosen.append(matches[0])
+    return [r for r in records if r.session_id in set(chosen)]
+
+
+def _session_parts(wanted: str) -> list[str]:
+    """The comma-separated session names of `wanted`; ValueError naming an empty one."""
+    parts = [part.strip() for part in str(wanted).split(",")]
+    if not all(parts):
+        raise ValueError(f"session {wanted!r} is empty or has an empty part; give a session id, a unique prefix, "
+                         "'latest', 'all', or several ids joined by commas (`hwbench sessions` lists them)")
+    return parts
+
+
+def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
+    from .duckdb_sink import load_records
+    from .mlflow_sink import MlflowStoreError, ping
+    from .readers import read_records, source_kind
+
+    parts = _session_parts(wanted)
+    if source is None:  # the DuckDB file: read only the sessions asked for
+        db = _db(args)
+        if wanted == "all":
+            return load_records(db)
+        return [r for part in parts for r in load_records(db, _session_id(db, part))]
+    shown = redact_uri(source)
+    remote = source_kind(source) == "mlflow"
+    if remote:
+        problem = ping(source, timeout=10.0)  # refused at once, silent within 10 s: not after MLflow's retries
+        if problem is not None:
+            raise ConnectionError(f"source {shown}: {problem}; check the address and that the server runs")
+    try:
+        records = read_records(source, experiment=args.experiment, with_timings=True)
+    except (ValueError, FileNotFoundError):
+        raise
+    except (OSError, MlflowStoreError) as exc:
+        raise ConnectionError(f"source {shown} cannot be read: {redact_uri(str(exc))}") from None
+    except Exception as exc:
+        if not remote:
+            raise
+        raise ConnectionError(f"source {shown} cannot be read: {redact_uri(f'{type(exc).__name__}: {exc}')}") from None
+    return _pick_sessions(records, wanted, shown)
+
+
+def _compare(args: argparse.Namespace) -> int:
+    from ..compare import compare_records, exit_code, format_table, host_model_of, to_json
+
+    if args.session_a.startswith("pair:"):
+        from .duckdb_sink import list_sessions
+
+        pair = args.session_a[len("pair:"):]
+        frame = list_sessions(_db(args))
+        sides = {(e or {}).get("ab_side"): sid for sid, e in zip(frame["session_id"], frame["extra"], strict=True)
+                 if (e or {}).get("ab_pair") == pair}
+        if set(sides) != {"A", "B"}:
+            raise ValueError(f"pair {pair!r} has sessions {sorted(k for k in sides if k)} in the DuckDB file, not A "
+                             "and B; `hwbench sessions` lists them")
+        args.session_a, args.session_b, args.source_a, args.source_b = sides["A"], sides["B"], None, None
+    elif args.session_b is None:
+        raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
+    a = _compare_side(args, args.source_a, args.session_a)
+    b = _compare_side(args, args.source_b or args.source_a, args.session_b)
+    comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)
+    host = host_model_of(a, b)
+    if getattr(args, "json", False):
+        print(to_json(comparisons, host))
+    else:
+        print(format_table(comparisons, show_missing=getattr(args, "show_missing", False),
+                           verbose=getattr(args, "verbose", False), host=host))
+    return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
+
+
+def _export_args(parser: argparse.ArgumentParser) -> None:
+    store_args(parser)
+    parser.add_argument("--parquet", default=None, metavar="DIR", help="write one Parquet file per table here")
+    parser.add_argument("--to", dest="to", action="append", default=[], metavar="SINK",
+                        help="also write every record of the DuckDB file, session by session, to this sink "
+                             "(repeatable): a registered sink's NAME, NAME:TARGET, a URI or a file it takes, "
+                             "e.g. mlflow:http://127.0.0.1:5000; records the sink holds are skipped")
+
+
+def _export(args: argparse.Namespace) -> int:
+    from .duckdb_sink import export_parquet
+    from .transfer import export_records
+
+    if args.parquet is None and not args.to:
+        raise ValueError("give --parquet DIR, --to SINK, or both")
+    try:  # every sink checked before anything is written
+        targets = [_sink_of(spec, {}) for spec in args.to]
+    except ValueError as exc:
+        raise ValueError(f"--to: {exc}") from None
+    db = _db(args)
+    if args.parquet is not None:
+        for path in export_parquet(db, args.parquet):
+            print(path)
+    failed = []
+    for target in targets:
+        try:
+            written = export_records(db, target.open())
+        except (ValueError, FileNotFoundError):
+            raise
+        except Exception as exc:  # noqa: BLE001 - a sink that fails is reported, the others still run
+            print(f"hwbench export: error: {target.shown}: {redact_uri(f'{type(exc).__name__}: {exc}')}",
+                  file=sys.stderr)
+            failed.append(target)
+            continue
+        print(f"{target.shown}: {written} records written")
+    return EXIT_STORE if failed else EXIT_OK
+
+
+def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
+    store_args(parser, mlflow=True)
+    parser.add_argument("--full", action="store_true",
+                        help="fetch every child run of the experiment, not only the sessions the DuckDB file lacks "
+                             "(also finds records whose parent run is gone)")
+
+
+def _import_mlflow(args: argparse.Namespace) -> int:
+    from .mlflow_sink import MlflowStoreError
+    from .transfer import import_mlflow_sessions
+
+    cfg = tracking(args)
+    print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {cfg.db_path}",
+          flush=True)
+    from mlflow.exceptions import MlflowException
+
+    try:
+        result = import_mlflow_sessions(cfg.mlflow_uri, cfg.experiment, cfg.db_path, full=args.full,
+                                        notify=lambda line: print(f"  {line}", flush=True))
+    except (OSError, MlflowException, MlflowStoreError) as exc:  # the store is down or refuses us
+        print(f"hwbench import-mlflow: error: {redact_uri(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
+        return EXIT_STORE
+    print(f"  {result.records} records imported")
+    return EXIT_OK
+
+
+def _guarded(run: Command) -> Command:
+    """`run`, with a DuckDB file that cannot be used turned into its exit code: locked (the store
+    is unreachable for now) 3, corrupt (bad input) 2, the message saying what to do."""
+
+    def guarded(args: argparse.Namespace) -> int:
+        try:
+            return run(args)
+        except DuckDBFileError as exc:
+            print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
+            return EXIT_STORE if exc.kind == "locked" else EXIT_USAGE
+
+    return guarded
+
+
+def _register(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None], run: Command) -> None:
+    register_command(name, help, add_args, _guarded(run))
+
+
+_register("replay", "push spooled records that a sink could not take, each sink on its own (idempotent)",
+          _replay_args, _replay)
+_register("sessions", "list the sessions in the DuckDB file", store_args, _sessions)
+_register("report", "Markdown report, PNG plots and compatibility matrix from DuckDB", _report_args, _report)
+_register("compare", "regressions between two sessions, tested on rounds (exit 1 on a regression only)",
+          _compare_args, _compare)
+_register("export", "export the DuckDB tables to Parquet, or its records to any registered sink",
+          _export_args, _export)
+_register("import-mlflow", "rebuild the DuckDB results from an MLflow server's runs",
+          _import_mlflow_args, _import_mlflow)
+
+__all__ = ["chosen_sinks", "store_args", "tracking"]
