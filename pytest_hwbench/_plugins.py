@@ -24,8 +24,8 @@ OWN_DISTRIBUTION = "pytest-hwbench"
 
 
 def load_group(group: str, *, kind: str) -> None:
-    """Import every module of entry-point `group`: ours first (in the order ``pyproject.toml``
-    lists them), then third-party ones. Ours must import; a third-party one that fails is
+    """Import every module of entry-point `group`: ours first (in the order the installed
+    metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
     skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
     found = list(entry_points(group=group))
     ours = [ep for ep in found if ep.dist is not None and ep.dist.name == OWN_DISTRIBUTION]

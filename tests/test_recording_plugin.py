@@ -104,3 +104,19 @@ def test_turning_the_recording_plugin_off_records_nothing(pytester: pytest.Pytes
     on = pytester.runpytest_subprocess(*FAST, timeout=300)
     on.assert_outcomes(passed=1)
     assert len(load_results(pytester.path / "mlruns" / "hwbench.duckdb")) == 1
+
+
+def test_the_default_sinks_hook_is_declared_by_the_recording_plugin(pytester: pytest.Pytester) -> None:
+    """The hook comes with the plug-in that calls it: off with it, and absent from the base
+    plugin's hookspecs, whose module names no plug-in type."""
+    import pytest_hwbench.hookspecs as base_hooks
+
+    assert not hasattr(base_hooks, "pytest_hwbench_default_sinks")
+    on = pytester.parseconfigure()
+    assert on.pluginmanager.hook.pytest_hwbench_default_sinks.spec is not None
+    (impl,) = [i for i in on.pluginmanager.hook.pytest_hwbench_default_sinks.get_hookimpls()
+               if i.plugin_name == "hwbench-recording"]
+    assert impl.trylast
+    off = pytester.parseconfigure("-p", "no:hwbench-recording")
+    assert getattr(off.pluginmanager.hook, "pytest_hwbench_default_sinks", None) is None
+    assert off.pluginmanager.hook.pytest_hwbench_record.spec is not None  # the base plugin's hooks stay
