@@ -129,4 +129,7 @@ __all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "Command"
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    # The command modules register with `pytest_hwbench.cli`, not with this ``__main__`` copy of it.
+    from pytest_hwbench.cli import main as _main
+
+    sys.exit(_main())
