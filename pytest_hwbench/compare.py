@@ -18,14 +18,28 @@ spread of those per-case figures); with too few such cases a wide prior is used
 (`PRIOR_ELASTICITY` +- `PRIOR_ELASTICITY_SD`). The correction's uncertainty, ``|log h| x sd(k)``,
 joins the two sides' spreads in the combined uncertainty.
 
+Between runs: two sessions of the same code on the same host differ by more than the rounds of
+one record show (thread placement, caches, clocks). That between-run spread is learned from the
+compared cases (`learn_run_spread`) and joins each case's combined uncertainty:
+
+- cases clean on both sides: 1.4826 x the MAD of their corrected log changes around their median,
+  so a change that moves every case alike (the regression a gate is for) does not widen it;
+- cases with an interfered side (``noise == "noisy"``): 1.4826 x the median of the corrected log
+  changes' size, around zero, since a shift common to every interfered case is what interference
+  does.
+
+Each needs at least `MIN_RUN_CASES` cases of its kind. Interfered records are thus compared, not
+refused, where enough of them teach how far interference moved them; a case with an interfered
+side among fewer is inconclusive. Either way its note says ``noisy in A/B`` with the reason.
+
 Verdicts, per ``case_id``, over passed records only:
 
 - ``missing``: no passed record on a side (the note says which and why);
-- ``inconclusive``, with the reason: every record of a side was interfered with
-  (``noise == "noisy"``, its reason quoted), a side has fewer than `MIN_ROUNDS` rounds, the sides
-  ran different thread counts or devices, the host speeds differ by more than `MAX_HOST_RATIO`, the corrected change passes the threshold but lies
-  inside `NOISE_Z` times the combined uncertainty, or the rounds overlap too much to tell
-  (Mann-Whitney U on rounds, p >= `alpha`);
+- ``inconclusive``, with the reason: a side has fewer than `MIN_ROUNDS` rounds, the sides ran
+  different thread counts or devices (they measured different configurations), the host speeds
+  differ by more than `MAX_HOST_RATIO`, the corrected change passes the threshold but lies inside
+  `NOISE_Z` times the combined uncertainty, or the rounds overlap too much to tell (Mann-Whitney U
+  on rounds, p >= `alpha`);
 - ``regression`` / ``improvement``: the corrected median moved by more than `threshold` and by
   more than `NOISE_Z` times the combined uncertainty, and the rounds differ (p < `alpha`);
 - ``unchanged``: otherwise.
@@ -69,11 +83,15 @@ NOISE_Z = 3.0
 PRIOR_ELASTICITY = 1.3
 PRIOR_ELASTICITY_SD = 0.6
 #: A case teaches the elasticity only when the host's speed differs by at least this share between
-#: the sides; and at least `MIN_LEARNING_CASES` such cases are needed to replace the prior.
-MIN_HOST_CHANGE = 0.05
+#: the sides (below it, the slope divides by a kernel change no larger than its own noise, and a
+#: change of the code under test would pass for elasticity); and at least `MIN_LEARNING_CASES`
+#: such cases are needed to replace the prior.
+MIN_HOST_CHANGE = 0.15
 MIN_LEARNING_CASES = 3
 #: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
 MIN_ELASTICITY_SD = 0.15
+#: Fewest compared cases from which the between-run spread is learned (`learn_run_spread`).
+MIN_RUN_CASES = 5
 #: Host speeds further apart than this factor are not corrected for: such a reading says more about
 #: an overloaded instant than about the host, and the case is inconclusive.
 MAX_HOST_RATIO = 2.0
@@ -88,8 +106,10 @@ class Comparison:
     ``clean/noisy`` (A's verdict, then B's; ``-`` where unknown). `p_value` is None when no test
     ran. `host_ratio` is B's reference kernel time over A's (None: a side carries no host speed);
     `corrected_change` is `change` with B corrected for it (equal to `change` without one) and is
-    what the verdict judges; `uncertainty` is the combined relative uncertainty (rounds' spreads
-    and the correction's), the change needed to count being `NOISE_Z` times it.
+    what the verdict judges; `between_runs` is the between-run spread learned for cases like this
+    one (`learn_run_spread`); `uncertainty` is the combined relative uncertainty (rounds' spreads,
+    the correction's and the between-run spread), the change needed to count being `NOISE_Z`
+    times it.
     """
 
     case_id: str
@@ -106,6 +126,7 @@ class Comparison:
     host_ratio: float | None = None
     corrected_change: float | None = None
     uncertainty: float | None = None
+    between_runs: float | None = None
 
     @property
     def decided(self) -> bool:
@@ -241,10 +262,15 @@ def _missing_note(side_a: _Side | None, side_b: _Side | None) -> str:
     return "; ".join(parts)
 
 
+def _noisy_note(a: _Side, b: _Side) -> str:
+    """Which side was measured under interference, and why, or ""."""
+    return "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", a), ("B", b))
+                     if side.noise == "noisy")
+
+
 def _inconclusive_reason(a: _Side, b: _Side) -> str:
-    """Why the two sides cannot be compared at all, or ""."""
-    reasons = [f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", a), ("B", b))
-               if side.noise == "noisy"]
+    """Why the two sides measured different things and cannot be compared at all, or ""."""
+    reasons: list[str] = []
     if a.threads and b.threads and not a.threads & b.threads:
         reasons.append(f"threads {'/'.join(map(str, sorted(a.threads)))} in A, "
                        f"{'/'.join(map(str, sorted(b.threads)))} in B")
@@ -274,14 +300,41 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
             raise TypeError(f"{name} must hold BenchmarkRecords (read them with pytest_hwbench.sinks.read_records "
                             f"or load_records), got {bad[0]}")
     sides_a, sides_b = _sides(a), _sides(b)
-    host = learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
+    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
+    host = learn_host_model(pairs)
+    runs = learn_run_spread(pairs, host)
     order = list(sides_a) + [c for c in sides_b if c not in sides_a]
-    return [_compare_case(case, sides_a.get(case), sides_b.get(case), threshold, alpha, host) for case in order]
+    return [_compare_case(case, sides_a.get(case), sides_b.get(case), threshold, alpha, host, runs)
+            for case in order]
+
+
+#: Records on each side of a record, in its session's order, whose reference kernel readings are
+#: pooled into the host speed it is corrected for (`_smoothed_references`).
+HOST_WINDOW = 2
+
+
+def _smoothed_references(records: Sequence[BenchmarkRecord]) -> list[BenchmarkRecord]:
+    """`records` with each one's ``reference_us`` replaced by the median over it and the
+    `HOST_WINDOW` records on each side of it in its session (in the order given): one kernel
+    reading of a few milliseconds is noisy, while host speed holds over a stretch of time."""
+    by_session: dict[str, list[int]] = defaultdict(list)
+    for index, record in enumerate(records):
+        if record.host_speed is not None and isinstance(record.interference.get("reference_us"), (int, float)):
+            by_session[record.session_id].append(index)
+    out = list(records)
+    for indices in by_session.values():
+        values = [float(records[i].interference["reference_us"]) for i in indices]
+        for position, index in enumerate(indices):
+            window = values[max(0, position - HOST_WINDOW): position + HOST_WINDOW + 1]
+            smoothed = float(np.median(window))
+            record = records[index]
+            out[index] = dataclasses.replace(record, interference={**record.interference, "reference_us": smoothed})
+    return out
 
 
 def _sides(records: Sequence[BenchmarkRecord]) -> dict[str, _Side]:
     by_case: dict[str, list[BenchmarkRecord]] = {}
-    for record in records:
+    for record in _smoothed_references(records):
         by_case.setdefault(record.case_id, []).append(record)
     return {case: _side(recs) for case, recs in by_case.items()}
 
@@ -314,6 +367,64 @@ def learn_host_model(pairs: Sequence[tuple[_Side, _Side]]) -> HostModel:
     return HostModel(min(3.0, max(0.0, k)), max(MIN_ELASTICITY_SD, sd), len(slopes))
 
 
+@dataclass(frozen=True)
+class RunSpread:
+    """How far two sessions of the same code differ per case beyond what the host's speed explains:
+    `clean` for cases measured clean on both sides, `noisy` for cases with an interfered side
+    (relative, 1-sigma; None where fewer than `MIN_RUN_CASES` cases teach it), and how many cases
+    taught each."""
+
+    clean: float | None = None
+    noisy: float | None = None
+    clean_cases: int = 0
+    noisy_cases: int = 0
+
+    def for_case(self, noisy: bool) -> float | None:
+        """The between-run spread a case carries: its kind's; a clean case without one, 0 (its
+        rounds' spread stands alone); an interfered case without one, None (it cannot be judged)."""
+        if noisy:
+            return self.noisy
+        return self.clean if self.clean is not None else 0.0
+
+
+def _corrected_log_change(a: _Side, b: _Side, host: HostModel) -> float | None:
+    """log(B corrected for host speed / A) for a pair that can be compared at all, else None."""
+    med_a, med_b = a.median, b.median
+    if not (med_a and med_b and med_a > 0 and med_b > 0) or _inconclusive_reason(a, b):
+        return None
+    ratio = b.reference_us / a.reference_us if a.reference_us and b.reference_us else None
+    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
+        return None
+    return math.log(med_b / med_a) - (host.elasticity * math.log(ratio) if ratio else 0.0)
+
+
+def learn_run_spread(pairs: Sequence[tuple[_Side, _Side]], host: HostModel) -> RunSpread:
+    """The between-run spread of the compared cases (see `RunSpread`): 1.4826 x the MAD of their
+    corrected log changes around their median, per kind (clean on both sides, or not), from at
+    least `MIN_RUN_CASES` cases of that kind."""
+    groups: dict[bool, list[float]] = {False: [], True: []}
+    for a, b in pairs:
+        value = _corrected_log_change(a, b, host)
+        if value is not None:
+            groups[a.noise == "noisy" or b.noise == "noisy"].append(value)
+
+    def spread(values: list[float], centre: bool) -> float | None:
+        if len(values) < MIN_RUN_CASES:
+            return None
+        arr = np.asarray(values)
+        return 1.4826 * float(np.median(np.abs(arr - (np.median(arr) if centre else 0.0))))
+
+    return RunSpread(spread(groups[False], True), spread(groups[True], False), len(groups[False]),
+                     len(groups[True]))
+
+
+def run_spread_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> RunSpread:
+    """The `RunSpread` that `compare_records` learns from `a` and `b` (for printing beside it)."""
+    sides_a, sides_b = _sides(a), _sides(b)
+    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
+    return learn_run_spread(pairs, learn_host_model(pairs))
+
+
 def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
     """(cases with a verdict, cases compared): `missing` cases are not compared."""
     compared = [c for c in comparisons if c.verdict != "missing"]
@@ -321,8 +432,9 @@ def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
 
 
 def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, threshold: float,
-                  alpha: float, host: HostModel | None = None) -> Comparison:
+                  alpha: float, host: HostModel | None = None, runs: RunSpread | None = None) -> Comparison:
     host = host or HostModel()
+    runs = runs or RunSpread()
     med_a = side_a.median if side_a else None
     med_b = side_b.median if side_b else None
     n_a = len(side_a.rounds) if side_a else 0
@@ -337,31 +449,40 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
     factor = ratio ** host.elasticity if ratio else 1.0  # what the host's change of speed did to B
     corrected = (med_b / factor - med_a) / med_a if med_a > 0 else None
     correction_sd = abs(math.log(ratio)) * host.elasticity_sd if ratio else 0.0
-    uncertainty = math.hypot(spread, correction_sd)
+    noisy = _noisy_note(side_a, side_b)
+    between = runs.for_case(bool(noisy))
+    uncertainty = math.hypot(spread, correction_sd, between or 0.0)
     base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise, "host_ratio": ratio,
-            "corrected_change": corrected, "uncertainty": uncertainty}
+            "corrected_change": corrected, "uncertainty": uncertainty, "between_runs": between}
     reason = _inconclusive_reason(side_a, side_b)
+    unlearned = (f"fewer than {MIN_RUN_CASES} cases with an interfered side compared to learn how far "
+                 "interference moved them") if noisy and between is None else ""
     if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
         slower = "B" if ratio > 1 else "A"
         reason = "; ".join(filter(None, [reason, f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {slower}: "
                                          f"beyond the {MAX_HOST_RATIO:g}x a correction can carry"]))
-    if reason:
-        return Comparison(case_id, med_a, med_b, change, None, "inconclusive", note=reason, **base)
+    if reason or unlearned:
+        return Comparison(case_id, med_a, med_b, change, None, "inconclusive",
+                          note="; ".join(filter(None, [reason, noisy, unlearned])), **base)
     rounds_b = [r / factor for r in side_b.rounds]
     p_value = _mannwhitney(side_a.rounds, rounds_b)
     if corrected is None or abs(corrected) <= threshold:
-        return Comparison(case_id, med_a, med_b, change, p_value, "unchanged", **base)
+        return Comparison(case_id, med_a, med_b, change, p_value, "unchanged", note=noisy, **base)
     if abs(corrected) <= NOISE_Z * uncertainty:
         what = f"the rounds' spread +-{spread:.1%}"
         if ratio:
             what += f", the host-speed correction +-{correction_sd:.1%} (kernel {ratio:.2f}x in B)"
+        if between:
+            what += f", between runs +-{between:.1%}"
         note = f"change inside {NOISE_Z:g} x the combined uncertainty ({what})"
-        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive", note=note, **base)
+        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
+                          note="; ".join(filter(None, [note, noisy])), **base)
     if p_value is None or p_value >= alpha:
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
-                          note=f"rounds overlap: not significant (p >= {alpha:g})", **base)
+                          note="; ".join(filter(None, [f"rounds overlap: not significant (p >= {alpha:g})", noisy])),
+                          **base)
     verdict: Verdict = "regression" if corrected > 0 else "improvement"
-    return Comparison(case_id, med_a, med_b, change, p_value, verdict, **base)
+    return Comparison(case_id, med_a, med_b, change, p_value, verdict, note=noisy, **base)
 
 
 def exit_code(comparisons: Sequence[Comparison]) -> int:
@@ -439,6 +560,10 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
     lines.append("")
     if host is not None and any(c.host_ratio is not None for c in compared):
         lines.append(host.describe())
+    spreads = {("interfered" if "noisy" in c.noise else "clean"): c.between_runs for c in compared if c.between_runs}
+    if spreads:
+        lines.append("between-run spread per case: " + ", ".join(
+            f"+-{value:.1%} {kind}" for kind, value in sorted(spreads.items())))
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(comparisons)} cases)")
     lines.append(f"decisiveness {share} ({decided} of {total} compared cases have a verdict)")
     return "\n".join(lines)
@@ -459,6 +584,7 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) ->
     }, indent=2, default=str)
 
 
-__all__ = ["MAX_HOST_RATIO", "MIN_ROUNDS", "NOISE_Z", "PRIOR_ELASTICITY", "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison",
-           "HostModel", "Verdict", "compare_records", "decisiveness", "exit_code", "format_table",
-           "host_model_of", "learn_host_model", "round_medians", "to_json"]
+__all__ = ["MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "NOISE_Z", "PRIOR_ELASTICITY",
+           "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict",
+           "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
+           "learn_run_spread", "round_medians", "run_spread_of", "to_json"]

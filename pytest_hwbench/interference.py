@@ -379,16 +379,22 @@ def reference_change(readings: Mapping[str, Any]) -> float:
     return max(before, after) / min(before, after)
 
 
-def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None) -> tuple[Noise, str]:
+def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None,
+          threads: int | None = None) -> tuple[Noise, str]:
     """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
-    `gpu_readings`): other processes on our cores, stolen time, the host changing speed during the
-    case (`reference_change`), a GPU slowed by heat or power, or other processes on the GPU.
-    Host speed alone (a steadily slow host, ``host_speed`` < 1) is no reason: it is measured and
-    carried, not refused. Several reasons are joined with ``; ``."""
+    `gpu_readings`): other processes on the cores the case's `threads` needed, stolen time, the
+    host changing speed during the case (`reference_change`), a GPU slowed by heat or power, or
+    other processes on the GPU. Other processes on cores the case left free (a 1-thread case on 2
+    cores beside one busy process) are no reason: no thread of the case waited for a core, and
+    what they cost the case through shared caches and memory is host speed, measured by the
+    reference kernel. Without `threads`, every allowed core counts as needed. Host speed alone (a
+    steadily slow host, ``host_speed`` < 1) is no reason: it is measured and carried, not refused.
+    Several reasons are joined with ``; ``."""
     reasons: list[str] = []
     cores = readings.get("cores_allowed") or 0
     other = readings.get("other_cores")
-    if other is not None and other > MAX_OTHER_CORES + tick_error(readings):
+    left_free = max(0, cores - threads) if threads and cores else 0
+    if other is not None and other > left_free + MAX_OTHER_CORES + tick_error(readings):
         busiest = readings.get("busiest") or ()
         named = f" (busiest: {', '.join(busiest)})" if busiest else ""
         reasons.append(f"{other:.1f} of {cores} cores busy with other processes{named}")

@@ -15,6 +15,7 @@ from pytest_hwbench.compare import (
     exit_code,
     format_table,
     round_medians,
+    run_spread_of,
 )
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.trackers import Latency
@@ -201,7 +202,8 @@ def test_compared_cases_come_first_missing_ones_fold_into_one_line_and_lines_fit
 
     data = json.loads(to_json(comps))
     assert data["decided"] == 2 and data["compared"] == 3 and len(data["comparisons"]) == 40
-    assert data["comparisons"][2]["note"] == f"noisy in B: {busy}"
+    assert data["comparisons"][2]["note"] == (f"noisy in B: {busy}; fewer than 5 cases with an interfered side "
+                                              "compared to learn how far interference moved them")
 
 
 def _jsonl(path, records: list[BenchmarkRecord]):
@@ -273,3 +275,41 @@ def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
     plain_b = [dataclasses.replace(r, interference={"reference_us": 450.0}) for r in b[:1]]
     (c,) = compare_records(plain_a, plain_b)
     assert c.host_ratio is None and c.verdict == "regression" and c.corrected_change == pytest.approx(c.change)
+
+
+def test_the_between_run_spread_of_the_compared_cases_keeps_a_lone_outlier_from_a_false_alarm():
+    # An A/A pair of 12 cases whose run-to-run shifts spread by about 6 % (tight rounds each):
+    # the case that moved +17 % is within three between-run spreads, not a regression.
+    shifts = [0.97, 1.04, 0.95, 1.06, 1.02, 0.93, 1.08, 0.99, 1.05, 0.96, 1.01, 1.17]
+    a = [record("A", f"m{i}", steady(10.0, sd=0.002)) for i in range(12)]
+    b = [record("B", f"m{i}", steady(10.0 * s, sd=0.002)) for i, s in enumerate(shifts)]
+    got = compare_records(a, b)
+    assert not [c for c in got if c.verdict in ("regression", "improvement")]
+    outlier = got[-1]
+    assert outlier.verdict == "inconclusive" and "between runs +-" in outlier.note
+    assert outlier.between_runs == pytest.approx(run_spread_of(a, b).clean) and 0.03 < outlier.between_runs < 0.1
+    # Without the other cases the same pair has only its rounds to go by, and calls it a regression.
+    assert one(a[-1:], b[-1:]).verdict == "regression"
+
+    # A change that moves every case alike does not widen the spread: all 12 regress by 30 %.
+    slower = [record("B", f"m{i}", steady(10.0 * s * 1.3, sd=0.002)) for i, s in enumerate(shifts[:-1])]
+    assert all(c.verdict == "regression" for c in compare_records(a[:-1], slower))
+
+
+def test_interfered_cases_are_compared_when_enough_of_them_teach_how_far_interference_moved_them():
+    busy = "1.0 of 2 cores busy with other processes"
+    # Six cases, B measured beside a busy process: every one 20-40 % slower. A shift common to
+    # interfered cases is what interference does: inconclusive or unchanged, never a regression.
+    shifts = [1.2, 1.3, 1.25, 1.4, 1.35, 1.28]
+    a = [record("A", f"m{i}", steady(10.0)) for i in range(6)]
+    b = [record("B", f"m{i}", steady(10.0 * s), noise="noisy", reason=busy) for i, s in enumerate(shifts)]
+    got = compare_records(a, b)
+    assert not [c for c in got if c.verdict in ("regression", "improvement")]
+    assert all(f"noisy in B: {busy}" in c.note for c in got)
+    spread = run_spread_of(a, b)
+    assert spread.noisy_cases == 6 and spread.noisy == pytest.approx(1.4826 * np.median(np.log(shifts)), rel=0.01)
+    # Mostly small shifts under interference: those get a verdict, and a 3x one is a regression.
+    small = [1.02, 0.97, 1.05, 0.99, 1.03, 3.0]
+    b = [record("B", f"m{i}", steady(10.0 * s), noise="noisy", reason=busy) for i, s in enumerate(small)]
+    got = compare_records(a, b)
+    assert [c.verdict for c in got] == ["unchanged"] * 5 + ["regression"]
