@@ -233,15 +233,21 @@ class AbResult:
 
 def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUNDS,
            threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA, threads: int | None = None,
-           say: Callable[[str], None] = print) -> AbResult:
+           say: Callable[[str], None] = print, max_rounds: int | None = None) -> AbResult:
     """Measure `cases` (`BenchCase`s) on both sides in `rounds` rounds (each case A B or B A, the
-    first side alternating) and judge each case on its per-round ratios. `threads`: torch's
-    intra-op threads in both workers (None: torch's default, every core). Sinks are not written
-    here (see `record_pair`)."""
+    first side alternating) and judge each case on its per-round ratios. A case whose rounds
+    disagree (inconclusive) is measured in further rounds, alone, until it has a verdict or
+    `max_rounds` rounds (default twice `rounds`): as Pinpoint adds repeats where a comparison
+    cannot tell, at the cost of a slightly larger false-alarm rate than `alpha` for those cases.
+    `threads`: torch's intra-op threads in both workers (None: torch's default, every core). Sinks
+    are not written here (see `record_pair`)."""
     import dataclasses
 
     if rounds < 3:
         raise ValueError(f"rounds must be >= 3 (a paired test needs them), got {rounds}")
+    max_rounds = 2 * rounds if max_rounds is None else max_rounds
+    if max_rounds < rounds:
+        raise ValueError(f"max_rounds ({max_rounds}) must be >= rounds ({rounds})")
     pair = uuid.uuid4().hex[:12]
     sessions = {"A": uuid.uuid4().hex, "B": uuid.uuid4().hex}
     payload = [dataclasses.asdict(c) for c in cases]
@@ -251,37 +257,53 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     workers = {label: _Worker(side, payload, pair, sessions[label], threads) for label, side in (("A", a), ("B", b))}
     records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
     per_round: list[dict[str, dict[str, BenchmarkRecord]]] = []
+
+    def measure_round(index: int, which_cases: list[int]) -> None:
+        got: dict[str, dict[str, BenchmarkRecord]] = {"A": {}, "B": {}}
+        for which in which_cases:
+            # each case on both sides back to back; the side that goes first alternates (ABBA)
+            order = ("A", "B") if (index + which) % 2 == 0 else ("B", "A")
+            for label in order:
+                record = workers[label].measure(index, which)
+                records[label].append(record)
+                got[label][cases[which].id] = record
+        per_round.append(got)
+
+    def judge_all() -> list[PairVerdict]:
+        verdicts = []
+        for case in cases:
+            ratios = []
+            errors = []
+            for got in per_round:
+                ra, rb = got["A"].get(case.id), got["B"].get(case.id)
+                errors += [f"failed in {label}: {r.error.splitlines()[0][:120]}"
+                           for label, r in (("A", ra), ("B", rb)) if r is not None and r.error]
+                if ra and rb and ra.latency_ms_median and rb.latency_ms_median:
+                    ratios.append(rb.latency_ms_median / ra.latency_ms_median)
+            verdict = paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha)
+            if errors and verdict.verdict == "inconclusive":
+                verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[0]}")
+            verdicts.append(verdict)
+        return verdicts
+
     try:
         for index in range(rounds):
-            got: dict[str, dict[str, BenchmarkRecord]] = {"A": {}, "B": {}}
-            for which, case in enumerate(cases):
-                # each case on both sides back to back; the side that goes first alternates (ABBA)
-                order = ("A", "B") if (index + which) % 2 == 0 else ("B", "A")
-                for label in order:
-                    record = workers[label].measure(index, which)
-                    records[label].append(record)
-                    got[label][case.id] = record
-            per_round.append(got)
+            measure_round(index, list(range(len(cases))))
             elapsed = time.monotonic() - started
             left = elapsed / (index + 1) * (rounds - index - 1)
             say(f"hwbench ab: round {index + 1} of {rounds}, {elapsed:.0f} s elapsed, about {left:.0f} s left")
+        verdicts = judge_all()
+        for index in range(rounds, max_rounds):
+            undecided = [i for i, v in enumerate(verdicts) if v.verdict == "inconclusive" and len(v.ratios) >= 3]
+            if not undecided:
+                break
+            say(f"hwbench ab: round {index + 1} (of at most {max_rounds}) for {len(undecided)} undecided "
+                f"case{'s' if len(undecided) > 1 else ''}")
+            measure_round(index, undecided)
+            verdicts = judge_all()
     finally:
         for worker in workers.values():
             worker.close()
-    verdicts = []
-    for case in cases:
-        ratios = []
-        errors = []
-        for got in per_round:
-            ra, rb = got["A"].get(case.id), got["B"].get(case.id)
-            errors += [f"failed in {label}: {r.error.splitlines()[0][:120]}" for label, r in (("A", ra), ("B", rb))
-                       if r is not None and r.error]
-            if ra and rb and ra.latency_ms_median and rb.latency_ms_median:
-                ratios.append(rb.latency_ms_median / ra.latency_ms_median)
-        verdict = paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha)
-        if errors and verdict.verdict == "inconclusive":
-            verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[0]}")
-        verdicts.append(verdict)
     return AbResult(pair, sessions, records, verdicts)
 
 
@@ -345,6 +367,8 @@ def _args(parser: argparse.ArgumentParser) -> None:
                         help=f"alternating rounds; each measures every case on both sides (default {DEFAULT_ROUNDS})")
     parser.add_argument("--threshold", type=float, default=DEFAULT_THRESHOLD,
                         help=f"relative change that counts (default {DEFAULT_THRESHOLD})")
+    parser.add_argument("--max-rounds", type=int, default=None, metavar="N",
+                        help="rounds a case whose rounds disagree may get in all (default: twice --rounds)")
     parser.add_argument("--alpha", type=float, default=DEFAULT_ALPHA,
                         help=f"significance of the paired t-test on log ratios (default {DEFAULT_ALPHA})")
     for label in ("a", "b"):
@@ -411,6 +435,8 @@ def _run(args: argparse.Namespace) -> int:
         cases = _cases(args)
         if args.rounds < 3:
             raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
+        if args.max_rounds is not None and args.max_rounds < args.rounds:
+            raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads {args.threads}: give 1 or more")
     except (ValueError, KeyError) as exc:
@@ -418,7 +444,7 @@ def _run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     try:
         result = run_ab(cases, a, b, rounds=args.rounds, threshold=args.threshold, alpha=args.alpha,
-                        threads=args.threads, say=lambda line: print(line, flush=True))
+                        threads=args.threads, say=lambda line: print(line, flush=True), max_rounds=args.max_rounds)
     except Exception as exc:  # noqa: BLE001 - a worker that could not start or died
         print(f"hwbench ab: error: a side's worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_STORE
