@@ -2,7 +2,7 @@
 
 The iterations of one run are not independent samples of "how fast is this case": load, clocks
 and thread placement shift a whole run at once, so a test on iterations calls any such shift
-significant (issue 16: 57 % false alarms in an A/A test on a shared runner). Here the unit is a
+significant (a test on iterations raised false alarms on most cases of an A/A pair on a shared runner). Here the unit is a
 *round*: the median of one consecutive block of a record's timed iterations (`ROUNDS` blocks per
 record). A side's figure for a case is the median of its rounds; its spread is the robust
 relative spread of those rounds (1.4826 x MAD / median) or, where a side holds several sessions

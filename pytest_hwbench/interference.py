@@ -26,7 +26,7 @@ GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reaso
 processes on the device. `judge` turns the readings into a verdict with the reason in words,
 e.g. ``1.7 of 2 cores busy with other processes``. `free_cores` is what a retry sizes its
 intra-op threads to: threads spinning on a core another process holds are what made torch eager
-10x slower on a busy 2-core runner (issue 16).
+10x slower on a busy 2-core runner.
 """
 
 from __future__ import annotations

@@ -275,7 +275,7 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     if out.get("noise_reason") is None:
         out["noise_reason"] = ""
     if isinstance(out.get("mode"), str):
-        out["mode"] = normalise_mode(out["mode"])  # hwsel wrote "training" before issue 11
+        out["mode"] = normalise_mode(out["mode"])  # older hwsel records say "training"
     return out
 
 
@@ -290,7 +290,7 @@ __all__ = [
 ]
 
 
-# --- what can be a measurement at all (issue 18) ----------------------------------------------
+# --- what can be a measurement at all -------------------------------------------------------------
 # A passed record carries numbers some other program measured; a NaN, a zero or a latency of
 # 1e12 ms (31 years) is no measurement, and one such record made a model 17x worse the @champion.
 # The bounds are physical, wide enough that no real run meets them:

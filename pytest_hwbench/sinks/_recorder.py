@@ -22,7 +22,7 @@ session through the sink writer process (`pytest_hwbench.sinks.writer`, which ru
 `Recorder` and is idle whenever a case is timed), on an xdist controller (which measures
 nothing) in its own process.
 
-Bounded waiting (issue 18, item 5): with ``deadline_s`` set, each sink has that many seconds per
+Bounded waiting: with ``deadline_s`` set, each sink has that many seconds per
 session to spend on calls that fail or do not answer. Every call runs in a helper thread; when a
 call has not answered after a few seconds a line says which sink and what it waits for, and once
 the sink's time is spent it is given up for the session: its records stay in the spool and no
@@ -480,8 +480,8 @@ def replay_each(
     """Push every spooled record each sink does not hold yet, each sink on its own.
 
     A sink that fails, or leaves one call unanswered for `deadline_s` seconds (None: no limit),
-    gets its error in its `SinkReplay`; the other sinks are replayed all the same (issue 18,
-    item 6: with MLflow down, DuckDB was not rebuilt). Idempotent: what a sink already has (by
+    gets its error in its `SinkReplay`; the other sinks are replayed all the same (with MLflow
+    down, DuckDB is still rebuilt). Idempotent: what a sink already has (by
     record id, via `Sink.existing_ids`) is skipped, so a second replay writes nothing. Records
     are grouped by session: the sink opens the session (resuming it where it exists), writes the
     missing records and closes it with the spooled final status (``killed`` if the session never

@@ -259,8 +259,7 @@ def _default_path(path: str | os.PathLike[str] | None) -> Path:
     return Path(path if path is not None else DEFAULT_PATH).expanduser().resolve()
 
 
-#: How long opening a file another process holds is retried before giving up (issue 18, item 11:
-#: two runs starting together collide on locks held for milliseconds; a real holder outlasts it).
+#: How long opening a file another process holds is retried before giving up (two runs starting together collide on locks held for milliseconds; a real holder outlasts it).
 LOCK_WAIT_S = 2.0
 _CORRUPT_SIGNS = ("not a valid duckdb database file", "corrupt", "checksum", "serialization error",
                   "failed to load metadata", "internal error",

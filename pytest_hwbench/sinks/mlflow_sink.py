@@ -349,8 +349,7 @@ class MlflowSink(Sink):
                 path.parent.mkdir(parents=True, exist_ok=True)
                 # MlflowClient creates and migrates a new SQLite store when it is constructed,
                 # without a lock: two runs starting together on a new store raced ("Online
-                # migration expected to match one row", "duplicate column name: step"; issue 18,
-                # item 11). One process at a time creates it; the next finds it migrated.
+                # migration expected to match one row", "duplicate column name: step"). One process at a time creates it; the next finds it migrated.
                 with store_init_lock(path.parent):
                     self._client_obj = retry_migration(lambda: MlflowClient(tracking_uri=self.tracking_uri))
             else:

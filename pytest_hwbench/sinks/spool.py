@@ -100,8 +100,7 @@ def _parse_line(path: Path, number: int, raw: str, *, last: bool) -> dict[str, A
 def refusal(record: BenchmarkRecord) -> str | None:
     """Why `record` cannot be stored as a measurement, or None.
 
-    Uses `pytest_hwbench.record.measurement_problem` where the record module has it (issue 18,
-    item 2); else the minimal rule: a passed record needs a finite median latency.
+    Uses `pytest_hwbench.record.measurement_problem` where the record module has it; else the minimal rule: a passed record needs a finite median latency.
     """
     from pytest_hwbench import record as record_module
 
