@@ -3,26 +3,43 @@ the mode, the model's known gaps, its input length and memory.
 
 The one place that checks memory against what detection reports (`device_memory_mb`,
 `MEMORY_USABLE_SHARE`); scenarios with memory rules of their own (training) use the same figures.
+A case is read through the `CaseFields` protocol (`pytest_hwbench.case.BenchCase` has them), so
+this module does not import the case module, which asks it (`BenchCase.unavailable`).
 """
 
 from __future__ import annotations
 
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Protocol
 
 from .backends.base import get_backend
 from .hardware import HardwareInfo, detect_hardware
 from .scenarios import get_scenario
 
 if TYPE_CHECKING:
-    from .case import BenchCase
     from .models import ModelSpec
+
+
+class CaseFields(Protocol):
+    """What this module reads of a case: its names, batch size and input length, and its model."""
+
+    model: str
+    backend: str
+    hardware: str
+    precision: str
+    batch_size: int
+    mode: str
+    input_length: int | None
+
+    def spec(self) -> ModelSpec:
+        """The zoo model the case runs."""
+        ...
 
 #: Share of a device's memory a case may plan to use: the OS, the Python process, the runtime
 #: (CUDA context, allocator slack) and the estimate's own error need the rest.
 MEMORY_USABLE_SHARE = 0.9
 
 
-def unavailable(case: BenchCase, hw: HardwareInfo | None = None) -> str | None:
+def unavailable(case: CaseFields, hw: HardwareInfo | None = None) -> str | None:
     """None when `case` can run here, else the skip reason.
 
     The backend's reason comes first (hardware, runtime, precision); then the mode's; then the
@@ -52,10 +69,9 @@ def unavailable(case: BenchCase, hw: HardwareInfo | None = None) -> str | None:
     return input_length_reason(case, spec) or memory_shortfall(case, hw)
 
 
-def input_length_reason(case: BenchCase, spec: ModelSpec) -> str | None:
+def input_length_reason(case: CaseFields, spec: ModelSpec) -> str | None:
     """Why `case.input_length` cannot run as asked: the model embeds fewer positions. The inputs
-    would be cut to the limit, and the case would measure another length than its id says
-    (issue 18, item 9)."""
+    would be cut to the limit, and the case would measure another length than its id says."""
     if case.input_length is None:
         return None
     try:
@@ -92,7 +108,7 @@ def _gib(mb: float) -> str:
     return f"{mb / 1024:.1f} GiB"
 
 
-def memory_shortfall(case: BenchCase, hw: HardwareInfo) -> str | None:
+def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
     """None when `case` fits in memory here, else a skip reason naming the figures.
 
     Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports:
@@ -127,5 +143,5 @@ def memory_shortfall(case: BenchCase, hw: HardwareInfo) -> str | None:
     return None
 
 
-__all__ = ["MEMORY_USABLE_SHARE", "device_memory_mb", "host_memory_mb", "input_length_reason", "memory_shortfall",
-           "unavailable"]
+__all__ = ["MEMORY_USABLE_SHARE", "CaseFields", "device_memory_mb", "host_memory_mb", "input_length_reason",
+           "memory_shortfall", "unavailable"]

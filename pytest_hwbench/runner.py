@@ -3,7 +3,9 @@
 Works without pytest: `Runner().run(BenchCase(...))` from a script or notebook gives a
 `CaseResult` (`pytest_hwbench.result`); `CaseResult.to_record(...)` turns it into a
 `BenchmarkRecord`. Whether a case can run here is `pytest_hwbench.availability`'s question,
-asked before; how a model is loaded is its scenario's and backend's; torch device details are
+asked before; how a model is loaded is its scenario's and backend's; how its prepared call is
+measured is the loaded model's (`LoadedModel.measurement`: a `pytest_hwbench.trackers.Measurement`
+that times here or reports a remote measurement); torch device details are
 `pytest_hwbench.torch_device`'s.
 """
 
@@ -18,15 +20,15 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from . import torch_device
-from .backends.base import LoadedModel, MeasuredElsewhere
+from .backends.base import LoadedModel
 from .case import BenchCase
 from .errors import OutOfMemory
 from .interference import InterferenceMonitor, ReferenceBaseline, free_cores, judge, severity
 from .models import ModelSpec
 from .record import METRIC_FIELDS
 from .result import CaseResult
-from .scenarios import MeasuresMore, get_scenario
-from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+from .scenarios import get_scenario
+from .trackers import Latency, Measurement, Memory, TimingConfig
 from .vocabulary import DEFAULT_NOISE_RETRIES
 
 
@@ -128,8 +130,8 @@ class Runner:
             traceback.clear_frames(exc.__traceback__)
         # Freed only here, outside the handler: while an `except` block runs, the interpreter
         # itself holds the exception being handled (sys.exc_info), its traceback and so every
-        # frame it passed through; memory freed there stayed allocated (issue 9, part 1). The
-        # error is raised here too, so it has no __context__ chaining the original one.
+        # frame it passed through, and memory freed there stays allocated. The error is raised
+        # here too, so it has no __context__ chaining the original one.
         self.close()
         gc.collect()
         torch_device.empty_cache(case.hardware)
@@ -142,21 +144,14 @@ class Runner:
         # extra and kept out of the case's peak, so a peak is the case's own figure.
         in_use = torch_device.allocated_mb(loaded.device_kind, loaded.device_index)
         foreign = max(0.0, in_use - resident) if in_use is not None else None
-        call = loaded.prepare(spec.make_inputs(case.batch_size))
+        measurement = loaded.measurement(spec.make_inputs(case.batch_size), foreign)
         details = dict(loaded.details or {})
         metrics = {k: float(details.pop(k)) for k in list(details) if k in _DETAIL_METRICS}
-        if isinstance(call, MeasuredElsewhere):
-            tracker = None
-        elif loaded.timer == "remote":
-            raise TypeError(f"{case.backend}: timer 'remote', but its prepared call is not MeasuredElsewhere: give the "
-                            "call a measure_remote(timing) method returning a pytest_hwbench.RemoteMeasurement")
-        else:
-            tracker = LatencyTracker(loaded.timer, loaded.sync, loaded.device_index)
         tries: list[_Try] = []
         threads = loaded.threads
         try:
             while True:
-                attempt = self._measure(loaded, call, tracker, foreign, threads, not tries)
+                attempt = self._measure(loaded, measurement, threads, not tries)
                 tries.append(attempt)
                 if attempt.verdict in (None, "clean") or len(tries) > self.noise_retries:
                     break
@@ -165,20 +160,15 @@ class Runner:
                 # Busy: wait, then measure again on the cores the others left free (the fewer
                 # of what the timed window and the wait saw).
                 free = min(free_cores(attempt.readings), free_cores(self._wait(self.noise_wait_s)))
-                if loaded.set_threads is not None:
-                    threads = loaded.set_threads(min(free, loaded.threads or free))
+                now = loaded.set_threads(min(free, loaded.threads or free))
+                threads = threads if now is None else now
         finally:
-            if loaded.set_threads is not None and loaded.threads and threads != loaded.threads:
+            if loaded.threads and threads != loaded.threads:
                 loaded.set_threads(loaded.threads)  # the next case starts with the full count
         kept = min(tries, key=lambda t: (t.verdict not in (None, "clean"), severity(t.readings, t.threads)))
         details.update(kept.details)
         metrics.update(kept.metrics)
-        if tracker is not None:
-            if foreign is not None:
-                details["device_memory_in_use_at_start_mb"] = round(foreign, 1)
-            if tracker.timer_used != loaded.timer:  # the device's events could not run: wall clock
-                details["timer"] = tracker.timer_used
-            metrics.update(self._energy(loaded, call, case, details))
+        metrics.update(measurement.energy(case.batch_size, self.energy_min_time_s, details))
         judged = kept.verdict is not None
         return CaseResult(
             case=case, spec=spec, precision=loaded.precision, device_name=loaded.device_name,
@@ -189,30 +179,17 @@ class Runner:
             forwards_per_iteration=get_scenario(case.mode).forwards_per_iteration,
         )
 
-    def _measure(self, loaded: LoadedModel, call: Any, tracker: LatencyTracker | None, foreign: float | None,
-                 threads: int | None, first: bool) -> _Try:
-        """One measurement of `call`, bracketed by the interference monitor, judged: the timed
-        loop (after the cold call when `first`), or the call's own remote measurement."""
+    def _measure(self, loaded: LoadedModel, measurement: Measurement, threads: int | None, first: bool) -> _Try:
+        """One measurement (the cold call too when `first`), bracketed by the interference
+        monitor, and judged where this machine's load bears on it."""
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
         monitor = InterferenceMonitor(gpu, loaded.own_pids(), self.reference)
-        if tracker is None:
-            with monitor:
-                remote: Any = call.measure_remote(self.timing)
-            latency = Latency.from_values(remote.timings_ms)
-            cold_ms = remote.cold_latency_ms if remote.cold_latency_ms is not None else latency.values_ms[0]
-            measured = _Try(latency, Memory(None, remote.peak_device_memory_mb), float(cold_ms),
-                            details=dict(remote.details), threads=threads)
-            if not remote.on_this_host:
-                return measured
-        else:
-            memory = MemoryTracker(loaded.device_kind, loaded.device_index, foreign_mb=foreign)
-            with memory.track(), monitor:
-                cold = tracker.time_once(call) if first else float("nan")
-                latency = tracker.run(call, self.timing)
-                more = call.measure_more(tracker, self.timing, latency) if isinstance(call, MeasuresMore) else {}
-            assert memory.result is not None
-            measured = _Try(latency, memory.result, cold, dict(more), threads=threads)
-        verdict, reason = judge(monitor.readings)
+        sample = measurement.measure(self.timing, monitor, first)
+        measured = _Try(sample.latency, sample.memory, sample.cold_ms, dict(sample.metrics), dict(sample.details),
+                        threads=threads)
+        if not sample.judged:
+            return measured
+        verdict, reason = judge(monitor.readings, threads=threads)
         return dataclasses.replace(measured, readings=monitor.readings, verdict=verdict, reason=reason)
 
     def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, float, bool]:
@@ -243,7 +220,7 @@ class Runner:
 
     def close(self, collect: bool = True) -> None:
         """Release every cached model; `collect=False` when nothing runs after (session end: a
-        collection there cost 0.35 s per process and freed memory nobody would use)."""
+        collection there costs time per process and frees memory nobody would use)."""
         while self._cache:
             self._evict(collect)
 
@@ -253,26 +230,6 @@ class Runner:
         with InterferenceMonitor() as monitor:
             time.sleep(seconds)
         return monitor.readings
-
-    def _energy(self, loaded: LoadedModel, call: Any, case: BenchCase, details: dict[str, Any]) -> dict[str, float]:
-        """Energy per item where the device has a readable counter (NVML); on accelerators that
-        cannot, ``details["energy"]`` says why. Measured after the timed loop, in a loop of its own."""
-        if loaded.device_kind == "cpu" or self.energy_min_time_s == 0:
-            return {}
-        from .energy import EnergyUnavailable, energy_unavailable, measure_energy
-
-        reason = energy_unavailable(loaded.device_kind, loaded.device_index)
-        if reason:
-            details["energy"] = reason
-            return {}
-        try:
-            energy = measure_energy(call, loaded.sync, batch_size=case.batch_size, device_kind=loaded.device_kind,
-                                    device_index=loaded.device_index, min_time_s=self.energy_min_time_s)
-        except EnergyUnavailable as exc:  # e.g. the counter did not advance
-            details["energy"] = str(exc)
-            return {}
-        details["energy_method"] = energy.method
-        return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
 
 
 __all__ = ["AGREE_SHARE", "DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]

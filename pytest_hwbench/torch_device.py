@@ -51,7 +51,7 @@ def sync_for(hardware: str, index: int = 0) -> Callable[[], None]:
 
 
 def disable_tf32(hardware: str) -> None:
-    """fp32 means fp32 on NVIDIA and AMD GPUs: TF32 tensor-core math is opt-in (issue 5)."""
+    """fp32 means fp32 on NVIDIA and AMD GPUs: TF32 tensor-core math is opt-in."""
     if TORCH_MODULES.get(hardware) != "cuda":
         return
     import torch
@@ -79,10 +79,30 @@ def allocated_mb(hardware: str, index: int = 0) -> float | None:
     return None
 
 
+def reset_peak_mb(hardware: str, index: int = 0) -> None:
+    """Start a new peak for `peak_mb` on device `index` of `hardware` (no-op without a peak counter)."""
+    module = device_module(hardware)
+    if module is not None and hasattr(module, "reset_peak_memory_stats"):
+        module.reset_peak_memory_stats(index)
+
+
+def peak_mb(hardware: str, index: int = 0) -> float | None:
+    """Peak device memory allocated since `reset_peak_mb`, in MiB; None on the CPU or without a
+    counter. MPS has no peak counter: the driver's current allocation is the best bound there."""
+    module = device_module(hardware)
+    if module is None:
+        return None
+    if hasattr(module, "max_memory_allocated"):
+        return float(module.max_memory_allocated(index)) / 2**20
+    if hasattr(module, "driver_allocated_memory"):
+        return float(module.driver_allocated_memory()) / 2**20
+    return None
+
+
 def timer_for(hardware: str) -> str:
     """The timer kind that times work on `hardware`: its device's events, else the wall clock."""
     return TORCH_MODULES.get(hardware, "wall")
 
 
 __all__ = ["TORCH_MODULES", "allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
-           "sync_for", "timer_for"]
+           "peak_mb", "reset_peak_mb", "sync_for", "timer_for"]

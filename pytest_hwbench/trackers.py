@@ -1,9 +1,16 @@
-"""Trackers: latency and memory measurement as context managers that yield value objects.
+"""Trackers and measurement strategies: latency and memory measurement as context managers that
+yield value objects, and the two ways a prepared call is measured.
 
 Device synchronisation lives here, never in a benchmark body. On CUDA/ROCm/XPU/MPS each
 iteration is bracketed by device events and the host syncs once, at the end of the timed loop;
 elsewhere (or where those events cannot run) each iteration is timed with `time.perf_counter`
 around the call and its `sync`.
+
+A loaded model hands the runner one `Measurement` per prepared call: a `LocalCall` times the
+call in this process (cold call, timed loop, memory, anything more the call measures, energy);
+a `RemoteCall` asks a call that another process or machine times (`MeasuredElsewhere`: a browser
+page, a cloud device) for its `RemoteMeasurement`. Both give a `Sample`, so the runner's loop
+is the same for every kind of model.
 """
 
 from __future__ import annotations
@@ -11,14 +18,15 @@ from __future__ import annotations
 import math
 import time
 import warnings
-from collections.abc import Callable, Iterator, Sequence
-from contextlib import contextmanager
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from contextlib import AbstractContextManager, contextmanager
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, Protocol, runtime_checkable
 
 import numpy as np
 
+from . import torch_device
 from .errors import HwbenchWarning
 from .torch_device import device_module
 from .vocabulary import MAX_ITERATIONS
@@ -270,29 +278,181 @@ class MemoryTracker:
     @contextmanager
     def track(self) -> Iterator[MemoryTracker]:
         """Measure within the block; read `self.result` afterwards."""
-        module = device_module(self.device_kind)
-        if module is not None and hasattr(module, "reset_peak_memory_stats"):
-            module.reset_peak_memory_stats(self.device_index)
+        torch_device.reset_peak_mb(self.device_kind, self.device_index)
         _reset_hwm()
         try:
             yield self
         finally:
-            device_mb = None
-            if module is not None:
-                if hasattr(module, "max_memory_allocated"):
-                    device_mb = module.max_memory_allocated(self.device_index) / 2**20
-                elif hasattr(module, "driver_allocated_memory"):
-                    # MPS has no peak counter: the driver's current allocation is the best bound.
-                    device_mb = module.driver_allocated_memory() / 2**20
+            device_mb = torch_device.peak_mb(self.device_kind, self.device_index)
             self.result = Memory(_read_hwm_mb(), own_peak_mb(device_mb, self.foreign_mb), self.foreign_mb)
+
+
+# --- measurement strategies ------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class RemoteMeasurement:
+    """What a call timed outside this process's loop measured (`MeasuredElsewhere`).
+
+    `cold_latency_ms` defaults to the first timing; `details` go into the record's extra;
+    `on_this_host` says whether the measuring process shares this machine (a browser page: its
+    interference is judged as the case's) or not (a cloud device: this machine's load says
+    nothing of it, and the record carries no noise verdict).
+    """
+
+    timings_ms: tuple[float, ...]
+    cold_latency_ms: float | None = None
+    peak_device_memory_mb: float | None = None
+    details: Mapping[str, Any] = field(default_factory=dict)
+    on_this_host: bool = True
+
+
+@runtime_checkable
+class MeasuredElsewhere(Protocol):
+    """A prepared call that another process or machine times: a browser page, a cloud device.
+    Its loaded model measures it with a `RemoteCall`."""
+
+    def __call__(self) -> Any: ...
+
+    def measure_remote(self, timing: TimingConfig) -> RemoteMeasurement:
+        """Measure under `timing` (or report what was measured already) and say where."""
+        ...
+
+
+@runtime_checkable
+class MeasuresMore(Protocol):
+    """A prepared call that measures more than its own latency (e.g. time to first token)."""
+
+    def __call__(self) -> Any: ...
+
+    def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:
+        """Metrics named as `BenchmarkRecord` fields, measured after the timed loop."""
+        ...
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One measurement of a prepared call.
+
+    `cold_ms` is the first call's latency (NaN where no cold call was made); `metrics` are
+    further record fields, `details` go into the record's extra; `judged` says whether this
+    machine's load bears on the figures (False for a call measured on another machine).
+    """
+
+    latency: Latency
+    memory: Memory
+    cold_ms: float
+    metrics: Mapping[str, float] = field(default_factory=dict)
+    details: Mapping[str, Any] = field(default_factory=dict)
+    judged: bool = True
+
+
+class Measurement(Protocol):
+    """How one prepared call is measured: `LocalCall` or `RemoteCall`, or a third party's.
+
+    The runner calls `measure` once per try, then `energy` once, after the try it keeps.
+    """
+
+    def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
+        """One measurement under `timing`. `window` (the interference monitor) is entered around
+        what is measured; `first` asks for the cold call too."""
+        ...
+
+    def energy(self, batch_size: int, min_time_s: float, details: dict[str, Any]) -> dict[str, float]:
+        """Energy metrics of the call where its device has a readable counter (`min_time_s` > 0);
+        a reason why not goes into ``details["energy"]``. Empty where nothing is measured."""
+        ...
+
+
+class LocalCall:
+    """A call timed in this process: the cold call (first try), the timed loop under a
+    `LatencyTracker` of `timer`, memory under a `MemoryTracker`, then `more` (the call's
+    `MeasuresMore.measure_more`, if given) with the same tracker.
+
+    `foreign_mb` is device memory in use at the start that the case does not own; it is kept
+    out of the peak and reported in the sample's details, as is a timer that fell back to the
+    wall clock.
+    """
+
+    def __init__(self, call: Callable[[], Any], sync: Callable[[], None], timer: str = "wall",
+                 device_kind: str = "cpu", device_index: int = 0, foreign_mb: float | None = None,
+                 more: Callable[[LatencyTracker, TimingConfig, Latency], Mapping[str, float]] | None = None) -> None:
+        self.call = call
+        self.sync = sync
+        self.timer = timer
+        self.device_kind = device_kind
+        self.device_index = device_index
+        self.foreign_mb = foreign_mb
+        self.more = more
+        self.tracker = LatencyTracker(timer, sync, device_index)
+
+    def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
+        memory = MemoryTracker(self.device_kind, self.device_index, foreign_mb=self.foreign_mb)
+        with memory.track(), window:
+            cold = self.tracker.time_once(self.call) if first else float("nan")
+            latency = self.tracker.run(self.call, timing)
+            more = self.more(self.tracker, timing, latency) if self.more is not None else {}
+        assert memory.result is not None
+        details: dict[str, Any] = {}
+        if self.foreign_mb is not None:
+            details["device_memory_in_use_at_start_mb"] = round(self.foreign_mb, 1)
+        if self.tracker.timer_used != self.timer:  # the device's events could not run: wall clock
+            details["timer"] = self.tracker.timer_used
+        return Sample(latency, memory.result, cold, dict(more), details)
+
+    def energy(self, batch_size: int, min_time_s: float, details: dict[str, Any]) -> dict[str, float]:
+        """Energy per item where the device has a readable counter (NVML); on accelerators that
+        cannot, ``details["energy"]`` says why. Measured in a loop of its own."""
+        if self.device_kind == "cpu" or min_time_s == 0:
+            return {}
+        from .energy import EnergyUnavailable, energy_unavailable, measure_energy
+
+        reason = energy_unavailable(self.device_kind, self.device_index)
+        if reason:
+            details["energy"] = reason
+            return {}
+        try:
+            energy = measure_energy(self.call, self.sync, batch_size=batch_size, device_kind=self.device_kind,
+                                    device_index=self.device_index, min_time_s=min_time_s)
+        except EnergyUnavailable as exc:  # e.g. the counter did not advance
+            details["energy"] = str(exc)
+            return {}
+        details["energy_method"] = energy.method
+        return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
+
+
+class RemoteCall:
+    """A call that another process or machine times (`MeasuredElsewhere`): each try asks it for
+    its `RemoteMeasurement`. No energy is measured here."""
+
+    def __init__(self, call: MeasuredElsewhere) -> None:
+        self.call = call
+
+    def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
+        with window:
+            remote = self.call.measure_remote(timing)
+        latency = Latency.from_values(remote.timings_ms)
+        cold = remote.cold_latency_ms if remote.cold_latency_ms is not None else latency.values_ms[0]
+        return Sample(latency, Memory(None, remote.peak_device_memory_mb), float(cold),
+                      details=dict(remote.details), judged=remote.on_this_host)
+
+    def energy(self, batch_size: int, min_time_s: float, details: dict[str, Any]) -> dict[str, float]:
+        return {}
 
 
 __all__ = [
     "TIMER_KINDS",
     "Latency",
     "LatencyTracker",
+    "LocalCall",
+    "MeasuredElsewhere",
+    "Measurement",
+    "MeasuresMore",
     "Memory",
     "MemoryTracker",
+    "RemoteCall",
+    "RemoteMeasurement",
+    "Sample",
     "TimingConfig",
     "event_timer_unavailable",
     "own_peak_mb",

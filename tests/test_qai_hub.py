@@ -10,6 +10,7 @@ What does not: a real compile or profile job (needs a token and a network).
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import importlib.util
 import json
@@ -313,6 +314,10 @@ def test_prepare_compiles_and_profiles_once_per_shape(monkeypatch, fake_export):
     measured = call.measure_remote(None)
     assert measured.timings_ms == expected.times_ms and measured.on_this_host is False
     assert measured.peak_device_memory_mb == expected.peak_memory_high_mb
+    # What the runner measures: the profile, reported, not judged by this machine's load
+    sample = loaded.measurement(spec.make_inputs(1)).measure(None, contextlib.nullcontext(), True)
+    assert sample.latency.values_ms == expected.times_ms and sample.judged is False
+    assert sample.memory.peak_device_mb == expected.peak_memory_high_mb and sample.memory.peak_host_rss_mb is None
     with pytest.raises(qh.QaiHubError, match="measure_remote"):
         call()  # a local clock around this would time nothing
 

@@ -1,13 +1,37 @@
-"""The runner outside pytest: remote-timed backends and the model cache."""
+"""The runner outside pytest: remote-timed backends, measurement strategies and the model cache."""
 
 from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
 
 import pytest
 
 from pytest_hwbench import Backend, BenchCase, LoadedModel, RemoteMeasurement, Runner, TimingConfig
-from pytest_hwbench.backends.base import _REGISTRY, register_backend
+from pytest_hwbench.backends.base import _REGISTRY, HwbenchDeprecationWarning, register_backend
+from pytest_hwbench.trackers import Latency, Memory, RemoteCall, Sample
 
 REMOTE_TIMES = [4.0, 5.0, 6.0, 5.5, 4.5]
+
+
+class _PhoneCall:
+    """A prepared call measured on a phone: it reports the phone's times and refuses a local clock."""
+
+    def __call__(self):
+        raise AssertionError("a remote-timed call must not be timed locally")
+
+    def measure_remote(self, timing):
+        return RemoteMeasurement(tuple(REMOTE_TIMES), peak_device_memory_mb=12.5, on_this_host=False)
+
+
+class _PhoneModel(LoadedModel):
+    """A model measured elsewhere: its measurement is a `RemoteCall`."""
+
+    def prepare(self, inputs):
+        return _PhoneCall()
+
+    def measurement(self, inputs, foreign_mb=None):
+        return RemoteCall(self.prepare(inputs))
 
 
 class _RemoteBackend(Backend):
@@ -31,15 +55,7 @@ class _RemoteBackend(Backend):
 
     def load(self, spec, hardware, precision, device_index=0):
         self.loads += 1
-        class Call:
-            def __call__(self):
-                raise AssertionError("a remote-timed call must not be timed locally")
-
-            def measure_remote(self, timing):
-                return RemoteMeasurement(tuple(REMOTE_TIMES), peak_device_memory_mb=12.5, on_this_host=False)
-
-        return LoadedModel(precision="fp32", device_name="remote phone", prepare=lambda inputs: Call(),
-                           timer="remote", details={"job": "j1"})
+        return _PhoneModel("fp32", "remote phone", details={"job": "j1"}, timer="remote")
 
 
 @pytest.fixture
@@ -77,9 +93,9 @@ class _HungryBackend(Backend):
     allocator fails, as a device does when activations outgrow its memory.
 
     The request exceeds any x86-64/arm64 virtual address space (128 TiB, or 128 PiB with 5-level
-    paging), so it fails whatever the host's overcommit policy. The 8 TiB asked for before was
-    granted on an H100 host that overcommits (vm.overcommit_memory=1): filling it got the
-    process OOM-killed, ending `pytest tests` there with no summary (issue 9, part 2)."""
+    paging), so it fails whatever the host's overcommit policy: a host that overcommits
+    (vm.overcommit_memory=1) grants a request of a few TiB, and filling it gets the process
+    OOM-killed."""
 
     name = "hungry-test"
     hardware = ("cpu",)
@@ -98,20 +114,25 @@ class _HungryBackend(Backend):
         return None
 
     def load(self, spec, hardware, precision, device_index=0):
+        return _HungryModel("fp32", "cpu", backend=self)
+
+
+@dataclass(frozen=True, kw_only=True)
+class _HungryModel(LoadedModel):
+    backend: Any
+
+    def prepare(self, inputs):
         import torch
 
-        def prepare(inputs):
-            batch = next(iter(inputs.values())).shape[0]
-            size = 2**58 if batch >= 4 else 1024
+        batch = next(iter(inputs.values())).shape[0]
+        size = 2**58 if batch >= 4 else 1024
 
-            def call():
-                return torch.ones(batch * size, dtype=torch.uint8).sum()
-            return call
+        def call():
+            return torch.ones(batch * size, dtype=torch.uint8).sum()
+        return call
 
-        def close():
-            self.closed += 1
-
-        return LoadedModel(precision="fp32", device_name="cpu", prepare=prepare, close=close)
+    def close(self):
+        self.backend.closed += 1
 
 
 @pytest.fixture
@@ -183,20 +204,22 @@ class _LeakyOomBackend(_HungryBackend):
     name = "leaky-oom-test"
 
     def load(self, spec, hardware, precision, device_index=0):
+        return _LeakyModel("fp32", "cpu")
+
+
+class _LeakyModel(LoadedModel):
+    def prepare(self, inputs):
         import weakref
 
-        def prepare(inputs):
-            batch = next(iter(inputs.values())).shape[0]
+        batch = next(iter(inputs.values())).shape[0]
 
-            def call():
-                activations = _Ballast()
-                BALLAST.append(weakref.ref(activations))
-                if batch >= 4:
-                    raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
-                return len(activations.payload)
-            return call
-
-        return LoadedModel(precision="fp32", device_name="cpu", prepare=prepare)
+        def call():
+            activations = _Ballast()
+            BALLAST.append(weakref.ref(activations))
+            if batch >= 4:
+                raise RuntimeError("CUDA out of memory. Tried to allocate 20.00 GiB")
+            return len(activations.payload)
+        return call
 
 
 @pytest.fixture
@@ -247,7 +270,8 @@ def test_the_case_after_an_out_of_memory_case_starts_with_its_memory_free(pytest
 
 
 class _OldRemoteBackend(_RemoteBackend):
-    """The timer-'remote' contract before `MeasuredElsewhere`: times left in details, a plain call."""
+    """The timer-'remote' contract before `MeasuredElsewhere`: times left in details, a plain call,
+    built from keyword callables."""
 
     name = "old-remote-test"
 
@@ -259,11 +283,98 @@ class _OldRemoteBackend(_RemoteBackend):
 def test_a_remote_timer_without_measure_remote_names_the_contract():
     backend = register_backend(_OldRemoteBackend())
     try:
-        with pytest.raises(TypeError, match="not MeasuredElsewhere: give the call a measure_remote"):
+        with pytest.raises(TypeError, match="not MeasuredElsewhere: give the call a measure_remote"), \
+                pytest.warns(HwbenchDeprecationWarning):
             Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0)).run(
                 BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
     finally:
         _REGISTRY.pop(backend.name, None)
+
+
+class _KeywordBackend(_RemoteBackend):
+    """A third party's backend written against the keyword construction of `LoadedModel`."""
+
+    name = "keyword-test"
+
+    def load(self, spec, hardware, precision, device_index=0):
+        self.loads += 1
+        if precision == "fp16":  # the remote shape: a call with measure_remote, timer "remote"
+            return LoadedModel(precision="fp16", device_name="remote phone", prepare=lambda inputs: _PhoneCall(),
+                               timer="remote", details={"job": "j2"})
+        syncs, closed = [], []
+
+        def prepare(inputs):
+            return lambda: sum(range(100))
+
+        return LoadedModel(precision="fp32", device_name="kw cpu", prepare=prepare, sync=lambda: syncs.append(1),
+                           close=lambda: closed.append(1), threads=3, set_threads=lambda n: n,
+                           own_pids=lambda: (12345,), details={"syncs": syncs, "closed": closed})
+
+
+def test_the_keyword_construction_still_loads_and_measures_with_a_deprecation_warning():
+    backend = _KeywordBackend()
+    backend.precisions = ("fp32", "fp16")
+    register_backend(backend)
+    try:
+        runner = Runner(TimingConfig(warmup_iterations=0, min_iterations=3, min_time_s=0), energy_min_time_s=0)
+        with pytest.warns(HwbenchDeprecationWarning, match="subclass pytest_hwbench.LoadedModel"):
+            local = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
+        assert local.device_name == "kw cpu" and local.latency.iterations == 3 and local.threads == 3
+        assert len(local.details["syncs"]) >= 2 * 3  # sync around each timed call and the cold call
+        loaded = next(iter(runner._cache.values()))[0]
+        assert isinstance(loaded, LoadedModel) and loaded.own_pids() == (12345,) and loaded.set_threads(2) == 2
+        runner.close()
+        assert local.details["closed"] == [1]
+        with pytest.warns(HwbenchDeprecationWarning):
+            remote = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp16", 2))
+        assert remote.latency.values_ms == tuple(REMOTE_TIMES) and remote.noise is None
+    finally:
+        _REGISTRY.pop(backend.name, None)
+
+
+@dataclass
+class _FixedMeasurement:
+    """A third party's measurement strategy: fixed figures, judged, with a metric and a detail."""
+
+    tries: list[bool]
+
+    def measure(self, timing, window, first):
+        with window:
+            self.tries.append(first)
+        return Sample(Latency.from_values([2.0, 3.0, 4.0]), Memory(None, 7.0), 9.0 if first else float("nan"),
+                      metrics={"ttft_ms": 1.5}, details={"strategy": "fixed"})
+
+    def energy(self, batch_size, min_time_s, details):
+        details["energy"] = "not measured by the fixed strategy"
+        return {}
+
+
+class _StrategyModel(LoadedModel):
+    def prepare(self, inputs):
+        return lambda: None
+
+    def measurement(self, inputs, foreign_mb=None):
+        return _FixedMeasurement(self.details["tries"])
+
+
+class _StrategyBackend(_RemoteBackend):
+    name = "strategy-test"
+
+    def load(self, spec, hardware, precision, device_index=0):
+        return _StrategyModel("fp32", "fixed", details={"tries": []})
+
+
+def test_the_runner_measures_through_whatever_strategy_the_model_gives():
+    backend = register_backend(_StrategyBackend())
+    try:
+        result = Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0), noise_retries=0).run(
+            BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
+    finally:
+        _REGISTRY.pop(backend.name, None)
+    assert result.latency.median == 3.0 and result.cold_latency_ms == 9.0 and result.memory.peak_device_mb == 7.0
+    assert result.metrics == {"ttft_ms": 1.5}
+    assert result.details["strategy"] == "fixed" and result.details["energy"].startswith("not measured")
+    assert result.details["tries"] == [True] and result.noise in ("clean", "noisy") and result.tries == 1
 
 
 def test_a_result_built_by_hand_asks_its_scenario_for_the_forwards_per_iteration():

@@ -119,8 +119,9 @@ def test_loaded_fields_like_torch_eager(compiled: dict[str, Any]) -> None:
     assert loaded.device_name == detect_hardware()["cpu"].details.get("model", "cpu")
     # The graph is guarded on the thread count: a noisy retry keeps it rather than recompiling
     # (under fail_on_recompile: "GLOBAL_STATE changed: num_threads").
-    assert loaded.set_threads is None
-    assert get_backend("torch").load(MODELS[MODEL], "cpu", "fp32").set_threads is not None
+    threads = torch.get_num_threads()
+    assert loaded.set_threads(1) is None and torch.get_num_threads() == threads
+    assert get_backend("torch").load(MODELS[MODEL], "cpu", "fp32").set_threads(threads) == threads
 
 
 @pytest.mark.parametrize("precision", ["bf16", "fp16"])

@@ -159,7 +159,7 @@ NAME_CHARS = 48
 def _short_name(name: str) -> str:
     """`name` made safe for a file name and at most `NAME_CHARS` long whatever its length: a
     longer name keeps its start and a hash of the whole (two long names sharing a start stay
-    apart). Issue 18, item 10: a 300-character model name failed with ``File name too long``."""
+    apart), so a long name cannot fail with ``File name too long``."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     if len(safe) <= NAME_CHARS and safe == name:
         return safe

@@ -1,4 +1,4 @@
-"""The backend protocol and registry.
+"""The backend protocol, the loaded model and the backend registry.
 
 A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision.
 Base code never names an implementation: each backend module calls `register_backend` on
@@ -8,75 +8,140 @@ entry-point group (see `pytest_hwbench._plugins`).
 
 from __future__ import annotations
 
+import warnings
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
+from dataclasses import dataclass
+from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import BACKENDS_GROUP, Registry, missing_members
+from ..errors import HwbenchWarning
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-
-if TYPE_CHECKING:
-    from ..trackers import TimingConfig
+from ..trackers import LocalCall, MeasuredElsewhere, Measurement, MeasuresMore, RemoteCall, RemoteMeasurement
 
 ENTRY_POINT_GROUP = BACKENDS_GROUP
+#: Members that `LoadedModel` once took as keyword callables (the deprecated construction).
+_BEHAVIOUR_KEYWORDS = frozenset({"prepare", "sync", "close", "set_threads", "own_pids"})
 
 
-@dataclass
+class HwbenchDeprecationWarning(HwbenchWarning, DeprecationWarning):
+    """A deprecated way of using pytest_hwbench; the message names the replacement."""
+
+
+@dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to run on one device at one precision.
+    """A model ready to run on one device at one precision: data in fields, behaviour in methods.
 
-    `precision` is read back from the runtime after loading: the precision that will run.
-    `prepare(inputs)` turns torch tensors from the zoo's input factory into a zero-argument
-    call that runs one forward; `sync()` waits for the device; `timer` picks the tracker.
+    `precision` is read back from the runtime after loading: the precision that will run;
+    `timer` is the timer kind (`pytest_hwbench.trackers.TIMER_KINDS`) that times its calls here;
+    `threads` the intra-op threads it runs with (None where it has no such setting); `details` go
+    into the record's extra (entries named as record metrics become those metrics).
+
+    A backend subclasses it and implements `prepare`; the other methods have defaults:
+    `measurement` times the prepared call in this process (`LocalCall`); a model measured
+    elsewhere returns a `RemoteCall` instead; `sync` waits for the device; `close` frees the
+    model; `set_threads` changes the intra-op threads of later calls; `own_pids` names processes
+    that do the model's work besides this one.
+
+    ``LoadedModel(precision=..., device_name=..., prepare=callable, sync=..., close=...,
+    set_threads=..., own_pids=...)`` still builds a model from keyword callables, with a
+    `HwbenchDeprecationWarning`.
     """
 
     precision: str
     device_name: str
-    prepare: Callable[[dict[str, Any]], Callable[[], Any]]
-    sync: Callable[[], None] = lambda: None
-    timer: str = "wall"
     device_kind: str = "cpu"
     device_index: int = 0
     threads: int | None = None
-    close: Callable[[], None] = lambda: None
     details: dict[str, Any] | None = None
-    #: Sets the intra-op threads of later calls and returns the count now in effect (the runner
-    #: sizes a retry to the cores other processes left free); None where the runtime fixes its
-    #: threads at load.
-    set_threads: Callable[[int], int] | None = None
-    #: Processes besides this one that do the model's work (e.g. a browser): their CPU time is
-    #: the case's own, not interference from other processes.
-    own_pids: Callable[[], tuple[int, ...]] = lambda: ()
+    timer: str = "wall"
+
+    def __new__(cls, *args: Any, **kwargs: Any) -> LoadedModel:
+        if cls is LoadedModel and (_BEHAVIOUR_KEYWORDS & set(kwargs) or (len(args) > 2 and callable(args[2]))):
+            warnings.warn("LoadedModel(prepare=..., sync=..., close=...) from keyword callables is deprecated: "
+                          "subclass pytest_hwbench.LoadedModel and implement prepare() (and sync, close, "
+                          "set_threads, own_pids or measurement where the defaults do not fit)",
+                          HwbenchDeprecationWarning, stacklevel=2)
+            return super().__new__(_KeywordModel)
+        return super().__new__(cls)
+
+    def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
+        """A zero-argument call that runs one iteration on `inputs` (torch tensors from the zoo's
+        input factory), moved and cast as the runtime needs them."""
+        raise NotImplementedError(f"{type(self).__name__} must implement prepare(inputs) -> a zero-argument call")
+
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        """How the runner measures the call `prepare(inputs)` gives: timed here (`local`) by default.
+
+        `foreign_mb` is device memory in use that this model does not own (kept out of its peak)."""
+        return self.local(self.prepare(inputs), foreign_mb)
+
+    def local(self, call: Callable[[], Any], foreign_mb: float | None = None,
+              more: Callable[..., Mapping[str, float]] | None = None) -> LocalCall:
+        """`call` timed in this process with this model's timer and sync, then `more` (the
+        call's `MeasuresMore.measure_more`, where it measures more than its latency)."""
+        return LocalCall(call, self.sync, self.timer, self.device_kind, self.device_index, foreign_mb, more)
+
+    def sync(self) -> None:
+        """Wait until the device finished the work queued so far (nothing to wait for by default)."""
+        return None
+
+    def close(self) -> None:
+        """Release the model (the runner then collects garbage and empties the device's cache)."""
+        return None
+
+    def set_threads(self, count: int) -> int | None:
+        """Set the intra-op threads of later calls to `count` and return the count now in effect
+        (the runner sizes a retry to the cores other processes left free); None where the
+        runtime fixes its threads at load, as by default."""
+        return None
+
+    def own_pids(self) -> tuple[int, ...]:
+        """Processes besides this one that do the model's work (e.g. a browser): their CPU time
+        is the case's own, not interference from other processes."""
+        return ()
 
 
-@dataclass(frozen=True)
-class RemoteMeasurement:
-    """What a call timed outside this process's loop measured (`MeasuredElsewhere`).
+class _KeywordModel(LoadedModel):
+    """A `LoadedModel` built from keyword callables (the deprecated construction): a prepared
+    call with ``measure_remote`` (or any call of a ``timer="remote"`` model) is a `RemoteCall`;
+    one with ``measure_more`` also gives its extra metrics."""
 
-    `cold_latency_ms` defaults to the first timing; `details` go into the record's extra;
-    `on_this_host` says whether the measuring process shares this machine (a browser page: its
-    interference is judged as the case's) or not (a cloud device: this machine's load says
-    nothing of it, and the record carries no noise verdict).
-    """
+    def __init__(self, precision: str, device_name: str, prepare: Callable[[dict[str, Any]], Callable[[], Any]],
+                 sync: Callable[[], None] = lambda: None, timer: str = "wall", device_kind: str = "cpu",
+                 device_index: int = 0, threads: int | None = None, close: Callable[[], None] = lambda: None,
+                 details: dict[str, Any] | None = None, set_threads: Callable[[int], int] | None = None,
+                 own_pids: Callable[[], tuple[int, ...]] = lambda: ()) -> None:
+        super().__init__(precision, device_name, device_kind, device_index, threads, details, timer)
+        behaviour = {"_prepare": prepare, "_sync": sync, "_close": close, "_set_threads": set_threads,
+                     "_own_pids": own_pids}
+        for name, value in behaviour.items():
+            object.__setattr__(self, name, value)
 
-    timings_ms: tuple[float, ...]
-    cold_latency_ms: float | None = None
-    peak_device_memory_mb: float | None = None
-    details: Mapping[str, Any] = field(default_factory=dict)
-    on_this_host: bool = True
+    def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
+        return self._prepare(inputs)  # type: ignore[attr-defined,no-any-return]
 
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        call = self.prepare(inputs)
+        if isinstance(call, MeasuredElsewhere):
+            return RemoteCall(call)
+        if self.timer == "remote":
+            raise TypeError(f"{self.device_name}: timer 'remote', but its prepared call is not MeasuredElsewhere: give "
+                            "the call a measure_remote(timing) method returning a pytest_hwbench.RemoteMeasurement")
+        return self.local(call, foreign_mb, call.measure_more if isinstance(call, MeasuresMore) else None)
 
-@runtime_checkable
-class MeasuredElsewhere(Protocol):
-    """A prepared call that another process or machine times (timer ``"remote"``): a browser
-    page, a cloud device. The runner calls `measure_remote` instead of its own timed loop."""
+    def sync(self) -> None:
+        self._sync()  # type: ignore[attr-defined]
 
-    def __call__(self) -> Any: ...
+    def close(self) -> None:
+        self._close()  # type: ignore[attr-defined]
 
-    def measure_remote(self, timing: TimingConfig) -> RemoteMeasurement:
-        """Measure under `timing` (or report what was measured already) and say where."""
-        ...
+    def set_threads(self, count: int) -> int | None:
+        setter = self._set_threads  # type: ignore[attr-defined]
+        return setter(count) if setter is not None else None
+
+    def own_pids(self) -> tuple[int, ...]:
+        return tuple(self._own_pids())  # type: ignore[attr-defined]
 
 
 @runtime_checkable
@@ -150,4 +215,5 @@ def get_backend(name: str) -> Backend:
         raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(backends))}") from None
 
 
-__all__ = ["Backend", "LoadedModel", "MeasuredElsewhere", "RemoteMeasurement", "get_backend", "register_backend", "registered_backends"]
+__all__ = ["Backend", "HwbenchDeprecationWarning", "LoadedModel", "MeasuredElsewhere", "Measurement", "RemoteMeasurement",
+           "get_backend", "register_backend", "registered_backends"]

@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -193,7 +194,7 @@ class OnnxRuntimeBackend(Backend):
     def _provider_options(self, hardware: str, precision: str, device_index: int, threads: int) -> list[Any]:
         provider = self.providers[hardware]
         if hardware == "cuda":
-            # fp32 means fp32: TF32 tensor-core math is opt-in, as in the torch backend (issue 5).
+            # fp32 means fp32: TF32 tensor-core math is opt-in, as in the torch backend.
             return [(provider, {"device_id": str(device_index), "use_tf32": "0"}), "CPUExecutionProvider"]
         if hardware == "openvino":
             # precision=FP32 makes the provider pin OpenVINO's INFERENCE_PRECISION_HINT to f32;
@@ -252,10 +253,9 @@ class OnnxRuntimeBackend(Backend):
         if ran != precision:
             raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the session runs {ran} "
                                     f"(weights by precision: {shares})")
-        return LoadedModel(
+        return _OrtModel(
             precision=ran,
             device_name=_cuda_name(device_index) if hardware == "cuda" else _cpu_name(),
-            prepare=self._preparer(session, hardware, device_index),
             timer="wall",  # session.run returns after the device finished (outputs copied or bound)
             device_kind="cuda" if hardware == "cuda" else "cpu",
             device_index=device_index,
@@ -263,52 +263,71 @@ class OnnxRuntimeBackend(Backend):
             details={"provider": used[0], "exporter": exported.exporter, "opset": exported.opset,
                      "onnx_file": str(path), "onnxruntime_version": ort.__version__,
                      **{f"weights_{k}": v for k, v in shares.items()}},
+            session=session,
+            hardware=hardware,
         )
 
-    def _preparer(self, session: Any, hardware: str, device_index: int) -> Any:
-        import numpy as np
 
-        wanted = {i.name: _INPUT_DTYPES.get(i.type) for i in session.get_inputs()}
-        outputs = [o.name for o in session.get_outputs()]
+def _preparer(session: Any, hardware: str, device_index: int) -> Any:
+    """The `prepare` of a session: inputs to feeds (bound on the GPU for cuda), and the call."""
+    import numpy as np
 
-        def feeds_of(inputs: dict[str, Any]) -> dict[str, Any]:
-            missing = sorted(set(wanted) - set(inputs))
-            if missing:
-                raise ValueError(f"onnxruntime session needs inputs {missing}; got {sorted(inputs)}")
-            feeds = {}
-            for name, dtype in wanted.items():
-                array = inputs[name].detach().cpu().numpy()
-                feeds[name] = np.ascontiguousarray(array.astype(dtype, copy=False) if dtype else array)
-            return feeds
+    wanted = {i.name: _INPUT_DTYPES.get(i.type) for i in session.get_inputs()}
+    outputs = [o.name for o in session.get_outputs()]
 
-        if hardware == "cuda":
-            import onnxruntime as ort
+    def feeds_of(inputs: dict[str, Any]) -> dict[str, Any]:
+        missing = sorted(set(wanted) - set(inputs))
+        if missing:
+            raise ValueError(f"onnxruntime session needs inputs {missing}; got {sorted(inputs)}")
+        feeds = {}
+        for name, dtype in wanted.items():
+            array = inputs[name].detach().cpu().numpy()
+            feeds[name] = np.ascontiguousarray(array.astype(dtype, copy=False) if dtype else array)
+        return feeds
 
-            def prepare_cuda(inputs: dict[str, Any]) -> Any:
-                # Inputs copied to the GPU once; outputs stay there: the loop times the model only.
-                binding = session.io_binding()
-                for name, array in feeds_of(inputs).items():
-                    binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_index))
-                for name in outputs:
-                    binding.bind_output(name, "cuda", device_index)
+    if hardware == "cuda":
+        import onnxruntime as ort
 
-                def call() -> Any:
-                    session.run_with_iobinding(binding)
-                    return binding
+        def prepare_cuda(inputs: dict[str, Any]) -> Any:
+            # Inputs copied to the GPU once; outputs stay there: the loop times the model only.
+            binding = session.io_binding()
+            for name, array in feeds_of(inputs).items():
+                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_index))
+            for name in outputs:
+                binding.bind_output(name, "cuda", device_index)
 
-                return call
-
-            return prepare_cuda
-
-        def prepare(inputs: dict[str, Any]) -> Any:
-            feeds = feeds_of(inputs)
-
-            def call() -> dict[str, Any]:
-                return dict(zip(outputs, session.run(None, feeds), strict=True))
+            def call() -> Any:
+                session.run_with_iobinding(binding)
+                return binding
 
             return call
 
-        return prepare
+        return prepare_cuda
+
+    def prepare(inputs: dict[str, Any]) -> Any:
+        feeds = feeds_of(inputs)
+
+        def call() -> dict[str, Any]:
+            return dict(zip(outputs, session.run(None, feeds), strict=True))
+
+        return call
+
+    return prepare
+
+
+@dataclass(frozen=True, kw_only=True)
+class _OrtModel(LoadedModel):
+    """An ONNX Runtime session on one provider; `prepare` feeds it the inputs."""
+
+    session: Any
+    hardware: str
+    _prepare: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_prepare", _preparer(self.session, self.hardware, self.device_index))
+
+    def prepare(self, inputs: dict[str, Any]) -> Any:
+        return self._prepare(inputs)
 
 
 class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):

@@ -11,7 +11,7 @@ warm-up by count and by time (`WARMUP_S`), then the run's min iterations and min
 measurement in a fresh page warms up until steady: V8 keeps compiling the 14 MB wasm module in
 the background for seconds, so the page goes on until the medians of two consecutive
 `SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`, for at most `SETTLE_S`. The call that `prepare` returns has
-``measure_remote(timing)``; the runner calls it (timer ``"remote"``) and the page's
+``measure_remote(timing)``; the loaded model's measurement is a `RemoteCall` of it, and the page's
 per-iteration times become the record's timings. The device name is what the browser reports
 (the WebGPU adapter; a software adapter such as SwiftShader says so, and ``extra`` carries
 ``web_software_adapter``); ``extra`` holds the browser and onnxruntime-web versions and bundle.
@@ -30,12 +30,14 @@ from __future__ import annotations
 import importlib.util
 import os
 import threading
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+from ..trackers import Measurement, RemoteCall
 from ._onnx_export import export_onnx
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
@@ -97,7 +99,7 @@ class _PageCall:
 
     def __call__(self) -> Any:
         raise RuntimeError("onnxruntime-web: this case runs in a browser page; its times come from "
-                           "measure_remote(timing) (timer 'remote'), a Python clock measures nothing here")
+                           "measure_remote(timing), a Python clock measures nothing here")
 
     def measure_remote(self, timing: Any) -> RemoteMeasurement:
         return self.model.measure(self, timing)
@@ -286,18 +288,35 @@ class OnnxRuntimeWebBackend(Backend):
             model.details["web_adapter"] = target_details.get("adapter")
             model.details["web_software_adapter"] = bool(target_details.get("software_adapter"))
         threads = int(value["numThreads"]) if hardware == "wasm" and value.get("numThreads") else None
-        driver = model._driver
-        return LoadedModel(
+        return _WebModel(
             precision=graph,
             device_name=str(device_name),
-            prepare=model.prepare,
             timer="remote",  # timed in the page, see the module docstring
             device_kind=hardware,
             threads=threads,
-            close=model.release,
             details=model.details,
-            own_pids=lambda: _browser_pids(driver.pid),  # the browser's CPU time is the case's own
+            page=model,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _WebModel(LoadedModel):
+    """A session in a browser page: its calls are measured in the page (`RemoteCall`), and the
+    browser's CPU time is the case's own."""
+
+    page: _PageModel
+
+    def prepare(self, inputs: dict[str, Any]) -> _PageCall:
+        return self.page.prepare(inputs)
+
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        return RemoteCall(self.prepare(inputs))
+
+    def close(self) -> None:
+        self.page.release()
+
+    def own_pids(self) -> tuple[int, ...]:
+        return _browser_pids(self.page._driver.pid)
 
 
 def _wasm_load_hint(message: str) -> str:

@@ -12,6 +12,7 @@ from __future__ import annotations
 
 import importlib.util
 from collections import Counter
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -164,10 +165,12 @@ class OpenVinoBackend(Backend):
             threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
         else:
             device_name = str(core.get_property(device, "FULL_DEVICE_NAME"))
-        return LoadedModel(
+        return _OvModel(
+            compiled=compiled,
+            input_names=exported.input_names,
+            output_names=exported.output_names,
             precision=ran,
             device_name=device_name,
-            prepare=_preparer(compiled, exported.input_names, exported.output_names),
             timer="wall",  # infer() is synchronous
             device_kind="cpu" if hardware == "cpu" else hardware,
             device_index=device_index,
@@ -238,6 +241,22 @@ def _preparer(compiled: Any, input_names: tuple[str, ...], output_names: tuple[s
         return call
 
     return prepare
+
+
+@dataclass(frozen=True, kw_only=True)
+class _OvModel(LoadedModel):
+    """A model compiled for one OpenVINO device, with one infer request; `prepare` feeds it."""
+
+    compiled: Any
+    input_names: tuple[str, ...]
+    output_names: tuple[str, ...]
+    _prepare: Any = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        object.__setattr__(self, "_prepare", _preparer(self.compiled, self.input_names, self.output_names))
+
+    def prepare(self, inputs: dict[str, Any]) -> Any:
+        return self._prepare(inputs)
 
 
 BACKEND = register_backend(OpenVinoBackend())

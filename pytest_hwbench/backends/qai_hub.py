@@ -6,8 +6,9 @@ Nothing runs on this machine but the export: AI Hub compiles the graph for the d
 default) and returns a profile. So a `LoadedModel` from this backend cannot be timed with a local
 clock. Its ``timer`` is ``"remote"`` and `prepare(inputs)` submits a compile job and a profile job
 for the shape of `inputs` (cached per shape); the call it returns is `MeasuredElsewhere`: its
-``measure_remote()`` gives the device's per-iteration times and peak memory, which a runner uses
-instead of its own loop and trackers. Calling it raises: a local clock would time nothing.
+``measure_remote()`` gives the device's per-iteration times and peak memory, and the loaded
+model's measurement is a `RemoteCall` of it, in place of a local loop and trackers. Calling it
+raises: a local clock would time nothing.
 
 `profile_to_measurement` turns a downloaded profile (the dict ``ProfileJob.download_profile()``
 returns) into a `RemoteProfile`. It is a pure function, tested on recorded profile shapes in
@@ -36,6 +37,7 @@ from typing import Any
 from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+from ..trackers import Measurement, RemoteCall
 from ._onnx_export import ExportedModel, cached_variant, export_onnx
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
@@ -340,7 +342,7 @@ class _RemoteCall:
 
     def __call__(self) -> Any:
         raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times come from "
-                          "measure_remote() (timer 'remote'), a local clock measures nothing here")
+                          "measure_remote(), a local clock measures nothing here")
 
     def measure_remote(self, timing: Any) -> RemoteMeasurement:
         """What the profile job measured on the device (AI Hub picks its own iterations, so
@@ -471,17 +473,33 @@ class QaiHubBackend(Backend):
             "onnx_file": str(exported.path),
         }
         session = _Session(spec, precision, exported, hub, client, device, details)
-        return LoadedModel(
+        return _HubModel(
             precision=precision,  # what the compile options ask for; AI Hub reports no per-layer dtype
             device_name=device_name,
-            prepare=session.prepare,
             timer="remote",  # measured on the device by AI Hub, see the module docstring
             device_kind="qnn",
             device_index=0,
             threads=None,
-            close=session.profiles.clear,
             details=details,
+            session=session,
         )
+
+
+@dataclass(frozen=True, kw_only=True)
+class _HubModel(LoadedModel):
+    """A model on an AI Hub device: each input shape is profiled there, and the profile is its
+    measurement (`RemoteCall`)."""
+
+    session: _Session
+
+    def prepare(self, inputs: dict[str, Any]) -> _RemoteCall:
+        return self.session.prepare(inputs)
+
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        return RemoteCall(self.prepare(inputs))
+
+    def close(self) -> None:
+        self.session.profiles.clear()
 
 
 BACKEND = register_backend(QaiHubBackend())

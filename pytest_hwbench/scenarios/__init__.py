@@ -5,7 +5,7 @@ Every mode is a `Scenario` that registers itself (``pytest_hwbench.scenarios`` e
 length, plus time to first token and per-token decode; eager, or with the decode step compiled on
 the torch.compile backends) and ``train`` (one optimizer step). A scenario loads the model its
 mode needs (an LM head, trainable fp32 weights under autocast) and returns a `LoadedModel`, so
-caching, the timed loop and memory tracking are the runner's, the same for every mode.
+caching, the measurement strategy and the runner's loop are the same for every mode.
 """
 
 from __future__ import annotations
@@ -13,13 +13,13 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry, missing_members
+from ..trackers import MeasuresMore
 from ..vocabulary import DEFAULT_MODE, register_token_mode
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
     from ..hardware import HardwareInfo
     from ..models import ModelSpec
-    from ..trackers import Latency, LatencyTracker, TimingConfig
 
 ENTRY_POINT_GROUP = SCENARIOS_GROUP
 #: mode -> scenario, filled by `register_scenario` as the entry-point modules are imported.
@@ -61,19 +61,9 @@ class Scenario(Protocol):
         """Build the model for this mode. `backend` is the case's, one of `backends` (e.g.
         generate compiles its decode step on ``torch-compile``); `options` are the case's mode
         options (e.g. ``new_tokens``). ``LoadedModel.prepare(inputs)`` returns the call that one
-        timed iteration runs; if that call has a ``measure_more(tracker, timing, latency)``
-        method (see `MeasuresMore`), the runner calls it after the timed loop for extra metrics."""
-        ...
-
-
-@runtime_checkable
-class MeasuresMore(Protocol):
-    """A prepared call that measures more than its own latency (e.g. time to first token)."""
-
-    def __call__(self) -> Any: ...
-
-    def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:
-        """Metrics named as `BenchmarkRecord` fields, measured after the timed loop."""
+        timed iteration runs and ``LoadedModel.measurement(inputs)`` how it is measured; a call
+        that measures more than its latency (`MeasuresMore`, e.g. time to first token) is given
+        to ``LoadedModel.local(call, foreign_mb, call.measure_more)``."""
         ...
 
 

@@ -31,7 +31,7 @@ which ``generate()`` runs the prefill eagerly and every decode step through
 is mode ``reduce-overhead`` (CUDA graphs), ``torch-compile`` the default mode (on the CPU too,
 where transformers compiles only when told to). ``prepare()`` makes the first calls, which
 compile (and record the CUDA graphs): their seconds are ``compile_time_s``, apart from the
-latency, and a timed call that would compile again raises instead (`torch_compile.no_recompile`).
+latency, and a timed call that would compile again raises instead (`_torch.no_recompile`).
 The token-count check is the same as eager's. Time to first token is the eager prefill in both,
 so compiled and eager differ in the decode steps only.
 """
@@ -45,25 +45,26 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import LoadedModel
-from ..backends.torch_compile import (
-    COMPILE,
-    COMPILE_RO,
-    TorchCompileBackend,
+from ..backends._torch import (
+    COMPILE_MODES,
+    EAGER,
+    CompileMode,
+    TorchModel,
+    effective_precision,
     graphs_compiled,
     no_recompile,
+    torch_fields,
     warm_up,
 )
-from ..backends.torch_eager import BACKEND as EAGER
-from ..backends.torch_eager import effective_precision, torch_loaded_model
 from ..errors import PrecisionMismatch, UnsupportedCase
-from ..torch_device import device_string, disable_tf32, sync_for
+from ..torch_device import device_string, disable_tf32
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
+    from ..backends.base import LoadedModel
     from ..hardware import HardwareInfo
     from ..models import ModelSpec
-    from ..trackers import Latency, LatencyTracker, TimingConfig
+    from ..trackers import Latency, LatencyTracker, Measurement, TimingConfig
 
 _DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Zoo modalities whose inputs are a generation prompt: token ids (decoders; T5's encoder),
@@ -303,7 +304,7 @@ class GenerateScenario(Scenario):
     forwards_per_iteration = None
     #: Case options of this mode: each sequence makes `BenchCase.new_tokens` tokens.
     options = ("new_tokens",)
-    backends = (EAGER.name, COMPILE.name, COMPILE_RO.name)
+    backends = (EAGER, *COMPILE_MODES)
     precisions = ("fp32", "fp16", "bf16")
 
     def supports(self, spec: ModelSpec) -> bool:
@@ -316,7 +317,7 @@ class GenerateScenario(Scenario):
         models whose decode step does not compile in one graph; the backend's own reasons
         (hardware, fp16/bf16 support, compiler toolchain, CUDA graphs) come from the backend."""
         return self._reason(spec, precision) or (self._compile_reason(spec, backend)
-                                                 if backend != EAGER.name else None)
+                                                 if backend != EAGER else None)
 
     def _reason(self, spec: ModelSpec, precision: str) -> str | None:
         if precision not in self.precisions:
@@ -334,13 +335,13 @@ class GenerateScenario(Scenario):
                     "static KV cache (transformers' _can_compile_fullgraph is False); use torch")
         return None
 
-    def _compiler(self, spec: ModelSpec, backend: str, hardware: str, new_tokens: int) -> TorchCompileBackend | None:
-        """The torch.compile backend that compiles the decode step (None: eager); raises
+    def _compiler(self, spec: ModelSpec, backend: str, hardware: str, new_tokens: int) -> CompileMode | None:
+        """The torch.compile mode that compiles the decode step (None: eager); raises
         `UnsupportedCase` where it cannot."""
-        if backend == EAGER.name:
+        if backend == EAGER:
             return None
-        compiler = {b.name: b for b in (COMPILE, COMPILE_RO)}.get(backend)
-        if not isinstance(compiler, TorchCompileBackend):
+        compiler = COMPILE_MODES.get(backend)
+        if compiler is None:
             raise UnsupportedCase(f"generate: runs on {', '.join(self.backends)}, not {backend}")
         reason = compiler.missing(hardware) or self._compile_reason(spec, backend)
         if reason:
@@ -351,7 +352,7 @@ class GenerateScenario(Scenario):
         return compiler
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
-             backend: str = EAGER.name, **options: Any) -> LoadedModel:
+             backend: str = EAGER, **options: Any) -> LoadedModel:
         """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
         (required) is the number of tokens each sequence generates. `backend` ``torch`` decodes
         eagerly; a torch.compile backend compiles the decode step in ``prepare()``."""
@@ -377,13 +378,8 @@ class GenerateScenario(Scenario):
         ran = effective_precision(model)
         if ran != precision:
             raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
-        dtype = getattr(torch, _DTYPES[precision])
-        eos = _eos_ids(model.generation_config.eos_token_id)
-        limit = _position_limit(model)
-        encoder_decoder = bool(model.config.is_encoder_decoder)
         details: dict[str, Any] = {"generation_class": type(model).__name__}
         generate_kwargs: dict[str, Any] = {}
-        sync = sync_for(hardware, device_index)
         if compiler is not None:
             from transformers import CompileConfig
 
@@ -395,59 +391,91 @@ class GenerateScenario(Scenario):
             compile_config._compile_all_devices = True
             generate_kwargs = {"cache_implementation": "static", "compile_config": compile_config}
             details |= {"compile_mode": compiler.mode, "cache_implementation": "static"}
-        warm: set[tuple[Any, ...]] = set()  # input shapes whose decode graphs prepare() compiled
+        return GenerateModel(**torch_fields(hardware, device_index, ran, details), compiled=compiler is not None,
+                             model=model, model_name=spec.name, backend=backend, compiler=compiler,
+                             dtype=getattr(torch, _DTYPES[precision]), new_tokens=new_tokens,
+                             eos_token_ids=_eos_ids(model.generation_config.eos_token_id),
+                             position_limit=_position_limit(model),
+                             encoder_decoder=bool(model.config.is_encoder_decoder), generate_kwargs=generate_kwargs)
 
-        def prepare(inputs: dict[str, Any]) -> GenerateCall:
-            moved = {
-                k: v.to(device=device, dtype=dtype) if v.is_floating_point() else v.to(device)
-                for k, v in inputs.items() if not (encoder_decoder and k in _DECODER_INPUTS)
-            }
-            # decoder-only: the prompt is the input ids; encoder-decoder: the decoder start token
-            prompt = 1 if encoder_decoder else int(moved["input_ids"].shape[-1])
-            if limit is not None and prompt + new_tokens > limit:
-                raise UnsupportedCase(
-                    f"generate: {spec.name}'s decoder has {limit} positions, a {prompt}-token prompt plus "
-                    f"{new_tokens} new tokens needs {prompt + new_tokens}; lower --hwbench-new-tokens or "
-                    "--hwbench-input-lengths"
-                )
-            batch = int(next(iter(moved.values())).shape[0])
-            call = GenerateCall(model, moved, new_tokens, batch, eos, spec.name, generate_kwargs)
-            if compiler is None:
-                return call
-            shapes = tuple(sorted((k, tuple(v.shape)) for k, v in moved.items()))
-            # generate() sizes the static cache for the longest prompt + new tokens any earlier call
-            # of this model had, so that shorter ones reuse its graph (transformers 5.23,
-            # GenerationMixin._get_static_cache). Cases of other prompt lengths share this loaded
-            # model: without this reset, a case would decode over a cache sized by the case run
-            # before it. Its own length compiles here, or reuses its graph from an earlier prepare().
-            vars(model).pop("_previous_max_cache_length", None)
-            before = graphs_compiled()
-            # The first call compiles (and checks the token count); reduce-overhead's second
-            # records the CUDA graphs. Each new batch size or prompt length compiles its own graph.
-            warm_up(call, mode=compiler.mode, sync=sync, details=details, name=spec.name)
-            # No new graph is fine when dynamo reuses one compiled for an earlier model of the same
-            # architecture (its guards do not pin the module instance); the compiled path is then
-            # told by the compiled call transformers keeps on the model (PreTrainedModel.
-            # get_compiled_call, transformers 5.23).
-            if shapes not in warm and graphs_compiled() == before and "_compiled_call" not in vars(model):
-                raise RuntimeError(
-                    f"generate on {backend}: {spec.name}'s generate() compiled no graph for its decode steps "
-                    "(transformers' auto-compile criteria were not met: a static cache and a compile_config); "
-                    "the case would measure eager decoding under a compiled backend's name"
-                )
-            warm.add(shapes)
-            call.guard = no_recompile
+
+@dataclass(frozen=True, kw_only=True)
+class GenerateModel(TorchModel):
+    """A model loaded with its generation head: each `prepare` gives a `GenerateCall`, whose
+    decode step `compiler` compiles first (None: eager), measured with its time to first token."""
+
+    model: Any
+    model_name: str
+    backend: str
+    compiler: CompileMode | None
+    dtype: Any
+    new_tokens: int
+    eos_token_ids: tuple[int, ...]
+    #: positions the generating decoder has (None: unbounded)
+    position_limit: int | None
+    encoder_decoder: bool
+    generate_kwargs: dict[str, Any]
+    #: input shapes whose decode graphs prepare() compiled
+    warm: set[tuple[Any, ...]] = field(default_factory=set, repr=False, compare=False)
+
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        call = self.prepare(inputs)
+        return self.local(call, foreign_mb, call.measure_more)
+
+    def prepare(self, inputs: dict[str, Any]) -> GenerateCall:
+        device = device_string(self.device_kind, self.device_index)
+        encoder_decoder, new_tokens, limit, name = self.encoder_decoder, self.new_tokens, self.position_limit, \
+            self.model_name
+        moved = {
+            k: v.to(device=device, dtype=self.dtype) if v.is_floating_point() else v.to(device)
+            for k, v in inputs.items() if not (encoder_decoder and k in _DECODER_INPUTS)
+        }
+        # decoder-only: the prompt is the input ids; encoder-decoder: the decoder start token
+        prompt = 1 if encoder_decoder else int(moved["input_ids"].shape[-1])
+        if limit is not None and prompt + new_tokens > limit:
+            raise UnsupportedCase(
+                f"generate: {name}'s decoder has {limit} positions, a {prompt}-token prompt plus "
+                f"{new_tokens} new tokens needs {prompt + new_tokens}; lower --hwbench-new-tokens or "
+                "--hwbench-input-lengths"
+            )
+        batch = int(next(iter(moved.values())).shape[0])
+        call = GenerateCall(self.model, moved, new_tokens, batch, self.eos_token_ids, name, self.generate_kwargs)
+        if self.compiler is None:
             return call
+        shapes = tuple(sorted((k, tuple(v.shape)) for k, v in moved.items()))
+        # generate() sizes the static cache for the longest prompt + new tokens any earlier call
+        # of this model had, so that shorter ones reuse its graph (transformers 5.23,
+        # GenerationMixin._get_static_cache). Cases of other prompt lengths share this loaded
+        # model: without this reset, a case would decode over a cache sized by the case run
+        # before it. Its own length compiles here, or reuses its graph from an earlier prepare().
+        vars(self.model).pop("_previous_max_cache_length", None)
+        before = graphs_compiled()
+        # The first call compiles (and checks the token count); reduce-overhead's second
+        # records the CUDA graphs. Each new batch size or prompt length compiles its own graph.
+        assert self.details is not None
+        warm_up(call, mode=self.compiler.mode, sync=self.sync, details=self.details, name=name)
+        # No new graph is fine when dynamo reuses one compiled for an earlier model of the same
+        # architecture (its guards do not pin the module instance); the compiled path is then
+        # told by the compiled call transformers keeps on the model (PreTrainedModel.
+        # get_compiled_call, transformers 5.23).
+        if shapes not in self.warm and graphs_compiled() == before and "_compiled_call" not in vars(self.model):
+            raise RuntimeError(
+                f"generate on {self.backend}: {name}'s generate() compiled no graph for its decode steps "
+                "(transformers' auto-compile criteria were not met: a static cache and a compile_config); "
+                "the case would measure eager decoding under a compiled backend's name"
+            )
+        self.warm.add(shapes)
+        call.guard = no_recompile
+        return call
 
-        def close() -> None:
-            # As the inference backend: drop the compiled graphs (and CUDA graph pools).
-            if compiler is not None:
-                torch._dynamo.reset()
+    def close(self) -> None:
+        # As the inference backend: drop the compiled graphs (and CUDA graph pools).
+        if self.compiler is not None:
+            import torch
 
-        return torch_loaded_model(hardware, device_index, ran, prepare, sync=sync, close=close, details=details,
-                                  compiled=compiler is not None)
+            torch._dynamo.reset()
 
 
 SCENARIO = register_scenario(GenerateScenario())
 
-__all__ = ["GENERATE_MODALITIES", "SCENARIO", "GenerateCall", "GenerateScenario", "generation_class"]
+__all__ = ["GENERATE_MODALITIES", "SCENARIO", "GenerateCall", "GenerateModel", "GenerateScenario", "generation_class"]

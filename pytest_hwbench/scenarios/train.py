@@ -30,14 +30,14 @@ import inspect
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
-from ..backends.base import LoadedModel
-from ..backends.torch_eager import effective_precision, torch_loaded_model
+from ..backends._torch import EAGER, TorchModel, effective_precision, torch_fields
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32
 from ..vocabulary import TRAIN_MODE
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
+    from ..backends.base import LoadedModel
     from ..hardware import HardwareInfo
     from ..models import ModelSpec
 
@@ -211,7 +211,7 @@ class TrainScenario(Scenario):
     description = "training-step cases: forward, backward, optimizer step (mode train)"
     #: FLOPs of one timed iteration, in forward passes (a backward costs about two forwards).
     forwards_per_iteration = 3.0
-    backends = ("torch",)
+    backends = (EAGER,)
     precisions = ("fp32", "fp16", "bf16")
 
     def supports(self, spec: ModelSpec) -> bool:
@@ -258,7 +258,7 @@ class TrainScenario(Scenario):
                 f"{hardware} has {device / 1024:.1f} GiB ({MEMORY_USABLE_SHARE:.0%} usable)")
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
-             backend: str = "torch", **options: Any) -> LoadedModel:
+             backend: str = EAGER, **options: Any) -> LoadedModel:
         """Build the seeded model in fp32 in train mode on the device, with AdamW (and a grad
         scaler at fp16); ``prepare(inputs)`` returns a `TrainStep`."""
         import torch
@@ -292,14 +292,24 @@ class TrainScenario(Scenario):
             "loss": kind,
         }
         trainer = _Trainer(model, optimizer, scaler, device_type, amp_dtype, kind)
+        return TrainModel(**torch_fields(hardware, device_index, precision, details), trainer=trainer)
 
-        def prepare(inputs: dict[str, Any]) -> TrainStep:
-            # Inputs stay fp32 (autocast casts inside the ops that run at low precision).
-            return TrainStep(trainer, {k: v.to(device) for k, v in inputs.items()})
 
-        return torch_loaded_model(hardware, device_index, precision, prepare, close=trainer.close, details=details)
+@dataclass(frozen=True, kw_only=True)
+class TrainModel(TorchModel):
+    """A model loaded for training: each `prepare` gives a `TrainStep` on the inputs."""
+
+    trainer: _Trainer
+
+    def prepare(self, inputs: dict[str, Any]) -> TrainStep:
+        # Inputs stay fp32 (autocast casts inside the ops that run at low precision).
+        device = device_string(self.device_kind, self.device_index)
+        return TrainStep(self.trainer, {k: v.to(device) for k, v in inputs.items()})
+
+    def close(self) -> None:
+        self.trainer.close()
 
 
 SCENARIO = register_scenario(TrainScenario())
 
-__all__ = ["AMP_DTYPES", "SCENARIO", "TrainScenario", "TrainStep", "loss_kind", "synthetic_loss"]
+__all__ = ["AMP_DTYPES", "SCENARIO", "TrainModel", "TrainScenario", "TrainStep", "loss_kind", "synthetic_loss"]
