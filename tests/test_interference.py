@@ -1,4 +1,4 @@
-"""Interference per case (issue 16): readings around the timed loop, a clean/noisy verdict with its
+"""Interference per case: readings around the timed loop, a clean/noisy verdict with its
 reason, noisy cases re-measured, and the verdict stored, read back and used.
 
 The busy machine is real: a child process that spins on one of our cores while a real tiny model

@@ -1,5 +1,5 @@
 """A backend, a sink and a scenario from a throwaway package register through the entry points
-our own use, and a case runs through each, with no change to base code (issue 11, part 3)."""
+our own use, and a case runs through each, with no change to base code."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""Web platforms (issue 17): onnxruntime-web in a real headless Chromium, targets wasm, webgpu, webnn.
+"""Web platforms: onnxruntime-web in a real headless Chromium, targets wasm, webgpu, webnn.
 
 Everything runs against the real parts: the Chromium on PATH, onnxruntime-web where
 `find_ort_web` finds it, real DuckDB and MLflow stores. Where the browser or onnxruntime-web is
@@ -571,7 +571,7 @@ def test_fidelity_script_prints_page_and_python_medians_and_the_timer_resolution
                for line in lines), done.stdout
 
 
-# --- failing fast: dead pages, dead renderers, hung starts, leftovers (issue 26) --------------------
+# --- failing fast: dead pages, dead renderers, hung starts, leftovers -------------------------------
 
 def _page_renderer(driver: WebDriver) -> int:
     """The renderer showing the page: the biggest of the browser's renderers (the other is a spare)."""
