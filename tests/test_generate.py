@@ -340,3 +340,27 @@ def test_runner_records_compiled_generate_with_compile_time_apart():
     record = first.to_record("s")
     assert record.backend == COMPILED and record.compile_time_s > 0
     assert record.extra["cache_implementation"] == "static"
+
+
+@pytest.mark.parametrize("module", ["generate", "train"])
+def test_the_torch_scenarios_import_no_backend_plug_in(module: str) -> None:
+    """They build on the torch helpers the backends share (``backends._torch``), not on a backend."""
+    import ast
+    from importlib.metadata import distribution
+    from pathlib import Path
+
+    import pytest_hwbench
+
+    plugins = {ep.value.split(":")[0] for ep in distribution("pytest-hwbench").entry_points
+               if ep.group == "pytest_hwbench.backends"}
+    assert "pytest_hwbench.backends.torch_eager" in plugins
+    path = Path(pytest_hwbench.__file__).parent / "scenarios" / f"{module}.py"
+    imported = set()
+    for node in ast.walk(ast.parse(path.read_text(encoding="utf-8"))):
+        if isinstance(node, ast.ImportFrom) and node.level:
+            base = ["pytest_hwbench", "scenarios"][: 2 - (node.level - 1)]
+            imported.add(".".join([*base, *([node.module] if node.module else [])]))
+        elif isinstance(node, ast.ImportFrom | ast.Import):
+            imported |= {node.module} if isinstance(node, ast.ImportFrom) else {a.name for a in node.names}
+    assert "pytest_hwbench.backends._torch" in imported
+    assert not imported & plugins, imported & plugins
