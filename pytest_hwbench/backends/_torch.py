@@ -20,6 +20,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32, sync_for, timer_for
+from ..trackers import LocalCall
 from .base import LoadedModel
 
 if TYPE_CHECKING:
@@ -138,6 +139,11 @@ class TorchModel(LoadedModel):
 
     def sync(self) -> None:
         self._sync()
+
+    def local(self, call: Callable[[], Any], foreign_mb: float | None = None,
+              more: Callable[..., Any] | None = None) -> LocalCall:
+        # The device's sync itself, so the timed loop makes no method call around it.
+        return LocalCall(call, self._sync, self.timer, self.device_kind, self.device_index, foreign_mb, more)
 
     def set_threads(self, count: int) -> int | None:
         if self.device_kind != "cpu" or self.compiled:
