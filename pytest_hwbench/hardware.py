@@ -1,14 +1,15 @@
 """Hardware and runtime detection: what this machine can run, and why not where it cannot.
 
-`detect_hardware(targets)` runs the probes of the targets asked for (all when none are named), each
-at most once per process, and returns a `HardwareInfo`: one `TargetInfo` per target, each saying whether it is available, why not, its devices and
-the precisions it runs natively. The CPU and torch's GPU runtimes (cuda, rocm, mps, xpu) are
-probed here; other targets (openvino, onnxruntime, qnn, the web targets, a third party's) by
-probe modules of the ``pytest_hwbench.hardware`` entry-point group (`register_probe`).
-Probes name capabilities, never backend classes. The torch GPU runtimes (cuda, rocm, mps, xpu)
-are read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation
-is tested on facts recorded on machines that have the hardware.
-
+`detect_hardware(targets)` runs the probes of the targets asked for (all when none are named),
+each at most once per process, and returns a `HardwareInfo`: one `TargetInfo` per target, each
+saying whether it is available, why not, its devices and the precisions it runs natively. The
+targets and their order are the rows of the facts table (`pytest_hwbench.facts`): a new target
+is one row (`register_target`) plus its probe. The CPU and torch's GPU runtimes (cuda, rocm,
+mps, xpu) are probed here; other targets (openvino, onnxruntime, qnn, the web targets, a third
+party's) by probe modules of the ``pytest_hwbench.hardware`` entry-point group
+(`register_probe`). Probes name capabilities, never backend classes. The torch GPU runtimes are
+read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation is
+tested on facts recorded on machines that have the hardware.
 """
 
 from __future__ import annotations
@@ -17,16 +18,18 @@ import importlib
 import os
 import platform
 import threading
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._plugins import HARDWARE_GROUP, Registry
+from .facts import torch_runtimes
 from .vocabulary import HARDWARE_KINDS, PRECISIONS
 
-#: The targets probed, one per hardware kind (`pytest_hwbench.vocabulary.HARDWARE_KINDS`).
-TARGETS: tuple[str, ...] = HARDWARE_KINDS
+#: The targets probed, one per hardware kind (`pytest_hwbench.vocabulary.HARDWARE_KINDS`), in
+#: the order of the target table (`pytest_hwbench.facts`); a live tuple.
+TARGETS: Sequence[str] = HARDWARE_KINDS
 
 #: CPU ISA flags worth reporting (x86 and Arm spellings as /proc/cpuinfo gives them).
 CPU_FLAGS: tuple[str, ...] = (
@@ -180,8 +183,8 @@ def _torch() -> Any | None:
 # touches no runtime. Facts recorded on real machines (tests/data/runtimes/*.json) pin the
 # interpretation for hardware a CI runner does not have.
 
-#: Runtimes that torch itself drives, in `TorchFacts.runtime`.
-TORCH_RUNTIMES: tuple[str, ...] = ("cuda", "rocm", "mps", "xpu")
+#: Runtimes that torch itself drives, in `TorchFacts.runtime`: the target rows with a torch module.
+TORCH_RUNTIMES: Sequence[str] = torch_runtimes()
 
 #: `torch.cuda.get_device_properties(i)` fields worth recording, named as torch names them.
 #: ``pci_*`` exist from torch 2.8; on CUDA builds ``gcnArchName`` repeats ``name``

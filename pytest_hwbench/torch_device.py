@@ -11,8 +11,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from .facts import NameMap, torch_modules
+
 #: Hardware targets torch addresses itself -> the ``torch`` submodule that drives them.
-TORCH_MODULES: dict[str, str] = {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+TORCH_MODULES: NameMap[str] = torch_modules()
 #: Targets torch drives with one device per index (``cuda:0``...); mps has a single device.
 _INDEXED = frozenset({"cuda", "rocm", "xpu"})
 

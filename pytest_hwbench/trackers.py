@@ -28,11 +28,12 @@ import numpy as np
 
 from . import torch_device
 from .errors import HwbenchWarning
+from .facts import timer_kinds
 from .torch_device import device_module
 from .vocabulary import MAX_ITERATIONS
 
 #: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
-TIMER_KINDS: tuple[str, ...] = ("wall", "cuda", "xpu", "mps")
+TIMER_KINDS: Sequence[str] = timer_kinds()
 
 
 @dataclass(frozen=True)

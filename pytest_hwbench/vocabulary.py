@@ -1,20 +1,24 @@
 """The words every part of hwbench and hwsel shares: modes, hardware kinds, precisions, bytes.
 
 One place for the facts that the harness, the records, hwsel, both CLIs and the REST models
-must agree on. Importing it loads nothing else (no torch, no pytest), so anything may use it.
+must agree on. Importing it loads only the table of target facts (`pytest_hwbench.facts`, the
+standard library only; no torch, no pytest), so anything may use it.
 
 Modes: ``inference`` (a forward pass), ``generate`` (autoregressive decoding) and ``train`` (a
-training step). ``train`` is the one name for training everywhere; ``training`` (hwsel's word
-before issue 11, still in older snapshots, config files and requests) is accepted and normalised
-by `normalise_mode` wherever a mode is read.
+training step). ``train`` is the one name for training everywhere; ``training`` (found in older
+snapshots, config files and requests) is accepted and normalised by `normalise_mode` wherever a
+mode is read.
 """
 
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from collections.abc import Set as AbstractSet
 from pathlib import Path
 from types import MappingProxyType
+
+from .facts import target_names, target_set
 
 #: Scenarios the harness runs and records carry, the default first.
 MODES: tuple[str, ...] = ("inference", "generate", "train")
@@ -38,14 +42,14 @@ TRAIN_MODE = "train"
 #: Older or alternative spellings -> the mode name.
 MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
 
-#: Hardware kinds the harness detects and gives a marker each.
-HARDWARE_KINDS: tuple[str, ...] = ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn",
-                                   "wasm", "webgpu", "webnn")
+#: Hardware kinds the harness detects, one per row of the target table (`pytest_hwbench.facts`;
+#: a live tuple: a row registered later is in it).
+HARDWARE_KINDS: Sequence[str] = target_names()
 #: Hardware kinds that run on the host CPU (their records' device is a CPU; ``wasm``: the
-#: WebAssembly provider of onnxruntime-web in a browser).
-CPU_KINDS: frozenset[str] = frozenset({"cpu", "onnxruntime", "openvino", "wasm"})
+#: WebAssembly provider of onnxruntime-web in a browser): the rows with `on_host_cpu`.
+CPU_KINDS: AbstractSet[str] = target_set(host_cpu=True)
 #: Hardware kinds that run in a web browser (onnxruntime-web), whatever device is under them.
-WEB_KINDS: frozenset[str] = frozenset({"wasm", "webgpu", "webnn"})
+WEB_KINDS: AbstractSet[str] = target_set("web")
 
 #: Numeric precisions a case may run in, widest first.
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")

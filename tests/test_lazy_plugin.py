@@ -105,4 +105,4 @@ def test_a_case_is_a_value_that_imports_only_the_vocabulary():
     assert found["n"] == 1000 and found["round_trip"]
     assert found["generate_tokens"] == [32]
     assert found["modules"] == ["pytest_hwbench", "pytest_hwbench._lazy", "pytest_hwbench.case",
-                                "pytest_hwbench.vocabulary"]
+                                "pytest_hwbench.facts", "pytest_hwbench.vocabulary"]

@@ -34,6 +34,7 @@ PLUGIN_LIBRARIES = ("mlflow", "duckdb", "onnxruntime", "openvino", "qai_hub", "o
 #: Modules of data that may name a backend or a library as a word, with why.
 WORDS: dict[str, str] = {
     f"{PACKAGE}.vocabulary": "hardware kinds such as ``openvino`` are targets there, not plug-ins",
+    f"{PACKAGE}.facts": "the table's rows are keyed by target and backend name: data, not imports",
     f"{PACKAGE}.models": "the zoo's known gaps are facts about a model on a runtime, keyed by its name",
     f"{PACKAGE}.models.zoo": "the zoo's known gaps are facts about a model on a runtime, keyed by its name",
 }

@@ -5,6 +5,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from ..facts import torch_targets
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..torch_device import device_string
@@ -45,7 +46,7 @@ class TorchEagerBackend(Backend):
     """torch eager on any device torch supports."""
 
     name = EAGER
-    hardware = ("cpu", "cuda", "rocm", "mps", "xpu")
+    hardware = torch_targets()
     precisions = ("fp32", "fp16", "bf16", "int8")
 
     def markers(self, hardware: str) -> tuple[str, ...]:

@@ -15,19 +15,14 @@ import pytest
 from .. import hookspecs
 from ..backends.base import registered_backends
 from ..case import DEFAULT_NEW_TOKENS
+from ..facts import NameMap, marker_docs
 from ..models import FAMILIES, get_model, load_model_set, register_model
 from ..plugin_api import MAX_CASE_SECONDS, positive_option
 from ..scenarios import registered_modes, registered_scenarios
 from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, PRECISIONS
 from .grid import hardware_targets
 
-HARDWARE_MARKERS: dict[str, str] = {
-    "cpu": "cases that run on the host CPU (any backend)",
-    "cuda": "cases that need an NVIDIA GPU (torch.cuda, or ORT's CUDA/TensorRT providers)",
-    "rocm": "cases that need an AMD GPU through torch's ROCm build",
-    "mps": "cases that need an Apple GPU (torch.backends.mps)",
-    "xpu": "cases that need an Intel GPU (torch.xpu)",
-}
+HARDWARE_MARKERS: NameMap[str] = marker_docs()
 OTHER_MARKERS: dict[str, str] = {
     "quick": "tiny model variants, for CI smoke runs",
     "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=, modes=, new_tokens=, "

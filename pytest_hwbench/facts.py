@@ -1,0 +1,342 @@
+"""One table of facts about hardware targets and backends, and the views derived from it.
+
+A target row (`TargetFacts`) says what kind of target it is (``cpu``: a runtime on the host CPU;
+``accelerator``: a GPU runtime on this host; ``web``: a browser; ``remote``: a device elsewhere),
+whether its device is the host CPU, its pytest marker and that marker's doc, the ``torch``
+submodule that drives it (if any), the timer kind that times its calls, and what a predictor
+needs: its place in the default fallback order, the backend a question about it means, and the
+cost of one operator launch. A backend row (`BackendFacts`) holds facts per backend: the share of
+launch cost its runtime keeps, and whether its records also count as hardware of its name.
+
+Built-in rows are in `TARGETS` and `BACKENDS` below; a plug-in declares its own with
+`register_target` / `register_backend_facts` when its probe or backend module is imported (a
+later row of a name replaces the earlier one). The constants elsewhere (`vocabulary.HARDWARE_KINDS`,
+`CPU_KINDS`, `WEB_KINDS`, `plugin.options.HARDWARE_MARKERS`, `torch_device.TORCH_MODULES`,
+`hardware.TORCH_RUNTIMES`, `trackers.TIMER_KINDS`) are live views of this table: a row
+registered later shows in them at once. Importing this module loads nothing but the standard
+library, so the vocabulary, hwsel and any process may read it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator, Mapping, Sequence, Set
+from dataclasses import dataclass
+from typing import Any, TypeVar
+
+#: What a target is: a runtime on the host CPU, a GPU runtime of this host, a browser, a device
+#: reached over the network.
+TARGET_KINDS: tuple[str, ...] = ("cpu", "accelerator", "web", "remote")
+
+
+@dataclass(frozen=True)
+class TargetFacts:
+    """One hardware target: what it is, how the harness marks and times it, what hwsel assumes.
+
+    `host_cpu`: its device is the host CPU (None: whether `kind` is ``cpu``). `marker_doc`: the
+    doc of its pytest marker (the marker is `name`); None leaves the doc to the backends that run
+    it. `torch_module`: the ``torch`` submodule that drives it (``cuda`` for rocm), None where
+    torch does not. `timer`: the timer kind timing its calls (``wall`` or a torch module with
+    device events). `fallback_rank`: its place in a predictor's default fallback order (lower
+    first; None: considered only when asked for by name or backend). `default_backend`: the
+    backend a question about it means when it names none. `launch_cost_ms`: one operator launch of
+    an eager forward there, in milliseconds.
+    """
+
+    name: str
+    kind: str
+    marker_doc: str | None = None
+    host_cpu: bool | None = None
+    torch_module: str | None = None
+    timer: str = "wall"
+    fallback_rank: int | None = None
+    default_backend: str = "torch"
+    launch_cost_ms: float = 0.02
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str) or self.name != self.name.strip().lower():
+            raise ValueError(f"target name {self.name!r}: expected a non-empty lower-case name such as 'cuda'")
+        if self.kind not in TARGET_KINDS:
+            raise ValueError(f"target {self.name!r}: kind {self.kind!r} is not one of {', '.join(TARGET_KINDS)}")
+        if self.timer != "wall" and self.timer != self.torch_module:
+            raise ValueError(f"target {self.name!r}: timer {self.timer!r} must be 'wall' or its torch module "
+                             f"({self.torch_module!r}): device events come from that module")
+        if not self.launch_cost_ms > 0:
+            raise ValueError(f"target {self.name!r}: launch_cost_ms must be > 0, got {self.launch_cost_ms!r}")
+
+    @property
+    def on_host_cpu(self) -> bool:
+        """Whether its device is the host CPU."""
+        return self.kind == "cpu" if self.host_cpu is None else self.host_cpu
+
+
+@dataclass(frozen=True)
+class BackendFacts:
+    """Facts per backend. `launch_share`: the share of a target's launch cost its runtime keeps
+    (graph runtimes and compilers fuse and batch launches; eager is 1.0). `counts_as_hardware`:
+    its records also count as hardware of the backend's name (OpenVINO's device is cpu/gpu/npu)."""
+
+    name: str
+    launch_share: float = 1.0
+    counts_as_hardware: bool = False
+
+    def __post_init__(self) -> None:
+        if not self.name or not isinstance(self.name, str):
+            raise ValueError(f"backend name {self.name!r}: expected a non-empty name such as 'torch'")
+        if not 0 < self.launch_share <= 1:
+            raise ValueError(f"backend {self.name!r}: launch_share must be in (0, 1], got {self.launch_share!r}")
+
+
+_EAGER_LAUNCH_MS = 0.017  # eager PyTorch on a CPU: about 17 us per operator
+# Launch costs: eager PyTorch with Hugging Face models, about 20 us per operator on a GPU (H100:
+# bert-base, 239 operators, 7.2 ms at batch 1 in fp16); wasm dispatches like a native CPU
+# runtime; a WebGPU dispatch goes through the browser's GPU process (about 0.1 ms each).
+
+_WEB_DOC = "cases that run in a headless browser through onnxruntime-web's {} provider"
+
+#: The built-in targets, in the order the harness probes and lists them.
+TARGETS: tuple[TargetFacts, ...] = (
+    TargetFacts("cpu", "cpu", "cases that run on the host CPU (any backend)", fallback_rank=6,
+                launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("cuda", "accelerator", "cases that need an NVIDIA GPU (torch.cuda, or ORT's CUDA/TensorRT providers)",
+                torch_module="cuda", timer="cuda", fallback_rank=0, launch_cost_ms=0.022),
+    TargetFacts("rocm", "accelerator", "cases that need an AMD GPU through torch's ROCm build",
+                torch_module="cuda", timer="cuda", fallback_rank=1, launch_cost_ms=0.025),
+    TargetFacts("mps", "accelerator", "cases that need an Apple GPU (torch.backends.mps)",
+                torch_module="mps", timer="mps", fallback_rank=3, launch_cost_ms=0.03),
+    TargetFacts("xpu", "accelerator", "cases that need an Intel GPU (torch.xpu)",
+                torch_module="xpu", timer="xpu", fallback_rank=2, launch_cost_ms=0.025),
+    TargetFacts("openvino", "cpu", "cases that run through OpenVINO (any OpenVINO device)", fallback_rank=4, default_backend="openvino", launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("onnxruntime", "cpu", default_backend="onnxruntime", launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("qnn", "remote", "cases that run on a Qualcomm NPU through Qualcomm AI Hub", fallback_rank=5, default_backend="qai_hub", launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("wasm", "web", _WEB_DOC.format("WebAssembly"), host_cpu=True, fallback_rank=9, default_backend="onnxruntime-web",
+                launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("webgpu", "web", _WEB_DOC.format("WebGPU"), fallback_rank=7, default_backend="onnxruntime-web", launch_cost_ms=0.1),
+    TargetFacts("webnn", "web", _WEB_DOC.format("WebNN"), fallback_rank=8, default_backend="onnxruntime-web", launch_cost_ms=0.05),
+)
+
+#: The built-in backends' facts (a backend without a row counts as eager).
+BACKENDS: tuple[BackendFacts, ...] = (
+    BackendFacts("torch", 1.0),
+    BackendFacts("torch-compile", 0.5),
+    BackendFacts("torch-compile-ro", 0.05),
+    BackendFacts("onnxruntime", 0.2),
+    BackendFacts("openvino", 0.15, counts_as_hardware=True),
+    BackendFacts("qai_hub", 0.05),
+    BackendFacts("onnxruntime-web", 0.3),
+)
+
+_TARGET_ROWS: dict[str, TargetFacts] = {row.name: row for row in TARGETS}
+_BACKEND_ROWS: dict[str, BackendFacts] = {row.name: row for row in BACKENDS}
+_version = 0
+
+
+def register_target(row: TargetFacts) -> TargetFacts:
+    """Add (or replace) the row of target `row.name`; a probe or backend module calls it at import."""
+    global _version
+    if not isinstance(row, TargetFacts):
+        raise TypeError(f"register_target takes a TargetFacts row, got {type(row).__name__} {row!r}")
+    _TARGET_ROWS[row.name] = row
+    _version += 1
+    return row
+
+
+def register_backend_facts(row: BackendFacts) -> BackendFacts:
+    """Add (or replace) the facts of backend `row.name`; a backend module calls it at import."""
+    global _version
+    if not isinstance(row, BackendFacts):
+        raise TypeError(f"register_backend_facts takes a BackendFacts row, got {type(row).__name__} {row!r}")
+    _BACKEND_ROWS[row.name] = row
+    _version += 1
+    return row
+
+
+def unregister_target(name: str) -> None:
+    """Drop the row of target `name` (a test's own fictional target); unknown names are ignored."""
+    global _version
+    if _TARGET_ROWS.pop(name, None) is not None:
+        _version += 1
+
+
+def target_rows() -> tuple[TargetFacts, ...]:
+    """Every target row: the built-in ones in their order, then registered ones in the order they came."""
+    return tuple(_TARGET_ROWS.values())
+
+
+def target_facts(name: str) -> TargetFacts:
+    """The row of target `name`; KeyError naming the known targets."""
+    try:
+        return _TARGET_ROWS[name]
+    except KeyError:
+        raise KeyError(f"no facts for hardware target {name!r}; known: {', '.join(_TARGET_ROWS)} "
+                       "(a plug-in declares its target with pytest_hwbench.facts.register_target)") from None
+
+
+def backend_rows() -> tuple[BackendFacts, ...]:
+    """Every backend row, built-in first."""
+    return tuple(_BACKEND_ROWS.values())
+
+
+def backend_facts(name: str) -> BackendFacts:
+    """The row of backend `name`, or an eager default row for a backend without one."""
+    return _BACKEND_ROWS.get(name) or BackendFacts(name)
+
+
+# --- live views: read the table at each use ---------------------------------------------------
+
+_V = TypeVar("_V")
+
+
+class _Cached:
+    """Recomputes `compute()` when the table changed since the last read."""
+
+    def __init__(self, compute: Callable[[], Any]) -> None:
+        self._compute = compute
+        self._seen = -1
+        self._value: Any = None
+
+    def _get(self) -> Any:
+        if self._seen != _version:
+            self._value = self._compute()
+            self._seen = _version
+        return self._value
+
+
+class NameTuple(_Cached, Sequence[str]):
+    """A tuple of names read from the table at each use; compares, prints and adds like a tuple."""
+
+    def __getitem__(self, index: Any) -> Any:
+        return self._get()[index]
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._get()
+
+    def __eq__(self, other: object) -> bool:
+        return self._get() == (tuple(other) if isinstance(other, NameTuple) else other)
+
+    def __hash__(self) -> int:
+        return hash(self._get())
+
+    def __add__(self, other: Any) -> tuple[str, ...]:
+        return self._get() + tuple(other)  # type: ignore[no-any-return]
+
+    def __radd__(self, other: Any) -> tuple[str, ...]:
+        return tuple(other) + self._get()  # type: ignore[no-any-return]
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+class NameSet(_Cached, Set[str]):
+    """A frozen set of names read from the table at each use; set operations give frozensets."""
+
+    @classmethod
+    def _from_iterable(cls, it: Any) -> frozenset[str]:
+        return frozenset(it)
+
+    def __contains__(self, value: object) -> bool:
+        return value in self._get()
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __hash__(self) -> int:
+        return hash(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+class NameMap(_Cached, Mapping[str, _V]):
+    """A mapping read from the table at each use."""
+
+    def __getitem__(self, key: str) -> _V:
+        return self._get()[key]  # type: ignore[no-any-return]
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._get())
+
+    def __len__(self) -> int:
+        return len(self._get())
+
+    def __repr__(self) -> str:
+        return repr(self._get())
+
+
+def target_names(kind: str | None = None, *, host_cpu: bool | None = None) -> NameTuple:
+    """The names of the targets of `kind` (all when None), those on the host CPU or not when
+    `host_cpu` is set, in table order, as a live tuple."""
+    return NameTuple(lambda: tuple(r.name for r in _TARGET_ROWS.values() if (kind is None or r.kind == kind)
+                                   and (host_cpu is None or r.on_host_cpu == host_cpu)))
+
+
+def target_set(kind: str | None = None, *, host_cpu: bool | None = None) -> NameSet:
+    """`target_names` as a live frozen set."""
+    return NameSet(lambda: frozenset(target_names(kind, host_cpu=host_cpu)))
+
+
+def marker_docs() -> NameMap[str]:
+    """Target marker -> its doc, for the rows that carry one (live)."""
+    return NameMap(lambda: {r.name: r.marker_doc for r in _TARGET_ROWS.values() if r.marker_doc})
+
+
+def torch_modules() -> NameMap[str]:
+    """Target -> the ``torch`` submodule that drives it, for the targets torch drives (live)."""
+    return NameMap(lambda: {r.name: r.torch_module for r in _TARGET_ROWS.values() if r.torch_module})
+
+
+def torch_runtimes() -> NameTuple:
+    """The targets torch drives on a device of their own (not the CPU), in table order (live)."""
+    return NameTuple(lambda: tuple(r.name for r in _TARGET_ROWS.values() if r.torch_module))
+
+
+def torch_targets() -> NameTuple:
+    """Every target torch runs on: ``cpu``, then the targets a torch module drives (live); the
+    hardware of a torch backend."""
+    return NameTuple(lambda: ("cpu", *torch_runtimes()))
+
+
+def timer_kinds() -> NameTuple:
+    """Every timer kind a target uses: ``wall`` first, then the torch modules with device events (live)."""
+    return NameTuple(lambda: tuple(dict.fromkeys(("wall", *(r.timer for r in _TARGET_ROWS.values())))))
+
+
+def fallback_order() -> NameTuple:
+    """The targets a predictor picks among by default, best first (rows with a `fallback_rank`; live)."""
+    return NameTuple(lambda: tuple(r.name for r in sorted(
+        (r for r in _TARGET_ROWS.values() if r.fallback_rank is not None), key=lambda r: r.fallback_rank or 0)))
+
+
+__all__ = [
+    "BACKENDS",
+    "TARGETS",
+    "TARGET_KINDS",
+    "BackendFacts",
+    "NameMap",
+    "NameSet",
+    "NameTuple",
+    "TargetFacts",
+    "backend_facts",
+    "backend_rows",
+    "fallback_order",
+    "marker_docs",
+    "register_backend_facts",
+    "register_target",
+    "target_facts",
+    "target_names",
+    "target_rows",
+    "target_set",
+    "timer_kinds",
+    "torch_modules",
+    "torch_runtimes",
+    "torch_targets",
+    "unregister_target",
+]
