@@ -1,9 +1,9 @@
 """Keep MLflow's noise off the user's terminal while hwsel calls it.
 
-Seen with mlflow 3.17 / SQLAlchemy 2 (issue 10): every ``hwsel train`` printed three
+With mlflow 3.17 / SQLAlchemy 2, every ``hwsel train`` prints three
 ``mlflow.sklearn`` warnings that pickled models run code when loaded (we save with cloudpickle on
 purpose, see `hwsel.registry.SERIALIZATION`) and SQLAlchemy's deprecation of ``noload`` from
-MLflow's own store, and every load of a champion drew a "Downloading artifacts" progress bar.
+MLflow's own store, and every load of a champion draws a "Downloading artifacts" progress bar.
 Inside `quiet_mlflow()` those go to the ``hwsel`` logger at debug level instead; everything else
 (our own `HwselWarning`s included) passes as usual, and a progress-bar setting the user made is
 left alone.
@@ -53,7 +53,7 @@ def quiet_mlflow() -> Iterator[None]:
         else:
             os.environ[progress] = "false"
     # MLflow's "View run ... at: http://user:PASSWORD@host/..." lines on stdout after every
-    # set_terminated against a server: off, as the harness's MLflow sink has them (issue 18).
+    # set_terminated against a server: off, as the harness's MLflow sink has them.
     url_added = _SUPPRESS_URL not in os.environ
     if url_added:
         os.environ[_SUPPRESS_URL] = "true"

@@ -74,7 +74,7 @@ MAX_REQUEST_BATCH_SIZE = 65536
 #: Longest sequence any request may name; a model's own position limit is checked as well.
 MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 #: Largest request body in bytes, answered 413 beyond: a Hugging Face config.json is a few KB
-#: (about 40 KB with a 1,000-class label map); a 10 MB config used to be read whole (issue 18).
+#: (about 40 KB with a 1,000-class label map).
 MAX_REQUEST_BYTES = 256 * 1024
 #: Most layers a `config` may describe over all its stacks (the deepest published models have
 #: about 130), answered 422 beyond. With a deep stack of identical layers extrapolated from two
@@ -127,7 +127,7 @@ GpuCount = Annotated[StrictInt, Field(ge=1, le=4096)]
 
 
 class _Request(BaseModel):
-    # strict: no coercion, so true, "1" and 1.0 are not the integer 1 (issue 12); a JSON integer
+    # strict: no coercion, so true, "1" and 1.0 are not the integer 1; a JSON integer
     # still fills a float field such as max_memory_gb.
     model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True, strict=True)
 
@@ -203,6 +203,7 @@ class BatchEntry(_Response):
     explanation: str
     prediction_source: str | None
     error: str | None = None
+    tie: list[str] = Field(default_factory=list, description="targets tied for first (empty: decided)")
 
 
 class MapRequest(_Request):
@@ -380,7 +381,7 @@ def _plain(value: Any) -> Any:
     """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500).
 
     Every text goes through `redact_uri`: a layer's note or a device's source may quote a
-    tracking URI, and no password may reach a response body (issue 18).
+    tracking URI, and no password may reach a response body.
     """
     if isinstance(value, float):
         return value if math.isfinite(value) else None
@@ -587,7 +588,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                              "prediction_source": None, "error": error_text(exc)}
                 continue
             out[name] = {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
-                         "explanation": rec.explanation, "prediction_source": rec.prediction_source}
+                         "explanation": rec.explanation, "prediction_source": rec.prediction_source,
+                         "tie": list(rec.tie)}
         return _plain(out)
 
     @app.post("/hardware/map", response_model=MapResponse)

@@ -380,6 +380,9 @@ def cmd_select(args: argparse.Namespace) -> int:
              f"{rec.precision}, {rec.mode}",
              f"primary:   {named(rec.primary_recommendation)}",
              f"fallbacks: {', '.join(named(hw) for hw in rec.fallback_options) or '-'}"]
+    if rec.tie:
+        lines.insert(1, f"tie:       {', '.join(rec.tie)} (latency intervals overlap; ranked by memory, "
+                        "then measured energy per item)")
     for hw, s in rec.all_scores.items():
         if s.prediction is not None:
             mark = f"score {s.score:.3f}" if s.compatible else f"incompatible: {s.reason}"
@@ -546,7 +549,7 @@ class _RedactingFormatter(logging.Formatter):
 
 
 def _redact_output() -> None:
-    """Every log line and warning this process prints goes through `redact_uri` (issue 18): MLflow
+    """Every log line and warning this process prints goes through `redact_uri`: MLflow
     and our own layers quote the tracking URI they were given, password and all."""
     for handler in logging.getLogger().handlers:
         shape = handler.formatter

@@ -89,8 +89,8 @@ _V = TypeVar("_V")
 
 
 class ModeKeyed(dict[str, _V]):
-    """A dict keyed by mode that also answers to a mode's older spelling (``training`` -> ``train``),
-    so callers written before issue 11 keep working; its keys are the one names."""
+    """A dict keyed by mode that also answers to a mode's older spelling (``training`` -> ``train``);
+    its keys are the one names."""
 
     def __missing__(self, key: str) -> _V:
         name = normalise_mode(key) if isinstance(key, str) else key

@@ -124,7 +124,7 @@ def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
     for name in ID_COLUMNS:
         out[name] = out[name].astype(object).where(out[name].notna(), None)
         out[name] = out[name].map(lambda v: None if v is None else str(v))
-    # snapshots written before issue 11 say "training"; records are normalised by their readers
+    # older snapshots say "training"; records are normalised by their readers
     out["mode"] = out["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
     extra = [c for c in out.columns if c not in RUN_COLUMNS]
     return out.loc[:, list(RUN_COLUMNS) + extra].reset_index(drop=True)
@@ -288,7 +288,7 @@ def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
 
     The check is the harness's own (`pytest_hwbench.record.measurement_problem`): a NaN, zero,
     negative or absurd latency (beyond one day, or faster than any device could run the
-    record's FLOPs) trained a model 17x worse and made it @champion (issue 18). Reasons are the
+    record's FLOPs) would train a model many times worse. Reasons are the
     problem's text before its value, e.g. ``latency_ms_median not finite``.
     """
     if not len(frame):
@@ -342,8 +342,7 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, e.g. the same
     suite run in two sessions) become one row whose latency is the median over the repeats (the
     repeat nearest that median gives the row's other fields). Not the fastest repeat: one
-    record at 1e-9 ms then spoke for the whole configuration and the model answered 3e-9 ms
-    (issue 18); a median needs more than half the repeats wrong to move. ``repeats`` counts them
+    record at 1e-9 ms would speak for the whole configuration; a median needs more than half the repeats wrong to move. ``repeats`` counts them
     and ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
 
     Rows without a positive latency are dropped; a missing memory stays NaN (that target skips

@@ -317,13 +317,13 @@ OFFSETS: tuple[str, ...] = ("roofline", "regime", "none")
 #: Latency always learns on top of the calibrated regime. On the CPU snapshot a study cannot tell
 #: it from the roofline offset (mean |log error| 0.243 vs 0.235), but only the regime carries
 #: over to a device the data never held: CPU-only training predicting the H100 records is off
-#: by MAPE 26.6% with it and 79.2% with the roofline offset (same trees, issue 10).
+#: by MAPE 26.6% with it and 79.2% with the roofline offset (same trees).
 LATENCY_OFFSETS: tuple[str, ...] = ("regime",)
 
 
 #: The first trial of each study: for latency the calibrated regime with a ridge over its
 #: residual and each configuration's own batch curve (best or near it on the CPU snapshot and
-#: the H100 records, issue 10); for other targets a ridge over the roofline.
+#: the H100 records); for other targets a ridge over the roofline.
 STARTING_RECIPES: Mapping[str, Mapping[str, Any]] = {
     "latency": {"estimator": "ridge", "offset": "regime", "batch_curves": True, "alpha": 10.0},
     "other": {"estimator": "ridge", "offset": "roofline", "batch_curves": True, "alpha": 1.0},

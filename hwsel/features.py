@@ -203,8 +203,8 @@ _DEPTH_KEYS: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers")
 #: A stack deeper than this is built at depths 2 and 3 on the meta device and extrapolated:
 #: each identical layer adds the same parameters, FLOPs and launches, so the line through the
 #: two is exact (checked against whole builds of BERT, GPT-2, LLaMA, Qwen2, T5 and ViT configs in
-#: tests/test_hwsel_trust.py). A whole build costs ~8.6 ms per layer: a 5,000-layer config
-#: took 43 s per REST request (issue 18).
+#: tests/test_hwsel_trust.py). A whole build costs ~8.6 ms per layer (43 s for a
+#: 5,000-layer config).
 EXTRAPOLATE_ABOVE = 8
 _PROBE_DEPTHS = (2, 3)
 #: Architectures kept in memory (configs sent over REST each add one; oldest dropped first).

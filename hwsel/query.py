@@ -46,6 +46,8 @@ class Prediction:
     registered model's prediction interval, or a fixed factor around an estimate. `device` is the
     device the answer is for (None: none known, the kind's generic spec), `device_source` why that
     one (see `DEVICE_SOURCES`) and `device_spec` the `hwsel.specs` entry its numbers came from.
+    `energy_j_per_item` is the measured energy per item (measured answers whose records read a
+    device counter; None otherwise: no layer predicts energy).
     """
 
     hardware: str
@@ -62,6 +64,7 @@ class Prediction:
     device: str | None = None
     device_source: str = ""
     device_spec: str = ""
+    energy_j_per_item: float | None = None
 
     def device_text(self) -> str:
         """The device and why it was chosen, in words (for CLI lines and explanations)."""
@@ -84,6 +87,7 @@ class Prediction:
             "device": self.device,
             "device_source": self.device_source,
             "device_spec": self.device_spec,
+            "energy_j_per_item": self.energy_j_per_item,
             "latency": self.latency_ms,
             "memory_usage": self.memory_mb,
         }

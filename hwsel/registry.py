@@ -116,8 +116,8 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
 #: The registry's promotion lock: a registered model that exists while one training run moves
 #: aliases. Creating a registered model is atomic in every MLflow store (its name is unique in
 #: the database, and a server answers RESOURCE_ALREADY_EXISTS), so it works the same for a
-#: SQLite file shared by two processes and for a team server (issue 18: two concurrent
-#: ``hwsel train`` both moved @champion, and the worse could win).
+#: SQLite file shared by two processes and for a team server: of two concurrent ``hwsel train``
+#: runs, only one moves @champion at a time.
 LOCK_MODEL = "hwsel-promotion-lock"
 #: How long a training run waits for the lock (moving aliases takes a few calls, well under 1 s).
 LOCK_WAIT_S = 90.0

@@ -65,7 +65,7 @@ def available_hardware(config: SelectionConfig | None = None) -> tuple[str, ...]
     The web targets (wasm, webgpu, webnn) are left out: they answer when a question names them."""
     cfg = config or load_config()
     try:
-        found = set(detect_hardware().available()) - WEB_TARGETS
+        found = {hw for hw in detect_hardware().available() if hw not in WEB_TARGETS}
     except Exception:  # detection is best effort: the CPU is always there
         found = set()
     found.add("cpu")
@@ -132,6 +132,10 @@ class Recommendation:
     weights: Mapping[str, float] = dataclasses.field(default_factory=dict)
     #: hardware -> {"device", "device_source", "device_spec", "backend"}: what each answer is for
     devices: Mapping[str, Mapping[str, Any]] = dataclasses.field(default_factory=dict)
+    #: the targets tied for first (empty: the first is decided), in the order `tie_rule` ranks them
+    tie: tuple[str, ...] = ()
+    #: how a tie is decided (`TIE_RULE`)
+    tie_rule: str = ""
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict in the predecessor's shape (plus our extra fields)."""
@@ -156,7 +160,38 @@ class Recommendation:
             "prediction_sources": dict(self.prediction_sources),
             "weights": dict(self.weights),
             "devices": {hw: dict(d) for hw, d in self.devices.items()},
+            "tie": list(self.tie),
+            "tie_rule": self.tie_rule,
         }
+
+
+#: When targets tie and how a tie is ranked.
+TIE_RULE = ("a target ties with the best-scored one when their latency intervals overlap (the predicted "
+            "difference lies inside their intervals) and the configuration prefers neither (the same "
+            "availability / cost factor); tied targets are ranked by predicted memory (less first, "
+            "in whole MiB), then by measured energy per item (less first; unmeasured last), then by score")
+
+
+def _break_ties(ranked: Sequence[HardwareScore]) -> tuple[list[HardwareScore], tuple[str, ...]]:
+    """(`ranked` with a tie for first ordered by `TIE_RULE`, the tied targets; empty when decided)."""
+    if len(ranked) < 2 or ranked[0].prediction is None:
+        return list(ranked), ()
+    best = ranked[0]
+    lo, hi = best.prediction.interval
+    tied = [s for s in ranked if s.prediction is not None and s.prediction.interval[0] <= hi
+            and lo <= s.prediction.interval[1] and s.preference_factor == best.preference_factor]
+    if len(tied) < 2:
+        return list(ranked), ()
+    position = {s.hardware: i for i, s in enumerate(ranked)}
+
+    def rule(s: HardwareScore) -> tuple[float, float, int]:
+        energy = s.prediction.energy_j_per_item if s.prediction is not None else None
+        memory = s.prediction.memory_mb if s.prediction is not None else math.inf
+        return (float(round(memory)), energy if energy is not None else math.inf, position[s.hardware])
+
+    first = sorted(tied, key=rule)
+    names = {s.hardware for s in first}
+    return first + [s for s in ranked if s.hardware not in names], tuple(s.hardware for s in first)
 
 
 def _fmt_ms(ms: float) -> str:
@@ -223,7 +258,7 @@ def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[s
 
 
 def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mapping[str, HardwareScore],
-             mode: str, task: str | None, predictor: Predictor) -> str:
+             mode: str, task: str | None, predictor: Predictor, tie: Sequence[str] = ()) -> str:
     parts: list[str] = []
     goal = f"task {task} ({mode})" if task else mode
     if primary is None:
@@ -235,7 +270,12 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
     what = {"measured": f"measured ({p.detail})", "registered": f"predicted by the registered model ({p.detail})",
             "roofline": "estimated by the roofline model (device peaks, no benchmark data for this case)",
             "rules": "estimated by heuristic rules (no benchmark data or registered model)"}[p.source]
-    parts.append(f"{primary} scores best for {goal}: {_fmt_ms(p.latency_ms)} latency "
+    if tie:
+        parts.append(f"Tie between {', '.join(tie)} for {goal}: their latency intervals overlap, so the "
+                     f"prediction cannot tell them apart; ranked by predicted memory, then measured "
+                     f"energy per item.")
+    lead = f"{primary} is first" if tie else f"{primary} scores best"
+    parts.append(f"{lead} for {goal}: {_fmt_ms(p.latency_ms)} latency "
                  f"({_fmt_ms(p.interval[0])}-{_fmt_ms(p.interval[1])}), {p.throughput:.4g} items/s, "
                  f"{p.memory_mb:.4g} MiB; {what}.")
     if len(ranked) > 1:
@@ -280,6 +320,7 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     scores = _score(cfg, weights, info.family, preds, reasons)
     order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
     ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
+    ranked, tie = _break_ties(ranked)
     primary = ranked[0].hardware if ranked else None
     return Recommendation(
         model_name=info.name,
@@ -294,7 +335,7 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
         fallback_options=tuple(s.hardware for s in ranked[1:]),
         compatible_hardware=tuple(s.hardware for s in ranked),
         all_scores=MappingProxyType(scores),
-        explanation=_explain(primary, ranked, scores, mode, task, predictor),
+        explanation=_explain(primary, ranked, scores, mode, task, predictor, tie),
         prediction_source=scores[primary].prediction.source if primary else None,  # type: ignore[union-attr]
         prediction_sources=MappingProxyType({hw: p.source for hw, p in preds.items()}),
         task_type=task,
@@ -302,6 +343,8 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
         sequence_length=getattr(info, "sequence_length", None),
         weights=MappingProxyType(weights.as_dict()),
         devices=MappingProxyType(_device_table(preds)),
+        tie=tie,
+        tie_rule=TIE_RULE,
     )
 
 
@@ -436,7 +479,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         rec = _select(p, cfg, _each(info, hws, b, mode, precision, backend, devices), weights=cfg.weights[mode],
                       task=None)
         return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
-                "source": rec.prediction_source}
+                "source": rec.prediction_source, "tie": list(rec.tie)}
 
     families_out: dict[str, Any] = {}
     for fam in fams:
@@ -522,13 +565,15 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
                      "interval": list(s.prediction.interval), "compatible": s.compatible, "reason": s.reason}
                 for hw, s in rec.all_scores.items() if s.prediction is not None}
             recommendations[str(b)] = {"primary": rec.primary_recommendation,
-                                       "fallbacks": list(rec.fallback_options), "source": rec.prediction_source}
+                                       "fallbacks": list(rec.fallback_options), "source": rec.prediction_source,
+                                       "tie": list(rec.tie)}
         out[mode] = {"performance": performance, "recommendations": recommendations}
     return out
 
 
 __all__ = [
     "FAMILY_BASE_MODELS",
+    "TIE_RULE",
     "HardwareScore",
     "Recommendation",
     "analyze_model",

@@ -27,8 +27,7 @@ One `train()` call:
    the registered pipeline) is cross-validated on the new table with the same splits; its
    already-fitted weights are not scored, as they may have been trained on the held-out rows.
    The new version wins only when its score is lower by more than `SCORE_TOLERANCE`; a tie
-   keeps the champion, newer data or not (issue 18: "same recipe and score, trained on newer
-   data" once promoted a model trained on poisoned records). Training twice on the same data
+   keeps the champion, newer data or not (newer data may be poisoned records). Training twice on the same data
    with the same seed therefore leaves the alias where it is. The move is a compare-and-set
    under the registry's promotion lock (`hwsel.registry.promotion_lock`): the alias moves only
    if it still points where it did when the champion was read; when another training run moved
@@ -547,8 +546,7 @@ def _decide(
     if score < champ_score - SCORE_TOLERANCE:
         return True, current_version, champ_score, (
             f"new score {score:.6f} < champion v{current_version} {champ_score:.6f} on the same folds")
-    # A tie keeps the champion, however new the data: "same recipe and score, trained on newer
-    # data" once made @champion a model trained on poisoned records (issue 18).
+    # A tie keeps the champion, however new the data: newer data may be poisoned records.
     return False, current_version, champ_score, (
         f"new score {score:.6f} does not beat champion v{current_version} {champ_score:.6f} on the same folds")
 

@@ -214,6 +214,60 @@ def test_select_prefers_the_measured_faster_hardware(empty_cwd: Path, duckdb_fil
         _latency("bert-tiny", "cuda", "fp32", 16))
 
 
+def _tie_records() -> list[BenchmarkRecord]:
+    """bert-tiny measured on cpu and cuda: at batch 8 the CPU is faster (5.0 ms, 4.5-6.0) than the GPU
+    (5.5 ms, 5.0-6.6) within their spreads and needs more memory (600 MiB against 90 MiB); at
+    batch 1 the CPU's 1.0 ms (0.9-1.2) is clearly faster than the GPU's 5.0 ms (4.5-6.0)."""
+    info = resolve_model("bert-tiny")
+    out = []
+    for hardware, device, latency, memory in (("cpu", "cpu", {1: 1.0, 8: 5.0}, 600.0),
+                                              ("cuda", "NVIDIA H100 80GB HBM3", {1: 5.0, 8: 5.5}, 90.0)):
+        for batch, lat in latency.items():
+            out.append(BenchmarkRecord(
+                case_id=f"bert-tiny-{hardware}-fp32-b{batch}", session_id=SESSION.session_id, status="passed",
+                model="bert-tiny", family=info.family, model_type=info.model_type, backend="torch",
+                hardware=hardware, device_name=device, precision="fp32", mode="inference", batch_size=batch,
+                param_count=info.param_count, flops_per_forward=info.flops_per_item * batch,
+                latency_ms_median=lat, latency_ms_min=lat * 0.9, latency_ms_p95=lat * 1.2,
+                throughput_items_per_s=batch / lat * 1e3, iterations=50,
+                peak_host_rss_mb=memory if hardware == "cpu" else 700.0,
+                peak_device_memory_mb=memory if hardware == "cuda" else None))
+    return out
+
+
+def test_select_says_tie_when_the_difference_lies_inside_the_intervals(empty_cwd: Path,
+                                                                       capsys: pytest.CaptureFixture[str]) -> None:
+    """A tie is ranked by predicted memory (then energy), not by the faster prediction; a clear
+    difference is decided as before."""
+    from hwsel.data import snapshot
+    from hwsel.select import TIE_RULE
+
+    path = snapshot(pd.DataFrame([r.to_dict() for r in _tie_records()]), empty_cwd / "tie.parquet")
+    predictor = Predictor.load(path)
+    decided = select_hardware("bert-tiny", batch_size=1, available_hardware=["cpu", "cuda"], predictor=predictor)
+    assert decided.tie == () and decided.primary_recommendation == "cpu" and "Tie" not in decided.explanation
+    rec = select_hardware("bert-tiny", batch_size=8, available_hardware=["cpu", "cuda"], predictor=predictor)
+    cpu, cuda = rec.all_scores["cpu"].prediction, rec.all_scores["cuda"].prediction
+    assert cpu is not None and cuda is not None and {cpu.source, cuda.source} == {"measured"}
+    assert cpu.latency_ms < cuda.latency_ms and cuda.interval[0] <= cpu.interval[1]  # the difference is inside
+    assert rec.all_scores["cpu"].score > rec.all_scores["cuda"].score  # the score alone would say cpu
+    assert rec.tie == ("cuda", "cpu") and rec.primary_recommendation == "cuda" and rec.fallback_options == ("cpu",), rec.all_scores
+    assert rec.tie_rule == TIE_RULE and "memory" in TIE_RULE and "energy" in TIE_RULE
+    assert rec.explanation.startswith("Tie between cuda, cpu") and rec.to_dict()["tie"] == ["cuda", "cpu"]
+    # a preference the configuration states is not a tie to break: a CPU 100x as expensive is decided
+    costly = empty_cwd / "costly.toml"
+    costly.write_text("[hardware.cpu]\ncost_factor = 100.0\n")
+    rec = select_hardware("bert-tiny", batch_size=8, available_hardware=["cpu", "cuda"], predictor=predictor,
+                          config=costly)
+    assert rec.tie == () and rec.primary_recommendation == "cuda"
+    code, out, _ = _cli(capsys, "select", "--model", "bert-tiny", "--batch-size", "8", "--hardware", "cpu", "cuda",
+                        "--source", str(path))
+    assert code == 0 and "tie:       cuda, cpu" in out and "primary:   cuda" in out
+    code, out, _ = _cli(capsys, "select", "--model", "bert-tiny", "--batch-size", "8", "--hardware", "cpu", "cuda",
+                        "--source", str(path), "--json")
+    assert code == 0 and json.loads(out)["tie"] == ["cuda", "cpu"]
+
+
 def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path, registry_uri: str,
                                                                   duckdb_file: Path) -> None:
     predictor = Predictor.load(duckdb_file, tracking_uri=registry_uri)

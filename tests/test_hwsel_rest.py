@@ -110,6 +110,23 @@ def test_select(client: httpx.Client) -> None:
     assert r.json()["task_type"] == "embedding" and r.json()["model_name"] == "bert-base"
 
 
+def test_select_says_tie(client: httpx.Client) -> None:
+    """bert-tiny at batch 8: the CPU measured 5.3 ms (4.8-6.4), the GPU 6.1 ms (5.5-7.3): a tie; both
+    need 500 MiB and neither measured energy, so the score ranks them."""
+    r = client.post("/hardware/select", json={"model_name": "bert-tiny", "batch_size": 8,
+                                               "available_hardware": ["cpu", "cuda"]})
+    assert r.status_code == 200, r.text
+    body = r.json()
+    assert body["tie"] == ["cpu", "cuda"] and body["primary_recommendation"] == "cpu"
+    assert "memory" in body["tie_rule"] and body["explanation"].startswith("Tie between cpu, cuda")
+    decided = client.post("/hardware/select", json={"model_name": "bert-tiny", "batch_size": 1,
+                                                     "available_hardware": ["cpu", "cuda"]}).json()
+    assert decided["tie"] == [] and decided["primary_recommendation"] == "cpu"
+    batch = client.post("/hardware/batch", json={"models": ["bert-tiny"], "batch_size": 8,
+                                                 "available_hardware": ["cpu", "cuda"]}).json()
+    assert batch["bert-tiny"]["tie"] == ["cpu", "cuda"]
+
+
 def test_batch(client: httpx.Client) -> None:
     r = client.post("/hardware/batch", json={"models": [{"name": "bert-tiny", "family": "embedding"}, "gpt2-tiny",
                                                         "no-such-model"],

@@ -8,5 +8,5 @@ they are asked:
 4. ``rules``      (`hwsel.layers.rules.RulesLayer`)           heuristics that always answer.
 
 `hwsel.predict.Predictor` builds them, asks them in that order and says which one answered.
-Import each name from the module that defines it: this package re-exports nothing (issue 19).
+Import each name from the module that defines it: this package re-exports nothing.
 """

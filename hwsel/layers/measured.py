@@ -37,6 +37,8 @@ class Measured:
     backend: str
     runs: int
     device: str | None = None
+    #: median energy per item over the runs that read a device counter (None: none did)
+    energy_j_per_item: float | None = None
 
 
 def _finite(v: Any) -> float | None:
@@ -127,6 +129,7 @@ class MeasuredIndex:
         median = statistics.median(lat)
         thr = [v for r in rows if (v := _finite(r.get("throughput_items_per_s")))]
         mem = [v for r in rows if (v := _finite(r.get("peak_device_memory_mb")) or _finite(r.get("peak_host_rss_mb")))]
+        energy = [v for r in rows if (v := _finite(r.get("energy_j_per_item")))]
         def first(row: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
             return next((v for k in keys if (v := _finite(row.get(k))) is not None), None)
 
@@ -148,6 +151,7 @@ class MeasuredIndex:
             runs=len(rows),
             device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
             if hardware is not None else None,
+            energy_j_per_item=statistics.median(energy) if energy else None,
         )
 
     def __len__(self) -> int:
@@ -231,7 +235,8 @@ class MeasuredLayer:
                 memory = rules_estimate(q)[2]
                 detail += "; memory estimated by rules (not measured)"
             out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
-                                  m.backend, q.precision, q.batch_size, q.mode, detail, **self.where(q)))
+                                  m.backend, q.precision, q.batch_size, q.mode, detail, **self.where(q),
+                                  energy_j_per_item=m.energy_j_per_item))
         return out
 
 
@@ -248,7 +253,7 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
         if source is None:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
     sources = [str(s) for s in data.source_list(source)]
-    where = data.describe_sources(sources)  # shown: a tracking URI's password masked (issue 18)
+    where = data.describe_sources(sources)  # shown: a tracking URI's password masked
     from .._reach import reach
 
     for s in sources:

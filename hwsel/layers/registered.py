@@ -72,7 +72,7 @@ class RegisteredLayer:
 
     `champions` maps a target (``latency``, ``memory``) to a loaded champion; `mode_names` maps
     a mode to the spelling the champion was trained with (``{"train": "training"}`` for one
-    trained before issue 11), so its encoders see the categories they learned.
+    trained on records of the older spelling), so its encoders see the categories they learned.
     """
 
     name = "registered"
@@ -174,7 +174,7 @@ class RegisteredLayer:
 
 def _possible(latency_ms: float, q: Query) -> bool:
     """Whether a champion's latency is not faster than any measurement can be (`pytest_hwbench.record`'s
-    lower bounds): a champion trained on records older than that check may answer 3e-9 ms (issue 18).
+    lower bounds): a champion trained on records older than that check may answer 3e-9 ms.
     How slow a champion may say a case runs is its accuracy, `hwsel.train`'s business."""
     if not math.isfinite(latency_ms) or latency_ms < MIN_LATENCY_MS:
         return False
