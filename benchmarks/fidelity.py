@@ -57,6 +57,7 @@ from pytest_hwbench import (
     LoadedModel,
     Runner,
     TimingConfig,
+    WrappedModel,
     detect_hardware,
     get_backend,
     register_backend,
@@ -111,11 +112,11 @@ class SharedBackend(Backend):
             raise RuntimeError(f"{SHIM}: no model was loaded for {spec.name}")
         shared = self.shared
 
-        def prepare(inputs: dict[str, Any]) -> Callable[[], Any]:
-            shared.call = loaded.prepare(inputs)
-            return shared.call
+        def keep(call: Callable[[], Any]) -> Callable[[], Any]:
+            shared.call = call
+            return call
 
-        return dataclasses.replace(loaded, prepare=prepare)
+        return WrappedModel.around(loaded, keep)
 
 
 #: Registered by `main()`, not on import: an importer's backend registry stays as it was.

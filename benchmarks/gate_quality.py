@@ -49,7 +49,7 @@ GATE_PACKAGE = '''
 import os
 import time
 
-from pytest_hwbench import Backend, get_backend, register_backend
+from pytest_hwbench import Backend, WrappedModel, get_backend, register_backend
 
 
 class GateTorch(Backend):
@@ -69,11 +69,8 @@ class GateTorch(Backend):
     def load(self, spec, hardware, precision, device_index=0):
         loaded = get_backend("torch").load(spec, hardware, precision, device_index)
         factor = float(os.environ.get("HWBENCH_GATE_WORK", "1.0"))
-        inner = loaded.prepare
 
-        def prepare(inputs):
-            call = inner(inputs)
-
+        def slower(call):
             def work():
                 start = time.perf_counter()
                 out = call()
@@ -84,8 +81,7 @@ class GateTorch(Backend):
 
             return work
 
-        loaded.prepare = prepare
-        return loaded
+        return WrappedModel.around(loaded, slower)
 
 
 register_backend(GateTorch())

@@ -30,6 +30,10 @@ import pytest
 from pytest_hwbench.backends.base import Backend, LoadedModel, register_backend
 
 
+class NoopModel(LoadedModel):
+    def prepare(self, inputs): return _kernel
+
+
 class NoopBackend(Backend):
     """A backend whose forward is a fixed small kernel: what remains is the harness and the record flow."""
     name = "noop"
@@ -39,7 +43,7 @@ class NoopBackend(Backend):
     def default_precisions(self, hardware, hw): return ("fp32",)
     def unavailable(self, hardware, precision, hw): return None
     def load(self, spec, hardware, precision, device_index=0):
-        return LoadedModel(precision="fp32", device_name="noop", prepare=lambda inputs: _kernel)
+        return NoopModel(precision="fp32", device_name="noop")
 
 
 def _kernel():

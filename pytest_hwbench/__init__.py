@@ -8,7 +8,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
-    from .backends.base import MeasuredElsewhere, RemoteMeasurement
+    from .backends.base import HwbenchDeprecationWarning, MeasuredElsewhere, RemoteMeasurement, WrappedModel
     from .case import BenchCase
     from .compare import Comparison, compare_records
     from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
@@ -19,7 +19,17 @@ if TYPE_CHECKING:
     from .result import CaseResult, failed_record
     from .runner import Runner
     from .scenarios import Scenario
-    from .trackers import Latency, LatencyTracker, Memory, MemoryTracker, TimingConfig
+    from .trackers import (
+        Latency,
+        LatencyTracker,
+        LocalCall,
+        Measurement,
+        Memory,
+        MemoryTracker,
+        RemoteCall,
+        Sample,
+        TimingConfig,
+    )
 
 #: public name -> the module that defines it. Imported on first use (PEP 562), so importing a
 #: light module (``pytest_hwbench.record``) loads no backend, runner, tracker or torch.
@@ -56,12 +66,18 @@ _EXPORTS: dict[str, str] = {
     "failed_record": "result",
     "MeasuredElsewhere": "backends.base",
     "RemoteMeasurement": "backends.base",
+    "WrappedModel": "backends.base",
+    "HwbenchDeprecationWarning": "backends.base",
     "Scenario": "scenarios",
     "Latency": "trackers",
     "LatencyTracker": "trackers",
     "Memory": "trackers",
     "MemoryTracker": "trackers",
     "TimingConfig": "trackers",
+    "LocalCall": "trackers",
+    "Measurement": "trackers",
+    "RemoteCall": "trackers",
+    "Sample": "trackers",
 }
 
 __version__ = "0.1.0"
@@ -75,25 +91,31 @@ __all__ = [
     "Comparison",
     "DeviceInfo",
     "HardwareInfo",
+    "HwbenchDeprecationWarning",
     "HwbenchError",
     "HwbenchWarning",
     "InterferenceMonitor",
     "Latency",
     "LatencyTracker",
     "LoadedModel",
+    "LocalCall",
     "MeasuredElsewhere",
+    "Measurement",
     "Memory",
     "MemoryTracker",
     "ModelSpec",
     "PrecisionMismatch",
     "ReferenceBaseline",
+    "RemoteCall",
     "RemoteMeasurement",
     "Runner",
+    "Sample",
     "Scenario",
     "SessionInfo",
     "TargetInfo",
     "TimingConfig",
     "UnsupportedCase",
+    "WrappedModel",
     "__version__",
     "compare_records",
     "detect_hardware",

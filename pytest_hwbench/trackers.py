@@ -24,8 +24,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
 
-import numpy as np
-
 from . import torch_device
 from .errors import HwbenchWarning
 from .facts import timer_kinds
@@ -61,6 +59,8 @@ class Latency:
         """Statistics of `values_ms` (linear-interpolated percentiles, sample stddev)."""
         if len(values_ms) == 0:
             raise ValueError("Latency.from_values needs at least one value")
+        import numpy as np  # numpy only once a case is measured: an unrelated pytest run stays light
+
         arr = np.asarray(values_ms, dtype=float)
         q1, median, q3, p90, p95, p99 = np.percentile(arr, [25, 50, 75, 90, 95, 99])
         return cls(

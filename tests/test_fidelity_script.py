@@ -99,8 +99,11 @@ def test_device_event_path_without_a_device(fidelity, monkeypatch):
 
     monkeypatch.setattr(torch, "fakeaccel", FakeAccelerator, raising=False)
     syncs = []
-    loaded = LoadedModel(precision="fp32", device_name="fake", prepare=lambda inputs: None,
-                         sync=lambda: syncs.append(1), timer="fakeaccel", device_kind="cuda")
+    class Synced(LoadedModel):
+        def sync(self) -> None:
+            syncs.append(1)
+
+    loaded = Synced(precision="fp32", device_name="fake", timer="fakeaccel", device_kind="cuda")
     calls = []
 
     def call() -> None:

@@ -22,11 +22,14 @@ from pytest_hwbench.sinks import Sink, register_sink
 from pytest_hwbench.scenarios import Scenario, register_scenario
 
 
-def _loaded(tag):
-    def prepare(inputs):
+class _Summer(LoadedModel):
+    def prepare(self, inputs):
         tensors = [v for v in inputs.values() if hasattr(v, "sum")]
         return lambda: sum(float(t.float().sum()) for t in tensors)
-    return LoadedModel(precision="fp32", device_name=f"extra {tag}", prepare=prepare, details={"by": tag})
+
+
+def _loaded(tag):
+    return _Summer(precision="fp32", device_name=f"extra {tag}", details={"by": tag})
 
 
 class ExtraBackend(Backend):

@@ -144,6 +144,47 @@ class _KeywordModel(LoadedModel):
         return tuple(self._own_pids())  # type: ignore[attr-defined]
 
 
+@dataclass(frozen=True)
+class WrappedModel(LoadedModel):
+    """`inner` with each call it prepares passed through `wrap`: the same device, precision,
+    timer, threads and details, and `inner`'s sync, close, thread setting and processes.
+
+    For a backend that builds on another one's loaded model (e.g. to keep or change the
+    prepared call); its calls are timed in this process. Build one with `WrappedModel.around`.
+    """
+
+    inner: LoadedModel | None = None
+    wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None
+
+    @classmethod
+    def around(cls, inner: LoadedModel, wrap: Callable[[Callable[[], Any]], Callable[[], Any]]) -> WrappedModel:
+        """`inner` with its prepared calls passed through `wrap`."""
+        return cls(inner.precision, inner.device_name, inner.device_kind, inner.device_index, inner.threads,
+                   inner.details, inner.timer, inner=inner, wrap=wrap)
+
+    def _inner(self) -> LoadedModel:
+        if self.inner is None or self.wrap is None:
+            raise TypeError("WrappedModel needs an inner model and a wrap: build it with WrappedModel.around(inner, wrap)")
+        return self.inner
+
+    def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
+        call = self._inner().prepare(inputs)
+        assert self.wrap is not None
+        return self.wrap(call)
+
+    def sync(self) -> None:
+        self._inner().sync()
+
+    def close(self) -> None:
+        self._inner().close()
+
+    def set_threads(self, count: int) -> int | None:
+        return self._inner().set_threads(count)
+
+    def own_pids(self) -> tuple[int, ...]:
+        return self._inner().own_pids()
+
+
 @runtime_checkable
 class Backend(Protocol):
     """What every backend provides (a module-level object or class instance).
