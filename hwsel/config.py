@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -50,10 +50,10 @@ try:
 except ModuleNotFoundError:  # Python 3.10
     import tomli as tomllib  # type: ignore[no-redef]
 
+from pytest_hwbench import facts
 from pytest_hwbench.models import FAMILIES
 from pytest_hwbench.vocabulary import (
     DEFAULT_MODE,
-    HARDWARE_KINDS,
     MODE_ALIASES,
     PRECISIONS,
     TRAIN_MODE,
@@ -69,11 +69,13 @@ MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
 #: Every spelling of a mode a question may use: `MODES` and their older names (``training``,
 #: ``fine_tuning``), which `check_mode` reads as the mode. The REST models accept exactly these.
 ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASES.items() if mode in MODES)
-#: Hardware we select among, in default fallback order (ties go to the earlier one): every kind
-#: the harness detects but onnxruntime, which runs on the CPU (ask for it with backend=). The web
-#: targets (onnxruntime-web in a browser) come last and answer when named (`WEB_TARGETS`).
-_FALLBACK_ORDER: tuple[str, ...] = ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu", "webgpu", "webnn", "wasm")
-HARDWARE: tuple[str, ...] = tuple(kind for kind in _FALLBACK_ORDER if kind in HARDWARE_KINDS)
+#: Hardware we select among, in default fallback order (ties go to the earlier one): the targets
+#: of `pytest_hwbench.facts` with a ``fallback_rank``, every kind the harness detects but
+#: onnxruntime, which runs on the CPU (ask for it with backend=). The web targets (onnxruntime-web
+#: in a browser) come last and answer when named (`WEB_TARGETS`). A live tuple: a target row
+#: registered later (`pytest_hwbench.facts.register_target`) shows in it at once.
+_FALLBACK_ORDER: Sequence[str] = facts.fallback_order()
+HARDWARE: Sequence[str] = _FALLBACK_ORDER
 #: Targets in a web browser: a deployment choice rather than this machine's hardware, so selection
 #: considers them when a question names them, not by default (`hwsel.select.available_hardware`).
 WEB_TARGETS: frozenset[str] = WEB_KINDS
@@ -265,7 +267,7 @@ def _default_hardware() -> Mapping[str, HardwarePreference]:
     # wasm: a 32-bit WebAssembly memory holds 4 GiB at most.
     mem = {"cuda": 80.0, "rocm": 64.0, "xpu": 48.0, "mps": 16.0, "openvino": None, "qnn": 8.0, "cpu": None,
            "webgpu": None, "webnn": None, "wasm": 4.0}
-    return MappingProxyType({hw: HardwarePreference(memory_gb=mem[hw]) for hw in HARDWARE})
+    return MappingProxyType({hw: HardwarePreference(memory_gb=mem.get(hw)) for hw in HARDWARE})
 
 
 def _default_compatibility() -> Mapping[str, Mapping[str, str]]:

@@ -33,6 +33,7 @@ import numpy as np
 import pandas as pd
 
 from hwsel.specs import DeviceSpec, local_cpu_spec, spec_for
+from pytest_hwbench import facts
 from pytest_hwbench.models import ModelArchitecture
 from pytest_hwbench.vocabulary import CPU_KINDS, bytes_per_element
 
@@ -491,13 +492,12 @@ def roofline(
 #: evidence: bert-base, 239 operators, 7.2 ms at batch 1 in fp16; this CPU: 17 us).
 #: Web (onnxruntime-web): wasm dispatches like a native CPU runtime; a WebGPU dispatch goes through
 #: the browser's GPU process (about 0.1 ms each; 70 ms for bert-tiny on SwiftShader here).
-LAUNCH_COST_MS: dict[str, float] = {"cuda": 0.022, "rocm": 0.025, "xpu": 0.025, "mps": 0.03, "cpu": 0.017,
-                                    "openvino": 0.017, "onnxruntime": 0.017, "qnn": 0.017, "wasm": 0.017,
-                                    "webgpu": 0.1, "webnn": 0.05}
+#: Each target row's ``launch_cost_ms`` in `pytest_hwbench.facts`, read at each use.
+LAUNCH_COST_MS: Mapping[str, float] = facts.NameMap(lambda: {r.name: r.launch_cost_ms for r in facts.target_rows()})
 #: The share of that cost a runtime keeps: graph runtimes and compilers fuse and batch launches
-#: (CUDA graphs replay a forward as one launch). Unknown backends count as eager.
-LAUNCH_SHARE: dict[str, float] = {"torch": 1.0, "torch-compile": 0.5, "torch-compile-ro": 0.05,
-                                  "onnxruntime": 0.2, "openvino": 0.15, "qai_hub": 0.05, "onnxruntime-web": 0.3}
+#: (CUDA graphs replay a forward as one launch). Unknown backends count as eager. Each backend
+#: row's ``launch_share`` in `pytest_hwbench.facts`, read at each use.
+LAUNCH_SHARE: Mapping[str, float] = facts.NameMap(lambda: {b.name: b.launch_share for b in facts.backend_rows()})
 
 CATEGORICAL_FEATURES: tuple[str, ...] = (
     "family",

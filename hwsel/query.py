@@ -23,6 +23,7 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS
 from pytest_hwbench.vocabulary import check_precision as _check_precision
 
@@ -128,13 +129,15 @@ DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
 DEFAULT_BACKEND = "torch"
-_HARDWARE_BACKENDS: Mapping[str, str] = MappingProxyType({"openvino": "openvino", "qnn": "qai_hub",
-                                                          "wasm": "onnxruntime-web", "webgpu": "onnxruntime-web",
-                                                          "webnn": "onnxruntime-web"})
+#: Target -> its default backend where that is not `DEFAULT_BACKEND`: the ``default_backend`` of
+#: the rows of `pytest_hwbench.facts`, read at each use.
+_HARDWARE_BACKENDS: Mapping[str, str] = facts.NameMap(
+    lambda: {r.name: r.default_backend for r in facts.target_rows() if r.default_backend != DEFAULT_BACKEND})
 
 
 def default_backend(hardware: str) -> str:
-    """The backend a question about `hardware` means when it names none (eager ``torch`` mostly)."""
+    """The backend a question about `hardware` means when it names none (eager ``torch`` mostly;
+    a target's row in `pytest_hwbench.facts` says which)."""
     return _HARDWARE_BACKENDS.get(hardware, DEFAULT_BACKEND)
 
 

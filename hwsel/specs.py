@@ -14,10 +14,11 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping
+from collections.abc import Mapping, Set
 from dataclasses import dataclass, field
 
-from pytest_hwbench.vocabulary import CPU_KINDS, PRECISIONS
+from pytest_hwbench import facts
+from pytest_hwbench.vocabulary import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -119,8 +120,9 @@ _GENERIC: dict[str, DeviceSpec] = {
     "webnn": DeviceSpec("webnn-generic", {"fp32": 2.0, "fp16": 8.0}, 100.0, 4.0, False, "npu"),
 }
 
-#: Targets whose device is the host CPU unless the device name says otherwise.
-CPU_TARGETS: frozenset[str] = CPU_KINDS
+#: Targets whose device is the host CPU unless the device name says otherwise: the rows of
+#: `pytest_hwbench.facts` on the host CPU, a live frozen set.
+CPU_TARGETS: Set[str] = facts.target_set(host_cpu=True)
 
 
 def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,

@@ -106,7 +106,8 @@ TARGETS: tuple[TargetFacts, ...] = (
     TargetFacts("xpu", "accelerator", "cases that need an Intel GPU (torch.xpu)",
                 torch_module="xpu", timer="xpu", fallback_rank=2, launch_cost_ms=0.025),
     TargetFacts("openvino", "cpu", "cases that run through OpenVINO (any OpenVINO device)", fallback_rank=4, default_backend="openvino", launch_cost_ms=_EAGER_LAUNCH_MS),
-    TargetFacts("onnxruntime", "cpu", default_backend="onnxruntime", launch_cost_ms=_EAGER_LAUNCH_MS),
+    # hwsel considers onnxruntime when a question names its backend; one naming none means torch.
+    TargetFacts("onnxruntime", "cpu", launch_cost_ms=_EAGER_LAUNCH_MS),
     TargetFacts("qnn", "remote", "cases that run on a Qualcomm NPU through Qualcomm AI Hub", fallback_rank=5, default_backend="qai_hub", launch_cost_ms=_EAGER_LAUNCH_MS),
     TargetFacts("wasm", "web", _WEB_DOC.format("WebAssembly"), host_cpu=True, fallback_rank=9, default_backend="onnxruntime-web",
                 launch_cost_ms=_EAGER_LAUNCH_MS),

@@ -16,6 +16,7 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench import facts
 from pytest_hwbench.record import measurement_problem
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
@@ -49,8 +50,10 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) and f >= 0 else None
 
 
-#: A record from an OpenVINO backend also counts as hardware "openvino" (its device is cpu/gpu/npu).
-BACKEND_AS_HARDWARE = ("openvino",)
+#: Backends whose records also count as hardware of the backend's name (OpenVINO: its device is
+#: cpu/gpu/npu): the backend rows of `pytest_hwbench.facts` with ``counts_as_hardware``, read at each use.
+BACKEND_AS_HARDWARE: Sequence[str] = facts.NameTuple(
+    lambda: tuple(b.name for b in facts.backend_rows() if b.counts_as_hardware))
 
 
 class MeasuredIndex:
