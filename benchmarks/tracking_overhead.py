@@ -7,7 +7,7 @@ mode, the critical path (first case start to last case end: what tracking adds b
 measurements, the waits for the writer included), the whole session (to the end of the last
 sink write), in milliseconds per case, and the ratio on/off; then what the measurements saw:
 the median of the cases' timed medians in each mode, and the writer's own account against the
-timed call phases (``-v`` line: call phases it was busy in, CPU it used while they ran).
+timed windows (``-v`` line: timed windows it was busy in, CPU it used while they ran).
 
     python benchmarks/tracking_overhead.py [--cases 200] [--repeats 2]
 """
@@ -77,8 +77,8 @@ def pytest_unconfigure(config):
                    "cases": len(ends), "medians": _medians}, fh)
 '''
 
-#: The tracker's ``-v`` line on the writer against the timed call phases.
-WRITER_LINE = re.compile(r"busy during (?P<busy>\d+) of (?P<calls>\d+) case call phases, CPU used while they ran "
+#: The tracker's ``-v`` line on the writer against the timed windows.
+WRITER_LINE = re.compile(r"busy during (?P<busy>\d+) of (?P<calls>\d+) timed windows, CPU used while they ran "
                          r"(?P<cpu>[\d.]+) ms; the cases waited (?P<waited>[\d.]+) s")
 
 TEST = '''
@@ -129,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
             for track in (False, True):
                 r = run_once(workdir, args.cases, track)
                 results[track].append(r)
-                extra = (f"; writer busy in {r['overlaps']} of {r['calls']} call phases, {r['writer_cpu_ms']:.0f} ms "
+                extra = (f"; writer busy in {r['overlaps']} of {r['calls']} timed windows, {r['writer_cpu_ms']:.0f} ms "
                          f"CPU during them, waited for {r['waited_s']:.2f} s" if track else "")
                 print(f"  run {i + 1} tracking={'on ' if track else 'off'}: critical path {r['critical']:.2f} s, "
                       f"session {r['session']:.2f} s, process {r['wall']:.2f} s, median of timed medians "
@@ -147,7 +147,7 @@ def main(argv: list[str] | None = None) -> int:
     overlaps = sum(r["overlaps"] for r in results[True])
     calls = sum(r["calls"] for r in results[True])
     cpu = sum(r["writer_cpu_ms"] for r in results[True])
-    print(f"\nsink writer: busy during {overlaps} of {calls} timed call phases; {cpu:.0f} ms of its CPU fell "
+    print(f"\nsink writer: busy during {overlaps} of {calls} timed windows; {cpu:.0f} ms of its CPU fell "
           "inside them (it writes between cases, idle while a case runs)")
     return 0
 

@@ -31,6 +31,18 @@ def pytest_hwbench_record(config: pytest.Config, record: BenchmarkRecord) -> Non
 
 
 @pytest.hookspec
+def pytest_hwbench_timing_starts(config: pytest.Config, case: BenchCase) -> None:
+    """The process that measures, just before each timed window of `case` (cold call, warm-up and
+    timed loop; once per try): a plug-in whose own work must not overlap the timing (a sink
+    writer) finishes or pauses it here."""
+
+
+@pytest.hookspec
+def pytest_hwbench_timing_ends(config: pytest.Config, case: BenchCase) -> None:
+    """The process that measures, just after each timed window of `case` (also when it failed)."""
+
+
+@pytest.hookspec
 def pytest_hwbench_session_finish(config: pytest.Config, session: SessionInfo, exitstatus: int) -> None:
     """Controller or serial process, once: after the last record."""
 

@@ -16,6 +16,8 @@ import gc
 import time
 import traceback
 from collections import OrderedDict
+from collections.abc import Callable
+from contextlib import AbstractContextManager, nullcontext
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -92,12 +94,14 @@ class Runner:
     as soon as one is clean or agrees with the try before it (`_Try.agrees_with`: the interference
     is steady, and another try would measure the same). Host speed alone (a steadily slow host)
     is never retried: it is measured (`reference`, the host's recent baseline) and recorded as
-    ``host_speed``. The cleanest try is kept and the result says how many ran.
+    ``host_speed``. The cleanest try is kept and the result says how many ran. Each try's
+    timed window (cold call, warm-up, timed loop) runs inside `timed_window(case)`.
     """
 
     def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,
                  energy_min_time_s: float = 1.0, noise_retries: int = DEFAULT_NOISE_RETRIES,
-                 noise_wait_s: float = DEFAULT_NOISE_WAIT_S, reference: ReferenceBaseline | None = None) -> None:
+                 noise_wait_s: float = DEFAULT_NOISE_WAIT_S, reference: ReferenceBaseline | None = None,
+                 timed_window: Callable[[BenchCase], AbstractContextManager[Any]] | None = None) -> None:
         self.timing = timing or TimingConfig()
         self.cache_size = max(1, cache_size)
         if not energy_min_time_s >= 0:
@@ -111,6 +115,9 @@ class Runner:
         self.noise_wait_s = float(noise_wait_s)
         #: the fastest this host has run the reference kernel (`pytest_hwbench.interference`)
         self.reference = reference if reference is not None else ReferenceBaseline.default()
+        #: the context each timed window of a case runs in (what must not overlap the timing
+        #: waits on entry: the pytest plugin's sink writer); none by default
+        self.timed_window = timed_window or (lambda case: nullcontext())
         #: load key -> (model, load time in s, device MiB its load allocated)
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()
 
@@ -151,7 +158,8 @@ class Runner:
         threads = loaded.threads
         try:
             while True:
-                attempt = self._measure(loaded, measurement, threads, not tries)
+                with self.timed_window(case):
+                    attempt = self._measure(loaded, measurement, threads, not tries)
                 tries.append(attempt)
                 if attempt.verdict in (None, "clean") or len(tries) > self.noise_retries:
                     break

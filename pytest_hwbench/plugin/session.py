@@ -10,6 +10,7 @@ record for a case whose worker died, print progress lines and the run's hwbench 
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import datetime as _dt
 import os
@@ -19,7 +20,7 @@ import socket
 import subprocess
 import time
 import uuid
-from collections.abc import Iterable
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -301,8 +302,20 @@ class HwbenchState:
             )
             self._runner = Runner(timing, self.config.getoption("hwbench_cache_size"),
                                   self.config.getoption("hwbench_energy_time"),
-                                  noise_retries=self.config.getoption("hwbench_noise_retries"))
+                                  noise_retries=self.config.getoption("hwbench_noise_retries"),
+                                  timed_window=self._timed_window)
         return self._runner
+
+    @contextlib.contextmanager
+    def _timed_window(self, case: BenchCase) -> Iterator[None]:
+        """Announces each timed window of `case` to the plug-ins (`pytest_hwbench_timing_starts`
+        and `_ends`), so their own work stays out of it."""
+        hook = self.config.hook
+        hook.pytest_hwbench_timing_starts(config=self.config, case=case)
+        try:
+            yield
+        finally:
+            hook.pytest_hwbench_timing_ends(config=self.config, case=case)
 
     # xdist: hand the session id to every worker (only called when xdist is active).
     @pytest.hookimpl(optionalhook=True)

@@ -26,6 +26,7 @@ from typing import Any
 
 import pytest
 
+from ..case import BenchCase
 from ..plugin_api import (
     MAX_CASE_SECONDS,
     case_of,
@@ -223,9 +224,10 @@ class Tracker:
 
     A serial session hands its records to a `SinkWriter` process (for the sinks that can travel
     there, ours do): it writes each record while pytest tears the case down and sets up the next,
-    and it is idle (`SinkWriter.wait_idle`) before every case's call phase, so no sink I/O runs
-    while a case is timed. It is started once the first hwbench case is collected, so that its
-    start-up runs beside collection; sessions without hwbench cases start nothing. The pytest
+    and it is idle (`SinkWriter.wait_idle`) before every timed window of a case
+    (`pytest_hwbench_timing_starts`), so no sink I/O runs while a case is timed. It is started
+    once the first hwbench case is collected, so that its start-up runs beside collection and the
+    first model's load; sessions without hwbench cases start nothing. The pytest
     process spools every record before handing it over and never imports the sinks' libraries.
     Sinks that cannot travel (a conftest's) and an xdist controller's sinks (it measures nothing)
     are written in this process as each record arrives.
@@ -242,10 +244,12 @@ class Tracker:
         self._has_cases = False
         self._opened = False
         self._links: list[str | None] = []
-        #: (begin, end) monotonic seconds of each case's call phase, when a writer runs
-        self.call_windows: list[tuple[float, float]] = []
-        #: CPU seconds the writer used during those call phases, in all (None: not known here)
-        self.writer_cpu_in_calls: float | None = None
+        #: (begin, end) monotonic seconds of each timed window (cold call, warm-up, timed loop
+        #: of one try of a case), when a writer runs
+        self.timed_windows: list[tuple[float, float]] = []
+        #: CPU seconds the writer used during those windows, in all (None: not known here)
+        self.writer_cpu_in_windows: float | None = None
+        self._window: tuple[float, float | None] | None = None
 
     def _notify(self, line: str) -> None:
         """A line for the terminal now (a sink that keeps the run waiting says so)."""
@@ -301,20 +305,23 @@ class Tracker:
             self._has_cases = True
             self._open()
 
-    @pytest.hookimpl(wrapper=True, tryfirst=True)
-    def pytest_runtest_call(self, item: pytest.Item) -> Any:
+    def pytest_hwbench_timing_starts(self, config: pytest.Config, case: BenchCase) -> None:
         writer = self.writer
-        if writer is None or case_of(item) is None:
-            return (yield)
+        if writer is None:
+            return
         writer.wait_idle()  # no sink I/O while the case is timed
-        cpu, began = writer.cpu_seconds(), time.monotonic()
-        try:
-            return (yield)
-        finally:
-            self.call_windows.append((began, time.monotonic()))
-            after = writer.cpu_seconds()
-            if cpu is not None and after is not None:
-                self.writer_cpu_in_calls = (self.writer_cpu_in_calls or 0.0) + after - cpu
+        self._window = (time.monotonic(), writer.cpu_seconds())
+
+    def pytest_hwbench_timing_ends(self, config: pytest.Config, case: BenchCase) -> None:
+        writer, window = self.writer, self._window
+        if writer is None or window is None:
+            return
+        self._window = None
+        began, cpu = window
+        self.timed_windows.append((began, time.monotonic()))
+        after = writer.cpu_seconds()
+        if cpu is not None and after is not None:
+            self.writer_cpu_in_windows = (self.writer_cpu_in_windows or 0.0) + after - cpu
 
     def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
         self._pytest_config = config
@@ -358,17 +365,17 @@ class Tracker:
             self.writer.stop()  # a session that never opened (every case deselected), or ended early
 
     def writer_overlaps(self) -> int:
-        """Call phases during which the writer reported work (0 is the promise)."""
+        """Timed windows during which the writer reported work (0 is the promise)."""
         busy = self.writer.busy if self.writer is not None else []
-        return sum(any(b < end and began < e for b, e in busy) for began, end in self.call_windows)
+        return sum(any(b < end and began < e for b, e in busy) for began, end in self.timed_windows)
 
     def writer_summary(self) -> str:
         """One line on the writer against the timed cases (shown with ``-v``)."""
         writer = self.writer
         assert writer is not None
-        cpu = "unknown" if self.writer_cpu_in_calls is None else f"{self.writer_cpu_in_calls * 1e3:.0f} ms"
+        cpu = "unknown" if self.writer_cpu_in_windows is None else f"{self.writer_cpu_in_windows * 1e3:.0f} ms"
         return (f"sink writer (pid {writer.proc.pid if writer.proc else '-'}): busy during "
-                f"{self.writer_overlaps()} of {len(self.call_windows)} case call phases, CPU used while they ran "
+                f"{self.writer_overlaps()} of {len(self.timed_windows)} timed windows, CPU used while they ran "
                 f"{cpu}; the cases waited {writer.waited_s:.2f} s for it in all")
 
     def _replay_hint(self) -> str:

@@ -299,7 +299,10 @@ def serve(stdin: IO[bytes] | None = None) -> int:
     warnings.simplefilter("default")
 
     def send(message: dict[str, Any]) -> None:
-        out.write(json.dumps(message).encode() + b"\n")
+        try:
+            out.write(json.dumps(message).encode() + b"\n")
+        except BrokenPipeError:
+            pass  # the parent died: what it sent is still written, and the session ends as killed
 
     recorder: Recorder | None = None
     seq = 0
@@ -336,20 +339,28 @@ def serve(stdin: IO[bytes] | None = None) -> int:
                 send({"ack": seq, "written": dict(report.written), "busy": [began, time.monotonic()],
                       "report": {"written": dict(report.written), "pending": dict(report.pending),
                                  "errors": dict(report.errors), "links": links}})
-                out.close()
+                _close(out)
                 return 0
             else:
                 raise ValueError(f"unknown message {op!r}")
         except Exception as exc:  # noqa: BLE001 - said to the parent, which stops us
             send({"ack": seq, "written": written(), "error": f"{type(exc).__name__}: {exc}"})
-            out.close()
+            _close(out)
             return 1
         send({"ack": seq, "written": written(), "busy": [began, time.monotonic()]})
     # End of input without finish: the pytest process died. Store what arrived, close as killed.
     if recorder is not None and recorder.session is not None:
         recorder.finish("killed")
-    out.close()
+    _close(out)
     return 0
+
+
+def _close(out: IO[bytes]) -> None:
+    """Close the answer pipe, whose reader may be gone."""
+    try:
+        out.close()
+    except BrokenPipeError:
+        pass
 
 
 __all__ = ["SinkWriter", "WriterReport", "serve", "shippable"]
