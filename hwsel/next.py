@@ -176,7 +176,7 @@ def _zoo_name(name: str) -> str:
     """A zoo name for `name` (a zoo name or a hub-style alias); ValueError listing the zoo."""
     from pytest_hwbench.models import MODELS
 
-    from .features import ALIASES
+    from .resolution import ALIASES
 
     text = str(name).strip()
     key = text.lower()

@@ -2,7 +2,7 @@
 
 Two uses: spec features for the learned predictors (a model trained on an H100 and an L4 can say
 something about an A100 because it sees FLOP/s and bandwidth, not only a name), and the
-roofline estimate in `hwsel.features.roofline`.
+roofline estimate in `hwsel.roofline`.
 
 Figures are vendors' dense (no sparsity) datasheet numbers; tensor-core rates for fp16/bf16/int8,
 plain FP32 (not TF32) for fp32, since eager PyTorch runs fp32 matmuls in full FP32 by default

@@ -1,6 +1,6 @@
 """The ``roofline`` layer: a compute/memory-bound estimate from the device's peaks.
 
-`hwsel.features`' roofline (peak FLOP/s and memory bandwidth of the device's `hwsel.specs`
+`hwsel.roofline` (peak FLOP/s and memory bandwidth of the device's `hwsel.specs`
 entry) plus a launch overhead per forward and the runtime's own memory; training steps count
 three forwards and hold gradients and optimizer states (`hwsel.memory`).
 """
@@ -21,20 +21,20 @@ from .rules import TRAIN_FLOPS, launch_overhead_ms, runtime_mb
 
 
 def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
-    """`hwsel.features`' roofline for many queries at once (arrays: latency_ms, memory_mb, ...).
+    """`hwsel.roofline` for many queries at once (arrays: latency_ms, memory_mb, ...).
 
     Device specs are looked up once per (hardware, device name); the arithmetic is one
-    vectorised call of the same function `features.roofline` uses, so the two never disagree.
+    vectorised call of the same function `hwsel.roofline.roofline` uses, so the two never disagree.
     """
     import numpy as np
 
-    from .. import features
+    from ..roofline import roofline_arrays as arrays
     from ..specs import spec_for
 
     specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
     col = functools.partial(np.fromiter, dtype=float, count=len(queries))
     nan = float("nan")
-    return features._roofline_arrays(
+    return arrays(
         col(float(q.model.param_count) for q in queries),
         col(float(q.model.flops_per_item) for q in queries),
         col(float(q.model.hidden_size or nan) for q in queries),
