@@ -36,6 +36,7 @@ from .matrix import prediction_matrix
 from .performance import predict_performance
 from .predict import Predictor, clear_predictors, get_predictor
 from .query import HwselWarning, Prediction, Query, QuestionError, UnknownModelError, model_info
+from .resolution import ModelInfo
 from .select import (
     HardwareScore,
     Recommendation,
@@ -59,6 +60,7 @@ __all__ = [
     "HardwareScore",
     "HwselWarning",
     "MemoryEstimate",
+    "ModelInfo",
     "Prediction",
     "Predictor",
     "Query",

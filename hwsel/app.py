@@ -78,7 +78,7 @@ MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 MAX_REQUEST_BYTES = 256 * 1024
 #: Most layers a `config` may describe over all its stacks (the deepest published models have
 #: about 130), answered 422 beyond. With a deep stack of identical layers extrapolated from two
-#: shallow builds (`hwsel.features.EXTRAPOLATE_ABOVE`), this bounds what is built whole.
+#: shallow builds (`hwsel.resolution.EXTRAPOLATE_ABOVE`), this bounds what is built whole.
 MAX_CONFIG_LAYERS = 256
 #: Most parameters a `config` may derive (the largest published models have about 2e12).
 MAX_CONFIG_PARAMS = 10**13
@@ -488,7 +488,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     ``/measure/next`` reads the records of `source` (default `hwsel.data.default_source()`) on its
     first request.
     """
-    pred = predictor if predictor is not None else Predictor.load(
+    pred = predictor.built() if predictor is not None else Predictor.load(
         source, tracking_uri=tracking_uri, config=config, **({} if timeout is None else {"timeout": timeout}))
     app = FastAPI(title="hwsel", version=VERSION,
                   description="Hardware selection and performance prediction from hwbench runs.",

@@ -45,9 +45,9 @@ def kv_cache_bytes(q: Query) -> float:
     if q.mode != "generate":
         return 0.0
     m = q.model
-    layers = int(getattr(m, "num_layers", None) or 0)
-    hidden = int(getattr(m, "hidden_size", None) or 0)
-    tokens = int(getattr(m, "sequence_length", None) or 0)
+    layers = int(m.num_layers or 0)
+    hidden = int(m.hidden_size or 0)
+    tokens = int(m.sequence_length or 0)
     return 2.0 * layers * hidden * tokens * q.batch_size * bytes_per_element(q.precision)
 
 
@@ -132,7 +132,7 @@ class Coverage:
                 weight = max(weight, min(1.0, BLEND_PER_DECADE * decades))
                 reasons.append(f"{p / 1e6:.4g}M parameters is {decades:.2g} decade(s) outside the training models' "
                                f"{self.min_params / 1e6:.3g}M-{self.max_params / 1e6:.3g}M")
-        family = str(getattr(q.model, "family", "") or "")
+        family = str(q.model.family or "")
         if self.families and family and family not in self.families:
             weight = max(weight, BLEND_UNSEEN)
             reasons.append(f"family {family} not in the training data")

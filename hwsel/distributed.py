@@ -144,7 +144,7 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
                 states = bd.gradients_mb / gib / gpus
             else:
                 states /= gpus
-            layers = max(1, int(getattr(info, "num_layers", None) or 12))
+            layers = max(1, int(info.num_layers or 12))
             states += 2 * bd.parameters_mb / gib / layers  # one layer all-gathered (and the prefetched next)
         return states + bd.activations_mb / gib + RUNTIME_GB, bd
 

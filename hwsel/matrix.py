@@ -11,7 +11,8 @@ from typing import Any
 
 from .config import SelectionConfig
 from .predict import Predictor, bulk, predictor_for
-from .query import Query, QuestionError, ask, check_batch_size, check_precision
+from .query import Query, ask_grid
+from .resolution import ModelInfo
 
 #: The full-tier zoo models: the matrix's default rows.
 DEFAULT_MATRIX_MODELS: tuple[str, ...] = ("bert-base", "gpt2", "t5-small", "vit-base", "resnet-50", "whisper-tiny",
@@ -32,25 +33,18 @@ def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[st
     are predicted in one `predict_many` call, so each layer scores its rows in one batch.
     """
     p = predictor_for(predictor, source, tracking_uri, config)
-    names = list(models) if models is not None else list(DEFAULT_MATRIX_MODELS)
-    batches = [check_batch_size(b) for b in batch_sizes]
-    precs = [check_precision(x) for x in precisions]
-    if not names or not batches or not precs:
-        raise QuestionError("prediction_matrix needs at least one model, batch size and precision")
-    # one question per model (`ask` checks the rest once); each model is built once
-    firsts = [ask(p.config_, m["name"] if isinstance(m, Mapping) else m, hardware, batch_size=batches[0],
-                  precision=precs[0], mode=mode, backend=backend, device=device) for m in names]
-    infos = [qs[0].model for qs in firsts]
-    hws = [q.hardware for q in firsts[0]]
-    mode = firsts[0][0].mode
-    resolved = {q.hardware: p.resolve(q) for q in firsts[0]}
-    queries = [Query(info, hw, prec, b, mode, r.backend, r.device_name, r.device_source)
-               for info in infos for hw, r in resolved.items() for b in batches for prec in precs]
+    grid = ask_grid(p.config_, what="prediction_matrix",
+                    models=list(models) if models is not None else list(DEFAULT_MATRIX_MODELS), hardware=hardware,
+                    batch_sizes=batch_sizes, modes=[mode], precisions=precisions, backend=backend, device=device)
+    infos, hws, batches, precs, mode = grid.models, grid.hardware, grid.batch_sizes, grid.precisions, grid.modes[0]
+    resolved = {hw: p.resolve_target(hw, grid.backend, grid.devices.get(hw)) for hw in hws}
+    queries = [Query(info, hw, prec, b, mode, backend_name, name, why)
+               for info in infos for hw, (backend_name, name, why) in resolved.items() for b in batches for prec in precs]
     with bulk(len(queries)):
         return _matrix(p, infos, hws, batches, precs, mode, queries)
 
 
-def _matrix(p: Predictor, infos: Sequence[Any], hws: Sequence[str], batches: Sequence[int], precs: Sequence[str],
+def _matrix(p: Predictor, infos: Sequence[ModelInfo], hws: Sequence[str], batches: Sequence[int], precs: Sequence[str],
             mode: str, queries: Sequence[Query]) -> dict[str, Any]:
     import datetime as _dt
 

@@ -8,27 +8,28 @@ from __future__ import annotations
 
 import math
 from dataclasses import dataclass
-from typing import Any
 
 from pytest_hwbench.vocabulary import BYTES_PER_PRECISION, TRAIN_MODE, normalise_mode
 
+from .resolution import ModelInfo
 
-def _tokens(m: Any) -> int:
-    if getattr(m, "sequence_length", None):
+
+def _tokens(m: ModelInfo) -> int:
+    if m.sequence_length:
         tokens = int(m.sequence_length)
-    elif getattr(m, "image_size", None):
+    elif m.image_size:
         tokens = max(1, (int(m.image_size) // 16) ** 2)
-    elif getattr(m, "audio_samples", None):
+    elif m.audio_samples:
         tokens = max(1, int(m.audio_samples) // 320)
     else:
         tokens = 128
     return max(1, tokens)
 
 
-def _shape(m: Any) -> tuple[int, int, int]:
+def _shape(m: ModelInfo) -> tuple[int, int, int]:
     """(tokens, hidden, layers), guessed from the parameter count where the config is silent."""
-    layers = int(getattr(m, "num_layers", None) or 12)
-    hidden = getattr(m, "hidden_size", None)
+    layers = int(m.num_layers or 12)
+    hidden = m.hidden_size
     if not hidden:
         hidden = max(64, int(math.sqrt(max(m.param_count, 1) / (12 * layers))))
     return _tokens(m), int(hidden), max(1, layers)
@@ -49,7 +50,7 @@ class MemoryBreakdown:
         return self.parameters_mb + self.gradients_mb + self.optimizer_mb + self.activations_mb + self.runtime_mb
 
 
-def memory_breakdown(model: Any, *, batch_size: int, precision: str = "fp32", mode: str = "inference",
+def memory_breakdown(model: ModelInfo, *, batch_size: int, precision: str = "fp32", mode: str = "inference",
                      checkpointing: bool = False, runtime_mb: float = 0.0) -> MemoryBreakdown:
     """Memory needed by one replica, from parameter count and shape (no data needed).
 

@@ -117,6 +117,8 @@ class Predictor:
     the first question). Built state, by `build`: ``config_`` (the `SelectionConfig`),
     ``index_`` (the measured index), ``status_`` (layer -> `LayerStatus`), ``record_devices_``
     (hardware -> device -> records), ``layers_`` (layer name -> `Layer`, in the order asked).
+    A predictor made by hand is built once by the first method that answers (`built`); no
+    attribute access builds anything.
     """
 
     #: Batch sizes the registered models score for every case key they are asked about; batch
@@ -141,13 +143,16 @@ class Predictor:
         self.champion_modes = champion_modes
         self.champion_coverage = champion_coverage
 
-    def __getattr__(self, name: str) -> Any:
-        # Built state (``config_``, ``index_``, ...) of a predictor made by hand: built on first use.
-        state = self.__dict__
-        if name.endswith("_") and not name.startswith("__") and "layers_" not in state and "_building" not in state:
+    def built(self) -> Predictor:
+        """This predictor with its built state: `build` on the first call, self as is after.
+
+        Every method that answers (`predict`, `predict_many`, `query`, `resolve`, `describe`,
+        ...) calls it, so a predictor made by hand answers without an explicit `build`; reading
+        an attribute never builds (``config_`` of an unbuilt predictor is an AttributeError).
+        """
+        if "layers_" not in self.__dict__:
             self.build()
-            return getattr(self, name)
-        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+        return self
 
     # -- loading ------------------------------------------------------------------------------
 
@@ -219,11 +224,7 @@ class Predictor:
     def build(self) -> Predictor:
         """Build the layers from the parameters (the measured index, the champions' domain, each
         layer's status); returns self. Raises ValueError when no layer can answer."""
-        self._building = True
-        try:
-            self._build()
-        finally:
-            del self._building
+        self._build()
         return self
 
     def _build(self) -> None:
@@ -288,16 +289,17 @@ class Predictor:
     @property
     def _domain(self) -> frozenset[tuple[str, str, str, str]] | None:
         """(hardware, backend, precision, mode) the champions answer for (None: any)."""
-        return self.registered_.domain
+        return self.built().registered_.domain
 
     @property
     def scored_rows(self) -> int:
         """Rows the registered models have scored so far (each grid point once)."""
-        return self.registered_.scored_rows
+        return self.built().registered_.scored_rows
 
     def describe(self) -> dict[str, Any]:
         """Which layers answer, with row counts, champion versions and why a layer is off."""
-        return {name: {"available": s.available, "note": s.note, **s.details} for name, s in self.status_.items()}
+        return {name: {"available": s.available, "note": s.note, **s.details}
+                for name, s in self.built().status_.items()}
 
     # -- devices -------------------------------------------------------------------------------
 
@@ -308,9 +310,10 @@ class Predictor:
         (`pytest_hwbench.detect_hardware`), else the device most benchmark records of that kind
         hold (loaded data plus the champion's training snapshot), else None: the generic spec.
         """
-        found = self.default_devices_.get(hardware)
+        cache = self.built().default_devices_
+        found = cache.get(hardware)
         if found is None:
-            found = self.default_devices_[hardware] = self._default_device(hardware)
+            found = cache[hardware] = self._default_device(hardware)
         return found
 
     def _default_device(self, hardware: str) -> tuple[str | None, str]:
@@ -327,22 +330,28 @@ class Predictor:
         """`q` with its backend and device filled in (see `default_backend`, `default_device`)."""
         if q.device_source and q.backend is not None:
             return q
-        backend = q.backend if q.backend is not None else default_backend(q.hardware)
         if q.device_source:
-            name, source = q.device_name, q.device_source
-        elif q.device_name:
-            name, source = check_device(q.device_name), "asked"
-        else:
-            name, source = self.default_device(q.hardware)
+            backend = q.backend if q.backend is not None else default_backend(q.hardware)
+            return dataclasses.replace(q, backend=backend)
+        backend, name, source = self.resolve_target(q.hardware, q.backend, q.device_name)
         return dataclasses.replace(q, backend=backend, device_name=name, device_source=source)
+
+    def resolve_target(self, hardware: str, backend: str | None = None,
+                       device_name: str | None = None) -> tuple[str, str | None, str]:
+        """(backend, device name or None, why that device) a question about `hardware` means:
+        `backend` or the hardware's default, the device asked for or `default_device`."""
+        backend = backend if backend is not None else default_backend(hardware)
+        if device_name:
+            return backend, check_device(device_name), "asked"
+        return (backend, *self.default_device(hardware))
 
     # -- prediction --------------------------------------------------------------------------
 
     def query(self, model: Any, hardware: str, *, batch_size: int = 1, precision: str = "fp32",
               mode: str = "inference", backend: str | None = None, device: str | None = None) -> Query:
         """A validated, resolved `Query` (`hwsel.query.ask`; raises `QuestionError` naming the bad value)."""
-        return self.resolve(ask(self.config_, model, [hardware], batch_size=batch_size, precision=precision,
-                                mode=mode, backend=backend, device=device)[0])
+        return self.resolve(ask(self.built().config_, model, [hardware], batch_size=batch_size,
+                                precision=precision, mode=mode, backend=backend, device=device)[0])
 
     def predict(self, model: Any, hardware: str | Sequence[str] | None = None, *, batch_size: int = 1,
                 precision: str = "fp32", mode: str = "inference", backend: str | None = None,
@@ -354,7 +363,7 @@ class Predictor:
         targets without one get `default_device`. `sequence_length`: another input length in
         tokens (`hwsel.query.describe_model`). Each answer says which device it is for.
         """
-        queries = ask(self.config_, model, hardware, batch_size=batch_size, precision=precision, mode=mode,
+        queries = ask(self.built().config_, model, hardware, batch_size=batch_size, precision=precision, mode=mode,
                       backend=backend, device=device, sequence_length=sequence_length)
         return {q.hardware: p for q, p in zip(queries, self.predict_many(queries), strict=True)}
 
@@ -365,6 +374,7 @@ class Predictor:
         registered models score all of theirs in one ``predict`` call per target). Answers are
         cached by query.
         """
+        self.built()
         with bulk(len(queries)):
             return self._predict_many(queries)
 
@@ -527,9 +537,10 @@ def clear_predictors() -> None:
 
 def predictor_for(predictor: Predictor | None, source: Any = None, tracking_uri: str | None = None,
                   config: Any = None) -> Predictor:
-    """`predictor` when given, else the shared one for (source, tracking_uri, config)."""
+    """`predictor` when given (built: `Predictor.built`), else the shared one for (source,
+    tracking_uri, config)."""
     if predictor is not None:
-        return predictor
+        return predictor.built()
     return get_predictor(source, tracking_uri=tracking_uri, config=config)
 
 

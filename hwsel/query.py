@@ -19,7 +19,7 @@ from __future__ import annotations
 import dataclasses
 import os
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
@@ -27,7 +27,8 @@ from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS
 from pytest_hwbench.vocabulary import check_precision as _check_precision
 
-from .config import SelectionConfig, check_mode
+from .config import FAMILIES, SelectionConfig, check_mode
+from .resolution import ModelInfo, resolve_model
 
 #: Batch sizes above this are refused: predictions stay finite and requests stay cheap.
 MAX_BATCH_SIZE = 1 << 20
@@ -104,7 +105,7 @@ class Query:
     (``training``) is stored by its one name (``train``).
     """
 
-    model: Any  # hwsel.features.ModelInfo
+    model: ModelInfo
     hardware: str
     precision: str = "fp32"
     batch_size: int = 1
@@ -246,38 +247,35 @@ def check_backend(backend: Any) -> str | None:
 
 # --- models ----------------------------------------------------------------------------------------
 
-def model_info(model: Any, config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> Any:
-    """A `ModelInfo` for a zoo name, a hub-style alias, or a ModelInfo-like object (returned as is).
+def model_info(model: str | ModelInfo | None,
+               config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ModelInfo:
+    """A `ModelInfo` for a zoo name, a hub-style alias, or a `ModelInfo` (returned as is).
 
     With `config` (a ``config.json``, a folder holding one, its parsed contents, or a model-set
     file), `model` may be None: the name then comes from the config
-    (`hwsel.features.resolve_model`). Unknown names raise KeyError listing close matches and how
-    to describe a model of your own.
+    (`hwsel.resolution.resolve_model`). Unknown names raise KeyError listing close matches and
+    how to describe a model of your own; anything else raises TypeError.
     """
     if model is None and config is not None:
-        from .features import resolve_model
-
         return resolve_model(None, config)
+    if isinstance(model, ModelInfo):
+        return model
     if not isinstance(model, str):
-        if all(hasattr(model, a) for a in ("name", "family", "param_count", "flops_per_item")):
-            return model
-        raise TypeError(f"model must be a name or a ModelInfo, got {type(model).__name__}")
+        raise TypeError(f"model must be a name or a hwsel.ModelInfo, got {type(model).__name__}")
     if not model or len(model) > 200:
         raise KeyError(f"unknown model {model[:200]!r}: give a zoo name such as bert-base or gpt2")
-    from .features import resolve_model
-
     return resolve_model(model, config)
 
 
-def with_sequence_length(info: Any, sequence_length: int | None) -> Any:
+def with_sequence_length(info: ModelInfo, sequence_length: int | None) -> ModelInfo:
     """`info` at another sequence length (FLOPs scaled linearly), renamed ``name@seqN``.
 
     The new name keeps measured data of the default length from answering for it.
     """
-    if sequence_length is None or sequence_length == getattr(info, "sequence_length", None):
+    if sequence_length is None or sequence_length == info.sequence_length:
         return info
     length = check_batch_size(sequence_length, "sequence_length")
-    old = getattr(info, "sequence_length", None)
+    old = info.sequence_length
     if not old:
         raise QuestionError(f"sequence_length does not apply to {info.name}: its input is not a token sequence",
                             "sequence_length")
@@ -285,7 +283,7 @@ def with_sequence_length(info: Any, sequence_length: int | None) -> Any:
                                flops_per_item=float(info.flops_per_item) * length / old)
 
 
-def _position_limit(info: Any) -> int | None:
+def _position_limit(info: ModelInfo) -> int | None:
     """The model's position limit where the zoo knows its config (None: unknown or unlimited)."""
     from pytest_hwbench.models import MODELS
 
@@ -303,10 +301,11 @@ _SIZE_FIELDS: tuple[str, ...] = ("param_count", "flops_per_item", "num_layers", 
                                  "image_size", "audio_samples", "num_attention_heads", "num_key_value_heads")
 
 
-def _check_sizes(info: Any) -> None:
+def _check_sizes(info: ModelInfo) -> None:
     """QuestionError naming the first size of `info` that is not a positive number."""
+    sizes = info.to_dict()
     for name in _SIZE_FIELDS:
-        value = getattr(info, name, None)
+        value = sizes[name]
         if value is None and name not in ("param_count", "flops_per_item"):
             continue
         try:
@@ -314,12 +313,12 @@ def _check_sizes(info: Any) -> None:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise QuestionError(f"model {getattr(info, 'name', '?')!r}: {name} must be a number > 0, got {value!r}",
+            raise QuestionError(f"model {info.name!r}: {name} must be a number > 0, got {value!r}",
                                 "model")
 
 
 def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
-                   sequence_length: int | None = None, family: str | None = None) -> Any:
+                   sequence_length: int | None = None, family: str | None = None) -> ModelInfo:
     """The model part of a question, built once: a name, alias or ModelInfo, or a `config` (a
     config.json, a folder holding one, its parsed contents, or a model-set file), at
     `sequence_length` tokens (within the model's position limit), checked against `family`.
@@ -387,16 +386,92 @@ def ask(config: SelectionConfig, model: Any, hardware: str | Sequence[str] | Non
     return [Query(info, hw, prec, batch, mode_name, backend_name, devices.get(hw)) for hw in names]
 
 
+@dataclass(frozen=True)
+class GridQuestion:
+    """A checked grid of questions (`ask_grid`): every model x hardware target x batch size x mode
+    x precision, on one backend (None: each target's default), with the device asked for per
+    target (`devices`; the others get the predictor's default)."""
+
+    models: tuple[ModelInfo, ...]
+    hardware: tuple[str, ...]
+    batch_sizes: tuple[int, ...]
+    modes: tuple[str, ...]
+    precisions: tuple[str, ...]
+    backend: str | None = None
+    devices: Mapping[str, str] = field(default_factory=dict)
+    families: tuple[str, ...] = ()
+
+    def queries(self, model: ModelInfo, batch_size: int, mode: str, precision: str) -> list[Query]:
+        """One `Query` per hardware target for one point of the grid."""
+        return [Query(model, hw, precision, batch_size, mode, self.backend, self.devices.get(hw))
+                for hw in self.hardware]
+
+
+def _grid_models(models: Sequence[Any]) -> tuple[ModelInfo, ...]:
+    """Each model described once (a name, alias or ModelInfo; a mapping gives its ``name``)."""
+    out = []
+    for i, m in enumerate(models):
+        if isinstance(m, Mapping):
+            if not isinstance(m.get("name"), str):
+                raise QuestionError(f"models[{i}]: a model given as a mapping needs a 'name' (a zoo name such as "
+                                    f"bert-base), got {dict(m)!r}", "models")
+            m = m["name"]
+        out.append(describe_model(m))
+    return tuple(out)
+
+
+def ask_grid(config: SelectionConfig, *, what: str, models: Sequence[Any] | None = None,
+             families: Sequence[str] | None = None, hardware: Sequence[str] | None = None,
+             batch_sizes: Sequence[Any] = (1,), modes: Sequence[Any] = ("inference",),
+             precisions: Sequence[Any] = ("fp32",), backend: Any = None,
+             device: str | Mapping[str, str] | None = None) -> GridQuestion:
+    """A `GridQuestion` from what a user typed: the one builder of grid questions
+    (`hwsel.select.selection_map`, `hwsel.select.analyze_model`, `hwsel.matrix.prediction_matrix`).
+
+    `models` (names, aliases, ModelInfos or mappings with a ``name``; None: the grid has none)
+    and `families` (None: none asked) are checked as `describe_model` and `FAMILIES` say;
+    `hardware` among `config`'s (default: every configured target); `batch_sizes`, `modes`
+    (each by its one name, once) and `precisions` each checked, and each list must hold one value
+    at least; `device` and `backend` as in `ask`. `what` names the caller in the message about an
+    empty list. Every bad value raises one `QuestionError` naming its field (the request field of
+    an empty list: ``models``, ``model_families``, ``batch_sizes``, ``modes``, ``precisions``).
+    """
+    fams = tuple(families) if families is not None else ()
+    for fam in fams:
+        if fam not in FAMILIES:
+            raise QuestionError(f"unknown model family {fam!r}; accepted: {', '.join(FAMILIES)}", "model_family")
+    infos = _grid_models(models) if models is not None else ()
+    batches = tuple(check_batch_size(b) for b in batch_sizes)
+    try:
+        mode_names = tuple(dict.fromkeys(check_mode(m) for m in modes))
+    except ValueError as exc:
+        raise QuestionError(str(exc), "mode") from None
+    precs = tuple(check_precision(p) for p in precisions)
+    try:
+        names = config.check_hardware(hardware if hardware is not None else config.hardware_names)
+    except ValueError as exc:
+        raise QuestionError(str(exc), "hardware") from None
+    for values, name, words in ((models, "models", "model"), (families, "model_families", "family"),
+                                (batches, "batch_sizes", "batch size"), (mode_names, "modes", "mode"),
+                                (precs, "precisions", "precision")):
+        if values is not None and not len(values):
+            raise QuestionError(f"{what} needs at least one {words}; {name} is empty", name)
+    devices = device_map(names, device)
+    return GridQuestion(infos, names, batches, mode_names, precs, check_backend(backend), devices, fams)
+
+
 __all__ = [
     "DEFAULT_BACKEND",
     "DEVICE_SOURCES",
     "MAX_BATCH_SIZE",
+    "GridQuestion",
     "HwselWarning",
     "Prediction",
     "Query",
     "QuestionError",
     "UnknownModelError",
     "ask",
+    "ask_grid",
     "check_backend",
     "check_batch_size",
     "check_device",

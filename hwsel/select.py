@@ -34,7 +34,6 @@ from .config import (
     ModeKeyed,
     SelectionConfig,
     Weights,
-    check_modes,
     load_config,
 )
 from .predict import Predictor, predictor_for
@@ -44,13 +43,10 @@ from .query import (
     Query,
     QuestionError,
     ask,
-    check_backend,
-    check_batch_size,
-    check_precision,
-    describe_model,
-    device_map,
+    ask_grid,
     model_info,
 )
+from .resolution import ModelInfo
 
 
 def detect_hardware() -> Any:
@@ -340,18 +336,12 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
         prediction_sources=MappingProxyType({hw: p.source for hw, p in preds.items()}),
         task_type=task,
         backend=backend or (preds[primary].backend if primary else DEFAULT_BACKEND),
-        sequence_length=getattr(info, "sequence_length", None),
+        sequence_length=info.sequence_length,
         weights=MappingProxyType(weights.as_dict()),
         devices=MappingProxyType(_device_table(preds)),
         tie=tie,
         tie_rule=TIE_RULE,
     )
-
-
-def _each(info: Any, hardware: Sequence[str], batch_size: int, mode: str, precision: str, backend: str | None,
-          devices: Mapping[str, str]) -> list[Query]:
-    """One checked question asked of every target (the map's and the analysis' rows)."""
-    return [Query(info, hw, precision, batch_size, mode, backend, devices.get(hw)) for hw in hardware]
 
 
 def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
@@ -414,28 +404,28 @@ _FAMILY_MODELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "audio": ("whisper-tiny", "wav2vec2-base"), "multimodal": ("clip-vit-b32",)})
 
 
-def _scaled(info: Any, params: int, name: str) -> Any:
+def _scaled(info: ModelInfo, params: int, name: str) -> ModelInfo:
     """`info` grown or shrunk to `params` parameters (depth and width each by the cube root)."""
     ratio = params / max(int(info.param_count), 1)
     change: dict[str, Any] = {"name": name, "param_count": int(params),
                               "flops_per_item": float(info.flops_per_item) * ratio}
-    if getattr(info, "num_layers", None):
+    if info.num_layers:
         change["num_layers"] = max(1, round(info.num_layers * ratio ** (1 / 3)))
-    if getattr(info, "hidden_size", None):
+    if info.hidden_size:
         change["hidden_size"] = max(8, round(info.hidden_size * ratio ** (1 / 3)))
     return dataclasses.replace(info, **change)
 
 
-def representative_models(config: SelectionConfig, families: Sequence[str]) -> dict[str, dict[str, Any]]:
+def representative_models(config: SelectionConfig, families: Sequence[str]) -> dict[str, dict[str, ModelInfo]]:
     """family -> size category -> a ModelInfo: a zoo model of that size, else the base model scaled."""
     th = config.thresholds.model_size
     lows = {"small": 1, "medium": th["small"] + 1, "large": th["medium"] + 1}
     targets = {"small": th["small"] // 2, "medium": int(math.sqrt(th["small"] * th["medium"])),
                "large": int(math.sqrt(th["medium"] * th["large"]))}
-    out: dict[str, dict[str, Any]] = {}
+    out: dict[str, dict[str, ModelInfo]] = {}
     for fam in families:
         infos = [model_info(n) for n in _FAMILY_MODELS[fam]]
-        sizes: dict[str, Any] = {}
+        sizes: dict[str, ModelInfo] = {}
         for cat in SIZE_CATEGORIES:
             fit = [i for i in infos if lows[cat] <= i.param_count <= th[cat]]
             sizes[cat] = fit[0] if fit else _scaled(infos[0], targets[cat], f"{fam}-{cat}-scaled")
@@ -461,23 +451,15 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     """
     p = predictor_for(predictor, source, tracking_uri, config)
     cfg = p.config_ if config is None or predictor is None else load_config(config)
-    fams = list(families) if families is not None else list(FAMILIES)
-    for fam in fams:
-        if fam not in FAMILIES:
-            raise ValueError(f"unknown model family {fam!r}; accepted: {', '.join(FAMILIES)}")
-    batches = [check_batch_size(b) for b in batch_sizes]
-    mode_list = check_modes(modes)
-    precision = check_precision(precision)
-    hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
-    if not fams or not batches or not mode_list:
-        raise ValueError("selection_map needs at least one family, batch size and mode")
-    devices = device_map(hws, device)
-    backend = check_backend(backend)
+    grid = ask_grid(cfg, what="selection_map", families=list(families) if families is not None else list(FAMILIES),
+                    hardware=hardware, batch_sizes=batch_sizes, modes=modes, precisions=[precision], backend=backend,
+                    device=device)
+    fams, batches, mode_list, hws = list(grid.families), list(grid.batch_sizes), list(grid.modes), grid.hardware
+    precision, backend = grid.precisions[0], grid.backend
     reps = representative_models(cfg, fams)
 
-    def entry(info: Any, b: int, mode: str) -> dict[str, Any]:
-        rec = _select(p, cfg, _each(info, hws, b, mode, precision, backend, devices), weights=cfg.weights[mode],
-                      task=None)
+    def entry(info: ModelInfo, b: int, mode: str) -> dict[str, Any]:
+        rec = _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None)
         return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                 "source": rec.prediction_source, "tie": list(rec.tie)}
 
@@ -503,7 +485,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         "batch_sizes": batches,
         "modes": mode_list,
         "precision": precision,
-        "devices": _resolved_devices(p, hws, devices, backend),
+        "devices": _resolved_devices(p, hws, grid.devices, backend),
         "prediction_layers": p.describe(),
         "model_families": families_out,
     }
@@ -516,9 +498,8 @@ def _resolved_devices(p: Predictor, hws: Sequence[str], devices: Mapping[str, st
 
     out = {}
     for hw in hws:
-        q = p.resolve(Query(None, hw, backend=backend, device_name=devices.get(hw)))
-        out[hw] = {"device": q.device_name, "device_source": q.device_source,
-                   "device_spec": spec_for(hw, q.device_name).name, "backend": q.backend}
+        chosen, name, why = p.resolve_target(hw, backend, devices.get(hw))
+        out[hw] = {"device": name, "device_source": why, "device_spec": spec_for(hw, name).name, "backend": chosen}
     return out
 
 
@@ -538,27 +519,21 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
     """
     p = predictor_for(predictor, source, tracking_uri, config)
     cfg = p.config_ if config is None or predictor is None else load_config(config)
-    info = describe_model(model)
-    batches = [check_batch_size(b) for b in batch_sizes]
-    mode_list = check_modes(modes)
-    precision = check_precision(precision)
-    hws = cfg.check_hardware(hardware if hardware is not None else cfg.hardware_names)
-    if not batches or not mode_list:
-        raise ValueError("analyze_model needs at least one batch size and mode")
-    devices = device_map(hws, device)
-    backend = check_backend(backend)
+    grid = ask_grid(cfg, what="analyze_model", models=[model], hardware=hardware, batch_sizes=batch_sizes,
+                    modes=modes, precisions=[precision], backend=backend, device=device)
+    info, batches, mode_list, hws = grid.models[0], list(grid.batch_sizes), list(grid.modes), grid.hardware
+    precision, backend = grid.precisions[0], grid.backend
     out: dict[str, Any] = ModeKeyed({
         "model_name": info.name, "model_family": info.family, "model_size": int(info.param_count),
         "hardware_platforms": list(hws), "batch_sizes": batches, "precision": precision,
-        "devices": _resolved_devices(p, hws, devices, backend),
+        "devices": _resolved_devices(p, hws, grid.devices, backend),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
     })
     for mode in mode_list:
         performance: dict[str, Any] = {}
         recommendations: dict[str, Any] = {}
         for b in batches:
-            rec = _select(p, cfg, _each(info, hws, b, mode, precision, backend, devices), weights=cfg.weights[mode],
-                          task=None)
+            rec = _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None)
             performance[str(b)] = {
                 hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
                      "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,

@@ -178,7 +178,7 @@ def _possible(latency_ms: float, q: Query) -> bool:
     How slow a champion may say a case runs is its accuracy, `hwsel.train`'s business."""
     if not math.isfinite(latency_ms) or latency_ms < MIN_LATENCY_MS:
         return False
-    flops = float(getattr(q.model, "flops_per_item", 0) or 0) * q.batch_size
+    flops = float(q.model.flops_per_item or 0) * q.batch_size
     return not (math.isfinite(flops) and flops > 0 and latency_ms < flops / MAX_DEVICE_FLOPS * 1e3)
 
 

@@ -45,7 +45,7 @@ def runtime_mb(hardware: str) -> float:
 def launch_overhead_ms(q: Query) -> float:
     """Fixed cost per forward (twice per training step) that no FLOP count shows: kernel
     launches and framework dispatch, scaled by depth from a 12-layer model."""
-    layers = int(getattr(q.model, "num_layers", None) or 12)
+    layers = int(q.model.num_layers or 12)
     return _RULE_OVERHEAD_MS.get(q.hardware, 1.0) * layers / 12 * (2.0 if q.mode == TRAIN_MODE else 1.0)
 
 
