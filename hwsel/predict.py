@@ -154,6 +154,13 @@ class Predictor:
             self.build()
         return self
 
+    def __getattr__(self, name: str) -> Any:
+        # Reached only for an attribute that is not there: it builds nothing, it names the fix.
+        if name.endswith("_") and not name.startswith("__"):
+            raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r} before it is built: "
+                                 "call .build() (or .built()), or make it with Predictor.load(...)")
+        raise AttributeError(f"{type(self).__name__!r} object has no attribute {name!r}")
+
     # -- loading ------------------------------------------------------------------------------
 
     @classmethod

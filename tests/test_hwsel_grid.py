@@ -152,8 +152,9 @@ def test_resolving_and_asking_import_neither_numpy_nor_pandas() -> None:
 
 def test_a_predictor_builds_when_it_first_answers_never_on_attribute_access() -> None:
     p = Predictor(layers=("roofline",), detect=False)
-    with pytest.raises(AttributeError):
+    with pytest.raises(AttributeError, match=r"no attribute 'config_' before it is built: call \.build\(\)"):
         p.config_  # noqa: B018  (reading an attribute builds nothing)
+    assert not hasattr(p, "index_") and not hasattr(p, "nothing")
     assert not [name for name in vars(p) if name.endswith("_")]
     first = p.predict("bert-tiny", "cpu")["cpu"]
     layers = p.layers_
