@@ -111,3 +111,25 @@ def test_hwsel_lists_a_fictional_target_and_answers_for_it(tmp_path):
     assert got["cli"] == ["roofline", "npu9rt", True]
     assert got["python"] == ["roofline", "npu9rt", True]
     assert got["select"] == ["cpu", "npu9"]
+
+
+def test_hwsel_reads_the_rows_where_pytest_is_not_installed(tmp_path):
+    """The table is standard library only: with pytest and pluggy unimportable, hwsel's views read
+    the rows and a roofline question is answered."""
+    got = _run("""
+        import json, sys
+
+        class NoPytest:
+            def find_spec(self, name, path=None, target=None):
+                if name.split(".")[0] in ("pytest", "_pytest", "pluggy"):
+                    raise ImportError(f"{name} is not installed here")
+
+        sys.meta_path.insert(0, NoPytest())
+        from hwsel import Predictor, predict_performance
+        from hwsel.config import HARDWARE
+        from hwsel.query import default_backend
+        answer = predict_performance("bert-tiny", "qnn", predictor=Predictor(layers=("roofline",), detect=False))
+        print(json.dumps({"hardware": list(HARDWARE), "qnn": [default_backend("qnn"), answer["qnn"].backend,
+                                                                answer["qnn"].source]}))
+    """, tmp_path)
+    assert got == {"hardware": list(facts.fallback_order()), "qnn": ["qai_hub", "qai_hub", "roofline"]}
