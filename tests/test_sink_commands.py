@@ -164,3 +164,34 @@ def test_export_writes_the_duckdb_records_to_a_third_party_sink(site: Path, stor
 
     nothing = hwbench(site, "export", "--store", str(folder), cwd=tmp_path)
     assert nothing.returncode == 2 and "give --parquet DIR, --to SINK, or both" in nothing.stderr, nothing.stderr
+
+
+def test_import_mlflow_copies_an_experiment_into_a_third_party_sink(site: Path, tmp_path: Path) -> None:
+    """The MLflow store is read through the registered mlflow sink and written through the one
+    `--to` names; a sink that cannot list its sessions still gets each record once."""
+    from pytest_hwbench.sinks import MlflowSink
+
+    folder = tmp_path / "store"
+    uri = f"sqlite:///{folder / 'mlflow.db'}"
+    session = make_session()
+    records = make_records(session, 3)
+    recorder = Recorder(Spool(folder / "spool"), [MlflowSink(uri, "hwbench")])
+    recorder.start(session)
+    for record in records:
+        recorder.emit(record)
+    assert recorder.finish("finished").complete
+    out = tmp_path / "imported.jsonl"
+    proc = hwbench(site, "import-mlflow", "--store", str(folder), "--to", f"lines:{out}", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr
+    assert proc.stdout.splitlines()[0].endswith(f"(experiment 'hwbench') -> lines {out}"), proc.stdout
+    assert "  3 records imported" in proc.stdout.splitlines(), proc.stdout
+    assert sorted(_ids(out)) == sorted(r.record_id for r in records)
+    events = [json.loads(line) for line in Path(f"{out}.sessions").read_text().splitlines()]
+    assert events[0]["open"]["session_id"] == session.session_id and events[-1] == {"close": "finished"}
+
+    again = hwbench(site, "import-mlflow", "--store", str(folder), "--to", f"lines:{out}", cwd=tmp_path)
+    assert again.returncode == 0 and "  0 records imported" in again.stdout.splitlines(), again.stdout
+    assert len(_ids(out)) == 3
+
+    wrong = hwbench(site, "import-mlflow", "--store", str(folder), "--to", "nosuch", cwd=tmp_path)
+    assert wrong.returncode == 2 and "--to: " in wrong.stderr, wrong.stdout + wrong.stderr

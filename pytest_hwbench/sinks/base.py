@@ -92,6 +92,25 @@ class Sink(Protocol):
         return None
 
 
+@runtime_checkable
+class SessionSource(Protocol):
+    """A sink that lists its sessions and reads its records back by session: what `hwbench
+    import-mlflow` and `hwbench export` copy from, and how they learn what a target already holds."""
+
+    #: The sink's name (`Sink.name`).
+    name: str
+
+    def read_sessions(self) -> list[tuple[SessionInfo, str]]:
+        """(session, status) for every session held; status is one of `SESSION_STATUSES` or
+        ``running``."""
+        ...
+
+    def read_records(self, *, with_timings: bool = True,
+                     session_ids: Iterable[str] | None = None) -> list[BenchmarkRecord]:
+        """The records held (of `session_ids` only, where given)."""
+        ...
+
+
 class SinkFactory(Protocol):
     """Builds a sink from a target (a URI or a path; None for the sink's default) and options."""
 
@@ -210,6 +229,7 @@ __all__ = [
     "ENTRY_POINT_GROUP",
     "SESSION_STATUSES",
     "SINKS",
+    "SessionSource",
     "Sink",
     "SinkFactory",
     "check_sink",

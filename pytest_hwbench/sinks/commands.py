@@ -13,6 +13,7 @@ file that is locked exits 3, one that is corrupt exits 2 (`hwbench replay --sink
 from __future__ import annotations
 
 import argparse
+import os
 import sys
 from collections.abc import Callable
 from pathlib import Path
@@ -20,10 +21,11 @@ from typing import TYPE_CHECKING
 
 from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
-from .base import registered_sinks, resolve_sink
+from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
 from .duckdb_sink import DuckDBFileError, list_sessions
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
 from .redact import redact_uri
+from .transfer import ImportResult, copy_sessions
 
 if TYPE_CHECKING:
     from ..record import BenchmarkRecord
@@ -352,7 +354,6 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 
 def _export(args: argparse.Namespace) -> int:
     from .duckdb_sink import export_parquet
-    from .transfer import export_records
 
     if args.parquet is None and not args.to:
         raise ValueError("give --parquet DIR, --to SINK, or both")
@@ -382,27 +383,71 @@ def _export(args: argparse.Namespace) -> int:
 def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
     store_args(parser, mlflow=True)
     parser.add_argument("--full", action="store_true",
-                        help="fetch every child run of the experiment, not only the sessions the DuckDB file lacks "
+                        help="fetch every child run of the experiment, not only the sessions the target lacks "
                              "(also finds records whose parent run is gone)")
+    parser.add_argument("--to", dest="to", default=None, metavar="SINK",
+                        help="write into this sink instead of the store's DuckDB file: a registered sink's NAME, "
+                             "NAME:TARGET, a URI or a file it takes; records it holds are skipped")
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
     from .mlflow_sink import MlflowStoreError
-    from .transfer import import_mlflow_sessions
 
     cfg = tracking(args)
-    print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {cfg.db_path}",
+    store = {sink.name: sink for sink in cfg.store_sinks()}
+    try:
+        target = _sink_of(args.to or "duckdb", store)
+    except ValueError as exc:
+        raise ValueError(f"--to: {exc}") from None
+    print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {target.shown}",
           flush=True)
     from mlflow.exceptions import MlflowException
 
+    source = store["mlflow"].open()
+    if not isinstance(source, SessionSource):
+        raise ValueError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
     try:
-        result = import_mlflow_sessions(cfg.mlflow_uri, cfg.experiment, cfg.db_path, full=args.full,
-                                        notify=lambda line: print(f"  {line}", flush=True))
+        shown = cfg.db_path.name if args.to is None else target.shown
+        result = copy_sessions(source, target.open(), full=args.full, names=("MLflow", shown),
+                               notify=lambda line: print(f"  {line}", flush=True))
     except (OSError, MlflowException, MlflowStoreError) as exc:  # the store is down or refuses us
         print(f"hwbench import-mlflow: error: {redact_uri(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return EXIT_STORE
     print(f"  {result.records} records imported")
     return EXIT_OK
+
+
+# -- the Python API of import-mlflow and export ------------------------------------------------
+def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                           full: bool = False,
+                           notify: Callable[[str], None] | None = None) -> ImportResult:
+    """Bring the DuckDB file at `db_path` up to date with an MLflow experiment (what
+    `hwbench import-mlflow` does: `copy_sessions` between the registered ``mlflow`` and ``duckdb``
+    sinks).
+
+    Parent runs give the sessions; child runs give the results (params cast back from text,
+    metrics, context tags); raw timings come from the parents' records artifacts where present.
+    """
+    source = open_sink(f"mlflow:{tracking_uri}" if tracking_uri else "mlflow", experiment=experiment)
+    if not isinstance(source, SessionSource):
+        raise TypeError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
+    return copy_sessions(source, open_sink(f"duckdb:{os.fspath(db_path)}"), full=full, notify=notify,
+                         names=("MLflow", Path(db_path).name))
+
+
+def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                  full: bool = False) -> int:
+    """Records added to `db_path` from an MLflow experiment (`import_mlflow_sessions`)."""
+    return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
+
+
+def export_records(db_path: str | os.PathLike[str], sink: Sink) -> int:
+    """Write every record of the DuckDB file at `db_path` that `sink` lacks to it, session by
+    session (`copy_sessions` of every session), and return how many were written. Exporting twice
+    writes nothing new. The sink's errors propagate."""
+    source = open_sink(f"duckdb:{os.fspath(db_path)}")
+    assert isinstance(source, SessionSource)
+    return copy_sessions(source, sink, full=True).records
 
 
 def _guarded(run: Command) -> Command:
@@ -431,7 +476,7 @@ _register("compare", "regressions between two sessions, tested on rounds (exit 1
           _compare_args, _compare)
 _register("export", "export the DuckDB tables to Parquet, or its records to any registered sink",
           _export_args, _export)
-_register("import-mlflow", "rebuild the DuckDB results from an MLflow server's runs",
+_register("import-mlflow", "rebuild the DuckDB results (or another sink's) from an MLflow server's runs",
           _import_mlflow_args, _import_mlflow)
 
-__all__ = ["chosen_sinks", "store_args", "tracking"]
+__all__ = ["chosen_sinks", "export_records", "import_mlflow", "import_mlflow_sessions", "store_args", "tracking"]

@@ -401,6 +401,32 @@ class DuckDBSink(Sink):
                 con.execute("ROLLBACK")
                 raise
 
+    def read_sessions(self) -> list[tuple[SessionInfo, str]]:
+        """(session, status) for every session in the file; ``running`` for one without a status."""
+        if not self.path.exists():
+            return []
+        out = []
+        for row in list_sessions(self.path).to_dict("records"):
+            text = {name: ("" if _is_missing(row[name]) else row[name]) for name, _ in SESSION_COLUMNS}
+            started = text["started_at"]
+            out.append((SessionInfo(
+                session_id=str(row["session_id"]),
+                started_at=started.isoformat() if hasattr(started, "isoformat") else str(started),
+                host=str(text["host"]), git_commit=str(text["git_commit"]), git_branch=str(text["git_branch"]),
+                runner_label=str(text["runner_label"]), hardware_summary=str(text["hardware_summary"]),
+                package_versions=dict(row["package_versions"] or {}), extra=dict(row["extra"] or {})),
+                str(text["status"]) or "running"))
+        return out
+
+    def read_records(self, *, with_timings: bool = True,
+                     session_ids: Iterable[str] | None = None) -> list[BenchmarkRecord]:
+        """The file's records (with timings), of `session_ids` only where given."""
+        if not self.path.exists():
+            return []
+        if session_ids is None:
+            return load_records(self.path)
+        return [r for sid in dict.fromkeys(session_ids) for r in load_records(self.path, sid)]
+
     def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
         """Which of `record_ids` are in ``results`` (empty if the file does not exist yet)."""
         import pandas as pd
