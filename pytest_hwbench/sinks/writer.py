@@ -12,7 +12,7 @@ Rules that keep the measurements and the records safe:
   handing it over. A writer that fails, hangs or dies loses nothing: the records it did not
   acknowledge are counted pending and ``hwbench replay`` sends them.
 - The writer is idle whenever a case is timed: `SinkWriter.wait_idle` returns once every message
-  sent so far is acknowledged, and the recording plug-in calls it before each case's call phase.
+  sent so far is acknowledged, and the recording plug-in calls it before each timed window.
   While idle the writer blocks on a read of its input pipe: it uses no CPU.
 - Sink failures follow `Recorder`'s policy (first error kept, retries, ``deadline_s`` per sink),
   applied in the writer: each sink's own time bounds how long the pytest process can wait.
