@@ -14,7 +14,8 @@ What is measured (medians, over the batch):
   steps); ``throughput_items_per_s`` is sequences per second;
 - ``ttft_ms``: time to first token, the same call with one new token: the prefill forward over
   the prompt (and the encoder, for encoder-decoder models) and the first token;
-- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)``, each further token (absent when N is 1);
+- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)``, each further token (absent when N is 1,
+  or when the full call's median is not above the prefill's);
 - ``tokens_per_s``: ``batch * N / full``, generated tokens per second.
 
 Which models generate is read from the transformers config, not the name (`generation_class`):
@@ -273,12 +274,15 @@ class GenerateCall:
         return self.generate(1)
 
     def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:
-        """Time to first token (the prefill call timed like the full one), per-token decode
-        latency and generated tokens per second, from medians; `latency` is the full call's."""
+        """Time to first token (the prefill call timed like the full one: a cold call first,
+        then warm-up and the timed loop), per-token decode latency and generated tokens per
+        second, from medians; `latency` is the full call's. Decode latency is left out where the
+        full call's median is not above the prefill's (too few iterations to tell them apart)."""
+        self.prefill()  # its cold call, untimed, as the full call had one before its loop
         prefill = tracker.run(self.prefill, timing)
         full_ms = latency.median
         metrics = {"ttft_ms": prefill.median, "tokens_per_s": self.batch_size * self.new_tokens / (full_ms / 1e3)}
-        if self.new_tokens > 1:
+        if self.new_tokens > 1 and full_ms > prefill.median:
             metrics["decode_ms_per_token"] = (full_ms - prefill.median) / (self.new_tokens - 1)
         return metrics
 
