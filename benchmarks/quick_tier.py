@@ -10,6 +10,7 @@ retries <= 1.2x; worst ETA ratio <= 1.5x.
 
     flock /tmp/hwbench-timing.lock python benchmarks/quick_tier.py            # two quick tiers: long
     python benchmarks/quick_tier.py --select "-k bert-tiny"                  # a slice, to try it out
+    python benchmarks/quick_tier.py --replay mlruns                          # today's ETA on a finished run
 """
 
 from __future__ import annotations
@@ -70,11 +71,48 @@ def worst_eta_ratio(progress: list[tuple[float, int, int, float]], wall: float, 
     return worst
 
 
+def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10) -> tuple[float | None, int]:
+    """The worst ETA ratio (as `worst_eta_ratio`) today's estimator gives on a finished run's
+    records, replayed in the order they were made (each case's time: from the record before it),
+    and how many records were replayed. Compares estimators on one recorded run."""
+    import datetime as dt
+
+    from pytest_hwbench.plugin import Progress
+    from pytest_hwbench.plugin.grid import case_from_id
+    from pytest_hwbench.sinks import Spool
+
+    records = sorted(Spool(store / "spool").records(), key=lambda r: r.created_at)
+    stamps = [dt.datetime.fromisoformat(r.created_at).timestamp() for r in records]
+    if len(records) < 2:
+        return None, len(records)
+    now = [stamps[0]]
+    progress = Progress(0.0, clock=lambda: now[0], cache_size=cache_size)
+    plan = {r.record_id: case_from_id(r.case_id) for r in records[1:]}
+    progress.start(len(plan), plan=plan)
+    lines = []
+    for record, stamp in zip(records[1:], stamps[1:], strict=True):
+        now[0] = stamp
+        load = 0.0 if record.extra.get("load_cached") else record.load_time_s
+        progress.done_one(record.record_id, load)
+        if progress.done < progress.total:
+            lines.append((stamp - stamps[0], progress.done, progress.total,
+                          progress.estimate_left(stamp - stamps[0])))
+    return worst_eta_ratio(lines, stamps[-1] - stamps[0], first_case), len(records)
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--select", default="", help="extra pytest arguments for both runs, e.g. \"-k bert-tiny\"")
     parser.add_argument("--pairs", type=int, default=1, help="shipped/no-retries pairs, alternating order (default 1)")
+    parser.add_argument("--replay", type=Path, default=None, metavar="STORE",
+                        help="instead of running: replay a finished run's spool (STORE/spool) through today's "
+                             "progress estimator and print its worst ETA ratio")
     args = parser.parse_args(argv)
+    if args.replay is not None:
+        worst, count = replay_eta(args.replay)
+        print(f"replayed {count} records of {args.replay}: worst ETA ratio from case 10 "
+              f"{'-' if worst is None else f'{worst:.2f}x'} (aim <= 1.5x)")
+        return 0
     extra = shlex.split(args.select)
     print(f"quick tier: pytest bench_suites -m 'cpu and quick' {args.select}; {os.cpu_count()} cores; "
           f"load average at start {os.getloadavg()[0]:.1f}", flush=True)

@@ -422,6 +422,37 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
     assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m00s left"
 
 
+def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
+    # bert-tiny's first case loads its model (8 s of its 10 s); later batch sizes take it from
+    # the cache (2 s each). Each model still to come costs one load plus its cases' own time,
+    # walked through a cache of one model as the runner keeps them.
+    from pytest_hwbench.plugin import Progress
+
+    def case(model: str, backend: str, batch: int) -> BenchCase:
+        return BenchCase(model, backend, "cpu", "fp32", batch)
+
+    plan = {f"{m}-{b}-{n}": case(m, b, n) for m, b in (("bert-tiny", "torch"), ("vit-tiny", "torch"),
+                                                       ("bert-tiny", "onnxruntime")) for n in (1, 2, 3)}
+    now = [0.0]
+    progress = Progress(0.0, clock=lambda: now[0], cache_size=1)
+    progress.start(len(plan), plan=plan)
+    now[0] += 10.0
+    progress.done_one("bert-tiny-torch-1", load_s=8.0)
+    now[0] += 2.0
+    progress.done_one("bert-tiny-torch-2", load_s=0.0)
+    # bert-tiny b3: 2 s; vit-tiny: a torch load (8 s) + 3 x 2 s; bert-tiny on onnxruntime: a load
+    # priced by any load seen (8 s) + 3 x the inference median (2 s)
+    assert progress.estimate_left(now[0]) == pytest.approx(2.0 + (8.0 + 6.0) + (8.0 + 6.0))
+    # the same plan without load times: every case costs the median case (2 s), loads unseen
+    blind = Progress(0.0, clock=lambda: now[0], cache_size=1)
+    blind.start(len(plan), plan=plan)
+    now[0] += 10.0
+    blind.done_one("bert-tiny-torch-1")
+    now[0] += 2.0
+    blind.done_one("bert-tiny-torch-2")
+    assert blind.estimate_left(now[0]) == pytest.approx(7 * 10.0)  # the median of (10, 2) is 10
+
+
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:
     from pytest_hwbench.runner import _Try
     from pytest_hwbench.trackers import Latency, Memory

@@ -158,11 +158,19 @@ class Progress:
     case). Runs without benchmark cases (`has_cases` False) print none.
 
     The estimate prices each remaining test by what the grid knows of it (`plan`: nodeid -> its
-    `BenchCase`, None for a plain test): the time tests of the same kind took so far (same mode,
-    model and backend; else same mode and model; else same mode), which already holds their
-    tries; a mode not seen yet costs an inference case's worth (the median of the cases seen,
-    each divided by `MODE_COST` of its mode: a generate case is a whole generate() call per
-    iteration) times its own `MODE_COST`; a plain test a tenth of that. Without a plan every test costs the
+    `BenchCase`, None for a plain test, in run order) as two parts:
+
+    - its model's load, where the runner will load one: the remaining cases are walked in order
+      through a cache of `cache_size` loaded models, as the runner keeps them, and each load is
+      priced by the loads seen so far (same model and backend; else same backend; else any);
+    - the rest of the case (warm-up, timed loop, retries): by the tests of the same kind so far
+      (same mode, model and backend; else same mode and backend; else same mode); a mode not
+      seen yet costs an inference case's worth (the median of the cases seen, each divided by
+      `MODE_COST` of its mode: a generate case is a whole generate() call per iteration) times
+      its own `MODE_COST`; a plain test a tenth of that.
+
+    A finished case's load time comes with it (`done_one`'s `load_s`; 0 for a model taken from
+    the cache); without it the whole time counts as the rest. Without a plan every test costs the
     average so far. Times between reports are the wall time per finished test, so parallel
     workers are priced as they run.
     """
@@ -170,8 +178,9 @@ class Progress:
     #: Relative cost of a case by mode before one of its mode has run (inference = 1).
     MODE_COST: dict[str, float] = {"inference": 1.0, "train": 2.0, "generate": 4.0}
 
-    def __init__(self, interval_s: float, clock: Any = time.monotonic) -> None:
+    def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1) -> None:
         self.interval_s = interval_s
+        self.cache_size = max(1, cache_size)
         self.total: int | None = None
         self.done = 0
         self.has_cases = False
@@ -181,26 +190,56 @@ class Progress:
         self._previous = 0.0
         self._left: dict[str, BenchCase | None] = {}
         self._seen: dict[tuple[str, ...], list[float]] = {}
+        self._loads: dict[tuple[str, ...], list[float]] = {}
+        self._cached: list[tuple[str, ...]] = []
 
     def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
         self.total, self.done, self.has_cases = total, 0, has_cases
         self._started = self._last = self._previous = self._clock()
         self._left = dict(plan or {})
-        self._seen = {}
+        self._seen, self._loads, self._cached = {}, {}, []
 
     @staticmethod
     def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:
-        """The keys a test is priced by, most specific first."""
+        """The keys the rest of a test is priced by, most specific first."""
         if case is None:
             return (("test",),)
-        return ((case.mode, case.model, case.backend), (case.mode, case.model), (case.mode,))
+        return ((case.mode, case.model, case.backend), (case.mode, case.backend), (case.mode,))
+
+    @staticmethod
+    def _load_kinds(case: BenchCase) -> tuple[tuple[str, ...], ...]:
+        """The keys a load is priced by, most specific first."""
+        return (("model", case.model, case.backend), ("backend", case.backend), ("any",))
+
+    @staticmethod
+    def _median(times: list[float]) -> float:
+        return sorted(times)[len(times) // 2]
 
     def _price(self, case: BenchCase | None, fallback: float) -> float:
         for kind in self._kinds(case):
             times = self._seen.get(kind)
             if times:
-                return sorted(times)[len(times) // 2]
+                return self._median(times)
         return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
+
+    def _price_load(self, case: BenchCase) -> float:
+        for kind in self._load_kinds(case):
+            times = self._loads.get(kind)
+            if times:
+                return self._median(times)
+        return 0.0
+
+    @staticmethod
+    def _use(cached: list[tuple[str, ...]], key: tuple[str, ...], size: int) -> bool:
+        """Whether `key` is in the cache (moved to its end); otherwise it is added (the oldest
+        evicted beyond `size`)."""
+        if key in cached:
+            cached.remove(key)
+            cached.append(key)
+            return True
+        cached.append(key)
+        del cached[:-size]
+        return False
 
     def estimate_left(self, elapsed: float) -> float:
         """Seconds the remaining tests should take, by the pricing above."""
@@ -212,13 +251,19 @@ class Progress:
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
         typical = units[len(units) // 2] if units else elapsed / max(self.done, 1)
-        priced = sum(self._price(case, typical) for case in self._left.values())
+        cached = list(self._cached)
+        priced = 0.0
+        for case in self._left.values():
+            priced += self._price(case, typical)
+            if case is not None and not self._use(cached, case.load_key, self.cache_size):
+                priced += self._price_load(case)
         unplanned = max(0, remaining - len(self._left))
         return priced + unplanned * typical * 0.1
 
-    def done_one(self, nodeid: str | None = None) -> str | None:
-        """Count one finished test (`nodeid`, when the plan names it); the progress line when one
-        is due, else None."""
+    def done_one(self, nodeid: str | None = None, load_s: float | None = None) -> str | None:
+        """Count one finished test (`nodeid`, when the plan names it; `load_s`: the seconds its
+        case spent loading its model, 0 when the model came from the cache); the progress line
+        when one is due, else None."""
         if self.total is None:
             return None
         self.done += 1
@@ -226,6 +271,12 @@ class Progress:
         took, self._previous = now - self._previous, now
         if nodeid is not None and nodeid in self._left:
             case = self._left.pop(nodeid)
+            if case is not None:
+                self._use(self._cached, case.load_key, self.cache_size)
+                if load_s:
+                    took = max(0.0, took - load_s)
+                    for kind in self._load_kinds(case):
+                        self._loads.setdefault(kind, []).append(load_s)
             for kind in self._kinds(case):
                 self._seen.setdefault(kind, []).append(took)
         if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
@@ -273,7 +324,10 @@ class HwbenchState:
         self.finished: dict[str, BenchmarkRecord] = {}
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
-        self.progress = Progress(config.getoption("hwbench_progress_interval"))
+        self.progress = Progress(config.getoption("hwbench_progress_interval"),
+                                 cache_size=config.getoption("hwbench_cache_size"))
+        #: nodeid -> seconds its case spent loading its model (0: from the cache), until its teardown
+        self.load_seconds: dict[str, float] = {}
         #: cases this process generated and kept after -m/-k deselection (per xdist worker)
         self.collection: dict[str, int] = {"generated": 0, "selected": 0}
         self.worker_collections: dict[str, dict[str, int]] = {}
@@ -367,7 +421,7 @@ class HwbenchState:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
         if getattr(report, CASE_ATTR, None):
             self.progress.has_cases = True
-        line = self.progress.done_one(report.nodeid)
+        line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line and reporter is not None:
             if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
@@ -386,6 +440,8 @@ class HwbenchState:
                 return
             record = BenchmarkRecord.from_dict(data)
         self.records.append(record)
+        if record.load_time_s is not None:
+            self.load_seconds[report.nodeid] = 0.0 if record.extra.get("load_cached") else record.load_time_s
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
     @pytest.hookimpl(optionalhook=True)
