@@ -64,8 +64,8 @@ RECORD_TAG = "hwbench.record_id"
 PARENT_TAG = "mlflow.parentRunId"
 RECORDS_ARTIFACT_DIR = "hwbench_records"
 #: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values:
-#: ``genai_development``, ``custom_model_development``, ...). Issue 18, item 13: without it the
-#: ``hwbench`` experiment opened on the GenAI overview ("Traces 0", "No data").
+#: ``genai_development``, ``custom_model_development``, ...); without it the UI opens the
+#: ``hwbench`` experiment on its GenAI overview ("Traces 0", "No data").
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 #: Searches in flight at once against an MLflow server (`MlflowSink.existing_ids`, import).
@@ -645,8 +645,7 @@ class MlflowSink(Sink):
 def session_run_name(session: SessionInfo) -> str:
     """The parent run's name: what the session ran (suite and ``-m`` expression, from the
     session's ``extra``), where (host), on what (commit) and when (UTC), e.g.
-    ``bench_suites/test_quick.py -m cpu · ci-runner-3 · 1a2b3c4d · 2026-11-24 14:05 UTC``.
-    Issue 18, item 13: ``session 04c6d46a...`` told a person nothing."""
+    ``bench_suites/test_quick.py -m cpu · ci-runner-3 · 1a2b3c4d · 2026-11-24 14:05 UTC``."""
     extra = dict(session.extra or {})
     suite = str(extra.get("suite") or "").strip()
     markers = str(extra.get("markers") or "").strip()
