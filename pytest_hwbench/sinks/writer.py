@@ -120,7 +120,7 @@ class SinkWriter:
 
         root = str(Path(pytest_hwbench.__file__).resolve().parent.parent)
         bootstrap = ("import sys; sys.path[0] = sys.argv[1]; "
-                     "from pytest_hwbench.sinks.writer import serve; raise SystemExit(serve())")
+                     "from pytest_hwbench.sinks.writer import main; main()")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         with self.log_path.open("ab") as log:
             self.proc = subprocess.Popen(
@@ -355,6 +355,24 @@ def serve(stdin: IO[bytes] | None = None) -> int:
     return 0
 
 
+def main() -> None:
+    """The writer process: `serve`, then end. Once `serve` returns, every sink has answered and
+    closed its session (the writes are synchronous), so the process ends without its
+    interpreter's teardown: the exit handlers its libraries registered (MLflow's telemetry, the
+    modules' finalizers) hold nothing of ours and take about a second, which the pytest process
+    would spend waiting. Logging and the standard streams are flushed first."""
+    import logging
+
+    code = serve()
+    logging.shutdown()
+    for stream in (sys.stdout, sys.stderr):
+        try:
+            stream.flush()
+        except (OSError, ValueError):
+            pass
+    os._exit(code)
+
+
 def _close(out: IO[bytes]) -> None:
     """Close the answer pipe, whose reader may be gone."""
     try:
@@ -363,4 +381,4 @@ def _close(out: IO[bytes]) -> None:
         pass
 
 
-__all__ = ["SinkWriter", "WriterReport", "serve", "shippable"]
+__all__ = ["SinkWriter", "WriterReport", "main", "serve", "shippable"]
