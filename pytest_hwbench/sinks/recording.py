@@ -14,6 +14,7 @@ records nothing. Of the base plugin it uses `pytest_hwbench.plugin_api` only.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import sys
@@ -252,14 +253,18 @@ class Tracker:
         self._window: tuple[float, float | None] | None = None
 
     def _notify(self, line: str) -> None:
-        """A line for the terminal now (a sink that keeps the run waiting says so)."""
-        reporter = self._reporter
-        if reporter is None:
-            print(line, file=sys.stderr, flush=True)
-            return
-        if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
-            reporter._tw.line()
-        reporter.write_line(line, yellow=True)
+        """A line for the terminal now (a sink that keeps the run waiting says so), also from
+        inside a test, whose output pytest captures: capture is suspended while it is written."""
+        config = self._pytest_config
+        capman = config.pluginmanager.getplugin("capturemanager") if config is not None else None
+        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+            reporter = self._reporter
+            if reporter is None:
+                print(line, file=sys.stderr, flush=True)
+                return
+            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
+                reporter._tw.line()
+            reporter.write_line(line, yellow=True)
 
     def _make_sinks(self, config: pytest.Config) -> None:
         """Once: the sinks, split into those the writer process takes and those written here."""
