@@ -73,15 +73,19 @@ def worst_eta_ratio(progress: list[tuple[float, int, int, float]], wall: float, 
 
 def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10) -> tuple[float | None, int]:
     """The worst ETA ratio (as `worst_eta_ratio`) today's estimator gives on a finished run's
-    records, replayed in the order they were made (each case's time: from the record before it),
-    and how many records were replayed. Compares estimators on one recorded run."""
+    records (the session with the most records in the store), replayed in the order they were
+    made (each case's time: from the record before it; skipped cases are not in the plan), and
+    how many records were replayed. Compares estimators on one recorded run."""
     import datetime as dt
 
     from pytest_hwbench.plugin import Progress
     from pytest_hwbench.plugin.grid import case_from_id
     from pytest_hwbench.sinks import Spool
 
-    records = sorted(Spool(store / "spool").records(), key=lambda r: r.created_at)
+    everything = list(Spool(store / "spool").records())
+    sessions = [r.session_id for r in everything]
+    largest = max(set(sessions), key=sessions.count, default=None)  # the run, not a later smoke tier
+    records = sorted((r for r in everything if r.session_id == largest), key=lambda r: r.created_at)
     stamps = [dt.datetime.fromisoformat(r.created_at).timestamp() for r in records]
     if len(records) < 2:
         return None, len(records)
