@@ -71,7 +71,8 @@ def worst_eta_ratio(progress: list[tuple[float, int, int, float]], wall: float, 
     return worst
 
 
-def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10) -> tuple[float | None, int]:
+def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10,
+               min_time_s: float = 1.0) -> tuple[float | None, int]:
     """The worst ETA ratio (as `worst_eta_ratio`) today's estimator gives on a finished run's
     records (the session with the most records in the store), replayed in the order they were
     made (each case's time: from the record before it; skipped cases are not in the plan), and
@@ -90,14 +91,14 @@ def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10) -> tuple[
     if len(records) < 2:
         return None, len(records)
     now = [stamps[0]]
-    progress = Progress(0.0, clock=lambda: now[0], cache_size=cache_size)
+    progress = Progress(0.0, clock=lambda: now[0], cache_size=cache_size, min_time_s=min_time_s)
     plan = {r.record_id: case_from_id(r.case_id) for r in records[1:]}
     progress.start(len(plan), plan=plan)
     lines = []
     for record, stamp in zip(records[1:], stamps[1:], strict=True):
         now[0] = stamp
         load = 0.0 if record.extra.get("load_cached") else record.load_time_s
-        progress.done_one(record.record_id, load)
+        progress.done_one(record.record_id, load, record.tries)
         if progress.done < progress.total:
             lines.append((stamp - stamps[0], progress.done, progress.total,
                           progress.estimate_left(stamp - stamps[0])))
@@ -111,9 +112,11 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--replay", type=Path, default=None, metavar="STORE",
                         help="instead of running: replay a finished run's spool (STORE/spool) through today's "
                              "progress estimator and print its worst ETA ratio")
+    parser.add_argument("--min-time", type=float, default=1.0, metavar="SECONDS",
+                        help="with --replay: the run's --hwbench-min-time (default 1.0)")
     args = parser.parse_args(argv)
     if args.replay is not None:
-        worst, count = replay_eta(args.replay)
+        worst, count = replay_eta(args.replay, min_time_s=args.min_time)
         print(f"replayed {count} records of {args.replay}: worst ETA ratio from case 10 "
               f"{'-' if worst is None else f'{worst:.2f}x'} (aim <= 1.5x)")
         return 0

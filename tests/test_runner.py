@@ -455,6 +455,36 @@ def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
     assert blind.estimate_left(now[0]) == pytest.approx(7 * 10.0)  # the median of (10, 2) is 10
 
 
+def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
+    # bert-tiny b1 was measured twice (20 s), b2 once (10 s): one measurement costs 10 s whichever
+    # case was retried, and every remaining case is priced at the run's measurements per case,
+    # counted from TRIES_PRIOR cases measured once: (3 + 10) / (2 + 10).
+    from pytest_hwbench.plugin import Progress
+
+    plan = {f"i{i}": BenchCase("bert-tiny", "torch", "cpu", "fp32", i + 1) for i in range(6)}
+    plan["t0"] = BenchCase("bert-tiny", "torch", "cpu", "fp32", 2, mode="train")
+    now = [0.0]
+    progress = Progress(0.0, clock=lambda: now[0], min_time_s=12.0)
+    progress.start(len(plan), plan=plan)
+    now[0] += 20.0
+    progress.done_one("i0", load_s=0.0, tries=2)
+    now[0] += 10.0
+    progress.done_one("i1", load_s=0.0, tries=1)
+    rate = (3 + Progress.TRIES_PRIOR) / (2 + Progress.TRIES_PRIOR)
+    # 4 inference cases at 10 s a measurement; train unseen: the inference measurement (10 s) is
+    # below the timed loop's minimum (12 s), so one train measurement costs 12 s x MODE_COST
+    assert progress.estimate_left(now[0]) == pytest.approx(
+        rate * (4 * 10.0 + 12.0 * Progress.MODE_COST["train"]))
+    # without the counts, the retried case's 20 s is one measurement: the median (20 s) prices it
+    blind = Progress(0.0, clock=lambda: now[0])
+    blind.start(len(plan), plan=plan)
+    now[0] += 20.0
+    blind.done_one("i0")
+    now[0] += 10.0
+    blind.done_one("i1")
+    assert blind.estimate_left(now[0]) == pytest.approx(4 * 20.0 + 20.0 * Progress.MODE_COST["train"])
+
+
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:
     from pytest_hwbench.runner import _Try
     from pytest_hwbench.trackers import Latency, Memory

@@ -163,24 +163,35 @@ class Progress:
     - its model's load, where the runner will load one: the remaining cases are walked in order
       through a cache of `cache_size` loaded models, as the runner keeps them, and each load is
       priced by the loads seen so far (same model and backend; else same backend; else any);
-    - the rest of the case (warm-up, timed loop, retries): by the tests of the same kind so far
-      (same mode, model and backend; else same mode and backend; else same mode); a mode not
-      seen yet costs an inference case's worth (the median of the cases seen, each divided by
-      `MODE_COST` of its mode: a generate case is a whole generate() call per iteration) times
-      its own `MODE_COST`; a plain test a tenth of that.
+    - the rest of the case (warm-up, timed loop): one measurement by the tests of the same kind
+      so far (same mode, model and backend; else same mode and backend; else same mode), each
+      divided by the measurements it took; a mode not seen yet costs an inference case's worth
+      (the median of the measurements seen, each divided by `MODE_COST` of its mode, and never
+      less than `min_time_s`, the timed loop's minimum) times its own `MODE_COST`; a plain test
+      a tenth of that;
+    - retries: one measurement times the measurements a case has taken on average so far in
+      this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
+      kind: the host was busy, and may be again).
 
-    A finished case's load time comes with it (`done_one`'s `load_s`; 0 for a model taken from
-    the cache); without it the whole time counts as the rest. Without a plan every test costs the
-    average so far. Times between reports are the wall time per finished test, so parallel
-    workers are priced as they run.
+    A finished case's load time and measurement count come with it (`done_one`'s `load_s`, 0 for
+    a model taken from the cache, and `tries`); without them the whole time counts as one
+    measurement. Without a plan every test costs the average so far. Times between reports are
+    the wall time per finished test, so parallel workers are priced as they run.
     """
 
-    #: Relative cost of a case by mode before one of its mode has run (inference = 1).
-    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 2.0, "generate": 4.0}
+    #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
+    #: Every timed loop lasts at least the minimum time, so a mode costs more only by what its
+    #: loop does beyond it: a whole generate() call per iteration, train's backward warm-up.
+    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 1.5, "generate": 4.0}
+    #: Cases counted as measured once before any has run: a few early retries (the first cases
+    #: warm the host) do not price every remaining case as retried.
+    TRIES_PRIOR = 10
 
-    def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1) -> None:
+    def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,
+                 min_time_s: float = 0.0) -> None:
         self.interval_s = interval_s
         self.cache_size = max(1, cache_size)
+        self.min_time_s = min_time_s
         self.total: int | None = None
         self.done = 0
         self.has_cases = False
@@ -192,12 +203,13 @@ class Progress:
         self._seen: dict[tuple[str, ...], list[float]] = {}
         self._loads: dict[tuple[str, ...], list[float]] = {}
         self._cached: list[tuple[str, ...]] = []
+        self._tries: list[int] = []
 
     def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
         self.total, self.done, self.has_cases = total, 0, has_cases
         self._started = self._last = self._previous = self._clock()
         self._left = dict(plan or {})
-        self._seen, self._loads, self._cached = {}, {}, []
+        self._seen, self._loads, self._cached, self._tries = {}, {}, [], []
 
     @staticmethod
     def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:
@@ -251,19 +263,23 @@ class Progress:
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
         typical = units[len(units) // 2] if units else elapsed / max(self.done, 1)
+        typical = max(typical, self.min_time_s)  # a timed loop lasts at least the minimum time
+        # the mean measurements per case so far, starting from TRIES_PRIOR cases measured once
+        tries = (sum(self._tries) + self.TRIES_PRIOR) / (len(self._tries) + self.TRIES_PRIOR)
         cached = list(self._cached)
         priced = 0.0
         for case in self._left.values():
-            priced += self._price(case, typical)
+            priced += self._price(case, typical) * (tries if case is not None else 1.0)
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
                 priced += self._price_load(case)
         unplanned = max(0, remaining - len(self._left))
         return priced + unplanned * typical * 0.1
 
-    def done_one(self, nodeid: str | None = None, load_s: float | None = None) -> str | None:
+    def done_one(self, nodeid: str | None = None, load_s: float | None = None,
+                 tries: int | None = None) -> str | None:
         """Count one finished test (`nodeid`, when the plan names it; `load_s`: the seconds its
-        case spent loading its model, 0 when the model came from the cache); the progress line
-        when one is due, else None."""
+        case spent loading its model, 0 when the model came from the cache; `tries`: the
+        measurements its case took); the progress line when one is due, else None."""
         if self.total is None:
             return None
         self.done += 1
@@ -277,6 +293,9 @@ class Progress:
                     took = max(0.0, took - load_s)
                     for kind in self._load_kinds(case):
                         self._loads.setdefault(kind, []).append(load_s)
+                if tries:
+                    self._tries.append(tries)
+                    took /= tries
             for kind in self._kinds(case):
                 self._seen.setdefault(kind, []).append(took)
         if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
@@ -325,9 +344,12 @@ class HwbenchState:
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
         self.progress = Progress(config.getoption("hwbench_progress_interval"),
-                                 cache_size=config.getoption("hwbench_cache_size"))
+                                 cache_size=config.getoption("hwbench_cache_size"),
+                                 min_time_s=config.getoption("hwbench_min_time"))
         #: nodeid -> seconds its case spent loading its model (0: from the cache), until its teardown
         self.load_seconds: dict[str, float] = {}
+        #: nodeid -> the measurements its case took, for the progress estimate
+        self.tries: dict[str, int] = {}
         #: cases this process generated and kept after -m/-k deselection (per xdist worker)
         self.collection: dict[str, int] = {"generated": 0, "selected": 0}
         self.worker_collections: dict[str, dict[str, int]] = {}
@@ -421,7 +443,8 @@ class HwbenchState:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
         if getattr(report, CASE_ATTR, None):
             self.progress.has_cases = True
-        line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None))
+        line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None),
+                                      self.tries.pop(report.nodeid, None))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line and reporter is not None:
             if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
@@ -442,6 +465,8 @@ class HwbenchState:
         self.records.append(record)
         if record.load_time_s is not None:
             self.load_seconds[report.nodeid] = 0.0 if record.extra.get("load_cached") else record.load_time_s
+        if record.tries:
+            self.tries[report.nodeid] = record.tries
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
     @pytest.hookimpl(optionalhook=True)
