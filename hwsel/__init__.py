@@ -39,12 +39,14 @@ from .query import HwselWarning, Prediction, Query, QuestionError, UnknownModelE
 from .resolution import ModelInfo
 from .select import (
     HardwareScore,
+    PrecisionChoice,
     Recommendation,
     analyze_model,
     available_hardware,
     detect_hardware,
     select_hardware,
     select_hardware_for_task,
+    select_precision,
     selection_map,
 )
 
@@ -61,6 +63,7 @@ __all__ = [
     "HwselWarning",
     "MemoryEstimate",
     "ModelInfo",
+    "PrecisionChoice",
     "Prediction",
     "Predictor",
     "Query",
@@ -84,6 +87,7 @@ __all__ = [
     "prediction_matrix",
     "select_hardware",
     "select_hardware_for_task",
+    "select_precision",
     "selection_map",
     "suggest_measurements",
 ]

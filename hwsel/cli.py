@@ -23,7 +23,7 @@ from typing import Any
 from pytest_hwbench.sinks import redact_uri
 
 from ._reach import DEFAULT_TIMEOUT_S
-from .config import FAMILIES, HARDWARE, MODES, PRECISIONS
+from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, HARDWARE, MODES, PRECISIONS
 from .query import QuestionError, describe_model, error_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
@@ -172,6 +172,25 @@ def build_parser() -> argparse.ArgumentParser:
                                    f"known: {', '.join(HARDWARE)}")
     p.add_argument("--task", default=None, help="task profile instead of --mode: classification, generation, "
                                                 "embedding, speech_recognition, fine_tuning, training")
+    _store_options(p)
+
+    p = sub.add_parser("precision", help="choose the precision for a model on one target",
+                       description="Predict each precision on one target and choose: the fastest, or, where "
+                                   "the difference lies inside the latency intervals, a tie ranked by memory, "
+                                   "then measured energy per item.")
+    _model_options(p)
+    p.add_argument("--hardware", default="cpu", metavar="HW",
+                   help=f"the target (default cpu); known: {', '.join(HARDWARE)}")
+    p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISION_CHOICES), metavar="PRECISION",
+                   help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
+                        f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
+    p.add_argument("--seq-length", type=_positive_int, default=None,
+                   help="tokens per item, for text models (default: the zoo model's)")
+    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    _backend_option(p)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
     _store_options(p)
 
     p = sub.add_parser("predict", help="predict latency, throughput and memory",
@@ -392,6 +411,32 @@ def cmd_select(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def cmd_precision(args: argparse.Namespace) -> int:
+    from .select import select_precision
+
+    predictor = _predictor(args)
+    model = describe_model(args.model, config=args.model_config, sequence_length=args.seq_length)
+    device = _devices(args)
+    choice = select_precision(model, args.hardware, batch_size=args.batch_size, mode=args.mode,
+                              precisions=args.precisions, backend=args.backend,
+                              device=device.get(args.hardware) if isinstance(device, dict) else device,
+                              predictor=predictor)
+    absent = _absent_here(choice.hardware, next(iter(choice.predictions.values())))
+    lines = [f"{choice.model_name} on {choice.hardware}" + (f" ({absent})" if absent else "")
+             + f", batch {choice.batch_size}, {choice.mode}, backend {choice.backend}",
+             f"primary:   {choice.primary or 'no precision runs here'}",
+             f"order:     {', '.join(choice.ranked) or '-'}"]
+    if choice.tie:
+        lines.insert(1, f"tie:       {', '.join(choice.tie)} (latency intervals overlap; ranked by memory, "
+                        "then measured energy per item)")
+    for precision, prediction in choice.predictions.items():
+        why = choice.incompatible.get(precision)
+        lines.append(_fmt_pred(precision, prediction, f"  incompatible: {why}" if why else ""))
+    lines.append(choice.explanation)
+    _emit(choice.to_dict(), "\n".join(lines), args.json)
+    return EXIT_OK
+
+
 def cmd_predict(args: argparse.Namespace) -> int:
     from .query import ask
 
@@ -536,7 +581,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-COMMANDS = {"train": cmd_train, "select": cmd_select, "predict": cmd_predict, "map": cmd_map, "matrix": cmd_matrix,
+COMMANDS = {"train": cmd_train, "select": cmd_select, "precision": cmd_precision, "predict": cmd_predict, "map": cmd_map, "matrix": cmd_matrix,
             "distributed": cmd_distributed, "analyze": cmd_analyze, "next": cmd_next, "detect": cmd_detect,
             "serve": cmd_serve}
 

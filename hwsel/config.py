@@ -63,6 +63,9 @@ from pytest_hwbench.vocabulary import (
 
 ENV_VAR = "HWSEL_CONFIG"
 
+#: The precisions `hwsel.select_precision` chooses among by default.
+DEFAULT_PRECISION_CHOICES: tuple[str, ...] = ("fp32", "fp16", "bf16")
+
 #: The modes hwsel selects and predicts for (`pytest_hwbench.vocabulary`'s names; ``training`` is
 #: accepted as ``train`` wherever a mode is read). ``generate`` records are not a selection mode.
 MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
@@ -517,6 +520,7 @@ def load_config(path: str | os.PathLike[str] | Mapping[str, Any] | SelectionConf
 
 __all__ = [
     "ACCEPTED_MODES",
+    "DEFAULT_PRECISION_CHOICES",
     "ENV_VAR",
     "FAMILIES",
     "HARDWARE",

@@ -18,14 +18,15 @@ import datetime as _dt
 import functools
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any
+from typing import Any, TypeVar
 
 from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from .config import (
+    DEFAULT_PRECISION_CHOICES,
     FAMILIES,
     MODES,
     RATINGS,
@@ -47,6 +48,8 @@ from .query import (
     model_info,
 )
 from .resolution import ModelInfo
+
+T = TypeVar("T")
 
 
 def detect_hardware() -> Any:
@@ -168,26 +171,36 @@ TIE_RULE = ("a target ties with the best-scored one when their latency intervals
             "in whole MiB), then by measured energy per item (less first; unmeasured last), then by score")
 
 
-def _break_ties(ranked: Sequence[HardwareScore]) -> tuple[list[HardwareScore], tuple[str, ...]]:
-    """(`ranked` with a tie for first ordered by `TIE_RULE`, the tied targets; empty when decided)."""
-    if len(ranked) < 2 or ranked[0].prediction is None:
+def _tie_for_first(ranked: Sequence[T], prediction: Callable[[T], Prediction | None], name: Callable[[T], str],
+                   same_preference: Callable[[T, T], bool] = lambda a, b: True) -> tuple[list[T], tuple[str, ...]]:
+    """(`ranked` with a tie for first ordered by memory, then energy, then rank; the tied names,
+    empty when the first is decided). An option ties with the first when their latency intervals
+    overlap and `same_preference` holds for the two."""
+    if len(ranked) < 2 or prediction(ranked[0]) is None:
         return list(ranked), ()
     best = ranked[0]
-    lo, hi = best.prediction.interval
-    tied = [s for s in ranked if s.prediction is not None and s.prediction.interval[0] <= hi
-            and lo <= s.prediction.interval[1] and s.preference_factor == best.preference_factor]
+    lo, hi = prediction(best).interval  # type: ignore[union-attr]
+    tied = [o for o in ranked if (p := prediction(o)) is not None and p.interval[0] <= hi and lo <= p.interval[1]
+            and same_preference(o, best)]
     if len(tied) < 2:
         return list(ranked), ()
-    position = {s.hardware: i for i, s in enumerate(ranked)}
+    position = {name(o): i for i, o in enumerate(ranked)}
 
-    def rule(s: HardwareScore) -> tuple[float, float, int]:
-        energy = s.prediction.energy_j_per_item if s.prediction is not None else None
-        memory = s.prediction.memory_mb if s.prediction is not None else math.inf
-        return (float(round(memory)), energy if energy is not None else math.inf, position[s.hardware])
+    def rule(o: T) -> tuple[float, float, int]:
+        p = prediction(o)
+        energy = p.energy_j_per_item if p is not None else None
+        memory = p.memory_mb if p is not None else math.inf
+        return (float(round(memory)), energy if energy is not None else math.inf, position[name(o)])
 
     first = sorted(tied, key=rule)
-    names = {s.hardware for s in first}
-    return first + [s for s in ranked if s.hardware not in names], tuple(s.hardware for s in first)
+    names = {name(o) for o in first}
+    return first + [o for o in ranked if name(o) not in names], tuple(name(o) for o in first)
+
+
+def _break_ties(ranked: Sequence[HardwareScore]) -> tuple[list[HardwareScore], tuple[str, ...]]:
+    """(`ranked` with a tie for first ordered by `TIE_RULE`, the tied targets; empty when decided)."""
+    return _tie_for_first(ranked, lambda s: s.prediction, lambda s: s.hardware,
+                          lambda a, b: a.preference_factor == b.preference_factor)
 
 
 def _fmt_ms(ms: float) -> str:
@@ -222,6 +235,16 @@ def _host_memory_gb() -> float:
 def _capacity_gb(cfg: SelectionConfig, hw: str) -> float:
     cap = cfg.hardware[hw].memory_gb
     return cap if cap is not None else _host_memory_gb()
+
+
+def _too_big(cfg: SelectionConfig, hw: str, p: Prediction) -> str:
+    """Why `p` does not fit in `hw`'s memory; "" when it does."""
+    cap = _capacity_gb(cfg, hw)
+    if p.memory_mb <= cap * 1024:
+        return ""
+    where = f"hardware.{hw}.memory_gb" if cfg.hardware[hw].memory_gb is not None else "this host's memory"
+    return (f"needs about {p.memory_mb / 1024:.3g} GiB ({p.source}), {hw} has {cap:.3g} GiB ({where}); lower the "
+            "batch size or precision")
 
 
 def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[str, Prediction],
@@ -308,11 +331,7 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     reasons = {hw: _incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
     preds = dict(zip(hardware, predictor.predict_many(queries), strict=True))
     for hw, p in preds.items():
-        cap = _capacity_gb(cfg, hw)
-        if not reasons[hw] and p.memory_mb > cap * 1024:
-            where = f"hardware.{hw}.memory_gb" if cfg.hardware[hw].memory_gb is not None else "this host's memory"
-            reasons[hw] = (f"needs about {p.memory_mb / 1024:.3g} GiB ({p.source}), {hw} has {cap:.3g} GiB "
-                           f"({where}); lower the batch size or precision")
+        reasons[hw] = reasons[hw] or _too_big(cfg, hw, p)
     scores = _score(cfg, weights, info.family, preds, reasons)
     order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
     ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
@@ -385,6 +404,114 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
     queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=profile.mode,
                   backend=backend, device=device)
     return _select(p, cfg, queries, weights=profile.weights, task=task)
+
+
+#: How a precision is chosen, and how a tie is ranked.
+PRECISION_RULE = ("the precision with the lowest predicted latency is first; another ties with it when their "
+                  "latency intervals overlap (the predicted difference lies inside their intervals); tied "
+                  "precisions are ranked by predicted memory (less first, in whole MiB), then by measured energy "
+                  "per item (less first; unmeasured last), then by predicted latency")
+
+@dataclass(frozen=True)
+class PrecisionChoice:
+    """The precision to run a model at on one target: the best, the others in order, and each
+    precision's prediction (or why it cannot run there)."""
+
+    model_name: str
+    hardware: str
+    batch_size: int
+    mode: str
+    backend: str
+    #: the best precision (None: none runs here)
+    primary: str | None
+    #: the precisions that run here, best first (the tied ones first, in `rule`'s order)
+    ranked: tuple[str, ...]
+    predictions: Mapping[str, Prediction]
+    #: precision -> why it cannot run on `hardware` (not supported, or too big)
+    incompatible: Mapping[str, str]
+    #: the precisions tied for first (empty: the first is decided)
+    tie: tuple[str, ...]
+    explanation: str
+    rule: str = PRECISION_RULE
+
+    def to_dict(self) -> dict[str, Any]:
+        """JSON-ready dict."""
+        return {"model_name": self.model_name, "hardware": self.hardware, "batch_size": self.batch_size,
+                "mode": self.mode, "backend": self.backend, "primary": self.primary, "ranked": list(self.ranked),
+                "tie": list(self.tie), "rule": self.rule, "explanation": self.explanation,
+                "incompatible": dict(self.incompatible),
+                "predictions": {k: p.to_dict() for k, p in self.predictions.items()}}
+
+
+def _explain_precision(ranked: Sequence[str], preds: Mapping[str, Prediction], tie: Sequence[str],
+                       incompatible: Mapping[str, str]) -> str:
+    parts = []
+    if not ranked:
+        parts.append("No precision runs here.")
+    elif tie:
+        lo, hi = preds[tie[0]].interval
+        parts.append(f"Tie between {', '.join(tie)}: their latency intervals overlap (the predicted difference "
+                     f"is inside them), so {tie[0]} is first by memory ({preds[tie[0]].memory_mb:.4g} MiB), then "
+                     "energy.")
+    else:
+        best = preds[ranked[0]]
+        lo, hi = best.interval
+        parts.append(f"{ranked[0]} is {'fastest' if len(ranked) > 1 else 'the only one that runs here'}: {_fmt_ms(best.latency_ms)} ({_fmt_ms(lo)}-{_fmt_ms(hi)}, "
+                     f"{best.source})" + (f", clear of {ranked[1]}'s {_fmt_ms(preds[ranked[1]].interval[0])}-"
+                                          f"{_fmt_ms(preds[ranked[1]].interval[1])}." if len(ranked) > 1 else "."))
+    parts += [f"{prec}: {why}." for prec, why in incompatible.items()]
+    return " ".join(parts)
+
+
+def _target_here(hardware: str) -> Any:
+    """This machine's `hardware` target when it is here (probing that target alone; never a web
+    target, whose probe starts a browser), else None."""
+    if hardware in WEB_TARGETS:
+        return None
+    from pytest_hwbench.hardware import detect_hardware as _detect
+
+    try:
+        target = _detect(targets=(hardware,)).targets.get(hardware)
+    except Exception:  # a target the harness does not probe
+        return None
+    return target if target is not None and target.available else None
+
+
+def select_precision(model: Any, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
+                     precisions: Sequence[str] = DEFAULT_PRECISION_CHOICES, *, backend: str | None = None,
+                     device: str | None = None, predictor: Predictor | None = None,
+                     source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
+                     config: SelectionConfig | str | os.PathLike[str] | None = None) -> PrecisionChoice:
+    """The precision to run `model` (a zoo name, hub-style alias or ModelInfo) at on `hardware`,
+    among `precisions`, by `PRECISION_RULE`: the fastest predicted, unless the difference lies
+    inside the intervals, which is a tie ranked by memory, then energy.
+
+    A precision the target does not run (its configured precision support, or, when no `device`
+    is named and the target is on this machine, what was detected here) or whose predicted memory
+    exceeds the target's is left out with its reason. `backend`, `device`, `predictor`,
+    `source`, `tracking_uri` and `config` as in `select_hardware`. Invalid input raises
+    `QuestionError` naming the field.
+    """
+    if isinstance(precisions, str) or not precisions:
+        raise QuestionError(f"precisions must be a non-empty list of precisions, got {precisions!r}", "precisions")
+    p = predictor_for(predictor, source, tracking_uri, config)
+    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    queries = [ask(cfg, model, hardware, batch_size=batch_size, precision=prec, mode=mode, backend=backend,
+                   device=device)[0] for prec in dict.fromkeys(precisions)]
+    first = queries[0]
+    preds = {q.precision: pred for q, pred in zip(queries, p.predict_many(queries), strict=True)}
+    here = _target_here(first.hardware) if device is None else None
+    incompatible = {q.precision: why for q in queries
+                    if (why := _incompatibility(cfg, first.model.family, first.hardware, q.precision, first.mode)
+                        or (here.unsupported_precision(q.precision) if here is not None else None)
+                        or _too_big(cfg, first.hardware, preds[q.precision]))}
+    fits = sorted((prec for prec in preds if prec not in incompatible), key=lambda prec: preds[prec].latency_ms)
+    ranked, tie = _tie_for_first(fits, preds.get, lambda prec: prec)
+    return PrecisionChoice(
+        model_name=first.model.name, hardware=first.hardware, batch_size=first.batch_size, mode=first.mode,
+        backend=preds[first.precision].backend, primary=ranked[0] if ranked else None, ranked=tuple(ranked),
+        predictions=MappingProxyType(preds), incompatible=MappingProxyType(incompatible), tie=tie,
+        explanation=_explain_precision(ranked, preds, tie, incompatible))
 
 
 def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
@@ -547,9 +674,12 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
 
 
 __all__ = [
+    "DEFAULT_PRECISION_CHOICES",
     "FAMILY_BASE_MODELS",
+    "PRECISION_RULE",
     "TIE_RULE",
     "HardwareScore",
+    "PrecisionChoice",
     "Recommendation",
     "analyze_model",
     "available_hardware",
@@ -557,5 +687,6 @@ __all__ = [
     "representative_models",
     "select_hardware",
     "select_hardware_for_task",
+    "select_precision",
     "selection_map",
 ]

@@ -268,6 +268,81 @@ def test_select_says_tie_when_the_difference_lies_inside_the_intervals(empty_cwd
     assert code == 0 and json.loads(out)["tie"] == ["cuda", "cpu"]
 
 
+def _precision_records() -> list[BenchmarkRecord]:
+    """bert-tiny measured on an H100 at three precisions: at batch 8, fp16 (4.8 ms, 4.3-5.8, 120 MiB)
+    and bf16 (5.0 ms, 4.5-6.0, 100 MiB) lie within each other's spread and fp32 (20 ms) is clearly
+    slower; at batch 1, fp16's 1.0 ms (0.9-1.2) is clearly faster than bf16's 3.0 and fp32's 6.0."""
+    info = resolve_model("bert-tiny")
+    out = []
+    for precision, latency, memory in (("fp32", {1: 6.0, 8: 20.0}, 200.0), ("fp16", {1: 1.0, 8: 4.8}, 120.0),
+                                       ("bf16", {1: 3.0, 8: 5.0}, 100.0)):
+        for batch, lat in latency.items():
+            out.append(BenchmarkRecord(
+                case_id=f"bert-tiny-cuda-{precision}-b{batch}", session_id=SESSION.session_id, status="passed",
+                model="bert-tiny", family=info.family, model_type=info.model_type, backend="torch",
+                hardware="cuda", device_name="NVIDIA H100 80GB HBM3", precision=precision, mode="inference",
+                batch_size=batch, param_count=info.param_count, flops_per_forward=info.flops_per_item * batch,
+                latency_ms_median=lat, latency_ms_min=lat * 0.9, latency_ms_p95=lat * 1.2,
+                throughput_items_per_s=batch / lat * 1e3, iterations=50, peak_host_rss_mb=700.0,
+                peak_device_memory_mb=memory))
+    return out
+
+
+def test_select_precision_decides_or_says_tie(empty_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The fastest precision when the difference is clear; a tie ranked by memory when the
+    difference lies inside the intervals; a precision the target does not run is left out with
+    its reason; bad input names the field."""
+    from hwsel.data import snapshot
+    from hwsel.select import PRECISION_RULE
+
+    path = snapshot(pd.DataFrame([r.to_dict() for r in _precision_records()]), empty_cwd / "precisions.parquet")
+    predictor = Predictor.load(path)
+    h100 = "NVIDIA H100 80GB HBM3"  # named, so that a GPU this test runs on is not asked
+    decided = hwsel.select_precision("bert-tiny", "cuda", batch_size=1, device=h100, predictor=predictor)
+    assert {p.source for p in decided.predictions.values()} == {"measured"}
+    assert decided.primary == "fp16" and decided.ranked == ("fp16", "bf16", "fp32") and decided.tie == ()
+    assert decided.explanation.startswith("fp16 is fastest")
+    tied = hwsel.select_precision("bert-tiny", "cuda", batch_size=8, device=h100, predictor=predictor)
+    fp16, bf16 = tied.predictions["fp16"], tied.predictions["bf16"]
+    assert fp16.latency_ms < bf16.latency_ms and bf16.interval[0] <= fp16.interval[1]  # the difference is inside
+    assert tied.tie == ("bf16", "fp16") and tied.primary == "bf16" and tied.ranked == ("bf16", "fp16", "fp32")
+    assert tied.rule == PRECISION_RULE and "memory" in PRECISION_RULE and "energy" in PRECISION_RULE
+    assert tied.explanation.startswith("Tie between bf16, fp16") and tied.to_dict()["tie"] == ["bf16", "fp16"]
+    # a target configured without bf16: bf16 is left out, and fp16 is decided
+    narrow = empty_cwd / "narrow.toml"
+    narrow.write_text('[precision_support]\ncuda = ["fp32", "fp16"]\n')
+    choice = hwsel.select_precision("bert-tiny", "cuda", batch_size=8, device=h100, predictor=predictor,
+                                    config=narrow)
+    assert choice.primary == "fp16" and choice.ranked == ("fp16", "fp32") and choice.tie == ()
+    assert "cuda does not run bf16" in choice.incompatible["bf16"] and "bf16: cuda does not run bf16" in choice.explanation
+    with pytest.raises(hwsel.QuestionError, match="precision") as bad:
+        hwsel.select_precision("bert-tiny", "cuda", precisions=["fp32", "fp8"], predictor=predictor)
+    assert "'fp8'" in str(bad.value)
+    with pytest.raises(hwsel.QuestionError, match="precisions must be a non-empty list"):
+        hwsel.select_precision("bert-tiny", "cuda", precisions=[], predictor=predictor)
+    code, out, _ = _cli(capsys, "precision", "--model", "bert-tiny", "--hardware", "cuda", "--batch-size", "8",
+                        "--device", h100, "--source", str(path))
+    assert code == 0 and "tie:       bf16, fp16" in out and "primary:   bf16" in out, out
+    code, out, _ = _cli(capsys, "precision", "--model", "bert-tiny", "--hardware", "cuda", "--batch-size", "1",
+                        "--device", h100, "--precisions", "fp32", "fp16", "--source", str(path), "--json")
+    assert code == 0 and json.loads(out)["primary"] == "fp16" and json.loads(out)["ranked"] == ["fp16", "fp32"]
+
+
+def test_select_precision_on_this_machine_keeps_to_what_was_detected(empty_cwd: Path) -> None:
+    """Asked about this machine's CPU (no device named), a precision its detection does not list
+    is left out with the detection's reason; the answer is one of those detected."""
+    from pytest_hwbench.hardware import detect_hardware
+
+    cpu = detect_hardware(targets=("cpu",)).targets["cpu"]
+    choice = hwsel.select_precision("bert-tiny", "cpu", batch_size=1, precisions=("fp32", "fp16", "bf16", "int8"))
+    for precision in ("fp32", "fp16", "bf16", "int8"):
+        if precision in cpu.precisions:
+            assert precision not in choice.incompatible, choice.incompatible
+        else:
+            assert choice.incompatible[precision] == cpu.unsupported_precision(precision)
+    assert choice.primary in cpu.precisions and set(choice.ranked) <= set(cpu.precisions)
+
+
 def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path, registry_uri: str,
                                                                   duckdb_file: Path) -> None:
     predictor = Predictor.load(duckdb_file, tracking_uri=registry_uri)
