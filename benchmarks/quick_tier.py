@@ -58,25 +58,33 @@ def run_tier(store: Path, extra: list[str]) -> dict[str, object]:
     return {"wall": wall, "progress": lines, "records": records, "exit": code, "tail": "".join(tail)}
 
 
-def worst_eta_ratio(progress: list[tuple[float, int, int, float]], wall: float, first_case: int = 10) -> float | None:
+def worst_eta_ratio(progress: list[tuple[float, int, int, float]], wall: float,
+                    first_case: int = 10) -> tuple[float, str] | None:
     """The worst of predicted/real and real/predicted remaining time over the progress lines
-    from case `first_case` on (None when there are none)."""
+    from case `first_case` on, and where (``case k: said Xs left, was Ys``); None when there
+    are none."""
     worst = None
     for at, done, _total, predicted in progress:
         real = wall - at
         if done < first_case or real <= 1.0:
             continue
         ratio = max(predicted, 1.0) / real if predicted > real else real / max(predicted, 1.0)
-        worst = ratio if worst is None else max(worst, ratio)
+        if worst is None or ratio > worst[0]:
+            worst = (ratio, f"case {done}: said {predicted:.0f} s left, was {real:.0f} s")
     return worst
 
 
+def _worst_text(worst: tuple[float, str] | None) -> str:
+    return "-" if worst is None else f"{worst[0]:.2f}x ({worst[1]})"
+
+
 def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10,
-               min_time_s: float = 1.0) -> tuple[float | None, int]:
+               min_time_s: float = 1.0) -> tuple[tuple[float, str] | None, int]:
     """The worst ETA ratio (as `worst_eta_ratio`) today's estimator gives on a finished run's
     records (the session with the most records in the store), replayed in the order they were
-    made (each case's time: from the record before it; skipped cases are not in the plan), and
-    how many records were replayed. Compares estimators on one recorded run."""
+    made (each case's time: from the record before it; skipped cases are not in the plan; the
+    run's end after its last case is neither in the records nor in the estimate), and how many
+    records were replayed. Compares estimators on one recorded run."""
     import datetime as dt
 
     from pytest_hwbench.plugin import Progress
@@ -92,6 +100,7 @@ def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10,
         return None, len(records)
     now = [stamps[0]]
     progress = Progress(0.0, clock=lambda: now[0], cache_size=cache_size, min_time_s=min_time_s)
+    progress.END_COST_S = 0.0  # the records end with the last case: no sinks closing, no teardown
     plan = {r.record_id: case_from_id(r.case_id) for r in records[1:]}
     progress.start(len(plan), plan=plan)
     lines = []
@@ -114,16 +123,19 @@ def main(argv: list[str] | None = None) -> int:
                              "progress estimator and print its worst ETA ratio")
     parser.add_argument("--min-time", type=float, default=1.0, metavar="SECONDS",
                         help="with --replay: the run's --hwbench-min-time (default 1.0)")
+    parser.add_argument("--keep", type=Path, default=None, metavar="DIR",
+                        help="keep each run's store (and its progress lines, progress-*.txt) under DIR, for --replay")
     args = parser.parse_args(argv)
     if args.replay is not None:
         worst, count = replay_eta(args.replay, min_time_s=args.min_time)
         print(f"replayed {count} records of {args.replay}: worst ETA ratio from case 10 "
-              f"{'-' if worst is None else f'{worst:.2f}x'} (aim <= 1.5x)")
+              f"{_worst_text(worst)} (aim <= 1.5x)")
         return 0
     extra = shlex.split(args.select)
     print(f"quick tier: pytest bench_suites -m 'cpu and quick' {args.select}; {os.cpu_count()} cores; "
           f"load average at start {os.getloadavg()[0]:.1f}", flush=True)
-    with tempfile.TemporaryDirectory(prefix="hwbench-quick-") as tmp:
+    with tempfile.TemporaryDirectory(prefix="hwbench-quick-") as scratch:
+        tmp = args.keep or Path(scratch)
         for pair in range(args.pairs):
             order = [("shipped", []), ("no retries", ["--hwbench-noise-retries", "0"])]
             if pair % 2:
@@ -131,6 +143,10 @@ def main(argv: list[str] | None = None) -> int:
             result = {}
             for label, options in order:
                 got = run_tier(Path(tmp) / f"{label.replace(' ', '-')}-{pair}", [*extra, *options])
+                if args.keep:
+                    (Path(tmp) / f"progress-{label.replace(' ', '-')}-{pair}.txt").write_text(
+                        "".join(f"{at:.1f} {done} {total} {left:.0f}\n" for at, done, total, left in got["progress"])
+                        + f"wall {got['wall']:.1f}\n")
                 result[label] = got
                 records = got["records"]
                 noisy = sum(r.noise == "noisy" for r in records)
@@ -139,7 +155,7 @@ def main(argv: list[str] | None = None) -> int:
                 speeds = sorted(r.host_speed for r in records if r.host_speed is not None)
                 print(f"  {label}: exit {got['exit']}, {got['wall'] / 60:.1f} min, {len(records)} records, {noisy} noisy "
                       f"({noisy / max(len(records), 1):.0%}), {tries} measurements; worst ETA ratio from case 10 "
-                      f"{'-' if worst is None else f'{worst:.2f}x'}; host speed median "
+                      f"{_worst_text(worst)}; host speed median "
                       f"{speeds[len(speeds) // 2] if speeds else float('nan'):.2f}; load average now "
                       f"{os.getloadavg()[0]:.1f}", flush=True)
                 if got["exit"] not in (0, 1):

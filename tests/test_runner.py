@@ -413,15 +413,16 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
         progress.done_one(f"g{i}")
     # no inference case seen yet: a generate case is worth MODE_COST["generate"] inference cases,
     # a plain test a tenth of one
-    assert progress.estimate_left(now[0]) == pytest.approx(36 * 100.0 / 4.0 + 0.1 * 25.0)
+    end = Progress.END_COST_S  # the sinks closed and the interpreter's teardown, after the last case
+    assert progress.estimate_left(now[0]) == pytest.approx(36 * 100.0 / 4.0 + 0.1 * 25.0 + end)
     now[0] += 10.0
     line = progress.done_one("i0")
-    assert progress.estimate_left(now[0]) == pytest.approx(35 * 10.0 + 0.1 * 25.0)
-    assert line == "hwbench: case 5 of 41 (12%), 6m50s elapsed, about 5m52s left"
+    assert progress.estimate_left(now[0]) == pytest.approx(35 * 10.0 + 0.1 * 25.0 + end)
+    assert line == "hwbench: case 5 of 41 (12%), 6m50s elapsed, about 5m56s left"
     unplanned = Progress(0.0, clock=lambda: now[0])
     unplanned.start(10)
     now[0] += 20.0
-    assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m00s left"
+    assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m03s left"
 
 
 def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
@@ -444,7 +445,8 @@ def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
     progress.done_one("bert-tiny-torch-2", load_s=0.0)
     # bert-tiny b3: 2 s; vit-tiny: a torch load (8 s) + 3 x 2 s; bert-tiny on onnxruntime: a load
     # priced by any load seen (8 s) + 3 x the inference median (2 s)
-    assert progress.estimate_left(now[0]) == pytest.approx(2.0 + (8.0 + 6.0) + (8.0 + 6.0))
+    end = Progress.END_COST_S
+    assert progress.estimate_left(now[0]) == pytest.approx(2.0 + (8.0 + 6.0) + (8.0 + 6.0) + end)
     # the same plan without load times: every case costs the median case (2 s), loads unseen
     blind = Progress(0.0, clock=lambda: now[0], cache_size=1)
     blind.start(len(plan), plan=plan)
@@ -452,7 +454,7 @@ def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
     blind.done_one("bert-tiny-torch-1")
     now[0] += 2.0
     blind.done_one("bert-tiny-torch-2")
-    assert blind.estimate_left(now[0]) == pytest.approx(7 * 10.0)  # the median of (10, 2) is 10
+    assert blind.estimate_left(now[0]) == pytest.approx(7 * 10.0 + end)  # the median of (10, 2) is 10
 
 
 def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
@@ -474,7 +476,7 @@ def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
     # 4 inference cases at 10 s a measurement; train unseen: the inference measurement (10 s) is
     # below the timed loop's minimum (12 s), so one train measurement costs 12 s x MODE_COST
     assert progress.estimate_left(now[0]) == pytest.approx(
-        rate * (4 * 10.0 + 12.0 * Progress.MODE_COST["train"]))
+        rate * (4 * 10.0 + 12.0 * Progress.MODE_COST["train"]) + Progress.END_COST_S)
     # without the counts, the retried case's 20 s is one measurement: the median (20 s) prices it
     blind = Progress(0.0, clock=lambda: now[0])
     blind.start(len(plan), plan=plan)
@@ -482,7 +484,8 @@ def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
     blind.done_one("i0")
     now[0] += 10.0
     blind.done_one("i1")
-    assert blind.estimate_left(now[0]) == pytest.approx(4 * 20.0 + 20.0 * Progress.MODE_COST["train"])
+    assert blind.estimate_left(now[0]) == pytest.approx(
+        4 * 20.0 + 20.0 * Progress.MODE_COST["train"] + Progress.END_COST_S)
 
 
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:

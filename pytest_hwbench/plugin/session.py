@@ -164,8 +164,9 @@ class Progress:
       through a cache of `cache_size` loaded models, as the runner keeps them, and each load is
       priced by the loads seen so far (same model and backend; else same backend; else any);
     - the rest of the case (warm-up, timed loop): one measurement by the tests of the same kind
-      so far (same mode, model and backend; else same mode and backend; else same mode), each
-      divided by the measurements it took; a mode not seen yet costs an inference case's worth
+      so far (same mode, model, backend and precision; else same mode, backend and precision;
+      else same mode and backend; else same mode), each divided by the measurements it took (a
+      skipped test's few milliseconds price the cases of its kind that will skip alike); a mode not seen yet costs an inference case's worth
       (the median of the measurements seen, each divided by `MODE_COST` of its mode, and never
       less than `min_time_s`, the timed loop's minimum) times its own `MODE_COST`; a plain test
       a tenth of that;
@@ -173,9 +174,9 @@ class Progress:
       this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
       kind: the host was busy, and may be again).
 
-    A finished case's load time and measurement count come with it (`done_one`'s `load_s`, 0 for
-    a model taken from the cache, and `tries`); without them the whole time counts as one
-    measurement. Without a plan every test costs the average so far. Times between reports are
+    The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
+    and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
+    cache, and `tries`); without them the whole time counts as one measurement. Without a plan every test costs the average so far. Times between reports are
     the wall time per finished test, so parallel workers are priced as they run.
     """
 
@@ -186,6 +187,9 @@ class Progress:
     #: Cases counted as measured once before any has run: a few early retries (the first cases
     #: warm the host) do not price every remaining case as retried.
     TRIES_PRIOR = 10
+    #: Seconds from the last case to the process's exit: the sinks closed, the summary, the
+    #: interpreter's teardown (3.6-4.7 s measured on the project's 2-core runner).
+    END_COST_S = 3.0
 
     def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,
                  min_time_s: float = 0.0) -> None:
@@ -216,7 +220,8 @@ class Progress:
         """The keys the rest of a test is priced by, most specific first."""
         if case is None:
             return (("test",),)
-        return ((case.mode, case.model, case.backend), (case.mode, case.backend), (case.mode,))
+        return ((case.mode, case.model, case.backend, case.precision), (case.mode, case.backend, case.precision),
+                (case.mode, case.backend), (case.mode,))
 
     @staticmethod
     def _load_kinds(case: BenchCase) -> tuple[tuple[str, ...], ...]:
@@ -258,7 +263,7 @@ class Progress:
         assert self.total is not None
         remaining = self.total - self.done
         if not self._left:
-            return elapsed / max(self.done, 1) * remaining
+            return elapsed / max(self.done, 1) * remaining + self.END_COST_S
         # an inference case's worth: each case's time over its mode's cost, the median of those
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
@@ -273,7 +278,7 @@ class Progress:
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
                 priced += self._price_load(case)
         unplanned = max(0, remaining - len(self._left))
-        return priced + unplanned * typical * 0.1
+        return priced + unplanned * typical * 0.1 + self.END_COST_S
 
     def done_one(self, nodeid: str | None = None, load_s: float | None = None,
                  tries: int | None = None) -> str | None:
