@@ -480,8 +480,8 @@ def test_progress_estimate_counts_what_remains():
     now[0] = 30.0
     assert progress.done_one() is None  # within the first minute: no line yet
     now[0] = 120.0
-    # 8 tests at the 60 s each took so far, and the run's end (Progress.END_COST_S = 3 s)
-    assert progress.done_one() == "hwbench: case 2 of 10 (20%), 2m00s elapsed, about 8m03s left"
+    # 8 tests at the 60 s each took so far, and the run's end (Progress.END_COST_S = 5 s)
+    assert progress.done_one() == "hwbench: case 2 of 10 (20%), 2m00s elapsed, about 8m05s left"
     now[0] = 150.0
     assert progress.done_one() is None  # at most one line a minute
 

@@ -418,11 +418,11 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
     now[0] += 10.0
     line = progress.done_one("i0")
     assert progress.estimate_left(now[0]) == pytest.approx(35 * 10.0 + 0.1 * 25.0 + end)
-    assert line == "hwbench: case 5 of 41 (12%), 6m50s elapsed, about 5m56s left"
+    assert line == "hwbench: case 5 of 41 (12%), 6m50s elapsed, about 5m58s left"
     unplanned = Progress(0.0, clock=lambda: now[0])
     unplanned.start(10)
     now[0] += 20.0
-    assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m03s left"
+    assert unplanned.done_one() == "hwbench: case 1 of 10 (10%), 0m20s elapsed, about 3m05s left"
 
 
 def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
@@ -454,38 +454,53 @@ def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
     blind.done_one("bert-tiny-torch-1")
     now[0] += 2.0
     blind.done_one("bert-tiny-torch-2")
-    assert blind.estimate_left(now[0]) == pytest.approx(7 * 10.0 + end)  # the median of (10, 2) is 10
+    # torch's first case (10 s, its load in it) prices onnxruntime's first; every other case the
+    # 2 s bert-tiny b2 took
+    assert blind.estimate_left(now[0]) == pytest.approx(2.0 + 3 * 2.0 + (10.0 + 2 * 2.0) + end)
 
 
 def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
-    # bert-tiny b1 was measured twice (20 s), b2 once (10 s): one measurement costs 10 s whichever
-    # case was retried, and every remaining case is priced at the run's measurements per case,
-    # counted from TRIES_PRIOR cases measured once: (3 + 10) / (2 + 10).
+    # After torch's first case (its runtime's start in it, 30 s), bert-tiny b2 was measured twice
+    # (20 s) and b3 once (10 s): one measurement costs 10 s whichever case was retried, and every
+    # remaining case is priced at the run's measurements per case, counted from TRIES_PRIOR cases
+    # measured once: (4 + 10) / (3 + 10).
     from pytest_hwbench.plugin import Progress
 
-    plan = {f"i{i}": BenchCase("bert-tiny", "torch", "cpu", "fp32", i + 1) for i in range(6)}
+    plan = {f"i{i}": BenchCase("bert-tiny", "torch", "cpu", "fp32", i + 1) for i in range(7)}
     plan["t0"] = BenchCase("bert-tiny", "torch", "cpu", "fp32", 2, mode="train")
-    now = [0.0]
-    progress = Progress(0.0, clock=lambda: now[0], min_time_s=12.0)
-    progress.start(len(plan), plan=plan)
-    now[0] += 20.0
-    progress.done_one("i0", load_s=0.0, tries=2)
-    now[0] += 10.0
-    progress.done_one("i1", load_s=0.0, tries=1)
-    rate = (3 + Progress.TRIES_PRIOR) / (2 + Progress.TRIES_PRIOR)
+    plan["o0"] = BenchCase("bert-tiny", "onnxruntime", "cpu", "fp32", 1)
+
+    def run(counts: bool) -> Progress:
+        now = [0.0]
+        progress = Progress(0.0, clock=lambda: now[0], min_time_s=12.0)
+        progress.start(len(plan), plan=plan)
+        for nodeid, took, tries in (("i0", 30.0, 1), ("i1", 20.0, 2), ("i2", 10.0, 1)):
+            now[0] += took
+            progress.done_one(nodeid, load_s=0.0, tries=tries if counts else None)
+        return progress
+
+    rate = (4 + Progress.TRIES_PRIOR) / (3 + Progress.TRIES_PRIOR)
     # 4 inference cases at 10 s a measurement; train unseen: the inference measurement (10 s) is
-    # below the timed loop's minimum (12 s), so one train measurement costs 12 s x MODE_COST
-    assert progress.estimate_left(now[0]) == pytest.approx(
-        rate * (4 * 10.0 + 12.0 * Progress.MODE_COST["train"]) + Progress.END_COST_S)
-    # without the counts, the retried case's 20 s is one measurement: the median (20 s) prices it
-    blind = Progress(0.0, clock=lambda: now[0])
-    blind.start(len(plan), plan=plan)
-    now[0] += 20.0
-    blind.done_one("i0")
-    now[0] += 10.0
-    blind.done_one("i1")
-    assert blind.estimate_left(now[0]) == pytest.approx(
-        4 * 20.0 + 20.0 * Progress.MODE_COST["train"] + Progress.END_COST_S)
+    # below the timed loop's minimum (12 s), so one train measurement costs 12 s x MODE_COST;
+    # onnxruntime's first case costs what torch's did (30 s), its runtime's start in it
+    assert run(counts=True).estimate_left(60.0) == pytest.approx(
+        rate * (4 * 10.0 + 12.0 * Progress.MODE_COST["train"]) + 30.0 + Progress.END_COST_S)
+    # without the counts, the retried case's 20 s is one measurement among (10, 20), and no rate
+    blind = run(counts=False)
+    assert blind.estimate_left(60.0) == pytest.approx(
+        4 * 10.0 + 12.0 * Progress.MODE_COST["train"] + 30.0 + Progress.END_COST_S)
+
+
+def test_progress_plans_a_case_with_a_known_gap_as_a_skip() -> None:
+    # llava-tiny has no ONNX export (its spec's backend_gaps): its onnxruntime cases will skip, so
+    # the plan prices them as plain tests, not as measured cases; its torch cases are measured
+    from pytest_hwbench.models import get_model
+    from pytest_hwbench.plugin.session import _measured
+
+    assert get_model("llava-tiny").backend_gaps.get("onnxruntime")
+    on_ort = BenchCase("llava-tiny", "onnxruntime", "cpu", "fp32", 1)
+    on_torch = BenchCase("llava-tiny", "torch", "cpu", "fp32", 1)
+    assert _measured(on_ort) is None and _measured(on_torch) == on_torch and _measured(None) is None
 
 
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:

@@ -57,6 +57,18 @@ def _case_of_nodeid(nodeid: str) -> BenchCase | None:
     return case_from_id(match.group(1)) if match else None
 
 
+def _measured(case: BenchCase | None) -> BenchCase | None:
+    """`case` for the progress plan, or None (priced as a plain test) when its model has a known
+    gap on its backend, so that its run is a skip (`pytest_hwbench.availability.unavailable`)."""
+    if case is None:
+        return None
+    try:
+        gap = case.spec().backend_gaps.get(case.backend)
+    except KeyError:  # an unknown model fails in its run
+        return case
+    return None if gap else case
+
+
 def note(config: pytest.Config, line: str) -> None:
     """Keep `line` for the run's hwbench summary."""
     state = config.stash.get(STATE, None)
@@ -172,7 +184,10 @@ class Progress:
       a tenth of that;
     - retries: one measurement times the measurements a case has taken on average so far in
       this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
-      kind: the host was busy, and may be again).
+      kind: the host was busy, and may be again);
+    - a backend's first case in the run also starts its runtime (imports, an export cache):
+      it prices nothing else, and the first case of each backend still to come costs the median
+      of the first cases seen.
 
     The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
     and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
@@ -183,13 +198,14 @@ class Progress:
     #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
     #: Every timed loop lasts at least the minimum time, so a mode costs more only by what its
     #: loop does beyond it: a whole generate() call per iteration, train's backward warm-up.
-    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 1.5, "generate": 4.0}
+    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 1.2, "generate": 4.0}
     #: Cases counted as measured once before any has run: a few early retries (the first cases
     #: warm the host) do not price every remaining case as retried.
     TRIES_PRIOR = 10
     #: Seconds from the last case to the process's exit: the sinks closed, the summary, the
-    #: interpreter's teardown (3.6-4.7 s measured on the project's 2-core runner).
-    END_COST_S = 3.0
+    #: interpreter's teardown (3.6 s after 19 cases, 6.1 s after the quick tier's 278 tests,
+    #: measured on the project's 2-core runner).
+    END_COST_S = 5.0
 
     def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,
                  min_time_s: float = 0.0) -> None:
@@ -208,12 +224,15 @@ class Progress:
         self._loads: dict[tuple[str, ...], list[float]] = {}
         self._cached: list[tuple[str, ...]] = []
         self._tries: list[int] = []
+        self._backends: set[str] = set()
+        self._firsts: list[float] = []
 
     def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
         self.total, self.done, self.has_cases = total, 0, has_cases
         self._started = self._last = self._previous = self._clock()
         self._left = dict(plan or {})
         self._seen, self._loads, self._cached, self._tries = {}, {}, [], []
+        self._backends, self._firsts = set(), []
 
     @staticmethod
     def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:
@@ -230,7 +249,7 @@ class Progress:
 
     @staticmethod
     def _median(times: list[float]) -> float:
-        return sorted(times)[len(times) // 2]
+        return sorted(times)[(len(times) - 1) // 2]
 
     def _price(self, case: BenchCase | None, fallback: float) -> float:
         for kind in self._kinds(case):
@@ -267,18 +286,40 @@ class Progress:
         # an inference case's worth: each case's time over its mode's cost, the median of those
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
-        typical = units[len(units) // 2] if units else elapsed / max(self.done, 1)
+        typical = self._median(units) if units else elapsed / max(self.done, 1)
         typical = max(typical, self.min_time_s)  # a timed loop lasts at least the minimum time
         # the mean measurements per case so far, starting from TRIES_PRIOR cases measured once
         tries = (sum(self._tries) + self.TRIES_PRIOR) / (len(self._tries) + self.TRIES_PRIOR)
-        cached = list(self._cached)
+        cached, backends = list(self._cached), set(self._backends)
         priced = 0.0
         for case in self._left.values():
-            priced += self._price(case, typical) * (tries if case is not None else 1.0)
+            if case is not None and case.backend not in backends and self._firsts:
+                backends.add(case.backend)
+                priced += self._median(self._firsts)  # a backend's first case: its start included
+            else:
+                priced += self._price(case, typical) * (tries if case is not None else 1.0)
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
                 priced += self._price_load(case)
         unplanned = max(0, remaining - len(self._left))
         return priced + unplanned * typical * 0.1 + self.END_COST_S
+
+    def _learn(self, case: BenchCase | None, took: float, load_s: float | None, tries: int | None) -> None:
+        """What a finished test of the plan teaches the prices (see the class docstring)."""
+        if case is not None:
+            self._use(self._cached, case.load_key, self.cache_size)
+            if load_s:
+                took = max(0.0, took - load_s)
+                for kind in self._load_kinds(case):
+                    self._loads.setdefault(kind, []).append(load_s)
+            if tries:
+                self._tries.append(tries)
+            if case.backend not in self._backends:  # its runtime's start is in it: priced apart
+                self._backends.add(case.backend)
+                self._firsts.append(took)
+                return
+            took /= tries or 1
+        for kind in self._kinds(case):
+            self._seen.setdefault(kind, []).append(took)
 
     def done_one(self, nodeid: str | None = None, load_s: float | None = None,
                  tries: int | None = None) -> str | None:
@@ -291,18 +332,7 @@ class Progress:
         now = self._clock()
         took, self._previous = now - self._previous, now
         if nodeid is not None and nodeid in self._left:
-            case = self._left.pop(nodeid)
-            if case is not None:
-                self._use(self._cached, case.load_key, self.cache_size)
-                if load_s:
-                    took = max(0.0, took - load_s)
-                    for kind in self._load_kinds(case):
-                        self._loads.setdefault(kind, []).append(load_s)
-                if tries:
-                    self._tries.append(tries)
-                    took /= tries
-            for kind in self._kinds(case):
-                self._seen.setdefault(kind, []).append(took)
+            self._learn(self._left.pop(nodeid), took, load_s, tries)
         if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
             return None  # the run's own summary follows the last case
         self._last = now
@@ -431,7 +461,7 @@ class HwbenchState:
             self._start_session(case.hardware for case in cases)
         if not self.config.option.collectonly:
             self.progress.start(len(session.items), has_cases=bool(cases),
-                                plan={item.nodeid: case_of(item) for item in session.items})
+                                plan={item.nodeid: _measured(case_of(item)) for item in session.items})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
