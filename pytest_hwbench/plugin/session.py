@@ -178,10 +178,11 @@ class Progress:
     - the rest of the case (warm-up, timed loop): one measurement by the tests of the same kind
       so far (same mode, model, backend and precision; else same mode, backend and precision;
       else same mode and backend; else same mode), each divided by the measurements it took (a
-      skipped test's few milliseconds price the cases of its kind that will skip alike); a mode not seen yet costs an inference case's worth
-      (the median of the measurements seen, each divided by `MODE_COST` of its mode, and never
-      less than `min_time_s`, the timed loop's minimum) times its own `MODE_COST`; a plain test
-      a tenth of that;
+      skipped test's few milliseconds price the cases of its kind that will skip alike; a case
+      whose model has a known gap on its backend is planned as a skip); a mode not seen yet
+      costs an inference case's worth (the median of the measurements seen, each divided by
+      `MODE_COST` of its mode, and never less than `min_time_s`, the timed loop's minimum) times
+      its own `MODE_COST`; a plain test a tenth of that;
     - retries: one measurement times the measurements a case has taken on average so far in
       this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
       kind: the host was busy, and may be again);
@@ -191,8 +192,10 @@ class Progress:
 
     The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
     and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
-    cache, and `tries`); without them the whole time counts as one measurement. Without a plan every test costs the average so far. Times between reports are
-    the wall time per finished test, so parallel workers are priced as they run.
+    cache, and `tries`); without them the whole time counts as one measurement. Without a plan
+    every test costs the average so far. Times between reports are the wall time per finished
+    test, so parallel workers are priced as they run. Medians are lower medians: of a first
+    case's time and a second's, the second prices the rest.
     """
 
     #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
@@ -468,7 +471,7 @@ class HwbenchState:
         # Every worker collects the same tests: count them once. Whether any is a case shows
         # when the first case's report arrives.
         if self.progress.total is None:
-            self.progress.start(len(ids), has_cases=False, plan={i: _case_of_nodeid(i) for i in ids})
+            self.progress.start(len(ids), has_cases=False, plan={i: _measured(_case_of_nodeid(i)) for i in ids})
         if self.session_info is None:
             cases = [case for case in map(_case_of_nodeid, ids) if case is not None]
             if cases:
