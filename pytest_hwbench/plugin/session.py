@@ -180,22 +180,22 @@ class Progress:
       else same mode and backend; else same mode), each divided by the measurements it took (a
       skipped test's few milliseconds price the cases of its kind that will skip alike; a case
       whose model has a known gap on its backend is planned as a skip); a mode not seen yet
-      costs an inference case's worth (the median of the measurements seen, each divided by
+      costs an inference case's worth (the mean of the measurements seen, each divided by
       `MODE_COST` of its mode, and never less than `min_time_s`, the timed loop's minimum) times
       its own `MODE_COST`; a plain test a tenth of that;
     - retries: one measurement times the measurements a case has taken on average so far in
       this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
       kind: the host was busy, and may be again);
     - a backend's first case in the run also starts its runtime (imports, an export cache):
-      it prices nothing else, and the first case of each backend still to come costs the median
+      it prices nothing else, and the first case of each backend still to come costs the mean
       of the first cases seen.
 
     The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
     and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
     cache, and `tries`); without them the whole time counts as one measurement. Without a plan
     every test costs the average so far. Times between reports are the wall time per finished
-    test, so parallel workers are priced as they run. Medians are lower medians: of a first
-    case's time and a second's, the second prices the rest.
+    test, so parallel workers are priced as they run. Each price is a mean: what is estimated is
+    a sum (a first case's one-time costs are kept apart above).
     """
 
     #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
@@ -251,21 +251,21 @@ class Progress:
         return (("model", case.model, case.backend), ("backend", case.backend), ("any",))
 
     @staticmethod
-    def _median(times: list[float]) -> float:
-        return sorted(times)[(len(times) - 1) // 2]
+    def _mean(times: list[float]) -> float:
+        return sum(times) / len(times)
 
     def _price(self, case: BenchCase | None, fallback: float) -> float:
         for kind in self._kinds(case):
             times = self._seen.get(kind)
             if times:
-                return self._median(times)
+                return self._mean(times)
         return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
 
     def _price_load(self, case: BenchCase) -> float:
         for kind in self._load_kinds(case):
             times = self._loads.get(kind)
             if times:
-                return self._median(times)
+                return self._mean(times)
         return 0.0
 
     @staticmethod
@@ -286,10 +286,10 @@ class Progress:
         remaining = self.total - self.done
         if not self._left:
             return elapsed / max(self.done, 1) * remaining + self.END_COST_S
-        # an inference case's worth: each case's time over its mode's cost, the median of those
+        # an inference case's worth: each case's time over its mode's cost, the mean of those
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
-        typical = self._median(units) if units else elapsed / max(self.done, 1)
+        typical = self._mean(units) if units else elapsed / max(self.done, 1)
         typical = max(typical, self.min_time_s)  # a timed loop lasts at least the minimum time
         # the mean measurements per case so far, starting from TRIES_PRIOR cases measured once
         tries = (sum(self._tries) + self.TRIES_PRIOR) / (len(self._tries) + self.TRIES_PRIOR)
@@ -298,7 +298,7 @@ class Progress:
         for case in self._left.values():
             if case is not None and case.backend not in backends and self._firsts:
                 backends.add(case.backend)
-                priced += self._median(self._firsts)  # a backend's first case: its start included
+                priced += self._mean(self._firsts)  # a backend's first case: its start included
             else:
                 priced += self._price(case, typical) * (tries if case is not None else 1.0)
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
