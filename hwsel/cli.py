@@ -377,6 +377,11 @@ def _absent_here(hardware: str, prediction: Any) -> str:
     return f"not on this machine: {prediction.source} for {device}"
 
 
+def _tie_line(tie: Sequence[str]) -> str:
+    return (f"tie:       {', '.join(tie)} (latency intervals overlap; ranked by memory, then measured energy "
+            "per item)")
+
+
 def cmd_select(args: argparse.Namespace) -> int:
     from .select import select_hardware, select_hardware_for_task
 
@@ -400,8 +405,7 @@ def cmd_select(args: argparse.Namespace) -> int:
              f"primary:   {named(rec.primary_recommendation)}",
              f"fallbacks: {', '.join(named(hw) for hw in rec.fallback_options) or '-'}"]
     if rec.tie:
-        lines.insert(1, f"tie:       {', '.join(rec.tie)} (latency intervals overlap; ranked by memory, "
-                        "then measured energy per item)")
+        lines.insert(1, _tie_line(rec.tie))
     for hw, s in rec.all_scores.items():
         if s.prediction is not None:
             mark = f"score {s.score:.3f}" if s.compatible else f"incompatible: {s.reason}"
@@ -427,8 +431,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
              f"primary:   {choice.primary or 'no precision runs here'}",
              f"order:     {', '.join(choice.ranked) or '-'}"]
     if choice.tie:
-        lines.insert(1, f"tie:       {', '.join(choice.tie)} (latency intervals overlap; ranked by memory, "
-                        "then measured energy per item)")
+        lines.insert(1, _tie_line(choice.tie))
     for precision, prediction in choice.predictions.items():
         why = choice.incompatible.get(precision)
         lines.append(_fmt_pred(precision, prediction, f"  incompatible: {why}" if why else ""))

@@ -449,7 +449,6 @@ def _explain_precision(ranked: Sequence[str], preds: Mapping[str, Prediction], t
     if not ranked:
         parts.append("No precision runs here.")
     elif tie:
-        lo, hi = preds[tie[0]].interval
         parts.append(f"Tie between {', '.join(tie)}: their latency intervals overlap (the predicted difference "
                      f"is inside them), so {tie[0]} is first by memory ({preds[tie[0]].memory_mb:.4g} MiB), then "
                      "energy.")
