@@ -66,12 +66,11 @@ from typing import Any, Literal
 import numpy as np
 
 from .record import BenchmarkRecord
+from .trackers import ROUNDS, round_medians
 
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
 VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclusive", "missing")
 
-#: Blocks a record's timed iterations are cut into; each block's median is one round.
-ROUNDS = 5
 #: Fewer rounds than this on a side: no test is possible (5 vs 5 rounds can reach p = 0.008).
 MIN_ROUNDS = 3
 #: A change must exceed this many combined spreads (besides the threshold) to count.
@@ -153,15 +152,6 @@ class HostModel:
                   else f"a prior: fewer than {MIN_LEARNING_CASES} cases whose host speed differed")
         return (f"host-speed correction: latency ~ reference kernel ^ {self.elasticity:.2f} "
                 f"(+-{self.elasticity_sd:.2f}, {source})")
-
-
-def round_medians(timings_ms: Sequence[float], rounds: int = ROUNDS) -> list[float]:
-    """Medians of `rounds` consecutive, nearly equal blocks of `timings_ms` (one per iteration
-    when there are fewer iterations than rounds); non-finite values are left out."""
-    values = np.asarray([t for t in timings_ms if math.isfinite(t)], dtype=float)
-    if values.size == 0:
-        return []
-    return [float(np.median(block)) for block in np.array_split(values, min(rounds, values.size))]
 
 
 def _relative_spread(values: Sequence[float]) -> float:

@@ -25,7 +25,7 @@ from . import torch_device
 from .backends.base import LoadedModel
 from .case import BenchCase
 from .errors import OutOfMemory
-from .interference import InterferenceMonitor, ReferenceBaseline, free_cores, judge, severity
+from .interference import InterferenceMonitor, ReferenceBaseline, crowded, free_cores, judge, severity
 from .models import ModelSpec
 from .record import METRIC_FIELDS
 from .result import CaseResult
@@ -165,11 +165,13 @@ class Runner:
                     break
                 if len(tries) >= 2 and tries[-2].agrees_with(attempt):
                     break
-                # Busy: wait, then measure again on the cores the others left free (the fewer
-                # of what the timed window and the wait saw).
-                free = min(free_cores(attempt.readings), free_cores(self._wait(self.noise_wait_s)))
-                now = loaded.set_threads(min(free, loaded.threads or free))
-                threads = threads if now is None else now
+                if crowded(attempt.readings, threads):
+                    # Busy: wait, then measure again on the cores the others left free (the fewer
+                    # of what the timed window and the wait saw). A host that changed speed, or a
+                    # slowed GPU, is measured again at once: a wait frees nothing there.
+                    free = min(free_cores(attempt.readings), free_cores(self._wait(self.noise_wait_s)))
+                    now = loaded.set_threads(min(free, loaded.threads or free))
+                    threads = threads if now is None else now
         finally:
             if loaded.threads and threads != loaded.threads:
                 loaded.set_threads(loaded.threads)  # the next case starts with the full count
@@ -197,8 +199,12 @@ class Runner:
                         threads=threads)
         if not sample.judged:
             return measured
-        verdict, reason = judge(monitor.readings, threads=threads)
-        return dataclasses.replace(measured, readings=monitor.readings, verdict=verdict, reason=reason)
+        readings = dict(monitor.readings)
+        trend = sample.latency.rounds_trend
+        if trend is not None:  # whether a change of host speed reached the loop (`judge`)
+            readings["rounds_trend"] = round(trend, 3)
+        verdict, reason = judge(readings, threads=threads)
+        return dataclasses.replace(measured, readings=readings, verdict=verdict, reason=reason)
 
     def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, float, bool]:
         """(model, load time, device MiB the load allocated, whether it came from the cache)."""

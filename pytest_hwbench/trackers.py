@@ -32,6 +32,19 @@ from .vocabulary import MAX_ITERATIONS
 
 #: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
 TIMER_KINDS: Sequence[str] = timer_kinds()
+#: Blocks a timed loop's iterations are cut into; each block's median is one round.
+ROUNDS = 5
+
+
+def round_medians(timings_ms: Sequence[float], rounds: int = ROUNDS) -> list[float]:
+    """Medians of `rounds` consecutive, nearly equal blocks of `timings_ms` (one per iteration
+    when there are fewer iterations than rounds); non-finite values are left out."""
+    import numpy as np
+
+    values = np.asarray([t for t in timings_ms if math.isfinite(t)], dtype=float)
+    if values.size == 0:
+        return []
+    return [float(np.median(block)) for block in np.array_split(values, min(rounds, values.size))]
 
 
 @dataclass(frozen=True)
@@ -75,6 +88,16 @@ class Latency:
             p95=float(p95),
             p99=float(p99),
         )
+
+    @property
+    def rounds_trend(self) -> float | None:
+        """How the loop's speed moved from its start to its end: the median of its last round
+        (`round_medians`) over that of its first (above 1: it ended slower); None for fewer than
+        `ROUNDS` iterations."""
+        if len(self.values_ms) < ROUNDS:
+            return None
+        rounds = round_medians(self.values_ms)
+        return rounds[-1] / rounds[0] if rounds[0] > 0 else None
 
     def throughput(self, items_per_call: int) -> float:
         """Items per second at the median latency."""
@@ -442,6 +465,7 @@ class RemoteCall:
 
 
 __all__ = [
+    "ROUNDS",
     "TIMER_KINDS",
     "Latency",
     "LatencyTracker",
@@ -457,4 +481,5 @@ __all__ = [
     "TimingConfig",
     "event_timer_unavailable",
     "own_peak_mb",
+    "round_medians",
 ]

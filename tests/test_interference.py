@@ -22,6 +22,7 @@ from pytest_hwbench import BenchCase, Runner
 from pytest_hwbench.interference import (
     MAX_OTHER_CORES,
     HostSnapshot,
+    crowded,
     free_cores,
     host_readings,
     judge,
@@ -30,7 +31,7 @@ from pytest_hwbench.interference import (
 )
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks import DuckDBSink, MlflowSink, load_records, read_records
-from pytest_hwbench.trackers import TimingConfig
+from pytest_hwbench.trackers import Latency, TimingConfig
 
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
@@ -394,6 +395,29 @@ def test_a_host_that_changes_speed_during_the_case_is_noisy() -> None:
     assert verdict == "noisy"
     assert reason == "the host changed speed during the case: a reference kernel ran 1.50x slower after the case than before"
     assert severity(changed, 1) > severity({**changed, "reference_after_us": 200.0}, 1)
+    # The loop itself says whether the change reached it: a loop that did not move the kernel's way
+    # (flat, or faster while the kernel got slower) keeps the case clean.
+    assert judge({**changed, "rounds_trend": 1.04}) == ("clean", "")
+    assert judge({**changed, "rounds_trend": 0.7}) == ("clean", "")
+    verdict, reason = judge({**changed, "rounds_trend": 1.31})
+    assert verdict == "noisy"
+    assert reason == ("the host changed speed during the case: a reference kernel ran 1.50x slower after the case "
+                      "than before, and the timed loop ended 1.31x slower")
+    faster = {**changed, "reference_before_us": 300.0, "reference_after_us": 200.0}
+    assert judge({**faster, "rounds_trend": 1.3}) == ("clean", "")
+    assert judge({**faster, "rounds_trend": 0.8})[1].endswith("before the case than after, and the timed loop "
+                                                              "ended 1.25x faster")
+    # A change of host speed is no crowding: the runner retries it at once, without a wait.
+    assert crowded({**changed, "rounds_trend": 1.31}) == []
+    assert crowded({**changed, "other_cores": 1.2}) == ["1.2 of 2 cores busy with other processes"]
+
+
+def test_a_loops_trend_is_its_last_round_over_its_first() -> None:
+    assert Latency.from_values([1.0] * 20).rounds_trend == 1.0
+    stepped = Latency.from_values([1.0] * 10 + [1.5] * 10)  # rounds 1, 1, 1.25, 1.5, 1.5
+    assert stepped.rounds_trend == pytest.approx(1.5)
+    assert Latency.from_values([2.0] * 10 + [1.0] * 10).rounds_trend == pytest.approx(0.5)
+    assert Latency.from_values([1.0, 2.0, 3.0]).rounds_trend is None  # fewer iterations than rounds
 
 
 def test_a_schema_3_record_without_host_speed_reads_back_as_unknown(tmp_path: Path) -> None:

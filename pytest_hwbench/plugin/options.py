@@ -147,8 +147,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-noise-retries", dest="hwbench_noise_retries",
                     type=positive_option("--hwbench-noise-retries", int, MAX_NOISE_RETRIES), default=DEFAULT_NOISE_RETRIES,
                     metavar="N",
-                    help="measure a case again, up to N more times, when other processes held its cores (or "
-                         "its GPU) while it was timed; the cleanest try is kept (0 to "
+                    help="measure a case again, up to N more times, when its record is noisy (other processes "
+                         "held its cores or GPU, or the host changed speed while it was timed); the cleanest try "
+                         "is kept (0 to "
                          f"{MAX_NOISE_RETRIES}, default {DEFAULT_NOISE_RETRIES})")
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=positive_option("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
