@@ -265,3 +265,27 @@ def test_the_spooled_warning_names_every_store_option_of_the_run(tmp_path: Path)
     assert replay.returncode == 3, replay.stdout + replay.stderr
     assert f"127.0.0.1:{port}" in replay.stdout + replay.stderr
     assert not (tmp_path / "store" / "mlflow.db").exists()
+
+
+def test_the_writer_closes_the_session_while_pytest_prints_and_also_without_a_terminal(tmp_path: Path) -> None:
+    """The writer closes the session on its sinks while pytest prints its summaries; the hwbench
+    summary waits for its answer. With no terminal (``-p no:terminal``) nobody asks, and the
+    session is still closed before pytest ends."""
+    (tmp_path / "test_one.py").write_text(ONE_CASE_FILE)
+    for label, extra in (("terminal", []), ("no-terminal", ["-p", "no:terminal"])):
+        store = tmp_path / label
+        result = run_pytest(tmp_path, "--hwbench-store", str(store), *extra)
+        out = result.stdout + result.stderr
+        assert result.returncode == 0, out[-4000:]
+        ids = spooled_ids(store)
+        assert len(ids) == 1
+        assert set(sqlite_children(store / "mlflow.db")) == set(ids) == duck_ids(store / "hwbench.duckdb")
+        with sqlite3.connect(store / "mlflow.db") as con:
+            sessions = con.execute(
+                "select r.status from runs r join tags t on t.run_uuid = r.run_uuid "
+                "where t.key = 'hwbench.kind' and t.value = 'session'").fetchall()
+        assert sessions == [("FINISHED",)], (label, out[-3000:])
+        if label == "terminal":
+            assert "hwbench: MLflow sqlite:///" in out and "WARNING" not in out, out[-3000:]
+        else:
+            assert "hwbench: MLflow" not in out, out[-3000:]  # no summary without a terminal

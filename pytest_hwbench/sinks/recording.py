@@ -238,7 +238,9 @@ class Tracker:
         self.config = config
         self.recorder: Recorder | None = None
         self.writer: SinkWriter | None = None
-        self.report: RecorderReport | None = None
+        self._report: RecorderReport | None = None
+        #: the session's status once it finished here while the writer still closes its sinks
+        self._closing: str | None = None
         self._session: SessionInfo | None = None
         self._reporter: Any = None
         self._pytest_config: pytest.Config | None = None
@@ -351,21 +353,35 @@ class Tracker:
         return open_sink(spec, **({"experiment": self.config.experiment} if name == "mlflow" else {}))
 
     def pytest_hwbench_session_finish(self, exitstatus: int) -> None:
+        """Close the session on the sinks here, and ask the writer to close it on its own: the
+        writer does that while pytest prints its summaries, and `report` waits for its answer."""
         if self.recorder is None or not self._opened:
             return
         status = _status(exitstatus)
-        report = self.recorder.finish(status)
+        self._report = self.recorder.finish(status)
         self._links = [sink.browse() for sink in self.recorder.sinks]
         if self.writer is not None:
-            away = self.writer.finish(status)
+            self.writer.send_finish(status)
+            self._closing = status
+
+    @property
+    def report(self) -> RecorderReport | None:
+        """What every sink has and lacks once the session finished (None before); waits for the
+        writer to close the session on its sinks."""
+        if self._closing is not None and self.writer is not None:
+            away = self.writer.finish(self._closing)
+            self._closing = None
             self._links = [*away.links, *self._links]
-            report = dataclasses.replace(
+            report = self._report
+            assert report is not None
+            self._report = dataclasses.replace(
                 report, written={**away.written, **report.written}, pending={**away.pending, **report.pending},
                 errors={**away.errors, **report.errors})
-        self.report = report
+        return self._report
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
+        _ = self.report  # no terminal summary asked for it (``-p no:terminal``): the writer closes now
         if self.writer is not None:
             self.writer.stop()  # a session that never opened (every case deselected), or ended early
 

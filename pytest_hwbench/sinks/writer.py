@@ -107,6 +107,7 @@ class SinkWriter:
         self._records = 0
         self._written: dict[str, int] = dict.fromkeys(self.names, 0)
         self._opened = False
+        self._finishing = False
         #: (begin, end) monotonic seconds of each message the writer handled (comparable across
         #: processes on Linux), as it reported them
         self.busy: list[tuple[float, float]] = []
@@ -165,11 +166,19 @@ class SinkWriter:
             return None
         return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
 
+    def send_finish(self, status: str) -> None:
+        """Ask the writer to close the session on every sink with `status`; returns at once
+        (`finish` waits for the answer)."""
+        if self.alive and self._opened and not self._finishing:
+            self._finishing = True
+            self._send({"op": "finish", "status": status})
+
     def finish(self, status: str) -> WriterReport:
-        """Close the session on every sink with `status`; what each sink has and lacks."""
+        """Close the session on every sink with `status` (unless `send_finish` asked already);
+        what each sink has and lacks."""
         report: dict[str, Any] | None = None
         if self.alive and self._opened:
-            self._send({"op": "finish", "status": status})
+            self.send_finish(status)
             while self.alive and self._acked < self._sent:
                 answer = self._read_one(self._wait_limit())
                 if answer is not None and "report" in answer:
