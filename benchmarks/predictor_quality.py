@@ -364,18 +364,24 @@ def noise_floor(runs: pd.DataFrame) -> dict[str, float]:
     perfect memory of one earlier measurement.
     """
     key = runs[list(CONFIG_KEYS)].map(repr).agg("|".join, axis=1)
-    apes = []
+    apes, logs = [], []
     for _, values in runs["latency_ms_median"].groupby(key):
         v = values.to_numpy(dtype=float)
         for i in range(len(v)):
             for j in range(len(v)):
                 if i != j:
                     apes.append(abs(v[i] - v[j]) / v[j])
+                    logs.append(abs(math.log(v[i] / v[j])))
     if not apes:
-        return {"mape": math.nan, "median_ape": math.nan, "within_10pct": math.nan, "pairs": 0}
+        return {"mape": math.nan, "median_ape": math.nan, "within_10pct": math.nan, "pairs": 0,
+                "band90_width": math.nan}
     a = np.asarray(apes)
+    # One measurement's log noise sigma, from the pairs' log differences (sd sqrt(2) sigma; the
+    # median of a half-normal is 0.674 sd), and the width of a 90% band that a perfect predictor
+    # of the mean needs to cover one measurement: exp(2 x 1.645 sigma).
+    sigma = float(np.median(logs)) / (0.6745 * math.sqrt(2.0))
     return {"mape": float(a.mean()), "median_ape": float(np.median(a)), "within_10pct": float((a <= 0.1).mean()),
-            "pairs": len(a)}
+            "pairs": len(a), "band90_width": math.exp(2 * 1.645 * sigma)}
 
 
 # --- tables ---------------------------------------------------------------------------------
@@ -388,6 +394,8 @@ def data_table(ds: Dataset) -> None:
         print(f"  measurement noise: {floor['pairs']} pairs of repeated measurements of one configuration in "
               f"different sessions differ by MAPE {_pct(floor['mape']).strip()}, median "
               f"{_pct(floor['median_ape']).strip()}, within 10% {_pct(floor['within_10pct']).strip()}")
+        print(f"  so a 90% interval that only had to cover one measurement around a perfectly predicted mean "
+              f"would be {floor['band90_width']:.2f}x wide (high/low): the floor under the interval width aim")
     else:
         print("  measurement noise: no configuration measured twice")
 
