@@ -25,10 +25,23 @@ comparison is skipped and the line says how to make one:
     python -m venv /tmp/ob-venv && /tmp/ob-venv/bin/pip install torch==2.13.0 &&
         /tmp/ob-venv/bin/pip install optimum-benchmark==0.6.0 "transformers<5" "datasets>=4,<5"
 
-(torch first: it resolves from local disk; otherwise pip pulls a multi-GB CUDA build.) Run it
-under the machine's timing lock, so that no other timing run shares the machine:
+(torch first: it resolves from local disk; otherwise pip pulls a multi-GB CUDA build.)
+
+Most of one case's time is importing torch and transformers, and building the model: what that
+costs depends on the versions and on what else is installed (transformers 4.x imports
+scikit-learn when it is installed, 2 s here; transformers 5 imports ``torch.distributed.tensor``,
+1.6 s). Each side's *floor* is printed beside it: a bare script in the same interpreter that
+imports torch and transformers, builds the model, warms up 3 times and runs it for 1 s. The fair
+figure is the one where both tools run in **one** venv, with one set of libraries:
+
+    python -m venv /tmp/hw-same && /tmp/hw-same/bin/pip install torch==2.13.0 &&
+        /tmp/hw-same/bin/pip install -e . optimum-benchmark==0.6.0 "transformers<5" "datasets>=4,<5"
+    python benchmarks/one_case.py --hwbench-python /tmp/hw-same/bin/python --ob-python /tmp/hw-same/bin/python
+
+Run it under the machine's timing lock, so that no other timing run shares the machine:
 
     flock /tmp/hwbench-timing.lock python benchmarks/one_case.py [--pairs 5] [--ob-python PATH]
+        [--hwbench-python PATH]
 """
 
 from __future__ import annotations
@@ -54,6 +67,9 @@ BLOCKED = ["-p", "no:hwbench", "-p", "no:hwbench-recording", "-p", "no:hwbench-q
 #: ``pip install pytest-hwbench`` does not bring: blocked in the one-case command so that it costs
 #: what it costs a user (hypothesis's plug-in alone adds over a second to every pytest start).
 TEST_EXTRA_PLUGINS = ["-p", "no:hypothesispytest"]
+#: pytest plug-ins that optimum-benchmark's install brings (hydra's costs about 0.8 s at every
+#: pytest start): blocked, for the run where both tools share one venv (``--hwbench-python``).
+PEER_PLUGINS = ["-p", "no:hydra_pytest"]
 DEFAULT_OB_PYTHON = Path("/tmp/ob-venv/bin/python")
 INSTALL = ('python -m venv /tmp/ob-venv && /tmp/ob-venv/bin/pip install torch==2.13.0 && '
            '/tmp/ob-venv/bin/pip install optimum-benchmark==0.6.0 "transformers<5" "datasets>=4,<5"')
@@ -83,6 +99,22 @@ config = BenchmarkConfig(
 )
 report = Benchmark.launch(config).to_dict()
 print(json.dumps({"median_ms": report["forward"]["latency"]["p50"] * 1e3}))
+'''
+
+#: The floor of one case in an interpreter: import, build, 3 warm-up calls, 1 s of calls.
+FLOOR = r'''
+import json, sys, time, torch, transformers
+spec = json.loads(sys.argv[1])
+config = getattr(transformers, spec["config_class"])(**spec["config_kwargs"])
+model = getattr(transformers, spec["auto_class"]).from_config(config).eval()
+ids = torch.randint(0, config.vocab_size, (1, spec["sequence_length"]))
+with torch.inference_mode():
+    for _ in range(3):
+        model(input_ids=ids)
+    began, n = time.perf_counter(), 0
+    while n < 10 or time.perf_counter() - began < 1.0:
+        model(input_ids=ids)
+        n += 1
 '''
 
 
@@ -141,6 +173,13 @@ def summarize(title: str, name_a: str, name_b: str, runs: list[tuple[Run, Run]],
     return {"wall_ratio_median": statistics.median(wall), "cpu_ratio_median": statistics.median(cpu)}
 
 
+def versions(python: Path, env: dict[str, str]) -> str:
+    """torch and transformers as `python` imports them."""
+    out = subprocess.run([str(python), "-c", "import torch, transformers; print(f'torch {torch.__version__}, "
+                          "transformers {transformers.__version__}')"], env=env, capture_output=True, text=True)
+    return out.stdout.strip() or f"unknown ({out.stderr.strip().splitlines()[-1:]})"
+
+
 def load_average() -> str:
     try:
         return " ".join(Path("/proc/loadavg").read_text().split()[:3])
@@ -154,6 +193,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--pairs", type=int, default=5, help="pairs per comparison (default 5)")
     parser.add_argument("--ob-python", type=Path, default=DEFAULT_OB_PYTHON,
                         help=f"the interpreter of optimum-benchmark's venv (default {DEFAULT_OB_PYTHON})")
+    parser.add_argument("--hwbench-python", type=Path, default=Path(sys.executable),
+                        help="the interpreter whose pytest runs hwbench's case (default: this one); give "
+                             "the peer's to compare with one set of libraries")
     parser.add_argument("--skip-peer", action="store_true", help="only the collection comparison")
     parser.add_argument("--json", type=Path, default=None, help="also write the figures to this JSON file")
     args = parser.parse_args(argv)
@@ -191,16 +233,43 @@ def main(argv: list[str] | None = None) -> int:
             (work / "peer.py").write_text(PEER)
             peer = [str(args.ob_python), str(work / "peer.py"), str(model_dir), "1", str(spec.sequence_length)]
             store = work / "store"
-            ours = [pytest_bin, *ONE_CASE, "-q", "-p", "no:cacheprovider", *TEST_EXTRA_PLUGINS,
-                    "--hwbench-store", str(store)]
+            ours = [str(args.hwbench_python), "-m", "pytest", *ONE_CASE, "-q", "-p", "no:cacheprovider",
+                    *TEST_EXTRA_PLUGINS, *PEER_PLUGINS, "--hwbench-store", str(store)]
+            (work / "floor.py").write_text(FLOOR)
+            spec_json = json.dumps({"config_class": spec.config_class, "config_kwargs": dict(spec.config_kwargs),
+                                    "auto_class": spec.auto_class, "sequence_length": spec.sequence_length})
+            floors = {"hwbench": [str(args.hwbench_python), str(work / "floor.py"), spec_json],
+                      "optimum-benchmark": [str(args.ob_python), str(work / "floor.py"), spec_json]}
+            same = args.hwbench_python.resolve() == args.ob_python.resolve()
+            print(f"\nlibraries: hwbench side {versions(args.hwbench_python, peer_env)}; "
+                  f"optimum-benchmark side {versions(args.ob_python, peer_env)}"
+                  f"{' (one interpreter)' if same else ''}")
             print("\nwarm-up: one run of each (fills the store, the page cache and the web of imports)", flush=True)
             measure(ours, REPO, env)
             measure(peer, work, peer_env)
             print(f"\none case per invocation: A = `pytest {' '.join(ONE_CASE)}` (as a user's install runs it: "
-                  f"{' '.join(TEST_EXTRA_PLUGINS)}, a plug-in of the test extra), B = optimum-benchmark 0.6.0 inline")
-            runs = paired("hwbench", lambda: measure(ours, REPO, env),
-                          "optimum-benchmark", lambda: measure(peer, work, peer_env), args.pairs)
+                  f"{' '.join(TEST_EXTRA_PLUGINS)}, a plug-in of the test extra, and {' '.join(PEER_PLUGINS)}, "
+                  "one of the peer's), B = optimum-benchmark 0.6.0 inline; "
+                  "each pair also runs the floor (import, build, 1 s of calls) in each side's interpreter")
+            floor_runs: dict[str, list[Run]] = {name: [] for name in floors}
+
+            def with_floor(name: str, cmd: list[str], cwd: Path, side_env: dict[str, str]) -> Callable[[], Run]:
+                def run() -> Run:
+                    if not same or name == "hwbench":
+                        floor_runs[name].append(measure(floors[name], work, peer_env))
+                    return measure(cmd, cwd, side_env)
+                return run
+
+            runs = paired("hwbench", with_floor("hwbench", ours, REPO, env),
+                          "optimum-benchmark", with_floor("optimum-benchmark", peer, work, peer_env), args.pairs)
             figures["one_case"] = summarize("one case", "hwbench", "optimum-benchmark", runs, AIM_ONE_CASE)
+            for name, side in (("hwbench", 0), ("optimum-benchmark", 1)):
+                own = floor_runs[name] or floor_runs["hwbench"]
+                above = [pair[side].wall_s - floor.wall_s for pair, floor in zip(runs, own, strict=True)]
+                print(f"  {name}: floor median {statistics.median(r.wall_s for r in own):.2f} s "
+                      f"({', '.join(f'{r.wall_s:.2f}' for r in own)}); its own cost above the floor, pair by pair: "
+                      f"median {statistics.median(above):.2f} s ({', '.join(f'{a:.2f}' for a in above)})")
+                figures["one_case"][f"{name}_over_floor_s"] = statistics.median(above)
             shutil.rmtree(store, ignore_errors=True)
     print(f"\nload average at end: {load_average()}")
     if args.json:

@@ -7,8 +7,9 @@ code names no implementation: loading a group imports each listed module, which 
 
 from __future__ import annotations
 
+import functools
 import warnings
-from importlib.metadata import entry_points
+from importlib.metadata import EntryPoints, entry_points
 from typing import Generic, TypeVar
 
 from .errors import HwbenchWarning
@@ -23,11 +24,18 @@ COMMANDS_GROUP = "pytest_hwbench.commands"
 OWN_DISTRIBUTION = "pytest-hwbench"
 
 
+@functools.cache
+def _installed_entry_points() -> EntryPoints:
+    """Every installed distribution's entry points, read once per process (each read walks every
+    distribution's metadata)."""
+    return entry_points()
+
+
 def load_group(group: str, *, kind: str) -> None:
     """Import every module of entry-point `group`: ours first (in the order the installed
     metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
     skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
-    found = list(entry_points(group=group))
+    found = list(_installed_entry_points().select(group=group))
     ours = [ep for ep in found if ep.dist is not None and ep.dist.name == OWN_DISTRIBUTION]
     if not ours:
         raise RuntimeError(

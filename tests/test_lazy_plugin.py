@@ -106,3 +106,69 @@ def test_a_case_is_a_value_that_imports_only_the_vocabulary():
     assert found["generate_tokens"] == [32]
     assert found["modules"] == ["pytest_hwbench", "pytest_hwbench._lazy", "pytest_hwbench.case",
                                 "pytest_hwbench.facts", "pytest_hwbench.vocabulary"]
+
+
+def test_a_torch_cpu_case_loads_no_other_runtime_and_no_browser_code(tmp_path):
+    """The one-case command (`benchmarks/one_case.py`): a torch case on the CPU probes the CPU
+    only; OpenVINO, ONNX Runtime and the web package stay unimported, also at the session's end."""
+    found = _fresh(f"""
+        import json, sys, pytest
+        import pytest_hwbench.hardware as hardware
+        rc = pytest.main(["bench_suites/test_inference.py", "-m", "cpu", "-q", "-p", "no:cacheprovider",
+                          "--hwbench-models", "bert-tiny", "--hwbench-batch-sizes", "1", "--hwbench-backends", "torch",
+                          "--hwbench-precisions", "fp32", "--hwbench-min-time", "0", "--hwbench-min-iterations", "2",
+                          "--hwbench-noise-retries", "0", "--hwbench-store", {str(tmp_path / "store")!r}])
+        print(json.dumps({{"rc": int(rc), "probed": list(hardware.probed_hardware().targets),
+                          "loaded": [m for m in ("openvino", "onnxruntime", "pytest_hwbench.web") if m in sys.modules]}}))
+    """, ROOT)
+    assert found["rc"] == 0
+    assert found["probed"] == ["cpu"]
+    assert found["loaded"] == []
+
+
+UNRAISABLE = """
+import gc
+
+import pytest
+
+
+class Loop:
+    def __init__(self):
+        self.me = self
+
+    def __del__(self):
+        raise RuntimeError("raised by a finalizer in a garbage cycle")
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], batch_sizes=[1], precisions=["fp32"])
+def test_case(hwbench_case, hwbench):
+    hwbench.measure(hwbench_case)
+
+
+def test_zz_leaves_a_cycle():
+    gc.disable()  # the cycle must outlive the session's end, as a cycle made late in a run does
+    Loop()
+"""
+
+
+def test_the_sessions_end_still_reports_an_unraisable_from_a_garbage_cycle(tmp_path):
+    """The heap is frozen for pytest's first collection at the end of a session that measured a
+    case (`session._freeze_gc`): a finalizer's exception in a garbage cycle is still reported,
+    and the heap is unfrozen when pytest returns."""
+    (tmp_path / "test_cycle.py").write_text(UNRAISABLE)
+    code = f"""
+import gc, json, pytest
+rc = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--hwbench-min-time", "0",
+                  "--hwbench-min-iterations", "2", "--hwbench-noise-retries", "0",
+                  "--hwbench-store", {str(tmp_path / "store")!r}, "test_cycle.py"])
+gc.enable()
+print(json.dumps({{"rc": int(rc), "frozen": gc.get_freeze_count()}}))
+"""
+    proc = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, capture_output=True, text=True, timeout=300,
+                          check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    found = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert found == {"rc": 0, "frozen": 0}
+    assert "2 passed" in out
+    assert "PytestUnraisableExceptionWarning" in out and "raised by a finalizer in a garbage cycle" in out, out[-3000:]

@@ -98,7 +98,7 @@ def device_name(hardware: str, index: int = 0) -> str:
     from ..hardware import detect_hardware
 
     if hardware in ("cpu", "mps"):
-        target = detect_hardware()[hardware]
+        target = detect_hardware([hardware])[hardware]
         if hardware == "cpu":
             return str(target.details.get("model", "cpu"))
         return target.devices[0].name if target.devices else "Apple MPS"

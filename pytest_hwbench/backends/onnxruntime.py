@@ -126,13 +126,13 @@ def _onnx_missing() -> str | None:
 def _cpu_name() -> str:
     from ..hardware import detect_hardware
 
-    return str(detect_hardware()["cpu"].details.get("model", "cpu"))
+    return str(detect_hardware(["cpu"])["cpu"].details.get("model", "cpu"))
 
 
 def _cuda_name(index: int) -> str:
     from ..hardware import detect_hardware
 
-    cuda = detect_hardware()["cuda"]
+    cuda = detect_hardware(["cuda"])["cuda"]
     if cuda.available and index < len(cuda.devices):
         return cuda.devices[index].name
     return f"CUDA device {index}"

@@ -29,6 +29,7 @@ from __future__ import annotations
 
 import importlib.util
 import os
+import sys
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -252,8 +253,11 @@ class OnnxRuntimeWebBackend(Backend):
         return None
 
     def shutdown(self) -> None:
-        """End the browser (session end); the next load starts a new one."""
-        _web().close_shared_driver()
+        """End the browser (session end); the next load starts a new one. Nothing to end, and
+        nothing imported, when no web case ran in this process."""
+        web = sys.modules.get(f"{__package__.rpartition('.')[0]}.web")
+        if web is not None:
+            web.close_shared_driver()
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         from ..hardware import detect_hardware

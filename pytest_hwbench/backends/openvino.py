@@ -161,7 +161,7 @@ class OpenVinoBackend(Backend):
             raise PrecisionMismatch(f"{spec.name}: asked OpenVINO {device} for {precision}, it compiled {ran} "
                                     f"(compute layers by precision: {layers})")
         if hardware == "cpu":
-            device_name = str(detect_hardware()["cpu"].details.get("model", "cpu"))
+            device_name = str(detect_hardware(["cpu"])["cpu"].details.get("model", "cpu"))
             threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
         else:
             device_name = str(core.get_property(device, "FULL_DEVICE_NAME"))

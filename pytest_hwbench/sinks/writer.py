@@ -175,7 +175,7 @@ class SinkWriter:
 
     def finish(self, status: str) -> WriterReport:
         """Close the session on every sink with `status` (unless `send_finish` asked already);
-        what each sink has and lacks."""
+        what each sink has and lacks. The writer then ends on its own; `stop` waits for it."""
         report: dict[str, Any] | None = None
         if self.alive and self._opened:
             self.send_finish(status)
@@ -183,7 +183,7 @@ class SinkWriter:
                 answer = self._read_one(self._wait_limit())
                 if answer is not None and "report" in answer:
                     report = answer["report"]
-        self.stop()
+        self._close_input()
         if report is None:
             errors = {name: f"writer: {self.failed}" for name in self.names} if self.failed else {}
             return WriterReport(
@@ -199,11 +199,7 @@ class SinkWriter:
         proc = self.proc
         if proc is None or proc.returncode is not None:
             return
-        if proc.stdin is not None and not proc.stdin.closed:
-            try:
-                proc.stdin.close()
-            except OSError:
-                pass
+        self._close_input()
         try:
             proc.wait(timeout=timeout)
         except subprocess.TimeoutExpired:
@@ -211,6 +207,15 @@ class SinkWriter:
             proc.wait(timeout=10)
         if proc.stdout is not None:
             proc.stdout.close()
+
+    def _close_input(self) -> None:
+        """End the writer's input: it writes what it was sent, then exits."""
+        stdin = self.proc.stdin if self.proc is not None else None
+        if stdin is not None and not stdin.closed:
+            try:
+                stdin.close()
+            except OSError:
+                pass
 
     def _wait_limit(self) -> float | None:
         if self.deadline_s is None:
@@ -232,7 +237,7 @@ class SinkWriter:
         try:
             self.proc.stdin.write(json.dumps(message).encode() + b"\n")
             self.proc.stdin.flush()
-        except (BrokenPipeError, OSError) as exc:
+        except (OSError, ValueError) as exc:  # ValueError: its input was closed (`finish`)
             self._fail(f"the writer process ended ({exc.__class__.__name__}; exit status {self.proc.poll()})")
             return
         self._sent += 1
