@@ -240,7 +240,8 @@ def main(argv: list[str] | None = None) -> int:
                                     "auto_class": spec.auto_class, "sequence_length": spec.sequence_length})
             floors = {"hwbench": [str(args.hwbench_python), str(work / "floor.py"), spec_json],
                       "optimum-benchmark": [str(args.ob_python), str(work / "floor.py"), spec_json]}
-            same = args.hwbench_python.resolve() == args.ob_python.resolve()
+            # a venv's python links to the base interpreter: compare the venvs, not where the links lead
+            same = args.hwbench_python.absolute() == args.ob_python.absolute()
             print(f"\nlibraries: hwbench side {versions(args.hwbench_python, peer_env)}; "
                   f"optimum-benchmark side {versions(args.ob_python, peer_env)}"
                   f"{' (one interpreter)' if same else ''}")
