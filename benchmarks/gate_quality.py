@@ -173,7 +173,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"quick-tier models (default {DEFAULT_MODELS})")
     parser.add_argument("--batch-sizes", default="1", help="batch sizes (default 1)")
     parser.add_argument("--min-time", type=float, default=0.5, help="--hwbench-min-time per case (default 0.5)")
-    parser.add_argument("--ab-rounds", type=int, default=6, help="rounds of the hwbench ab job (default 6)")
+    parser.add_argument("--ab-rounds", type=int, default=None,
+                        help="rounds of the hwbench ab job (default: hwbench ab's own)")
+    parser.add_argument("--ab-min-time", type=float, default=None,
+                        help="--hwbench-min-time of each side of the hwbench ab job (default: hwbench ab's own)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="keep the store here (default: a temp dir)")
     args = parser.parse_args(argv)
 
@@ -242,9 +245,12 @@ def _ab_line(root: Path, site: Path, args: argparse.Namespace, load_core: int) -
     env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-c", "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))",
            "ab", "--models", args.models, "--backends", "gate-torch", "--batch-sizes", args.batch_sizes,
-           "--rounds", str(args.ab_rounds), "--threads", "1", "--store", str(root / "ab-store"),
-           "--a-options", f"--hwbench-min-time {args.min_time / 2}", "--b-options",
-           f"--hwbench-min-time {args.min_time / 2}", "--b-env", "HWBENCH_GATE_WORK=1.1"]
+           "--threads", "1", "--store", str(root / "ab-store"), "--b-env", "HWBENCH_GATE_WORK=1.1"]
+    if args.ab_rounds is not None:
+        cmd += ["--rounds", str(args.ab_rounds)]
+    if args.ab_min_time is not None:
+        cmd += ["--a-options", f"--hwbench-min-time {args.ab_min_time}",
+                "--b-options", f"--hwbench-min-time {args.ab_min_time}"]
     spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
     spinner = subprocess.Popen([sys.executable, "-c", spin])
     began = time.monotonic()
