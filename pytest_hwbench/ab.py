@@ -45,9 +45,9 @@ SIDE_OPTIONS: dict[str, tuple[str, type]] = {
 #: Defaults of a side: a short timed loop per round, since every round measures each case again.
 #: Many short rounds beat few long ones for the same time: the two sides of a round run closer
 #: together, so more of the host's drift cancels, and the paired test gets more pairs. On the
-#: 2-core CI runner with one core busy, 18 rounds of 0.1 s found a planted 10 % slowdown in 6 of
-#: 6 cases twice, where 6 rounds of 0.25 s found it in 2 and 5 of 6, in the same wall time
-#: (`benchmarks/gate_quality.py`, run (d)).
+#: 2-core CI runner with one core busy, 18 rounds of 0.08-0.1 s found a planted 10 % slowdown in
+#: 6 of 6 cases in each of three runs, where 6 rounds of 0.25 s found it in 2 and 5 of 6, in the
+#: same wall time (`benchmarks/gate_quality.py`, run (d)).
 DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, "noise_retries": 0}
 DEFAULT_ROUNDS = 18
 DEFAULT_THRESHOLD = 0.05
