@@ -22,6 +22,8 @@ HARDWARE_GROUP = "pytest_hwbench.hardware"
 #: Modules that add `hwbench` subcommands (`pytest_hwbench.cli.register_command`).
 COMMANDS_GROUP = "pytest_hwbench.commands"
 OWN_DISTRIBUTION = "pytest-hwbench"
+#: The import package of `OWN_DISTRIBUTION`: its entry points name modules under it.
+OWN_PACKAGE = "pytest_hwbench"
 
 
 @functools.cache
@@ -36,7 +38,9 @@ def load_group(group: str, *, kind: str) -> None:
     metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
     skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
     found = list(_installed_entry_points().select(group=group))
-    ours = [ep for ep in found if ep.dist is not None and ep.dist.name == OWN_DISTRIBUTION]
+    # Ours by the module they name: asking an entry point for its distribution's name parses that
+    # distribution's whole metadata file (our README included) once per entry point.
+    ours = [ep for ep in found if ep.module.partition(".")[0] == OWN_PACKAGE]
     if not ours:
         raise RuntimeError(
             f"hwbench: no entry points in group {group!r} from {OWN_DISTRIBUTION}: the package is not "
