@@ -100,6 +100,10 @@ def check_precision(precision: object, accepted: tuple[str, ...] = PRECISIONS, *
 
 #: Measurements of a noisy case after the first, by default (``--hwbench-noise-retries``).
 DEFAULT_NOISE_RETRIES = 2
+#: Seconds a sink may spend per session on calls that fail or hang (``--hwbench-sink-timeout``).
+DEFAULT_DEADLINE_S = 30.0
+#: A sink that failed is tried once more after each further this many records.
+DEFAULT_RETRY_EVERY = 20
 #: The most timed iterations of one case (`TimingConfig.max_iterations`).
 MAX_ITERATIONS = 100_000
 

@@ -21,7 +21,6 @@ client path goes through `scrub` first, and no detail, param or tag carries it.
 
 from __future__ import annotations
 
-import configparser
 import importlib
 import importlib.util
 import inspect
@@ -101,6 +100,8 @@ def known_tokens() -> tuple[str, ...]:
     tokens = [os.environ.get(TOKEN_ENV, "")]
     ini = client_ini_path()
     if ini.is_file():
+        import configparser
+
         parser = configparser.ConfigParser()
         try:
             parser.read(ini)

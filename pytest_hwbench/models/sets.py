@@ -19,12 +19,6 @@ from typing import Any
 from .spec import FAMILIES, MODALITIES, TIERS, ModelSpec
 from .zoo import LLAVA_GAPS, ZOO_NAMES, zoo_entry
 
-try:
-    import tomllib
-except ModuleNotFoundError:  # Python 3.10
-    import tomli as tomllib  # type: ignore[no-redef]
-
-
 #: model_type (config.json) -> (family, modality, auto class), for directories with a config.json.
 _MODEL_TYPES: dict[str, tuple[str, str, str]] = {
     "bert": ("embedding", "text", "AutoModel"),
@@ -250,6 +244,10 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
         raise ValueError(f"model set {path} does not exist (expected a .toml/.json file or a directory)")
     if path.suffix not in (".toml", ".json"):
         raise ValueError(f"model set {path}: unknown suffix {path.suffix!r}; use .toml, .json or a directory")
+    try:
+        import tomllib
+    except ModuleNotFoundError:  # Python 3.10
+        import tomli as tomllib  # type: ignore[no-redef]
     try:
         text = path.read_text(encoding="utf-8")
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)

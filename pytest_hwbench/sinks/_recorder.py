@@ -53,10 +53,8 @@ from pytest_hwbench.sinks._fields import truncate
 from pytest_hwbench.sinks.base import Sink, normalize_status
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool, refusal
+from pytest_hwbench.vocabulary import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY
 
-DEFAULT_RETRY_EVERY = 20
-#: Seconds a sink may spend per session on calls that fail or hang (``--hwbench-sink-timeout``).
-DEFAULT_DEADLINE_S = 30.0
 #: A call still waiting after this long gets a line saying what it waits for.
 NOTICE_AFTER_S = 3.0
 #: Records per sink call when writing many (deferred flush, replay): small enough that one call

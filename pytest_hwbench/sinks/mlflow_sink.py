@@ -38,8 +38,6 @@ import json
 import os
 import tempfile
 import time
-import urllib.error
-import urllib.request
 import uuid
 import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -184,6 +182,9 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
     plain, headers = split_credentials(text)  # user-info goes as basic auth, as MLflow's client sends it
     url = plain.rstrip("/") + "/health"
     shown = redact_uri(text.rstrip("/") + "/health")  # says that credentials were given, masked
+    import urllib.error  # with urllib.request, ssl and http.client: 18 ms that only a ping needs
+    import urllib.request
+
     try:
         with urllib.request.urlopen(urllib.request.Request(url, headers=headers),  # noqa: S310 (http(s) only)
                                     timeout=timeout) as response:

@@ -23,7 +23,7 @@ import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import pytest
 
@@ -37,13 +37,14 @@ from ..plugin_api import (
     writes_records,
 )
 from ..record import BenchmarkRecord, SessionInfo
-from ..vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
-from ._recorder import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY, Recorder, RecorderReport, unique_names
+from ..vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_RETRY_EVERY, DEFAULT_STORE_DIR
 from .base import Sink, check_sink, open_sink, resolve_sink
 from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
 from .redact import redact_uri
-from .spool import Spool, refusal, replay_command
-from .writer import SinkWriter, shippable
+
+if TYPE_CHECKING:
+    from ._recorder import Recorder, RecorderReport
+    from .writer import SinkWriter
 
 
 class RecordingHooks:
@@ -272,6 +273,11 @@ class Tracker:
         """Once: the sinks, split into those the writer process takes and those written here."""
         if self.recorder is not None:
             return
+        # Imported with the first case: a session without one (``--co``, other tests) needs none.
+        from ._recorder import Recorder, unique_names
+        from .spool import Spool
+        from .writer import SinkWriter, shippable
+
         self._pytest_config = config
         self._reporter = config.pluginmanager.get_plugin("terminalreporter")
         defaults = config.hook.pytest_hwbench_default_sinks(config=config, tracking=self.config) or []
@@ -337,6 +343,8 @@ class Tracker:
         self._open()
 
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
+        from .spool import refusal
+
         assert self._session is not None and self._pytest_config is not None, \
             "pytest_hwbench_session_start must come first"
         self._make_sinks(self._pytest_config)
@@ -402,6 +410,8 @@ class Tracker:
     def _replay_hint(self) -> str:
         """The `hwbench replay` command for this run's stores: each store setting that is not the
         store folder's own default is repeated, so following it never fills another store."""
+        from .spool import replay_command
+
         config, store = self.config, self.config.store_dir
         default_uri = f"sqlite:///{store.resolve() / 'mlflow.db'}"
         return replay_command(
