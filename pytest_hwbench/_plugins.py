@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from importlib.metadata import EntryPoints, entry_points
+from importlib.metadata import EntryPoint, EntryPoints, entry_points
 from typing import Generic, TypeVar
 
 from .errors import HwbenchWarning
@@ -33,14 +33,24 @@ def _installed_entry_points() -> EntryPoints:
     return entry_points()
 
 
+def _ours(entry_point: EntryPoint) -> bool:
+    """Whether `entry_point` is ours, by the module it names (asking it for its distribution's
+    name parses that distribution's whole metadata file, our README included)."""
+    return entry_point.module.partition(".")[0] == OWN_PACKAGE
+
+
+def foreign_entry_points(*groups: str) -> list[EntryPoint]:
+    """The entry points of `groups` that other distributions install (a third party's plug-ins)."""
+    installed = _installed_entry_points()
+    return [ep for group in groups for ep in installed.select(group=group) if not _ours(ep)]
+
+
 def load_group(group: str, *, kind: str) -> None:
     """Import every module of entry-point `group`: ours first (in the order the installed
     metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
     skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
     found = list(_installed_entry_points().select(group=group))
-    # Ours by the module they name: asking an entry point for its distribution's name parses that
-    # distribution's whole metadata file (our README included) once per entry point.
-    ours = [ep for ep in found if ep.module.partition(".")[0] == OWN_PACKAGE]
+    ours = [ep for ep in found if _ours(ep)]
     if not ours:
         raise RuntimeError(
             f"hwbench: no entry points in group {group!r} from {OWN_DISTRIBUTION}: the package is not "
@@ -97,4 +107,4 @@ class Registry(Generic[T]):
 
 
 __all__ = ["BACKENDS_GROUP", "COMMANDS_GROUP", "HARDWARE_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry",
-           "load_group", "missing_members"]
+           "foreign_entry_points", "load_group", "missing_members"]

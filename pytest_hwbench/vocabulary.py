@@ -23,6 +23,12 @@ from .facts import target_names, target_set
 #: Scenarios the harness runs and records carry, the default first.
 MODES: tuple[str, ...] = ("inference", "generate", "train")
 DEFAULT_MODE = "inference"
+#: What the cases of each mode of `MODES` measure: their scenario's description and marker text.
+MODE_DOCS: dict[str, str] = {
+    "inference": "forward-pass benchmark cases (mode inference)",
+    "generate": "text generation cases: time to first token, per-token decode, tokens/s (mode generate)",
+    "train": "training-step cases: forward, backward, optimizer step (mode train)",
+}
 #: The modes of `MODES` whose cases make tokens, so carry a number of new tokens.
 TOKEN_MODES: frozenset[str] = frozenset({"generate"})
 #: ... and those of scenarios registered since with a ``new_tokens`` option.

@@ -16,6 +16,10 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "mlflow", "duckdb", "transformers", "onnxruntime", "openvino", "numpy")
+#: Modules that only a session with hwbench cases needs: the backend and scenario registries' and
+#: the recorder's.
+CASE_ONLY = ("pytest_hwbench.backends.torch_eager", "pytest_hwbench.scenarios.inference",
+             "pytest_hwbench.sinks._recorder", "pytest_hwbench.sinks.writer", "urllib.request")
 
 
 def _fresh(code: str, cwd: Path, timeout: float = 300) -> dict:
@@ -34,13 +38,44 @@ def test_an_unrelated_pytest_run_imports_nothing_heavy(tmp_path, args):
         rc = pytest.main({args!r} + ["-p", "no:cacheprovider", "test_plain.py"])
         import pytest_hwbench.hardware as hardware
         print(json.dumps({{"rc": int(rc), "heavy": [m for m in {HEAVY!r} if m in sys.modules],
+                          "case_only": [m for m in {CASE_ONLY!r} if m in sys.modules],
                           "probed": list(hardware.probed_hardware().targets),
                           "plugin": "pytest_hwbench.plugin" in sys.modules}}))
     """, tmp_path)
     assert found["plugin"], "the plugin must be installed and loaded for this test to mean anything"
     assert found["rc"] == 0
     assert found["heavy"] == []
+    assert found["case_only"] == []
     assert found["probed"] == []
+
+
+def test_our_markers_are_registered_although_the_registries_stay_unloaded(tmp_path):
+    """Every marker our backends and scenarios bring is registered at configure, without loading
+    their registries: a ``--strict-markers`` run of a module that uses each of them passes, and
+    ``--markers`` shows each mode's description."""
+    from pytest_hwbench.backends.base import registered_backends
+    from pytest_hwbench.scenarios import registered_scenarios
+
+    def ours(plugin: object) -> bool:
+        return type(plugin).__module__.startswith("pytest_hwbench.")
+
+    names = {name for backend in registered_backends().values() if ours(backend)
+             for hardware in backend.hardware for name in backend.markers(hardware)}
+    modes = {mode: scenario.description for mode, scenario in registered_scenarios().items() if ours(scenario)}
+    assert {"cpu", "cuda", "openvino", "qnn", "wasm"} <= names and set(modes) == {"inference", "generate", "train"}
+    marks = "".join(f"@pytest.mark.{name}\n" for name in sorted(names | set(modes)))
+    (tmp_path / "test_marked.py").write_text(f"import pytest\n\n\n{marks}def test_marked():\n    pass\n")
+    found = _fresh(f"""
+        import json, sys, pytest
+        rc = pytest.main(["--strict-markers", "-q", "-p", "no:cacheprovider", "test_marked.py"])
+        print(json.dumps({{"rc": int(rc), "case_only": [m for m in {CASE_ONLY!r} if m in sys.modules]}}))
+    """, tmp_path)
+    assert found == {"rc": 0, "case_only": []}
+    shown = subprocess.run([sys.executable, "-m", "pytest", "--markers", "-p", "no:cacheprovider"], cwd=tmp_path,
+                           capture_output=True, text=True, timeout=300, check=False)
+    assert shown.returncode == 0, shown.stdout[-3000:] + shown.stderr[-3000:]
+    for mode, description in modes.items():
+        assert f"@pytest.mark.{mode}: {description}" in shown.stdout
 
 
 def test_a_cpu_selection_probes_only_what_its_cases_ask_about():

@@ -7,19 +7,20 @@ an empty list is refused rather than read as "the whole default grid".
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Callable, Iterable
 from typing import Any
 
 import pytest
 
 from .. import hookspecs
+from .._plugins import BACKENDS_GROUP, SCENARIOS_GROUP, foreign_entry_points
 from ..backends.base import registered_backends
 from ..case import DEFAULT_NEW_TOKENS
 from ..facts import NameMap, marker_docs
 from ..models import FAMILIES, get_model, load_model_set, register_model
 from ..plugin_api import MAX_CASE_SECONDS, positive_option
 from ..scenarios import registered_modes, registered_scenarios
-from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, PRECISIONS
+from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, MODE_DOCS, MODES, PRECISIONS
 from .grid import hardware_targets
 
 HARDWARE_MARKERS: NameMap[str] = marker_docs()
@@ -73,15 +74,18 @@ def _positive_ints(option: str, what: str, example: str) -> Any:
     return parse
 
 
-def _choices(option: str, allowed: Iterable[str]) -> Any:
-    allowed = tuple(allowed)
+def _choices(option: str, allowed: Iterable[str] | Callable[[], Iterable[str]]) -> Any:
+    """A parser of a comma-separated list of names from `allowed` (a callable: asked when a value
+    is parsed, so that a registry loads only when the option is given)."""
+    fixed = None if callable(allowed) else tuple(allowed)
 
     def parse(value: str) -> tuple[str, ...]:
+        accepted = fixed if fixed is not None else tuple(allowed())  # type: ignore[operator]
         items = _split(value)
-        bad = [v for v in items if v not in allowed]
+        bad = [v for v in items if v not in accepted]
         if bad or not items:
             raise pytest.UsageError(
-                f"{option}: {', '.join(map(repr, bad)) or 'empty list'} not accepted; accepted: {', '.join(allowed)}"
+                f"{option}: {', '.join(map(repr, bad)) or 'empty list'} not accepted; accepted: {', '.join(accepted)}"
             )
         return tuple(dict.fromkeys(items))
 
@@ -118,10 +122,10 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group.addoption("--hwbench-precisions", dest="hwbench_precisions",
                     type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
                     help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
-    modes = registered_modes()
-    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", modes),
+    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", registered_modes),
                     default=None, metavar="M,..",
-                    help=f"modes: {', '.join(modes)} (default: {DEFAULT_MODE}, or what the test's hwbench marker names)")
+                    help=f"modes: {', '.join(MODES)} or a plug-in's (default: {DEFAULT_MODE}, or what the test's "
+                         "hwbench marker names)")
     group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens",
                     type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"), default=None,
                     metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
@@ -163,10 +167,15 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 # --- at pytest_configure ----------------------------------------------------------------------
 
 def register_markers(config: pytest.Config) -> None:
-    """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist)."""
-    modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()}
+    """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist).
+
+    Our backends and scenarios bring no marker beyond the target table's (`HARDWARE_MARKERS`) and
+    `MODE_DOCS`, so their registries load here only when another distribution installs a backend
+    or a scenario, for the markers it brings: a session without hwbench cases loads none."""
+    foreign = bool(foreign_entry_points(BACKENDS_GROUP, SCENARIOS_GROUP))
+    modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()} if foreign else MODE_DOCS
     markers = {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}
-    for backend in registered_backends().values():  # markers a backend brings (e.g. its own targets)
+    for backend in registered_backends().values() if foreign else ():  # markers a backend brings
         for hardware in backend.hardware:
             for name in backend.markers(hardware):
                 markers.setdefault(name, backend.marker_docs.get(name, f"cases of the {backend.name} backend on {hardware}"))
@@ -191,12 +200,12 @@ def apply_options(config: pytest.Config) -> None:
             get_model(name)
         except KeyError as exc:
             raise pytest.UsageError(f"--hwbench-models: {exc.args[0]}") from None
-    backends = registered_backends()
     for name in config.getoption("hwbench_backends") or ():
+        backends = registered_backends()
         if name not in backends:
             raise pytest.UsageError(f"--hwbench-backends: unknown backend {name!r}; accepted: {', '.join(backends)}")
-    targets = hardware_targets()
     for name in config.getoption("hwbench_hardware") or ():
+        targets = hardware_targets()
         if name not in targets:
             raise pytest.UsageError(f"--hwbench-hardware: unknown hardware {name!r}; accepted: {', '.join(targets)}")
 

@@ -59,6 +59,7 @@ from ..backends._torch import (
 )
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32
+from ..vocabulary import MODE_DOCS
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
@@ -303,7 +304,7 @@ class GenerateScenario(Scenario):
     torch.compile backends (see the module docstring)."""
 
     mode = "generate"
-    description = "text generation cases: time to first token, per-token decode, tokens/s (mode generate)"
+    description = MODE_DOCS["generate"]
     #: No single FLOPs figure (prefill and per-token decode differ): no achieved TFLOP/s.
     forwards_per_iteration = None
     #: Case options of this mode: each sequence makes `BenchCase.new_tokens` tokens.

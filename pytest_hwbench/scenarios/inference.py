@@ -10,7 +10,7 @@ from typing import TYPE_CHECKING, Any
 
 from ..backends.base import get_backend, registered_backends
 from ..errors import UnsupportedCase
-from ..vocabulary import PRECISIONS
+from ..vocabulary import MODE_DOCS, PRECISIONS
 from . import DEFAULT_MODE, Scenario, register_scenario
 
 if TYPE_CHECKING:
@@ -23,7 +23,7 @@ class InferenceScenario(Scenario):
     """Forward passes, on every backend at every precision a backend offers."""
 
     mode = DEFAULT_MODE
-    description = "forward-pass benchmark cases (mode inference)"
+    description = MODE_DOCS["inference"]
     #: FLOPs of one timed iteration, in forward passes.
     forwards_per_iteration = 1.0
     precisions: tuple[str, ...] = PRECISIONS

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends._torch import EAGER, TorchModel, effective_precision, torch_fields
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32
-from ..vocabulary import TRAIN_MODE
+from ..vocabulary import MODE_DOCS, TRAIN_MODE
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
@@ -208,7 +208,7 @@ class TrainScenario(Scenario):
     """One optimizer step per iteration on torch eager, fp32 or autocast fp16/bf16."""
 
     mode = TRAIN_MODE
-    description = "training-step cases: forward, backward, optimizer step (mode train)"
+    description = MODE_DOCS["train"]
     #: FLOPs of one timed iteration, in forward passes (a backward costs about two forwards).
     forwards_per_iteration = 3.0
     backends = (EAGER,)
