@@ -96,6 +96,12 @@ class Registry(Generic[T]):
         self.items[name] = item
         return item
 
+    def has_foreign(self) -> bool:
+        """Whether anything but this package adds to the registry: another distribution's entry
+        point, or code that registered already (a conftest, a ``-p`` plug-in). Imports nothing."""
+        return bool(foreign_entry_points(self.group)) or any(
+            type(item).__module__.partition(".")[0] != OWN_PACKAGE for item in self.items.values())
+
     def loaded(self) -> dict[str, T]:
         """Every registered plugin, after the group's modules were imported (once). Marked loaded
         only once all imported: a failed import raises again on the next call rather than

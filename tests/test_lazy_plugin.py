@@ -161,6 +161,44 @@ def test_a_torch_cpu_case_loads_no_other_runtime_and_no_browser_code(tmp_path):
     assert found["loaded"] == []
 
 
+CONFTEST_BACKEND = """
+from pytest_hwbench import Backend, get_backend, register_backend
+
+
+class Tagged(Backend):
+    name = "tagged"
+    hardware = ("cpu",)
+    precisions = ("fp32",)
+    marker_docs = {"tagged_marker": "cases of a conftest's backend"}
+
+    def markers(self, hardware):
+        return ("cpu", "tagged_marker")
+
+    def default_precisions(self, hardware, hw):
+        return ("fp32",)
+
+    def unavailable(self, hardware, precision, hw):
+        return None
+
+    def load(self, spec, hardware, precision, device_index=0):
+        return get_backend("torch").load(spec, hardware, precision, device_index)
+
+
+register_backend(Tagged())
+"""
+
+
+def test_a_backend_that_a_conftest_registers_brings_its_markers(pytester):
+    """A backend registered outside the package (here by a conftest) still gets its own markers
+    registered at configure, so ``--strict-markers`` accepts them."""
+    pytester.makeconftest(CONFTEST_BACKEND)
+    pytester.makepyfile(test_tagged="import pytest\n\n\n@pytest.mark.tagged_marker\ndef test_tagged():\n    pass\n")
+    result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider", "--markers")
+    result.stdout.fnmatch_lines(["@pytest.mark.tagged_marker: cases of a conftest's backend"])
+    result = pytester.runpytest_subprocess("--strict-markers", "-p", "no:cacheprovider", "test_tagged.py")
+    result.assert_outcomes(passed=1)
+
+
 UNRAISABLE = """
 import gc
 

@@ -247,6 +247,11 @@ def registered_backends() -> dict[str, Backend]:
     return dict(sorted(_BACKENDS.loaded().items()))
 
 
+def foreign_backends() -> bool:
+    """Whether a backend of anyone else's is installed or registered (`Registry.has_foreign`)."""
+    return _BACKENDS.has_foreign()
+
+
 def get_backend(name: str) -> Backend:
     """The backend named `name`; an unknown name lists the known ones."""
     backends = registered_backends()
@@ -257,4 +262,4 @@ def get_backend(name: str) -> Backend:
 
 
 __all__ = ["Backend", "HwbenchDeprecationWarning", "LoadedModel", "MeasuredElsewhere", "Measurement", "RemoteMeasurement",
-           "get_backend", "register_backend", "registered_backends"]
+           "foreign_backends", "get_backend", "register_backend", "registered_backends"]

@@ -90,6 +90,11 @@ def registered_modes() -> tuple[str, ...]:
     return tuple(registered_scenarios())
 
 
+def foreign_scenarios() -> bool:
+    """Whether a scenario of anyone else's is installed or registered (`Registry.has_foreign`)."""
+    return _SCENARIOS.has_foreign()
+
+
 def get_scenario(mode: str) -> Scenario:
     """The scenario of `mode`; an unknown mode lists the known ones."""
     scenarios = registered_scenarios()
@@ -100,5 +105,5 @@ def get_scenario(mode: str) -> Scenario:
 
 
 
-__all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "get_scenario", "register_scenario", "registered_modes",
-           "registered_scenarios"]
+__all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "foreign_scenarios", "get_scenario", "register_scenario",
+           "registered_modes", "registered_scenarios"]
