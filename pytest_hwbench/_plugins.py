@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import functools
 import warnings
-from importlib.metadata import EntryPoint, EntryPoints, entry_points
+from importlib.metadata import EntryPoints, entry_points
 from typing import Generic, TypeVar
 
 from .errors import HwbenchWarning
@@ -33,16 +33,11 @@ def _installed_entry_points() -> EntryPoints:
     return entry_points()
 
 
-def _ours(entry_point: EntryPoint) -> bool:
-    """Whether `entry_point` is ours, by the module it names (asking it for its distribution's
-    name parses that distribution's whole metadata file, our README included)."""
-    return entry_point.module.partition(".")[0] == OWN_PACKAGE
-
-
-def foreign_entry_points(*groups: str) -> list[EntryPoint]:
-    """The entry points of `groups` that other distributions install (a third party's plug-ins)."""
-    installed = _installed_entry_points()
-    return [ep for group in groups for ep in installed.select(group=group) if not _ours(ep)]
+def _ours(module: str) -> bool:
+    """Whether `module` is in our package: how our entry points and plug-ins are told apart
+    (asking an entry point for its distribution's name parses that distribution's whole metadata
+    file, our README included)."""
+    return module.partition(".")[0] == OWN_PACKAGE
 
 
 def load_group(group: str, *, kind: str) -> None:
@@ -50,7 +45,7 @@ def load_group(group: str, *, kind: str) -> None:
     metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
     skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
     found = list(_installed_entry_points().select(group=group))
-    ours = [ep for ep in found if _ours(ep)]
+    ours = [ep for ep in found if _ours(ep.module)]
     if not ours:
         raise RuntimeError(
             f"hwbench: no entry points in group {group!r} from {OWN_DISTRIBUTION}: the package is not "
@@ -99,8 +94,8 @@ class Registry(Generic[T]):
     def has_foreign(self) -> bool:
         """Whether anything but this package adds to the registry: another distribution's entry
         point, or code that registered already (a conftest, a ``-p`` plug-in). Imports nothing."""
-        return bool(foreign_entry_points(self.group)) or any(
-            type(item).__module__.partition(".")[0] != OWN_PACKAGE for item in self.items.values())
+        return (any(not _ours(ep.module) for ep in _installed_entry_points().select(group=self.group))
+                or any(not _ours(type(item).__module__) for item in self.items.values()))
 
     def loaded(self) -> dict[str, T]:
         """Every registered plugin, after the group's modules were imported (once). Marked loaded
@@ -113,4 +108,4 @@ class Registry(Generic[T]):
 
 
 __all__ = ["BACKENDS_GROUP", "COMMANDS_GROUP", "HARDWARE_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry",
-           "foreign_entry_points", "load_group", "missing_members"]
+           "load_group", "missing_members"]
