@@ -161,8 +161,9 @@ class _GQAFailingCounter:
 
 
 @pytest.mark.parametrize("name", ["llama-tiny", "tinyllama-1.1b"])
-def test_flops_fallback_when_the_counter_asserts(name, monkeypatch):
+def test_flops_fallback_when_the_counter_asserts(name, monkeypatch, tmp_path):
     counted = get_model(name).architecture
+    monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path))  # traced again, not read from the store
     monkeypatch.setattr("torch.utils.flop_counter.FlopCounterMode", _GQAFailingCounter)
     fresh = dataclasses.replace(get_model(name))  # its own cached architecture
     fallback = fresh.architecture

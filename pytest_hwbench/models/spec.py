@@ -18,7 +18,7 @@ from typing import Any
 
 from ..vocabulary import BYTES_PER_PRECISION
 from .inputs import INPUTS, MAX_LENGTH, SHAPES
-from .trace import ModelArchitecture, trace_architecture
+from .trace import ModelArchitecture, stored_architecture, trace_architecture
 
 FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
 MODALITIES: tuple[str, ...] = (
@@ -127,12 +127,19 @@ class ModelSpec:
 
     @functools.cached_property
     def architecture(self) -> ModelArchitecture:
-        """Parameter count, FLOPs per item and shape numbers, from a meta-device build."""
-        # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
-        # which the meta-device trace answers.
-        return trace_architecture(self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
-                                  model_type=self.config_class,
-                                  tokens=lambda: self.input_shape().get("sequence_length") or 1)
+        """Parameter count, FLOPs per item and shape numbers, from a meta-device build (traced
+        once per config, input and library versions on this machine: `stored_architecture`)."""
+
+        def trace() -> ModelArchitecture:
+            # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
+            # which the meta-device trace answers.
+            return trace_architecture(self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
+                                      model_type=self.config_class,
+                                      tokens=lambda: self.input_shape().get("sequence_length") or 1)
+
+        key = {"config": self._config().to_dict(), "config_class": self.config_class, "auto_class": self.auto_class,
+               "modality": self.modality, "sequence_length": self.sequence_length}
+        return stored_architecture(key, trace)
 
     def weights_memory_mb(self, precision: str = "fp32") -> float:
         """MiB the weights take at `precision` (`WEIGHT_BYTES` per parameter)."""
