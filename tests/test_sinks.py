@@ -689,3 +689,63 @@ def test_read_records_takes_every_kind_of_source(tmp_path: Path, mlflow_uri: str
         source_kind(tmp_path / "nothing.txt")
     with pytest.raises(FileNotFoundError, match="missing.duckdb does not exist"):
         read_records(tmp_path / "missing.duckdb")
+
+
+class _TimedDuckDB(DuckDBSink):
+    """The real DuckDB sink, noting when each of its calls ran."""
+
+    def __init__(self, path: Path, calls: list[tuple[str, str, float, float]]) -> None:
+        super().__init__(path)
+        self.calls = calls
+
+    def write(self, records):  # type: ignore[no-untyped-def]
+        began = time.monotonic()
+        super().write(records)
+        self.calls.append((self.name, "write", began, time.monotonic()))
+
+    def close(self, status: str) -> None:
+        began = time.monotonic()
+        super().close(status)
+        self.calls.append((self.name, "close", began, time.monotonic()))
+
+
+class _TimedMlflow(MlflowSink):
+    """The real MLflow sink, noting when each of its calls ran."""
+
+    def __init__(self, uri: str, calls: list[tuple[str, str, float, float]]) -> None:
+        super().__init__(uri)
+        self.calls = calls
+
+    def write(self, records):  # type: ignore[no-untyped-def]
+        began = time.monotonic()
+        super().write(records)
+        self.calls.append((self.name, "write", began, time.monotonic()))
+
+    def close(self, status: str) -> None:
+        began = time.monotonic()
+        super().close(status)
+        self.calls.append((self.name, "close", began, time.monotonic()))
+
+
+def test_the_recorder_writes_each_record_to_its_sinks_side_by_side(tmp_path: Path, mlflow_uri: str) -> None:
+    calls: list[tuple[str, str, float, float]] = []
+    session = make_session()
+    records = make_records(session, 4)
+    recorder = Recorder(Spool(tmp_path / "spool"), [_TimedMlflow(mlflow_uri, calls),
+                                                    _TimedDuckDB(tmp_path / "hwbench.duckdb", calls)])
+    recorder.start(session)
+    for record in records:
+        recorder.emit(record)
+    report = recorder.finish("finished")
+    assert report.complete and report.written == {"mlflow": 4, "duckdb": 4}
+    by_step: dict[tuple[int, str], dict[str, tuple[float, float]]] = {}
+    counts: dict[tuple[str, str], int] = {}
+    for sink, what, began, ended in calls:
+        index = counts[sink, what] = counts.get((sink, what), 0) + 1
+        by_step.setdefault((index, what), {})[sink] = (began, ended)
+    assert len(by_step) == 5  # four writes and the close, each on both sinks
+    for step, spans in by_step.items():
+        (a0, a1), (b0, b1) = spans["mlflow"], spans["duckdb"]
+        assert a0 < b1 and b0 < a1, f"{step}: the sinks ran one after the other"
+    assert len(load_results(tmp_path / "hwbench.duckdb", session.session_id)) == 4
+    assert len(child_runs(mlflow_uri)) == 4
