@@ -16,7 +16,7 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..vocabulary import BYTES_PER_PRECISION
+from ..vocabulary import BYTES_PER_PRECISION, cache_dir
 from .inputs import INPUTS, MAX_LENGTH, SHAPES
 from .trace import ModelArchitecture, stored_architecture, trace_architecture
 
@@ -139,7 +139,7 @@ class ModelSpec:
 
         key = {"config": self._config().to_dict(), "config_class": self.config_class, "auto_class": self.auto_class,
                "modality": self.modality, "sequence_length": self.sequence_length}
-        return stored_architecture(key, trace)
+        return stored_architecture(cache_dir("architecture"), key, trace)
 
     def weights_memory_mb(self, precision: str = "fp32") -> float:
         """MiB the weights take at `precision` (`WEIGHT_BYTES` per parameter)."""

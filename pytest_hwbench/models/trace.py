@@ -7,18 +7,18 @@ from the weights (`dense_flops_estimate`). torch is imported inside the function
 
 A trace takes 0.1 s for a tiny model and over a second for a 7B one, and its answer depends only
 on the model's config, its input and the code that traces it: `stored_architecture` keeps each
-answer in ``cache_dir("architecture")``, keyed by all of these and by the torch and transformers
+answer in a folder (the zoo's: ``cache_dir("architecture")``), keyed by all of these and by the torch and transformers
 versions, so a new process (one case per invocation, a ``hwsel predict``) reads it instead.
 """
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import functools
 import hashlib
 import json
 import os
-import tempfile
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
@@ -219,31 +219,33 @@ def _code_digest() -> str:
     return digest.hexdigest()
 
 
-def _store_path(key: Mapping[str, Any]) -> Path:
+def _store_path(directory: Path, key: Mapping[str, Any]) -> Path:
     import torch
     import transformers
 
-    from ..vocabulary import cache_dir
-
     full = {**key, "torch": torch.__version__, "transformers": transformers.__version__, "code": _code_digest()}
     name = hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    return cache_dir("architecture") / f"{name}.json"
+    return directory / f"{name}.json"
 
 
-def stored_architecture(key: Mapping[str, Any], trace: Callable[[], ModelArchitecture]) -> ModelArchitecture:
-    """The `ModelArchitecture` stored under `key` (JSON-ready: the model's config, its input and
-    its build), else `trace()`'s, stored for the next process.
+def stored_architecture(directory: Path, key: Mapping[str, Any],
+                        trace: Callable[[], ModelArchitecture]) -> ModelArchitecture:
+    """The `ModelArchitecture` stored in `directory` under `key` (JSON-ready: the model's config,
+    its input and its build), else `trace()`'s, stored there for the next process.
 
     The key also holds the torch and transformers versions and a digest of the tracing code. A
     missing, unreadable or stale file is traced again; a store that cannot be written (a
     read-only home) only costs the next process the trace.
     """
-    path = _store_path(key)
+    path = _store_path(directory, key)
     try:
         return ModelArchitecture(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         pass
     architecture = trace()
+    import tempfile
+
+    tmp = None
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
         fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
@@ -251,7 +253,9 @@ def stored_architecture(key: Mapping[str, Any], trace: Callable[[], ModelArchite
             json.dump(dataclasses.asdict(architecture), out)
         os.replace(tmp, path)  # atomic: parallel workers tracing the same model each write whole
     except OSError:
-        pass
+        if tmp is not None:
+            with contextlib.suppress(OSError):
+                os.unlink(tmp)
     return architecture
 
 
