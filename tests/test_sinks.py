@@ -691,48 +691,38 @@ def test_read_records_takes_every_kind_of_source(tmp_path: Path, mlflow_uri: str
         read_records(tmp_path / "missing.duckdb")
 
 
-class _TimedDuckDB(DuckDBSink):
-    """The real DuckDB sink, noting when each of its calls ran."""
+class _Timed:
+    """A real sink's calls, each noted with when it ran (mixed in before the sink's class)."""
 
-    def __init__(self, path: Path, calls: list[tuple[str, str, float, float]]) -> None:
-        super().__init__(path)
-        self.calls = calls
+    calls: list[tuple[str, str, float, float]]
 
     def write(self, records):  # type: ignore[no-untyped-def]
         began = time.monotonic()
-        super().write(records)
-        self.calls.append((self.name, "write", began, time.monotonic()))
+        super().write(records)  # type: ignore[misc]
+        self.calls.append((self.name, "write", began, time.monotonic()))  # type: ignore[attr-defined]
 
     def close(self, status: str) -> None:
         began = time.monotonic()
-        super().close(status)
-        self.calls.append((self.name, "close", began, time.monotonic()))
+        super().close(status)  # type: ignore[misc]
+        self.calls.append((self.name, "close", began, time.monotonic()))  # type: ignore[attr-defined]
 
 
-class _TimedMlflow(MlflowSink):
-    """The real MLflow sink, noting when each of its calls ran."""
+class _TimedDuckDB(_Timed, DuckDBSink):
+    pass
 
-    def __init__(self, uri: str, calls: list[tuple[str, str, float, float]]) -> None:
-        super().__init__(uri)
-        self.calls = calls
 
-    def write(self, records):  # type: ignore[no-untyped-def]
-        began = time.monotonic()
-        super().write(records)
-        self.calls.append((self.name, "write", began, time.monotonic()))
-
-    def close(self, status: str) -> None:
-        began = time.monotonic()
-        super().close(status)
-        self.calls.append((self.name, "close", began, time.monotonic()))
+class _TimedMlflow(_Timed, MlflowSink):
+    pass
 
 
 def test_the_recorder_writes_each_record_to_its_sinks_side_by_side(tmp_path: Path, mlflow_uri: str) -> None:
     calls: list[tuple[str, str, float, float]] = []
     session = make_session()
     records = make_records(session, 4)
-    recorder = Recorder(Spool(tmp_path / "spool"), [_TimedMlflow(mlflow_uri, calls),
-                                                    _TimedDuckDB(tmp_path / "hwbench.duckdb", calls)])
+    sinks = [_TimedMlflow(mlflow_uri), _TimedDuckDB(tmp_path / "hwbench.duckdb")]
+    for sink in sinks:
+        sink.calls = calls
+    recorder = Recorder(Spool(tmp_path / "spool"), sinks)
     recorder.start(session)
     for record in records:
         recorder.emit(record)
