@@ -27,6 +27,7 @@ step() {  # step NAME LIMIT_S COMMAND...: the command's output in $OUT/NAME.log,
     echo "=== $name: exit $rc after $(($(date +%s) - start)) s"
     tail -n "${TAIL:-12}" "$OUT/$name.log" | cut -c1-200
     [ "$rc" = 0 ] || failed=$((failed + 1))
+    return "$rc"
 }
 
 setup() {
@@ -82,6 +83,16 @@ bench() {  # bench NAME PYTEST_ARGS...: one pytest session of bench cases into a
 export -f setup records bench
 
 TAIL=20 step setup 120 setup || exit 1
+# The project's tests on a CUDA host (the CPU grid pinned where a test means "no CUDA here"),
+# serial as CI runs them (under xdist, pytest-benchmark turns itself off in the tests' inner
+# pytest runs). They run beside the measuring steps below and are awaited before the fidelity
+# step, which runs alone: it is the one whose figures are timings.
+tests_pid=""
+if [[ $steps == *" tests "* ]]; then
+    TAIL=25 step tests 280 python3 -m pytest -p no:cacheprovider -q -rfE --timeout 120 \
+        tests/test_plugin.py tests/test_accelerators.py &
+    tests_pid=$!
+fi
 # compiled decode (static KV cache + CUDA graphs) beside eager generate
 TAIL=30 step generate 150 bench generate bench_suites/test_generation.py -m cuda --hwbench-grid all \
     --hwbench-models gpt2 --hwbench-batch-sizes 1 --hwbench-backends torch,torch-compile-ro --hwbench-precisions bf16
@@ -90,13 +101,12 @@ TAIL=30 step oom 120 env PYTHONPATH=/tmp/site:/tmp/gpu-check-plugins bash -c 'be
     bench_suites/test_training.py bench_suites/test_generation.py -m cuda --hwbench-grid all \
     --hwbench-models llava-tinyllama-1.4b,gpt2 --hwbench-precisions bf16 --hwbench-batch-sizes 1,32 \
     -k "llava-tinyllama-1.4b-cuda-torch-bf16-b32-train or gpt2-cuda-torch-bf16-b1-generate-out32"
+if [ -n "$tests_pid" ]; then
+    wait "$tests_pid" || failed=$((failed + 1))
+fi
 # harness against a plain loop and torch.utils.benchmark, eager and CUDA graphs
 TAIL=16 step fidelity 150 python3 benchmarks/fidelity.py --hardware cuda --cases resnet-50,gpt2 \
     --rounds 3 --min-time 0.3 --warmup-time 0.5 --launch-factor 0
-# the project's tests on a CUDA host (the CPU grid pinned where a test means "no CUDA here"); serial,
-# as CI runs them: under xdist, pytest-benchmark turns itself off in the tests' inner pytest runs
-TAIL=25 step tests 280 python3 -m pytest -p no:cacheprovider -q -rfE --timeout 120 \
-    tests/test_plugin.py tests/test_accelerators.py
 tar czf "$OUT/stores.tgz" -C /tmp/gpu-check-store . 2>/dev/null
 echo "=== $failed step(s) failed"
 exit "$failed"

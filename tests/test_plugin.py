@@ -335,7 +335,10 @@ def test_records_reach_the_xdist_controller(bench):
         first, second = (set(r.cpu_affinity) for r in records)
         assert first and second
         assert not first & second
-        assert all(r.threads == len(r.cpu_affinity) for r in records)
+        # Each worker's first try runs on all of its cores; a retry after interference (a busy
+        # host: other processes on its cores) may run on fewer.
+        assert all(r.threads == len(r.cpu_affinity) or ((r.tries or 1) > 1 and r.threads < len(r.cpu_affinity))
+                   for r in records), [(r.threads, r.cpu_affinity, r.tries, r.noise_reason) for r in records]
 
 
 # --- (h): the hwbench marker -----------------------------------------------------------------
