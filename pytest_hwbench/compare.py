@@ -9,7 +9,9 @@ relative spread of those rounds (1.4826 x MAD / median) or, where a side holds s
 (a baseline history), of the sessions' medians, whichever is larger.
 
 Host speed: a record of schema 4 carries the time of a fixed reference kernel beside its case
-(``interference["reference_us"]``, with ``host_speed``). Where both sides carry it, each case's
+(``interference["reference_us"]``, with ``host_speed``). The kernel runs on the host's CPU, so it
+speaks for cases that compute there (`BenchmarkRecord.host_bound`: cpu, onnxruntime, openvino,
+wasm), not for an accelerator's. Where both sides of such a case carry it, each case's
 B side is corrected for the host's change of speed, ``h = reference_B / reference_A``: latency is
 taken to move as ``h ** k``. The elasticity ``k`` (how this host's models move against the kernel)
 is learned from the records being compared (`learn_host_model`: the median over the cases whose
@@ -215,7 +217,8 @@ def _side(records: Sequence[BenchmarkRecord]) -> _Side:
         sessions=dict(sessions),
         threads=frozenset(r.threads for r in used if r.threads is not None),
         devices=frozenset(r.device_name for r in used if r.device_name),
-        reference_us=_median([r.interference.get("reference_us") for r in used if r.host_speed is not None]),
+        reference_us=_median([r.interference.get("reference_us") for r in used
+                              if r.host_speed is not None and r.host_bound]),
         noise=noise,
         noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
     )

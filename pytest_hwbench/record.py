@@ -14,7 +14,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_hwbench.vocabulary import NOISE_VERDICTS, normalise_mode
+from pytest_hwbench.vocabulary import CPU_KINDS, NOISE_VERDICTS, normalise_mode
 
 SCHEMA_VERSION = 4
 
@@ -171,6 +171,13 @@ class BenchmarkRecord:
         measured, or a record older than schema 4)."""
         value = self.interference.get("host_speed")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
+
+    @property
+    def host_bound(self) -> bool:
+        """Whether the case computed on the host's CPU (`CPU_KINDS`): only then does `host_speed`,
+        a CPU kernel's, speak for its latency, and only then do `hwbench compare` and hwsel
+        correct for it. An accelerator's record carries the reading as a fact about its host."""
+        return self.hardware in CPU_KINDS
 
     @property
     def host_speed_text(self) -> str:

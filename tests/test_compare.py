@@ -277,6 +277,30 @@ def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
     assert c.host_ratio is None and c.verdict == "regression" and c.corrected_change == pytest.approx(c.change)
 
 
+def test_an_accelerators_cases_are_not_corrected_by_the_hosts_cpu_kernel():
+    # A CUDA case whose host CPU ran its kernel 1.8x slower in B (other work on the host's cores,
+    # as seen on an H100 host): the GPU latency did not move with it, and is compared as measured.
+    def on_cuda(rec: BenchmarkRecord) -> BenchmarkRecord:
+        return dataclasses.replace(rec, hardware="cuda", case_id=rec.case_id.replace("-cpu-", "-cuda-"),
+                                   device_name="NVIDIA H100 80GB HBM3")
+
+    models = [f"m{i}" for i in range(6)]
+    a = [on_cuda(_at_host(record("A", m, steady(5.0 + i)), 300.0)) for i, m in enumerate(models)]
+    b = [on_cuda(_at_host(record("B", m, steady((5.0 + i) * (1.3 if m == "m2" else 1.0))), 540.0))
+         for i, m in enumerate(models)]
+    assert all(not r.host_bound for r in a + b) and all(r.host_speed for r in a + b)
+    got = {c.case_id.split("-cuda-")[0]: c for c in compare_records(a, b)}
+    assert all(c.host_ratio is None and c.corrected_change == pytest.approx(c.change) for c in got.values())
+    assert got["m2"].verdict == "regression" and got["m2"].change == pytest.approx(0.30, abs=0.01)
+    assert all(got[m].verdict == "unchanged" for m in models if m != "m2")
+    # The same records on the CPU are corrected: the 1.8x kernel moves them all.
+    cpu = {c.case_id.split("-cpu-")[0]: c for c in compare_records([_at_host(record("A", m, steady(5.0 + i)), 300.0)
+                                                                   for i, m in enumerate(models)],
+                                                                  [_at_host(record("B", m, steady(5.0 + i)), 540.0)
+                                                                   for i, m in enumerate(models)])}
+    assert all(c.host_ratio == pytest.approx(1.8) for c in cpu.values())
+
+
 def test_the_between_run_spread_of_the_compared_cases_keeps_a_lone_outlier_from_a_false_alarm():
     # An A/A pair of 12 cases whose run-to-run shifts spread by about 6 % (tight rounds each):
     # the case that moved +17 % is within three between-run spreads, not a regression.

@@ -273,6 +273,13 @@ def test_hwsel_corrects_for_host_speed_and_says_in_one_line_why_rows_are_left_ou
     table = training_table(runs).set_index("record_id")
     assert table.loc["slow", "latency_ms"] == pytest.approx(0.8 * 0.75)  # as on the host at its recent best
     assert table.loc["plain", "latency_ms"] == pytest.approx(0.5) and not table.loc["plain", "host_speed_corrected"]
+    # An accelerator's latency does not move with the host CPU's kernel: carried, not corrected.
+    gpu = _record(record_id="gpu", hardware="cuda", device_name="NVIDIA H100 80GB HBM3", batch_size=1, noise="clean",
+                  noise_reason="", tries=1, latency_ms_median=0.8, timings_ms=(0.8,), interference=slow)
+    gpu_path = tmp_path / "gpu.jsonl"
+    gpu_path.write_text(gpu.to_json() + "\n")
+    gpu_table = training_table(load_runs(gpu_path)).set_index("record_id")
+    assert gpu_table.loc["gpu", "latency_ms"] == pytest.approx(0.8) and not gpu_table.loc["gpu", "host_speed_corrected"]
     assert usable_rows_text(runs, 2) == ("found 2 usable rows; left out 2 interfered records (1 host changed speed "
                                          "during the case, 1 other processes on our cores); --include-noisy keeps them")
     only_noisy = load_runs([path], include_noisy=False).iloc[0:0]
