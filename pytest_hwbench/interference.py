@@ -18,6 +18,9 @@ A fixed reference kernel is timed before and after the loop (`reference_us`). Tw
   machine whose physical cores are shared with a neighbour runs multi-threaded code slower while
   every counter above stays quiet; that is *host speed*, carried with the record so comparisons
   and predictors can correct for it. A steady slow host is not interference: its records are clean.
+  A reading taken while other processes held the kernel's cores joins no baseline (on a busy
+  16-core GPU host the kernel ran 7-25x slower beside other work, and a baseline of such
+  readings made a quiet reading look 48x faster than the host's "best").
 - the kernel before against after: when they disagree by more than `MAX_REFERENCE_CHANGE` and the
   timed loop itself slowed down or sped up the same way (its last round against its first,
   `MAX_TREND`), the host changed speed *during* the case, and the record is noisy. On the
@@ -263,16 +266,18 @@ class ReferenceBaseline:
         high = min(low + 1, len(ordered) - 1)
         return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
 
-    def host_speed(self, measured_us: float) -> float:
-        """Remember `measured_us`, then the baseline over it: 1.0 at the host's recent best,
-        below 1 when the host runs slower than it has lately (0.75: a third slower)."""
+    def host_speed(self, measured_us: float, *, remember: bool = True) -> float | None:
+        """The baseline over `measured_us`: 1.0 at the host's recent best, below 1 when the host
+        runs slower than it has lately (0.75: a third slower). `remember` adds the reading to the
+        recent ones first; a reading taken while other work held our cores is not remembered
+        (it says how busy the host was, not how fast it runs), and is None before any reading."""
         if not measured_us > 0:
             raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
-        self.recent = [*self.recent, float(measured_us)][-self.keep:]
-        self._save()
+        if remember:
+            self.recent = [*self.recent, float(measured_us)][-self.keep:]
+            self._save()
         baseline = self.baseline_us
-        assert baseline is not None
-        return baseline / measured_us
+        return None if baseline is None else baseline / measured_us
 
     def _save(self) -> None:
         if self.path is None:
@@ -388,11 +393,9 @@ def reference_change(readings: Mapping[str, Any]) -> float:
     return max(before, after) / min(before, after)
 
 
-def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: set[int] | None = None) -> list[str]:
-    """What other work held what the case needed, each in words: other processes on the cores its
-    `threads` needed (every allowed core without `threads`), stolen time, other processes on its
-    GPU. Empty when nothing did. This is the interference a wait before a retry can clear
-    (`pytest_hwbench.runner`)."""
+def cpu_crowded(readings: Mapping[str, Any], threads: int | None = None) -> list[str]:
+    """What other work held the CPU the case needed, each in words: other processes on the cores
+    its `threads` needed (every allowed core without `threads`), stolen time. Empty when nothing did."""
     reasons: list[str] = []
     cores = readings.get("cores_allowed") or 0
     other = readings.get("other_cores")
@@ -404,6 +407,14 @@ def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: s
     steal = readings.get("steal_cores")
     if steal is not None and cores and steal > MAX_STEAL_SHARE * cores:
         reasons.append(f"{steal:.2f} cores stolen by the hypervisor")
+    return reasons
+
+
+def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: set[int] | None = None) -> list[str]:
+    """What other work held what the case needed, each in words: the CPU (`cpu_crowded`), other
+    processes on its GPU. Empty when nothing did. This is the interference a wait before a retry
+    can clear (`pytest_hwbench.runner`)."""
+    reasons = cpu_crowded(readings, threads)
     pids = readings.get("gpu_process_pids")
     if pids:
         others = sorted(set(pids) - (own_pids if own_pids is not None else _own_pids()))
@@ -519,7 +530,13 @@ class InterferenceMonitor:
             self.readings["reference_before_us"] = round(before, 2)
             self.readings["reference_after_us"] = round(after, 2)
             self.readings["reference_us"] = round(middle, 2)
-            self.readings["host_speed"] = round(self.reference.host_speed(middle), 3)
+            import torch
+
+            # beside other work on the kernel's cores, its time is the crowding's, not the host's
+            crowding = cpu_crowded(self.readings, torch.get_num_threads())
+            speed = self.reference.host_speed(middle, remember=not crowding)
+            if speed is not None:
+                self.readings["host_speed"] = round(speed, 3)
             baseline = self.reference.baseline_us
             if baseline is not None:
                 self.readings["reference_baseline_us"] = round(baseline, 2)
@@ -548,6 +565,7 @@ __all__ = [
     "Noise",
     "allowed_cores",
     "busiest_processes",
+    "cpu_crowded",
     "crowded",
     "free_cores",
     "gpu_readings",

@@ -395,6 +395,36 @@ def test_a_faster_best_in_the_baseline_file_no_longer_makes_a_steady_run_noisy(t
         ReferenceBaseline(None).host_speed(0.0)
 
 
+def test_a_kernel_reading_beside_other_work_joins_no_baseline(tmp_path: Path, spinner) -> None:
+    import torch
+
+    from pytest_hwbench.interference import InterferenceMonitor, ReferenceBaseline
+
+    path = tmp_path / "baseline.json"
+    threads = torch.get_num_threads()
+    torch.set_num_threads(len(os.sched_getaffinity(0)))  # the kernel needs every core, the spinner's too
+    try:
+        with InterferenceMonitor(reference=ReferenceBaseline(path)) as monitor:
+            time.sleep(0.5)
+        readings = monitor.readings
+        assert readings["other_cores"] > MAX_OTHER_CORES, readings
+        assert readings["reference_us"] > 0  # measured and kept with the record...
+        assert "host_speed" not in readings  # ...but no baseline yet, so no speed against one
+        assert ReferenceBaseline(path).recent == []  # and the crowded reading is no baseline
+
+        known = ReferenceBaseline(path)
+        for _ in range(5):
+            known.host_speed(1000.0)
+        with InterferenceMonitor(reference=ReferenceBaseline(path)) as monitor:
+            time.sleep(0.5)
+        readings = monitor.readings
+        assert readings["host_speed"] == pytest.approx(1000.0 / readings["reference_us"], rel=1e-2)
+        assert ReferenceBaseline(path).recent == [1000.0] * 5
+    finally:
+        torch.set_num_threads(threads)
+    assert ReferenceBaseline(None).host_speed(500.0, remember=False) is None
+
+
 def test_a_host_that_changes_speed_during_the_case_is_noisy() -> None:
     changed = {"window_s": 1.0, "cores_allowed": 2, "other_cores": 0.0, "reference_before_us": 200.0,
                "reference_after_us": 300.0}
