@@ -424,6 +424,29 @@ def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
     return sum(c.decided for c in compared), len(compared)
 
 
+#: Below this share of compared cases with a verdict, `advice` looks for why.
+DECISIVE_SHARE = 0.8
+
+
+def advice(comparisons: Sequence[Comparison]) -> str:
+    """What to do when few cases got a verdict because runs differ by more than the rounds show,
+    in one line; "" otherwise. When most inconclusive cases sit inside a between-run spread wider
+    than their own rounds' spread, two separate runs on this host cannot tell the change: measuring
+    both sides in one job, alternating rounds (`hwbench ab`), lets drift hit both alike."""
+    decided, total = decisiveness(comparisons)
+    if not total or decided / total >= DECISIVE_SHARE:
+        return ""
+    undecided = [c for c in comparisons if c.verdict == "inconclusive"]
+    drift = [c for c in undecided if c.between_runs and c.spread is not None and c.between_runs > c.spread
+             and c.note.startswith("change inside")]
+    if len(drift) * 2 < len(undecided):
+        return ""
+    typical = float(np.median([c.between_runs for c in drift]))
+    return (f"{len(drift)} of {total} cases are inconclusive because separate runs on this host differ by about "
+            f"+-{typical:.0%} per case, more than their rounds show: for a decisive A/B, measure both sides in one "
+            "job with alternating rounds (`hwbench ab --models ... --b-options ...` or `--b-python ...`)")
+
+
 def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, threshold: float,
                   alpha: float, host: HostModel | None = None, runs: RunSpread | None = None) -> Comparison:
     host = host or HostModel()
@@ -559,6 +582,9 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
             f"+-{value:.1%} {kind}" for kind, value in sorted(spreads.items())))
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(comparisons)} cases)")
     lines.append(f"decisiveness {share} ({decided} of {total} compared cases have a verdict)")
+    hint = advice(comparisons)
+    if hint:
+        lines.append(hint)
     return "\n".join(lines)
 
 
@@ -573,11 +599,12 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) ->
         "decisiveness": decided / total if total else None,
         "decided": decided,
         "compared": total,
+        "advice": advice(comparisons) or None,
         "host_model": dataclasses.asdict(host) if host is not None else None,
     }, indent=2, default=str)
 
 
-__all__ = ["MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "NOISE_Z", "PRIOR_ELASTICITY",
+__all__ = ["DECISIVE_SHARE", "MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "NOISE_Z", "PRIOR_ELASTICITY",
            "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict",
-           "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
+           "advice", "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
            "learn_run_spread", "round_medians", "run_spread_of", "to_json"]

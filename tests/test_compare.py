@@ -4,18 +4,23 @@ mismatched data is `inconclusive` with its reason, and only a regression fails t
 from __future__ import annotations
 
 import dataclasses
+import json
 
 import numpy as np
 import pytest
 
 from pytest_hwbench.compare import (
+    DECISIVE_SHARE,
     MIN_ROUNDS,
     Comparison,
+    advice,
     compare_records,
+    decisiveness,
     exit_code,
     format_table,
     round_medians,
     run_spread_of,
+    to_json,
 )
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.trackers import Latency
@@ -337,3 +342,26 @@ def test_interfered_cases_are_compared_when_enough_of_them_teach_how_far_interfe
     b = [record("B", f"m{i}", steady(10.0 * s), noise="noisy", reason=busy) for i, s in enumerate(small)]
     got = compare_records(a, b)
     assert [c.verdict for c in got] == ["unchanged"] * 5 + ["regression"]
+
+
+def test_when_runs_differ_more_than_their_rounds_compare_says_to_measure_both_sides_in_one_job():
+    # An A/A pair of 12 cases with tight rounds whose run-to-run shifts spread by about 30 %
+    # (this project's 2-core runner): most cases cannot be told, and the table says what helps.
+    shifts = [0.70, 1.35, 0.85, 1.25, 1.10, 0.75, 1.40, 0.95, 1.30, 0.80, 1.05, 1.20]
+    a = [record("A", f"m{i}", steady(10.0, sd=0.002)) for i in range(12)]
+    b = [record("B", f"m{i}", steady(10.0 * s, sd=0.002)) for i, s in enumerate(shifts)]
+    got = compare_records(a, b)
+    decided, total = decisiveness(got)
+    assert decided / total < DECISIVE_SHARE
+    hint = advice(got)
+    assert hint.startswith(f"{sum(c.verdict == 'inconclusive' for c in got)} of 12 cases are inconclusive")
+    assert "hwbench ab" in hint and "+-" in hint
+    assert hint in format_table(got).splitlines()
+    assert json.loads(to_json(got))["advice"] == hint
+
+    # Runs that agree to a few percent decide, and the table gives no such advice.
+    steady_shifts = [0.97, 1.04, 0.95, 1.06, 1.02, 0.93, 1.08, 0.99, 1.05, 0.96, 1.01, 1.03]
+    b = [record("B", f"m{i}", steady(10.0 * s, sd=0.002)) for i, s in enumerate(steady_shifts)]
+    got = compare_records(a, b)
+    assert advice(got) == "" and "hwbench ab" not in format_table(got)
+    assert json.loads(to_json(got))["advice"] is None
