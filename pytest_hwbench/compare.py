@@ -47,7 +47,8 @@ Verdicts, per ``case_id``, over passed records only:
 - ``unchanged``: otherwise.
 
 **Decisiveness** is the share of the compared cases (those on both sides) with a verdict
-(regression, improvement or unchanged), reported beside the verdicts.
+(regression, improvement or unchanged), reported beside the verdicts. Where it is low because
+separate runs differ by more than their rounds show, `advice` says so and names `hwbench ab`.
 
 Records come from anywhere `pytest_hwbench.sinks.read_records` reads (DuckDB, MLflow, spools and
 record files replayed from other machines). Noisy records are left out of a side when clean ones
