@@ -406,30 +406,27 @@ def test_web_cases_land_in_mlflow_and_duckdb_and_leave_no_browser(pytester, tmp_
 
 
 _KILL_FIRST_CASE = """
-import os, signal, threading
+import os, signal, threading, time
 
-import pytest
+from pytest_hwbench.web._driver import WebDriver
 
 killed = []
+_send = WebDriver._send
 
 
-@pytest.hookimpl(wrapper=True)
-def pytest_runtest_call(item):
-    if not killed:  # the first case: its browser dies while the page measures
-        killed.append(item.nodeid)
+def _send_and_kill_the_first_measure(self, command, *, timeout_s):
+    if command["op"] == "measure" and not killed:  # the first case: its browser dies while the page measures
+        killed.append(self.pid)
 
         def kill():
-            import time
-
-            from pytest_hwbench.web import shared_driver
-
-            while shared_driver().pid is None:  # the browser starts with the case's load
-                time.sleep(0.05)
-            time.sleep(float(os.environ["KILL_AFTER_S"]))
-            os.killpg(shared_driver().pid, signal.SIGKILL)
+            time.sleep(float(os.environ["KILL_AFTER_S"]))  # inside the page's warm-up
+            os.killpg(killed[0], signal.SIGKILL)
 
         threading.Thread(target=kill, daemon=True).start()
-    return (yield)
+    return _send(self, command, timeout_s=timeout_s)
+
+
+WebDriver._send = _send_and_kill_the_first_measure
 """
 
 
@@ -440,7 +437,7 @@ def test_a_crash_fails_its_case_with_the_message_and_the_session_goes_on(pyteste
     monkeypatch.setenv("TMPDIR", str(run_tmp))
     monkeypatch.setenv("HWBENCH_ORT_WEB", str(ORT.dist))
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "6")
-    monkeypatch.setenv("KILL_AFTER_S", "2")  # after the browser started: in the load or the 6 s warm-up
+    monkeypatch.setenv("KILL_AFTER_S", "1")  # one second into the measure op: inside its 6 s warm-up
     pytester.makeconftest(_KILL_FIRST_CASE)
     pytester.makepyfile(test_bench=_SUITE)
     store = tmp_path / "store"
