@@ -526,12 +526,13 @@ def _fit(text: str, width: int) -> str:
 
 
 def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = False, verbose: bool = False,
-                 width: int = 120, host: HostModel | None = None) -> str:
+                 width: int = 120, host: HostModel | None = None, advise: bool = True) -> str:
     """Plain text: the compared cases first, one line each within `width` columns (case, verdict,
     the corrected change and the change needed to count, medians, host speed B/A, noise, the note cut
     to fit; `verbose` keeps it whole and adds the p-value, rounds and the raw change); the
     `missing` cases folded into one count line by reason (`show_missing` lists them); then a
-    count per verdict with the decisiveness, and `host`'s correction when given."""
+    count per verdict with the decisiveness, `host`'s correction when given, and `advice` when
+    `advise` (not for the two sides of an `hwbench ab` pair, which already ran interleaved)."""
     compared = [c for c in comparisons if c.verdict != "missing"]
     missing = [c for c in comparisons if c.verdict == "missing"]
     header = ["case_id", "verdict", "change", "+-", "A ms", "B ms", "host B/A", "noise A/B"]
@@ -583,14 +584,15 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
             f"+-{value:.1%} {kind}" for kind, value in sorted(spreads.items())))
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(comparisons)} cases)")
     lines.append(f"decisiveness {share} ({decided} of {total} compared cases have a verdict)")
-    hint = advice(comparisons)
+    hint = advice(comparisons) if advise else ""
     if hint:
         lines.append(hint)
     return "\n".join(lines)
 
 
-def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) -> str:
-    """The comparisons, the counts, the decisiveness and the host model as one JSON document."""
+def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *, advise: bool = True) -> str:
+    """The comparisons, the counts, the decisiveness, the host model and `advice` (when `advise`)
+    as one JSON document."""
     import json
 
     decided, total = decisiveness(comparisons)
@@ -600,7 +602,7 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None) ->
         "decisiveness": decided / total if total else None,
         "decided": decided,
         "compared": total,
-        "advice": advice(comparisons) or None,
+        "advice": (advice(comparisons) if advise else "") or None,
         "host_model": dataclasses.asdict(host) if host is not None else None,
     }, indent=2, default=str)
 

@@ -358,6 +358,9 @@ def test_when_runs_differ_more_than_their_rounds_compare_says_to_measure_both_si
     assert "hwbench ab" in hint and "+-" in hint
     assert hint in format_table(got).splitlines()
     assert json.loads(to_json(got))["advice"] == hint
+    # the two sides of an `hwbench ab` pair already ran interleaved: `compare pair:ID` gives no such advice
+    assert "hwbench ab" not in format_table(got, advise=False)
+    assert json.loads(to_json(got, advise=False))["advice"] is None
 
     # Runs that agree to a few percent decide, and the table gives no such advice.
     steady_shifts = [0.97, 1.04, 0.95, 1.06, 1.02, 0.93, 1.08, 0.99, 1.05, 0.96, 1.01, 1.03]

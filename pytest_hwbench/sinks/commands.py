@@ -318,7 +318,8 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 def _compare(args: argparse.Namespace) -> int:
     from ..compare import compare_records, exit_code, format_table, host_model_of, to_json
 
-    if args.session_a.startswith("pair:"):
+    of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
+    if of_pair:
         from .duckdb_sink import list_sessions
 
         pair = args.session_a[len("pair:"):]
@@ -336,10 +337,10 @@ def _compare(args: argparse.Namespace) -> int:
     comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)
     host = host_model_of(a, b)
     if getattr(args, "json", False):
-        print(to_json(comparisons, host))
+        print(to_json(comparisons, host, advise=not of_pair))
     else:
         print(format_table(comparisons, show_missing=getattr(args, "show_missing", False),
-                           verbose=getattr(args, "verbose", False), host=host))
+                           verbose=getattr(args, "verbose", False), host=host, advise=not of_pair))
     return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
 
 
