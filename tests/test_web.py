@@ -484,9 +484,13 @@ def test_ctrl_c_leaves_no_browser(pytester, tmp_path):
                              "--hwbench-models", "bert-tiny", "--hwbench-batch-sizes", "1", "--hwbench-no-track"],
                             cwd=pytester.path, env=env, stdout=subprocess.PIPE, stderr=subprocess.STDOUT)
     deadline = time.monotonic() + 120
-    while not _browsers_under(run_tmp) and time.monotonic() < deadline:  # the case is being measured
-        time.sleep(0.2)
-    assert _browsers_under(run_tmp), "the browser never started"
+    while not _browsers_under(run_tmp) and time.monotonic() < deadline and proc.poll() is None:
+        time.sleep(0.2)  # until the case is being measured
+    if not _browsers_under(run_tmp):
+        proc.kill()
+        out, _ = proc.communicate(timeout=60)
+        pytest.fail(f"the browser never started (pytest exit {proc.returncode}); its output ends:\n"
+                    f"{out.decode(errors='replace')[-3000:]}")
     time.sleep(1.0)
     proc.send_signal(signal.SIGINT)
     out, _ = proc.communicate(timeout=60)
