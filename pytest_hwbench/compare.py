@@ -425,6 +425,8 @@ def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
     return sum(c.decided for c in compared), len(compared)
 
 
+#: How the note of a case whose change lies inside the combined uncertainty begins.
+_INSIDE_NOTE = "change inside"
 #: Below this share of compared cases with a verdict, `advice` looks for why.
 DECISIVE_SHARE = 0.8
 
@@ -439,7 +441,7 @@ def advice(comparisons: Sequence[Comparison]) -> str:
         return ""
     undecided = [c for c in comparisons if c.verdict == "inconclusive"]
     drift = [c for c in undecided if c.between_runs and c.spread is not None and c.between_runs > c.spread
-             and c.note.startswith("change inside")]
+             and c.note.startswith(_INSIDE_NOTE)]
     if len(drift) * 2 < len(undecided):
         return ""
     typical = float(np.median([c.between_runs for c in drift]))
@@ -491,7 +493,7 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
             what += f", the host-speed correction +-{correction_sd:.1%} (kernel {ratio:.2f}x in B)"
         if between:
             what += f", between runs +-{between:.1%}"
-        note = f"change inside {NOISE_Z:g} x the combined uncertainty ({what})"
+        note = f"{_INSIDE_NOTE} {NOISE_Z:g} x the combined uncertainty ({what})"
         return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
                           note="; ".join(filter(None, [note, noisy])), **base)
     if p_value is None or p_value >= alpha:

@@ -18,9 +18,8 @@ A fixed reference kernel is timed before and after the loop (`reference_us`). Tw
   machine whose physical cores are shared with a neighbour runs multi-threaded code slower while
   every counter above stays quiet; that is *host speed*, carried with the record so comparisons
   and predictors can correct for it. A steady slow host is not interference: its records are clean.
-  A reading taken while other processes held the kernel's cores joins no baseline (on a busy
-  16-core GPU host the kernel ran 7-25x slower beside other work, and a baseline of such
-  readings made a quiet reading look 48x faster than the host's "best").
+  A reading taken while other processes held the kernel's cores joins no baseline: it times the
+  crowding, not the host.
 - the kernel before against after: when they disagree by more than `MAX_REFERENCE_CHANGE` and the
   timed loop itself slowed down or sped up the same way (its last round against its first,
   `MAX_TREND`), the host changed speed *during* the case, and the record is noisy. On the
@@ -268,9 +267,9 @@ class ReferenceBaseline:
 
     def host_speed(self, measured_us: float, *, remember: bool = True) -> float | None:
         """The baseline over `measured_us`: 1.0 at the host's recent best, below 1 when the host
-        runs slower than it has lately (0.75: a third slower). `remember` adds the reading to the
-        recent ones first; a reading taken while other work held our cores is not remembered
-        (it says how busy the host was, not how fast it runs), and is None before any reading."""
+        runs slower than it has lately (0.75: a third slower); None before any reading is remembered.
+        `remember` adds `measured_us` to the recent readings first (`InterferenceMonitor` passes
+        False for a reading taken while other processes held the kernel's cores)."""
         if not measured_us > 0:
             raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
         if remember:
