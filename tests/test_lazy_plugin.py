@@ -245,3 +245,69 @@ print(json.dumps({{"rc": int(rc), "frozen": gc.get_freeze_count()}}))
     assert found == {"rc": 0, "frozen": 0}
     assert "2 passed" in out
     assert "PytestUnraisableExceptionWarning" in out and "raised by a finalizer in a garbage cycle" in out, out[-3000:]
+
+
+EXIT_PROBE = """
+import atexit
+import gc
+import json
+import os
+import sys
+
+HERE = os.path.dirname(os.path.abspath(__file__))
+
+
+def _other_handler():  # registered after the plug-in's, so it runs before it
+    with open(os.path.join(HERE, "other_handler.json"), "w") as out:
+        json.dump({"frozen": gc.get_freeze_count()}, out)
+
+
+atexit.register(_other_handler)
+
+
+class HeldByAModule:
+    \"\"\"Freed when the interpreter's shutdown clears this module; its finalizer notes whether the
+    heap was frozen then. It keeps the functions it needs: the modules are gone by that time.\"\"\"
+
+    def __init__(self, path):
+        self.fd = os.open(path, os.O_WRONLY | os.O_CREAT | os.O_TRUNC)
+        self.write, self.close, self.frozen = os.write, os.close, gc.get_freeze_count
+
+    def __del__(self):
+        self.write(self.fd, str(self.frozen()).encode())
+        self.close(self.fd)
+
+
+HELD = HeldByAModule(os.path.join(HERE, "finalizer.txt"))
+"""
+
+MEASURED = """
+import pytest
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], batch_sizes=[1], precisions=["fp32"])
+def test_case(hwbench_case, hwbench):
+    hwbench.measure(hwbench_case)
+"""
+
+
+@pytest.mark.parametrize("measures", [True, False], ids=["measured-a-case", "unrelated-tests"])
+def test_a_process_that_measured_exits_with_its_heap_frozen_and_its_finalizers_run(tmp_path, measures):
+    """A pytest process that measured a case freezes its heap after every other exit handler ran
+    (`session._freeze_heap_at_exit`): the interpreter's shutdown still frees what the modules
+    held and runs its finalizers, which then find the heap frozen. A process without hwbench
+    cases is left as it is."""
+    (tmp_path / "conftest.py").write_text(EXIT_PROBE)
+    (tmp_path / "test_it.py").write_text(MEASURED if measures else "def test_plain():\n    assert True\n")
+    proc = subprocess.run(
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
+         "--hwbench-min-time", "0", "--hwbench-min-iterations", "2", "--hwbench-noise-retries", "0",
+         "--hwbench-store", str(tmp_path / "store"), "test_it.py"],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 0, out[-3000:]
+    assert "1 passed" in out
+    assert ("hwbench: 1 records" in out) == measures, out[-3000:]
+    assert json.loads((tmp_path / "other_handler.json").read_text()) == {"frozen": 0}
+    frozen = int((tmp_path / "finalizer.txt").read_text())
+    assert (frozen > 0) == measures, frozen
