@@ -10,7 +10,6 @@ record for a case whose worker died, print progress lines and the run's hwbench 
 
 from __future__ import annotations
 
-import atexit
 import contextlib
 import dataclasses
 import datetime as _dt
@@ -136,30 +135,6 @@ def _freeze_gc() -> bool:
         return False
     gc.freeze()
     return True
-
-
-#: Whether this process measured a case: its heap then holds the millions of objects of torch, the
-#: models' libraries and their caches.
-_measured_here = False
-
-
-def _freeze_heap_at_exit() -> None:
-    """At the interpreter's exit, after the other exit handlers, move the heap of a process that
-    measured cases out of the cyclic collector's sight (`gc.freeze`).
-
-    The shutdown that follows is the usual one: modules are cleared and what they held is freed by
-    reference count, running its finalizers. Only its full collections skip the frozen heap; they
-    walk every object torch and transformers created, several times (about 2 s per process on
-    this project's runner, a sixth of a one-case run). What skipping them leaves unfinalized is an
-    object still alive inside a reference cycle when the interpreter exits, whose finalization
-    Python does not promise either. A process that measured nothing is left as it is."""
-    if _measured_here:
-        gc.freeze()
-
-
-# Registered when pytest loads the plug-in, before the libraries a case imports register theirs:
-# exit handlers run last-registered first, so this one runs after them.
-atexit.register(_freeze_heap_at_exit)
 
 
 def _worker_slot(config: pytest.Config) -> tuple[str, int, int]:
@@ -645,8 +620,6 @@ class HwbenchState:
             for backend in registered_backends().values():
                 backend.shutdown()
             self._gc_frozen = _freeze_gc()
-            global _measured_here
-            _measured_here = True
         if self.is_worker:  # the controller prints the summary: hand it this worker's notes
             output = self.config.workeroutput  # type: ignore[attr-defined]
             output["hwbench_notes"] = list(dict.fromkeys(self.notes))
