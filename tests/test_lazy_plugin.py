@@ -200,10 +200,19 @@ def test_a_backend_that_a_conftest_registers_brings_its_markers(pytester):
     result.assert_outcomes(passed=1)
 
 
-UNRAISABLE = """
-import gc
-
+#: One measured case, and the options that make it quick.
+MEASURED = """
 import pytest
+
+
+@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], batch_sizes=[1], precisions=["fp32"])
+def test_case(hwbench_case, hwbench):
+    hwbench.measure(hwbench_case)
+"""
+QUICK = ["--hwbench-min-time", "0", "--hwbench-min-iterations", "2", "--hwbench-noise-retries", "0"]
+
+UNRAISABLE = MEASURED + """
+import gc
 
 
 class Loop:
@@ -212,11 +221,6 @@ class Loop:
 
     def __del__(self):
         raise RuntimeError("raised by a finalizer in a garbage cycle")
-
-
-@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], batch_sizes=[1], precisions=["fp32"])
-def test_case(hwbench_case, hwbench):
-    hwbench.measure(hwbench_case)
 
 
 def test_zz_leaves_a_cycle():
@@ -232,8 +236,7 @@ def test_the_sessions_end_still_reports_an_unraisable_from_a_garbage_cycle(tmp_p
     (tmp_path / "test_cycle.py").write_text(UNRAISABLE)
     code = f"""
 import gc, json, pytest
-rc = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", "--hwbench-min-time", "0",
-                  "--hwbench-min-iterations", "2", "--hwbench-noise-retries", "0",
+rc = pytest.main(["-q", "-p", "no:cacheprovider", "-p", "no:randomly", *{QUICK!r},
                   "--hwbench-store", {str(tmp_path / "store")!r}, "test_cycle.py"])
 gc.enable()
 print(json.dumps({{"rc": int(rc), "frozen": gc.get_freeze_count()}}))
@@ -270,15 +273,6 @@ class HeldByAModule:
 HELD = HeldByAModule(os.path.join(os.path.dirname(os.path.abspath(__file__)), "finalizer.txt"))
 """
 
-MEASURED = """
-import pytest
-
-
-@pytest.mark.hwbench(models=["bert-tiny"], hardware=["cpu"], backends=["torch"], batch_sizes=[1], precisions=["fp32"])
-def test_case(hwbench_case, hwbench):
-    hwbench.measure(hwbench_case)
-"""
-
 
 def test_a_process_that_measured_still_finalizes_what_its_modules_hold_at_exit(tmp_path):
     """The interpreter's shutdown after a measured case is the usual one: an object held only by
@@ -290,11 +284,10 @@ def test_a_process_that_measured_still_finalizes_what_its_modules_hold_at_exit(t
     (site / "sitecustomize.py").write_text(HELD_BY_A_MODULE)  # imported at start by every python
     (tmp_path / "test_it.py").write_text(MEASURED)
     proc = subprocess.run(
-        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly",
-         "--hwbench-min-time", "0", "--hwbench-min-iterations", "2", "--hwbench-noise-retries", "0",
+        [sys.executable, "-m", "pytest", "-q", "-p", "no:cacheprovider", "-p", "no:randomly", *QUICK,
          "--hwbench-store", str(tmp_path / "store"), "test_it.py"],
         cwd=tmp_path, capture_output=True, text=True, timeout=300, check=False,
-        env={**os.environ, "PYTHONPATH": str(site)})
+        env={**os.environ, "PYTHONPATH": os.pathsep.join(filter(None, [str(site), os.environ.get("PYTHONPATH")]))})
     out = proc.stdout + proc.stderr
     assert proc.returncode == 0, out[-3000:]
     assert "hwbench: 1 records" in out, out[-3000:]
