@@ -15,19 +15,16 @@ the other layers.
 from __future__ import annotations
 
 import sys
-import threading
-import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
+from pytest_hwbench._deadline import NOTICE_AFTER_S, call_with_deadline
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.sinks.mlflow_sink import ping
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
-#: A step still waiting after this long gets a line on stderr.
-NOTICE_AFTER_S = 3.0
 
 _T = TypeVar("_T")
 
@@ -51,29 +48,16 @@ def reach(uri: str, timeout: float = 2.0) -> str | None:
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str) -> _T:
     """`fn()`, waiting at most `budget_s` seconds (see the module docstring); `waiting` says what
     for (redacted before it is shown). Raises `HwselTimeout` at the deadline, else what `fn` raised."""
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-
     shown = redact_uri(waiting)
-    began = time.monotonic()
-    thread = threading.Thread(target=run, name=f"hwsel ({shown})", daemon=True)
-    thread.start()
-    thread.join(min(budget_s, NOTICE_AFTER_S))
-    if thread.is_alive() and budget_s > NOTICE_AFTER_S:
-        left = budget_s - (time.monotonic() - began)
+
+    def waited(left: float) -> None:
         print(f"hwsel: waiting for {shown} (at most {left:.0f} s more, --timeout; then the other layers answer)",
               file=sys.stderr, flush=True)
-        thread.join(max(0.0, left))
-    if thread.is_alive():
-        raise HwselTimeout(f"no answer within {budget_s:g} s while waiting for {shown} (--timeout)")
-    if "error" in box:
-        raise box["error"]
-    return box["value"]  # type: ignore[no-any-return]
+
+    return call_with_deadline(
+        fn, budget_s, name=f"hwsel ({shown})", on_wait=waited,
+        on_deadline=lambda: HwselTimeout(f"no answer within {budget_s:g} s while waiting for {shown} (--timeout)"),
+    )
 
 
 __all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "bounded", "is_http", "reach"]

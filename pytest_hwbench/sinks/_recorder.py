@@ -43,12 +43,12 @@ from __future__ import annotations
 import dataclasses
 import sys
 import threading
-import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
+from pytest_hwbench._deadline import call_with_deadline
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._fields import truncate
@@ -57,8 +57,6 @@ from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool, refusal
 from pytest_hwbench.vocabulary import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY
 
-#: A call still waiting after this long gets a line saying what it waits for.
-NOTICE_AFTER_S = 3.0
 #: Records per sink call when writing many (deferred flush, replay): small enough that one call
 #: stays well inside the deadline, large enough that DuckDB inserts frames, not rows.
 _CHUNK = 25
@@ -74,43 +72,21 @@ def _stderr_line(line: str) -> None:
     print(line, file=sys.stderr, flush=True)
 
 
-def call_with_deadline(
-    fn: Callable[[], _T], budget_s: float, waiting: str, notify: Callable[[str], None] | None = None
-) -> tuple[_T, float]:
-    """(what `fn()` returns, seconds it took), waiting at most `budget_s` seconds.
-
-    `fn` runs in a daemon thread; after `NOTICE_AFTER_S` without an answer `notify` gets one line
-    saying what is awaited (`waiting`). Raises `SinkTimeout` when `budget_s` passes first (the
-    thread is left to finish or block on its own), else what `fn` raised, with the seconds spent
-    in the exception's ``hwbench_elapsed_s`` attribute.
-    """
-    box: dict[str, Any] = {}
-
-    def run() -> None:
-        try:
-            box["value"] = fn()
-        except BaseException as exc:  # handed to the caller's thread
-            box["error"] = exc
-
-    began = time.monotonic()
-    thread = threading.Thread(target=run, name=f"hwbench-sink ({waiting})", daemon=True)
-    thread.start()
-    thread.join(min(budget_s, NOTICE_AFTER_S))
-    if thread.is_alive() and budget_s > NOTICE_AFTER_S:
-        left = budget_s - (time.monotonic() - began)
+def sink_call(fn: Callable[[], _T], budget_s: float, waiting: str,
+              notify: Callable[[str], None] | None = None) -> _T:
+    """`fn()` within `budget_s` seconds (`pytest_hwbench._deadline.call_with_deadline`): `notify`
+    (stderr by default) gets a line saying what is awaited (`waiting`) once the wait is long;
+    raises `SinkTimeout` at the deadline."""
+    def waited(left: float) -> None:
         (notify or _stderr_line)(
             f"hwbench: waiting for {waiting} (at most {left:.0f} s more; then its records stay in the "
             "spool for `hwbench replay`)"
         )
-        thread.join(max(0.0, budget_s - (time.monotonic() - began)))
-    elapsed = time.monotonic() - began
-    if thread.is_alive():
-        raise SinkTimeout(f"no answer within {budget_s:.0f} s while waiting for {waiting}")
-    if "error" in box:
-        error = box["error"]
-        error.hwbench_elapsed_s = elapsed
-        raise error
-    return box["value"], elapsed
+
+    return call_with_deadline(
+        fn, budget_s, name=f"hwbench-sink ({waiting})", on_wait=waited,
+        on_deadline=lambda: SinkTimeout(f"no answer within {budget_s:.0f} s while waiting for {waiting}"),
+    )
 
 
 def _describe(exc: BaseException) -> str:
@@ -379,7 +355,7 @@ class Recorder:
         budget = self.deadline_s - state.waited
         waiting = f"{state.where} to answer {during}"
         try:
-            return call_with_deadline(lambda: fn(*args), budget, waiting, self.notify)[0]
+            return sink_call(lambda: fn(*args), budget, waiting, self.notify)
         except SinkTimeout:
             state.waited, state.given_up = self.deadline_s, True
             raise
@@ -489,7 +465,7 @@ def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sess
     def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
         if deadline_s is None:
             return fn(*args)
-        return call_with_deadline(lambda: fn(*args), deadline_s, f"{where} to answer {during}", notify)[0]
+        return sink_call(lambda: fn(*args), deadline_s, f"{where} to answer {during}", notify)
 
     try:
         have = call("existing_ids", sink.existing_ids, records) if records else set()
@@ -560,4 +536,4 @@ def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
 
 
 __all__ = ["DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "SinkReplay", "SinkTimeout",
-           "call_with_deadline", "refusal", "replay", "replay_each", "unique_names"]
+           "refusal", "replay", "replay_each", "unique_names"]
