@@ -10,7 +10,8 @@ session to a throwaway store, and one ``hwbench ab`` job:
    one core kept busy for the whole job.
 
 ``gate-torch`` is registered the way a third party does it, through the
-``pytest_hwbench.backends`` entry-point group of a throwaway distribution on PYTHONPATH: it runs
+``pytest_hwbench.backends`` entry-point group of a distribution put on PYTHONPATH
+(``benchmarks/gate_site``; ``tests/test_ab.py`` uses it too): it runs
 torch eager and then busy-works 0.3x of the call's own duration when ``HWBENCH_GATE_WORK=1.3``.
 
 Printed:
@@ -44,69 +45,18 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 DEFAULT_MODELS = "bert-tiny,gpt2-tiny,vit-tiny,resnet-tiny,t5-tiny,clip-tiny"
 
-GATE_PACKAGE = '''
-"""A third party's backend: torch eager that does HWBENCH_GATE_WORK times the work of each call."""
-import os
-import time
-
-from pytest_hwbench import Backend, WrappedModel, get_backend, register_backend
+#: A distribution holding the third-party backend ``gate-torch`` (its package says what it does):
+#: on PYTHONPATH, it registers through the ``pytest_hwbench.backends`` entry-point group.
+GATE_SITE = ROOT / "benchmarks" / "gate_site"
 
 
-class GateTorch(Backend):
-    name = "gate-torch"
-    hardware = ("cpu",)
-    precisions = ("fp32",)
-
-    def markers(self, hardware):
-        return get_backend("torch").markers(hardware)
-
-    def default_precisions(self, hardware, hw):
-        return ("fp32",)
-
-    def unavailable(self, hardware, precision, hw):
-        return get_backend("torch").unavailable(hardware, precision, hw)
-
-    def load(self, spec, hardware, precision, device_index=0):
-        loaded = get_backend("torch").load(spec, hardware, precision, device_index)
-        factor = float(os.environ.get("HWBENCH_GATE_WORK", "1.0"))
-
-        def slower(call):
-            def work():
-                start = time.perf_counter()
-                out = call()
-                until = start + factor * (time.perf_counter() - start)
-                while time.perf_counter() < until:  # the extra work: busy, on this thread
-                    pass
-                return out
-
-            return work
-
-        return WrappedModel.around(loaded, slower)
-
-
-register_backend(GateTorch())
-'''
-
-
-def _site(root: Path) -> Path:
-    """A throwaway distribution holding ``gate-torch``, registered through the entry-point group."""
-    site = root / "site"
-    (site / "hwbench_gate").mkdir(parents=True)
-    (site / "hwbench_gate" / "__init__.py").write_text(GATE_PACKAGE)
-    info = site / "hwbench_gate-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hwbench-gate\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest_hwbench.backends]\ngate-torch = hwbench_gate\n")
-    return site
-
-
-def _run(label: str, store: Path, site: Path, args: argparse.Namespace, backends: str, *, work: float = 1.0,
+def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, work: float = 1.0,
          load_core: int | None = None) -> str:
     """One pytest session into `store`; returns its session id."""
     from pytest_hwbench.sinks import list_sessions
 
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
     env["HWBENCH_GATE_WORK"] = str(work)
     cmd = [sys.executable, "-m", "pytest", "bench_suites/test_inference.py", "-m", "cpu and quick", "-q",
            "-p", "no:cacheprovider", "--benchmark-disable", "--hwbench-store", str(store),
@@ -185,16 +135,16 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="hwbench-gate-") as tmp:
         root = Path(args.keep or tmp)
         root.mkdir(parents=True, exist_ok=True)
-        site, store = _site(root), root / "store"
+        store = root / "store"
         db = store / "hwbench.duckdb"
         all_backends = "torch,onnxruntime,gate-torch"
         load_core = max(os.sched_getaffinity(0))
         print(f"gate quality: models {args.models}, batch sizes {args.batch_sizes}, fp32, min time "
               f"{args.min_time} s, {len(os.sched_getaffinity(0))} cores; load on core {load_core} in run 3", flush=True)
-        s1 = _run("1 (quiet)", store, site, args, all_backends)
-        s2 = _run("2 (quiet)", store, site, args, all_backends)
-        s3 = _run("3 (one core loaded)", store, site, args, all_backends, load_core=load_core)
-        s4 = _run("4 (quiet, gate-torch 1.3x work)", store, site, args, "gate-torch", work=1.3)
+        s1 = _run("1 (quiet)", store, args, all_backends)
+        s2 = _run("2 (quiet)", store, args, all_backends)
+        s3 = _run("3 (one core loaded)", store, args, all_backends, load_core=load_core)
+        s4 = _run("4 (quiet, gate-torch 1.3x work)", store, args, "gate-torch", work=1.3)
 
         r1, r2, r3 = _records(db, s1), _records(db, s2), _records(db, s3)
         r4 = _records(db, s4, {"gate-torch"})
@@ -233,16 +183,16 @@ def main(argv: list[str] | None = None) -> int:
               f"measured change {changes[len(changes) // 2] if changes else math.nan:+.1%}")
         old_ab = old(gate1, r4)
         print(f"    before (Mann-Whitney on iterations): regression in {old_ab['regression']} of {len(ab)}", flush=True)
-        _ab_line(root, site, args, load_core)
+        _ab_line(root, args, load_core)
         if args.keep:
             print(f"store kept at {store}")
     return 0
 
 
-def _ab_line(root: Path, site: Path, args: argparse.Namespace, load_core: int) -> None:
+def _ab_line(root: Path, args: argparse.Namespace, load_core: int) -> None:
     """(d): ``hwbench ab`` of gate-torch against itself with 1.1x the work, one core busy throughout."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
     cmd = [sys.executable, "-c", "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))",
            "ab", "--models", args.models, "--backends", "gate-torch", "--batch-sizes", args.batch_sizes,
            "--threads", "1", "--store", str(root / "ab-store"), "--b-env", "HWBENCH_GATE_WORK=1.1"]

@@ -14,47 +14,9 @@ import pytest
 
 from pytest_hwbench.ab import paired_verdict, parse_env, parse_side_options
 
-GATE = '''
-import os
-import time
-
-from pytest_hwbench import Backend, WrappedModel, get_backend, register_backend
-
-
-class GateTorch(Backend):
-    name = "gate-torch"
-    hardware = ("cpu",)
-    precisions = ("fp32",)
-
-    def markers(self, hardware):
-        return get_backend("torch").markers(hardware)
-
-    def default_precisions(self, hardware, hw):
-        return ("fp32",)
-
-    def unavailable(self, hardware, precision, hw):
-        return get_backend("torch").unavailable(hardware, precision, hw)
-
-    def load(self, spec, hardware, precision, device_index=0):
-        loaded = get_backend("torch").load(spec, hardware, precision, device_index)
-        factor = float(os.environ.get("HWBENCH_GATE_WORK", "1.0"))
-
-        def slower(call):
-            def work():
-                start = time.perf_counter()
-                out = call()
-                until = start + factor * (time.perf_counter() - start)
-                while time.perf_counter() < until:
-                    pass
-                return out
-
-            return work
-
-        return WrappedModel.around(loaded, slower)
-
-
-register_backend(GateTorch())
-'''
+#: The third-party backend ``gate-torch`` that plants a slowdown (``HWBENCH_GATE_WORK``), as a
+#: distribution to put on PYTHONPATH: the one `benchmarks/gate_quality.py` plants its slowdowns with.
+GATE_SITE = Path(__file__).resolve().parents[1] / "benchmarks" / "gate_site"
 
 
 def test_the_paired_verdict_judges_per_round_ratios() -> None:
@@ -97,15 +59,8 @@ def _hwbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.Comp
 
 
 def test_ab_finds_a_planted_slowdown_and_lands_the_pair_in_duckdb_and_mlflow(tmp_path: Path) -> None:
-    site = tmp_path / "site"
-    (site / "hwbench_gate").mkdir(parents=True)
-    (site / "hwbench_gate" / "__init__.py").write_text(GATE)
-    info = site / "hwbench_gate-0.1.dist-info"
-    info.mkdir()
-    (info / "METADATA").write_text("Metadata-Version: 2.1\nName: hwbench-gate\nVersion: 0.1\n")
-    (info / "entry_points.txt").write_text("[pytest_hwbench.backends]\ngate-torch = hwbench_gate\n")
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
-    env["PYTHONPATH"] = os.pathsep.join([str(site), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
     env["HWBENCH_CACHE_DIR"] = str(tmp_path / "cache")
     store = tmp_path / "store"
     # Two option sets; B's worker also does 3x the work of each call (a planted slowdown).
