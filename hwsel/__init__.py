@@ -21,7 +21,8 @@ kind hold, and every answer says which it took. The backend is eager ``torch`` u
 
 Data and models are loaded once per (source, tracking_uri, config) and kept: after that a
 selection is in-memory arithmetic. Build a `Predictor` yourself to choose the source or the
-layers; every function takes ``predictor=``.
+layers; every function that answers from it (selection, prediction, maps, matrices, analysis) takes
+``predictor=``.
 """
 
 from __future__ import annotations
