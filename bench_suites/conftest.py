@@ -95,7 +95,7 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     parser.getgroup("hwbench").addoption(
         "--hwbench-grid", dest="hwbench_grid", choices=GRIDS, default="ci",
         help="ci: on accelerators, the grid one GPU runner measures in at most ~30 min on an H100 (default); "
-             "all: every case (about 3 h on an H100)")
+             "all: every case (about 8 h on an H100, `benchmarks/cuda_grid_estimate.py`)")
 
 
 def pytest_hwbench_modify_cases(config: pytest.Config, cases: list[BenchCase]) -> None:

@@ -664,6 +664,7 @@ class HwbenchState:
         if noisy:  # the figures of these were taken while other work held the machine
             worst = max(noisy, key=lambda r: r.interference.get("other_cores") or 0.0)
             lines.append(f"noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
-                         "(`hwbench report` lists them; `hwbench compare` calls them inconclusive)")
+                         "(`hwbench report` lists them; `hwbench compare` compares them once 5 or more such cases show "
+                         "how far interference moved them, else calls them inconclusive)")
         return lines
 
