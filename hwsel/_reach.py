@@ -9,13 +9,14 @@ client does with them (and with ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING
 `bounded` runs one slow step (reading records, loading champions) in a daemon thread: after
 `NOTICE_AFTER_S` without an answer it prints one line to stderr saying what it waits for and for
 how long at most, and at the deadline it gives up with `HwselTimeout`, so the caller answers from
-the other layers.
+the other layers (a question) or stops naming the store (`hwsel train`, `hwsel next`, which
+`require_reachable` lets fail at once on a server that does not answer).
 """
 
 from __future__ import annotations
 
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
@@ -33,6 +34,10 @@ class HwselTimeout(TimeoutError):
     """A store or server did not answer within hwsel's deadline (``--timeout``)."""
 
 
+class HwselUnreachable(ConnectionError):
+    """A tracking server that a command cannot do without does not answer its ``/health``."""
+
+
 def is_http(uri: Any) -> bool:
     """Whether `uri` is an ``http(s)://`` tracking URI (a server to reach)."""
     return isinstance(uri, str) and urlsplit(uri).scheme.lower() in ("http", "https")
@@ -45,13 +50,24 @@ def reach(uri: str, timeout: float = 2.0) -> str | None:
     return ping(uri, timeout) if is_http(uri) else None
 
 
-def bounded(fn: Callable[[], _T], budget_s: float, waiting: str) -> _T:
+def require_reachable(uris: Iterable[Any], timeout: float) -> None:
+    """Raise `HwselUnreachable` naming the first ``http(s)://`` store among `uris` whose
+    ``/health`` does not answer within ``min(2, timeout)`` seconds (other stores pass)."""
+    for uri in dict.fromkeys(str(u) for u in uris if is_http(u)):
+        why = reach(uri, timeout=min(2.0, timeout))
+        if why is not None:
+            raise HwselUnreachable(f"{why}; start the tracking server, or pass --source a .duckdb, .parquet or "
+                                   ".jsonl file")
+
+
+def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = "the other layers answer") -> _T:
     """`fn()`, waiting at most `budget_s` seconds (see the module docstring); `waiting` says what
-    for (redacted before it is shown). Raises `HwselTimeout` at the deadline, else what `fn` raised."""
+    for (redacted before it is shown), `then` what happens at the deadline. Raises `HwselTimeout`
+    at the deadline, else what `fn` raised."""
     shown = redact_uri(waiting)
 
     def waited(left: float) -> None:
-        print(f"hwsel: waiting for {shown} (at most {left:.0f} s more, --timeout; then the other layers answer)",
+        print(f"hwsel: waiting for {shown} (at most {left:.0f} s more, --timeout; then {then})",
               file=sys.stderr, flush=True)
 
     return call_with_deadline(
@@ -60,4 +76,5 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str) -> _T:
     )
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "bounded", "is_http", "reach"]
+__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "HwselUnreachable", "bounded", "is_http", "reach",
+           "require_reachable"]

@@ -68,15 +68,19 @@ def _source_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None
                         "mlruns/ here, if present)")
 
 
+def _timeout_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    p.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"seconds to wait for {what} (default {DEFAULT_TIMEOUT_S:g})")
+
+
 def _store_options(p: argparse.ArgumentParser) -> None:
     g = p.add_argument_group("where data and models come from")
     _source_option(g)
     g.add_argument("--tracking-uri", default=None,
                    help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/mlflow.db)")
-    g.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
-                   help="seconds to wait for the records and for the registered models each; a store that does "
-                        f"not answer in time is left out and the other layers answer (default {DEFAULT_TIMEOUT_S:g})")
+    _timeout_option(g, "the records and for the registered models each; a store that does not answer in time is "
+                       "left out and the other layers answer")
     g.add_argument("--selection-config", dest="config", default=None, metavar="FILE",
                    help="selection settings (weights, hardware preferences, thresholds), TOML or JSON "
                         "(default: $HWSEL_CONFIG, else built-in)")
@@ -163,6 +167,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--no-progress", action="store_true", help="no progress bar")
     p.add_argument("--include-noisy", action="store_true",
                    help="also train on records measured on a busy machine (left out by default, and counted)")
+    _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then training stops")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("select", help="recommend hardware for a model",
@@ -268,6 +273,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same list (default 0)")
     p.add_argument("--ensemble", type=_positive_int, default=8,
                    help="latency models in the ensemble, at least 2 (default 8)")
+    _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then it stops")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("detect", help="hardware found on this machine")
@@ -317,7 +323,8 @@ def cmd_train(args: argparse.Namespace) -> int:
         raise UsageError(f"training needs scikit-learn, optuna and mlflow ({exc}); "
                          "pip install 'pytest-hwbench'") from None
     result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
-                   experiment=args.experiment, progress=not args.no_progress, include_noisy=args.include_noisy)
+                   experiment=args.experiment, progress=not args.no_progress, include_noisy=args.include_noisy,
+                   timeout=args.timeout)
     store = redact_uri(result.tracking_uri)  # shown, never with its password
     sources = [redact_uri(str(s)) for s in args.source] if args.source else [store]
     data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "rows": result.n_rows,
@@ -544,7 +551,7 @@ def cmd_next(args: argparse.Namespace) -> int:
           file=sys.stderr, flush=True)
     picks = suggest_measurements(args.budget, source=args.source, models=args.models, hardware=args.hardware,
                                  backends=args.backends, precisions=args.precisions, batch_sizes=args.batch_sizes,
-                                 seed=args.seed, ensemble=args.ensemble)
+                                 seed=args.seed, ensemble=args.ensemble, timeout=args.timeout)
     if len(picks) < args.budget:
         print(f"hwsel next: only {len(picks)} configuration(s) of that grid are not measured yet", file=sys.stderr)
     lines = []

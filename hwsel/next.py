@@ -36,6 +36,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
+from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import Source
 from pytest_hwbench.vocabulary import normalise_mode
 
@@ -435,6 +436,7 @@ def suggest_measurements(
     seed: int = 0,
     ensemble: int = 8,
     table: pd.DataFrame | None = None,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
 ) -> list[Suggestion]:
     """The `budget` configurations whose measurement would most shrink the latency predictors' uncertainty.
 
@@ -448,18 +450,27 @@ def suggest_measurements(
         seed: seeds the bootstrap and the regressors; the same seed gives the same answer.
         ensemble: number of regressors (at least 2).
         table: a training table to use instead of loading `source`.
+        timeout: seconds to wait for the records, imports aside; a tracking server among the
+            sources must answer its ``/health`` within 2 s. None: no limit.
 
     Raises:
         ValueError: a budget below 1, an unknown model, hardware, backend or precision, or
             records of fewer than two models.
+        HwselUnreachable, HwselTimeout: a tracking server that does not answer, records that do
+            not come within `timeout`.
     """
-    from .data import load_runs, training_table
+    from .data import default_source, describe_sources, load_runs, source_list, training_table
 
     budget = _check_budget(budget)
     _check_ensemble(ensemble)
     if table is None:
+        if timeout is not None:
+            require_reachable(source_list(source) or [default_source()], timeout)
         try:
-            table = training_table(load_runs(source))
+            runs = (load_runs(source) if timeout is None else
+                    bounded(lambda: load_runs(source), timeout, f"the records of {describe_sources(source)}",
+                            then="hwsel next stops"))
+            table = training_table(runs)
         except LookupError:  # the default store holds no benchmark runs yet: a cold start
             if source is not None:
                 raise

@@ -59,6 +59,7 @@ import numpy as np
 import pandas as pd
 from sklearn.base import clone
 
+from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import (
     NESTED_COLUMNS,
     dropped_text,
@@ -262,6 +263,7 @@ def train(
     progress: bool = True,
     snapshot_dir: str | os.PathLike[str] | None = None,
     include_noisy: bool = False,
+    timeout: float | None = DEFAULT_TIMEOUT_S,
 ) -> TrainResult:
     """Train, evaluate and register the latency, throughput and memory predictors.
 
@@ -279,6 +281,13 @@ def train(
             else ``mlruns/hwsel-snapshots``); it is also logged as an artifact of the run.
         include_noisy: also train on records measured on a busy machine (left out by default,
             counted in `TrainResult.noisy_left_out`).
+        timeout: seconds to wait for the records, imports aside (a line on stderr says what is
+            awaited after a few seconds); a tracking server among the sources or at
+            `tracking_uri` must answer its ``/health`` within 2 s. None: no limit.
+
+    Raises:
+        HwselUnreachable: a tracking server named does not answer (before any training).
+        HwselTimeout: the records did not come within `timeout`.
     """
 
     from hwsel._quiet import quiet_mlflow
@@ -289,9 +298,16 @@ def train(
     uri = tracking_uri or default_source()
     sources = source_list(source) or [uri]
     where = describe_sources(sources)
-    with quiet_mlflow():
-        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
+    if timeout is not None:
+        require_reachable([*sources, uri], timeout)
+
+    def read() -> pd.DataFrame:
+        return load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
                          include_noisy=include_noisy)
+
+    with quiet_mlflow():
+        runs = read() if timeout is None else bounded(read, timeout, f"the records of {where}",
+                                                       then="hwsel train stops")
     dropped = dict(runs.attrs.get("dropped") or {})
     noisy_left_out = int(runs.attrs.get("noisy") or 0)
     table = training_table(runs)

@@ -5,6 +5,9 @@
   password appears in no output.
 - A server that accepts connections and never answers: ``hwsel predict`` finishes within its
   bound and says why the layers are off; a slow step is announced and cut at ``--timeout``.
+- ``hwsel train`` and ``hwsel next``, which cannot answer without their records, stop at once on
+  a server that does not answer its ``/health``, and at ``--timeout`` on one whose ``/health``
+  answers but whose API hangs, naming the store each time.
 - Two ``hwsel train`` at once on a new SQLite store both succeed.
 """
 
@@ -14,6 +17,7 @@ import base64
 import http.client
 import json
 import os
+import re
 import socket
 import subprocess
 import sys
@@ -194,6 +198,57 @@ def test_a_slow_step_is_announced_and_cut_at_the_deadline(capsys: pytest.Capture
     assert 3.5 < time.monotonic() - started < 10
     assert "hwsel: waiting for the records (at most 1 s more, --timeout" in capsys.readouterr().err
     assert bounded(lambda: 42, 4.0, "x") == 42
+
+
+def test_train_and_next_stop_at_once_naming_a_server_that_does_not_answer(silent_port: int, tmp_path: Path) -> None:
+    uri = f"http://127.0.0.1:{silent_port}"
+    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    for args in (("train", "--tracking-uri", store, "--trials", "1"), ("next", "--budget", "2")):
+        out = _hwsel(*args, "--source", uri, "--timeout", "10", cwd=tmp_path, timeout=120)
+        assert out.returncode == 1, out.stdout + out.stderr
+        assert f"hwsel {args[0]}: failed: HwselUnreachable: cannot reach {uri}/health within 2 s" in out.stderr, out.stderr
+        assert "start the tracking server, or pass --source a .duckdb, .parquet or .jsonl file" in out.stderr
+        assert "Retrying" not in out.stderr  # MLflow's own retries (30 s each) never start
+
+
+class _HealthyButHanging(BaseHTTPRequestHandler):
+    """``/health`` answers 200; every other request is held until the server closes."""
+
+    release = threading.Event()
+
+    def do_GET(self) -> None:  # noqa: N802 - http.server's name
+        if self.path.rstrip("/") == "/health":
+            self.send_response(200)
+            self.send_header("Content-Length", "2")
+            self.end_headers()
+            self.wfile.write(b"OK")
+        else:
+            self.release.wait(120)
+
+    do_POST = do_GET  # noqa: N815
+
+    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
+        pass
+
+
+def test_train_and_next_stop_at_the_deadline_when_the_records_do_not_come(tmp_path: Path) -> None:
+    server = ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButHanging)
+    server.daemon_threads = True
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
+    try:
+        for args in (("train", "--tracking-uri", store, "--trials", "1"), ("next", "--budget", "2")):
+            out = _hwsel(*args, "--source", uri, "--timeout", "5", cwd=tmp_path, timeout=120)
+            assert out.returncode == 1, out.stdout + out.stderr
+            assert re.search(rf"hwsel: waiting for the records of {re.escape(uri)} \(at most \d s more, --timeout; "
+                             rf"then hwsel {args[0]} stops\)", out.stderr), out.stderr
+            assert (f"hwsel {args[0]}: failed: HwselTimeout: no answer within 5 s while waiting for the records of "
+                    f"{uri} (--timeout)") in out.stderr, out.stderr
+    finally:
+        _HealthyButHanging.release.set()
+        server.shutdown()
+        server.server_close()
 
 
 def test_two_trainings_at_once_on_a_new_sqlite_store(small_runs: Path, tmp_path: Path) -> None:
