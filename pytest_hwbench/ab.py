@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import argparse
 import math
+import os
 import shlex
 import sys
 import time
@@ -34,6 +35,7 @@ from typing import Any
 
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
 from .record import BenchmarkRecord
+from .vocabulary import DEFAULT_DEADLINE_S
 
 #: `--hwbench-*` options a side's option set may hold: (option, worker setting, type).
 SIDE_OPTIONS: dict[str, tuple[str, type]] = {
@@ -313,9 +315,10 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
 
 
 def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[], Any]],
-                spool_dir: Any) -> dict[str, Any]:
+                spool_dir: Any, *, deadline_s: float | None = DEFAULT_DEADLINE_S) -> dict[str, Any]:
     """Write both sides as two sessions tagged as one pair through a `Recorder` each (spool
-    first, then a sink from each of `sinks`, factories such as ``lambda: open_sink("duckdb")``);
+    first, then a sink from each of `sinks`, factories such as ``lambda: open_sink("duckdb")``;
+    a sink that fails or does not answer for `deadline_s` seconds is left to ``hwbench replay``);
     returns each side's `RecorderReport`."""
     import datetime as _dt
     import socket
@@ -331,7 +334,7 @@ def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[],
                            runner_label=f"ab {result.pair} {label}",
                            extra={"ab_pair": result.pair, "ab_side": label, "ab_variant": side.describe(),
                                   "ab_other_session": result.sessions["B" if label == "A" else "A"]})
-        recorder = Recorder(Spool(spool_dir), [make() for make in sinks])
+        recorder = Recorder(Spool(spool_dir), [make() for make in sinks], deadline_s=deadline_s)
         recorder.start(info)
         for record in result.records[label]:
             recorder.emit(record)
@@ -395,6 +398,10 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     sides = []
     for label in ("a", "b"):
         options = getattr(args, f"{label}_options")
+        python = getattr(args, f"{label}_python")
+        if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+            raise ValueError(f"--{label}-python {python}: not an executable file; give a Python interpreter, e.g. "
+                             "another venv's bin/python")
         sides.append(Side(label.upper(), getattr(args, f"{label}_python"), parse_env(getattr(args, f"{label}_env")),
                           parse_side_options(options), options))
     return sides[0], sides[1]
@@ -440,6 +447,9 @@ def _run(args: argparse.Namespace) -> int:
         cases = _cases(args)
         if args.rounds < 3:
             raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
+        from .compare import check_verdict_settings
+
+        check_verdict_settings(args.threshold, args.alpha, prefix="--")
         if args.max_rounds is not None and args.max_rounds < args.rounds:
             raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")
         if args.threads is not None and args.threads < 1:

@@ -276,6 +276,15 @@ def _inconclusive_reason(a: _Side, b: _Side) -> str:
     return "; ".join(reasons)
 
 
+def check_verdict_settings(threshold: float, alpha: float, *, prefix: str = "") -> None:
+    """Raise ValueError unless `threshold` is a finite number >= 0 and `alpha` lies in (0, 1);
+    `prefix` comes before the names (``"--"`` for the command-line flags)."""
+    if not (threshold >= 0 and math.isfinite(threshold)):
+        raise ValueError(f"{prefix}threshold must be a finite number >= 0 (0.10 = 10 %), got {threshold!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"{prefix}alpha must be in (0, 1), e.g. 0.05, got {alpha!r}")
+
+
 def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
                     alpha: float = 0.05) -> list[Comparison]:
     """One `Comparison` per case_id in A or B: A's cases in A's order, then cases only in B.
@@ -284,10 +293,7 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
     `alpha`: significance level of the two-sided Mann-Whitney U test on the rounds.
     A side may hold several records of a case (repeats, several sessions): their rounds pool.
     """
-    if not (threshold >= 0 and math.isfinite(threshold)):
-        raise ValueError(f"threshold must be a finite number >= 0, got {threshold!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"alpha must be in (0, 1), got {alpha!r}")
+    check_verdict_settings(threshold, alpha)
     for name, records in (("a", a), ("b", b)):
         bad = [type(r).__name__ for r in records if not isinstance(r, BenchmarkRecord)]
         if bad:
@@ -611,5 +617,5 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
 
 __all__ = ["DECISIVE_SHARE", "MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "NOISE_Z", "PRIOR_ELASTICITY",
            "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict",
-           "advice", "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
+           "advice", "check_verdict_settings", "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
            "learn_run_spread", "round_medians", "run_spread_of", "to_json"]

@@ -50,6 +50,10 @@ def test_ab_refuses_bad_usage_with_exit_2(capsys) -> None:
     assert "nope-model not in the model zoo" in capsys.readouterr().err
     assert main(["ab", "--models", "bert-tiny", "--rounds", "2", "--no-sinks"]) == 2
     assert "at least 3 rounds" in capsys.readouterr().err
+    assert main(["ab", "--models", "bert-tiny", "--threshold", "-1", "--no-sinks"]) == 2
+    assert "--threshold must be a finite number >= 0 (0.10 = 10 %), got -1.0" in capsys.readouterr().err
+    assert main(["ab", "--models", "bert-tiny", "--alpha", "5", "--no-sinks"]) == 2
+    assert "--alpha must be in (0, 1), e.g. 0.05, got 5.0" in capsys.readouterr().err
 
 
 def _hwbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:

@@ -18,6 +18,7 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
+from urllib.parse import urlsplit
 
 from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
@@ -209,6 +210,16 @@ def _report_args(parser: argparse.ArgumentParser) -> None:
                         help="output directory (default: STORE/report, beside the records it reports on)")
 
 
+def _output_dir(option: str, value: str) -> Path:
+    """`value` as the folder that `option` writes into; ValueError when it is empty or a file."""
+    if not value.strip():
+        raise ValueError(f"{option} is empty: give a folder to write into")
+    path = Path(value).expanduser()
+    if path.exists() and not path.is_dir():
+        raise ValueError(f"{option} {value}: is a file, not a folder; give a folder (made when missing)")
+    return path
+
+
 def _report(args: argparse.Namespace) -> int:
     import platform
 
@@ -216,11 +227,11 @@ def _report(args: argparse.Namespace) -> int:
     from ..report import write_report
     from .duckdb_sink import load_results
 
+    out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
     session = None if args.session == "all" else _session_id(db, args.session)
     results = load_results(db, session)
     system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
-    out = Path(args.out) if args.out else Path(args.store) / "report"
     paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
                          session_id=session)
     print(f"hwbench report: {paths.markdown}, {paths.compatibility}, {len(paths.plots)} plots in {paths.out_dir}")
@@ -285,9 +296,26 @@ def _session_parts(wanted: str) -> list[str]:
     return parts
 
 
+#: Seconds a command waits for a tracking server's ``/health`` before it reads or writes there: a
+#: server that refuses fails at once, a silent one within this, and neither after MLflow's retries.
+PING_TIMEOUT_S = 5.0
+
+
+def require_answer(uri: str | None, what: str) -> None:
+    """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
+    whose ``/health`` does not answer within `PING_TIMEOUT_S`; other stores pass."""
+    from .mlflow_sink import ping
+
+    if uri is None or urlsplit(uri).scheme.lower() not in ("http", "https"):
+        return
+    problem = ping(uri, timeout=PING_TIMEOUT_S)
+    if problem is not None:
+        raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
+
+
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
     from .duckdb_sink import load_records
-    from .mlflow_sink import MlflowStoreError, ping
+    from .mlflow_sink import MlflowStoreError
     from .readers import read_records, source_kind
 
     parts = _session_parts(wanted)
@@ -299,9 +327,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     shown = redact_uri(source)
     remote = source_kind(source) == "mlflow"
     if remote:
-        problem = ping(source, timeout=10.0)  # refused at once, silent within 10 s: not after MLflow's retries
-        if problem is not None:
-            raise ConnectionError(f"source {shown}: {problem}; check the address and that the server runs")
+        require_answer(source, "source")
     try:
         records = read_records(source, experiment=args.experiment, with_timings=True)
     except (ValueError, FileNotFoundError):
@@ -362,9 +388,12 @@ def _export(args: argparse.Namespace) -> int:
         targets = [_sink_of(spec, {}) for spec in args.to]
     except ValueError as exc:
         raise ValueError(f"--to: {exc}") from None
+    for target in targets:
+        require_answer(resolve_sink(target.spec)[1], f"--to {target.name}")
+    parquet = _output_dir("--parquet", args.parquet) if args.parquet is not None else None
     db = _db(args)
-    if args.parquet is not None:
-        for path in export_parquet(db, args.parquet):
+    if parquet is not None:
+        for path in export_parquet(db, parquet):
             print(path)
     failed = []
     for target in targets:
@@ -400,6 +429,9 @@ def _import_mlflow(args: argparse.Namespace) -> int:
         target = _sink_of(args.to or "duckdb", store)
     except ValueError as exc:
         raise ValueError(f"--to: {exc}") from None
+    require_answer(cfg.mlflow_uri, "--mlflow-uri")
+    if args.to is not None:
+        require_answer(resolve_sink(target.spec)[1], f"--to {target.name}")
     print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {target.shown}",
           flush=True)
     from mlflow.exceptions import MlflowException

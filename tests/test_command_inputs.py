@@ -1,0 +1,123 @@
+"""The store commands and ``hwbench ab`` refuse bad input before any work, naming the option, and
+never wait on a tracking server that does not answer:
+
+- ``report --out`` and ``export --parquet`` given a file, or nothing, are usage errors (exit 2);
+- ``export --to`` and ``import-mlflow`` to a server that refuses, or that accepts and never
+  answers, stop within seconds with exit 3 naming the option (not after MLflow's retries), the
+  password masked;
+- ``ab --threshold``/``--alpha`` out of range and an ``--a-python`` that is no interpreter are
+  usage errors before any worker starts;
+- ``ab``'s sinks are bounded like the harness's: a silent server leaves the pair in the spool.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import socket
+import subprocess
+import sys
+from collections import Counter
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from pytest_hwbench.cli import main
+
+SECRET = "s3cret-pw"
+
+
+@pytest.fixture(autouse=True)
+def _own_stores_only(monkeypatch: pytest.MonkeyPatch) -> None:
+    for name in ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
+        monkeypatch.delenv(name, raising=False)
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port that accepts connections and never answers."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()
+
+
+def _closed_port() -> int:
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    port = int(sock.getsockname()[1])
+    sock.close()
+    return port
+
+
+@pytest.mark.parametrize("args, option", [
+    (["report", "--out", "{file}"], "--out"),
+    (["export", "--parquet", "{file}"], "--parquet"),
+])
+def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path: Path, capsys: pytest.CaptureFixture[str],
+                                                           args: list[str], option: str) -> None:
+    file = tmp_path / "taken"
+    file.write_text("not a folder")
+    argv = [a.format(file=file) for a in args] + ["--store", str(tmp_path / "store")]
+    assert main(argv) == 2
+    err = capsys.readouterr().err
+    assert f"{option} {file}: is a file, not a folder; give a folder" in err, err
+    assert main([args[0], option, "", "--store", str(tmp_path / "store")]) == 2
+    assert f"{option} is empty: give a folder to write into" in capsys.readouterr().err
+    assert file.read_text() == "not a folder"
+
+
+@pytest.mark.parametrize("silent", [True, False], ids=["never-answers", "refuses"])
+def test_export_and_import_stop_at_once_on_a_server_that_does_not_answer(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str], silent_port: int, silent: bool) -> None:
+    port = silent_port if silent else _closed_port()
+    uri = f"http://user:{SECRET}@127.0.0.1:{port}"
+    for argv, option in ((["export", "--to", f"mlflow:{uri}"], "--to mlflow"),
+                         (["import-mlflow", "--mlflow-uri", uri], "--mlflow-uri")):
+        assert main([*argv, "--store", str(tmp_path / "store")]) == 3
+        err = capsys.readouterr().err
+        assert f"{option} http://***@127.0.0.1:{port}: cannot reach http://***@127.0.0.1:{port}/health" in err, err
+        assert "check the address and that the server runs" in err
+        assert SECRET not in err
+        assert "Retrying" not in err and "MlflowException" not in err  # stopped before MLflow's retries
+    assert not (tmp_path / "store" / "hwbench.duckdb").exists()  # nothing was written before the check
+
+
+def test_ab_refuses_bad_settings_and_interpreters_before_any_worker(tmp_path: Path,
+                                                                     capsys: pytest.CaptureFixture[str]) -> None:
+    import pytest_hwbench.ab  # noqa: F401 - registers the command
+
+    base = ["ab", "--models", "bert-tiny", "--no-sinks"]
+    assert main([*base, "--threshold", "nan"]) == 2
+    assert "--threshold must be a finite number >= 0" in capsys.readouterr().err
+    assert main([*base, "--alpha", "0"]) == 2
+    assert "--alpha must be in (0, 1), e.g. 0.05, got 0.0" in capsys.readouterr().err
+    for python in (tmp_path / "nope" / "python", tmp_path):
+        assert main([*base, "--a-python", str(python)]) == 2
+        assert f"--a-python {python}: not an executable file; give a Python interpreter" in capsys.readouterr().err
+
+
+def test_ab_leaves_the_pair_in_the_spool_when_the_tracking_server_never_answers(tmp_path: Path,
+                                                                               silent_port: int) -> None:
+    uri = f"http://user:{SECRET}@127.0.0.1:{silent_port}"
+    store = tmp_path / "store"
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
+    env["HWBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    code = "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))"
+    proc = subprocess.run([sys.executable, "-c", code, "ab", "--models", "bert-tiny", "--rounds", "3", "--threads", "1",
+                           "--a-options", "--hwbench-min-time 0.05", "--b-options", "--hwbench-min-time 0.05",
+                           "--store", str(store), "--mlflow-uri", uri],
+                          cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode in (0, 1), out  # a verdict, not a hang or a crash
+    assert "hwbench: waiting for sink 'mlflow'" in proc.stderr, out
+    assert "pending, run hwbench replay" in proc.stdout, out
+    assert SECRET not in out
+    spooled = [json.loads(line) for line in (store / "spool" / "records.jsonl").read_text().splitlines()]
+    sides = Counter(r["extra"]["ab_side"] for r in spooled)
+    # one case, three rounds or more (a case whose rounds disagree gets more), both sides: all kept
+    assert sides["A"] == sides["B"] >= 3 and set(sides) == {"A", "B"}, sides
