@@ -50,14 +50,21 @@ def reach(uri: str, timeout: float = 2.0) -> str | None:
     return ping(uri, timeout) if is_http(uri) else None
 
 
-def require_reachable(uris: Iterable[Any], timeout: float) -> None:
-    """Raise `HwselUnreachable` naming the first ``http(s)://`` store among `uris` whose
-    ``/health`` does not answer within ``min(2, timeout)`` seconds (other stores pass)."""
-    for uri in dict.fromkeys(str(u) for u in uris if is_http(u)):
-        why = reach(uri, timeout=min(2.0, timeout))
+#: What to do instead when the tracking server an option names does not answer.
+_INSTEAD = {"--source": "or pass --source a .duckdb, .parquet or .jsonl file",
+            "--tracking-uri": "or pass --tracking-uri another store (e.g. sqlite:///mlruns/mlflow.db)"}
+
+
+def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None:
+    """Raise `HwselUnreachable` naming the option of the first ``http(s)://`` store among
+    `stores` (``(uri, option)`` pairs) whose ``/health`` does not answer within ``min(2, timeout)``
+    seconds; other stores pass."""
+    for uri, option in stores:
+        if not is_http(uri):
+            continue
+        why = reach(str(uri), timeout=min(2.0, timeout))
         if why is not None:
-            raise HwselUnreachable(f"{why}; start the tracking server, or pass --source a .duckdb, .parquet or "
-                                   ".jsonl file")
+            raise HwselUnreachable(f"{option}: {why}; start the tracking server, {_INSTEAD.get(option, 'or name another')}")
 
 
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = "the other layers answer") -> _T:

@@ -24,7 +24,7 @@ from pytest_hwbench.sinks import redact_uri
 
 from ._reach import DEFAULT_TIMEOUT_S
 from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, HARDWARE, MODES, PRECISIONS
-from .query import QuestionError, describe_model, error_text
+from .query import HwselWarning, QuestionError, describe_model, error_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
@@ -612,8 +612,11 @@ def _redact_output() -> None:
             handler.setFormatter(_RedactingFormatter(shape._fmt if shape else None, shape.datefmt if shape else None))
     shown = warnings.formatwarning
     if not getattr(shown, "_hwsel_redacts", False):
-        def formatwarning(*args: Any, **kwargs: Any) -> str:
-            return redact_uri(shown(*args, **kwargs))
+        def formatwarning(message: Warning | str, category: type[Warning], filename: str, lineno: int,
+                          line: str | None = None) -> str:
+            if issubclass(category, HwselWarning):  # ours say what and why: the line that warned says nothing
+                return redact_uri(f"hwsel: warning: {message}\n")
+            return redact_uri(shown(message, category, filename, lineno, line))
 
         formatwarning._hwsel_redacts = True  # type: ignore[attr-defined]
         warnings.formatwarning = formatwarning

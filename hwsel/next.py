@@ -465,7 +465,7 @@ def suggest_measurements(
     _check_ensemble(ensemble)
     if table is None:
         if timeout is not None:
-            require_reachable(source_list(source) or [default_source()], timeout)
+            require_reachable(((s, "--source") for s in source_list(source) or [default_source()]), timeout)
         try:
             runs = (load_runs(source) if timeout is None else
                     bounded(lambda: load_runs(source), timeout, f"the records of {describe_sources(source)}",

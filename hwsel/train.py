@@ -292,14 +292,15 @@ def train(
 
     from hwsel._quiet import quiet_mlflow
     from hwsel.data import default_source, describe_sources, source_list
+    from pytest_hwbench.sinks.mlflow_sink import validate_tracking_uri
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    uri = tracking_uri or default_source()
+    uri = validate_tracking_uri(tracking_uri or default_source())
     sources = source_list(source) or [uri]
     where = describe_sources(sources)
     if timeout is not None:
-        require_reachable([*sources, uri], timeout)
+        require_reachable([*((s, "--source") for s in sources), (uri, "--tracking-uri")], timeout)
 
     def read() -> pd.DataFrame:
         return load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,

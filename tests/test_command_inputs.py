@@ -121,3 +121,21 @@ def test_ab_leaves_the_pair_in_the_spool_when_the_tracking_server_never_answers(
     sides = Counter(r["extra"]["ab_side"] for r in spooled)
     # one case, three rounds or more (a case whose rounds disagree gets more), both sides: all kept
     assert sides["A"] == sides["B"] >= 3 and set(sides) == {"A", "B"}, sides
+
+
+def test_a_sqlite_tracking_uri_naming_a_non_database_or_a_folder_is_a_usage_error(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    text = tmp_path / "notes.db"
+    text.write_text("not a database")
+    snapshot = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
+    for uri, says in ((f"sqlite:///{text}", f"{text} is not an SQLite database; name another file"),
+                      (f"sqlite:///{tmp_path}", f"names a directory; use sqlite:///{tmp_path / 'mlflow.db'}")):
+        assert main(["import-mlflow", "--mlflow-uri", uri, "--store", str(tmp_path / "store")]) == 2
+        assert says in capsys.readouterr().err
+        assert hwsel_main(["train", "--source", str(snapshot), "--trials", "1", "--tracking-uri", uri]) == 2
+        assert says in capsys.readouterr().err
+    assert hwsel_main(["train", "--source", str(snapshot), "--trials", "1", "--tracking-uri", "notascheme://x"]) == 2
+    assert "unsupported scheme 'notascheme'; accepted forms: sqlite:///PATH/mlflow.db" in capsys.readouterr().err
+    assert text.read_text() == "not a database"

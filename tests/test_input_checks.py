@@ -132,10 +132,10 @@ def test_password_in_tracking_uri_is_masked_in_messages_and_stores(
         server.kill()
     assert _files_holding(pytester.path, secret) == []  # spool, both DuckDB files, server DB, artifacts
 
-    # (c) The server is gone again: the import fails with a masked message, not a traceback.
+    # (c) The server is gone again: the import fails at its /health, with a masked message, not a traceback.
     assert hwbench(["import-mlflow", "--store", str(store), "--db", str(imported), "--mlflow-uri", uri]) == 3
     out = capsys.readouterr()
-    assert "hwbench import-mlflow: error: " in out.err and f"API request to {shown}/api/" in out.err, out
+    assert f"hwbench import-mlflow: error: --mlflow-uri {shown}: cannot reach {shown}/health" in out.err, out
     assert secret not in out.out + out.err
 
 

@@ -119,11 +119,23 @@ def sqlite_path(uri: str) -> Path:
     return Path(uri[len("sqlite:///") :].split("?", 1)[0])
 
 
+#: The first bytes of every SQLite 3 database file.
+_SQLITE_HEADER = b"SQLite format 3\x00"
+
+
+def _file_head(path: Path) -> bytes:
+    try:
+        with path.open("rb") as f:
+            return f.read(len(_SQLITE_HEADER))
+    except OSError:
+        return _SQLITE_HEADER  # unreadable here: MLflow says why when it opens it
+
+
 def validate_tracking_uri(uri: str) -> str:
     """Check that MLflow 3 can use `uri` as a tracking store; return it stripped.
 
-    Side-effect free: nothing is created or contacted. Raises ValueError naming the URI and the
-    accepted forms. Plain paths and ``file:`` URIs are refused: MLflow 3 raises on the file store
+    Side-effect free: nothing is created or contacted (an existing SQLite file's first bytes are
+    read). Raises ValueError naming the URI and the accepted forms. Plain paths and ``file:`` URIs are refused: MLflow 3 raises on the file store
     unless ``MLFLOW_ALLOW_FILE_STORE=true`` (see FACTS.md), so we say so up front.
     """
     text = str(uri).strip()
@@ -141,6 +153,12 @@ def validate_tracking_uri(uri: str) -> str:
             raise ValueError(
                 f"MLflow tracking URI {shown!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
             )
+        path = sqlite_path(text)
+        if path.is_dir():
+            raise ValueError(f"MLflow tracking URI {shown!r} names a directory; use sqlite:///{path / 'mlflow.db'}")
+        if path.is_file() and path.stat().st_size and _file_head(path) != _SQLITE_HEADER:
+            raise ValueError(f"MLflow tracking URI {shown!r}: {path} is not an SQLite database; name another "
+                             "file (it is made on first use)")
         return text
     if base in _HTTP_SCHEMES:
         if not parsed.hostname:
