@@ -577,6 +577,29 @@ def cmd_detect(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
+def _check_listen(host: str, port: int) -> None:
+    """UsageError naming the option unless `host`:`port` can be listened on now (before the
+    seconds that building the app takes)."""
+    import socket
+
+    if not host.strip():
+        raise UsageError("--host is empty, which would listen on every interface; give 127.0.0.1 (this machine "
+                         "only) or 0.0.0.0 (every interface)")
+    try:
+        infos = socket.getaddrinfo(host, port, type=socket.SOCK_STREAM)
+    except socket.gaierror as exc:
+        raise UsageError(f"--host {host!r}: not an address of this machine ({exc.strerror}); give 127.0.0.1 "
+                         "or 0.0.0.0") from None
+    family, kind, proto, _, address = infos[0]
+    with socket.socket(family, kind, proto) as probe:
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)  # as uvicorn binds
+        try:
+            probe.bind(address)
+        except OSError as exc:
+            raise UsageError(f"cannot listen on {host}:{port}: {exc.strerror}; pass another --port (or --host), "
+                             "or stop what holds it") from None
+
+
 def cmd_serve(args: argparse.Namespace) -> int:
     try:
         import uvicorn
@@ -586,6 +609,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
+    _check_listen(args.host, args.port)
     app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return EXIT_OK

@@ -139,3 +139,23 @@ def test_a_sqlite_tracking_uri_naming_a_non_database_or_a_folder_is_a_usage_erro
     assert hwsel_main(["train", "--source", str(snapshot), "--trials", "1", "--tracking-uri", "notascheme://x"]) == 2
     assert "unsupported scheme 'notascheme'; accepted forms: sqlite:///PATH/mlflow.db" in capsys.readouterr().err
     assert text.read_text() == "not a database"
+
+
+def test_hwsel_serve_refuses_an_address_it_cannot_listen_on_before_building_the_app(
+        capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    held = socket.socket()
+    held.bind(("127.0.0.1", 0))
+    held.listen(1)
+    port = held.getsockname()[1]
+    try:
+        assert hwsel_main(["serve", "--port", str(port)]) == 2
+        assert f"cannot listen on 127.0.0.1:{port}: Address already in use; pass another --port" in \
+            capsys.readouterr().err
+    finally:
+        held.close()
+    assert hwsel_main(["serve", "--host", "", "--port", str(port)]) == 2
+    assert "--host is empty, which would listen on every interface" in capsys.readouterr().err
+    assert hwsel_main(["serve", "--host", "no-such-host.invalid", "--port", str(port)]) == 2
+    assert "--host 'no-such-host.invalid': not an address of this machine" in capsys.readouterr().err
