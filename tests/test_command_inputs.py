@@ -159,3 +159,15 @@ def test_hwsel_serve_refuses_an_address_it_cannot_listen_on_before_building_the_
     assert "--host is empty, which would listen on every interface" in capsys.readouterr().err
     assert hwsel_main(["serve", "--host", "no-such-host.invalid", "--port", str(port)]) == 2
     assert "--host 'no-such-host.invalid': not an address of this machine" in capsys.readouterr().err
+
+
+def test_store_command_errors_name_the_commands_own_flags(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    taken = tmp_path / "taken"
+    taken.write_text("a file")
+    assert main(["sessions", "--db", str(tmp_path)]) == 2
+    assert f"--db {tmp_path} is a directory; give a file path such as {tmp_path / 'hwbench.duckdb'}" in \
+        capsys.readouterr().err
+    assert main(["sessions", "--store", str(taken)]) == 2
+    err = capsys.readouterr().err
+    assert f"--store {taken}: cannot be created, {taken} is a file; choose another path" in err, err
+    assert "--hwbench-" not in err

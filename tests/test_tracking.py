@@ -458,8 +458,11 @@ def test_duckdb_held_by_another_process_is_spooled_then_replayed(
         ("--hwbench-mlflow-uri", "file:///tmp/x"),
         ("--hwbench-mlflow-uri", "http://:80"),
         ("--hwbench-mlflow-uri", "notascheme://x"),
+        ("--hwbench-mlflow-uri", "sqlite:///{tmp}/a-directory"),
+        ("--hwbench-mlflow-uri", "sqlite:///{tmp}/test_inference.py"),
     ],
-    ids=["db-is-directory", "db-uncreatable", "mlflow-file-store", "mlflow-no-host", "mlflow-bad-scheme"],
+    ids=["db-is-directory", "db-uncreatable", "mlflow-file-store", "mlflow-no-host", "mlflow-bad-scheme",
+         "mlflow-sqlite-directory", "mlflow-sqlite-not-a-database"],
 )
 def test_bad_store_settings_are_usage_errors_before_any_case(
     pytester: pytest.Pytester, option: str, value: str

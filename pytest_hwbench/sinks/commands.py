@@ -47,7 +47,7 @@ def store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> None
 def tracking(args: argparse.Namespace) -> TrackingConfig:
     """The store the options of `store_args` name (defaults filled, checked)."""
     return TrackingConfig.resolve(args.store, getattr(args, "mlflow_uri", None), args.db,
-                                  getattr(args, "experiment", None), Path.cwd())
+                                  getattr(args, "experiment", None), Path.cwd(), flags=("--store", "--db"))
 
 
 def _db(args: argparse.Namespace) -> str:

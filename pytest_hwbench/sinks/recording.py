@@ -174,17 +174,22 @@ class TrackingConfig:
     @classmethod
     def resolve(cls, store_dir: str | os.PathLike[str] | None, mlflow_uri: str | None, db_path: str | None,
                 experiment: str | None, root: Path, extra_sinks: tuple[str, ...] = (),
-                sink_timeout_s: float | None = DEFAULT_DEADLINE_S) -> TrackingConfig:
-        """Fill defaults and validate; raises ValueError naming the bad setting and the fix."""
+                sink_timeout_s: float | None = DEFAULT_DEADLINE_S,
+                flags: tuple[str, str] = ("--hwbench-store", "--hwbench-db")) -> TrackingConfig:
+        """Fill defaults and validate; raises ValueError naming the bad setting and the fix.
+        `flags`: how the store folder and the DuckDB file are named in messages (pytest's options,
+        or a command's ``--store``/``--db``)."""
+        store_flag, db_flag = flags
         store = Path(store_dir) if store_dir else root / DEFAULT_STORE_DIR
         store = store if store.is_absolute() else (root / store)
         uri = validate_tracking_uri(resolve_tracking_uri(mlflow_uri, store))
         db = Path(db_path) if db_path else store / "hwbench.duckdb"
         db = db if db.is_absolute() else Path.cwd() / db
         if db.is_dir():
-            raise ValueError(f"--hwbench-db {db} is a directory; give a file path such as {db / 'hwbench.duckdb'}")
-        _check_creatable("--hwbench-db", db.parent, db)
-        _check_creatable("--hwbench-store", store, store)
+            raise ValueError(f"{db_flag} {db} is a directory; give a file path such as {db / 'hwbench.duckdb'}")
+        if db_path:  # else the file goes in the store's folder, checked next
+            _check_creatable(db_flag, db.parent, db)
+        _check_creatable(store_flag, store, store)
         name = experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
         for spec in extra_sinks:
             try:
