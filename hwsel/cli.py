@@ -667,6 +667,12 @@ def main(argv: Sequence[str] | None = None) -> int:
     except KeyboardInterrupt:
         return 130
     except Exception as exc:  # a failure while running: say what, exit 1
+        from pytest_hwbench.sinks.duckdb_sink import DuckDBFileError  # here: it imports DuckDB
+
+        if isinstance(exc, DuckDBFileError) and exc.kind == "corrupt":
+            # a corrupt records file is bad input, as for hwbench; the message says how to rebuild it
+            print(f"hwsel {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
+            return EXIT_USAGE
         if args.verbose:
             raise
         print(f"hwsel {args.command}: failed: {redact_uri(f'{type(exc).__name__}: {exc}')} "

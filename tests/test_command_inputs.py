@@ -171,3 +171,18 @@ def test_store_command_errors_name_the_commands_own_flags(tmp_path: Path, capsys
     err = capsys.readouterr().err
     assert f"--store {taken}: cannot be created, {taken} is a file; choose another path" in err, err
     assert "--hwbench-" not in err
+
+
+def test_hwsel_calls_a_corrupt_duckdb_source_bad_input_as_hwbench_does(tmp_path: Path,
+                                                                      capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    bad = tmp_path / "records.duckdb"
+    bad.write_text("not a database")
+    assert main(["sessions", "--db", str(bad)]) == 2
+    assert f"DuckDB file {bad} is corrupt" in capsys.readouterr().err
+    for argv in (["next", "--budget", "1"], ["train", "--trials", "1", "--tracking-uri", f"sqlite:///{tmp_path / 'm.db'}"]):
+        assert hwsel_main([*argv, "--source", str(bad)]) == 2
+        err = capsys.readouterr().err
+        assert f"hwsel {argv[0]}: error: DuckDB file {bad} is corrupt" in err and "--move-corrupt" in err, err
+        assert "Traceback" not in err
