@@ -392,6 +392,9 @@ def _tie_line(tie: Sequence[str]) -> str:
 def cmd_select(args: argparse.Namespace) -> int:
     from .select import select_hardware, select_hardware_for_task
 
+    if args.task and args.mode != "inference":
+        raise UsageError(f"--task {args.task} sets the mode itself; --mode {args.mode} would be ignored: give one "
+                         "of them")
     predictor = _predictor(args)
     model = describe_model(args.model, config=args.model_config, sequence_length=args.seq_length)
     if args.task:

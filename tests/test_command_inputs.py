@@ -186,3 +186,11 @@ def test_hwsel_calls_a_corrupt_duckdb_source_bad_input_as_hwbench_does(tmp_path:
         err = capsys.readouterr().err
         assert f"hwsel {argv[0]}: error: DuckDB file {bad} is corrupt" in err and "--move-corrupt" in err, err
         assert "Traceback" not in err
+
+
+def test_hwsel_select_refuses_a_mode_that_its_task_would_override(capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    assert hwsel_main(["select", "--model", "bert-tiny", "--task", "classification", "--mode", "train",
+                       "--hardware", "cpu"]) == 2
+    assert "--task classification sets the mode itself; --mode train would be ignored" in capsys.readouterr().err
