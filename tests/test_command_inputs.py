@@ -194,3 +194,18 @@ def test_hwsel_select_refuses_a_mode_that_its_task_would_override(capsys: pytest
     assert hwsel_main(["select", "--model", "bert-tiny", "--task", "classification", "--mode", "train",
                        "--hardware", "cpu"]) == 2
     assert "--task classification sets the mode itself; --mode train would be ignored" in capsys.readouterr().err
+
+
+def test_import_mlflow_names_a_missing_store_or_experiment_and_makes_neither(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    import mlflow
+
+    missing = tmp_path / "typo" / "mlflow.db"
+    assert main(["import-mlflow", "--mlflow-uri", f"sqlite:///{missing}", "--store", str(tmp_path / "store")]) == 2
+    assert f"no MLflow store at {missing}; check the path" in capsys.readouterr().err
+    assert not missing.parent.exists()
+    uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
+    mlflow.MlflowClient(uri).create_experiment("hwbench")
+    assert main(["import-mlflow", "--mlflow-uri", uri, "--experiment", "nosuch", "--store", str(tmp_path / "store")]) == 2
+    assert "--experiment 'nosuch': no such experiment in" in capsys.readouterr().err
+    assert mlflow.MlflowClient(uri).get_experiment_by_name("nosuch") is None

@@ -421,7 +421,7 @@ def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .mlflow_sink import MlflowStoreError
+    from .mlflow_sink import MlflowSink, MlflowStoreError, sqlite_path
 
     cfg = tracking(args)
     store = {sink.name: sink for sink in cfg.store_sinks()}
@@ -436,9 +436,15 @@ def _import_mlflow(args: argparse.Namespace) -> int:
           flush=True)
     from mlflow.exceptions import MlflowException
 
+    uri = cfg.mlflow_uri
+    if uri.startswith("sqlite:///") and not sqlite_path(uri).exists():  # reading must not make a new store
+        raise FileNotFoundError(f"--mlflow-uri {redact_uri(uri)}: no MLflow store at {sqlite_path(uri)}; check the path")
     source = store["mlflow"].open()
     if not isinstance(source, SessionSource):
         raise ValueError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
+    if isinstance(source, MlflowSink) and not source.has_experiment():
+        raise ValueError(f"--experiment {cfg.experiment!r}: no such experiment in {redact_uri(uri)}; the benchmarks "
+                          "log to 'hwbench' unless --hwbench-experiment or $HWBENCH_EXPERIMENT says otherwise")
     try:
         shown = cfg.db_path.name if args.to is None else target.shown
         result = copy_sessions(source, target.open(), full=args.full, names=("MLflow", shown),

@@ -409,6 +409,11 @@ class MlflowSink(Sink):
         self._experiment_id = experiment.experiment_id
         return self._experiment_id
 
+    def has_experiment(self) -> bool:
+        """Whether the store holds this sink's experiment (creates nothing)."""
+        with self._mlflow_env():
+            return self._experiment(create=False) is not None
+
     def _search(self, filter_string: str) -> Iterator[Run]:
         experiment_id = self._experiment(create=False)
         if experiment_id is None:
