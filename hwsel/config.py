@@ -500,8 +500,9 @@ def load_config(path: str | os.PathLike[str] | Mapping[str, Any] | SelectionConf
         path = env
     p = Path(path)
     if not p.is_file():
-        raise ValueError(f"config file {str(p)!r} does not exist; pass a .toml or .json file "
-                         f"(argument --config or ${ENV_VAR})")
+        what = "is a folder" if p.is_dir() else "does not exist"
+        raise ValueError(f"selection config {str(p)!r} {what}; pass a .toml or .json file "
+                         f"(CLI --selection-config, or ${ENV_VAR})")
     text = p.read_text()
     try:
         if p.suffix == ".toml":

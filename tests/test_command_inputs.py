@@ -209,3 +209,12 @@ def test_import_mlflow_names_a_missing_store_or_experiment_and_makes_neither(
     assert main(["import-mlflow", "--mlflow-uri", uri, "--experiment", "nosuch", "--store", str(tmp_path / "store")]) == 2
     assert "--experiment 'nosuch': no such experiment in" in capsys.readouterr().err
     assert mlflow.MlflowClient(uri).get_experiment_by_name("nosuch") is None
+
+
+def test_a_missing_selection_config_is_named_by_its_own_flag(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    for path, what in ((tmp_path / "nope.toml", "does not exist"), (tmp_path, "is a folder")):
+        assert hwsel_main(["predict", "--model", "bert-tiny", "--hardware", "cpu", "--selection-config", str(path)]) == 2
+        err = capsys.readouterr().err
+        assert f"selection config '{path}' {what}; pass a .toml or .json file (CLI --selection-config" in err, err
