@@ -11,6 +11,7 @@ import argparse
 import json
 import shutil
 import subprocess
+import sys
 from pathlib import Path
 
 from ..cli import EXIT_OK, EXIT_USAGE, register_command
@@ -44,7 +45,9 @@ def install_ort_web(folder: Path | None = None, version: str = ORT_WEB_VERSION) 
 def _args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("action", choices=("install", "status"),
                         help="install: onnxruntime-web into the cache folder; status: what the web targets find")
-    parser.add_argument("--dir", type=Path, default=None, help=f"install folder (default: {install_dir()})")
+    parser.add_argument("--dir", type=Path, default=None,
+                        help=f"install: the folder to install into (default: {install_dir()}); status always shows "
+                             "what the cases find ($HWBENCH_ORT_WEB, else the default folder)")
     parser.add_argument("--version", default=ORT_WEB_VERSION, help=f"onnxruntime-web version (default {ORT_WEB_VERSION})")
 
 
@@ -53,7 +56,7 @@ def _run(args: argparse.Namespace) -> int:
         try:
             package = install_ort_web(args.dir, args.version)
         except (RuntimeError, subprocess.TimeoutExpired) as exc:
-            print(f"hwbench web install: error: {exc}")
+            print(f"hwbench web install: error: {exc}", file=sys.stderr)
             return EXIT_USAGE
         print(f"onnxruntime-web {args.version} installed in {package}")
         if args.dir is not None and args.dir.expanduser().resolve() != install_dir().resolve():
