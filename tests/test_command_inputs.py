@@ -218,3 +218,23 @@ def test_a_missing_selection_config_is_named_by_its_own_flag(tmp_path: Path, cap
         assert hwsel_main(["predict", "--model", "bert-tiny", "--hardware", "cpu", "--selection-config", str(path)]) == 2
         err = capsys.readouterr().err
         assert f"selection config '{path}' {what}; pass a .toml or .json file (CLI --selection-config" in err, err
+
+
+def test_an_empty_session_is_refused_not_matched_to_every_session(tmp_path: Path,
+                                                                  capsys: pytest.CaptureFixture[str]) -> None:
+    from test_sinks import make_records, make_session
+
+    from pytest_hwbench.sinks import DuckDBSink, Recorder, Spool
+
+    folder = tmp_path / "store"
+    for _ in range(2):
+        session = make_session()
+        recorder = Recorder(Spool(folder / "spool"), [DuckDBSink(folder / "hwbench.duckdb")])
+        recorder.start(session)
+        for record in make_records(session, 2):
+            recorder.emit(record)
+        assert recorder.finish("finished").complete
+    assert main(["report", "--store", str(folder), "--session", ""]) == 2
+    assert "the session is empty; give a session id, a unique prefix of one, 'latest' or 'all'" in \
+        capsys.readouterr().err
+    assert not (folder / "report").exists()

@@ -66,6 +66,9 @@ def _session_id(db: str, wanted: str | None) -> str:
         raise ValueError(f"{db} holds no sessions; run the benchmarks first")
     if wanted in (None, "latest"):
         return str(ids[0])
+    if not wanted.strip():
+        raise ValueError("the session is empty; give a session id, a unique prefix of one, 'latest' or 'all' "
+                         "(`hwbench sessions` lists them)")
     matches = [i for i in ids if i.startswith(wanted)]
     if len(matches) != 1:
         what = "matches no" if not matches else f"matches {len(matches)}"
