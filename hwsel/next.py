@@ -459,22 +459,27 @@ def suggest_measurements(
         HwselUnreachable, HwselTimeout: a tracking server that does not answer, records that do
             not come within `timeout`.
     """
-    from .data import default_source, describe_sources, load_runs, source_list, training_table
+    from .data import describe_sources, existing_store, load_runs, source_list, training_table
 
     budget = _check_budget(budget)
     _check_ensemble(ensemble)
     if table is None:
-        if timeout is not None:
-            require_reachable(((s, "--source") for s in source_list(source) or [default_source()]), timeout)
-        try:
-            runs = (load_runs(source) if timeout is None else
-                    bounded(lambda: load_runs(source), timeout, f"the records of {describe_sources(source)}",
-                            then="hwsel next stops"))
-            table = training_table(runs)
-        except LookupError:  # the default store holds no benchmark runs yet: a cold start
-            if source is not None:
-                raise
+        # no source named: the store here, if there is one (looking creates none)
+        chosen = source if source is not None else existing_store()
+        if chosen is None:  # no store yet: a cold start
             table = pd.DataFrame()
+        else:
+            if timeout is not None:
+                require_reachable(((s, "--source") for s in source_list(chosen) or []), timeout)
+            try:
+                runs = (load_runs(chosen) if timeout is None else
+                        bounded(lambda: load_runs(chosen), timeout, f"the records of {describe_sources(chosen)}",
+                                then="hwsel next stops"))
+                table = training_table(runs)
+            except LookupError:  # the default store holds no benchmark runs yet: a cold start
+                if source is not None:
+                    raise
+                table = pd.DataFrame()
     if _measured_models(table) < 2:  # nothing to compare yet: the grid covers this machine too
         table = pd.concat([t for t in (table, cold_start_table()) if len(t)], ignore_index=True)
     candidates = candidate_grid(table, models=models, hardware=hardware, backends=backends,

@@ -163,6 +163,7 @@ def test_cold_start_spreads_the_first_measurements_over_this_machine(tmp_path: P
     out = subprocess.run([sys.executable, "-m", "hwsel", "next", "--budget", "10", "--json"], cwd=tmp_path, env=env,
                          capture_output=True, text=True, timeout=300)
     assert out.returncode == 0, out.stderr
+    assert list(tmp_path.iterdir()) == []  # looking for a store made none (no ./mlruns/mlflow.db)
     picks = json.loads(out.stdout)["suggestions"]
     assert len(picks) == 10
     assert all(p["uncertainty"] is None and p["predicted_ms"] is None for p in picks)
