@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING
 from urllib.parse import urlsplit
 
 from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
+from ..vocabulary import DEFAULT_EXPERIMENT
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
 from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
 from .duckdb_sink import DuckDBFileError, list_sessions
@@ -341,7 +342,8 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
         if not remote:
             raise
         raise ConnectionError(f"source {shown} cannot be read: {redact_uri(f'{type(exc).__name__}: {exc}')}") from None
-    return _pick_sessions(records, wanted, shown)
+    experiment = args.experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
+    return _pick_sessions(records, wanted, f"{shown} (experiment {experiment!r})" if remote else shown)
 
 
 def _compare(args: argparse.Namespace) -> int:
