@@ -10,6 +10,9 @@ imported twice give two copies of its array classes (``AssertionError: ArrowStri
 a DuckDB result becomes a frame). Importing them here, before any snapshot, keeps one copy.
 """
 
+import socket
+from collections.abc import Iterator
+
 import duckdb  # noqa: F401
 import matplotlib.backends.backend_agg  # noqa: F401  (the report's figures: one copy of Axes, Legend...)
 import matplotlib.figure  # noqa: F401
@@ -17,6 +20,7 @@ import mlflow.store.tracking.sqlalchemy_store  # noqa: F401  (and with it sqlalc
 import mlflow.tracking  # noqa: F401  (dropped submodules: "cannot import name 'MlflowClient'" later)
 import pandas  # noqa: F401
 import pyarrow  # noqa: F401
+import pytest
 
 duckdb.connect().execute("SELECT 'x' AS s").df()  # pulls in pandas' Arrow-backed string arrays
 
@@ -24,3 +28,15 @@ pytest_plugins = ["pytester"]
 
 # The PostgreSQL-backed team server, one per test session for every module that asks for it.
 from _postgres import team_experiment, team_server  # noqa: E402, F401
+
+
+@pytest.fixture
+def silent_port() -> Iterator[int]:
+    """A port on 127.0.0.1 that accepts connections and never answers (a hung server)."""
+    sock = socket.socket()
+    sock.bind(("127.0.0.1", 0))
+    sock.listen(16)
+    try:
+        yield int(sock.getsockname()[1])
+    finally:
+        sock.close()

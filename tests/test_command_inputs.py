@@ -18,7 +18,6 @@ import socket
 import subprocess
 import sys
 from collections import Counter
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -32,18 +31,6 @@ SECRET = "s3cret-pw"
 def _own_stores_only(monkeypatch: pytest.MonkeyPatch) -> None:
     for name in ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "MLFLOW_TRACKING_USERNAME", "MLFLOW_TRACKING_PASSWORD"):
         monkeypatch.delenv(name, raising=False)
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        sock.close()
 
 
 def _closed_port() -> int:

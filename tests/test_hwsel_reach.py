@@ -18,7 +18,6 @@ import http.client
 import json
 import os
 import re
-import socket
 import subprocess
 import sys
 import threading
@@ -164,18 +163,6 @@ def test_registered_layer_answers_behind_basic_auth(guarded_server: tuple[str, s
     assert health.returncode == 0, health.stderr
     assert json.loads(health.stdout)["predictions"]["cpu"]["source"] != "registered"  # refused: another layer
     assert secret not in health.stdout + health.stderr and "nope" not in health.stdout + health.stderr
-
-
-@pytest.fixture
-def silent_port() -> Iterator[int]:
-    """A port that accepts connections and never answers."""
-    sock = socket.socket()
-    sock.bind(("127.0.0.1", 0))
-    sock.listen(16)
-    try:
-        yield int(sock.getsockname()[1])
-    finally:
-        sock.close()
 
 
 def test_a_server_that_never_answers_costs_seconds_not_minutes(silent_port: int, tmp_path: Path) -> None:
