@@ -3,8 +3,8 @@ never wait on a tracking server that does not answer:
 
 - ``report --out`` and ``export --parquet`` given a file, or nothing, are usage errors (exit 2);
 - ``export --to`` and ``import-mlflow`` to a server that refuses, or that accepts and never
-  answers, stop within seconds with exit 3 naming the option (not after MLflow's retries), the
-  password masked;
+  answers, or to an SQL store whose port takes no connection, stop within seconds with exit 3
+  naming the option (not after MLflow's retries), the password masked;
 - ``ab --threshold``/``--alpha`` out of range and an ``--a-python`` that is no interpreter are
   usage errors before any worker starts;
 - ``ab``'s sinks are bounded like the harness's: a silent server leaves the pair in the spool.
@@ -72,6 +72,18 @@ def test_export_and_import_stop_at_once_on_a_server_that_does_not_answer(
         assert SECRET not in err
         assert "Retrying" not in err and "MlflowException" not in err  # stopped before MLflow's retries
     assert not (tmp_path / "store" / "hwbench.duckdb").exists()  # nothing was written before the check
+
+
+def test_export_and_import_stop_at_once_on_an_sql_store_that_takes_no_connection(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    port = _closed_port()
+    uri = f"postgresql://user:{SECRET}@127.0.0.1:{port}/mlflow"
+    for argv, option in ((["export", "--to", f"mlflow:{uri}"], "--to mlflow"),
+                         (["import-mlflow", "--mlflow-uri", uri], "--mlflow-uri")):
+        assert main([*argv, "--store", str(tmp_path / "store")]) == 3
+        err = capsys.readouterr().err
+        assert f"{option} postgresql://***@127.0.0.1:{port}/mlflow: cannot connect to 127.0.0.1:{port}" in err, err
+        assert SECRET not in err and "Operation will be retried" not in err
 
 
 def test_ab_refuses_bad_settings_and_interpreters_before_any_worker(tmp_path: Path,

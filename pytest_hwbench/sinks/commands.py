@@ -300,21 +300,43 @@ def _session_parts(wanted: str) -> list[str]:
     return parts
 
 
-#: Seconds a command waits for a tracking server's ``/health`` before it reads or writes there: a
-#: server that refuses fails at once, a silent one within this, and neither after MLflow's retries.
+#: Seconds a command waits for a tracking server's ``/health`` (or an SQL store's port) before it
+#: reads or writes there: a server that refuses fails at once, a silent one within this, and
+#: neither after MLflow's retries.
 PING_TIMEOUT_S = 5.0
+#: The default ports of the SQL stores MLflow takes.
+_SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
 def require_answer(uri: str | None, what: str) -> None:
     """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
-    whose ``/health`` does not answer within `PING_TIMEOUT_S`; other stores pass."""
+    whose ``/health`` does not answer, or an SQL store (PostgreSQL, MySQL, SQL Server) whose port
+    takes no connection, within `PING_TIMEOUT_S`; other stores pass."""
     from .mlflow_sink import ping
 
-    if uri is None or urlsplit(uri).scheme.lower() not in ("http", "https"):
+    if uri is None:
         return
-    problem = ping(uri, timeout=PING_TIMEOUT_S)
+    parts = urlsplit(uri)
+    base = parts.scheme.lower().split("+", 1)[0]
+    if base in ("http", "https"):
+        problem = ping(uri, timeout=PING_TIMEOUT_S)
+    elif base in _SQL_PORTS and parts.hostname:
+        problem = _connect_problem(parts.hostname, parts.port or _SQL_PORTS[base])
+    else:
+        return
     if problem is not None:
         raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
+
+
+def _connect_problem(host: str, port: int) -> str | None:
+    """Why a TCP connection to `host`:`port` cannot be made within `PING_TIMEOUT_S`, or None."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=PING_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return f"cannot connect to {host}:{port} within {PING_TIMEOUT_S:g} s: {exc.strerror or exc}"
 
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
