@@ -1,50 +1,45 @@
-"""Compare two sets of benchmark records case by case, on between-run variation, not iterations.
+"""Compare two sets of benchmark records case by case: a change, its interval, and one verdict contract.
 
 The iterations of one run are not independent samples of "how fast is this case": load, clocks
-and thread placement shift a whole run at once, so a test on iterations calls any such shift
-significant (a test on iterations raised false alarms on most cases of an A/A pair on a shared runner). Here the unit is a
-*round*: the median of one consecutive block of a record's timed iterations (`ROUNDS` blocks per
-record). A side's figure for a case is the median of its rounds; its spread is the robust
-relative spread of those rounds (1.4826 x MAD / median) or, where a side holds several sessions
-(a baseline history), of the sessions' medians, whichever is larger.
+and thread placement shift a whole run at once. Here the unit is a *round*: the median of one
+consecutive block of a record's timed iterations (`ROUNDS` blocks per record). A side's figure
+for a case is the median of its rounds.
 
-Host speed: a record of schema 4 carries the time of a fixed reference kernel beside its case
-(``interference["reference_us"]``, with ``host_speed``). The kernel runs on the host's CPU, so it
-speaks for cases that compute there (`BenchmarkRecord.host_bound`: cpu, onnxruntime, openvino,
-wasm), not for an accelerator's. Where both sides of such a case carry it, each case's
-B side is corrected for the host's change of speed, ``h = reference_B / reference_A``: latency is
-taken to move as ``h ** k``. The elasticity ``k`` (how this host's models move against the kernel)
-is learned from the records being compared (`learn_host_model`: the median over the cases whose
-host speed differs, of log latency change over log kernel change), and so is its uncertainty (the
-spread of those per-case figures); with too few such cases a wide prior is used
-(`PRIOR_ELASTICITY` +- `PRIOR_ELASTICITY_SD`). The correction's uncertainty, ``|log h| x sd(k)``,
-joins the two sides' spreads in the combined uncertainty.
+Every verdict, here and in `hwbench ab` (`compare_pairs`, `paired_interval`), is one contract on a
+change and its interval (`judge_interval`):
 
-Between runs: two sessions of the same code on the same host differ by more than the rounds of
-one record show (thread placement, caches, clocks). That between-run spread is learned from the
-compared cases (`learn_run_spread`) and joins each case's combined uncertainty:
+- ``regression`` / ``improvement``: the interval excludes no change and the change passes the
+  threshold (and here the rounds differ: Mann-Whitney U on rounds, p < `alpha`);
+- ``unchanged``: the whole interval lies inside +-threshold (an equivalence test);
+- ``inconclusive`` otherwise, with the reason and what would decide it;
+- ``missing``: no passed record on a side (the note says which and why).
 
-- cases clean on both sides: 1.4826 x the MAD of their corrected log changes around their median,
-  so a change that moves every case alike (the regression a gate is for) does not widen it;
-- cases with an interfered side (``noise == "noisy"``): 1.4826 x the median of the corrected log
-  changes' size, around zero, since a shift common to every interfered case is what interference
-  does.
+The interval is the change +- `INTERVAL_Z` combined uncertainties (log scale), the combined
+uncertainty holding every source of spread the data shows:
 
-Each needs at least `MIN_RUN_CASES` cases of its kind. Interfered records are thus compared, not
-refused, where enough of them teach how far interference moved them; a case with an interfered
-side among fewer is inconclusive. Either way its note says ``noisy in A/B`` with the reason.
+- the rounds: each side's robust relative spread (1.4826 x MAD / median), combined;
+- between runs: two sessions of the same code on the same host differ by more than one record's
+  rounds show. Learned from the compared cases (`learn_run_spread`): for cases clean on both
+  sides, 1.4826 x the MAD of their log changes around their median (a change that moves every
+  case alike, the regression a gate is for, does not widen it); for cases with an interfered side
+  (``noise == "noisy"``), 1.4826 x the median of their size around zero. Each needs at least
+  `MIN_RUN_CASES` cases of its kind. Where a side holds several sessions (a baseline history),
+  the case's own spread across sessions (the standard deviation of the session medians' logs, so
+  a bimodal history counts in full) scaled to the difference of the means, where it is larger.
+  A case with no between-run spread at all (too few cases, no history) is never ``unchanged``;
+- host speed: a record of schema 4 carries the time of a fixed reference kernel beside its case
+  (``interference["reference_us"]``). The kernel runs on the host's CPU, so it speaks for cases
+  that compute there (`BenchmarkRecord.host_bound`), not an accelerator's. ``h = reference_B /
+  reference_A``. How this host's models move against the kernel (latency ~ ``h ** k``) is learned
+  from the records compared (`learn_host_model`), and B is corrected only where that is
+  established (`HostModel.established`: at least `MIN_LEARNING_CASES` cases whose host speed
+  differs by `MIN_HOST_CHANGE` or more, and an interval of ``k`` that excludes zero); the
+  correction then adds ``|log h| x sd(k)``. Otherwise the raw change is judged and the host-speed
+  difference widens the interval by ``|log h| x`` `UNPROVEN_ELASTICITY_SD`. Host speeds further
+  apart than `MAX_HOST_RATIO` are inconclusive, and no corrected figure is given.
 
-Verdicts, per ``case_id``, over passed records only:
-
-- ``missing``: no passed record on a side (the note says which and why);
-- ``inconclusive``, with the reason: a side has fewer than `MIN_ROUNDS` rounds, the sides ran
-  different thread counts or devices (they measured different configurations), the host speeds
-  differ by more than `MAX_HOST_RATIO`, the corrected change passes the threshold but lies inside
-  `NOISE_Z` times the combined uncertainty, or the rounds overlap too much to tell (Mann-Whitney U
-  on rounds, p >= `alpha`);
-- ``regression`` / ``improvement``: the corrected median moved by more than `threshold` and by
-  more than `NOISE_Z` times the combined uncertainty, and the rounds differ (p < `alpha`);
-- ``unchanged``: otherwise.
+Also inconclusive: fewer than `MIN_ROUNDS` rounds on a side, different thread counts or devices,
+an interfered side among fewer than `MIN_RUN_CASES` such cases.
 
 **Decisiveness** is the share of the compared cases (those on both sides) with a verdict
 (regression, improvement or unchanged), reported beside the verdicts. Where it is low because
@@ -76,22 +71,24 @@ VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclu
 
 #: Fewer rounds than this on a side: no test is possible (5 vs 5 rounds can reach p = 0.008).
 MIN_ROUNDS = 3
-#: A change must exceed this many combined spreads (besides the threshold) to count.
-NOISE_Z = 3.0
-#: How a model's latency moves against the reference kernel (log over log) when nothing else can
-#: be learned, and the uncertainty of that guess: on the project's runner models moved from about
-#: as much as the kernel to about twice as much (onnxruntime bert-tiny +78 % while the kernel ran
-#: +31 %: 2.1x in logs).
-PRIOR_ELASTICITY = 1.3
-PRIOR_ELASTICITY_SD = 0.6
+#: A change's interval is its point estimate +- this many combined uncertainties (1-sigma, log scale):
+#: the spreads are robust estimates from a handful of rounds, sessions or cases, so a wide factor.
+INTERVAL_Z = 3.0
+#: How far a model's latency may move with the reference kernel (log over log, 1-sigma) where this
+#: host's records do not establish it: the host-speed difference between the sides widens the
+#: interval by ``|log kernel B / kernel A| x`` this, and no correction is applied.
+UNPROVEN_ELASTICITY_SD = 0.6
 #: A case teaches the elasticity only when the host's speed differs by at least this share between
 #: the sides (below it, the slope divides by a kernel change no larger than its own noise, and a
 #: change of the code under test would pass for elasticity); and at least `MIN_LEARNING_CASES`
-#: such cases are needed to replace the prior.
+#: such cases are needed to learn it at all.
 MIN_HOST_CHANGE = 0.15
 MIN_LEARNING_CASES = 3
 #: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
 MIN_ELASTICITY_SD = 0.15
+#: The learned elasticity is applied only when its interval (median +- this many standard errors)
+#: excludes zero: otherwise the records do not show that latency follows the kernel on this host.
+ELASTICITY_Z = 2.0
 #: Fewest compared cases from which the between-run spread is learned (`learn_run_spread`).
 MIN_RUN_CASES = 5
 #: Host speeds further apart than this factor are not corrected for: such a reading says more about
@@ -99,19 +96,62 @@ MIN_RUN_CASES = 5
 MAX_HOST_RATIO = 2.0
 
 
+def judge_interval(change: float, low: float, high: float, threshold: float) -> tuple[Verdict, str]:
+    """The verdict every comparison shares, on a relative change and its interval [`low`, `high`]:
+
+    - ``regression`` / ``improvement``: the interval excludes no change and `change` passes `threshold`;
+    - ``unchanged``: the whole interval lies inside +-`threshold` (an equivalence test);
+    - ``inconclusive`` otherwise, with the reason (the second item; "" for a firm verdict).
+    """
+    span = f"interval {low * 100:+.1f}% to {high * 100:+.1f}%"
+    if (low > 0 or high < 0) and abs(change) > threshold:
+        return ("regression" if change > 0 else "improvement"), ""
+    if -threshold <= low and high <= threshold:
+        return "unchanged", ""
+    if low > 0 or high < 0:
+        return "inconclusive", (f"{span}: a real change, but whether it passes +-{threshold:.0%} cannot be "
+                                "told")
+    return "inconclusive", f"{span} reaches past +-{threshold:.0%}: no change and a change both fit"
+
+
+def paired_interval(ratios: Sequence[float], alpha: float) -> tuple[float, float, float, float] | None:
+    """(change, low, high, p-value) of per-round ratios B / A: the geometric mean change and its
+    1 - `alpha` Student-t interval from the log ratios, with the one-sample t-test's p-value; None
+    for fewer than 3 usable ratios."""
+    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
+    if len(logs) < 3:
+        return None
+    from scipy.stats import t as student
+
+    n = len(logs)
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    if sd == 0:
+        p = 0.0 if mean != 0 else 1.0
+        half = 0.0
+    else:
+        se = sd / math.sqrt(n)
+        p = float(2 * student.sf(abs(mean / se), n - 1))
+        half = float(student.ppf(1 - alpha / 2, n - 1)) * se
+    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), p
+
+
 @dataclass(frozen=True)
 class Comparison:
     """One case on both sides.
 
-    `change` is ``(median_b - median_a) / median_a``: positive means B is slower. `n_a`/`n_b` count
+    `change` is the raw ``(median_b - median_a) / median_a``: positive means B is slower.
+    `corrected_change` is `change` with B corrected for the host's change of speed, set only where
+    the correction is applied (the host model is established and the host moved less than
+    `MAX_HOST_RATIO`); the verdict judges `judged_change`, the corrected change where there is one
+    and the raw change otherwise. [`low`, `high`] is its interval (the judged change +- `INTERVAL_Z`
+    combined uncertainties, on the log scale; None where nothing can be judged). `n_a`/`n_b` count
     rounds; `spread` is the combined relative spread of both sides' rounds; `noise` reads
     ``clean/noisy`` (A's verdict, then B's; ``-`` where unknown). `p_value` is None when no test
     ran. `host_ratio` is B's reference kernel time over A's (None: a side carries no host speed);
-    `corrected_change` is `change` with B corrected for it (equal to `change` without one) and is
-    what the verdict judges; `between_runs` is the between-run spread learned for cases like this
-    one (`learn_run_spread`); `uncertainty` is the combined relative uncertainty (rounds' spreads,
-    the correction's and the between-run spread), the change needed to count being `NOISE_Z`
-    times it.
+    `between_runs` is the between-run spread this case carries (learned from the compared cases,
+    or from the baseline's sessions); `uncertainty` is the combined relative uncertainty (rounds,
+    host speed, between runs), 1-sigma.
     """
 
     case_id: str
@@ -129,6 +169,13 @@ class Comparison:
     corrected_change: float | None = None
     uncertainty: float | None = None
     between_runs: float | None = None
+    low: float | None = None
+    high: float | None = None
+
+    @property
+    def judged_change(self) -> float | None:
+        """The change the verdict judges: corrected for host speed where a correction applies."""
+        return self.corrected_change if self.corrected_change is not None else self.change
 
     @property
     def decided(self) -> bool:
@@ -136,25 +183,44 @@ class Comparison:
         return self.verdict in ("regression", "improvement", "unchanged")
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field."""
-        return dataclasses.asdict(self)
+        """JSON-ready dict of every field, with `judged_change`."""
+        return {**dataclasses.asdict(self), "judged_change": self.judged_change}
 
 
 @dataclass(frozen=True)
 class HostModel:
     """How latency moves against the reference kernel on this host: ``latency ~ kernel ** elasticity``,
-    with `elasticity_sd` its uncertainty; `learned_from` cases taught it (0: the prior)."""
+    with `elasticity_sd` the spread of the per-case figures, learned from `learned_from` cases (0:
+    nothing to learn from). `established` says whether the records show it (at least
+    `MIN_LEARNING_CASES` cases, and an interval that excludes zero); only then is it applied."""
 
-    elasticity: float = PRIOR_ELASTICITY
-    elasticity_sd: float = PRIOR_ELASTICITY_SD
+    elasticity: float = 0.0
+    elasticity_sd: float = UNPROVEN_ELASTICITY_SD
     learned_from: int = 0
+
+    @property
+    def standard_error(self) -> float:
+        """Standard error of the learned elasticity (a median of `learned_from` figures)."""
+        return 1.2533 * self.elasticity_sd / math.sqrt(self.learned_from) if self.learned_from else math.inf
+
+    @property
+    def established(self) -> bool:
+        """Whether the records establish the relation: enough cases, and an interval above zero."""
+        return (self.learned_from >= MIN_LEARNING_CASES
+                and self.elasticity - ELASTICITY_Z * self.standard_error > 0)
 
     def describe(self) -> str:
         """One line for people."""
-        source = (f"learned from {self.learned_from} cases" if self.learned_from
-                  else f"a prior: fewer than {MIN_LEARNING_CASES} cases whose host speed differed")
-        return (f"host-speed correction: latency ~ reference kernel ^ {self.elasticity:.2f} "
-                f"(+-{self.elasticity_sd:.2f}, {source})")
+        if not self.learned_from:
+            return (f"host-speed correction: none (fewer than {MIN_LEARNING_CASES} cases whose host speed differed "
+                    f"by {MIN_HOST_CHANGE:.0%} or more); a host-speed difference widens the interval instead")
+        low = self.elasticity - ELASTICITY_Z * self.standard_error
+        high = self.elasticity + ELASTICITY_Z * self.standard_error
+        learned = f"^ {self.elasticity:.2f} ({low:.2f} to {high:.2f}, from {self.learned_from} cases)"
+        if self.established:
+            return f"host-speed correction: latency ~ reference kernel {learned}"
+        return (f"host-speed correction: none; the records do not establish it (latency ~ reference kernel "
+                f"{learned}, an interval that reaches zero); a host-speed difference widens the interval instead")
 
 
 def _relative_spread(values: Sequence[float]) -> float:
@@ -187,8 +253,13 @@ class _Side:
 
     @property
     def spread(self) -> float:
-        between = [float(np.median(v)) for v in self.sessions.values() if v]
-        return max(_relative_spread(self.rounds), _relative_spread(between) if len(between) > 1 else 0.0)
+        """The robust relative spread of the rounds."""
+        return _relative_spread(self.rounds)
+
+    @property
+    def session_logs(self) -> list[float]:
+        """The log of each session's median round."""
+        return [math.log(float(np.median(v))) for v in self.sessions.values() if v and float(np.median(v)) > 0]
 
 
 def _record_rounds(record: BenchmarkRecord) -> list[float]:
@@ -349,7 +420,8 @@ def learn_host_model(pairs: Sequence[tuple[_Side, _Side]]) -> HostModel:
     """The elasticity of latency against the reference kernel, from the cases whose host speed
     differs by at least `MIN_HOST_CHANGE` between the sides: the median of their
     ``log(latency B / latency A) / log(kernel B / kernel A)``, its spread 1.4826 x MAD (at least
-    `MIN_ELASTICITY_SD`), clamped to [0, 3]. Fewer than `MIN_LEARNING_CASES` such cases: the prior."""
+    `MIN_ELASTICITY_SD`), clamped to [0, 3]; no such case: `HostModel()`, which corrects nothing.
+    Whether it is applied is `HostModel.established`."""
     slopes = []
     for a, b in pairs:
         med_a, med_b = a.median, b.median
@@ -359,7 +431,7 @@ def learn_host_model(pairs: Sequence[tuple[_Side, _Side]]) -> HostModel:
         if abs(x) < math.log1p(MIN_HOST_CHANGE):
             continue
         slopes.append(math.log(med_b / med_a) / x)
-    if len(slopes) < MIN_LEARNING_CASES:
+    if not slopes:
         return HostModel()
     arr = np.asarray(slopes)
     k = float(np.median(arr))
@@ -380,22 +452,28 @@ class RunSpread:
     noisy_cases: int = 0
 
     def for_case(self, noisy: bool) -> float | None:
-        """The between-run spread a case carries: its kind's; a clean case without one, 0 (its
-        rounds' spread stands alone); an interfered case without one, None (it cannot be judged)."""
-        if noisy:
-            return self.noisy
-        return self.clean if self.clean is not None else 0.0
+        """The between-run spread a case of this kind carries, None where too few cases taught it
+        (a clean case is then judged on its rounds, and never called unchanged; an interfered
+        case cannot be judged)."""
+        return self.noisy if noisy else self.clean
+
+
+def _host_ratio(a: _Side, b: _Side) -> float | None:
+    """B's reference kernel time over A's, or None where a side carries no host speed."""
+    return b.reference_us / a.reference_us if a.reference_us and b.reference_us else None
 
 
 def _corrected_log_change(a: _Side, b: _Side, host: HostModel) -> float | None:
-    """log(B corrected for host speed / A) for a pair that can be compared at all, else None."""
+    """log(B / A), B corrected for host speed where `host` is established, for a pair that can be
+    compared at all; else None."""
     med_a, med_b = a.median, b.median
     if not (med_a and med_b and med_a > 0 and med_b > 0) or _inconclusive_reason(a, b):
         return None
-    ratio = b.reference_us / a.reference_us if a.reference_us and b.reference_us else None
+    ratio = _host_ratio(a, b)
     if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
         return None
-    return math.log(med_b / med_a) - (host.elasticity * math.log(ratio) if ratio else 0.0)
+    applied = host.elasticity * math.log(ratio) if ratio and host.established else 0.0
+    return math.log(med_b / med_a) - applied
 
 
 def learn_run_spread(pairs: Sequence[tuple[_Side, _Side]], host: HostModel) -> RunSpread:
@@ -431,8 +509,10 @@ def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
     return sum(c.decided for c in compared), len(compared)
 
 
-#: How the note of a case whose change lies inside the combined uncertainty begins.
-_INSIDE_NOTE = "change inside"
+#: How the note of a case whose interval cannot decide begins.
+_INSIDE_NOTE = "cannot tell"
+#: How the note of a case without a between-run spread to judge "unchanged" by begins.
+_UNKNOWN_RUNS_NOTE = "between-run spread unknown"
 #: Below this share of compared cases with a verdict, `advice` looks for why.
 DECISIVE_SHARE = 0.8
 
@@ -456,6 +536,33 @@ def advice(comparisons: Sequence[Comparison]) -> str:
             "job with alternating rounds (`hwbench ab --models ... --b-options ...` or `--b-python ...`)")
 
 
+def _history_spread(a: _Side, b: _Side) -> float | None:
+    """The between-session spread of a case's change where a side holds several sessions (a
+    history): the sample standard deviation of the session medians' logs (bimodal runs included),
+    pooled over both sides, scaled to the difference of the two sides' means; None with fewer
+    than two sessions on each side together beyond one."""
+    logs_a, logs_b = a.session_logs, b.session_logs
+    if max(len(logs_a), len(logs_b)) < 2:
+        return None
+    squares = sum((x - float(np.mean(g))) ** 2 for g in (logs_a, logs_b) if len(g) > 1 for x in g)
+    dof = sum(len(g) - 1 for g in (logs_a, logs_b) if len(g) > 1)
+    sd = math.sqrt(squares / dof)
+    return sd * math.sqrt(1 / max(1, len(logs_a)) + 1 / max(1, len(logs_b)))
+
+
+def _what_decides(between: float | None, spread: float, host_sd: float, history: bool, threshold: float) -> str:
+    """What would decide an inconclusive case, from the largest part of its uncertainty."""
+    parts = {"rounds": spread, "host": host_sd, "runs": between or 0.0}
+    largest = max(parts, key=lambda k: parts[k])
+    if largest == "rounds":
+        return "longer runs (--hwbench-min-time) or `hwbench ab` would tell"
+    if largest == "host":
+        return "sessions on a host as fast as A's, or `hwbench ab`, would tell"
+    more = "more sessions in the history" if history else "a history of sessions as A (id1,id2,...)"
+    return (f"separate runs differ by about +-{parts['runs']:.0%} per case here: {more} or, to tell "
+            f"{threshold:.0%}, `hwbench ab`")
+
+
 def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, threshold: float,
                   alpha: float, host: HostModel | None = None, runs: RunSpread | None = None) -> Comparison:
     host = host or HostModel()
@@ -465,49 +572,98 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
     n_a = len(side_a.rounds) if side_a else 0
     n_b = len(side_b.rounds) if side_b else 0
     noise = f"{side_a.noise if side_a else '-'}/{side_b.noise if side_b else '-'}"
-    if side_a is None or side_b is None or med_a is None or med_b is None:
+    if side_a is None or side_b is None or med_a is None or med_b is None or med_a <= 0 or med_b <= 0:
         return Comparison(case_id, med_a, med_b, None, None, "missing", n_a, n_b, _missing_note(side_a, side_b),
                           noise=noise)
-    change = (med_b - med_a) / med_a if med_a > 0 else None
+    change = med_b / med_a - 1
     spread = math.hypot(side_a.spread, side_b.spread)
-    ratio = side_b.reference_us / side_a.reference_us if side_a.reference_us and side_b.reference_us else None
-    factor = ratio ** host.elasticity if ratio else 1.0  # what the host's change of speed did to B
-    corrected = (med_b / factor - med_a) / med_a if med_a > 0 else None
-    correction_sd = abs(math.log(ratio)) * host.elasticity_sd if ratio else 0.0
+    ratio = _host_ratio(side_a, side_b)
     noisy = _noisy_note(side_a, side_b)
-    between = runs.for_case(bool(noisy))
-    uncertainty = math.hypot(spread, correction_sd, between or 0.0)
-    base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise, "host_ratio": ratio,
-            "corrected_change": corrected, "uncertainty": uncertainty, "between_runs": between}
     reason = _inconclusive_reason(side_a, side_b)
-    unlearned = (f"fewer than {MIN_RUN_CASES} cases with an interfered side compared to learn how far "
-                 "interference moved them") if noisy and between is None else ""
     if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
         slower = "B" if ratio > 1 else "A"
         reason = "; ".join(filter(None, [reason, f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {slower}: "
                                          f"beyond the {MAX_HOST_RATIO:g}x a correction can carry"]))
+    corrected = None
+    host_sd = 0.0
+    if ratio and not reason:
+        if host.established:
+            corrected = med_b / ratio ** host.elasticity / med_a - 1
+            host_sd = abs(math.log(ratio)) * host.elasticity_sd
+        else:
+            host_sd = abs(math.log(ratio)) * UNPROVEN_ELASTICITY_SD
+    history = _history_spread(side_a, side_b)
+    between = runs.for_case(bool(noisy))
+    if history is not None:
+        between = max(history, between or 0.0)
+    uncertainty = math.hypot(spread, host_sd, between or 0.0)
+    base = {"n_a": n_a, "n_b": n_b, "spread": spread, "noise": noise, "host_ratio": ratio,
+            "corrected_change": corrected, "uncertainty": uncertainty, "between_runs": between}
+    unlearned = (f"fewer than {MIN_RUN_CASES} cases with an interfered side compared to learn how far "
+                 "interference moved them") if noisy and between is None else ""
     if reason or unlearned:
         return Comparison(case_id, med_a, med_b, change, None, "inconclusive",
                           note="; ".join(filter(None, [reason, noisy, unlearned])), **base)
-    rounds_b = [r / factor for r in side_b.rounds]
-    p_value = _mannwhitney(side_a.rounds, rounds_b)
-    if corrected is None or abs(corrected) <= threshold:
-        return Comparison(case_id, med_a, med_b, change, p_value, "unchanged", note=noisy, **base)
-    if abs(corrected) <= NOISE_Z * uncertainty:
-        what = f"the rounds' spread +-{spread:.1%}"
+    judged = corrected if corrected is not None else change
+    centre = math.log1p(judged)
+    low, high = math.expm1(centre - INTERVAL_Z * uncertainty), math.expm1(centre + INTERVAL_Z * uncertainty)
+    base |= {"low": low, "high": high}
+    factor = ratio ** host.elasticity if ratio and corrected is not None else 1.0
+    p_value = _mannwhitney(side_a.rounds, [r / factor for r in side_b.rounds])
+    verdict, why = judge_interval(judged, low, high, threshold)
+    if verdict == "unchanged" and between is None:
+        verdict, why = "inconclusive", (f"{_UNKNOWN_RUNS_NOTE}: fewer than {MIN_RUN_CASES} cases compared and no "
+                                        "history of sessions, so this interval holds the rounds' spread only; "
+                                        "compare more cases at once, a history as A, or use `hwbench ab`")
+    elif verdict in ("regression", "improvement") and (p_value is None or p_value >= alpha):
+        verdict, why = "inconclusive", f"rounds overlap: not significant (p >= {alpha:g})"
+    elif verdict == "inconclusive":
+        parts = [f"rounds +-{spread:.1%}"]
         if ratio:
-            what += f", the host-speed correction +-{correction_sd:.1%} (kernel {ratio:.2f}x in B)"
+            parts.append(f"host speed +-{host_sd:.1%} (kernel {ratio:.2f}x in B)")
         if between:
-            what += f", between runs +-{between:.1%}"
-        note = f"{_INSIDE_NOTE} {NOISE_Z:g} x the combined uncertainty ({what})"
-        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
-                          note="; ".join(filter(None, [note, noisy])), **base)
-    if p_value is None or p_value >= alpha:
-        return Comparison(case_id, med_a, med_b, change, p_value, "inconclusive",
-                          note="; ".join(filter(None, [f"rounds overlap: not significant (p >= {alpha:g})", noisy])),
-                          **base)
-    verdict: Verdict = "regression" if corrected > 0 else "improvement"
-    return Comparison(case_id, med_a, med_b, change, p_value, verdict, note=noisy, **base)
+            parts.append(f"between runs +-{between:.1%}")
+        why = (f"{_INSIDE_NOTE}: {why} ({', '.join(parts)}); "
+               f"{_what_decides(between, spread, host_sd, history is not None, threshold)}")
+    return Comparison(case_id, med_a, med_b, change, p_value, verdict,
+                      note="; ".join(filter(None, [why, noisy])), **base)
+
+
+def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
+                  alpha: float = 0.05) -> list[Comparison]:
+    """The two sides of an interleaved pair (`hwbench ab`), judged as `hwbench ab` judges them: per
+    case, the per-round ratios B / A of the records that share ``extra["ab_round"]``, their
+    geometric mean change and its Student-t interval (`paired_interval`), then `judge_interval`."""
+    check_verdict_settings(threshold, alpha)
+
+    def by_round(records: Sequence[BenchmarkRecord]) -> dict[str, dict[Any, BenchmarkRecord]]:
+        out: dict[str, dict[Any, BenchmarkRecord]] = defaultdict(dict)
+        for record in records:
+            out[record.case_id][record.extra.get("ab_round")] = record
+        return out
+
+    rounds_a, rounds_b = by_round(a), by_round(b)
+    out = []
+    for case in list(rounds_a) + [c for c in rounds_b if c not in rounds_a]:
+        side_a, side_b = rounds_a.get(case, {}), rounds_b.get(case, {})
+        med_a = _median([r.latency_ms_median for r in side_a.values() if r.status == "passed"])
+        med_b = _median([r.latency_ms_median for r in side_b.values() if r.status == "passed"])
+        ratios = [side_b[k].latency_ms_median / side_a[k].latency_ms_median for k in side_a if k in side_b
+                  and side_a[k].latency_ms_median and side_b[k].latency_ms_median]
+        if med_a is None or med_b is None:
+            out.append(Comparison(case, med_a, med_b, None, None, "missing", len(side_a), len(side_b),
+                                  "absent or failed in " + ("A" if med_a is None else "B")))
+            continue
+        result = paired_interval(ratios, alpha)
+        if result is None:
+            out.append(Comparison(case, med_a, med_b, med_b / med_a - 1, None, "inconclusive", len(ratios),
+                                  len(ratios), f"{len(ratios)} paired rounds; need 3"))
+            continue
+        change, low, high, p_value = result
+        verdict, why = judge_interval(change, low, high, threshold)
+        out.append(Comparison(case, med_a, med_b, change, p_value, verdict, len(ratios), len(ratios),
+                              f"{why}; more rounds would tell" if why else "", low=low, high=high))
+    return out
 
 
 def exit_code(comparisons: Sequence[Comparison]) -> int:
@@ -529,6 +685,10 @@ def _fmt_change(value: float | None) -> str:
     return "-" if value is None else f"{value * 100:+.1f}%"
 
 
+def _fmt_interval(low: float | None, high: float | None) -> str:
+    return "-" if low is None or high is None else f"{low * 100:+.0f}%..{high * 100:+.0f}%"
+
+
 def _fit(text: str, width: int) -> str:
     return text if len(text) <= width else text[: max(0, width - 3)] + "..."
 
@@ -536,22 +696,21 @@ def _fit(text: str, width: int) -> str:
 def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = False, verbose: bool = False,
                  width: int = 120, host: HostModel | None = None, advise: bool = True) -> str:
     """Plain text: the compared cases first, one line each within `width` columns (case, verdict,
-    the corrected change and the change needed to count, medians, host speed B/A, noise, the note cut
-    to fit; `verbose` keeps it whole and adds the p-value, rounds and the raw change); the
+    the judged change and its interval, medians, host speed B/A, noise, the note cut to fit;
+    `verbose` keeps it whole and adds the raw change, the p-value and the rounds); the
     `missing` cases folded into one count line by reason (`show_missing` lists them); then a
     count per verdict with the decisiveness, `host`'s correction when given, and `advice` when
     `advise` (not for the two sides of an `hwbench ab` pair, which already ran interleaved)."""
     compared = [c for c in comparisons if c.verdict != "missing"]
     missing = [c for c in comparisons if c.verdict == "missing"]
-    header = ["case_id", "verdict", "change", "+-", "A ms", "B ms", "host B/A", "noise A/B"]
+    header = ["case_id", "verdict", "change", "interval", "A ms", "B ms", "host B/A", "noise A/B"]
     if verbose:
         header += ["raw change", "p-value", "rounds A/B"]
     header.append("note")
     listed = compared + (missing if show_missing else [])
     rows: list[list[str]] = []
     for c in listed:
-        row = [c.case_id, c.verdict, _fmt_change(c.corrected_change if c.corrected_change is not None else c.change),
-               "-" if c.uncertainty is None else f"{NOISE_Z * c.uncertainty * 100:.0f}%",
+        row = [c.case_id, c.verdict, _fmt_change(c.judged_change), _fmt_interval(c.low, c.high),
                _fmt_ms(c.median_a), _fmt_ms(c.median_b),
                "-" if c.host_ratio is None else f"{c.host_ratio:.2f}", c.noise]
         if verbose:
@@ -611,11 +770,13 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
         "decided": decided,
         "compared": total,
         "advice": (advice(comparisons) if advise else "") or None,
-        "host_model": dataclasses.asdict(host) if host is not None else None,
+        "host_model": ({**dataclasses.asdict(host), "established": host.established} if host is not None
+                       else None),
     }, indent=2, default=str)
 
 
-__all__ = ["DECISIVE_SHARE", "MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "NOISE_Z", "PRIOR_ELASTICITY",
-           "PRIOR_ELASTICITY_SD", "ROUNDS", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict",
-           "advice", "check_verdict_settings", "compare_records", "decisiveness", "exit_code", "format_table", "host_model_of", "learn_host_model",
-           "learn_run_spread", "round_medians", "run_spread_of", "to_json"]
+__all__ = ["DECISIVE_SHARE", "INTERVAL_Z", "MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "ROUNDS",
+           "UNPROVEN_ELASTICITY_SD", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict", "advice",
+           "check_verdict_settings", "compare_pairs", "compare_records", "decisiveness", "exit_code",
+           "format_table", "host_model_of", "judge_interval", "learn_host_model", "learn_run_spread",
+           "paired_interval", "round_medians", "run_spread_of", "to_json"]

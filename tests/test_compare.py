@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+import math
 
 import numpy as np
 import pytest
@@ -61,6 +62,18 @@ def one(a: list[BenchmarkRecord], b: list[BenchmarkRecord], **kw) -> Comparison:
     return c
 
 
+#: Run-to-run shifts of six other cases of an A/A pair that agree to about 1 %.
+QUIET_SHIFTS = (1.01, 0.99, 1.005, 0.995, 1.012, 0.988)
+
+
+def among_quiet_peers(a: list[BenchmarkRecord], b: list[BenchmarkRecord], **kw) -> Comparison:
+    """The first case of `a`/`b`, compared beside six peers whose runs agree to about 1 %: enough
+    cases to learn a small between-run spread, without which no case is called unchanged."""
+    peers_a = [record(a[0].session_id, f"peer{i}", steady(10.0, sd=0.002)) for i in range(len(QUIET_SHIFTS))]
+    peers_b = [record(b[0].session_id, f"peer{i}", steady(10.0 * s, sd=0.002)) for i, s in enumerate(QUIET_SHIFTS)]
+    return compare_records(a + peers_a, b + peers_b, **kw)[0]
+
+
 def test_round_medians_are_block_medians():
     assert round_medians([1, 2, 3, 10, 11, 12, 20, 21, 22, 30], rounds=3) == [2.5, 12.0, 22.0]  # blocks of 4, 3, 3
     assert round_medians([4.0, float("nan"), 5.0]) == [4.0, 5.0]  # one round per iteration when few
@@ -81,10 +94,15 @@ def test_a_speedup_is_an_improvement_and_does_not_fail_the_gate():
 
 
 def test_a_significant_iteration_level_shift_below_the_threshold_is_unchanged():
-    # 5 % apart with 1 % noise over 200 iterations each: Mann-Whitney on iterations gives p < 1e-10,
+    # 4 % apart with 1 % noise over 200 iterations each: Mann-Whitney on iterations gives p < 1e-10,
     # the old gate's basis; on rounds and against the threshold it is no change.
-    c = one([record("A", "m", steady(10.0, 200))], [record("B", "m", steady(10.5, 200))])
-    assert c.verdict == "unchanged" and c.change == pytest.approx(0.05, abs=0.01)
+    c = among_quiet_peers([record("A", "m", steady(10.0, 200))], [record("B", "m", steady(10.4, 200))])
+    assert c.verdict == "unchanged" and c.change == pytest.approx(0.04, abs=0.01)
+    assert c.low is not None and c.high is not None and -0.10 <= c.low < c.change < c.high <= 0.10
+    # Alone, nothing shows how far separate runs differ: the interval holds the rounds only, and
+    # that is not enough to call it unchanged.
+    alone = one([record("A", "m", steady(10.0, 200))], [record("B", "m", steady(10.4, 200))])
+    assert alone.verdict == "inconclusive" and alone.note.startswith("between-run spread unknown")
 
 
 def test_a_noisy_side_is_inconclusive_with_its_reason():
@@ -97,7 +115,7 @@ def test_a_noisy_side_is_inconclusive_with_its_reason():
 
 def test_a_clean_record_beside_a_noisy_one_is_what_counts():
     b = [record("B", "m", steady(25.0), noise="noisy", reason="busy"), record("B", "m", steady(10.0))]
-    c = one([record("A", "m", steady(10.0))], b)
+    c = among_quiet_peers([record("A", "m", steady(10.0))], b)
     assert c.verdict == "unchanged" and c.noise == "clean/clean"
 
 
@@ -117,7 +135,8 @@ def test_rounds_that_overlap_are_inconclusive_not_a_verdict():
     a = [record("A", "m", np.repeat([6.0, 14.0, 10.0, 7.0, 13.0], 20))]
     b = [record("B", "m", np.repeat([8.0, 18.0, 13.0, 9.0, 17.0], 20))]
     c = one(a, b)
-    assert c.verdict == "inconclusive" and "spread" in c.note and c.spread is not None and c.spread > 0.3
+    assert c.verdict == "inconclusive" and "rounds +-" in c.note and c.spread is not None and c.spread > 0.3
+    assert c.low is not None and c.low < 0 < 0.10 < c.high  # the interval says why
 
 
 def test_a_history_of_sessions_widens_the_baseline():
@@ -195,7 +214,8 @@ def test_compared_cases_come_first_missing_ones_fold_into_one_line_and_lines_fit
     assert [ln.split()[0] for ln in lines[2:5]] == [f"{long}-{i}-cpu-torch-fp32-b1" for i in range(3)]
     assert sum("missing" in ln for ln in lines) == 2  # the fold line and the count line
     assert "37 missing (36 absent from B, 1 failed in B); --all lists them" in text
-    assert "decisiveness 67% (2 of 3 compared cases have a verdict)" in text
+    # 3 compared cases teach no between-run spread: the unchanged-looking one is not called unchanged
+    assert "decisiveness 33% (1 of 3 compared cases have a verdict)" in text
     everything = format_table(comps, show_missing=True).splitlines()
     assert sum(" missing " in ln for ln in everything) == 37 + 1 and max(len(ln) for ln in everything) <= 120
     verbose = format_table(comps, verbose=True)
@@ -206,7 +226,7 @@ def test_compared_cases_come_first_missing_ones_fold_into_one_line_and_lines_fit
     from pytest_hwbench.compare import to_json
 
     data = json.loads(to_json(comps))
-    assert data["decided"] == 2 and data["compared"] == 3 and len(data["comparisons"]) == 40
+    assert data["decided"] == 1 and data["compared"] == 3 and len(data["comparisons"]) == 40
     assert data["comparisons"][2]["note"] == (f"noisy in B: {busy}; fewer than 5 cases with an interfered side "
                                               "compared to learn how far interference moved them")
 
@@ -228,7 +248,7 @@ def test_cli_compares_records_replayed_from_other_machines_and_mlflow_runs(tmp_p
     assert main(["compare", "--source-a", a, "--source-b", b, "all", "all"]) == 1  # m regressed
     out = capsys.readouterr().out
     assert "1 regression, 0 improvement, 0 unchanged, 1 inconclusive, 0 missing (2 cases)" in out
-    assert "noisy in B: 1.0 of 2 cores busy" in out
+    assert "noisy in B: 1.0 of 2" in out
 
     # B as MLflow runs (timings from the session's artifact), picked by session id prefix.
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
@@ -258,28 +278,36 @@ def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
     b = [_at_host(record("B", m, steady((10.0 + i) * 1.5 * (1.4 if m == "m3" else 1.0))), 450.0)
          for i, m in enumerate(models)]
     host = host_model_of(a, b)
-    assert host.learned_from == 8 and host.elasticity == pytest.approx(1.0, abs=0.02)
+    assert host.learned_from == 8 and host.elasticity == pytest.approx(1.0, abs=0.02) and host.established
     got = {c.case_id.split("-cpu-")[0]: c for c in compare_records(a, b)}
     assert got["m3"].verdict == "regression" and got["m3"].corrected_change == pytest.approx(0.40, abs=0.03)
     assert got["m3"].change == pytest.approx(1.10, abs=0.05) and got["m3"].host_ratio == pytest.approx(1.5)
-    assert all(got[m].verdict == "unchanged" for m in models if m != "m3")  # every case decided
+    assert got["m3"].judged_change == got["m3"].corrected_change and got["m3"].low > 0.10
+    # The others moved with the host; a correction of 1.5x carries +-|log 1.5| x 0.15 of its own,
+    # too wide to call them unchanged at 10 %, and none is a false alarm.
+    others = [got[m] for m in models if m != "m3"]
+    assert all(c.verdict == "inconclusive" and abs(c.corrected_change) < 0.02 for c in others)
+    assert all(c.low < -0.10 and c.high > 0.10 for c in others)
 
-    # One case alone on a host 1.5x slower: nothing to learn from, and the prior's uncertainty is
-    # too wide to decide; on a host only 3 % slower the same prior decides a +40 %.
-    (alone,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.5 * 1.4)), 450.0)])
-    assert alone.verdict == "inconclusive" and "host-speed correction" in alone.note
+    # One case alone on a host 1.5x slower: nothing establishes how it moves with the kernel, so
+    # nothing is corrected and the host's difference widens the interval (+80 % raw is inside it);
+    # on a host only 3 % slower the raw +44 % is a regression.
+    (alone,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.5 * 1.2)), 450.0)])
+    assert alone.verdict == "inconclusive" and "host speed +-" in alone.note and alone.corrected_change is None
     (near,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(10.0 * 1.03 * 1.4)), 309.0)])
-    assert near.verdict == "regression" and near.corrected_change == pytest.approx(0.36, abs=0.03)
+    assert near.verdict == "regression" and near.corrected_change is None
+    assert near.judged_change == pytest.approx(0.44, abs=0.03)
 
     # A host 3x slower on one side is beyond what a correction can carry.
     (far,) = compare_records(a[:1], [_at_host(record("B", "m0", steady(30.0)), 900.0)])
     assert far.verdict == "inconclusive" and "the host ran 3.0x slower in B" in far.note
+    assert far.corrected_change is None and f"{far.change * 100:+.1f}%" in format_table([far])  # the raw figure
 
     # Records without host speed (older than schema 4) compare uncorrected.
     plain_a = [dataclasses.replace(r, interference={"reference_us": 300.0}) for r in a[:1]]
     plain_b = [dataclasses.replace(r, interference={"reference_us": 450.0}) for r in b[:1]]
     (c,) = compare_records(plain_a, plain_b)
-    assert c.host_ratio is None and c.verdict == "regression" and c.corrected_change == pytest.approx(c.change)
+    assert c.host_ratio is None and c.verdict == "regression" and c.corrected_change is None
 
 
 def test_an_accelerators_cases_are_not_corrected_by_the_hosts_cpu_kernel():
@@ -295,7 +323,7 @@ def test_an_accelerators_cases_are_not_corrected_by_the_hosts_cpu_kernel():
          for i, m in enumerate(models)]
     assert all(not r.host_bound for r in a + b) and all(r.host_speed for r in a + b)
     got = {c.case_id.split("-cuda-")[0]: c for c in compare_records(a, b)}
-    assert all(c.host_ratio is None and c.corrected_change == pytest.approx(c.change) for c in got.values())
+    assert all(c.host_ratio is None and c.corrected_change is None for c in got.values())
     assert got["m2"].verdict == "regression" and got["m2"].change == pytest.approx(0.30, abs=0.01)
     assert all(got[m].verdict == "unchanged" for m in models if m != "m2")
     # The same records on the CPU are corrected: the 1.8x kernel moves them all.
@@ -338,7 +366,7 @@ def test_interfered_cases_are_compared_when_enough_of_them_teach_how_far_interfe
     spread = run_spread_of(a, b)
     assert spread.noisy_cases == 6 and spread.noisy == pytest.approx(1.4826 * np.median(np.log(shifts)), rel=0.01)
     # Mostly small shifts under interference: those get a verdict, and a 3x one is a regression.
-    small = [1.02, 0.97, 1.05, 0.99, 1.03, 3.0]
+    small = [1.01, 0.99, 1.015, 0.995, 1.01, 3.0]
     b = [record("B", f"m{i}", steady(10.0 * s), noise="noisy", reason=busy) for i, s in enumerate(small)]
     got = compare_records(a, b)
     assert [c.verdict for c in got] == ["unchanged"] * 5 + ["regression"]
@@ -362,9 +390,108 @@ def test_when_runs_differ_more_than_their_rounds_compare_says_to_measure_both_si
     assert "hwbench ab" not in format_table(got, advise=False)
     assert json.loads(to_json(got, advise=False))["advice"] is None
 
-    # Runs that agree to a few percent decide, and the table gives no such advice.
-    steady_shifts = [0.97, 1.04, 0.95, 1.06, 1.02, 0.93, 1.08, 0.99, 1.05, 0.96, 1.01, 1.03]
+    # Runs that agree to about 1 % decide, and the table gives no such advice.
+    steady_shifts = [1.01, 0.99, 1.005, 0.995, 1.012, 0.988, 1.0, 1.008, 0.992, 1.003, 0.997, 1.01]
     b = [record("B", f"m{i}", steady(10.0 * s, sd=0.002)) for i, s in enumerate(steady_shifts)]
     got = compare_records(a, b)
     assert advice(got) == "" and "hwbench ab" not in format_table(got)
     assert json.loads(to_json(got))["advice"] is None
+
+
+def _real_session() -> list[BenchmarkRecord]:
+    """40 inference records of one real H100 session (``../shared/gpu-evidence``), raw timings kept."""
+    from pathlib import Path
+
+    path = Path(__file__).parent / "data" / "h100_quick_session.jsonl"
+    return [BenchmarkRecord.from_dict(json.loads(line)) for line in path.read_text().splitlines()]
+
+
+def _scaled(rec: BenchmarkRecord, session: str, factor: float) -> BenchmarkRecord:
+    return dataclasses.replace(rec, session_id=session, timings_ms=tuple(t * factor for t in rec.timings_ms),
+                               latency_ms_median=rec.latency_ms_median * factor)
+
+
+def test_on_real_records_a_planted_change_whose_interval_reaches_past_the_threshold_is_never_unchanged():
+    a = _real_session()
+    assert len(a) == 40 and all(len(r.timings_ms) >= 10 for r in a)
+    # B: the same session again on a host whose separate runs differ by about 8 % per case, with
+    # +12 % planted in every third case: close enough to the threshold that many intervals reach
+    # past it.
+    rng = np.random.default_rng(7)
+    planted = {r.case_id for i, r in enumerate(a) if i % 3 == 0}
+    b = [_scaled(r, "B", math.exp(rng.normal(0, 0.08)) * (1.12 if r.case_id in planted else 1.0)) for r in a]
+    got = compare_records(a, b)
+    assert run_spread_of(a, b).clean is not None
+    for c in got:
+        assert c.low is not None and c.high is not None and c.low < c.judged_change < c.high
+        if c.verdict == "unchanged":
+            assert -0.10 <= c.low and c.high <= 0.10 and c.case_id not in planted
+        if c.low < 0.10 < c.high or c.low < -0.10 < c.high:
+            assert c.verdict == "inconclusive", c
+    assert not [c for c in got if c.case_id in planted and c.verdict in ("unchanged", "improvement")]
+    assert not [c for c in got if c.case_id not in planted and c.verdict in ("regression", "improvement")]
+    # +30 % planted on runs that agree to 1 %: the intervals narrow, and most are found; the rest
+    # (10 iterations, rounds that scatter by 14-27 % on their own) are inconclusive, never unchanged.
+    quiet = [_scaled(r, "Q", math.exp(rng.normal(0, 0.01)) * (1.30 if r.case_id in planted else 1.0)) for r in a]
+    found = [c for c in compare_records(a, quiet) if c.case_id in planted]
+    assert sum(c.verdict == "regression" for c in found) >= len(planted) // 2
+    assert {c.verdict for c in found} <= {"regression", "inconclusive"}
+
+
+def test_an_elasticity_whose_interval_contains_zero_corrects_nothing():
+    from pytest_hwbench.compare import UNPROVEN_ELASTICITY_SD, host_model_of
+
+    # B's kernel ran 1.3x slower on every case, but the latencies did not follow it (one up, one
+    # down, most flat): the per-case slopes scatter around zero.
+    moves = [1.0, 1.25, 0.85, 1.02, 0.97, 1.3, 0.8, 1.01]
+    a = [_at_host(record("A", f"m{i}", steady(10.0, sd=0.002)), 300.0) for i in range(len(moves))]
+    b = [_at_host(record("B", f"m{i}", steady(10.0 * s, sd=0.002)), 390.0) for i, s in enumerate(moves)]
+    host = host_model_of(a, b)
+    assert host.learned_from == len(moves) and not host.established
+    assert host.elasticity - 2 * host.standard_error <= 0
+    assert "correction: none" in host.describe()
+    for c in compare_records(a, b):
+        assert c.corrected_change is None and c.judged_change == pytest.approx(c.change)
+        assert c.host_ratio == pytest.approx(1.3)
+        assert c.uncertainty >= abs(math.log(1.3)) * UNPROVEN_ELASTICITY_SD  # the host's move widens it
+    # Three cases that disagree (0.00, 0.87 and 1.75 as elasticities): not enough to apply either.
+    few_a, few_b = a[:3], [_at_host(record("B", f"m{i}", steady(10.0 * 1.3 ** k, sd=0.002)), 390.0)
+                           for i, k in enumerate((0.0, 0.87, 1.75))]
+    assert not host_model_of(few_a, few_b).established
+    assert all(c.corrected_change is None for c in compare_records(few_a, few_b))
+
+
+def test_a_bimodal_history_is_the_noise_of_a_case_and_a_change_inside_it_is_not_unchanged():
+    # Five nightly sessions of the same code, each steady within itself, that land in one of two
+    # modes (10 ms or 13 ms): robust spreads of the five medians would say 0; the history's spread
+    # is what a new session must be judged against.
+    history = [record(f"H{i}", "m", steady(center, sd=0.003)) for i, center in enumerate((10, 10, 10, 13, 13))]
+    same = one(history, [record("B", "m", steady(10.2, sd=0.003))])
+    assert same.verdict == "inconclusive" and same.between_runs > 0.1 and "more sessions in the history" in same.note
+    slower = one(history, [record("B", "m", steady(13.0, sd=0.003))])
+    assert slower.verdict == "inconclusive" and slower.low < 0 < 0.10 < slower.high
+    # A history whose sessions agree decides a planted +30 % from one new session.
+    tight = [record(f"H{i}", "m", steady(center, sd=0.003)) for i, center in enumerate((10, 10.1, 9.9, 10.05, 9.95))]
+    assert one(tight, [record("B", "m", steady(13.0, sd=0.003))]).verdict == "regression"
+
+
+def test_one_contract_for_every_verdict_in_the_paired_interval_too():
+    from pytest_hwbench.compare import judge_interval, paired_interval
+
+    assert judge_interval(0.30, 0.20, 0.40, 0.10) == ("regression", "")
+    assert judge_interval(-0.30, -0.40, -0.20, 0.10) == ("improvement", "")
+    assert judge_interval(0.02, -0.05, 0.08, 0.10) == ("unchanged", "")
+    # the point estimate inside the threshold, the interval reaching past it: never unchanged
+    verdict, why = judge_interval(0.02, -0.07, 0.11, 0.10)
+    assert verdict == "inconclusive" and "reaches past +-10%" in why
+    # a real change (interval above zero) that may or may not pass the threshold
+    verdict, why = judge_interval(0.06, 0.01, 0.12, 0.10)
+    assert verdict == "inconclusive" and "a real change" in why
+    # per-round ratios of a pair about 1 % apart whose rounds scatter by 11 %: p ~ 0.7, interval
+    # about -5 % to +7 %: inconclusive at 5 %, where a point estimate would have said unchanged
+    ratios = [1.18, 0.88, 1.08, 0.84, 1.15, 0.95, 1.03, 0.87, 1.20, 0.98, 1.04, 0.92, 1.12, 0.89, 1.09, 0.97,
+              1.02, 0.94]
+    change, low, high, p = paired_interval(ratios, 0.05)
+    assert abs(change) < 0.05 and p > 0.3 and low < -0.02 and high > 0.05
+    assert judge_interval(change, low, high, 0.05)[0] == "inconclusive"
+    assert paired_interval([1.1, 1.2], 0.05) is None

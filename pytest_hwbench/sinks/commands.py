@@ -369,7 +369,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ..compare import compare_records, exit_code, format_table, host_model_of, to_json
+    from ..compare import compare_pairs, compare_records, exit_code, format_table, host_model_of, to_json
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
@@ -387,7 +387,8 @@ def _compare(args: argparse.Namespace) -> int:
         raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
     a = _compare_side(args, args.source_a, args.session_a)
     b = _compare_side(args, args.source_b or args.source_a, args.session_b)
-    comparisons = compare_records(a, b, threshold=args.threshold, alpha=args.alpha)
+    judge = compare_pairs if of_pair else compare_records  # a pair's sides are judged round by round
+    comparisons = judge(a, b, threshold=args.threshold, alpha=args.alpha)
     host = host_model_of(a, b)
     if getattr(args, "json", False):
         print(to_json(comparisons, host, advise=not of_pair))
