@@ -585,3 +585,21 @@ def test_an_xdist_run_that_runs_nothing_says_why(bench):
         "hwbench: no test ran: gw? generated 2 cases and kept 0 after selection (-m 'cpu and not quick')",
         "hwbench: no test ran: gw? generated 2 cases and kept 0 after selection (-m 'cpu and not quick')",
     ])
+
+
+def test_pytest_benchmarks_gate_raising_does_not_stop_the_hwbench_summary(bench):
+    """pytest-benchmark's ``--benchmark-compare-fail`` raises ``PerformanceRegression`` from its
+    terminal summary; hwbench's summary still prints, naming what was raised, and the run fails."""
+    saved = bench.runpytest(*FAST, *FP32, "-m", "cpu", "--benchmark-autosave", "--benchmark-storage", "bm")
+    assert saved.ret == pytest.ExitCode.OK
+    (path,) = bench.path.glob("bm/*/0001_*.json")
+    data = json.loads(path.read_text())
+    for bench_json in data["benchmarks"]:  # a saved run 1000x faster than any: every case regressed
+        bench_json["stats"] = {k: v / 1000 if isinstance(v, float) else v for k, v in bench_json["stats"].items()}
+    path.write_text(json.dumps(data))
+    result = bench.runpytest(*FAST, *FP32, "-m", "cpu", "--benchmark-storage", "bm", "--benchmark-compare",
+                             "--benchmark-compare-fail", "min:5%")
+    assert result.ret != pytest.ExitCode.OK
+    text = result.stdout.str()
+    assert re.search(r"hwbench: \d+ records \(", text), text[-3000:]
+    assert "hwbench: another plug-in's summary raised PerformanceRegression: Performance has regressed." in text

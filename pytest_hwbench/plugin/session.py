@@ -640,15 +640,31 @@ class HwbenchState:
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
         """The hwbench section comes last, after every other plugin's summary (pytest-benchmark's
-        table) and pytest's short test summary: it is what a benchmark run's reader looks for."""
-        result = yield
+        table) and pytest's short test summary: it is what a benchmark run's reader looks for. It
+        prints also when another plug-in's summary raises (pytest-benchmark's
+        ``--benchmark-compare-fail`` raises ``PerformanceRegression``), naming what it raised,
+        which then goes on."""
+        try:
+            result = yield
+        except BaseException as exc:
+            self._write_summary(terminalreporter, raised=exc)
+            raise
+        self._write_summary(terminalreporter)
+        return result
+
+    def _write_summary(self, terminalreporter: Any, raised: BaseException | None = None) -> None:
         if self.is_worker or not (self.records or self.notes):
-            return result
+            return
         terminalreporter.write_sep("-", "hwbench")
         for line in self.summary_lines():
             terminalreporter.write_line(f"hwbench: {line}")
+        if raised is not None:
+            origin = type(raised).__module__.split(".")[0]
+            terminalreporter.write_line(
+                f"hwbench: another plug-in's summary raised {type(raised).__name__}: {raised} (from {origin}); "
+                "its gate judges this run's iterations against a saved run, which a shared host's drift "
+                "moves: `hwbench compare` or `hwbench ab` judge rounds and runs")
         self.config.hook.pytest_hwbench_terminal_summary(config=self.config, terminalreporter=terminalreporter)
-        return result
 
     def summary_lines(self) -> list[str]:
         """The run's hwbench summary: notes, then records and noisy counts."""
