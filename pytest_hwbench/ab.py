@@ -10,7 +10,12 @@ variants remains.
 
 A variant is an option set (``--a-options "--hwbench-min-time 0.5"``: the measurement options
 `SIDE_OPTIONS`), an environment (``--b-env NAME=VALUE``) or another python (``--b-python
-/path/to/venv/bin/python``, which must have pytest-hwbench installed).
+/path/to/venv/bin/python``). A side imports its own interpreter's packages first; the controller's
+environment comes after them (its `sys.path` entries added as site directories), so what the side's
+venv lacks, pytest-hwbench included, comes from the controller's. Each worker reports what it runs
+(`SideEnvironment`: its python, the package versions a pytest session reports, its hardware
+summary); each side's session carries its own, and the verdict table starts with the versions
+that differ (`format_versions`).
 
 Both sides land in the sinks (the spool, then MLflow and DuckDB, through `pytest_hwbench.sinks.Recorder`)
 as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``, ``ab_variant``),
@@ -29,7 +34,7 @@ import shlex
 import sys
 import time
 import uuid
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -76,9 +81,27 @@ class Side:
 
 
 @dataclass(frozen=True)
+class SideEnvironment:
+    """What a side's worker runs, as it reports it: its python (path and version), the package
+    versions a pytest session reports (distribution -> version) and its hardware summary."""
+
+    python: str
+    python_version: str
+    package_versions: dict[str, str]
+    hardware_summary: str
+
+    @classmethod
+    def from_hello(cls, hello: dict[str, Any]) -> SideEnvironment:
+        """The environment a worker's hello message names."""
+        return cls(str(hello["python"]), str(hello["python_version"]), dict(hello["package_versions"]),
+                   str(hello["hardware_summary"]))
+
+
+@dataclass(frozen=True)
 class PairVerdict:
-    """One case over all rounds: the per-round ratios B / A, their geometric mean change, the
-    paired test's p-value and the verdict (regression, improvement, unchanged, inconclusive)."""
+    """One case over all rounds: the per-round ratios B / A, their geometric mean change and its
+    interval [`low`, `high`], the paired test's p-value and the verdict (`compare.judge_interval`:
+    regression, improvement, unchanged, inconclusive)."""
 
     case_id: str
     ratios: tuple[float, ...]
@@ -86,6 +109,8 @@ class PairVerdict:
     p_value: float | None
     verdict: str
     note: str = ""
+    low: float | None = None
+    high: float | None = None
 
 
 def parse_side_options(text: str) -> dict[str, Any]:
@@ -127,40 +152,40 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
 
 def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
                    alpha: float = DEFAULT_ALPHA) -> PairVerdict:
-    """The verdict on one case's per-round ratios B / A: the change is their geometric mean less
-    one; ``unchanged`` within `threshold`; a regression or improvement when the one-sample t-test
-    on the log ratios gives p < `alpha`; else inconclusive (the rounds disagree)."""
-    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
-    if len(logs) < 3:
-        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive",
-                           f"{len(logs)} paired rounds; need 3")
-    mean = sum(logs) / len(logs)
-    change = math.exp(mean) - 1.0
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (len(logs) - 1))
-    if sd == 0:
-        p = 0.0 if mean != 0 else 1.0
-    else:
-        from scipy.stats import t as student
+    """The verdict on one case's per-round ratios B / A: their geometric mean change and its
+    1 - `alpha` Student-t interval (`compare.paired_interval`), judged by the contract every
+    comparison shares (`compare.judge_interval`): a regression or improvement where the interval
+    excludes no change and the change passes `threshold`, unchanged where the whole interval lies
+    inside +-`threshold`, else inconclusive (more rounds would tell)."""
+    from .compare import judge_interval, paired_interval
 
-        tval = mean / (sd / math.sqrt(len(logs)))
-        p = float(2 * student.sf(abs(tval), len(logs) - 1))
-    if abs(change) <= threshold:
-        return PairVerdict(case_id, tuple(ratios), change, p, "unchanged")
-    if p >= alpha:
-        return PairVerdict(case_id, tuple(ratios), change, p, "inconclusive",
-                           f"the rounds disagree: p {p:.3f} >= {alpha:g}")
-    return PairVerdict(case_id, tuple(ratios), change, p, "regression" if change > 0 else "improvement")
+    result = paired_interval(ratios, alpha)
+    if result is None:
+        usable = sum(1 for r in ratios if r > 0 and math.isfinite(r))
+        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive", f"{usable} paired rounds; need 3")
+    change, low, high, p = result
+    verdict, why = judge_interval(change, low, high, threshold)
+    return PairVerdict(case_id, tuple(ratios), change, p, verdict, f"{why}; more rounds would tell" if why else "",
+                       low, high)
 
 
 def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self-contained
     import os
+    import platform
+    import site
     import sys as _sys
     import traceback
 
     setup = channel.receive()
     os.environ.update(setup["env"])
-    _sys.path[:0] = [p for p in setup["sys_path"] if p not in _sys.path]
+    # The side's own packages first; the controller's paths after them, as site directories so
+    # their .pth files (an editable install's finder) work here too.
+    for path in setup["sys_path"]:
+        if path not in _sys.path:
+            site.addsitedir(path)
     from pytest_hwbench.case import BenchCase
+    from pytest_hwbench.hardware import detect_hardware
+    from pytest_hwbench.plugin.session import core_versions
     from pytest_hwbench.result import failed_record
     from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
@@ -175,7 +200,10 @@ def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self
                           min_iterations=settings["min_iterations"], min_time_s=settings["min_time_s"])
     runner = Runner(timing, cache_size=max(1, len(cases)), energy_min_time_s=0,
                     noise_retries=settings["noise_retries"])
-    channel.send({"pid": os.getpid(), "python": _sys.executable})
+    hardware = ["cpu", *sorted({case.hardware for case in cases})]
+    channel.send({"pid": os.getpid(), "python": _sys.executable, "python_version": platform.python_version(),
+                  "package_versions": core_versions(),
+                  "hardware_summary": detect_hardware(targets=hardware).summary()})
     while True:
         message = channel.receive()
         if message is None:
@@ -210,7 +238,7 @@ class _Worker:
         self.channel.send({"env": side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
                            "settings": side.settings, "cases": cases, "pair": pair, "label": side.label,
                            "session_id": session_id, "threads": threads})
-        self.hello = self.channel.receive(timeout=300)
+        self.environment = SideEnvironment.from_hello(self.channel.receive(timeout=300))
 
     def measure(self, index: int, which: int) -> BenchmarkRecord:
         """Case number `which` of round `index`, measured by this side's worker."""
@@ -230,10 +258,12 @@ class _Worker:
 
 @dataclass(frozen=True)
 class AbResult:
-    """What one `run_ab` measured: the pair id, each side's session and records, the verdicts."""
+    """What one `run_ab` measured: the pair id, each side's session, environment and records, the
+    verdicts."""
 
     pair: str
     sessions: dict[str, str]
+    environments: dict[str, SideEnvironment]
     records: dict[str, list[BenchmarkRecord]]
     verdicts: list[PairVerdict]
 
@@ -311,15 +341,16 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     finally:
         for worker in workers.values():
             worker.close()
-    return AbResult(pair, sessions, records, verdicts)
+    return AbResult(pair, sessions, {label: w.environment for label, w in workers.items()}, records, verdicts)
 
 
 def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[], Any]],
                 spool_dir: Any, *, deadline_s: float | None = DEFAULT_DEADLINE_S) -> dict[str, Any]:
     """Write both sides as two sessions tagged as one pair through a `Recorder` each (spool
     first, then a sink from each of `sinks`, factories such as ``lambda: open_sink("duckdb")``;
-    a sink that fails or does not answer for `deadline_s` seconds is left to ``hwbench replay``);
-    returns each side's `RecorderReport`."""
+    a sink that fails or does not answer for `deadline_s` seconds is left to ``hwbench replay``),
+    each session with its side's own package versions, hardware summary and python (``extra``:
+    ``python``, ``python_version``); returns each side's `RecorderReport`."""
     import datetime as _dt
     import socket
 
@@ -329,11 +360,14 @@ def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[],
     for label, side in (("A", a), ("B", b)):
         from .record import SessionInfo
 
+        env = result.environments[label]
         info = SessionInfo(session_id=result.sessions[label],
                            started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(), host=socket.gethostname(),
-                           runner_label=f"ab {result.pair} {label}",
+                           runner_label=f"ab {result.pair} {label}", hardware_summary=env.hardware_summary,
+                           package_versions=env.package_versions,
                            extra={"ab_pair": result.pair, "ab_side": label, "ab_variant": side.describe(),
-                                  "ab_other_session": result.sessions["B" if label == "A" else "A"]})
+                                  "ab_other_session": result.sessions["B" if label == "A" else "A"],
+                                  "python": env.python, "python_version": env.python_version})
         recorder = Recorder(Spool(spool_dir), [make() for make in sinks], deadline_s=deadline_s)
         recorder.start(info)
         for record in result.records[label]:
@@ -342,16 +376,31 @@ def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[],
     return reports
 
 
+def format_versions(environments: Mapping[str, SideEnvironment]) -> str:
+    """One line naming what differs between side A's and side B's python and package versions,
+    e.g. ``A: onnxruntime 1.32.0 | B: onnxruntime 1.22.1`` (``not installed`` where a side lacks
+    one), or ``same package versions on both sides``."""
+    a, b = ({"python": e.python_version, **e.package_versions} for e in (environments["A"], environments["B"]))
+    names = sorted(a.keys() | b.keys(), key=lambda name: (name != "python", name))  # python first
+    differ = [name for name in names if a.get(name) != b.get(name)]
+    if not differ:
+        return "same package versions on both sides"
+    return " | ".join(f"{label}: " + ", ".join(f"{name} {side.get(name, 'not installed')}" for name in differ)
+                      for label, side in (("A", a), ("B", b)))
+
+
 def format_verdicts(verdicts: Sequence[PairVerdict], width: int = 120) -> str:
-    """One line per case (within `width` columns), then the counts and the decisiveness."""
-    rows = [["case_id", "verdict", "change", "p-value", "rounds", "note"]]
+    """One line per case (within `width` columns: the verdict, the change and its interval, the
+    p-value, the rounds, the note), then the counts and the decisiveness."""
+    rows = [["case_id", "verdict", "change", "interval", "p-value", "rounds", "note"]]
     for v in verdicts:
         rows.append([v.case_id, v.verdict, "-" if v.change is None else f"{v.change * 100:+.1f}%",
+                     "-" if v.low is None or v.high is None else f"{v.low * 100:+.1f}%..{v.high * 100:+.1f}%",
                      "-" if v.p_value is None else f"{v.p_value:.4f}", str(len(v.ratios)), v.note])
-    widths = [max(len(r[i]) for r in rows) for i in range(5)]
+    widths = [max(len(r[i]) for r in rows) for i in range(6)]
     lines = []
     for row in rows:
-        text = "  ".join(c.ljust(w) for c, w in zip(row[:5], widths, strict=True)) + "  " + row[5]
+        text = "  ".join(c.ljust(w) for c, w in zip(row[:6], widths, strict=True)) + "  " + row[6]
         lines.append(text.rstrip()[:width])
     counts = {k: sum(v.verdict == k for v in verdicts) for k in ("regression", "improvement", "unchanged",
                                                                   "inconclusive")}
@@ -463,6 +512,7 @@ def _run(args: argparse.Namespace) -> int:
     except Exception as exc:  # noqa: BLE001 - a worker that could not start or died
         print(f"hwbench ab: error: a side's worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
         return EXIT_STORE
+    print(format_versions(result.environments))
     print(format_verdicts(result.verdicts))
     if not args.no_sinks:
         from .sinks import DuckDBSink, MlflowSink
@@ -481,5 +531,5 @@ def _run(args: argparse.Namespace) -> int:
 register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
                  _args, _run)
 
-__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side", "format_verdicts", "paired_verdict",
-           "parse_env", "parse_side_options", "record_pair", "run_ab"]
+__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side", "SideEnvironment", "format_verdicts",
+           "format_versions", "paired_verdict", "parse_env", "parse_side_options", "record_pair", "run_ab"]

@@ -1,6 +1,8 @@
-"""`hwbench ab`: the paired verdict, the side options, and a real A/B job of two worker processes
+"""`hwbench ab`: the paired verdict, the side options, a real A/B job of two worker processes
 (one with a planted slowdown through a third-party backend) whose two sessions land in DuckDB and
-MLflow tagged as one pair and compare again as a pair."""
+MLflow tagged as one pair and compare again as a pair, and an A/B job of two real environments (a
+second venv with another onnxruntime, whose startup plants the slowdown) in which each side imports
+and records its own packages."""
 
 from __future__ import annotations
 
@@ -8,11 +10,13 @@ import json
 import os
 import subprocess
 import sys
+import venv
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
-from pytest_hwbench.ab import paired_verdict, parse_env, parse_side_options
+from pytest_hwbench.ab import SideEnvironment, format_versions, paired_verdict, parse_env, parse_side_options
 
 #: The third-party backend ``gate-torch`` that plants a slowdown (``HWBENCH_GATE_WORK``), as a
 #: distribution to put on PYTHONPATH: the one `benchmarks/gate_quality.py` plants its slowdowns with.
@@ -23,10 +27,17 @@ def test_the_paired_verdict_judges_per_round_ratios() -> None:
     slower = paired_verdict("c", [1.31, 1.28, 1.33, 1.30, 1.29])
     assert slower.verdict == "regression" and slower.change == pytest.approx(0.30, abs=0.02) and slower.p_value < 0.05
     assert paired_verdict("c", [0.80, 0.79, 0.81]).verdict == "improvement"
-    assert paired_verdict("c", [1.01, 0.99, 1.00, 1.02]).verdict == "unchanged"
+    same = paired_verdict("c", [1.01, 0.99, 1.00, 1.02])
+    assert same.verdict == "unchanged" and -0.05 <= same.low < same.high <= 0.05
     wild = paired_verdict("c", [0.5, 2.5, 1.4, 0.9])
-    assert wild.verdict == "inconclusive" and "the rounds disagree" in wild.note
+    assert wild.verdict == "inconclusive" and "more rounds would tell" in wild.note
     assert paired_verdict("c", [1.5, 1.5]).note == "2 paired rounds; need 3"
+    # A mean change inside the threshold whose interval reaches past it is not unchanged (a point
+    # estimate of +1 % at p 0.9 over 18 rounds, interval about -5 % to +6 %).
+    ratios = [1.18, 0.88, 1.08, 0.84, 1.15, 0.95, 1.03, 0.87, 1.20, 0.98, 1.04, 0.92, 1.12, 0.89, 1.09, 0.97,
+              1.02, 0.94]
+    loose = paired_verdict("c", ratios)
+    assert abs(loose.change) < 0.05 and loose.verdict == "inconclusive" and loose.high > 0.05
 
 
 def test_side_options_and_environments_are_checked() -> None:
@@ -54,6 +65,18 @@ def test_ab_refuses_bad_usage_with_exit_2(capsys) -> None:
     assert "--threshold must be a finite number >= 0 (0.10 = 10 %), got -1.0" in capsys.readouterr().err
     assert main(["ab", "--models", "bert-tiny", "--alpha", "5", "--no-sinks"]) == 2
     assert "--alpha must be in (0, 1), e.g. 0.05, got 5.0" in capsys.readouterr().err
+
+
+def test_the_version_header_names_what_differs_between_the_sides() -> None:
+    def side(python: str, **versions: str) -> SideEnvironment:
+        return SideEnvironment("/venv/bin/python", python, versions, "cpu")
+
+    same = {"A": side("3.11.7", torch="2.13.0"), "B": side("3.11.7", torch="2.13.0")}
+    assert format_versions(same) == "same package versions on both sides"
+    differ = {"A": side("3.11.7", onnxruntime="1.32.0", torch="2.13.0", openvino="2025.1"),
+              "B": side("3.12.1", onnxruntime="1.22.1", torch="2.13.0")}
+    assert format_versions(differ) == ("A: python 3.11.7, onnxruntime 1.32.0, openvino 2025.1 | "
+                                       "B: python 3.12.1, onnxruntime 1.22.1, openvino not installed")
 
 
 def _hwbench(args: list[str], env: dict[str, str], cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -105,3 +128,83 @@ def test_ab_finds_a_planted_slowdown_and_lands_the_pair_in_duckdb_and_mlflow(tmp
     again = _hwbench(["compare", f"pair:{pair}", "--store", str(store)], env, tmp_path)
     assert again.returncode in (0, 1), again.stderr
     assert "bert-tiny-cpu-gate-torch-fp32-b1" in again.stdout and "decisiveness" in again.stdout
+
+
+#: onnxruntime versions the second venv may install: the first that differs from the controller's.
+OTHER_ONNXRUNTIME = ("1.22.1", "1.24.4")
+
+
+@dataclass(frozen=True)
+class OtherVenv:
+    """A second environment: its python, and the onnxruntime version installed in it."""
+
+    python: Path
+    onnxruntime: str
+
+
+@pytest.fixture(scope="module")
+def other_venv(tmp_path_factory: pytest.TempPathFactory) -> OtherVenv:
+    """A venv of this interpreter's base python with packages of its own: another onnxruntime
+    (from the package registry, without its dependencies: those come from the controller's
+    environment, after the venv's own), and a ``.pth`` file that sets ``HWBENCH_GATE_WORK=3`` when
+    its python starts, so the third-party backend ``gate-torch`` does 3x the work in this venv only."""
+    import onnxruntime
+
+    version = next(v for v in OTHER_ONNXRUNTIME if v != onnxruntime.__version__)
+    root = tmp_path_factory.mktemp("venv-b")
+    venv.create(root, with_pip=False)  # from sys._base_executable: none of this venv's packages
+    python = root / "bin" / "python"
+    pip = subprocess.run([sys.executable, "-m", "pip", "--python", str(python), "install", "--no-deps",
+                          "--disable-pip-version-check", "--no-input", f"onnxruntime=={version}"],
+                         capture_output=True, text=True, timeout=600)
+    if pip.returncode != 0:
+        pytest.fail(f"pip could not install onnxruntime=={version} from the package registry into {root} (is the "
+                    f"registry reachable from here?):\n{pip.stdout[-2000:]}\n{pip.stderr[-2000:]}", pytrace=False)
+    site_packages = subprocess.run([str(python), "-c", "import sysconfig; print(sysconfig.get_paths()['purelib'])"],
+                                   capture_output=True, text=True, check=True).stdout.strip()
+    (Path(site_packages) / "hwbench_gate_work.pth").write_text(
+        "import os; os.environ['HWBENCH_GATE_WORK'] = '3'\n")
+    return OtherVenv(python, version)
+
+
+def test_ab_sides_in_two_environments_import_and_record_their_own_packages(tmp_path: Path,
+                                                                          other_venv: OtherVenv) -> None:
+    import onnxruntime
+
+    env = {k: v for k, v in os.environ.items()
+           if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS", "HWBENCH_GATE_WORK")}
+    env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
+    env["HWBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    store = tmp_path / "store"
+    proc = _hwbench(["ab", "--models", "bert-tiny", "--backends", "onnxruntime,gate-torch", "--rounds", "3",
+                     "--threads", "1", "--store", str(store), "--b-python", str(other_venv.python),
+                     "--a-options", "--hwbench-min-time 0.05", "--b-options", "--hwbench-min-time 0.05"],
+                    env, tmp_path)
+    out = proc.stdout
+    assert proc.returncode == 1, out + proc.stderr  # a regression in B: its venv plants 3x gate-torch work
+    header = f"A: onnxruntime {onnxruntime.__version__} | B: onnxruntime {other_venv.onnxruntime}"
+    lines = out.splitlines()
+    table = lines.index(next(ln for ln in lines if ln.startswith("case_id")))
+    assert lines[table - 1] == header, out
+    gate = next(ln for ln in lines if ln.startswith("bert-tiny-cpu-gate-torch-fp32-b1"))
+    assert " regression " in gate, out
+    assert any(ln.startswith("bert-tiny-cpu-onnxruntime-fp32-b1") for ln in lines), out
+    pair = out.split("`hwbench compare pair:")[1].split("`")[0]
+
+    from pytest_hwbench.sinks import list_sessions, load_records
+
+    sessions = list_sessions(store / "hwbench.duckdb")
+    sides = {e["ab_side"]: (sid, versions, e, hw) for sid, versions, e, hw in zip(
+        sessions["session_id"], sessions["package_versions"], sessions["extra"], sessions["hardware_summary"],
+        strict=True) if e.get("ab_pair") == pair}
+    assert set(sides) == {"A", "B"}
+    expected = {"A": (onnxruntime.__version__, sys.executable), "B": (other_venv.onnxruntime, str(other_venv.python))}
+    for side, (ort, python) in expected.items():
+        _, versions, extra, hardware = sides[side]
+        assert versions["onnxruntime"] == ort and versions["pytest-hwbench"], (side, versions)
+        assert extra["python"] == python and extra["python_version"] == ".".join(map(str, sys.version_info[:3]))
+        assert hardware and hardware == sides["A"][3]
+    # what each side measured with: the version its worker imported
+    measured = {(r.session_id, r.extra["onnxruntime_version"]) for r in load_records(store / "hwbench.duckdb")
+                if r.backend == "onnxruntime" and not r.error}
+    assert measured == {(sides[side][0], ort) for side, (ort, _) in expected.items()}

@@ -98,9 +98,15 @@ def runner_label() -> str:
 CORE_DISTRIBUTIONS = ("pytest-hwbench", "torch", "transformers", "pytest", "pytest-benchmark", "pytest-xdist")
 
 
-def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
+def core_versions() -> dict[str, str]:
+    """The versions every session reports: `CORE_DISTRIBUTIONS` and each registered backend's
+    distributions, as installed in this interpreter."""
     return installed_versions(dict.fromkeys(
         [*CORE_DISTRIBUTIONS, *(d for b in registered_backends().values() for d in b.distributions)]))
+
+
+def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
+    return core_versions()
 
 
 def _what_runs(config: pytest.Config) -> dict[str, str]:
