@@ -50,7 +50,7 @@ DEFAULT_MODELS = "bert-tiny,gpt2-tiny,vit-tiny,resnet-tiny,t5-tiny,clip-tiny"
 GATE_SITE = ROOT / "benchmarks" / "gate_site"
 
 
-def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, work: float = 1.0,
+def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, work: float | str = 1.0,
          load_core: int | None = None) -> str:
     """One pytest session into `store`; returns its session id."""
     from pytest_hwbench.sinks import list_sessions
@@ -118,6 +118,119 @@ def _line(name: str, comps, old: Counter) -> None:
     print(f"    before (Mann-Whitney on iterations): false alarms {old_alarms} ({old_alarms / max(compared, 1):.1%})")
 
 
+#: Kinds of comparison the calibration mode judges, in the order printed.
+KINDS = ("separate sessions", "history of 5 sessions", "hwbench ab")
+
+
+def _tally(table: dict, kind: str, comparisons, planted: dict[str, float]) -> None:
+    """Add each compared case's verdict to `table[kind][planted share]` (0.0: nothing planted)."""
+    for c in comparisons:
+        if c.verdict == "missing":
+            continue
+        table.setdefault(kind, {}).setdefault(planted.get(c.case_id, 0.0), Counter())[c.verdict] += 1
+
+
+def _print_calibration(table: dict) -> None:
+    for kind in KINDS:
+        for size, verdicts in sorted(table.get(kind, {}).items()):
+            n = sum(verdicts.values())
+            decided = n - verdicts["inconclusive"]
+            if size == 0.0:
+                alarms = verdicts["regression"] + verdicts["improvement"]
+                what = f"A/A: false alarms {alarms} of {n} ({alarms / n:.1%})"
+            else:
+                what = (f"planted +{size:.0%}: detection {verdicts['regression']} of {n} "
+                        f"({verdicts['regression'] / n:.0%}), called unchanged {verdicts['unchanged']}, "
+                        f"improvement {verdicts['improvement']}")
+            print(f"  {kind:<22} {what} | decisiveness {decided / n:.0%} | {dict(sorted(verdicts.items()))}")
+
+
+def calibrate(args: argparse.Namespace) -> int:
+    """`--trials N`: N pairs of separate sessions (a baseline of every backend; then the same
+    code, but ``gate-torch`` doing 1.1x the work in half the models and 1.3x in the other half),
+    a history of the 5 baseline sessions nearest each B against it, and `--ab-trials` ``hwbench
+    ab`` jobs (gate-torch 1.1x in B): every torch and onnxruntime case is an A/A case, every
+    gate-torch case a planted one. Odd trials keep one core busy throughout."""
+    from pytest_hwbench.compare import compare_pairs, compare_records
+    from pytest_hwbench.sinks import list_sessions, load_records
+
+    models = [m for m in args.models.split(",") if m]
+    half = len(models) // 2
+    plan = {m: (1.1 if i < half else 1.3) for i, m in enumerate(models)}
+    work = ",".join(f"{m}={f}" for m, f in plan.items())
+    load_core = max(os.sched_getaffinity(0))
+    table: dict = {}
+    with tempfile.TemporaryDirectory(prefix="hwbench-gate-") as tmp:
+        root = Path(args.keep or tmp)
+        store = root / "store"
+        db = store / "hwbench.duckdb"
+        print(f"gate calibration: {args.trials} pairs of sessions and {args.ab_trials} ab jobs; models "
+              f"{args.models}; gate-torch planted {work}; one core busy in odd trials", flush=True)
+        pairs: list[tuple[str, str]] = []
+        for t in range(args.trials):
+            busy = load_core if t % 2 else None
+            h = _run(f"H{t + 1}{' (one core busy)' if busy is not None else ''}", store, args,
+                     "torch,onnxruntime,gate-torch", load_core=busy)
+            b = _run(f"B{t + 1}{' (one core busy)' if busy is not None else ''}", store, args,
+                     "torch,onnxruntime,gate-torch", work=work, load_core=busy)
+            pairs.append((h, b))
+        records = {sid: load_records(db, sid) for sid in list_sessions(db)["session_id"]}
+
+        def planted(recs) -> dict[str, float]:
+            return {r.case_id: plan[r.model] - 1 for r in recs if r.backend == "gate-torch"}
+
+        for t, (h, b) in enumerate(pairs):
+            _tally(table, KINDS[0], compare_records(records[h], records[b]), planted(records[b]))
+            if len(pairs) >= 5:
+                near = sorted(range(len(pairs)), key=lambda i: (abs(i - t), i))[:5]
+                history = [r for i in near for r in records[pairs[i][0]]]
+                _tally(table, KINDS[1], compare_records(history, records[b]), planted(records[b]))
+        for t in range(args.ab_trials):
+            ab_store = root / f"ab-store-{t}"
+            _ab_job(ab_store, args, load_core if t % 2 else None)
+            frame = list_sessions(ab_store / "hwbench.duckdb")
+            sides = {(e or {}).get("ab_side"): sid for sid, e in zip(frame["session_id"], frame["extra"], strict=True)}
+            if set(sides) >= {"A", "B"}:
+                a_recs = load_records(ab_store / "hwbench.duckdb", sides["A"])
+                b_recs = load_records(ab_store / "hwbench.duckdb", sides["B"])
+                gate = {r.case_id: 0.1 for r in b_recs if r.backend == "gate-torch"}
+                _tally(table, KINDS[2], compare_pairs(a_recs, b_recs, threshold=0.05), gate)
+        print()
+        _print_calibration(table)
+        if args.keep:
+            print(f"stores kept under {root}")
+    return 0
+
+
+def _ab_job(store: Path, args: argparse.Namespace, load_core: int | None) -> None:
+    """One ``hwbench ab`` job: torch, onnxruntime and gate-torch on both sides, gate-torch doing
+    1.1x the work in B, written to `store`."""
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
+    env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
+    cmd = [sys.executable, "-c", "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))",
+           "ab", "--models", args.models, "--backends", "torch,onnxruntime,gate-torch", "--batch-sizes",
+           args.batch_sizes, "--threads", "1", "--store", str(store), "--b-env", "HWBENCH_GATE_WORK=1.1"]
+    if args.ab_rounds is not None:
+        cmd += ["--rounds", str(args.ab_rounds)]
+    spinner = None
+    if load_core is not None:
+        spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
+        spinner = subprocess.Popen([sys.executable, "-c", spin])
+    began = time.monotonic()
+    try:
+        store.mkdir(parents=True, exist_ok=True)
+        proc = subprocess.run(cmd, cwd=store, env=env, capture_output=True, text=True)
+    finally:
+        if spinner is not None:
+            spinner.kill()
+            spinner.wait()
+    summary = [ln for ln in proc.stdout.splitlines() if "decisiveness" in ln]
+    print(f"  ab job{' (one core busy)' if load_core is not None else ''}: exit {proc.returncode} in "
+          f"{time.monotonic() - began:.0f} s; {' | '.join(summary[-1:])}", flush=True)
+    if proc.returncode not in (0, 1):
+        print(textwrap.indent(proc.stdout[-3000:] + proc.stderr[-2000:], "    "))
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--models", default=DEFAULT_MODELS, help=f"quick-tier models (default {DEFAULT_MODELS})")
@@ -128,7 +241,17 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--ab-min-time", type=float, default=None,
                         help="--hwbench-min-time of each side of the hwbench ab job (default: hwbench ab's own)")
     parser.add_argument("--keep", default=None, metavar="DIR", help="keep the store here (default: a temp dir)")
+    parser.add_argument("--trials", type=int, default=0, metavar="N",
+                        help="calibration mode: N pairs of separate sessions with planted 10 %% and 30 %% slowdowns, "
+                             "histories of 5 sessions, and --ab-trials ab jobs; prints per kind of comparison "
+                             "false alarms, detection, decisiveness and planted changes called unchanged")
+    parser.add_argument("--ab-trials", type=int, default=5, metavar="M",
+                        help="hwbench ab jobs in calibration mode (default 5)")
     args = parser.parse_args(argv)
+    if args.trials < 0 or args.ab_trials < 0:
+        parser.error(f"--trials and --ab-trials must be >= 0, got {args.trials} and {args.ab_trials}")
+    if args.trials:
+        return calibrate(args)
 
     from pytest_hwbench.compare import compare_records
 

@@ -1,6 +1,7 @@
 """``gate-torch``: a third party's backend that runs torch eager and then busy-works, on the same
-thread, ``HWBENCH_GATE_WORK - 1`` times each call's own duration (``HWBENCH_GATE_WORK=1.3``: a
-planted 30 % slowdown; unset: none).
+thread, ``work - 1`` times each call's own duration: ``HWBENCH_GATE_WORK=1.3`` plants a 30 %
+slowdown in every model, ``HWBENCH_GATE_WORK=bert-tiny=1.1,vit-tiny=1.3`` one per model named
+(the others none); unset: none.
 
 The folder above this package is a distribution (``hwbench_gate-0.1.dist-info``) that registers it
 through the ``pytest_hwbench.backends`` entry-point group, the way a third party does: put the
@@ -26,6 +27,15 @@ from pytest_hwbench import (
 )
 
 
+def work_of(model: str, setting: str) -> float:
+    """The work factor `setting` (``HWBENCH_GATE_WORK``) gives `model`: a number for every model,
+    or ``name=factor`` items joined by commas (1.0 for a model not named)."""
+    if "=" not in setting:
+        return float(setting or "1.0")
+    factors = dict(item.split("=", 1) for item in setting.split(",") if item)
+    return float(factors.get(model, "1.0"))
+
+
 class GateTorch(Backend):
     name = "gate-torch"
     hardware = ("cpu",)
@@ -42,7 +52,7 @@ class GateTorch(Backend):
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         loaded = get_backend("torch").load(spec, hardware, precision, device_index)
-        factor = float(os.environ.get("HWBENCH_GATE_WORK", "1.0"))
+        factor = work_of(spec.name, os.environ.get("HWBENCH_GATE_WORK", ""))
 
         def slower(call: Callable[[], Any]) -> Callable[[], Any]:
             def work() -> Any:
