@@ -481,15 +481,17 @@ class _BodyLimit:
 def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[str] | None = None,
                tracking_uri: str | None = None,
                config: SelectionConfig | str | os.PathLike[str] | None = None,
-               timeout: float | None = None) -> FastAPI:
+               timeout: float | None = None, include_noisy: bool = False) -> FastAPI:
     """A FastAPI app answering from `predictor` (default: `Predictor.load(source, ...)`, loaded now,
-    waiting at most `timeout` seconds per store: `hwsel.predict.Predictor.load`).
+    waiting at most `timeout` seconds per store, answering from interfered records too with
+    `include_noisy`: `hwsel.predict.Predictor.load`).
 
     ``/measure/next`` reads the records of `source` (default `hwsel.data.default_source()`) on its
     first request.
     """
     pred = predictor.built() if predictor is not None else Predictor.load(
-        source, tracking_uri=tracking_uri, config=config, **({} if timeout is None else {"timeout": timeout}))
+        source, tracking_uri=tracking_uri, config=config, include_noisy=include_noisy,
+        **({} if timeout is None else {"timeout": timeout}))
     app = FastAPI(title="hwsel", version=VERSION,
                   description="Hardware selection and performance prediction from hwbench runs.",
                   responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})

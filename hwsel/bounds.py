@@ -28,7 +28,7 @@ from pytest_hwbench.record import MAX_LATENCY_MS, MIN_LATENCY_MS
 from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from .query import Query
-from .specs import CPU_TARGETS
+from .specs import CPU_TARGETS, device_key
 
 if TYPE_CHECKING:
     from .specs import DeviceSpec
@@ -104,7 +104,11 @@ def within(latency_ms: float, memory_mb: float, floor: Floor, *, slack: float = 
 
 @dataclass(frozen=True)
 class Coverage:
-    """What a model learned from: the size range (parameters), families and devices of its rows."""
+    """What a model learned from: the size range (parameters), families and devices of its rows.
+
+    `devices` holds device identities (`hwsel.specs.device_key`), so a question that names a
+    training device by any of its names (``h100``, ``NVIDIA H100 80GB HBM3``) is inside it.
+    """
 
     min_params: float
     max_params: float
@@ -112,13 +116,15 @@ class Coverage:
     devices: frozenset[str]
 
     @classmethod
-    def from_rows(cls, params: Iterable[float], families: Iterable[str], devices: Iterable[str]) -> Coverage | None:
-        """The coverage of training rows; None when no row has a parameter count."""
+    def from_rows(cls, params: Iterable[float], families: Iterable[str],
+                  devices: Iterable[tuple[str, str]]) -> Coverage | None:
+        """The coverage of training rows, `devices` being each row's (hardware, device name); None
+        when no row has a parameter count."""
         sizes = [float(p) for p in params if p is not None and math.isfinite(float(p)) and float(p) > 0]
         if not sizes:
             return None
-        return cls(min(sizes), max(sizes), frozenset(str(f) for f in families if f),
-                   frozenset(" ".join(str(d).split()).lower() for d in devices if d))
+        keys = frozenset(key for hw, name in devices if (key := device_key(str(hw), str(name or ""))))
+        return cls(min(sizes), max(sizes), frozenset(str(f) for f in families if f), keys)
 
     def distance(self, q: Query) -> tuple[float, list[str]]:
         """(blend weight in [0, 1], reasons) for `q`: decades of size outside the range, an unseen
@@ -136,7 +142,7 @@ class Coverage:
         if self.families and family and family not in self.families:
             weight = max(weight, BLEND_UNSEEN)
             reasons.append(f"family {family} not in the training data")
-        device = " ".join(str(q.device_name or "").split()).lower()
+        device = device_key(q.hardware, q.device_name)
         # CPU names differ from host to host while the features carry each CPU's peaks: only an
         # unseen accelerator counts as extrapolating.
         if self.devices and device and device not in self.devices and q.hardware not in CPU_TARGETS:

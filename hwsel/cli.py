@@ -81,6 +81,9 @@ def _store_options(p: argparse.ArgumentParser) -> None:
                         "mlruns/mlflow.db)")
     _timeout_option(g, "the records and for the registered models each; a store that does not answer in time is "
                        "left out and the other layers answer")
+    g.add_argument("--include-noisy", action="store_true",
+                   help="also answer from records measured on a busy machine (left out by default; an answer says "
+                        "which records of its case were left out and why)")
     g.add_argument("--selection-config", dest="config", default=None, metavar="FILE",
                    help="selection settings (weights, hardware preferences, thresholds), TOML or JSON "
                         "(default: $HWSEL_CONFIG, else built-in)")
@@ -294,7 +297,8 @@ def build_parser() -> argparse.ArgumentParser:
 def _predictor(args: argparse.Namespace) -> Any:
     from .predict import Predictor
 
-    return Predictor.load(args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout)
+    return Predictor.load(args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout,
+                          include_noisy=args.include_noisy)
 
 
 def _write(data: Any, output: str) -> str:
@@ -327,14 +331,15 @@ def cmd_train(args: argparse.Namespace) -> int:
                    timeout=args.timeout)
     store = redact_uri(result.tracking_uri)  # shown, never with its password
     sources = [redact_uri(str(s)) for s in args.source] if args.source else [store]
-    data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "rows": result.n_rows,
-            "rows_by_device": dict(result.rows_by_device),
+    data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "records": result.n_records,
+            "rows": result.n_rows, "rows_from_records": result.rows_text, "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
             "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out,
             "score_metric": SCORE_METRIC,
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
     lines = [f"trained on {result.n_rows} rows from {', '.join(sources)} (run {result.run_id}, store {store})",
+             f"  {result.rows_text}",
              "  rows per device: " + ", ".join(f"{k} {v}" for k, v in result.rows_by_device.items())]
     if result.dropped:
         from .data import dropped_text
@@ -613,7 +618,8 @@ def cmd_serve(args: argparse.Namespace) -> int:
     if not 0 < args.port < 65536:
         raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
     _check_listen(args.host, args.port)
-    app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout)
+    app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout,
+                     include_noisy=args.include_noisy)
     uvicorn.run(app, host=args.host, port=args.port, log_level=args.log_level)
     return EXIT_OK
 

@@ -34,6 +34,7 @@ from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
 from pytest_hwbench.vocabulary import CPU_KINDS, DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, normalise_mode
 
 from .config import MODES
+from .specs import device_key
 
 #: Identity and context columns kept next to params and metrics.
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error",
@@ -223,22 +224,45 @@ def load_runs(
     frame, dropped = drop_impossible(frame)
     if dropped:
         _warn_dropped(dropped, describe_sources(sources))
-    if passed_only:
-        latency = frame["latency_ms_median"].to_numpy(dtype=float)
-        keep = (frame["status"] == "passed").to_numpy() & np.isfinite(latency) & (latency > 0)
-        frame = frame.loc[keep]
-    noisy = (frame["noise"] == "noisy").to_numpy() if "noise" in frame.columns else np.zeros(len(frame), bool)
+    why = left_out_reasons(frame, passed_only=passed_only, include_noisy=include_noisy)
     reasons: dict[str, int] = {}
-    if not include_noisy:
-        for text in frame.loc[noisy, "noise_reason"] if "noise_reason" in frame.columns else ():
-            reason = noise_kind(text)
-            reasons[reason] = reasons.get(reason, 0) + 1
-        frame = frame.loc[~noisy]
-    frame = frame.reset_index(drop=True)
+    for text in why[why.str.startswith(NOISY)]:
+        reason = text.removeprefix(NOISY)
+        reasons[reason] = reasons.get(reason, 0) + 1
+    frame = frame.loc[(why == "").to_numpy()].reset_index(drop=True)
     frame.attrs["dropped"] = dropped
-    frame.attrs["noisy"] = 0 if include_noisy else int(noisy.sum())
+    frame.attrs["noisy"] = sum(reasons.values())
     frame.attrs["noisy_reasons"] = dict(sorted(reasons.items(), key=lambda kv: (-kv[1], kv[0])))
     return frame
+
+
+#: How `left_out_reasons` starts the reason of an interfered record: ``noisy: <noise_kind>``.
+NOISY = "noisy: "
+
+
+def left_out_reasons(frame: pd.DataFrame, *, passed_only: bool = True, include_noisy: bool = False) -> pd.Series:
+    """Per record, why it cannot answer for its configuration; "" for a record that can.
+
+    With `passed_only`: its status where it did not pass (``failed``, ``crashed``; a record
+    without a status counts as passed), else ``no latency`` where it has no positive median
+    latency. Without `include_noisy`: ``noisy: <kind>`` (`NOISY`, `noise_kind`) for a record
+    that was interfered with. The one rule `load_runs` and the measured layer
+    (`hwsel.layers.measured.MeasuredIndex`) leave records out by.
+    """
+    why = pd.Series("", index=frame.index, dtype=object)
+    if not include_noisy and "noise" in frame.columns:
+        noisy = (frame["noise"] == "noisy").to_numpy()
+        kinds = frame["noise_reason"] if "noise_reason" in frame.columns else pd.Series("", index=frame.index)
+        why[noisy] = [NOISY + noise_kind(text) for text in kinds[noisy]]
+    if passed_only:
+        latency = pd.to_numeric(frame["latency_ms_median"], errors="coerce").to_numpy(dtype=float) \
+            if "latency_ms_median" in frame.columns else np.full(len(frame), np.nan)
+        why[~(np.isfinite(latency) & (latency > 0))] = "no latency"
+        if "status" in frame.columns:
+            status = frame["status"].astype(object).where(frame["status"].notna(), "passed").astype(str)
+            failed = (status != "passed").to_numpy()
+            why[failed] = status[failed]
+    return why
 
 
 def noise_kind(reason: object) -> str:
@@ -340,8 +364,8 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
       (the runner reports throughput at the median too);
     - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
 
-    With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, e.g. the same
-    suite run in two sessions) become one row whose latency is the median over the repeats (the
+    With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, the device by
+    its identity `hwsel.specs.device_key`; e.g. the same suite run in two sessions) become one row whose latency is the median over the repeats (the
     repeat nearest that median gives the row's other fields). Not the fastest repeat: one
     record at 1e-9 ms would speak for the whole configuration; a median needs more than half the repeats wrong to move. ``repeats`` counts them
     and ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
@@ -380,6 +404,10 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
         keys = [k for k in CONFIG_KEYS if k in table.columns]
         # groupby drops None keys unless told; text keys as str keep None and NaN apart from values.
         key_frame = table[keys].astype(str)
+        if "device_name" in key_frame.columns and "hardware" in table.columns:
+            # one device by any of its names (`hwsel.specs.device_key`): H100 and NVIDIA H100 80GB HBM3
+            key_frame["device_name"] = [device_key(str(hw), name if isinstance(name, str) else None)
+                                        for hw, name in zip(table["hardware"], table["device_name"], strict=True)]
         groups = table.groupby([key_frame[k] for k in keys], sort=False, dropna=False)
         median = groups["latency_ms"].transform("median")
         stats = pd.DataFrame({
@@ -398,6 +426,31 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
         table["throughput"] = batch.loc[table.index] / table["latency_ms"] * 1e3
         table = table.sort_index(kind="mergesort")
     return table.reset_index(drop=True)
+
+
+def rows_text(runs: pd.DataFrame, table: pd.DataFrame) -> str:
+    """How the records `runs` became the rows of their `training_table`, in one line:
+    ``192 records became 188 rows: the 8 records of 4 configurations measured in several
+    sessions are one row each (their median)``, and the records no row holds, by mode."""
+    repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1).astype(int) if "repeats" in table.columns \
+        else pd.Series(1, index=table.index)
+    several = repeats[repeats > 1]
+    parts = []
+    if len(several):
+        parts.append(f"the {int(several.sum())} records of {len(several)} configuration{'s' if len(several) != 1 else ''}"
+                     " measured in several sessions are one row each (their median)")
+    modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference") \
+        if "mode" in runs.columns else pd.Series("inference", index=runs.index)
+    other = modes[~modes.isin(MODES)].value_counts()
+    for mode, n in other.items():
+        parts.append(f"{n} {mode} record{'s are' if n != 1 else ' is'} in no row (hwsel learns {' and '.join(MODES)})")
+    unused = len(runs) - int(repeats.sum()) - int(other.sum())
+    if unused > 0:
+        parts.append(f"{unused} record{'s' if unused != 1 else ''} without a latency {'are' if unused != 1 else 'is'} "
+                     "in no row")
+    n = len(runs)
+    head = f"{n} record{'s' if n != 1 else ''} became {len(table)} row{'s' if len(table) != 1 else ''}"
+    return f"{head}: {'; '.join(parts)}" if parts else head
 
 
 def frame_digest(frame: pd.DataFrame) -> str:
@@ -429,9 +482,12 @@ __all__ = [
     "dropped_text",
     "existing_store",
     "frame_digest",
+    "NOISY",
+    "left_out_reasons",
     "left_out_text",
     "load_runs",
     "noise_kind",
+    "rows_text",
     "snapshot",
     "usable_rows_text",
     "source_list",

@@ -17,6 +17,8 @@ import pandas as pd
 from sklearn.base import clone
 from sklearn.model_selection import GroupKFold
 
+from .specs import device_key
+
 SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model", "heldout_device")
 
 
@@ -46,7 +48,10 @@ def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
         "heldout_model": table["model"].astype(str).to_numpy(),
     }
     if "device_name" in table and "hardware" in table:
-        groups["heldout_device"] = (table["hardware"].astype(str) + "|" + table["device_name"].astype(str)).to_numpy()
+        # one device by any of its names (`hwsel.specs.device_key`), so no spelling leaks into training
+        groups["heldout_device"] = np.array([f"{hw}|{device_key(str(hw), name if isinstance(name, str) else None)}"
+                                             for hw, name in zip(table["hardware"], table["device_name"], strict=True)],
+                                            dtype=object)
     for scheme, group in groups.items():
         n_groups = len(np.unique(group))
         if n_groups < 2:

@@ -49,6 +49,7 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
+from pytest_hwbench import facts
 from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
@@ -70,7 +71,8 @@ from .layers.registered import (
 )
 from .layers.roofline import RooflineLayer
 from .layers.rules import RulesLayer
-from .query import HwselWarning, Prediction, Query, ask, check_device, default_backend
+from .query import HwselWarning, Prediction, Query, QuestionError, ask, check_device, default_backend
+from .specs import device_key, known_device_names, knows_device
 
 log = logging.getLogger("hwsel")
 
@@ -111,12 +113,22 @@ class Predictor:
     hardware out of that choice (see `default_device`). `champion_modes` maps a mode to the
     spelling the champions were trained with (`hwsel.layers.registered.snapshot_mode_names`).
     `champion_domain` is the (hardware, backend, precision, mode) combinations the champions
-    answer for (default: the loaded data's, else any).
+    answer for (default: the loaded data's, else any). `runs` may hold every record: those that
+    cannot answer (failed, without a latency, interfered with unless `include_noisy`) are left
+    out by the measured index, and every answer says which records of its case were left out and
+    why (`hwsel.layers.measured.MeasuredIndex.left_out_note`).
+
+    A question's backend must be one `pytest_hwbench.facts` or the data (records, the
+    champions' training snapshot) knows, and its device one `hwsel.specs` or the data knows, or
+    the one detected here; otherwise `resolve_target` raises `QuestionError` listing the known
+    ones. Devices are compared by their identity `hwsel.specs.device_key` (``h100`` is the
+    ``NVIDIA H100 80GB HBM3`` of the records).
 
     Parameters are stored as given (``layers`` as a tuple, checked: a typo fails here, not at
     the first question). Built state, by `build`: ``config_`` (the `SelectionConfig`),
     ``index_`` (the measured index), ``status_`` (layer -> `LayerStatus`), ``record_devices_``
-    (hardware -> device -> records), ``layers_`` (layer name -> `Layer`, in the order asked).
+    (hardware -> device -> records), ``backends_`` (the backends a question may name),
+    ``layers_`` (layer name -> `Layer`, in the order asked).
     A predictor made by hand is built once by the first method that answers (`built`); no
     attribute access builds anything.
     """
@@ -131,7 +143,7 @@ class Predictor:
                  champion_domain: Iterable[tuple[str, str, str, str]] | None = None,
                  training_devices: Mapping[str, Mapping[str, int]] | None = None,
                  detect: bool = True, champion_modes: Mapping[str, str] | None = None,
-                 champion_coverage: Coverage | None = None) -> None:
+                 champion_coverage: Coverage | None = None, include_noisy: bool = False) -> None:
         self.runs = runs
         self.champions = champions
         self.config = config
@@ -142,6 +154,7 @@ class Predictor:
         self.detect = detect
         self.champion_modes = champion_modes
         self.champion_coverage = champion_coverage
+        self.include_noisy = include_noisy
 
     def built(self) -> Predictor:
         """This predictor with its built state: `build` on the first call, self as is after.
@@ -167,7 +180,7 @@ class Predictor:
     def load(cls, source: str | os.PathLike[str] | None = None, *, tracking_uri: str | None = None,
              config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
              experiment: str = DEFAULT_EXPERIMENT, detect: bool = True,
-             timeout: float = DEFAULT_TIMEOUT_S) -> Predictor:
+             timeout: float = DEFAULT_TIMEOUT_S, include_noisy: bool = False) -> Predictor:
         """Read the benchmark data and the registered champions once; failures turn a layer off.
 
         `source` is an MLflow tracking URI, a ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a
@@ -176,7 +189,9 @@ class Predictor:
         the default device (answers then depend on the records alone, wherever they run).
         `timeout`: seconds to wait for the records and for the champions each, imports aside (a
         line on stderr says what is awaited after a few seconds); a store that does not answer in
-        time turns its layer off with a note, and the other layers answer.
+        time turns its layer off with a note, and the other layers answer. `include_noisy`: the
+        measured layer also answers from records that were interfered with (left out by default;
+        each answer says when its case had some).
         Returns a built predictor whose ``config`` is the loaded `SelectionConfig`.
         """
         layers = _check_layers(layers)
@@ -226,7 +241,7 @@ class Predictor:
                 coverage = snapshot_coverage(frame)
         return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
                    champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes,
-                   champion_coverage=coverage).build()
+                   champion_coverage=coverage, include_noisy=include_noisy).build()
 
     def build(self) -> Predictor:
         """Build the layers from the parameters (the measured index, the champions' domain, each
@@ -237,7 +252,7 @@ class Predictor:
     def _build(self) -> None:
         config = load_config(self.config)
         notes = dict(self.notes or {})
-        index = MeasuredIndex(self.runs if "measured" in self.layers else None)
+        index = MeasuredIndex(self.runs if "measured" in self.layers else None, include_noisy=self.include_noisy)
         champions = {t: c for t, c in (self.champions or {}).items() if c is not None} \
             if "registered" in self.layers else {}
         # Champions answer only for (hardware, backend, precision, mode) combinations their training
@@ -251,17 +266,19 @@ class Predictor:
         # blended towards the roofline (`_guard`). From the snapshot, else from the loaded data.
         coverage = self.champion_coverage
         if champions and coverage is None and self.runs is not None and len(self.runs):
-            coverage = snapshot_coverage(self.runs)
+            coverage = snapshot_coverage(index.usable(self.runs))
         # hardware -> device name -> records: the loaded data's and the champion's training rows
         counts: dict[str, dict[str, int]] = {}
         for source in (index.devices, self.training_devices or {}):
             for hw, per in source.items():
                 for name, n in per.items():
                     counts.setdefault(hw, {})[name] = counts.setdefault(hw, {}).get(name, 0) + int(n)
+        left_out = index.left_out_summary()
+        unused = notes.get("measured") or (f"no benchmark record to answer from: {left_out}" if left_out
+                                           else "no usable benchmark rows")
         status: dict[str, LayerStatus] = {
-            "measured": LayerStatus(bool(len(index)),
-                                    "" if len(index) else notes.get("measured") or "no usable benchmark rows",
-                                    {"rows": index.rows, "cases": len(index)}),
+            "measured": LayerStatus(bool(len(index)), "" if len(index) else unused,
+                                    {"rows": index.rows, "cases": len(index), "left_out": dict(index.left_out_counts)}),
             "registered": LayerStatus("latency" in champions,
                                       "" if "latency" in champions else notes.get(
                                           "registered", "no registered latency model"),
@@ -280,6 +297,10 @@ class Predictor:
         self.config_ = config
         self.index_ = index
         self.record_devices_ = counts
+        #: backends a question may name: the facts table's, the records', the champions'
+        self.backends_ = frozenset({b.name for b in facts.backend_rows()} | index.backends
+                                   | {b for _, b, _, _ in domain or ()})
+        self.targets_: dict[tuple[str, str | None, str | None], tuple[str, str | None, str]] = {}
         self.status_ = status
         self.coverage_ = coverage
         self.registered_ = RegisteredLayer(champions, domain, where, self.champion_modes)
@@ -330,7 +351,13 @@ class Predictor:
                 return name, "detected"
         counts = self.record_devices_.get(hardware)
         if counts:
-            return max(sorted(counts), key=lambda n: counts[n]), "records"
+            # one device by any of its names: the device with the most records, by the name most of them give
+            per_device: dict[str, int] = {}
+            for name, n in counts.items():
+                key = device_key(hardware, name)
+                per_device[key] = per_device.get(key, 0) + n
+            best = max(sorted(per_device), key=per_device.__getitem__)
+            return max(sorted(n for n in counts if device_key(hardware, n) == best), key=counts.__getitem__), "records"
         return None, "none"
 
     def resolve(self, q: Query) -> Query:
@@ -346,11 +373,50 @@ class Predictor:
     def resolve_target(self, hardware: str, backend: str | None = None,
                        device_name: str | None = None) -> tuple[str, str | None, str]:
         """(backend, device name or None, why that device) a question about `hardware` means:
-        `backend` or the hardware's default, the device asked for or `default_device`."""
+        `backend` or the hardware's default, the device asked for or `default_device`.
+
+        Raises `QuestionError` naming the field for a backend neither `pytest_hwbench.facts` nor
+        the data knows, and for a device that no `hwsel.specs` entry matches, that the data does
+        not hold for `hardware` under any of its names (`hwsel.specs.device_key`) and that is
+        not the one detected here; the message lists the known ones.
+        """
+        cache = self.built().targets_
+        key = (hardware, backend, device_name)
+        found = cache.get(key)
+        if found is None:
+            if len(cache) > 10_000:
+                cache.clear()
+            found = cache[key] = self._resolve_target(hardware, backend, device_name)
+        return found
+
+    def _resolve_target(self, hardware: str, backend: str | None,
+                        device_name: str | None) -> tuple[str, str | None, str]:
+        if backend is not None and backend not in self.backends_:
+            raise QuestionError(f"unknown backend {backend!r}; known: {', '.join(sorted(self.backends_))} (the "
+                                "backends of pytest_hwbench.facts and of the loaded records and champions)", "backend")
         backend = backend if backend is not None else default_backend(hardware)
         if device_name:
-            return backend, check_device(device_name), "asked"
+            name = check_device(device_name)
+            self._check_device(hardware, name)
+            return backend, name, "asked"
         return (backend, *self.default_device(hardware))
+
+    def _check_device(self, hardware: str, name: str) -> None:
+        """QuestionError unless `name` is a device on `hardware` that hwsel knows (see `resolve_target`)."""
+        if knows_device(hardware, name):
+            return
+        key = device_key(hardware, name)
+        recorded = self.record_devices_.get(hardware, {})
+        if any(device_key(hardware, n) == key for n in recorded):
+            return
+        here = _detected_device(hardware) if self.detect else None
+        if here and device_key(hardware, here) == key:
+            return
+        held = ", ".join(sorted(recorded)) or "none"
+        raise QuestionError(f"unknown device {name!r} for {hardware}: no hwsel.specs entry matches it (known: "
+                            f"{', '.join(known_device_names())}), the records hold none of that name for {hardware} "
+                            f"(they hold: {held}) and it is not detected here; name one of those, or leave the device "
+                            "out (default: the device detected here, else the one most records hold)", "device")
 
     # -- prediction --------------------------------------------------------------------------
 
@@ -412,7 +478,20 @@ class Predictor:
             q = queries[todo[0]]
             raise ValueError(f"no enabled layer can predict {q.model.name} on {q.hardware}; "
                              f"enable the rules layer (layers={self.layers})")
-        return self._guard(queries, out)  # type: ignore[arg-type]
+        return self._say_left_out(queries, self._guard(queries, out))  # type: ignore[arg-type]
+
+    def _say_left_out(self, queries: Sequence[Query], out: list[Prediction]) -> list[Prediction]:
+        """Each answer with the records of its case that did not answer for it, and why, in its
+        detail (`MeasuredIndex.left_out_note`)."""
+        index = self.index_
+        if not index.left_out and not len(index):
+            return out
+        for i, (q, p) in enumerate(zip(queries, out, strict=True)):
+            note = index.left_out_note(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend,
+                                       q.device_name, answered=p.source == "measured")
+            if note:
+                out[i] = dataclasses.replace(p, detail=f"{p.detail}; {note}" if p.detail else note)
+        return out
 
     def _guard(self, queries: Sequence[Query], out: list[Prediction]) -> list[Prediction]:
         """Every estimate within physics (`hwsel.bounds`): a registered answer to a question outside

@@ -181,7 +181,8 @@ def error_text(exc: BaseException) -> str:
 # --- validation ------------------------------------------------------------------------------------
 
 def check_device(device: Any, name: str = "device") -> str:
-    """A device name or spec name: a non-empty line of at most 200 characters."""
+    """A device name or spec name: a non-empty line of at most 200 characters (whether hwsel knows
+    the device is `hwsel.predict.Predictor.resolve_target`'s to say: it holds the records)."""
     if not isinstance(device, str) or not device.strip() or len(device) > 200 or not device.isprintable():
         raise QuestionError(f"{name} must be a device name such as 'NVIDIA H100 80GB HBM3' or a spec name such as "
                             f"'h100' (hwsel.specs), got {device!r}", "device")
@@ -236,7 +237,8 @@ def check_precision(precision: Any) -> str:
 
 
 def check_backend(backend: Any) -> str | None:
-    """None (the hardware's default) or a short backend name; else QuestionError."""
+    """None (the hardware's default) or a short backend name; else QuestionError. (Whether the
+    backend is known is `hwsel.predict.Predictor.resolve_target`'s to say: it holds the records.)"""
     if backend is None:
         return None
     if not isinstance(backend, str) or not backend or len(backend) > 64:
@@ -253,18 +255,21 @@ def model_info(model: str | ModelInfo | None,
 
     With `config` (a ``config.json``, a folder holding one, its parsed contents, or a model-set
     file), `model` may be None: the name then comes from the config
-    (`hwsel.resolution.resolve_model`). Unknown names raise KeyError listing close matches and
-    how to describe a model of your own; anything else raises TypeError.
+    (`hwsel.resolution.resolve_model`). A config that describes no model (a size below 1, an
+    unknown model type, a file that cannot be read) raises `QuestionError` (a ValueError, field
+    ``config``) naming the model or the file, and the field. Unknown names raise KeyError listing
+    close matches and how to describe a model of your own; anything else raises TypeError.
     """
-    if model is None and config is not None:
-        return resolve_model(None, config)
     if isinstance(model, ModelInfo):
         return model
-    if not isinstance(model, str):
+    if not isinstance(model, str) and (model is not None or config is None):
         raise TypeError(f"model must be a name or a hwsel.ModelInfo, got {type(model).__name__}")
-    if not model or len(model) > 200:
-        raise KeyError(f"unknown model {model[:200]!r}: give a zoo name such as bert-base or gpt2")
-    return resolve_model(model, config)
+    if config is None and (not model or len(model) > 200):
+        raise KeyError(f"unknown model {str(model)[:200]!r}: give a zoo name such as bert-base or gpt2")
+    try:
+        return resolve_model(model, config)
+    except ValueError as exc:  # only a config raises it: the model it describes is not one
+        raise QuestionError(str(exc), "config") from None
 
 
 def with_sequence_length(info: ModelInfo, sequence_length: int | None) -> ModelInfo:
@@ -367,7 +372,8 @@ def ask(config: SelectionConfig, model: Any, hardware: str | Sequence[str] | Non
     built once, whatever the number of targets); `hardware` one target or several among
     `config`'s (default: every configured target); `device` one device for one target or
     hardware -> device; `mode` in any spelling `hwsel.config.check_mode` reads (``training`` is
-    ``train``). Backend and device defaults are left to `hwsel.predict.Predictor.resolve`.
+    ``train``). Backend and device defaults, and whether a backend or device named is known, are
+    left to `hwsel.predict.Predictor.resolve`.
     Raises `QuestionError` (`UnknownModelError` for an unknown name) naming the field.
     """
     batch = check_batch_size(batch_size)

@@ -282,19 +282,30 @@ def _unknown(name: str, extra: str = "") -> KeyError:
     )
 
 
+def _config_name(config: Mapping[str, Any], name: str | None) -> str:
+    """The name the model of a parsed config.json goes by, as `pytest_hwbench.models.spec_from_config`
+    gives it: `name`, else the last part of its ``_name_or_path``, else ``<model_type>-custom``."""
+    origin = config.get("_name_or_path")
+    found = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
+    return name or found or f"{config.get('model_type')}-custom"
+
+
 def _from_config(name: str | None, config: str | os.PathLike[str] | Mapping[str, Any]) -> ModelInfo:
+    """The model a config describes; ValueError naming the model (or the file) and the field
+    when it cannot describe one, KeyError when a model set lacks `name`."""
     from pytest_hwbench.models import load_model_set, spec_from_config
 
     if isinstance(config, Mapping):
-        try:
-            return info_from_spec(spec_from_config(config, name))
-        except ValueError as exc:
-            raise KeyError(f"model {name or config.get('model_type')!r}: bad config: {exc}") from None
+        return info_from_spec(spec_from_config(config, name, where=f"config of model {_config_name(config, name)!r}"))
     path = Path(config)
     try:
         specs = load_model_set(path)
     except (ValueError, OSError) as exc:
-        raise KeyError(f"model {name!r}: cannot read config {str(path)!r}: {exc}") from None
+        # the harness's message names the file (and a model set's entry) and the field
+        text = str(exc)
+        if text.startswith(f"{path}: ") or str(path) not in text:
+            text = f"config {path}: {text.removeprefix(f'{path}: ')}"
+        raise ValueError(f"model {name!r}, {text}" if name else text) from None
     by_name = {s.name: s for s in specs}
     if name is None or path.is_dir() or len(specs) == 1:
         if name is None and len(specs) > 1:
@@ -337,6 +348,8 @@ def resolve_model(
 
     Raises:
         KeyError: unknown name; the message lists close matches and how to pass a config.
+        ValueError: a config that describes no model (a size below 1, an unknown model type, a
+            file that cannot be read), naming the model or the file, and the field.
     """
     if config is not None:
         return _from_config(name, config)

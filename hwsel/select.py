@@ -287,8 +287,10 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
     p = best.prediction
     assert p is not None
     what = {"measured": f"measured ({p.detail})", "registered": f"predicted by the registered model ({p.detail})",
-            "roofline": "estimated by the roofline model (device peaks, no benchmark data for this case)",
-            "rules": "estimated by heuristic rules (no benchmark data or registered model)"}[p.source]
+            "roofline": "estimated by the roofline model (device peaks, no usable benchmark data for this case)",
+            "rules": "estimated by heuristic rules (no usable benchmark data or registered model)"}[p.source]
+    if p.source in ("roofline", "rules") and "left out " in p.detail:  # the case's records that did not answer
+        what += "; " + "left out " + p.detail.split("left out ", 1)[1]
     if tie:
         parts.append(f"Tie between {', '.join(tie)} for {goal}: their latency intervals overlap, so the "
                      f"prediction cannot tell them apart; ranked by predicted memory, then measured "

@@ -271,12 +271,16 @@ _UNNAMED = frozenset({"", "none", "unknown", "default", "cpu", "gpu", "npu", "cu
 
 @functools.lru_cache(maxsize=1024)
 def device_key(hardware: str, device_name: str | None) -> str:
-    """What makes two device names the same device, for matching a question to records.
+    """hwsel's one identity of a device: two names are the same device when their keys are equal.
 
-    A known accelerator is its spec name (``NVIDIA H100 80GB HBM3``, ``h100`` and ``H100 SXM5``
-    are all ``h100``; an ``H100 PCIe`` is ``h100-pcie``); any other device is its name in lower
-    case without a ``cpu:`` prefix (``CPU: AMD EPYC`` from OpenVINO is the ``AMD EPYC`` of a
-    torch record). Names that name no device (empty, ``cpu``, ``cuda``, a generic spec) give "".
+    Records, training rows (their aggregation and held-out folds), a champion's coverage, the
+    default device and every question (API, CLI, REST) compare devices by this key. A known
+    accelerator is its spec name, whatever it is called: the name torch reports, the marketing
+    name, the spec name, with or without its memory size, in any case (``NVIDIA H100 80GB HBM3``,
+    ``h100``, ``H100 SXM5`` and ``nvidia h100`` are all ``h100``; an ``H100 PCIe`` is
+    ``h100-pcie``); any other device is its name in lower case without a ``cpu:`` prefix (``CPU:
+    AMD EPYC`` from OpenVINO is the ``AMD EPYC`` of a torch record). Names that name no device
+    (empty, ``cpu``, ``cuda``, a generic spec) give "".
     """
     name = " ".join((device_name or "").split())
     low = name.lower()
@@ -288,11 +292,26 @@ def device_key(hardware: str, device_name: str | None) -> str:
     return low.removeprefix("cpu:").strip()
 
 
+def known_device_names() -> tuple[str, ...]:
+    """The spec names of `KNOWN_DEVICES`, each of which a question may name (as may any name that
+    matches one of their patterns)."""
+    return tuple(spec.name for spec in KNOWN_DEVICES)
+
+
+def knows_device(hardware: str, device_name: str) -> bool:
+    """Whether `device_name` is a device on `hardware` without any record of it: it matches a spec
+    of `KNOWN_DEVICES`, it names no device (`device_key` ""; the kind's generic spec), or
+    `hardware` runs on the host CPU (`CPU_TARGETS`), where any name is a CPU: names differ from
+    host to host, and one that is not this machine's gets the generic CPU spec."""
+    return (hardware or "").lower() in CPU_TARGETS or not device_key(hardware, device_name) \
+        or _match(" ".join(device_name.split())) is not None
+
+
 def _same_as_local_cpu(device_name: str) -> bool:
     local = local_cpu_spec().name.removeprefix("cpu:").strip().lower()
     text = device_name.strip().lower().removeprefix("cpu:").strip()
     return bool(local) and (text == local or text.endswith(local))
 
 
-__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "device_key", "generic_cpu_spec", "local_cpu_spec",
-           "spec_for", "wasm_spec"]
+__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "device_key", "generic_cpu_spec", "known_device_names",
+           "knows_device", "local_cpu_spec", "spec_for", "wasm_spec"]

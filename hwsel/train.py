@@ -65,6 +65,7 @@ from hwsel.data import (
     dropped_text,
     frame_digest,
     load_runs,
+    rows_text,
     snapshot,
     training_table,
     usable_rows_text,
@@ -222,6 +223,10 @@ class TrainResult:
     dropped: Mapping[str, int] = field(default_factory=dict)
     #: records left out because they were measured on a busy machine (``noise == "noisy"``)
     noisy_left_out: int = 0
+    #: records the training table was built from (`n_rows` rows: repeats of a configuration are one)
+    n_records: int = 0
+    #: how the records became the rows, in one line (`hwsel.data.rows_text`)
+    rows_text: str = ""
 
     @property
     def versions(self) -> dict[str, str]:
@@ -312,6 +317,7 @@ def train(
     dropped = dict(runs.attrs.get("dropped") or {})
     noisy_left_out = int(runs.attrs.get("noisy") or 0)
     table = training_table(runs)
+    how = rows_text(runs, table)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
         raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
                          f"{usable_rows_text(runs, len(table))}")
@@ -324,7 +330,8 @@ def train(
     with quiet_mlflow():
         result = _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
                                      trials=trials, seed=seed, progress=progress, dropped=dropped)
-    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out)
+    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out, n_records=len(runs),
+                               rows_text=how)
 
 
 def open_client(uri: str, client_class: Any) -> Any:

@@ -121,6 +121,7 @@ BACKENDS: tuple[BackendFacts, ...] = (
     BackendFacts("torch-compile", 0.5),
     BackendFacts("torch-compile-ro", 0.05),
     BackendFacts("onnxruntime", 0.2),
+    BackendFacts("onnxruntime-trt", 0.2),  # TensorRT engines inside onnxruntime's session
     BackendFacts("openvino", 0.15, counts_as_hardware=True),
     BackendFacts("qai_hub", 0.05),
     BackendFacts("onnxruntime-web", 0.3),

@@ -24,7 +24,7 @@ import pytest
 from hwsel import Predictor, predict_performance, prediction_matrix, select_hardware, selection_map
 from hwsel.cli import build_parser
 from hwsel.cli import main as cli_main
-from hwsel.data import CONFIG_KEYS, load_runs, snapshot, training_table
+from hwsel.data import CONFIG_KEYS, load_runs, rows_text, snapshot, training_table
 from hwsel.features import query_frame, resolve_model
 
 REPO = Path(__file__).resolve().parents[1]
@@ -138,8 +138,81 @@ def test_the_registered_model_answers_for_the_h100_it_was_trained_on(empty_cwd: 
     assert row["device"].iloc[0] == "h100"
     assert pred.latency_ms == pytest.approx(float(predictor.champions["latency"].predict(row)[0]))
     assert abs(math.log(pred.latency_ms / TINYLLAMA_FP32_B128)) < math.log(1.5)
-    generic = predict_performance(unseen, "cuda", batch_size=128, device="some other gpu", predictor=predictor)["cuda"]
+    # a device name that names no device ("cuda"): the generic CUDA spec, which misses by far
+    generic = predict_performance(unseen, "cuda", batch_size=128, device="cuda", predictor=predictor)["cuda"]
     assert generic.device_spec == "cuda-generic" and generic.latency_ms > 2 * TINYLLAMA_FP32_B128
+
+
+def test_every_name_of_the_h100_is_one_device_to_the_registered_layer(empty_cwd: Path,
+                                                                     trained: dict[str, Any]) -> None:
+    """Issue 41: the spec name, the marketing name, torch's name, with or without the memory size,
+    in any case, are the one device the champion was trained on: the same answer from the same
+    layer, none of them "not in the training data" and blended towards the roofline."""
+    predictor = Predictor.load(tracking_uri=trained["uri"], detect=False)
+    unseen = dataclasses.replace(resolve_model("tinyllama-1.1b"), name="my-llama")
+    recorded = predict_performance(unseen, "cuda", batch_size=128, device=H100, predictor=predictor)["cuda"]
+    assert recorded.source == "registered" and "extrapolates" not in recorded.detail, recorded.detail
+    for name in ("h100", "H100", "nvidia h100 80gb hbm3", "NVIDIA H100", "H100 SXM5", "NVIDIA H100 80GB"):
+        pred = predict_performance(unseen, "cuda", batch_size=128, device=name, predictor=predictor)["cuda"]
+        assert (pred.source, pred.latency_ms, pred.interval, pred.memory_mb) == (
+            recorded.source, recorded.latency_ms, recorded.interval, recorded.memory_mb), (name, pred.detail)
+        assert pred.detail == recorded.detail and pred.device == name and pred.device_spec == "h100"
+    # another device is another device: the A100 is outside what the champion saw, and says so
+    a100 = predict_performance(unseen, "cuda", batch_size=128, device="NVIDIA A100-SXM4-80GB",
+                               predictor=predictor)["cuda"]
+    assert "device NVIDIA A100-SXM4-80GB not in the training data" in a100.detail
+
+
+def test_records_count_one_device_under_all_its_names() -> None:
+    """The default device is the device most records hold, counting every name of it together;
+    two spellings of one configuration's device are one training row."""
+    import pandas as pd
+
+    runs = load_runs(H100_RECORDS)
+    runs.loc[runs.index[:14], "device_name"] = "h100-sxm"
+    a100 = runs.iloc[:20].assign(device_name="NVIDIA A100-SXM4-80GB", record_id=lambda f: f["record_id"] + "-a100")
+    mixed = pd.concat([runs, a100], ignore_index=True)  # by name: A100 20, H100 18, h100-sxm 14
+    predictor = Predictor(runs=mixed, layers=("measured", "roofline", "rules"), detect=False)
+    assert predictor.default_device("cuda") == (H100, "records")
+    one = load_runs(H100_RECORDS).iloc[[0, 0]].reset_index(drop=True)
+    one.loc[1, ["device_name", "session_id", "record_id"]] = ["H100 SXM5", "another-session", "another-record"]
+    table = training_table(one)
+    assert len(table) == 1 and int(table["repeats"].iloc[0]) == 2
+
+
+def test_unknown_backends_and_devices_are_refused_naming_the_known_ones(
+        h100_measured: Predictor, empty_cwd: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel import QuestionError
+
+    with pytest.raises(QuestionError) as backend:
+        predict_performance("gpt2", "cuda", batch_size=128, backend="nosuch", predictor=h100_measured)
+    assert backend.value.field == "backend" and "'nosuch'" in str(backend.value)
+    for known in ("torch", "torch-compile-ro", "onnxruntime", "openvino", "qai_hub"):  # the facts table's
+        assert known in str(backend.value)
+    with pytest.raises(QuestionError) as device:
+        predict_performance("gpt2", "cuda", batch_size=128, device="some other gpu", predictor=h100_measured)
+    message = str(device.value)
+    assert device.value.field == "device" and "'some other gpu'" in message
+    assert "h100" in message and "a100" in message and H100 in message  # the specs' names and the records'
+    # a backend or a device only the records know is known
+    import pandas as pd
+
+    runs = load_runs(H100_RECORDS)
+    runs = pd.concat([runs, runs.iloc[:1].assign(backend="my-runtime", device_name="NVIDIA B200", record_id="b200")],
+                     ignore_index=True)
+    own = Predictor(runs=runs, layers=("measured", "roofline", "rules"), detect=False)
+    first = runs.iloc[-1]
+    pred = predict_performance(first["model"], "cuda", batch_size=int(first["batch_size"]),
+                               precision=first["precision"], backend="my-runtime", device="nvidia b200",
+                               predictor=own)["cuda"]
+    assert pred.source == "measured" and pred.backend == "my-runtime"
+    # the CLI: exit 2 naming what is known; REST answers 422 (tests/test_hwsel_rest.py)
+    code, _, err = _cli(capsys, "predict", "--model", "gpt2", "--hardware", "cuda", "--source", str(H100_RECORDS),
+                        "--backend", "nosuch")
+    assert code == 2 and "unknown backend 'nosuch'" in err and "torch-compile" in err, err
+    code, _, err = _cli(capsys, "predict", "--model", "gpt2", "--hardware", "cuda", "--source", str(H100_RECORDS),
+                        "--device", "some other gpu")
+    assert code == 2 and "unknown device 'some other gpu' for cuda" in err and H100 in err, err
 
 
 def test_loading_champions_through_the_api_prints_nothing(empty_cwd: Path, trained: dict[str, Any]) -> None:
@@ -204,6 +277,9 @@ def test_train_takes_several_sources_and_trains_on_their_union(trained: dict[str
     union = training_table(load_runs([cpu_parquet, H100_RECORDS]))
     assert data["rows"] == len(union) == len(training_table(load_runs(cpu_parquet))) + len(
         training_table(load_runs(H100_RECORDS)))
+    runs = load_runs([cpu_parquet, H100_RECORDS])
+    assert data["records"] == len(runs) and data["rows_from_records"] == rows_text(runs, union)
+    assert data["rows_from_records"].startswith(f"{len(runs)} records became {len(union)} rows")
     assert data["rows_by_device"] == {"cpu / AMD EPYC": len(union[union["hardware"] == "cpu"]),
                                       f"cuda / {H100}": len(union[union["hardware"] == "cuda"])}
     assert data["sources"] == [str(cpu_parquet), str(H100_RECORDS)]

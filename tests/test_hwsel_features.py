@@ -58,12 +58,49 @@ def test_a_config_json_file_dict_or_folder_gives_the_same_architecture(tmp_path:
 
 
 def test_bad_configs_name_the_value_and_what_is_accepted() -> None:
-    with pytest.raises(KeyError, match=r"model_type 'mamba9'.*known: .*bert"):
+    with pytest.raises(ValueError, match=r"model 'mamba9-custom'.*model_type 'mamba9'.*known: .*bert") as bad:
         resolve_model(None, {"model_type": "mamba9"})
+    assert not isinstance(bad.value, KeyError)  # a config that describes no model is no unknown name
     with pytest.raises(ValueError, match="hidden_size"):
         spec_from_config({**SMALL_BERT, "hidden_size": "wide"})
     with pytest.raises(KeyError, match="config=PATH"):
         resolve_model(None)
+
+
+#: A LLaMA config.json with -3 layers.
+MINUS_THREE = {"model_type": "llama", "num_hidden_layers": -3, "hidden_size": 64, "num_attention_heads": 4,
+               "intermediate_size": 128, "vocab_size": 100}
+
+
+def test_a_config_with_minus_three_layers_is_a_question_error_naming_model_field_and_file(
+        tmp_path: Path, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]) -> None:
+    """The API raises the documented ValueError subclass (`QuestionError`, field ``config``), never
+    a KeyError, naming the model (the name given, else the one the config gives it) and the field;
+    the CLI names the file."""
+    import hwsel
+    from hwsel.cli import main
+
+    for name, shown in ((None, "'llama-custom'"), ("my-llama", "'my-llama'")):
+        with pytest.raises(hwsel.QuestionError) as info:
+            hwsel.model_info(name, MINUS_THREE)
+        message = str(info.value)
+        assert isinstance(info.value, ValueError) and not isinstance(info.value, KeyError)
+        assert info.value.field == "config" and shown in message and "num_hidden_layers" in message, message
+        assert "-3" in message and "None" not in message, message
+    folder = tmp_path / "my-llama"
+    folder.mkdir()
+    path = folder / "config.json"
+    path.write_text(json.dumps(MINUS_THREE), encoding="utf-8")
+    with pytest.raises(hwsel.QuestionError, match=r"config .*config\.json: field 'num_hidden_layers'.*-3"):
+        hwsel.model_info(None, path)
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("HWSEL_CONFIG", raising=False)
+    capsys.readouterr()
+    assert main(["predict", "--config", str(path), "--hardware", "cpu"]) == 2
+    err = capsys.readouterr().err
+    assert f"hwsel predict: error: config {path}: field 'num_hidden_layers'" in err and "got -3" in err, err
+    assert "None" not in err, err
 
 
 def test_a_query_for_a_config_model_carries_its_launches() -> None:

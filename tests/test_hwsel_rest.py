@@ -244,6 +244,15 @@ def test_analysis(client: httpx.Client) -> None:
     ("/hardware/select", {"model_name": "bert-tiny", "available_hardware": ["cpu"], "device": {"cuda": "h100"}}, 422,
      ["'cuda', which is not among"]),
     ("/performance/predict", {"model_name": "bert-tiny", "device": ""}, 422, ["device"]),
+    # a backend neither the facts table nor the records know, a device neither the specs nor the records know
+    ("/performance/predict", {"model_name": "bert-tiny", "hardware": "cpu", "backend": "nosuch"}, 422,
+     ["backend", "unknown backend 'nosuch'", "torch-compile", "onnxruntime"]),
+    ("/hardware/select", {"model_name": "bert-tiny", "available_hardware": ["cuda"], "device": "some other gpu"}, 422,
+     ["device", "unknown device 'some other gpu' for cuda", "h100"]),
+    # a config with -3 layers: the documented 422 naming the config, its model and the field
+    ("/performance/predict", {"config": {"model_type": "llama", "num_hidden_layers": -3, "hidden_size": 64,
+                                         "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100},
+                              "hardware": "cpu"}, 422, ["config", "'llama-custom'", "num_hidden_layers", "-3"]),
 ])
 def test_bad_requests_are_4xx_json_naming_the_problem(client: httpx.Client, path: str, body: dict, status: int,
                                                       words: list[str]) -> None:

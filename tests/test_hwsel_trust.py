@@ -132,7 +132,7 @@ def test_poisoned_records_are_dropped_combined_by_median_and_never_promoted(
     from mlflow.tracking import MlflowClient
 
     from hwsel.cli import main
-    from hwsel.data import training_table
+    from hwsel.data import rows_text, training_table
     from hwsel.registry import MODEL_NAMES, load_champion
     from hwsel.train import train
 
@@ -164,6 +164,11 @@ def test_poisoned_records_are_dropped_combined_by_median_and_never_promoted(
     assert main(["train", "--source", str(poisoned), "--tracking-uri", uri, "--trials", "2", "--no-progress"]) == 0
     out = capsys.readouterr().out
     assert f"dropped 7 records that cannot be measurements: {reasons}" in out
+    # one line on how the records became the rows: a configuration's repeats are one row, their median
+    how = rows_text(runs, table)
+    assert f"\n  {how}\n" in out, out
+    assert how.startswith(f"{len(runs)} records became {len(table)} rows: the ") and len(runs) > len(table)
+    assert "configurations measured in several sessions are one row each (their median)" in how
     after = client.get_model_version_by_alias(MODEL_NAMES["latency"], "champion")
     version = client.get_model_version(MODEL_NAMES["latency"], str(int(before.version) + 1))
     decision = version.tags["hwsel.champion_decision"]

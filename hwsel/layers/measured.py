@@ -5,7 +5,10 @@ batch, mode), then backend, then device; a query is a dict lookup. The interval 
 spread: fastest iteration .. p95 over the runs, widened to the case's own session medians and to
 the between-session spread of every case measured in several sessions (`_session_spread`), so it
 says where a second measurement lands. Records of another backend, or of another
-named device, never answer.
+named device, never answer; nor do records that failed, that have no latency, that cannot be
+measurements, or that were interfered with (unless the index includes noisy records):
+`hwsel.data.left_out_reasons`. The index keeps what it left out per case, so an answer can say
+which records of its case did not speak for it and why (`MeasuredIndex.left_out_note`).
 """
 
 from __future__ import annotations
@@ -40,6 +43,8 @@ class Measured:
     device: str | None = None
     #: median energy per item over the runs that read a device counter (None: none did)
     energy_j_per_item: float | None = None
+    #: runs among `runs` that were interfered with (kept only by an index that includes noisy records)
+    noisy: int = 0
 
 
 def _finite(v: Any) -> float | None:
@@ -56,17 +61,38 @@ BACKEND_AS_HARDWARE: Sequence[str] = facts.NameTuple(
     lambda: tuple(b.name for b in facts.backend_rows() if b.counts_as_hardware))
 
 
+#: A case as the index keys it: (model, hardware, precision, batch size, mode).
+Case = tuple[str, str, str, int, str]
+
+
+@dataclass(frozen=True)
+class LeftOut:
+    """A record of a case that does not answer for it: its backend, device and why."""
+
+    backend: str
+    device_key: str
+    device: str
+    why: str
+
+
 class MeasuredIndex:
     """Benchmark rows indexed by the exact case:
     (model, hardware, precision, batch, mode) -> backend -> device key -> Measured.
 
     Device keys are `hwsel.specs.device_key` ("" for records that name no device). `devices`
-    counts the records of each hardware kind per device name. Modes are indexed by their one
-    name (``training`` rows as ``train``).
+    counts the records of each hardware kind per device name and `backends` names the backends
+    of the records, left-out ones included. Modes are indexed by their one name (``training``
+    rows as ``train``). Records that cannot answer (`hwsel.data.left_out_reasons` with
+    `include_noisy`, and `measurement_problem`) are kept apart per case in `left_out`.
     """
 
-    def __init__(self, runs: Any = None) -> None:
-        self._index: dict[tuple[str, str, str, int, str], dict[str, dict[str, Measured]]] = {}
+    def __init__(self, runs: Any = None, *, include_noisy: bool = False) -> None:
+        self.include_noisy = include_noisy
+        self._index: dict[Case, dict[str, dict[str, Measured]]] = {}
+        #: case -> the records of it that do not answer
+        self.left_out: dict[Case, list[LeftOut]] = {}
+        #: why -> records left out for it
+        self.left_out_counts: dict[str, int] = {}
         self.rows = 0
         self.hardware: frozenset[str] = frozenset()
         self.backends: frozenset[str] = frozenset()
@@ -79,6 +105,7 @@ class MeasuredIndex:
     def _build(self, runs: Any) -> None:
         import pandas as pd
 
+        from ..data import left_out_reasons
         from ..specs import device_key
 
         df = pd.DataFrame(runs).copy()
@@ -89,16 +116,16 @@ class MeasuredIndex:
         for col, default in (("backend", DEFAULT_BACKEND), ("mode", "inference"), ("device_name", None)):
             if col not in df.columns:
                 df[col] = default
-        if "status" in df.columns:
-            df = df[df["status"].fillna("passed") == "passed"]
-        df = df[pd.to_numeric(df["latency_ms_median"], errors="coerce") > 0]
+        reasons = left_out_reasons(df, include_noisy=self.include_noisy).tolist()
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         devices: dict[str, dict[str, int]] = {}
-        impossible = 0
-        for row in df.to_dict("records"):
-            if measurement_problem(row) is not None:  # runs given directly; load_runs drops them already
-                impossible += 1
-                continue
+        backends: set[str] = set()
+        usable = 0
+        for row, why in zip(df.to_dict("records"), reasons, strict=True):
+            problem = None if why else measurement_problem(row)  # runs given directly; load_runs drops them already
+            if problem is not None:
+                why = f"not a measurement ({problem.split(' (', 1)[0]})"
+            usable += not why
             try:
                 key = (str(row["model"]), str(row["hardware"]), str(row["precision"]), int(row["batch_size"]),
                        normalise_mode(str(row["mode"])), str(row["backend"]))
@@ -106,20 +133,25 @@ class MeasuredIndex:
                 continue
             raw = row.get("device_name")
             name = " ".join(raw.split()) if isinstance(raw, str) else ""
+            backends.add(key[5])
+            if why:
+                self.left_out_counts[why] = self.left_out_counts.get(why, 0) + 1
             for hw in (key[1], key[5]) if key[5] in BACKEND_AS_HARDWARE and key[1] != key[5] else (key[1],):
                 dkey = device_key(hw, name)
-                groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
-                if dkey:
+                if dkey:  # every record counts for the device a question most likely means
                     per = devices.setdefault(hw, {})
                     per[name] = per.get(name, 0) + 1
-        hardware, backends = set(), set()
+                if why:
+                    self.left_out.setdefault((key[0], hw, *key[2:5]), []).append(LeftOut(key[5], dkey, name, why))
+                    continue
+                groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
+        hardware = set()
         spread = self.session_spread = _session_spread(groups.values())
         for (model, hw, prec, batch, mode, backend, dkey), rows in groups.items():
             per_backend = self._index.setdefault((model, hw, prec, batch, mode), {}).setdefault(backend, {})
             per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None, spread)
             hardware.add(hw)
-            backends.add(backend)
-        self.rows = len(df) - impossible
+        self.rows = usable
         self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
 
     @staticmethod
@@ -155,6 +187,7 @@ class MeasuredIndex:
             device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
             if hardware is not None else None,
             energy_j_per_item=statistics.median(energy) if energy else None,
+            noisy=sum(1 for r in rows if r.get("noise") == "noisy"),
         )
 
     def __len__(self) -> int:
@@ -173,6 +206,46 @@ class MeasuredIndex:
             return None
         key = device_key(hardware, device)
         return per_device.get(key) if key in per_device else per_device.get("")
+
+    def left_out_note(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
+                      backend: str | None = None, device: str | None = None, *, answered: bool = False) -> str:
+        """Which records of the exact case did not answer for the question, and why, in one line
+        ("" when none): those of its backend and device (or naming no device) that were left
+        out (failed, no latency, not a measurement, noisy), and, unless the case was `answered`
+        from the records, the usable ones of another device or another backend. Noisy ones come
+        with the flag that keeps them."""
+        from ..specs import device_key
+
+        case = (model, hardware, precision, batch_size, normalise_mode(mode))
+        backend = backend or default_backend(hardware)
+        key = device_key(hardware, device)
+        counts: dict[str, int] = {}
+        for r in self.left_out.get(case, ()):
+            if r.backend == backend and r.device_key in (key, ""):
+                counts[r.why] = counts.get(r.why, 0) + 1
+        parts = [(n, _why_text(why)) for why, n in counts.items()]
+        if not answered:
+            for be, per_device in self._index.get(case, {}).items():
+                for dkey, m in per_device.items():
+                    if be != backend:
+                        parts.append((m.runs, f"on backend {be} (another backend)"))
+                    elif dkey not in (key, ""):
+                        parts.append((m.runs, f"on {m.device} (another device)"))
+        return _left_out_text(parts, "of this case")
+
+    def left_out_summary(self) -> str:
+        """Every record the index left out, counted by why, in one line ("" when none)."""
+        return _left_out_text([(n, _why_text(why)) for why, n in self.left_out_counts.items()])
+
+    def usable(self, runs: Any) -> Any:
+        """The rows of `runs` that can answer (`hwsel.data.left_out_reasons` with this index's
+        `include_noisy`), as a frame."""
+        import pandas as pd
+
+        from ..data import left_out_reasons
+
+        frame = pd.DataFrame(runs)
+        return frame.loc[(left_out_reasons(frame, include_noisy=self.include_noisy) == "").to_numpy()]
 
     def cases(self) -> list[tuple[str, str, str, int, str]]:
         """Every indexed case key."""
@@ -215,6 +288,24 @@ def _session_spread(groups: Any) -> float:
     return gaps[min(len(gaps) - 1, int(math.ceil(SESSION_SPREAD_LEVEL * len(gaps))) - 1)]
 
 
+def _why_text(why: str) -> str:
+    """``noisy: stolen time`` as ``noisy (stolen time)``; any other reason as it is."""
+    head, sep, kind = why.partition(": ")
+    return f"{head} ({kind})" if sep else why
+
+
+def _left_out_text(parts: Sequence[tuple[int, str]], what: str = "") -> str:
+    """``left out 3 records of this case: 2 failed, 1 noisy (stolen time); --include-noisy keeps
+    the noisy ones`` from (count, reason) pairs; "" when there are none."""
+    if not parts:
+        return ""
+    total = sum(n for n, _ in parts)
+    text = f"left out {total} record{'s' if total != 1 else ''}{' ' + what if what else ''}: " \
+        + ", ".join(f"{n} {why}" for n, why in parts)
+    return text + ("; --include-noisy keeps the noisy ones" if any(why.startswith("noisy") for _, why in parts)
+                   else "")
+
+
 class MeasuredLayer:
     """Answers the queries `index` holds; memory the records lack comes from `rules_estimate`."""
 
@@ -234,6 +325,8 @@ class MeasuredLayer:
                 continue
             memory = m.memory_mb
             detail = f"{m.runs} run(s) on {m.device or 'a device the records do not name'}, backend {m.backend}"
+            if m.noisy:
+                detail += f", {m.noisy} of them noisy (kept: --include-noisy)"
             if memory is None:
                 memory = rules_estimate(q)[2]
                 detail += "; memory estimated by rules (not measured)"
@@ -244,7 +337,8 @@ class MeasuredLayer:
 
 
 def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
-    """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`).
+    """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`): every
+    record, failed and interfered ones included (`MeasuredIndex` leaves them out and says so).
 
     Any failure turns the layer off with a note (and an `HwselWarning` for an unreadable store).
     """
@@ -264,15 +358,16 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
         if why is not None:
             warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=3)
             return None, f"benchmark data not loaded: {why}"
-    try:
-        runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment)
+    try:  # every record: the index says which cannot answer, and why (`MeasuredIndex.left_out`)
+        runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
+                              passed_only=False, include_noisy=True)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers
         why = redact_uri(str(exc))  # MLflow quotes the URI it was given, password and all
         warnings.warn(f"benchmark data not loaded from {where}: {why}", HwselWarning, stacklevel=3)
         return None, f"benchmark data not loaded: {why}"
     if runs is None or not len(runs):
-        return None, f"no passed benchmark runs in {where}"
+        return None, f"no benchmark records in {where}"
     return runs, ""
 
 
-__all__ = ["BACKEND_AS_HARDWARE", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]
+__all__ = ["BACKEND_AS_HARDWARE", "LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]

@@ -276,7 +276,8 @@ def snapshot_coverage(frame: Any | None) -> Coverage | None:
 
     params = pd.to_numeric(frame["param_count"], errors="coerce").dropna()
     families = frame["family"].dropna().astype(str).unique() if "family" in frame.columns else ()
-    devices = frame["device_name"].dropna().astype(str).unique() if "device_name" in frame.columns else ()
+    devices = set(zip(frame["hardware"].astype(str), frame["device_name"].fillna("").astype(str), strict=True)) \
+        if {"hardware", "device_name"} <= set(frame.columns) else set()
     return Coverage.from_rows(params.tolist(), families, devices)
 
 
