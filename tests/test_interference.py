@@ -369,12 +369,22 @@ def test_a_faster_best_in_the_baseline_file_no_longer_makes_a_steady_run_noisy(t
     runner.close()
     readings = record.interference
     assert readings["reference_us"] > 0 and readings["reference_before_us"] > 0 and readings["reference_after_us"] > 0
-    assert record.host_speed is not None and record.host_speed == readings["host_speed"]
     # whatever else this shared machine does, the reference kernel is no reason for the verdict
     assert "reference kernel ran" not in record.noise_reason or "during the case" in record.noise_reason
     assert "best" not in record.noise_reason
-    # the readings of that file now: the newest, the older form gone
-    assert ReferenceBaseline(path).recent == [pytest.approx(readings["reference_us"], abs=0.01)]
+    import torch
+
+    from pytest_hwbench.interference import cpu_crowded
+
+    if cpu_crowded(readings, torch.get_num_threads()):
+        # beside other work on the kernel's cores the reading is not remembered: no baseline yet,
+        # so no host speed, and still no recent reading in the file
+        assert record.host_speed is None and "host_speed" not in readings
+        assert ReferenceBaseline(path).recent == []
+    else:
+        assert record.host_speed is not None and record.host_speed == readings["host_speed"]
+        # the readings of that file now: the newest, the older form gone
+        assert ReferenceBaseline(path).recent == [pytest.approx(readings["reference_us"], abs=0.01)]
 
     # a recent baseline twice as fast as now: host speed about 0.5, and still clean
     fast = ReferenceBaseline(tmp_path / "fast.json")
