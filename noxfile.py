@@ -24,9 +24,23 @@ def _install(session: nox.Session, torch_spec: str, extras: str) -> None:
 
 @nox.session
 def tests(session: nox.Session) -> None:
-    """Run the test suite (real MLflow/DuckDB stores, tiny real models)."""
+    """Run the fast tier of the tests (real MLflow/DuckDB stores, tiny real models), as the README's `pytest tests`."""
     _install(session, CPU_TORCH, "all")
     session.run("pytest", "tests", "--strict-markers", "--strict-config", *session.posargs)
+
+
+@nox.session(default=False)
+def e2e(session: nox.Session) -> None:
+    """Run the end-to-end tier of the tests (nested sessions, servers, Chromium, trainings), as .ci/run does."""
+    _install(session, CPU_TORCH, "all")
+    session.run("pytest", "tests", "-m", "e2e", "--strict-markers", "--strict-config", *session.posargs)
+
+
+@nox.session(default=False)
+def test_time(session: nox.Session) -> None:
+    """Print what the test suite costs: wall time per tier and the slowest tests (benchmarks/test_time.py)."""
+    _install(session, CPU_TORCH, "all")
+    session.run("python", "benchmarks/test_time.py", *session.posargs)
 
 
 @nox.session

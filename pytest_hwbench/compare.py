@@ -619,7 +619,7 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
         verdict, why = "inconclusive", f"rounds overlap: not significant (p >= {alpha:g})"
     elif verdict == "inconclusive":
         parts = [f"rounds +-{spread:.1%}"]
-        if ratio:
+        if host_sd:
             parts.append(f"host speed +-{host_sd:.1%} (kernel {ratio:.2f}x in B)")
         if between:
             parts.append(f"between runs +-{between:.1%}")

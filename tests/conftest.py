@@ -26,6 +26,35 @@ duckdb.connect().execute("SELECT 'x' AS s").df()  # pulls in pandas' Arrow-backe
 
 pytest_plugins = ["pytester"]
 
+#: Fixtures that start another process (a nested measured pytest session, a CLI, a server, a
+#: browser) or train a predictor: a test that uses one belongs to the end-to-end tier (`e2e`).
+E2E_FIXTURES = frozenset({
+    "pytester", "bench", "team_server", "team_experiment", "filled_store", "servers", "lock_holder",
+    "guarded_server", "secret_server", "small_runs", "compiled", "compiled_generate", "other_venv", "driver",
+    "spinner", "site", "trained", "snapshot_runs", "runs", "registry", "registry_uri",
+})
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    config.addinivalue_line(
+        "markers", "e2e: an end-to-end test (another process, a server, a browser or a trained predictor); "
+                   "`pytest tests` leaves them out, `pytest tests -m e2e` runs them, `-m ''` runs every test")
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)
+
+
+def pytest_report_header(config: pytest.Config) -> str:
+    expr = config.option.markexpr
+    if expr == "not e2e":
+        return ("tiers: the fast tier (-m 'not e2e', the default); `pytest tests -m e2e` runs the end-to-end tier, "
+                "`pytest tests -m ''` every test")
+    return f"tiers: -m {expr!r}" if expr else "tiers: every test"
+
 # The PostgreSQL-backed team server, one per test session for every module that asks for it.
 from _postgres import team_experiment, team_server  # noqa: E402, F401
 

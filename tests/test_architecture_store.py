@@ -13,6 +13,9 @@ import pytest
 
 from pytest_hwbench.models import get_model
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 
 @pytest.fixture
 def store(tmp_path, monkeypatch):

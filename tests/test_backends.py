@@ -142,6 +142,7 @@ def test_export_is_cached_and_shared() -> None:
     assert first.input_names == ("input_ids", "attention_mask")
 
 
+@pytest.mark.e2e
 def test_dynamo_exporter_fallback(monkeypatch: pytest.MonkeyPatch, references: dict[str, Any]) -> None:
     """The fallback exporter alone: a model it handles matches torch, one it cannot is a skip."""
     pytest.importorskip("onnxscript")

@@ -58,6 +58,7 @@ def test_an_output_folder_that_is_a_file_is_a_usage_error(tmp_path: Path, capsys
     assert file.read_text() == "not a folder"
 
 
+@pytest.mark.e2e
 @pytest.mark.parametrize("silent", [True, False], ids=["never-answers", "refuses"])
 def test_export_and_import_stop_at_once_on_a_server_that_does_not_answer(
         tmp_path: Path, capsys: pytest.CaptureFixture[str], silent_port: int, silent: bool) -> None:
@@ -100,6 +101,7 @@ def test_ab_refuses_bad_settings_and_interpreters_before_any_worker(tmp_path: Pa
         assert f"--a-python {python}: not an executable file; give a Python interpreter" in capsys.readouterr().err
 
 
+@pytest.mark.e2e
 def test_ab_leaves_the_pair_in_the_spool_when_the_tracking_server_never_answers(tmp_path: Path,
                                                                                silent_port: int) -> None:
     uri = f"http://user:{SECRET}@127.0.0.1:{silent_port}"

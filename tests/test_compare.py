@@ -236,6 +236,7 @@ def _jsonl(path, records: list[BenchmarkRecord]):
     return str(path)
 
 
+@pytest.mark.e2e
 def test_cli_compares_records_replayed_from_other_machines_and_mlflow_runs(tmp_path, capsys):
     from pytest_hwbench.cli import main
     from pytest_hwbench.record import SessionInfo

@@ -119,6 +119,7 @@ def test_the_table_and_the_vocabulary_import_nothing_heavy():
                                        "pytest_hwbench.vocabulary"]
 
 
+@pytest.mark.e2e
 def test_a_fictional_target_is_one_row_plus_its_probe(tmp_path):
     """The plug-in adds a row and a probe: detection finds the target, pytest registers its
     marker, the option accepts it and the grid offers its cases (torch runs it: its row names a

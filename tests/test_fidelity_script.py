@@ -14,6 +14,9 @@ from pathlib import Path
 
 import pytest
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity.py"
 
 

@@ -325,6 +325,7 @@ def test_compiled_generate_checks_the_token_count_as_eager_does(compiled_generat
         limited()
 
 
+@pytest.mark.e2e  # torch.compile of a generate loop: tens of seconds
 def test_runner_records_compiled_generate_with_compile_time_apart():
     if _compiler_missing():
         pytest.skip(_compiler_missing())

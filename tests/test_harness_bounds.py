@@ -29,6 +29,9 @@ from test_sinks import make_records, make_session
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.sinks import DuckDBSink, Recorder, Spool, replay_each
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 HWBENCH_BIN = Path(sys.executable).with_name("hwbench")
 BENCH_FILE = """
 def test_inference(hwbench_case, hwbench):

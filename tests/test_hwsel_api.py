@@ -155,7 +155,8 @@ print(json.dumps({"rec": rec.to_dict(), "default_source": pred.source, "layers":
     assert rec["primary_recommendation"] in ("cpu", "cuda")
     assert "heuristic rules" in rec["explanation"] and "no benchmark data" in rec["explanation"]
     low, high = rec["all_scores"]["cpu"]["prediction"]["interval"]
-    assert low < rec["all_scores"]["cpu"]["prediction"]["latency_ms"] < high
+    # an answer clamped up to this host's physical floor has the floor as its lower end too
+    assert low <= rec["all_scores"]["cpu"]["prediction"]["latency_ms"] < high
     assert data["default_source"] == "roofline"  # no data, no registry: the roofline answers
     assert data["layers"]["measured"]["available"] is False and data["layers"]["registered"]["available"] is False
 
@@ -343,6 +344,7 @@ def test_select_precision_on_this_machine_keeps_to_what_was_detected(empty_cwd: 
     assert choice.primary in cpu.precisions and set(choice.ranked) <= set(cpu.precisions)
 
 
+@pytest.mark.e2e
 def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path, registry_uri: str,
                                                                   duckdb_file: Path) -> None:
     predictor = Predictor.load(duckdb_file, tracking_uri=registry_uri)
@@ -655,6 +657,7 @@ def test_cli_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     assert "usage: hwsel " + command in capsys.readouterr().out
 
 
+@pytest.mark.e2e
 def test_cli_train_registers_new_versions(empty_cwd: Path, registry_uri: str, parquet_file: Path,
                                           capsys: pytest.CaptureFixture[str]) -> None:
     # a copy of the registry, so the other tests keep version 1 as champion
@@ -673,6 +676,7 @@ def test_cli_train_registers_new_versions(empty_cwd: Path, registry_uri: str, pa
     assert code == 2 and "missing.parquet" in err
 
 
+@pytest.mark.e2e
 def test_cli_runs_as_a_module(empty_cwd: Path) -> None:
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HWSEL_CONFIG")}
     ok = subprocess.run([sys.executable, "-m", "hwsel", "select", "--model", "bert-tiny", "--hardware", "cpu", "qnn",

@@ -28,6 +28,9 @@ from hwsel.registry import ChampionModel
 from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import PRECISIONS
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
 
 

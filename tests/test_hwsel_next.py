@@ -157,6 +157,7 @@ def test_cli_next_prints_runnable_lines_and_why(runs_file: Path, capsys: pytest.
     assert [s["command"] for s in data["suggestions"]] == lines[1::2]
 
 
+@pytest.mark.e2e
 def test_cold_start_spreads_the_first_measurements_over_this_machine(tmp_path: Path) -> None:
     """No store at all (a clean checkout): ten runnable lines for the hardware detected here."""
     env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "HWSEL_CONFIG")}

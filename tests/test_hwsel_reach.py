@@ -31,6 +31,9 @@ import pytest
 
 from hwsel._reach import HwselTimeout, bounded, reach
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "benchmarks" / "data" / "cpu_runs.parquet"
 _HOP = {"connection", "keep-alive", "transfer-encoding", "te", "trailer", "upgrade", "proxy-authorization",

@@ -19,6 +19,9 @@ from pathlib import Path
 import psutil
 import pytest
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 SNAPSHOT = ROOT / "benchmarks" / "data" / "cpu_runs.parquet"
 

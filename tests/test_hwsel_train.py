@@ -31,6 +31,9 @@ from hwsel.train import train
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks import MlflowSink
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
 #: A slice of the snapshot that keeps the test fast: three architectures, three batch sizes.
 TEST_MODELS = ("bert-tiny", "resnet-tiny", "gpt2-tiny")

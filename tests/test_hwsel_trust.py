@@ -32,6 +32,9 @@ from sklearn.base import BaseEstimator, RegressorMixin
 
 from hwsel.data import CONFIG_KEYS, load_runs
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
 ROOT = Path(__file__).resolve().parents[1]
 

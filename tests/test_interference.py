@@ -178,6 +178,7 @@ def _record(**changes) -> BenchmarkRecord:
     return dataclasses.replace(base, **changes)
 
 
+@pytest.mark.e2e
 def test_the_verdict_travels_through_duckdb_and_mlflow(tmp_path: Path) -> None:
     from pytest_hwbench.record import SessionInfo
 
@@ -326,6 +327,7 @@ def test_retries_option_is_bounded(pytester: pytest.Pytester) -> None:
     result.stderr.fnmatch_lines(["*--hwbench-noise-retries: '11' is out of range; accepted: 0 to 10*"])
 
 
+@pytest.mark.e2e
 def test_hwsel_train_leaves_noisy_records_out_and_says_so(tmp_path: Path) -> None:
     """Real training (one Optuna trial) on measured CPU records, some of them marked noisy."""
     import pandas as pd

@@ -15,6 +15,9 @@ from pathlib import Path
 
 import pytest
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 ROOT = Path(__file__).resolve().parents[1]
 HEAVY = ("torch", "mlflow", "duckdb", "transformers", "onnxruntime", "openvino", "numpy")
 #: Modules that only a session with hwbench cases needs: the backend and scenario registries' and

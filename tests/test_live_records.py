@@ -19,7 +19,11 @@ import sys
 import time
 from pathlib import Path
 
+import pytest
 from _postgres import TeamServer
+
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
 
 HWBENCH_BIN = Path(sys.executable).with_name("hwbench")
 FOREIGN_ENV = ("MLFLOW_TRACKING_URI", "HWBENCH_EXPERIMENT", "PYTEST_ADDOPTS", "MLFLOW_EXPERIMENT_NAME")

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text(encoding="utf-8")
 CI_RUN = (ROOT / ".ci" / "run").read_text(encoding="utf-8")
@@ -26,7 +28,9 @@ def test_the_readme_starts_with_the_main_job_and_the_tests_and_ci_runs_both():
     assert main_job == 'pytest bench_suites -m "cpu and quick"'
     assert tests == "pytest tests"
     ci_lines = [line.strip() for line in CI_RUN.splitlines()]
-    assert main_job in ci_lines and tests in ci_lines
+    assert main_job in ci_lines
+    # the README's test command as written, with the slowest tests printed, and the e2e tier after it
+    assert f"{tests} --durations=20" in ci_lines and f"{tests} -m e2e --durations=30" in ci_lines
 
 
 def test_the_readme_names_what_ci_adds():
@@ -42,6 +46,7 @@ def test_the_torch_install_line_says_why_its_order_matters():
     assert "first" in setup
 
 
+@pytest.mark.e2e
 def test_the_first_hour_block_runs_as_written(tmp_path):
     listed = subprocess.run([sys.executable, str(BLOCKS), "--list"], capture_output=True, text=True, check=True)
     commands = listed.stdout.splitlines()

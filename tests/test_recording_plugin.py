@@ -11,6 +11,9 @@ import pytest
 
 from pytest_hwbench.sinks import load_results
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 TEST = """
 import pytest
 

@@ -160,6 +160,7 @@ def test_out_of_memory_frees_the_cache_and_the_next_case_runs(hungry_backend):
     assert not after.load_cached and after.latency.iterations >= 2
 
 
+@pytest.mark.e2e
 def test_out_of_memory_is_an_xfailed_case_with_a_failed_record(pytester, tmp_path):
     from pytest_hwbench.sinks import load_results
 
@@ -244,6 +245,7 @@ def test_out_of_memory_leaves_nothing_of_the_failed_case_alive(leaky_backend):
     assert "CUDA out of memory" in str(info.value)
 
 
+@pytest.mark.e2e
 def test_the_case_after_an_out_of_memory_case_starts_with_its_memory_free(pytester, tmp_path):
     pytester.makeconftest(f"""
         import sys

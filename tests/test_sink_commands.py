@@ -15,6 +15,9 @@ from test_sinks import make_records, make_session
 
 from pytest_hwbench.sinks import DuckDBSink, Recorder, Spool
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 #: A third party's sink: one JSON line per record in its file, one line per session event beside it.
 PACKAGE = '''
 """Sink "lines": records as JSON lines in PATH, session opens and closes in PATH.sessions."""

@@ -34,6 +34,9 @@ from pytest_hwbench.sinks import (
     replay_command,
 )
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 HERE = Path(__file__).resolve().parent
 HWBENCH_BIN = Path(sys.executable).with_name("hwbench")
 TERMINAL = ("FINISHED", "FAILED", "KILLED")  # a failed case is a record too (its run FAILED)

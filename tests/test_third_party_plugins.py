@@ -12,6 +12,9 @@ from pathlib import Path
 
 import pytest
 
+#: Every test here starts another process, a server or a training: the end-to-end tier.
+pytestmark = pytest.mark.e2e
+
 PACKAGE = '''
 """A third party's hwbench plugins: backend "extra-backend", scenario "echo", sink "extra"."""
 import json

@@ -17,6 +17,7 @@ import threading
 import time
 from importlib.metadata import entry_points
 from pathlib import Path
+from typing import Any
 
 import psutil
 import pytest
@@ -36,9 +37,18 @@ from pytest_hwbench.web.detect import adapter_name, is_software_adapter, targets
 DATA = Path(__file__).parent / "data" / "web"
 BROWSER, _ = find_browser()
 ORT, _ = find_ort_web()
-needs_browser = pytest.mark.skipif(BROWSER is None, reason="no Chromium here (CI installs one: .ci/run)")
-needs_web = pytest.mark.skipif(BROWSER is None or ORT is None,
-                               reason="no Chromium or onnxruntime-web here (CI installs both: .ci/run)")
+
+
+def needs_browser(test: Any) -> Any:
+    """A test that starts Chromium: the end-to-end tier, skipped where there is none."""
+    return pytest.mark.e2e(pytest.mark.skipif(BROWSER is None, reason="no Chromium here (CI installs one: .ci/run)")(test))
+
+
+def needs_web(test: Any) -> Any:
+    """A test that runs onnxruntime-web in Chromium: the end-to-end tier, skipped without either."""
+    return pytest.mark.e2e(pytest.mark.skipif(BROWSER is None or ORT is None,
+                                              reason="no Chromium or onnxruntime-web here (CI installs both: "
+                                                     ".ci/run)")(test))
 
 
 def _recorded(name: str) -> dict:
@@ -457,6 +467,7 @@ def test_a_crash_fails_its_case_with_the_message_and_the_session_goes_on(pyteste
     assert records["vit-tiny-wasm-onnxruntime-web-fp32-b1"].status == "passed"  # a fresh browser
 
 
+@pytest.mark.e2e
 def test_without_a_browser_on_path_web_cases_skip_naming_the_install_step(pytester, tmp_path, monkeypatch):
     bin_dir = tmp_path / "bin"
     bin_dir.mkdir()
@@ -501,6 +512,7 @@ def test_ctrl_c_leaves_no_browser(pytester, tmp_path):
 
 # --- install ------------------------------------------------------------------------------------
 
+@pytest.mark.e2e
 @pytest.mark.skipif(not any(os.access(os.path.join(p, "npm"), os.X_OK) for p in os.environ["PATH"].split(os.pathsep)),
                     reason="npm is not installed here")
 def test_hwbench_web_install_puts_the_pinned_version_in_the_folder(tmp_path):
@@ -662,6 +674,7 @@ exec sleep 600
 """
 
 
+@pytest.mark.e2e
 def test_a_browser_that_hangs_at_start_is_probed_once_and_later_runs_do_not_wait(pytester, tmp_path):
     log = tmp_path / "starts.log"
     fake = tmp_path / "fake-chromium"
