@@ -32,6 +32,7 @@ in (c) and (d), decisiveness >= 80 % in (a) and (b) and >= 90 % in (d).
 from __future__ import annotations
 
 import argparse
+import contextlib
 import math
 import os
 import subprocess
@@ -40,6 +41,7 @@ import tempfile
 import textwrap
 import time
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -48,6 +50,21 @@ DEFAULT_MODELS = "bert-tiny,gpt2-tiny,vit-tiny,resnet-tiny,t5-tiny,clip-tiny"
 #: A distribution holding the third-party backend ``gate-torch`` (its package says what it does):
 #: on PYTHONPATH, it registers through the ``pytest_hwbench.backends`` entry-point group.
 GATE_SITE = ROOT / "benchmarks" / "gate_site"
+
+
+@contextlib.contextmanager
+def _busy(core: int | None) -> Iterator[None]:
+    """A process spinning on `core` for the duration (nothing where `core` is None)."""
+    if core is None:
+        yield
+        return
+    spin = f"import os\nos.sched_setaffinity(0, {{{core}}})\nwhile True:\n    pass\n"
+    spinner = subprocess.Popen([sys.executable, "-c", spin])
+    try:
+        yield
+    finally:
+        spinner.kill()
+        spinner.wait()
 
 
 def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, work: float | str = 1.0,
@@ -63,17 +80,9 @@ def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, wo
            "--hwbench-models", args.models, "--hwbench-backends", backends, "--hwbench-precisions", "fp32",
            "--hwbench-batch-sizes", args.batch_sizes, "--hwbench-hardware", "cpu",
            "--hwbench-min-time", str(args.min_time), "--hwbench-progress-interval", "30"]
-    spinner = None
-    if load_core is not None:
-        spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
-        spinner = subprocess.Popen([sys.executable, "-c", spin])
     began = time.monotonic()
-    try:
+    with _busy(load_core):
         proc = subprocess.run(cmd, cwd=ROOT, env=env, capture_output=True, text=True)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
     summary = [ln for ln in proc.stdout.splitlines() if ln.startswith("hwbench: ") or " passed" in ln]
     print(f"  run {label}: exit {proc.returncode} in {time.monotonic() - began:.0f} s; " + " | ".join(summary[-3:]),
           flush=True)
@@ -212,18 +221,10 @@ def _ab_job(store: Path, args: argparse.Namespace, load_core: int | None) -> Non
            args.batch_sizes, "--threads", "1", "--store", str(store), "--b-env", "HWBENCH_GATE_WORK=1.1"]
     if args.ab_rounds is not None:
         cmd += ["--rounds", str(args.ab_rounds)]
-    spinner = None
-    if load_core is not None:
-        spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
-        spinner = subprocess.Popen([sys.executable, "-c", spin])
     began = time.monotonic()
-    try:
-        store.mkdir(parents=True, exist_ok=True)
+    store.mkdir(parents=True, exist_ok=True)
+    with _busy(load_core):
         proc = subprocess.run(cmd, cwd=store, env=env, capture_output=True, text=True)
-    finally:
-        if spinner is not None:
-            spinner.kill()
-            spinner.wait()
     summary = [ln for ln in proc.stdout.splitlines() if "decisiveness" in ln]
     print(f"  ab job{' (one core busy)' if load_core is not None else ''}: exit {proc.returncode} in "
           f"{time.monotonic() - began:.0f} s; {' | '.join(summary[-1:])}", flush=True)
@@ -324,15 +325,10 @@ def _ab_line(root: Path, args: argparse.Namespace, load_core: int) -> None:
     if args.ab_min_time is not None:
         cmd += ["--a-options", f"--hwbench-min-time {args.ab_min_time}",
                 "--b-options", f"--hwbench-min-time {args.ab_min_time}"]
-    spin = f"import os\nos.sched_setaffinity(0, {{{load_core}}})\nwhile True:\n    pass\n"
-    spinner = subprocess.Popen([sys.executable, "-c", spin])
     began = time.monotonic()
-    try:
+    with _busy(load_core):
         # not from the repository root: a stale *.egg-info there would hide the commands' entry points
         proc = subprocess.run(cmd, cwd=root, env=env, capture_output=True, text=True)
-    finally:
-        spinner.kill()
-        spinner.wait()
     verdicts = Counter(line.split()[1] for line in proc.stdout.splitlines()
                        if "-cpu-gate-torch-" in line and len(line.split()) > 1)
     cases = sum(verdicts.values())

@@ -12,6 +12,7 @@ a DuckDB result becomes a frame). Importing them here, before any snapshot, keep
 
 import socket
 from collections.abc import Iterator
+from pathlib import Path
 
 import duckdb  # noqa: F401
 import matplotlib.backends.backend_agg  # noqa: F401  (the report's figures: one copy of Axes, Legend...)
@@ -57,6 +58,15 @@ def pytest_report_header(config: pytest.Config) -> str:
 
 # The PostgreSQL-backed team server, one per test session for every module that asks for it.
 from _postgres import team_experiment, team_server  # noqa: E402, F401
+
+
+@pytest.fixture
+def empty_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
+    """A working directory with no store, and no store or hwsel config named by the environment."""
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
+    monkeypatch.delenv("HWSEL_CONFIG", raising=False)
+    yield tmp_path
 
 
 @pytest.fixture

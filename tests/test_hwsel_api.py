@@ -16,7 +16,6 @@ import subprocess
 import sys
 import uuid
 import warnings
-from collections.abc import Iterator
 from pathlib import Path
 
 import pandas as pd
@@ -116,14 +115,6 @@ def registry_uri(tmp_path_factory: pytest.TempPathFactory, parquet_file: Path) -
     assert set(result.versions) == {"latency", "throughput", "memory"}
     return uri
 
-
-@pytest.fixture
-def empty_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    """A directory with no store, and no store named by the environment."""
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("HWSEL_CONFIG", raising=False)
-    yield tmp_path
 
 
 # --- the layers -------------------------------------------------------------------------------------

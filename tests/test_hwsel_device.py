@@ -15,7 +15,6 @@ import math
 import os
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -73,13 +72,6 @@ def trained(tmp_path_factory: pytest.TempPathFactory, cpu_parquet: Path) -> dict
     assert out.returncode == 0, out.stderr
     return {"uri": uri, "data": json.loads(out.stdout), "stderr": out.stderr, "root": root}
 
-
-@pytest.fixture
-def empty_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[Path]:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("HWSEL_CONFIG", raising=False)
-    yield tmp_path
 
 
 @pytest.fixture(scope="module")

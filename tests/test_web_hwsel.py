@@ -87,13 +87,6 @@ def registry(tmp_path_factory: pytest.TempPathFactory, store: Path) -> str:
     return uri
 
 
-@pytest.fixture
-def empty_cwd(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.chdir(tmp_path)
-    monkeypatch.delenv("MLFLOW_TRACKING_URI", raising=False)
-    monkeypatch.delenv("HWSEL_CONFIG", raising=False)
-    return tmp_path
-
 
 def test_web_targets_are_known_and_mean_onnxruntime_web():
     assert {"wasm", "webgpu", "webnn"} <= set(HARDWARE) and WEB_TARGETS == {"wasm", "webgpu", "webnn"}
