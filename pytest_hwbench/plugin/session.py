@@ -681,8 +681,8 @@ class HwbenchState:
         speeds = sorted(r.host_speed for r in self.records if r.host_speed is not None and r.host_bound)
         if speeds:  # the host against its recent best: a steady slow host is measured, not noisy
             lines.append(f"host speed {speeds[len(speeds) // 2]:.2f}x of its recent best (median of {len(speeds)} "
-                         f"records on the host's CPU, {speeds[0]:.2f}-{speeds[-1]:.2f}); compare and hwsel "
-                         "correct for it")
+                         f"records on the host's CPU, {speeds[0]:.2f}-{speeds[-1]:.2f}); hwsel corrects for it, "
+                         "compare where the records show how this host's models follow it")
         if noisy:  # the figures of these were taken while other work held the machine
             worst = max(noisy, key=lambda r: r.interference.get("other_cores") or 0.0)
             lines.append(f"noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
