@@ -33,7 +33,7 @@ def tests(session: nox.Session) -> None:
 def e2e(session: nox.Session) -> None:
     """Run the end-to-end tier of the tests (nested sessions, servers, Chromium, trainings), as .ci/run does."""
     _install(session, CPU_TORCH, "all")
-    session.run("pytest", "tests", "-m", "e2e", "--strict-markers", "--strict-config", *session.posargs)
+    session.run("pytest", "tests", "-m", "e2e", "-n", "3", "--dist", "loadgroup", "--strict-markers", "--strict-config", *session.posargs)
 
 
 @nox.session(default=False)

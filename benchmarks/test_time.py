@@ -30,7 +30,7 @@ from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
 #: tier -> the pytest arguments that select it (after ``pytest tests``)
-TIERS = {"fast": [], "e2e": ["-m", "e2e"]}
+TIERS = {"fast": [], "e2e": ["-m", "e2e", "-n", "3", "--dist", "loadgroup"]}
 
 
 def _durations(junit: Path) -> dict[str, tuple[float, str]]:

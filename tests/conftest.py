@@ -42,11 +42,28 @@ def pytest_configure(config: pytest.Config) -> None:
                    "`pytest tests` leaves them out, `pytest tests -m e2e` runs them, `-m ''` runs every test")
 
 
-@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker
+#: The xdist group of the tests whose verdicts rest on how fast the machine measures (a planted
+#: slowdown, a busy host): `--dist loadgroup` runs them one after another on one worker.
+TIMING_GROUP = "timing"
+
+
+@pytest.hookimpl(tryfirst=True)  # before -m deselects by marker and before xdist reads the groups
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     for item in items:
         if E2E_FIXTURES & set(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+        # Under `--dist loadgroup` a module's tests stay on one worker (its module-scoped servers
+        # and sessions are paid once) unless the test names its group.
+        if item.get_closest_marker("xdist_group") is None:
+            item.add_marker(pytest.mark.xdist_group(item.module.__name__ if item.module else item.nodeid))
+
+
+@pytest.fixture(autouse=True)
+def _not_an_xdist_worker(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Nested sessions and commands are not xdist workers, although this test may run in one
+    (pytest-benchmark reads ``PYTEST_XDIST_WORKER`` and saves no JSON on a worker other than gw0)."""
+    for name in ("PYTEST_XDIST_WORKER", "PYTEST_XDIST_WORKER_COUNT", "PYTEST_XDIST_TESTRUNUID"):
+        monkeypatch.delenv(name, raising=False)
 
 
 def pytest_report_header(config: pytest.Config) -> str:

@@ -18,6 +18,9 @@ import pytest
 
 from pytest_hwbench.ab import SideEnvironment, format_versions, paired_verdict, parse_env, parse_side_options
 
+#: Their verdicts rest on how fast this machine measures: one at a time under `--dist loadgroup`.
+pytestmark = pytest.mark.xdist_group("timing")
+
 #: The third-party backend ``gate-torch`` that plants a slowdown (``HWBENCH_GATE_WORK``), as a
 #: distribution to put on PYTHONPATH: the one `benchmarks/gate_quality.py` plants its slowdowns with.
 GATE_SITE = Path(__file__).resolve().parents[1] / "benchmarks" / "gate_site"

@@ -33,6 +33,9 @@ from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks import DuckDBSink, MlflowSink, load_records, read_records
 from pytest_hwbench.trackers import Latency, TimingConfig
 
+#: Their verdicts rest on how fast this machine measures: one at a time under `--dist loadgroup`.
+pytestmark = pytest.mark.xdist_group("timing")
+
 SPIN = "import os, sys\nos.sched_setaffinity(0, {int(sys.argv[1])})\nwhile True:\n    pass\n"
 
 

@@ -30,7 +30,7 @@ def test_the_readme_starts_with_the_main_job_and_the_tests_and_ci_runs_both():
     ci_lines = [line.strip() for line in CI_RUN.splitlines()]
     assert main_job in ci_lines
     # the README's test command as written, with the slowest tests printed, and the e2e tier after it
-    assert f"{tests} --durations=20" in ci_lines and f"{tests} -m e2e --durations=30" in ci_lines
+    assert f"{tests} --durations=20" in ci_lines and f"{tests} -m e2e -n 3 --dist loadgroup --durations=30" in ci_lines
 
 
 def test_the_readme_names_what_ci_adds():
