@@ -7,7 +7,7 @@ client does with them (and with ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING
 (`pytest_hwbench.sinks.redact_uri`).
 
 `bounded` runs one slow step (reading records, loading champions) in a daemon thread: after
-`NOTICE_AFTER_S` without an answer it prints one line to stderr saying what it waits for and for
+`NOTICE_FRACTION` of its time without an answer it prints one line to stderr saying what it waits for and for
 how long at most, and at the deadline it gives up with `HwselTimeout`, so the caller answers from
 the other layers (a question) or stops naming the store (`hwsel train`, `hwsel next`, which
 `require_reachable` lets fail at once on a server that does not answer).
@@ -20,7 +20,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 from urllib.parse import urlsplit
 
-from pytest_hwbench._deadline import NOTICE_AFTER_S, call_with_deadline
+from pytest_hwbench._deadline import NOTICE_FRACTION, call_with_deadline
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.sinks.mlflow_sink import ping
 
@@ -83,5 +83,5 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = 
     )
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_AFTER_S", "HwselTimeout", "HwselUnreachable", "bounded", "is_http", "reach",
+__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded", "is_http", "reach",
            "require_reachable"]

@@ -2,7 +2,8 @@
 (records and champions behind a tracking server) wait for what may never answer.
 
 `call_with_deadline` runs the call in a daemon thread, says once what it waits for when the wait
-outlasts `NOTICE_AFTER_S`, and gives up at the deadline, leaving the thread to finish or block on
+has used `NOTICE_FRACTION` of its budget (10 s of the default 30: a first write that creates a
+local store takes a few seconds and is not announced), and gives up at the deadline, leaving the thread to finish or block on
 its own (a socket stuck in ``recv`` cannot be interrupted from Python).
 """
 
@@ -13,8 +14,8 @@ import time
 from collections.abc import Callable
 from typing import Any, TypeVar
 
-#: A call still waiting after this long gets one line saying what it waits for.
-NOTICE_AFTER_S = 3.0
+#: A call still waiting after this share of its budget gets one line saying what it waits for.
+NOTICE_FRACTION = 1 / 3
 
 _T = TypeVar("_T")
 
@@ -29,8 +30,8 @@ def call_with_deadline(
 ) -> _T:
     """`fn()`, waiting at most `budget_s` seconds.
 
-    When `fn` has not answered after `NOTICE_AFTER_S` (and the budget is longer), `on_wait` gets
-    the seconds left, once. At the deadline, raises what `on_deadline()` builds. Else returns what
+    When `fn` has not answered after `NOTICE_FRACTION` of `budget_s`, `on_wait` gets the seconds
+    left, once. At the deadline, raises what `on_deadline()` builds. Else returns what
     `fn` returned, or raises what it raised, with the seconds spent in the exception's
     ``hwbench_elapsed_s`` attribute. `name` names the thread (seen in a stack dump).
     """
@@ -45,8 +46,8 @@ def call_with_deadline(
     began = time.monotonic()
     thread = threading.Thread(target=run, name=name, daemon=True)
     thread.start()
-    thread.join(min(budget_s, NOTICE_AFTER_S))
-    if thread.is_alive() and budget_s > NOTICE_AFTER_S:
+    thread.join(budget_s * NOTICE_FRACTION)
+    if thread.is_alive():
         on_wait(budget_s - (time.monotonic() - began))
         thread.join(max(0.0, budget_s - (time.monotonic() - began)))
     if thread.is_alive():
@@ -58,4 +59,4 @@ def call_with_deadline(
     return box["value"]  # type: ignore[no-any-return]
 
 
-__all__ = ["NOTICE_AFTER_S", "call_with_deadline"]
+__all__ = ["NOTICE_FRACTION", "call_with_deadline"]

@@ -441,6 +441,9 @@ def _args(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads in both workers (default: every core); 1 keeps two sides and "
                              "the other work of a shared runner from spinning on each other's cores")
     parser.add_argument("--no-sinks", action="store_true", help="do not write the two sessions to the sinks")
+    parser.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
+                        help="give up on a sink whose store leaves one call unanswered this long and leave its records "
+                             f"to `hwbench replay` (default {DEFAULT_DEADLINE_S:g}; 0: wait without limit)")
 
 
 def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
@@ -503,6 +506,8 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")
         if args.threads is not None and args.threads < 1:
             raise ValueError(f"--threads {args.threads}: give 1 or more")
+        if not args.timeout >= 0 or args.timeout == float("inf"):
+            raise ValueError(f"--timeout {args.timeout}: accepted: 0 (no limit) or a finite number of seconds")
     except (ValueError, KeyError) as exc:
         print(f"hwbench ab: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
@@ -520,7 +525,8 @@ def _run(args: argparse.Namespace) -> int:
 
         cfg = tracking(args)
         reports = record_pair(result, a, b, [lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment),
-                                             lambda: DuckDBSink(cfg.db_path)], cfg.spool_dir)
+                                             lambda: DuckDBSink(cfg.db_path)], cfg.spool_dir,
+                              deadline_s=args.timeout or None)
         pending = sum(n for r in reports.values() for n in r.pending.values())
         print(f"hwbench ab: sessions A {result.sessions['A']} and B {result.sessions['B']} (pair {result.pair}) "
               f"written to MLflow and DuckDB{'' if not pending else f'; {pending} pending, run hwbench replay'}; "
