@@ -739,3 +739,25 @@ def test_the_recorder_writes_each_record_to_its_sinks_side_by_side(tmp_path: Pat
         assert a0 < b1 and b0 < a1, f"{step}: the sinks ran one after the other"
     assert len(load_results(tmp_path / "hwbench.duckdb", session.session_id)) == 4
     assert len(child_runs(mlflow_uri)) == 4
+
+
+def test_a_wait_is_announced_once_a_third_of_its_budget_is_spent() -> None:
+    import time
+
+    from pytest_hwbench._deadline import call_with_deadline
+
+    waits: list[float] = []
+
+    def wait(seconds: float) -> int:
+        time.sleep(seconds)
+        return 7
+
+    # a first write creating a local store: a few seconds of a 30 s budget, said nowhere
+    assert call_with_deadline(lambda: wait(1.0), 9.0, name="t", on_wait=waits.append, on_deadline=TimeoutError) == 7
+    assert waits == []
+    # past a third of the budget: one line, with what is left of it
+    assert call_with_deadline(lambda: wait(4.0), 9.0, name="t", on_wait=waits.append, on_deadline=TimeoutError) == 7
+    assert len(waits) == 1 and 5.0 < waits[0] <= 6.0
+    with pytest.raises(TimeoutError):
+        call_with_deadline(lambda: wait(5.0), 1.5, name="t", on_wait=waits.append, on_deadline=TimeoutError)
+    assert len(waits) == 2
