@@ -253,6 +253,10 @@ def test_analysis(client: httpx.Client) -> None:
     ("/performance/predict", {"config": {"model_type": "llama", "num_hidden_layers": -3, "hidden_size": 64,
                                          "num_attention_heads": 4, "intermediate_size": 128, "vocab_size": 100},
                               "hardware": "cpu"}, 422, ["config", "'llama-custom'", "num_hidden_layers", "-3"]),
+    # a llava whose text config holds text configs again: transformers keeps them as plain dicts
+    ("/performance/predict", {"config": {"model_type": "llava", "text_config": {"text_config": {"text_config": {}}}},
+                              "hardware": "cpu"}, 422,
+     ["config_kwargs.text_config.text_config", "LlamaConfig has no sub-config 'text_config'"]),
 ])
 def test_bad_requests_are_4xx_json_naming_the_problem(client: httpx.Client, path: str, body: dict, status: int,
                                                       words: list[str]) -> None:

@@ -174,6 +174,24 @@ def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
     return ModelSpec(**entry), None, ""
 
 
+def _stray_sub_config(config: Any, prefix: str = "config_kwargs.",
+                      names: frozenset[str] | None = None) -> tuple[str, str] | None:
+    """(dotted field, config class) of the first sub-config name of `config`'s class (e.g. a
+    llava's ``text_config``) found again, as a plain mapping, in a sub-config whose class does not
+    build it into a config; None if there is none."""
+    import transformers
+
+    names = frozenset(getattr(config, "sub_configs", None) or ()) if names is None else names
+    for key, value in vars(config).items():
+        if isinstance(value, transformers.PretrainedConfig):
+            found = _stray_sub_config(value, f"{prefix}{key}.", names)
+            if found is not None:
+                return found
+        elif key in names and isinstance(value, Mapping):
+            return f"{prefix}{key}", type(config).__name__
+    return None
+
+
 def check_model_spec(spec: ModelSpec) -> ModelSpec:
     """Build `spec`'s config once (kept for its cases) and check what every case would need.
 
@@ -200,6 +218,11 @@ def check_model_spec(spec: ModelSpec) -> ModelSpec:
         key = match.group(1) if match and match.group(1) in kwargs else None
         field_name = f"config_kwargs.{key}" if key else "config_kwargs"
         raise ValueError(f"field {field_name!r}: {spec.config_class}({_kwargs_text(kwargs)}) fails: {text}") from None
+    stray = _stray_sub_config(config)
+    if stray is not None:
+        raise ValueError(f"field {stray[0]!r}: {stray[1]} has no sub-config {stray[0].rsplit('.', 1)[-1]!r} "
+                         "(transformers would keep it as a plain dict the model cannot use); drop it or move its "
+                         "fields up a level")
     if not hasattr(transformers, spec.auto_class):
         raise ValueError(f"field 'auto_class': transformers has no class {spec.auto_class!r} "
                          "(e.g. AutoModel, AutoModelForCausalLM, AutoModelForSeq2SeqLM)")
