@@ -43,11 +43,11 @@ from pytest_hwbench.vocabulary import PRECISIONS
 
 from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES, SelectionConfig
 from .data import default_source, describe_sources, load_runs, training_table
-from .distributed import TRAIN_PRECISIONS, DistributedConfig, MemoryEstimate, distributed_training_config
+from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
 from .matrix import prediction_matrix
 from .next import Suggestion, suggest_measurements
 from .predict import Predictor
-from .query import Prediction, QuestionError, UnknownModelError, describe_model, error_text
+from .query import TRAIN_PRECISIONS, Prediction, QuestionError, UnknownModelError, describe_model, error_text
 from .select import (
     HardwareScore,
     Recommendation,

@@ -19,13 +19,10 @@ import math
 from dataclasses import dataclass, field
 from typing import Any
 
-from pytest_hwbench.vocabulary import PRECISIONS, TRAIN_MODE
+from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from .memory import memory_breakdown
-from .query import QuestionError, check_batch_size, check_precision, describe_model
-
-#: Precisions a training step computes in: the floating-point ones (int8 is inference only).
-TRAIN_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p.startswith(("fp", "bf")))
+from .query import check_batch_size, check_precision, check_train_precision, describe_model
 
 #: Part of each GPU's memory kept free for the allocator, NCCL buffers and fragmentation.
 RESERVE = 0.10
@@ -127,9 +124,7 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
     gpus, batch_size = _check_gpus(gpus), check_batch_size(batch_size)
     budget_total = _check_memory(max_memory_gb)
     precision = check_precision(precision)
-    if precision not in TRAIN_PRECISIONS:
-        raise QuestionError(f"{precision} is not a training precision; use {', '.join(TRAIN_PRECISIONS[:-1])} or "
-                            f"{TRAIN_PRECISIONS[-1]}", "precision")
+    check_train_precision(precision)
     info = describe_model(model)
     budget = budget_total * (1 - RESERVE)
     gib = 1024.0
@@ -201,4 +196,4 @@ def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, 
         estimated_memory=estimate, explanation=explanation, steps=tuple(steps))
 
 
-__all__ = ["TRAIN_PRECISIONS", "DistributedConfig", "MemoryEstimate", "distributed_training_config"]
+__all__ = ["DistributedConfig", "MemoryEstimate", "distributed_training_config"]

@@ -24,7 +24,7 @@ from types import MappingProxyType
 from typing import Any
 
 from pytest_hwbench import facts
-from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS
+from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS, TRAIN_MODE
 from pytest_hwbench.vocabulary import check_precision as _check_precision
 
 from .config import FAMILIES, SelectionConfig, check_mode
@@ -236,6 +236,18 @@ def check_precision(precision: Any) -> str:
                             "precision") from None
 
 
+#: Precisions a training step computes in: the floating-point ones (int8 is inference only).
+TRAIN_PRECISIONS: tuple[str, ...] = tuple(p for p in PRECISIONS if p.startswith(("fp", "bf")))
+
+
+def check_train_precision(precision: str) -> str:
+    """`precision` if a training step computes in it (`TRAIN_PRECISIONS`); else QuestionError."""
+    if precision not in TRAIN_PRECISIONS:
+        raise QuestionError(f"{precision} is not a training precision (it is inference-only quantization); use "
+                            f"{', '.join(TRAIN_PRECISIONS[:-1])} or {TRAIN_PRECISIONS[-1]}", "precision")
+    return precision
+
+
 def check_backend(backend: Any) -> str | None:
     """None (the hardware's default) or a short backend name; else QuestionError. (Whether the
     backend is known is `hwsel.predict.Predictor.resolve_target`'s to say: it holds the records.)"""
@@ -382,6 +394,8 @@ def ask(config: SelectionConfig, model: Any, hardware: str | Sequence[str] | Non
         mode_name = check_mode(mode)
     except ValueError as exc:
         raise QuestionError(str(exc), "mode") from None
+    if mode_name == TRAIN_MODE:
+        check_train_precision(prec)
     backend_name = check_backend(backend)
     try:
         names = config.check_hardware(hardware if hardware is not None else config.hardware_names)
@@ -467,6 +481,8 @@ def ask_grid(config: SelectionConfig, *, what: str, models: Sequence[Any] | None
 
 
 __all__ = [
+    "TRAIN_PRECISIONS",
+    "check_train_precision",
     "DEFAULT_BACKEND",
     "DEVICE_SOURCES",
     "MAX_BATCH_SIZE",

@@ -427,6 +427,14 @@ def test_invalid_task_layer_and_distributed_input(empty_cwd: Path) -> None:
         distributed_training_config("gpt2", 8, 8, float("nan"))
     with pytest.raises(ValueError, match="int8 is not a training precision"):
         distributed_training_config("gpt2", 8, 8, 16, precision="int8")
+    # int8 is inference-only quantization: no training step to predict or to place
+    for ask in (lambda: predict_performance("bert-tiny", hardware=["cpu"], precision="int8", mode="train",
+                                            predictor=predictor),
+                lambda: select_hardware("bert-tiny", available_hardware=["cpu"], precision="int8", mode="training",
+                                        predictor=predictor)):
+        with pytest.raises(ValueError, match="int8 is not a training precision .*inference-only.*fp32, fp16 or bf16"):
+            ask()
+    assert predict_performance("bert-tiny", hardware=["cpu"], precision="int8", predictor=predictor)
 
 
 # --- config -------------------------------------------------------------------------------------
