@@ -96,6 +96,10 @@ def test_ab_refuses_bad_settings_and_interpreters_before_any_worker(tmp_path: Pa
     assert "--threshold must be a finite number >= 0" in capsys.readouterr().err
     assert main([*base, "--alpha", "0"]) == 2
     assert "--alpha must be in (0, 1), e.g. 0.05, got 0.0" in capsys.readouterr().err
+    for timeout in ("-1", "nan", "inf"):
+        assert main([*base, "--timeout", timeout]) == 2
+        assert f"--timeout {float(timeout)}: accepted: 0 (no limit) or a finite number of seconds" in \
+            capsys.readouterr().err
     for python in (tmp_path / "nope" / "python", tmp_path):
         assert main([*base, "--a-python", str(python)]) == 2
         assert f"--a-python {python}: not an executable file; give a Python interpreter" in capsys.readouterr().err
@@ -111,7 +115,7 @@ def test_ab_leaves_the_pair_in_the_spool_when_the_tracking_server_never_answers(
     code = "import sys; from pytest_hwbench.cli import main; sys.exit(main(sys.argv[1:]))"
     proc = subprocess.run([sys.executable, "-c", code, "ab", "--models", "bert-tiny", "--rounds", "3", "--threads", "1",
                            "--a-options", "--hwbench-min-time 0.05", "--b-options", "--hwbench-min-time 0.05",
-                           "--store", str(store), "--mlflow-uri", uri],
+                           "--store", str(store), "--mlflow-uri", uri, "--timeout", "5"],
                           cwd=tmp_path, env=env, capture_output=True, text=True, timeout=600)
     out = proc.stdout + proc.stderr
     assert proc.returncode in (0, 1), out  # a verdict, not a hang or a crash
@@ -239,3 +243,18 @@ def test_an_empty_session_is_refused_not_matched_to_every_session(tmp_path: Path
     assert "the session is empty; give a session id, a unique prefix of one, 'latest' or 'all'" in \
         capsys.readouterr().err
     assert not (folder / "report").exists()
+
+
+def test_a_reader_given_a_missing_sqlite_store_says_so_and_creates_nothing(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    from hwsel.cli import main as hwsel_main
+
+    missing = tmp_path / "nonexistent" / "dir" / "m.db"
+    uri = f"sqlite:///{missing}"
+    says = f"{missing} does not exist; name an existing store (a session writes one)"
+    assert main(["compare", "latest", "latest", "--source-a", uri, "--store", str(tmp_path / "store")]) == 2
+    assert says in capsys.readouterr().err
+    assert hwsel_main(["train", "--source", uri, "--trials", "1",
+                       "--tracking-uri", f"sqlite:///{tmp_path / 'registry' / 'mlflow.db'}"]) == 2
+    assert says in capsys.readouterr().err
+    assert not (tmp_path / "nonexistent").exists()  # before: the folders and a 954 KB database

@@ -150,7 +150,9 @@ def test_replay_rebuilds_duckdb_while_mlflow_is_down_and_reports_each(tmp_path: 
     lines = proc.stdout.splitlines()
     assert f"  duckdb: {len(ids)} records written" in lines, proc.stdout
     assert any(line.startswith("  mlflow: not replayed (0 records written before): ") for line in lines), proc.stdout
-    assert "run `hwbench replay --sinks mlflow` once the store is back" in proc.stderr, proc.stderr
+    # the hint repeats the stores it was given: run as printed, it writes to the same server
+    assert f"run `hwbench replay --store {store} --mlflow-uri {down} --sinks mlflow` once the store is back" \
+        in proc.stderr, proc.stderr
     from pytest_hwbench.sinks import load_records
 
     assert sorted(r.record_id for r in load_records(store / "hwbench.duckdb")) == sorted(ids)

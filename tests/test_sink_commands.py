@@ -142,7 +142,7 @@ def test_a_third_party_sink_that_fails_stays_pending_and_the_hint_names_it(
     proc = hwbench(site, "replay", "--store", str(folder), "--sinks", spec, cwd=tmp_path)
     assert proc.returncode == 3, proc.stdout + proc.stderr
     assert "  lines: not replayed (0 records written before): " in proc.stdout, proc.stdout
-    assert f"run `hwbench replay --sinks {spec}` once the store is back" in proc.stderr, proc.stderr
+    assert f"run `hwbench replay --store {folder} --sinks {spec}` once the store is back" in proc.stderr, proc.stderr
 
 
 def test_export_writes_the_duckdb_records_to_a_third_party_sink(site: Path, store: tuple[Path, str, list[str]],

@@ -151,7 +151,7 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .spool import ReplayProgress, Spool
+    from .spool import ReplayProgress, Spool, replay_command
 
     cfg = tracking(args)
     chosen = chosen_sinks("--sinks", args.sinks, cfg)
@@ -188,9 +188,10 @@ def _replay(args: argparse.Namespace) -> int:
         print(f"  {results[0].refused} spooled records refused: not measurements (see the warnings)")
     failed = [(result, named) for result, (named, _) in zip(results, chosen, strict=True) if not result.ok]
     if failed:
+        again = replay_command(args.store, db_path=args.db, mlflow_uri=args.mlflow_uri, experiment=args.experiment,
+                               sinks=[redact_uri(n) for _, n in failed])
         print(f"hwbench replay: error: {', '.join(r.name for r, _ in failed)} not replayed; their records stay "
-              f"spooled, run `hwbench replay --sinks {','.join(redact_uri(n) for _, n in failed)}` once the store "
-              "is back", file=sys.stderr)
+              f"spooled, run `{again}` once the store is back", file=sys.stderr)
         corrupt = any("is corrupt" in (r.error or "") for r, _ in failed)
         return EXIT_USAGE if corrupt else EXIT_STORE
     return EXIT_OK
