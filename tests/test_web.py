@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -148,6 +149,48 @@ def test_the_probe_can_be_turned_off(monkeypatch):
         reason = targets_from_facts(facts)["wasm"].reason
         assert facts["probe"] is None and reason.startswith("probe turned off (HWBENCH_WEB_PROBE=0"), reason
         assert "failed" not in reason
+
+
+def test_a_bad_probe_timeout_is_said_and_never_cached(monkeypatch, tmp_path):
+    from pytest_hwbench.web import detect
+
+    monkeypatch.setenv("HWBENCH_CACHE_DIR", str(tmp_path))
+    monkeypatch.setenv("HWBENCH_BROWSER", sys.executable)  # a browser found: the probe would start it
+    monkeypatch.setenv("HWBENCH_WEB_PROBE", "fresh")
+    monkeypatch.setenv("HWBENCH_WEB_PROBE_TIMEOUT_S", "nan")
+
+    def no_browser(path):
+        raise AssertionError("a browser was started")
+
+    monkeypatch.setattr(detect, "run_probe", no_browser)
+    detect.web_facts.cache_clear()
+    try:
+        facts = detect.web_facts()
+    finally:
+        detect.web_facts.cache_clear()
+    assert facts["probe_error"].startswith("HWBENCH_WEB_PROBE_TIMEOUT_S='nan' is not accepted; accepted: a finite "
+                                           "number > 0"), facts
+    assert not (tmp_path / "web" / "probe.json").exists()  # later runs with good settings probe afresh
+
+
+def test_web_settings_in_the_environment_are_checked_like_options(pytester, monkeypatch):
+    from pytest_hwbench.env_settings import ENV_SETTINGS, check_env_settings
+
+    check_env_settings({})  # every default is accepted
+    for name, text, says in (("HWBENCH_WEB_TIMEOUT_S", "abc", "a finite number > 0"),
+                             ("HWBENCH_WEB_TIMEOUT_S", "0", "a finite number > 0"),
+                             ("HWBENCH_WEB_SETTLE_S", "-1", "a finite number >= 0"),
+                             ("HWBENCH_WEB_THREADS", "2.5", "a whole number >= 1"),
+                             ("HWBENCH_QAI_HUB_TIMEOUT_S", "inf", "a whole number >= 1")):
+        with pytest.raises(ValueError, match=re.escape(f"{name}={text!r} is not accepted; accepted: {says}")):
+            check_env_settings({name: text})
+        assert ENV_SETTINGS[name].read({name: " "}) == ENV_SETTINGS[name].default
+    # A session with one: a usage error at start (exit 4), before any case, not a failed web case.
+    monkeypatch.setenv("HWBENCH_WEB_TIMEOUT_S", "abc")
+    pytester.makepyfile(test_bench=_SUITE)
+    result = pytester.runpytest("-m", "wasm", "--hwbench-no-track", "-p", "no:cacheprovider")
+    assert result.ret == pytest.ExitCode.USAGE_ERROR
+    assert "HWBENCH_WEB_TIMEOUT_S='abc' is not accepted" in result.stderr.str()
 
 
 @needs_web

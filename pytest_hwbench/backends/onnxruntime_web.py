@@ -7,10 +7,10 @@ onnxruntime backend for fp16), served with the case's inputs by the driver's ser
 127.0.0.1 (`pytest_hwbench.web`).
 
 Timing happens in the page: ``performance.now()`` around each ``session.run``, a cold call,
-warm-up by count and by time (`WARMUP_S`), then the run's min iterations and min time. The first
+warm-up by count and by time (``$HWBENCH_WEB_WARMUP_S``), then the run's min iterations and min time. The first
 measurement in a fresh page warms up until steady: V8 keeps compiling the 14 MB wasm module in
 the background for seconds, so the page goes on until the medians of two consecutive
-`SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`, for at most `SETTLE_S`. The call that `prepare` returns has
+`SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`, for at most ``$HWBENCH_WEB_SETTLE_S``. The call that `prepare` returns has
 ``measure_remote(timing)``; the loaded model's measurement is a `RemoteCall` of it, and the page's
 per-iteration times become the record's timings. The device name is what the browser reports
 (the WebGPU adapter; a software adapter such as SwiftShader says so, and ``extra`` carries
@@ -28,7 +28,6 @@ once per process, about twice the footprint).
 from __future__ import annotations
 
 import importlib.util
-import os
 import sys
 import threading
 from dataclasses import dataclass
@@ -45,11 +44,10 @@ from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 #: onnxruntime-web bundle per target (FACTS.md: asking a bundle for a provider it lacks fails
 #: with "no available backend found").
 BUNDLES: dict[str, str] = {"wasm": "ort.wasm.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.min.mjs"}
-#: Seconds of warm-up in the page, besides the run's warm-up count (``$HWBENCH_WEB_WARMUP_S``).
-WARMUP_S = 1.0
+#: Seconds of warm-up in the page, besides the run's warm-up count (1 s unless set; the defaults
+#: and ranges of these settings are in `pytest_hwbench.env_settings`).
 WARMUP_ENV = "HWBENCH_WEB_WARMUP_S"
-#: Longest warm-up until steady of the first measurement in a fresh page (``$HWBENCH_WEB_SETTLE_S``; 0: off).
-SETTLE_S = 10.0
+#: Longest warm-up until steady of the first measurement in a fresh page (10 s unless set; 0: off).
 SETTLE_ENV = "HWBENCH_WEB_SETTLE_S"
 #: The window whose median the settling compares with the previous window's.
 SETTLE_WINDOW_S = 1.0
@@ -58,9 +56,8 @@ SETTLE_TOLERANCE = 0.03
 #: How the record names its memory figure (``extra["web_memory"]``).
 MEMORY_KIND = "pss"
 MEMORY_DOC = "peak proportional set size (PSS) summed over the browser's processes while the page measured"
-#: Seconds one load or one measurement may take in the page before the browser is killed
-#: (``$HWBENCH_WEB_TIMEOUT_S``): a hang becomes a failed case, the next case gets a new browser.
-TIMEOUT_S = 300.0
+#: Seconds one load or one measurement may take in the page before the browser is killed (300 s
+#: unless set): a hang becomes a failed case, the next case gets a new browser.
 TIMEOUT_ENV = "HWBENCH_WEB_TIMEOUT_S"
 #: wasm threads (``$HWBENCH_WEB_THREADS``); unset: onnxruntime-web's default (half the cores, at most 4).
 THREADS_ENV = "HWBENCH_WEB_THREADS"
@@ -71,17 +68,10 @@ _PAGE_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "i
 _OUTPUT_PRECISION = {"float32": "fp32", "float16": "fp16"}
 
 
-def _env_float(name: str, default: float) -> float:
-    text = os.environ.get(name, "").strip()
-    if not text:
-        return default
-    try:
-        value = float(text)
-    except ValueError:
-        raise ValueError(f"{name}={text!r} is not a number of seconds") from None
-    if not value >= 0:
-        raise ValueError(f"{name}={text!r} must be >= 0")
-    return value
+def _seconds(name: str) -> float:
+    from ..env_settings import env_setting
+
+    return float(env_setting(name) or 0.0)
 
 
 def _web() -> Any:
@@ -124,11 +114,12 @@ class _PageModel:
     def load(self, device_type: str | None) -> dict[str, Any]:
         driver = self._driver
         url = driver.add_blob(self.path)
-        threads = os.environ.get(THREADS_ENV, "").strip()
+        from ..env_settings import env_setting
+
         try:
-            value = driver.call("load", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S), key=self.key,
+            value = driver.call("load", bundle=self.bundle, timeout_s=_seconds(TIMEOUT_ENV), key=self.key,
                                 model=url, executionProviders=self.providers(device_type),
-                                numThreads=int(threads) if threads else 0)
+                                numThreads=int(env_setting(THREADS_ENV) or 0))
         except _web().PageError as exc:
             hint = _wasm_load_hint(str(exc))
             if hint:
@@ -171,12 +162,12 @@ class _PageModel:
     def measure(self, call: _PageCall, timing: Any) -> RemoteMeasurement:
         self._reload_if_restarted()
         driver = self._driver
-        warmup_s = _env_float(WARMUP_ENV, WARMUP_S)
-        settle_s = _env_float(SETTLE_ENV, SETTLE_S)
+        warmup_s = _seconds(WARMUP_ENV)
+        settle_s = _seconds(SETTLE_ENV)
         url = driver.add_blob(call.blob)
         sampler = _MemorySampler(driver.pid)
         try:
-            value = driver.call("measure", bundle=self.bundle, timeout_s=_env_float(TIMEOUT_ENV, TIMEOUT_S) + warmup_s
+            value = driver.call("measure", bundle=self.bundle, timeout_s=_seconds(TIMEOUT_ENV) + warmup_s
                                 + settle_s + timing.min_time_s, key=self.key, inputs=url, feeds=call.feeds,
                                 timing={"warmup_iterations": timing.warmup_iterations, "warmup_s": warmup_s,
                                         "min_iterations": timing.min_iterations, "min_time_s": timing.min_time_s,

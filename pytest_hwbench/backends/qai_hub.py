@@ -49,9 +49,9 @@ TOKEN_ENV = "QAI_HUB_API_TOKEN"
 #: The ini file ``qai-hub configure`` writes; qai-hub reads ``$QAIHUB_CLIENT_INI`` instead when set.
 CLIENT_INI_ENV = "QAIHUB_CLIENT_INI"
 DEFAULT_CLIENT_INI = "~/.qai_hub/client.ini"
-#: Seconds to wait for one compile or profile job (AI Hub itself times jobs out too).
+#: Seconds to wait for one compile or profile job (3600 unless set, `pytest_hwbench.env_settings`;
+#: AI Hub itself times jobs out too).
 TIMEOUT_ENV = "HWBENCH_QAI_HUB_TIMEOUT_S"
-DEFAULT_TIMEOUT_S = 3600
 
 NOT_INSTALLED = "qai-hub is not installed (pip install 'pytest-hwbench[qnn]')"
 NO_TOKEN = "no Qualcomm AI Hub token: run `qai-hub configure --api_token TOKEN` or set QAI_HUB_API_TOKEN"
@@ -260,11 +260,9 @@ def _remote(what: str, fn: Callable[[], Any]) -> Any:
 
 
 def _timeout_s() -> int:
-    raw = os.environ.get(TIMEOUT_ENV, "")
-    try:
-        return max(1, int(raw)) if raw else DEFAULT_TIMEOUT_S
-    except ValueError:
-        raise ValueError(f"{TIMEOUT_ENV}={raw!r} is not a whole number of seconds") from None
+    from ..env_settings import env_setting
+
+    return int(env_setting(TIMEOUT_ENV) or 0)
 
 
 def _wait(job: Any, what: str) -> tuple[bool, str]:

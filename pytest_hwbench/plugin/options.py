@@ -187,7 +187,14 @@ def register_markers(config: pytest.Config) -> None:
 
 def apply_options(config: pytest.Config) -> None:
     """Check the options the parsers cannot (the zoo and the registries are known only now)
-    and apply those with effects: the model sets."""
+    and apply those with effects: the model sets. The environment's settings
+    (`pytest_hwbench.env_settings`) are checked here too, as options are."""
+    from ..env_settings import check_env_settings
+
+    try:
+        check_env_settings()
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     for path in config.getoption("hwbench_model_sets"):
         try:
             for spec in load_model_set(path):

@@ -31,17 +31,16 @@ from ._locate import find_browser, find_ort_web
 
 #: The web targets, one hardware marker each.
 WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
-#: Seconds the probe may take, the browser's start included (about 1 s here;
-#: ``$HWBENCH_WEB_PROBE_TIMEOUT_S``). A browser that hangs at start costs this once: the failure
-#: is cached like a finding.
-PROBE_TIMEOUT_S = 30.0
+#: Seconds the probe may take, the browser's start included (about 1 s here; 30 s unless set,
+#: `pytest_hwbench.env_settings`). A browser that hangs at start costs this once: the failure is
+#: cached like a finding.
 PROBE_TIMEOUT_ENV = "HWBENCH_WEB_PROBE_TIMEOUT_S"
 #: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
 #: unavailable, saying so. ``fresh`` probes again even when a cached probe is still valid.
 PROBE_ENV = "HWBENCH_WEB_PROBE"
 #: Seconds a probe's findings, or its failure and why, are reused (`cache_dir("web")/probe.json`)
 #: by later processes on this host with the same browser and browser flags: the probe starts a
-#: browser (about 1-3 s; up to `PROBE_TIMEOUT_S` for one that hangs). onnxruntime-web is no part
+#: browser (about 1-3 s; up to ``$HWBENCH_WEB_PROBE_TIMEOUT_S`` for one that hangs). onnxruntime-web is no part
 #: of the key: the probe page never loads it.
 PROBE_CACHE_S = 24 * 3600.0
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
@@ -54,26 +53,13 @@ NO_WEBGPU_FIX = ("WebGPU needs an adapter: run Chromium with --enable-unsafe-web
                  "GPU, a Vulkan driver (extra flags through HWBENCH_BROWSER_FLAGS)")
 
 
-def probe_timeout_s() -> float:
-    """`PROBE_TIMEOUT_S`, or ``$HWBENCH_WEB_PROBE_TIMEOUT_S``; ValueError naming a bad value."""
-    text = os.environ.get(PROBE_TIMEOUT_ENV, "").strip()
-    if not text:
-        return PROBE_TIMEOUT_S
-    try:
-        value = float(text)
-    except ValueError:
-        value = -1.0
-    if not value > 0:
-        raise ValueError(f"{PROBE_TIMEOUT_ENV}={text!r}: give a number of seconds > 0 (default {PROBE_TIMEOUT_S:g})")
-    return value
-
-
 def run_probe(browser: str) -> dict[str, Any]:
     """The probe page's findings in a fresh browser, which is ended before returning; the whole
-    (browser start included) is bounded by `probe_timeout_s()`."""
+    (browser start included) is bounded by ``$HWBENCH_WEB_PROBE_TIMEOUT_S``."""
+    from ..env_settings import env_setting
     from ._driver import WebDriver
 
-    timeout_s = probe_timeout_s()
+    timeout_s = float(env_setting(PROBE_TIMEOUT_ENV) or 0)
     started = time.monotonic()
     driver = WebDriver(browser, start_timeout_s=timeout_s)
     try:
@@ -103,7 +89,10 @@ def web_facts() -> dict[str, Any]:
         sweep_stale_runs()  # a killed run's browser folders, even when this run starts no browser
         key = _probe_key(asdict(browser))
         cached = _cached_probe(key)
-        if cached is not None:
+        bad_setting = _bad_probe_setting()
+        if bad_setting:  # this run's setting, no finding about the browser: nothing is cached
+            facts["probe_error"] = bad_setting
+        elif cached is not None:
             facts["probe"], error = cached
             if error:
                 facts["probe_error"] = (f"{error} (cached from an earlier probe on this host; "
@@ -117,6 +106,17 @@ def web_facts() -> dict[str, Any]:
             else:
                 _store_probe(key, facts["probe"])
     return facts
+
+
+def _bad_probe_setting() -> str:
+    """Why ``$HWBENCH_WEB_PROBE_TIMEOUT_S`` is not accepted, or ""."""
+    from ..env_settings import env_setting
+
+    try:
+        env_setting(PROBE_TIMEOUT_ENV)
+    except ValueError as exc:
+        return str(exc)
+    return ""
 
 
 def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
@@ -295,5 +295,5 @@ def _probe(name: str) -> Any:
 for _name in WEB_TARGETS:
     register_probe(_name, _probe(_name))
 
-__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "probe_timeout_s", "run_probe", "targets_from_facts",
+__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "run_probe", "targets_from_facts",
            "web_facts", "web_targets"]
