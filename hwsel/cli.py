@@ -2,7 +2,8 @@
 
 Exit codes: 0 ok, 1 failure while running (a store that breaks mid-way, a port in use, a
 training plan that does not fit), 2 bad input (unknown model, hardware or precision, a batch
-size of 0, a bad config file, a data source that does not exist or has no runs).
+size of 0, a bad config file, a data source that does not exist or has no runs), 3 a DuckDB
+file held by another process (run again later; as for hwbench).
 
 Length: over 500 lines, one short argparse subcommand per hwsel command.
 """
@@ -26,7 +27,7 @@ from ._reach import DEFAULT_TIMEOUT_S
 from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, HARDWARE, MODES, PRECISIONS
 from .query import HwselWarning, QuestionError, describe_model, error_text
 
-EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
+EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
 
 class UsageError(Exception):
@@ -678,10 +679,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     except Exception as exc:  # a failure while running: say what, exit 1
         from pytest_hwbench.sinks.duckdb_sink import DuckDBFileError  # here: it imports DuckDB
 
-        if isinstance(exc, DuckDBFileError) and exc.kind == "corrupt":
-            # a corrupt records file is bad input, as for hwbench; the message says how to rebuild it
+        if isinstance(exc, DuckDBFileError):
+            # as for hwbench: a corrupt records file is bad input (the message says how to rebuild
+            # it), a locked one a store to ask again later
             print(f"hwsel {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
-            return EXIT_USAGE
+            return EXIT_USAGE if exc.kind == "corrupt" else EXIT_STORE
         if args.verbose:
             raise
         print(f"hwsel {args.command}: failed: {redact_uri(f'{type(exc).__name__}: {exc}')} "

@@ -201,6 +201,12 @@ def test_read_commands_on_a_locked_file_exit_3_and_say_it_is_locked(tmp_path: Pa
             assert proc.returncode == 3, (command, proc.stdout + proc.stderr)
             assert "Traceback" not in proc.stderr, proc.stderr
             assert "is locked by another process" in proc.stderr and "corrupt" not in proc.stderr, proc.stderr
+        # hwsel reading the same file: the same exit code and words
+        proc = subprocess.run([sys.executable, "-m", "hwsel", "train", "--source", str(store / "hwbench.duckdb"),
+                               "--trials", "1", "--tracking-uri", f"sqlite:///{tmp_path / 'registry.db'}"],
+                              cwd=tmp_path, capture_output=True, text=True, timeout=300)
+        assert proc.returncode == 3, proc.stdout + proc.stderr
+        assert "hwsel train: error: DuckDB file" in proc.stderr and "is locked by another process" in proc.stderr
     finally:
         holder.communicate("\n", timeout=30)
 
