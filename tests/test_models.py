@@ -240,6 +240,25 @@ def test_model_set_errors_for_missing_and_empty_sources(tmp_path):
         load_model_set(empty)
 
 
+def test_a_model_set_that_is_no_regular_file_or_too_big_is_refused_without_reading_it(tmp_path):
+    import os
+
+    fifo = tmp_path / "set.toml"
+    os.mkfifo(fifo)  # opening it for reading would wait for a writer forever
+    zero = tmp_path / "zero.json"
+    zero.symlink_to("/dev/zero")  # reading it would never end
+    folder = tmp_path / "model"
+    folder.mkdir()
+    os.mkfifo(folder / "config.json")
+    for path, what in ((fifo, "model set"), (zero, "model set"), (folder, "config")):
+        with pytest.raises(ValueError, match=f"{what} .*: not a regular file; name a .toml/.json file"):
+            load_model_set(path)
+    big = tmp_path / "big.json"
+    big.write_text(" " * (4 * 2**20 + 1))
+    with pytest.raises(ValueError, match="big.json: 4194305 bytes, more than a model set or config holds"):
+        load_model_set(big)
+
+
 def test_directory_with_unknown_model_type_names_it(tmp_path):
     (tmp_path / "config.json").write_text(json.dumps({"model_type": "frobnicator"}))
     with pytest.raises(ValueError) as exc:

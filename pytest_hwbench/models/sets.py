@@ -41,10 +41,34 @@ _MODEL_TYPES: dict[str, tuple[str, str, str]] = {
 }
 
 
+#: The largest model-set or config.json file read (a real one is a few KiB).
+MAX_MODEL_FILE_BYTES = 4 * 2**20
+
+
+def _read_model_file(path: Path, what: str) -> str:
+    """The text of a model-set or config file: a regular file of at most `MAX_MODEL_FILE_BYTES`
+    (a FIFO would block the read, ``/dev/zero`` never end); else ValueError naming it."""
+    import stat
+
+    try:
+        info = path.stat()
+    except OSError as exc:
+        raise ValueError(f"{what} {path}: cannot be read ({exc})") from None
+    if not stat.S_ISREG(info.st_mode):
+        raise ValueError(f"{what} {path}: not a regular file; name a .toml/.json file or a directory with a "
+                         "config.json")
+    if info.st_size > MAX_MODEL_FILE_BYTES:
+        raise ValueError(f"{what} {path}: {info.st_size} bytes, more than a model set or config holds "
+                         f"(at most {MAX_MODEL_FILE_BYTES // 2**20} MiB)")
+    with path.open("rb") as f:
+        data = f.read(MAX_MODEL_FILE_BYTES + 1)
+    return data.decode("utf-8")
+
+
 def _spec_from_dir(path: Path) -> ModelSpec:
     config_file = path / "config.json"
     try:
-        config = json.loads(config_file.read_text(encoding="utf-8"))
+        config = json.loads(_read_model_file(config_file, "config"))
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
@@ -272,7 +296,7 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
     except ModuleNotFoundError:  # Python 3.10
         import tomli as tomllib  # type: ignore[no-redef]
     try:
-        text = path.read_text(encoding="utf-8")
+        text = _read_model_file(path, "model set")
         data = tomllib.loads(text) if path.suffix == ".toml" else json.loads(text)
     except (OSError, UnicodeDecodeError) as exc:
         raise ValueError(f"model set {path}: cannot be read ({exc})") from None
