@@ -229,6 +229,32 @@ def test_a_corrupt_file_is_moved_aside_and_rebuilt_by_replay(tmp_path: Path) -> 
     assert re.search(rf"\s{len(ids)}\s", sessions.stdout.splitlines()[2]), sessions.stdout
 
 
+def test_move_corrupt_finds_a_corrupt_block_that_listing_the_sessions_does_not_read(tmp_path: Path) -> None:
+    from pytest_hwbench.sinks.duckdb_sink import DuckDBFileError, list_sessions
+
+    store, ids = filled_store(tmp_path, 3)
+    db = store / "hwbench.duckdb"
+    good = db.read_bytes()
+    block = 256 * 1024  # DuckDB's block size
+    # 20 KB of random bytes inside one block after another, until one that `hwbench sessions` reads past
+    for start in range(block, len(good), block):
+        damaged = bytearray(good)
+        damaged[start + 4096:start + 4096 + 20480] = os.urandom(20480)
+        db.write_bytes(bytes(damaged))
+        try:
+            list_sessions(db)
+        except DuckDBFileError:
+            continue
+        break
+    else:
+        pytest.fail("every damaged block shows in the session listing: nothing left to check")
+    proc = hwbench_cli("replay", "--store", str(store), "--sinks", "duckdb", "--move-corrupt", cwd=tmp_path)
+    assert proc.returncode == 0, proc.stdout + proc.stderr  # before: exit 2 "is corrupt", the file left in place
+    (aside,) = store.glob("hwbench.duckdb.corrupt-*")
+    assert f"{db} was corrupt: moved to {aside}" in proc.stdout, proc.stdout
+    assert f"  duckdb: {len(ids)} records written" in proc.stdout.splitlines(), proc.stdout
+
+
 # -- 8. option bounds ----------------------------------------------------------------------------------
 @pytest.mark.parametrize(
     ("option", "value", "accepted"),

@@ -24,7 +24,7 @@ from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, r
 from ..vocabulary import DEFAULT_EXPERIMENT
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
 from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
-from .duckdb_sink import DuckDBFileError, list_sessions
+from .duckdb_sink import DuckDBFileError, check_readable
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
 from .redact import redact_uri
 from .transfer import ImportResult, copy_sessions
@@ -129,13 +129,13 @@ def chosen_sinks(option: str, text: str | None, cfg: TrackingConfig) -> list[tup
 
 
 def _move_aside_if_corrupt(path: Path) -> Path | None:
-    """Rename the DuckDB file at `path` if it cannot be read as one; the new name, or None."""
+    """Rename the DuckDB file at `path` if any of its blocks cannot be read; the new name, or None."""
     import time
 
     if not path.exists():
         return None
     try:
-        list_sessions(path)
+        check_readable(path)
     except DuckDBFileError as exc:
         if exc.kind != "corrupt":
             return None

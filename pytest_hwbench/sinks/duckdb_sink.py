@@ -490,6 +490,17 @@ def _read(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
         con.close()
 
 
+def check_readable(path: str | os.PathLike[str]) -> None:
+    """Read every row of every table of the DuckDB file at `path`, so that a corrupt block
+    anywhere raises `DuckDBFileError` (kind ``corrupt``); a listing of the sessions reads only
+    the blocks it needs."""
+    with _read(path) as con:
+        for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
+            cursor = con.execute(f'SELECT * FROM "{table}"')
+            while cursor.fetchmany(10_000):
+                pass
+
+
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -> pd.DataFrame:
     """Run `sql` and return a DataFrame."""
     with warnings.catch_warnings():
