@@ -22,6 +22,10 @@ as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``,
 written after the last round so no sink runs beside a measurement. ``hwbench compare pair:ID``
 compares the pair again later.
 
+A side whose worker does not start, or does not answer one case, within `--side-timeout`, or
+whose process dies, is named (`SideFailed`); the complete rounds measured before it are judged,
+printed and written to the sinks all the same.
+
 Exit codes: 0 no regression, 1 a regression in B, 2 bad usage, 3 a side's worker failed.
 """
 
@@ -59,6 +63,9 @@ DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, 
 DEFAULT_ROUNDS = 18
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
+#: Seconds a side's worker may take to start (its python, imports and hardware detection) and to
+#: measure one case (the first loads the model): `--side-timeout`.
+DEFAULT_SIDE_TIMEOUT_S = 600.0
 
 
 @dataclass(frozen=True)
@@ -220,40 +227,82 @@ def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self
     runner.close(collect=False)
 
 
+class SideFailed(RuntimeError):
+    """A side's worker did not start, did not answer a case within its time, or died: `label`
+    names the side, `result` holds the complete rounds measured before (None if none ran)."""
+
+    def __init__(self, label: str, side: Side, what: str, result: AbResult | None = None) -> None:
+        self.label, self.side, self.result = label, side, result
+        super().__init__(f"side {label} ({side.describe()}) {what}")
+
+
 class _Worker:
-    """A side's gateway and channel."""
+    """A side's gateway and channel; every wait on the worker is bounded by `timeout_s`."""
 
     def __init__(self, side: Side, cases: list[dict[str, Any]], pair: str, session_id: str,
-                 threads: int | None = None) -> None:
-        import os
+                 threads: int | None = None, timeout_s: float = DEFAULT_SIDE_TIMEOUT_S) -> None:
+        from ._deadline import call_with_deadline
+
+        self.side, self.timeout_s = side, timeout_s
+        self.group: Any = None
+        self.gateway: Any = None
+        self.channel: Any = None
+        hello = call_with_deadline(
+            lambda: self._start(cases, pair, session_id, threads), timeout_s, name=f"hwbench-ab-start-{side.label}",
+            on_wait=lambda left: print(f"hwbench ab: waiting for side {side.label}'s worker to start (at most "
+                                       f"{left:.0f} s more, --side-timeout)", file=sys.stderr, flush=True),
+            on_deadline=self._gave_up)
+        self.environment = SideEnvironment.from_hello(hello)
+
+    def _gave_up(self) -> TimeoutError:
+        """The start's deadline: end the worker's process if it has one by now."""
+        if self.group is not None:
+            self.group.terminate(timeout=1.0)
+        return TimeoutError(f"did not start within {self.timeout_s:g} s (--side-timeout)")
+
+    def _start(self, cases: list[dict[str, Any]], pair: str, session_id: str, threads: int | None) -> Any:
+        import inspect
+        import subprocess
 
         import execnet
 
-        self.side = side
-        self.gateway = execnet.makegateway(f"popen//python={side.python}")
-        import inspect
-
+        # The interpreter alone first: one that hangs is killed here, just before the deadline,
+        # where a gateway still bootstrapping could not be (its process is execnet's, not yet ours).
+        try:
+            subprocess.run([self.side.python, "-c", "pass"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
+                           stderr=subprocess.DEVNULL, timeout=0.9 * self.timeout_s, check=True)
+        except subprocess.TimeoutExpired:
+            raise TimeoutError(f"did not start within {self.timeout_s:g} s (--side-timeout)") from None
+        self.group = execnet.Group()
+        self.gateway = self.group.makegateway(f"popen//python={self.side.python}")
         # as source text: the worker function plus its call (execnet runs it with `channel` bound)
         self.channel = self.gateway.remote_exec(f"{inspect.getsource(_worker)}\n_worker(channel)\n")
-        self.channel.send({"env": side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-                           "settings": side.settings, "cases": cases, "pair": pair, "label": side.label,
+        self.channel.send({"env": self.side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
+                           "settings": self.side.settings, "cases": cases, "pair": pair, "label": self.side.label,
                            "session_id": session_id, "threads": threads})
-        self.environment = SideEnvironment.from_hello(self.channel.receive(timeout=300))
+        return self.channel.receive()
 
     def measure(self, index: int, which: int) -> BenchmarkRecord:
         """Case number `which` of round `index`, measured by this side's worker."""
         import json
 
         self.channel.send((index, which))
-        return BenchmarkRecord.from_dict(json.loads(self.channel.receive()))
+        try:
+            answer = self.channel.receive(timeout=self.timeout_s)
+        except self.channel.TimeoutError:
+            raise TimeoutError(f"did not answer a case within {self.timeout_s:g} s (--side-timeout)") from None
+        return BenchmarkRecord.from_dict(json.loads(answer))
 
     def close(self) -> None:
-        try:
-            self.channel.send(None)
-            self.channel.waitclose(timeout=60)
-        except Exception:  # noqa: BLE001 - a worker that died is gone already
-            pass
-        self.gateway.exit()
+        """Ask the worker to end, then end its process whatever state it is in."""
+        if self.channel is not None:
+            try:
+                self.channel.send(None)
+                self.channel.waitclose(timeout=60)
+            except Exception:  # noqa: BLE001 - a worker that died is gone already
+                pass
+        if self.group is not None:
+            self.group.terminate(timeout=5.0)
 
 
 @dataclass(frozen=True)
@@ -270,14 +319,17 @@ class AbResult:
 
 def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUNDS,
            threshold: float = DEFAULT_THRESHOLD, alpha: float = DEFAULT_ALPHA, threads: int | None = None,
-           say: Callable[[str], None] = print, max_rounds: int | None = None) -> AbResult:
+           say: Callable[[str], None] = print, max_rounds: int | None = None,
+           side_timeout_s: float = DEFAULT_SIDE_TIMEOUT_S) -> AbResult:
     """Measure `cases` (`BenchCase`s) on both sides in `rounds` rounds (each case A B or B A, the
     first side alternating) and judge each case on its per-round ratios. A case whose rounds
     disagree (inconclusive) is measured in further rounds, alone, until it has a verdict or
     `max_rounds` rounds (default twice `rounds`): as Pinpoint adds repeats where a comparison
     cannot tell, at the cost of a slightly larger false-alarm rate than `alpha` for those cases.
-    `threads`: torch's intra-op threads in both workers (None: torch's default, every core). Sinks
-    are not written here (see `record_pair`)."""
+    `threads`: torch's intra-op threads in both workers (None: torch's default, every core). A
+    side that does not start or answer a case within `side_timeout_s`, or dies, raises
+    `SideFailed` holding the complete rounds measured before. Sinks are not written here (see
+    `record_pair`)."""
     import dataclasses
 
     if rounds < 3:
@@ -291,9 +343,25 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     started = time.monotonic()
     say(f"hwbench ab: pair {pair}, {len(cases)} cases x {rounds} rounds; starting A ({a.describe()}) and "
         f"B ({b.describe()})")
-    workers = {label: _Worker(side, payload, pair, sessions[label], threads) for label, side in (("A", a), ("B", b))}
+    sides = {"A": a, "B": b}
+    workers: dict[str, _Worker] = {}
     records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
     per_round: list[dict[str, dict[str, BenchmarkRecord]]] = []
+
+    def call(label: str, fn: Callable[[], Any]) -> Any:
+        """`fn()` on side `label`'s worker; its failure becomes `SideFailed` with the rounds so far."""
+        try:
+            return fn()
+        except (Exception, EOFError) as exc:  # noqa: BLE001 - execnet's errors, a timeout, a dead process
+            done = len(per_round)
+            what = str(exc) if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
+            kept = None
+            if done:
+                kept_records = {k: [r for got in per_round for r in got[k].values()] for k in ("A", "B")}
+                kept = AbResult(pair, sessions, {k: w.environment for k, w in workers.items()}, kept_records,
+                                judge_all())
+            raise SideFailed(label, sides[label], f"{what}; after {done} complete round{'s' if done != 1 else ''}",
+                             kept) from None
 
     def measure_round(index: int, which_cases: list[int]) -> None:
         got: dict[str, dict[str, BenchmarkRecord]] = {"A": {}, "B": {}}
@@ -301,7 +369,7 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
             # each case on both sides back to back; the side that goes first alternates (ABBA)
             order = ("A", "B") if (index + which) % 2 == 0 else ("B", "A")
             for label in order:
-                record = workers[label].measure(index, which)
+                record = call(label, lambda label=label, which=which: workers[label].measure(index, which))
                 records[label].append(record)
                 got[label][cases[which].id] = record
         per_round.append(got)
@@ -324,6 +392,9 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
         return verdicts
 
     try:
+        for label, side in sides.items():
+            workers[label] = call(label, lambda side=side, label=label: _Worker(
+                side, payload, pair, sessions[label], threads, side_timeout_s))
         for index in range(rounds):
             measure_round(index, list(range(len(cases))))
             elapsed = time.monotonic() - started
@@ -441,6 +512,9 @@ def _args(parser: argparse.ArgumentParser) -> None:
                         help="torch intra-op threads in both workers (default: every core); 1 keeps two sides and "
                              "the other work of a shared runner from spinning on each other's cores")
     parser.add_argument("--no-sinks", action="store_true", help="do not write the two sessions to the sinks")
+    parser.add_argument("--side-timeout", type=float, default=DEFAULT_SIDE_TIMEOUT_S, metavar="SECONDS",
+                        help="give up on a side whose worker does not start, or does not answer one case, in this "
+                             f"long (default {DEFAULT_SIDE_TIMEOUT_S:g}); the rounds measured before are kept")
     parser.add_argument("--timeout", type=float, default=DEFAULT_DEADLINE_S, metavar="SECONDS",
                         help="give up on a sink whose store leaves one call unanswered this long and leave its records "
                              f"to `hwbench replay` (default {DEFAULT_DEADLINE_S:g}; 0: wait without limit)")
@@ -508,14 +582,21 @@ def _run(args: argparse.Namespace) -> int:
             raise ValueError(f"--threads {args.threads}: give 1 or more")
         if not args.timeout >= 0 or args.timeout == float("inf"):
             raise ValueError(f"--timeout {args.timeout}: accepted: 0 (no limit) or a finite number of seconds")
+        if not 0 < args.side_timeout < float("inf"):
+            raise ValueError(f"--side-timeout {args.side_timeout}: accepted: a finite number of seconds > 0")
     except (ValueError, KeyError) as exc:
         print(f"hwbench ab: error: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    failed: SideFailed | None = None
     try:
-        result = run_ab(cases, a, b, rounds=args.rounds, threshold=args.threshold, alpha=args.alpha,
-                        threads=args.threads, say=lambda line: print(line, flush=True), max_rounds=args.max_rounds)
-    except Exception as exc:  # noqa: BLE001 - a worker that could not start or died
-        print(f"hwbench ab: error: a side's worker failed: {type(exc).__name__}: {exc}", file=sys.stderr)
+        result: AbResult | None = run_ab(
+            cases, a, b, rounds=args.rounds, threshold=args.threshold, alpha=args.alpha, threads=args.threads,
+            say=lambda line: print(line, flush=True), max_rounds=args.max_rounds, side_timeout_s=args.side_timeout)
+    except SideFailed as exc:
+        failed, result = exc, exc.result
+        kept = "the rounds before it are judged and written below" if result else "no complete round to keep"
+        print(f"hwbench ab: error: {exc}; {kept}", file=sys.stderr, flush=True)
+    if result is None:
         return EXIT_STORE
     print(format_versions(result.environments))
     print(format_verdicts(result.verdicts))
@@ -531,11 +612,14 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hwbench ab: sessions A {result.sessions['A']} and B {result.sessions['B']} (pair {result.pair}) "
               f"written to MLflow and DuckDB{'' if not pending else f'; {pending} pending, run hwbench replay'}; "
               f"`hwbench compare pair:{result.pair}` compares them again")
+    if failed is not None:
+        return EXIT_STORE
     return EXIT_CHECK_FAILED if any(v.verdict == "regression" for v in result.verdicts) else EXIT_OK
 
 
 register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
                  _args, _run)
 
-__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side", "SideEnvironment", "format_verdicts",
+__all__ = ["DEFAULT_ROUNDS", "DEFAULT_SIDE_TIMEOUT_S", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side",
+           "SideEnvironment", "SideFailed", "format_verdicts",
            "format_versions", "paired_verdict", "parse_env", "parse_side_options", "record_pair", "run_ab"]

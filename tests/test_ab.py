@@ -10,6 +10,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 import venv
 from dataclasses import dataclass
 from pathlib import Path
@@ -216,3 +217,60 @@ def test_ab_sides_in_two_environments_import_and_record_their_own_packages(tmp_p
     measured = {(r.session_id, r.extra["onnxruntime_version"]) for r in load_records(store / "hwbench.duckdb")
                 if r.backend == "onnxruntime" and not r.error}
     assert measured == {(sides[side][0], ort) for side, (ort, _) in expected.items()}
+
+
+#: A side B that dies: its python loads this first (PYTHONPATH) and ends the process at its third case.
+_DIE_AT_THIRD_CASE = """
+import os
+
+import pytest_hwbench.runner as runner
+
+_run, _calls = runner.Runner.run, []
+
+
+def _run_or_die(self, *args, **kwargs):
+    _calls.append(1)
+    if len(_calls) > 2:
+        os._exit(9)
+    return _run(self, *args, **kwargs)
+
+
+runner.Runner.run = _run_or_die
+"""
+
+
+@pytest.mark.e2e
+def test_a_side_that_hangs_at_start_or_dies_mid_run_is_named_and_its_rounds_kept(tmp_path: Path) -> None:
+    env = {k: v for k, v in os.environ.items() if k not in ("MLFLOW_TRACKING_URI", "PYTEST_ADDOPTS")}
+    env["HWBENCH_CACHE_DIR"] = str(tmp_path / "cache")
+    hangs = tmp_path / "hangs"
+    hangs.write_text("#!/bin/sh\nexec sleep 600\n")
+    dies_dir = tmp_path / "dies"
+    dies_dir.mkdir()
+    (dies_dir / "sitecustomize.py").write_text(_DIE_AT_THIRD_CASE)
+    dies = tmp_path / "dies.sh"
+    dies.write_text(f'#!/bin/sh\nPYTHONPATH="{dies_dir}:$PYTHONPATH" exec "{sys.executable}" "$@"\n')
+    for script in (hangs, dies):
+        script.chmod(0o755)
+    base = ["ab", "--models", "bert-tiny", "--rounds", "3", "--threads", "1", "--a-options", "--hwbench-min-time 0.05",
+            "--b-options", "--hwbench-min-time 0.05"]
+
+    began = time.monotonic()
+    # side A starts first: a good side needs more than 5 s on a busy runner (torch, hardware detection)
+    proc = _hwbench([*base, "--no-sinks", "--a-python", str(hangs), "--side-timeout", "5"], env, tmp_path)
+    assert proc.returncode == 3 and time.monotonic() - began < 120, proc.stdout + proc.stderr
+    assert (f"hwbench ab: error: side A (python {hangs}, --hwbench-min-time 0.05) did not start within 5 s (--side-timeout); after 0 "
+            "complete rounds; no complete round to keep") in proc.stderr, proc.stderr
+
+    store = tmp_path / "store"
+    proc = _hwbench([*base, "--store", str(store), "--b-python", str(dies)], env, tmp_path)
+    out = proc.stdout + proc.stderr
+    assert proc.returncode == 3, out
+    assert f"hwbench ab: error: side B (python {dies}, --hwbench-min-time 0.05) failed: " in proc.stderr, out
+    assert "after 2 complete rounds; the rounds before it are judged and written below" in proc.stderr, out
+    line = next(ln for ln in proc.stdout.splitlines() if ln.startswith("bert-tiny-cpu-torch-fp32-b1"))
+    assert " inconclusive " in line and "2 paired rounds; need 3" in line, out
+    from pytest_hwbench.sinks import load_records
+
+    kept = sorted((r.extra["ab_side"], r.extra["ab_round"]) for r in load_records(store / "hwbench.duckdb"))
+    assert kept == [("A", 0), ("A", 1), ("B", 0), ("B", 1)]
