@@ -352,7 +352,7 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
         """`fn()` on side `label`'s worker; its failure becomes `SideFailed` with the rounds so far."""
         try:
             return fn()
-        except (Exception, EOFError) as exc:  # noqa: BLE001 - execnet's errors, a timeout, a dead process
+        except Exception as exc:  # noqa: BLE001 - execnet's errors, a timeout, a dead process
             done = len(per_round)
             what = str(exc) if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
             kept = None
