@@ -41,6 +41,7 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import PRECISIONS
 
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded
 from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES, SelectionConfig
 from .data import default_source, describe_sources, load_runs, training_table
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
@@ -487,7 +488,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     `include_noisy`: `hwsel.predict.Predictor.load`).
 
     ``/measure/next`` reads the records of `source` (default `hwsel.data.default_source()`) on its
-    first request.
+    first request, within `timeout` seconds (default `hwsel._reach.DEFAULT_TIMEOUT_S`): a source
+    that does not answer in time, refuses or holds no records answers 503 naming it.
     """
     pred = predictor.built() if predictor is not None else Predictor.load(
         source, tracking_uri=tracking_uri, config=config, include_noisy=include_noisy,
@@ -500,6 +502,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     # /measure/next reads the records itself (a Predictor keeps an index, not the table): once,
     # on first use, and keeps each answer (they are deterministic for a request).
     next_source = source if source is not None else default_source()
+    next_timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     next_lock = threading.Lock()
     next_table: list[Any] = []
     next_answers: dict[str, list[Suggestion]] = {}
@@ -630,11 +633,15 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     def measure_next(req: NextRequest) -> Any:
         with next_lock:
             if not next_table:
+                shown = describe_sources(next_source)
                 try:
-                    next_table.append(training_table(load_runs(next_source)))
-                except (LookupError, OSError, ValueError) as exc:
-                    return _error(503, f"no benchmark records to suggest from ({describe_sources(next_source)}): "
-                                       f"{error_text(exc)}")
+                    runs = bounded(lambda: load_runs(next_source), next_timeout, f"the records of {shown}",
+                                   then="/measure/next answers 503")
+                    next_table.append(training_table(runs))
+                except Exception as exc:  # noqa: BLE001 - the service is up, its records are not: 503, never 500
+                    if not isinstance(exc, LookupError | OSError | ValueError | HwselTimeout):
+                        log.warning("cannot read the records of %s", redact_uri(shown), exc_info=True)
+                    return _error(503, f"no benchmark records to suggest from ({shown}): {error_text(exc)}")
             key = req.model_dump_json()
             picks = next_answers.get(key)
             if picks is None:

@@ -215,6 +215,27 @@ def test_rest_measure_next(runs_file: Path) -> None:
     assert r.status_code == 503 and "missing.parquet" in r.json()["message"]
 
 
+def test_rest_measure_next_answers_503_within_its_timeout_from_a_source_that_never_answers(
+        runs_file: Path, silent_port: int) -> None:
+    import time
+
+    from fastapi.testclient import TestClient
+
+    from hwsel import Predictor
+    from hwsel.app import create_app
+
+    predictor = Predictor.load(runs_file, tracking_uri=f"sqlite:///{runs_file.parent / 'none.db'}", detect=False)
+    source = f"http://user:secret@127.0.0.1:{silent_port}"
+    client = TestClient(create_app(predictor, source=source, timeout=3))
+    began = time.monotonic()
+    r = client.post("/measure/next", json={"budget": 2})
+    assert time.monotonic() - began < 30  # before: HTTP 500 after 93 s
+    message = r.json()["message"]
+    assert r.status_code == 503, r.text
+    assert f"no benchmark records to suggest from (http://***@127.0.0.1:{silent_port})" in message, message
+    assert "no answer within 3 s" in message and "secret" not in r.text, message
+
+
 def test_public_api_exports_next() -> None:
     assert {"Suggestion", "suggest_measurements"} <= set(hwsel.__all__)
     assert hwsel.suggest_measurements is suggest_measurements
