@@ -375,3 +375,10 @@ def test_a_missing_test_name_under_xdist_says_not_found_as_serially(pytester: py
     assert result.ret == pytest.ExitCode.USAGE_ERROR, text
     assert "hwbench: no test ran: not found: test_inference.py::test_nope" in text, text
     assert "after selection" not in text, text
+    # a test that exists, with a parameter id that names no case of it: as serially, not found (exit 4)
+    result = pytester.runpytest_subprocess(*args, "test_inference.py::test_inference[no-such-case]", "-n", "2",
+                                           timeout=300)
+    text = "\n".join([*result.outlines, *result.errlines])
+    assert result.ret == pytest.ExitCode.USAGE_ERROR, text
+    assert "hwbench: no test ran: not found: test_inference.py::test_inference[no-such-case]" in text, text
+    assert "after selection" not in text, text

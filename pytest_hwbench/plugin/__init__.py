@@ -25,7 +25,7 @@ so every module-level hook and fixture of the submodules is imported here.
 
 from __future__ import annotations
 
-from .collection import pytest_collection_modifyitems, pytest_generate_tests
+from .collection import count_matched_cases, pytest_collection_modifyitems, pytest_generate_tests
 from .fixtures import Hwbench, hwbench, hwbench_case, pytest_runtest_makereport
 from .grid import Selection, case_from_id, generate_cases, hardware_targets
 from .options import pytest_addhooks, pytest_addoption
@@ -37,6 +37,7 @@ __all__ = [
     "Progress",
     "Selection",
     "case_from_id",
+    "count_matched_cases",
     "generate_cases",
     "hardware_targets",
     "hwbench",

@@ -95,6 +95,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
 
 
+@pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before `-m`/`-k` deselect
+def count_matched_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Count the cases the command line's paths and node ids matched (``matched``), before any
+    deselection: none of a run that generated cases means a node id named no case."""
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.collection["matched"] += sum(1 for item in items if case_of(item) is not None)
+
+
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Skip by capability at collection, so absent hardware costs no fixture set-up; live detection
@@ -113,4 +122,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-__all__ = ["SELECTION", "pytest_collection_modifyitems", "pytest_generate_tests", "selection"]
+__all__ = ["SELECTION", "count_matched_cases", "pytest_collection_modifyitems", "pytest_generate_tests", "selection"]

@@ -413,7 +413,7 @@ class HwbenchState:
         #: nodeid -> the measurements its case took, for the progress estimate
         self.tries: dict[str, int] = {}
         #: cases this process generated and kept after -m/-k deselection (per xdist worker)
-        self.collection: dict[str, int] = {"generated": 0, "selected": 0}
+        self.collection: dict[str, int] = {"generated": 0, "matched": 0, "selected": 0}
         self.worker_collections: dict[str, dict[str, int]] = {}
         #: whether `_freeze_gc` froze the heap at the session's end (until this state's unconfigure)
         self._gc_frozen = False
@@ -592,6 +592,11 @@ class HwbenchState:
         is returned then), else per process: no case generated (the grid options and markers),
         every case deselected (-m/-k), or a worker that never reported."""
         missing = self._missing_paths()
+        accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
+                                               else {})
+        if not missing and accounts and all(a.get("generated") and not a.get("matched") for a in accounts.values()):
+            # every process generated cases and no node id matched one: a parameter id names no case
+            missing = [arg for arg in map(str, self.config.args) if "::" in arg and "[" in arg]
         if missing:
             files = [arg for arg in missing if "::" not in arg]
             nodes = [arg for arg in missing if "::" in arg]
@@ -600,8 +605,6 @@ class HwbenchState:
             if nodes:
                 self.notes.append(f"no test ran: not found: {', '.join(nodes)}")
             return True
-        accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
-                                               else {})
         for who, account in accounts.items():
             if "error" in account:
                 self.notes.append(f"no test ran: xdist worker {who} went down before reporting its collection "
