@@ -145,6 +145,42 @@ def test_four_concurrent_sessions_and_four_concurrent_replays_write_every_record
     assert f"{per_replay} of {per_replay} records already there; 0 to write" in again.stderr, again.stderr
 
 
+def test_three_concurrent_replays_of_one_spool_leave_each_record_and_the_session_once(
+    team_server: TeamServer, team_experiment: str, tmp_path: Path
+) -> None:
+    from mlflow.tracking import MlflowClient
+
+    session = make_session("replayed-thrice")
+    records = make_records(session, 6)
+    store = spool_of(tmp_path / "spooled", session, records)
+    for _ in range(2):  # and once more, all three again: still nothing doubled
+        procs = [subprocess.Popen([str(HWBENCH_BIN), "replay", "--store", str(store), "--sinks", "mlflow",
+                                   "--timeout", "120", "--mlflow-uri", team_server.uri, "--experiment",
+                                   team_experiment], cwd=tmp_path, env=_env(), stdout=subprocess.PIPE,
+                                  stderr=subprocess.PIPE, text=True) for _ in range(3)]
+        for proc in procs:
+            out, err = proc.communicate(timeout=600)
+            assert proc.returncode == 0, f"{out}\n{err}"
+        counts = child_runs(team_server.uri, team_experiment)
+        mine = {r.record_id for r in records}
+        assert {rid: n for rid, n in counts.items() if rid in mine} == dict.fromkeys(mine, 1)  # before: 12 of 6
+        client = MlflowClient(tracking_uri=team_server.uri)
+        experiment = client.get_experiment_by_name(team_experiment)
+        parents = client.search_runs([experiment.experiment_id], "tags.`hwbench.kind` = 'session' AND "
+                                     f"tags.`hwbench.session_id` = '{session.session_id}'")
+        assert len(parents) == 1, [p.info.run_id for p in parents]
+        children = client.search_runs([experiment.experiment_id], "tags.`hwbench.kind` = 'record' AND "
+                                      f"tags.`hwbench.session_id` = '{session.session_id}'")
+        assert {c.data.tags["mlflow.parentRunId"] for c in children} == {parents[0].info.run_id}
+    # read back through hwbench: every record once, with its raw timings (the kept parent's artifacts)
+    from pytest_hwbench.sinks import read_records
+
+    back = [r for r in read_records(team_server.uri, experiment=team_experiment, with_timings=True)
+            if r.session_id == session.session_id]
+    assert sorted(r.record_id for r in back) == sorted(mine)
+    assert {r.record_id: r.timings_ms for r in back} == {r.record_id: r.timings_ms for r in records}
+
+
 class LatencyProxy:
     """A TCP proxy on 127.0.0.1 in front of `port` that holds every chunk the client sends for
     `delay_s` before passing it on: a server that answers, slowly."""

@@ -569,11 +569,13 @@ class MlflowSink(Sink):
             yield from pool.map(lambda text: list(self._search(text)), filters)
 
     def close(self, status: str) -> None:
-        """Log the records written since `open_session` as a JSON artifact; terminate the parent."""
+        """Log the records written since `open_session` as a JSON artifact; terminate the parent;
+        then keep one copy of each run that writers of the same session at the same time made
+        (`mlflow_copies.keep_one_copy`)."""
         if self._parent_run_id is None:
             return
         run_status = _RUN_STATUS[normalize_status(status)]
-        parent, written = self._parent_run_id, self._written
+        parent, written, session_id = self._parent_run_id, self._written, self._session_id
         self._parent_run_id, self._session_id, self._written = None, None, []
         with self._mlflow_env():
             client = self._client()
@@ -587,6 +589,17 @@ class MlflowSink(Sink):
                     )
             finally:
                 client.set_terminated(parent, run_status)
+            experiment_id = self._experiment(create=False)
+            if session_id and experiment_id is not None:
+                from .mlflow_copies import keep_one_copy
+
+                try:
+                    keep_one_copy(client, experiment_id, session_id, kind_tag=KIND_TAG, session_tag=SESSION_TAG,
+                                  record_tag=RECORD_TAG, parent_tag=PARENT_TAG, artifact_dir=RECORDS_ARTIFACT_DIR)
+                except Exception as exc:  # the records are written; only extra copies may remain
+                    warnings.warn(f"hwbench: session {session_id}: extra copies of its runs in {self.shown_uri} "
+                                  f"were not removed ({redact_uri(repr(exc))}); `hwbench replay` of its spool "
+                                  "removes them", HwbenchWarning, stacklevel=2)
 
     # -- reading back -----------------------------------------------------------------------
     def read_sessions(self) -> list[tuple[SessionInfo, str]]:

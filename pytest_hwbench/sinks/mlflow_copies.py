@@ -1,0 +1,81 @@
+"""One copy of each run in an MLflow store that several writers fill with the same session at once.
+
+MLflow has no unique key on a tag, so two replays of one spool (or a replay beside another) that
+start together each find no parent run for the session and no child run for its records, and
+each creates its own. `keep_one_copy` settles it after a writer is done: of the session's parent
+runs and of each record's finished child runs, the one with the smallest run id is kept, the
+others it sees are deleted (a parent only once finished: a writer still running logs to its
+own), the kept children are moved under the kept parent, and the records artifacts of a deleted
+parent are copied to the kept one. Every writer applies the same rule, and the last one to finish
+sees every copy, so one of each remains whatever the interleaving.
+"""
+
+from __future__ import annotations
+
+import tempfile
+from collections.abc import Iterator
+from typing import TYPE_CHECKING, Any
+
+if TYPE_CHECKING:
+    from mlflow import MlflowClient
+
+#: Run statuses after which a run's writer logs nothing more to it.
+_TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+
+
+def _runs(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterator[Any]:
+    token: str | None = None
+    while True:
+        page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
+        yield from page
+        token = page.token
+        if not token:
+            return
+
+
+def keep_one_copy(client: MlflowClient, experiment_id: str, session_id: str, *, kind_tag: str,
+                  session_tag: str, record_tag: str, parent_tag: str, artifact_dir: str) -> int:
+    """Delete the extra copies of `session_id`'s parent run and of its records' child runs (see the
+    module docstring); returns how many runs were deleted. `session_id` holds no quote (checked
+    when the session was opened)."""
+    session = f"tags.`{session_tag}` = '{session_id}'"
+    parents = sorted(_runs(client, experiment_id, f"{session} AND tags.`{kind_tag}` = 'session'"),
+                     key=lambda run: run.info.run_id)
+    if not parents:
+        return 0
+    keeper = parents[0].info.run_id
+    deleted = 0
+    by_record: dict[str, list[Any]] = {}
+    for run in _runs(client, experiment_id, f"{session} AND tags.`{kind_tag}` = 'record'"):
+        if run.info.status in _TERMINAL:  # a copy still being written is its writer's to settle
+            by_record.setdefault(run.data.tags.get(record_tag, ""), []).append(run)
+    for copies in by_record.values():
+        copies.sort(key=lambda run: run.info.run_id)
+        kept = copies[0]
+        for extra in copies[1:]:
+            client.delete_run(extra.info.run_id)
+            deleted += 1
+        if kept.data.tags.get(parent_tag) != keeper:
+            client.set_tag(kept.info.run_id, parent_tag, keeper)
+    for loser in parents[1:]:
+        if loser.info.status not in _TERMINAL:
+            continue
+        _copy_artifacts(client, loser.info.run_id, keeper, artifact_dir)
+        client.delete_run(loser.info.run_id)
+        deleted += 1
+    return deleted
+
+
+def _copy_artifacts(client: MlflowClient, source: str, target: str, artifact_dir: str) -> None:
+    """Log the files under `artifact_dir` of run `source` to run `target`, same folder."""
+    if not client.list_artifacts(source, artifact_dir):
+        return
+    from pathlib import Path
+
+    with tempfile.TemporaryDirectory(prefix="hwbench-mlflow-") as tmp:
+        local = Path(client.download_artifacts(source, artifact_dir, tmp))
+        for part in sorted(local.iterdir()):
+            client.log_artifact(target, str(part), artifact_dir)
+
+
+__all__ = ["keep_one_copy"]
