@@ -14,16 +14,13 @@ from __future__ import annotations
 
 import tempfile
 from collections.abc import Iterator
-from typing import TYPE_CHECKING, Any
-
-if TYPE_CHECKING:
-    from mlflow import MlflowClient
+from typing import Any
 
 #: Run statuses after which a run's writer logs nothing more to it.
 _TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
-def _runs(client: MlflowClient, experiment_id: str, filter_string: str) -> Iterator[Any]:
+def _runs(client: Any, experiment_id: str, filter_string: str) -> Iterator[Any]:
     token: str | None = None
     while True:
         page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
@@ -33,7 +30,7 @@ def _runs(client: MlflowClient, experiment_id: str, filter_string: str) -> Itera
             return
 
 
-def keep_one_copy(client: MlflowClient, experiment_id: str, session_id: str, *, kind_tag: str,
+def keep_one_copy(client: Any, experiment_id: str, session_id: str, *, kind_tag: str,
                   session_tag: str, record_tag: str, parent_tag: str, artifact_dir: str) -> int:
     """Delete the extra copies of `session_id`'s parent run and of its records' child runs (see the
     module docstring); returns how many runs were deleted. `session_id` holds no quote (checked
@@ -66,7 +63,7 @@ def keep_one_copy(client: MlflowClient, experiment_id: str, session_id: str, *, 
     return deleted
 
 
-def _copy_artifacts(client: MlflowClient, source: str, target: str, artifact_dir: str) -> None:
+def _copy_artifacts(client: Any, source: str, target: str, artifact_dir: str) -> None:
     """Log the files under `artifact_dir` of run `source` to run `target`, same folder."""
     if not client.list_artifacts(source, artifact_dir):
         return
