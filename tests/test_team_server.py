@@ -181,6 +181,33 @@ def test_three_concurrent_replays_of_one_spool_leave_each_record_and_the_session
     assert {r.record_id: r.timings_ms for r in back} == {r.record_id: r.timings_ms for r in records}
 
 
+def test_an_sql_store_is_asked_a_query_first_refusals_are_usage_errors_and_silence_is_bounded(
+    team_server: TeamServer, tmp_path: Path, silent_port: int
+) -> None:
+    port = team_server.postgres.port
+    wrong = {"database": f"postgresql://hwbench:pw@127.0.0.1:{port}/nosuchdb",
+             "user": f"postgresql://nobody:pw@127.0.0.1:{port}/mlflow"}
+    silent = f"postgresql://hwbench:pw@127.0.0.1:{silent_port}/mlflow"
+    commands = {"--to mlflow": ["export", "--to"], "--mlflow-uri": ["import-mlflow", "--mlflow-uri"],
+                "source": ["compare", "latest", "latest", "--source-a"]}
+    for option, argv in commands.items():
+        for what, uri in wrong.items():
+            target = f"mlflow:{uri}" if option == "--to mlflow" else uri
+            began = time.monotonic()
+            proc = hwbench(*argv, target, "--store", str(tmp_path / "store"), cwd=tmp_path)
+            assert proc.returncode == 2 and time.monotonic() - began < 60, (what, proc.stdout + proc.stderr)
+            assert f"{option} postgresql://***@127.0.0.1:{port}/" in proc.stderr, proc.stderr
+            assert "the server refused: " in proc.stderr and "does not exist" in proc.stderr, proc.stderr
+            assert ":pw@" not in proc.stdout + proc.stderr and "Traceback" not in proc.stderr
+        # a port that takes the connection and never answers: exit 3 within seconds (before: 1,418 s)
+        target = f"mlflow:{silent}" if option == "--to mlflow" else silent
+        began = time.monotonic()
+        proc = hwbench(*argv, target, "--store", str(tmp_path / "store"), cwd=tmp_path)
+        assert proc.returncode == 3 and time.monotonic() - began < 60, proc.stdout + proc.stderr
+        assert f"{option} postgresql://***@127.0.0.1:{silent_port}/mlflow: no answer to a query" in proc.stderr, \
+            proc.stderr
+
+
 class LatencyProxy:
     """A TCP proxy on 127.0.0.1 in front of `port` that holds every chunk the client sends for
     `delay_s` before passing it on: a server that answers, slowly."""
