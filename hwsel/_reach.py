@@ -56,13 +56,20 @@ _INSTEAD = {"--source": "or pass --source a .duckdb, .parquet or .jsonl file",
 
 
 def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None:
-    """Raise `HwselUnreachable` naming the option of the first ``http(s)://`` store among
-    `stores` (``(uri, option)`` pairs) whose ``/health`` does not answer within ``min(2, timeout)``
-    seconds; other stores pass."""
+    """Raise `HwselUnreachable` naming the option of the first store among `stores` (``(uri,
+    option)`` pairs) that does not answer: an ``http(s)://`` server's ``/health`` within
+    ``min(2, timeout)`` seconds, an SQL store's ``SELECT 1`` within
+    `pytest_hwbench.sinks.reach.PING_TIMEOUT_S` (one that refuses the login or the database
+    raises ValueError naming the option); other stores pass."""
+    from pytest_hwbench.sinks.reach import is_sql, sql_problem
+
     for uri, option in stores:
-        if not is_http(uri):
+        if is_http(uri):
+            why = reach(str(uri), timeout=min(2.0, timeout))
+        elif uri is not None and is_sql(str(uri)):
+            why = sql_problem(str(uri), option)
+        else:
             continue
-        why = reach(str(uri), timeout=min(2.0, timeout))
         if why is not None:
             raise HwselUnreachable(f"{option}: {why}; start the tracking server, {_INSTEAD.get(option, 'or name another')}")
 

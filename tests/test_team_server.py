@@ -206,6 +206,15 @@ def test_an_sql_store_is_asked_a_query_first_refusals_are_usage_errors_and_silen
         assert proc.returncode == 3 and time.monotonic() - began < 60, proc.stdout + proc.stderr
         assert f"{option} postgresql://***@127.0.0.1:{silent_port}/mlflow: no answer to a query" in proc.stderr, \
             proc.stderr
+    # hwsel train's registry: the same probe, the same bounds (before: 1,414 s on a silent port)
+    snapshot = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
+    for uri, code, says in ((wrong["database"], 2, "the server refused: "), (silent, 1, "no answer to a query")):
+        began = time.monotonic()
+        proc = subprocess.run([sys.executable, "-m", "hwsel", "train", "--source", str(snapshot), "--trials", "1",
+                               "--tracking-uri", uri], cwd=tmp_path, env=_env(), capture_output=True, text=True,
+                              timeout=300)
+        assert proc.returncode == code and time.monotonic() - began < 60, proc.stdout + proc.stderr
+        assert "--tracking-uri" in proc.stderr and says in proc.stderr and ":pw@" not in proc.stderr, proc.stderr
 
 
 class LatencyProxy:

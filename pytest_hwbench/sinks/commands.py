@@ -18,13 +18,13 @@ import sys
 from collections.abc import Callable
 from pathlib import Path
 from typing import TYPE_CHECKING
-from urllib.parse import urlsplit
 
 from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from ..vocabulary import DEFAULT_EXPERIMENT
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
 from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
 from .duckdb_sink import DuckDBFileError, check_readable
+from .reach import require_answer
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
 from .redact import redact_uri
 from .transfer import ImportResult, copy_sessions
@@ -299,91 +299,6 @@ def _session_parts(wanted: str) -> list[str]:
         raise ValueError(f"session {wanted!r} is empty or has an empty part; give a session id, a unique prefix, "
                          "'latest', 'all', or several ids joined by commas (`hwbench sessions` lists them)")
     return parts
-
-
-#: Seconds a command waits for a tracking server's ``/health`` (or an SQL store's port) before it
-#: reads or writes there: a server that refuses fails at once, a silent one within this, and
-#: neither after MLflow's retries.
-PING_TIMEOUT_S = 5.0
-#: The default ports of the SQL stores MLflow takes.
-_SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
-
-
-def require_answer(uri: str | None, what: str) -> None:
-    """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
-    whose ``/health`` does not answer, or an SQL store (PostgreSQL, MySQL, SQL Server) that does
-    not answer ``SELECT 1`` within `PING_TIMEOUT_S`; ValueError (exit 2) when the SQL store
-    refuses the user, the password or the database (or its driver is not installed); other
-    stores pass."""
-    from .mlflow_sink import ping
-
-    if uri is None:
-        return
-    parts = urlsplit(uri)
-    base = parts.scheme.lower().split("+", 1)[0]
-    if base in ("http", "https"):
-        problem = ping(uri, timeout=PING_TIMEOUT_S)
-    elif base in _SQL_PORTS and parts.hostname:
-        problem = _connect_problem(parts.hostname, parts.port or _SQL_PORTS[base]) or _query_problem(uri, what)
-    else:
-        return
-    if problem is not None:
-        raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
-
-
-def _connect_problem(host: str, port: int) -> str | None:
-    """Why a TCP connection to `host`:`port` cannot be made within `PING_TIMEOUT_S`, or None."""
-    import socket
-
-    try:
-        with socket.create_connection((host, port), timeout=PING_TIMEOUT_S):
-            return None
-    except OSError as exc:
-        return f"cannot connect to {host}:{port} within {PING_TIMEOUT_S:g} s: {exc.strerror or exc}"
-
-
-#: Words of an SQL server's refusal of the login or the database (PostgreSQL, MySQL, SQL Server).
-_REFUSALS = ("authentication failed", "password", "does not exist", "access denied", "unknown database",
-             "login failed", "no pg_hba.conf entry", "role ")
-
-
-def _query_problem(uri: str, what: str) -> str | None:
-    """Why the SQL store at `uri` does not answer ``SELECT 1`` within `PING_TIMEOUT_S`, or None;
-    raises ValueError naming `what` when it refuses the login or the database, or its driver is
-    missing (a usage error: another URI or an install fixes it, not waiting)."""
-    import sqlalchemy
-
-    from .._deadline import call_with_deadline
-
-    shown = redact_uri(uri)
-    timeout = int(PING_TIMEOUT_S)
-    driver_args = {"postgresql": {"connect_timeout": timeout}, "mysql": {"connect_timeout": timeout},
-                   "mssql": {"timeout": timeout}}.get(urlsplit(uri).scheme.lower().split("+", 1)[0], {})
-
-    def ask() -> None:
-        engine = sqlalchemy.create_engine(uri, connect_args=driver_args, poolclass=sqlalchemy.pool.NullPool)
-        try:
-            with engine.connect() as con:
-                con.execute(sqlalchemy.text("SELECT 1"))
-        finally:
-            engine.dispose()
-
-    try:
-        call_with_deadline(ask, PING_TIMEOUT_S + 1, name="hwbench-sql-ping", on_wait=lambda left: None,
-                           on_deadline=lambda: TimeoutError(f"no answer to a query within {PING_TIMEOUT_S + 1:g} s"))
-    except TimeoutError as exc:
-        return str(exc)
-    except ModuleNotFoundError as exc:
-        raise ValueError(f"{what} {shown}: its database driver is not installed ({exc}); for PostgreSQL: "
-                         "pip install 'pytest-hwbench[team]'") from None
-    except Exception as exc:  # noqa: BLE001 - the driver's own error types
-        text = redact_uri(str(getattr(exc, "orig", None) or exc)).strip().splitlines()
-        first = text[0] if text else type(exc).__name__
-        if any(word in first.lower() for word in _REFUSALS):
-            raise ValueError(f"{what} {shown}: the server refused: {first}; check the user, the password and the "
-                             "database name") from None
-        return f"no answer to a query: {first}"
-    return None
 
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:

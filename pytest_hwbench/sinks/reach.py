@@ -1,0 +1,109 @@
+"""Whether a store answers before a command reads or writes there: a tracking server's ``/health``,
+an SQL store's ``SELECT 1``, each within `PING_TIMEOUT_S`, so that a store that refuses or stays
+silent stops a command in seconds, not after MLflow's retries (minutes, or never)."""
+
+from __future__ import annotations
+
+from urllib.parse import urlsplit
+
+from .redact import redact_uri
+
+#: Seconds a command waits for a tracking server's ``/health`` (or an SQL store's port) before it
+#: reads or writes there: a server that refuses fails at once, a silent one within this, and
+#: neither after MLflow's retries.
+PING_TIMEOUT_S = 5.0
+#: The default ports of the SQL stores MLflow takes.
+_SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+
+
+def require_answer(uri: str | None, what: str) -> None:
+    """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
+    whose ``/health`` does not answer, or an SQL store (PostgreSQL, MySQL, SQL Server) that does
+    not answer ``SELECT 1`` within `PING_TIMEOUT_S`; ValueError (exit 2) when the SQL store
+    refuses the user, the password or the database (or its driver is not installed); other
+    stores pass."""
+    from .mlflow_sink import ping
+
+    if uri is None:
+        return
+    parts = urlsplit(uri)
+    base = parts.scheme.lower().split("+", 1)[0]
+    if base in ("http", "https"):
+        problem = ping(uri, timeout=PING_TIMEOUT_S)
+    elif is_sql(uri):
+        problem = sql_problem(uri, what)
+    else:
+        return
+    if problem is not None:
+        raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
+
+
+def is_sql(uri: str) -> bool:
+    """Whether `uri` names an SQL store with a host (PostgreSQL, MySQL, SQL Server)."""
+    parts = urlsplit(str(uri))
+    return parts.scheme.lower().split("+", 1)[0] in _SQL_PORTS and bool(parts.hostname)
+
+
+def sql_problem(uri: str, what: str) -> str | None:
+    """Why the SQL store at `uri` takes no connection or does not answer ``SELECT 1`` within
+    `PING_TIMEOUT_S`, or None; ValueError naming `what` when it refuses the login or the database
+    or its driver is missing (a usage error: another URI or an install fixes it, not waiting)."""
+    parts = urlsplit(uri)
+    port = parts.port or _SQL_PORTS[parts.scheme.lower().split("+", 1)[0]]
+    return _connect_problem(str(parts.hostname), port) or _query_problem(uri, what)
+
+
+def _connect_problem(host: str, port: int) -> str | None:
+    """Why a TCP connection to `host`:`port` cannot be made within `PING_TIMEOUT_S`, or None."""
+    import socket
+
+    try:
+        with socket.create_connection((host, port), timeout=PING_TIMEOUT_S):
+            return None
+    except OSError as exc:
+        return f"cannot connect to {host}:{port} within {PING_TIMEOUT_S:g} s: {exc.strerror or exc}"
+
+
+#: Words of an SQL server's refusal of the login or the database (PostgreSQL, MySQL, SQL Server).
+_REFUSALS = ("authentication failed", "password", "does not exist", "access denied", "unknown database",
+             "login failed", "no pg_hba.conf entry", "role ")
+
+
+def _query_problem(uri: str, what: str) -> str | None:
+    """Why the SQL store at `uri` does not answer ``SELECT 1`` (see `sql_problem`)."""
+    import sqlalchemy
+
+    from .._deadline import call_with_deadline
+
+    shown = redact_uri(uri)
+    timeout = int(PING_TIMEOUT_S)
+    driver_args = {"postgresql": {"connect_timeout": timeout}, "mysql": {"connect_timeout": timeout},
+                   "mssql": {"timeout": timeout}}.get(urlsplit(uri).scheme.lower().split("+", 1)[0], {})
+
+    def ask() -> None:
+        engine = sqlalchemy.create_engine(uri, connect_args=driver_args, poolclass=sqlalchemy.pool.NullPool)
+        try:
+            with engine.connect() as con:
+                con.execute(sqlalchemy.text("SELECT 1"))
+        finally:
+            engine.dispose()
+
+    try:
+        call_with_deadline(ask, PING_TIMEOUT_S + 1, name="hwbench-sql-ping", on_wait=lambda left: None,
+                           on_deadline=lambda: TimeoutError(f"no answer to a query within {PING_TIMEOUT_S + 1:g} s"))
+    except TimeoutError as exc:
+        return str(exc)
+    except ModuleNotFoundError as exc:
+        raise ValueError(f"{what} {shown}: its database driver is not installed ({exc}); for PostgreSQL: "
+                         "pip install 'pytest-hwbench[team]'") from None
+    except Exception as exc:  # noqa: BLE001 - the driver's own error types
+        text = redact_uri(str(getattr(exc, "orig", None) or exc)).strip().splitlines()
+        first = text[0] if text else type(exc).__name__
+        if any(word in first.lower() for word in _REFUSALS):
+            raise ValueError(f"{what} {shown}: the server refused: {first}; check the user, the password and the "
+                             "database name") from None
+        return f"no answer to a query: {first}"
+    return None
+
+
+__all__ = ["PING_TIMEOUT_S", "is_sql", "require_answer", "sql_problem"]
