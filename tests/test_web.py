@@ -717,6 +717,28 @@ exec sleep 600
 """
 
 
+def test_a_browser_that_hangs_at_start_is_not_waited_on_again_in_the_run(tmp_path, monkeypatch):
+    monkeypatch.setenv("TMPDIR", str(tmp_path))
+    log = tmp_path / "starts.log"
+    fake = tmp_path / "fake-chromium"
+    fake.write_text(_FAKE_BROWSER.format(log=log))
+    fake.chmod(0o755)
+    driver = WebDriver(str(fake), start_timeout_s=2)
+    try:
+        began = time.monotonic()
+        with pytest.raises(BrowserTimeout, match="did not finish within 2 s"):
+            driver.call("sleep", ms=1)
+        assert time.monotonic() - began < 30
+        for _ in range(3):  # the next cases: at once, naming the first hang (before: 90 s each)
+            began = time.monotonic()
+            with pytest.raises(BrowserTimeout, match="the browser hung at start earlier in this run"):
+                driver.call("sleep", ms=1)
+            assert time.monotonic() - began < 1.0
+        assert log.read_text().count("started") == 1
+    finally:
+        driver.close()
+
+
 @pytest.mark.e2e
 def test_a_browser_that_hangs_at_start_is_probed_once_and_later_runs_do_not_wait(pytester, tmp_path):
     log = tmp_path / "starts.log"

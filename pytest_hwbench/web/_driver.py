@@ -221,6 +221,9 @@ class WebDriver:
         self._sad_tab: str | None = None
         self._page: str | None = None
         self._bundle: str | None = None
+        #: why a browser this driver started never showed its page (set once): no browser is
+        #: started again, every later command fails at once with it
+        self.start_hung: str | None = None
         self.hello: dict[str, Any] = {}
         self.page_errors: list[str] = []
         self.launches = 0
@@ -399,7 +402,7 @@ class WebDriver:
                 return self.hello
             page = uuid.uuid4().hex[:12]
             url = f"http://127.0.0.1:{self.port}/page/bench.html?page={page}&bundle={bundle}"
-            timeout_s = 30.0
+            timeout_s, launched = 30.0, False
             if self.running() and self._page is not None:
                 old = self._page
                 self._channels[page] = queue.Queue()  # before the new page can ask
@@ -408,13 +411,22 @@ class WebDriver:
                 if gone is not None:
                     gone.put(None)
             else:
+                if self.start_hung is not None:
+                    raise BrowserTimeout(f"the browser hung at start earlier in this run ({self.start_hung}); it is "
+                                         "not started again: check the browser (HWBENCH_BROWSER, "
+                                         "HWBENCH_BROWSER_FLAGS) and run again")
                 self.kill()
                 self._channels[page] = queue.Queue()
                 self._launch(url)
-                timeout_s = self.start_timeout_s
+                timeout_s, launched = self.start_timeout_s, True
             self._page, self._bundle = page, bundle
-            hello = self._wait(lambda kind, body: kind == "hello" and body.get("page") == page, timeout_s,
-                               f"starting the page (bundle {bundle or 'none'})", watch_page=True)
+            try:
+                hello = self._wait(lambda kind, body: kind == "hello" and body.get("page") == page, timeout_s,
+                                   f"starting the page (bundle {bundle or 'none'})", watch_page=True)
+            except BrowserTimeout as exc:
+                if launched:
+                    self.start_hung = str(exc)
+                raise
             if hello.get("error"):
                 self.kill()
                 raise PageError(f"{hello['error']}{hello_hint(str(hello['error']))}")
