@@ -13,37 +13,28 @@ sees every copy, so one of each remains whatever the interleaving.
 from __future__ import annotations
 
 import tempfile
-from collections.abc import Iterator
+from collections.abc import Callable, Iterable
 from typing import Any
 
 #: Run statuses after which a run's writer logs nothing more to it.
 _TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
 
 
-def _runs(client: Any, experiment_id: str, filter_string: str) -> Iterator[Any]:
-    token: str | None = None
-    while True:
-        page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
-        yield from page
-        token = page.token
-        if not token:
-            return
-
-
-def keep_one_copy(client: Any, experiment_id: str, session_id: str, *, kind_tag: str,
+def keep_one_copy(client: Any, search: Callable[[str], Iterable[Any]], session_id: str, *, kind_tag: str,
                   session_tag: str, record_tag: str, parent_tag: str, artifact_dir: str) -> int:
     """Delete the extra copies of `session_id`'s parent run and of its records' child runs (see the
-    module docstring); returns how many runs were deleted. `session_id` holds no quote (checked
+    module docstring); returns how many runs were deleted. `search` gives every run of the
+    experiment a filter string finds (`MlflowSink._search`). `session_id` holds no quote (checked
     when the session was opened)."""
     session = f"tags.`{session_tag}` = '{session_id}'"
-    parents = sorted(_runs(client, experiment_id, f"{session} AND tags.`{kind_tag}` = 'session'"),
+    parents = sorted(search(f"{session} AND tags.`{kind_tag}` = 'session'"),
                      key=lambda run: run.info.run_id)
     if not parents:
         return 0
     keeper = parents[0].info.run_id
     deleted = 0
     by_record: dict[str, list[Any]] = {}
-    for run in _runs(client, experiment_id, f"{session} AND tags.`{kind_tag}` = 'record'"):
+    for run in search(f"{session} AND tags.`{kind_tag}` = 'record'"):
         if run.info.status in _TERMINAL:  # a copy still being written is its writer's to settle
             by_record.setdefault(run.data.tags.get(record_tag, ""), []).append(run)
     for copies in by_record.values():

@@ -589,12 +589,11 @@ class MlflowSink(Sink):
                     )
             finally:
                 client.set_terminated(parent, run_status)
-            experiment_id = self._experiment(create=False)
-            if session_id and experiment_id is not None:
+            if session_id:
                 from .mlflow_copies import keep_one_copy
 
                 try:
-                    keep_one_copy(client, experiment_id, session_id, kind_tag=KIND_TAG, session_tag=SESSION_TAG,
+                    keep_one_copy(client, self._search, session_id, kind_tag=KIND_TAG, session_tag=SESSION_TAG,
                                   record_tag=RECORD_TAG, parent_tag=PARENT_TAG, artifact_dir=RECORDS_ARTIFACT_DIR)
                 except Exception as exc:  # the records are written; only extra copies may remain
                     warnings.warn(f"hwbench: session {session_id}: extra copies of its runs in {self.shown_uri} "
