@@ -234,7 +234,7 @@ def test_zz_leaves_a_cycle():
 
 def test_the_sessions_end_still_reports_an_unraisable_from_a_garbage_cycle(tmp_path):
     """The heap is frozen for pytest's first collection at the end of a session that measured a
-    case (`session._freeze_gc`): a finalizer's exception in a garbage cycle is still reported,
+    case (`state._freeze_gc`): a finalizer's exception in a garbage cycle is still reported,
     and the heap is unfrozen when pytest returns."""
     (tmp_path / "test_cycle.py").write_text(UNRAISABLE)
     code = f"""

@@ -498,12 +498,12 @@ def test_progress_plans_a_case_with_a_known_gap_as_a_skip() -> None:
     # llava-tiny has no ONNX export (its spec's backend_gaps): its onnxruntime cases will skip, so
     # the plan prices them as plain tests, not as measured cases; its torch cases are measured
     from pytest_hwbench.models import get_model
-    from pytest_hwbench.plugin.session import _measured
+    from pytest_hwbench.plugin.progress import planned
 
     assert get_model("llava-tiny").backend_gaps.get("onnxruntime")
     on_ort = BenchCase("llava-tiny", "onnxruntime", "cpu", "fp32", 1)
     on_torch = BenchCase("llava-tiny", "torch", "cpu", "fp32", 1)
-    assert _measured(on_ort) is None and _measured(on_torch) == on_torch and _measured(None) is None
+    assert planned(on_ort) is None and planned(on_torch) == on_torch and planned(None) is None
 
 
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:

@@ -16,8 +16,10 @@ The package, in the order a run meets it:
 - `collection`: ``pytest_generate_tests`` (Selection + markers -> grid -> params) and the
   capability skips of ``pytest_collection_modifyitems``.
 - `fixtures`: ``hwbench_case``, ``hwbench`` (`Hwbench`), the record on the test report.
-- `session`: ``pytest_configure``, the per-process `HwbenchState` (session start/finish,
-  records to hooks, xdist workers and crashes, progress, summary).
+- `state`: ``pytest_configure``, the per-process `HwbenchState` (session start/finish,
+  records to hooks, xdist workers and crashes, summary); `session`: what a session is (its
+  `SessionInfo`, package versions) and where each xdist worker runs; `progress`: the progress
+  lines and their estimate of what remains.
 
 pytest registers this module object and pluggy looks hooks and fixtures up as its attributes,
 so every module-level hook and fixture of the submodules is imported here.
@@ -29,7 +31,9 @@ from .collection import count_matched_cases, pytest_collection_modifyitems, pyte
 from .fixtures import Hwbench, hwbench, hwbench_case, pytest_runtest_makereport
 from .grid import Selection, case_from_id, generate_cases, hardware_targets
 from .options import pytest_addhooks, pytest_addoption
-from .session import HwbenchState, Progress, pytest_configure, pytest_hwbench_package_versions
+from .progress import Progress
+from .session import pytest_hwbench_package_versions
+from .state import HwbenchState, pytest_configure
 
 __all__ = [
     "Hwbench",

@@ -19,7 +19,7 @@ from ..hardware import detect_hardware
 from ..models import get_model
 from ..plugin_api import case_of
 from .grid import Selection, generate_cases, marker_values
-from .session import STATE, note
+from .state import STATE, note
 
 SELECTION = pytest.StashKey[Selection]()
 

@@ -16,7 +16,7 @@ from ..case import BenchCase
 from ..errors import OutOfMemory, UnsupportedCase
 from ..plugin_api import case_of
 from ..record import BenchmarkRecord
-from .session import CASE_ATTR, RECORD_ATTR, STATE, HwbenchState
+from .state import CASE_ATTR, RECORD_ATTR, STATE, HwbenchState
 
 if TYPE_CHECKING:
     from ..result import CaseResult

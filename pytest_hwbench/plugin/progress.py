@@ -1,0 +1,209 @@
+"""Progress of a benchmark run: case k of n, elapsed time and an estimate of what remains, as
+lines for the controller's terminal (`Progress`), and how a collected case enters the estimate's
+plan (`planned`)."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+from ..case import BenchCase
+
+
+def planned(case: BenchCase | None) -> BenchCase | None:
+    """`case` for the progress plan, or None (priced as a plain test) when its model has a known
+    gap on its backend, so that its run is a skip (`pytest_hwbench.availability.unavailable`)."""
+    if case is None:
+        return None
+    try:
+        gap = case.spec().backend_gaps.get(case.backend)
+    except KeyError:  # an unknown model fails in its run
+        return case
+    return None if gap else case
+
+
+def _duration(seconds: float) -> str:
+    minutes, secs = divmod(int(round(seconds)), 60)
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h{minutes:02d}m{secs:02d}s" if hours else f"{minutes}m{secs:02d}s"
+
+
+class Progress:
+    """Progress of a benchmark run, as lines for the controller's terminal: case k of n,
+    elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
+    case). Runs without benchmark cases (`has_cases` False) print none.
+
+    The estimate prices each remaining test by what the grid knows of it (`plan`: nodeid -> its
+    `BenchCase`, None for a plain test, in run order) as two parts:
+
+    - its model's load, where the runner will load one: the remaining cases are walked in order
+      through a cache of `cache_size` loaded models, as the runner keeps them, and each load is
+      priced by the loads seen so far (same model and backend; else same backend; else any);
+    - the rest of the case (warm-up, timed loop): one measurement by the tests of the same kind
+      so far (same mode, model, backend and precision; else same mode, backend and precision;
+      else same mode and backend; else same mode), each divided by the measurements it took (a
+      skipped test's few milliseconds price the cases of its kind that will skip alike; a case
+      whose model has a known gap on its backend is planned as a skip); a mode not seen yet
+      costs an inference case's worth (the mean of the measurements seen, each divided by
+      `MODE_COST` of its mode, and never less than `min_time_s`, the timed loop's minimum) times
+      its own `MODE_COST`; a plain test a tenth of that;
+    - retries: one measurement times the measurements a case has taken on average so far in
+      this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
+      kind: the host was busy, and may be again);
+    - a backend's first case in the run also starts its runtime (imports, an export cache):
+      it prices nothing else, and the first case of each backend still to come costs the mean
+      of the first cases seen.
+
+    The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
+    and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
+    cache, and `tries`); without them the whole time counts as one measurement. Without a plan
+    every test costs the average so far. Times between reports are the wall time per finished
+    test, so parallel workers are priced as they run. Each price is a mean: what is estimated is
+    a sum (a first case's one-time costs are kept apart above).
+    """
+
+    #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
+    #: Every timed loop lasts at least the minimum time, so a mode costs more only by what its
+    #: loop does beyond it: a whole generate() call per iteration, train's backward warm-up.
+    MODE_COST: dict[str, float] = {"inference": 1.0, "train": 1.2, "generate": 4.0}
+    #: Cases counted as measured once before any has run: a few early retries (the first cases
+    #: warm the host) do not price every remaining case as retried.
+    TRIES_PRIOR = 10
+    #: Seconds from the last case to the process's exit: the sinks closed, the summary, the
+    #: interpreter's teardown (3.6 s after 19 cases, 6.1 s after the quick tier's 278 tests,
+    #: measured on the project's 2-core runner).
+    END_COST_S = 5.0
+
+    def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,
+                 min_time_s: float = 0.0) -> None:
+        self.interval_s = interval_s
+        self.cache_size = max(1, cache_size)
+        self.min_time_s = min_time_s
+        self.total: int | None = None
+        self.done = 0
+        self.has_cases = False
+        self._clock = clock
+        self._started = 0.0
+        self._last = 0.0
+        self._previous = 0.0
+        self._left: dict[str, BenchCase | None] = {}
+        self._seen: dict[tuple[str, ...], list[float]] = {}
+        self._loads: dict[tuple[str, ...], list[float]] = {}
+        self._cached: list[tuple[str, ...]] = []
+        self._tries: list[int] = []
+        self._backends: set[str] = set()
+        self._firsts: list[float] = []
+
+    def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
+        self.total, self.done, self.has_cases = total, 0, has_cases
+        self._started = self._last = self._previous = self._clock()
+        self._left = dict(plan or {})
+        self._seen, self._loads, self._cached, self._tries = {}, {}, [], []
+        self._backends, self._firsts = set(), []
+
+    @staticmethod
+    def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:
+        """The keys the rest of a test is priced by, most specific first."""
+        if case is None:
+            return (("test",),)
+        return ((case.mode, case.model, case.backend, case.precision), (case.mode, case.backend, case.precision),
+                (case.mode, case.backend), (case.mode,))
+
+    @staticmethod
+    def _load_kinds(case: BenchCase) -> tuple[tuple[str, ...], ...]:
+        """The keys a load is priced by, most specific first."""
+        return (("model", case.model, case.backend), ("backend", case.backend), ("any",))
+
+    @staticmethod
+    def _mean(times: list[float]) -> float:
+        return sum(times) / len(times)
+
+    def _price(self, case: BenchCase | None, fallback: float) -> float:
+        for kind in self._kinds(case):
+            times = self._seen.get(kind)
+            if times:
+                return self._mean(times)
+        return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
+
+    def _price_load(self, case: BenchCase) -> float:
+        for kind in self._load_kinds(case):
+            times = self._loads.get(kind)
+            if times:
+                return self._mean(times)
+        return 0.0
+
+    @staticmethod
+    def _use(cached: list[tuple[str, ...]], key: tuple[str, ...], size: int) -> bool:
+        """Whether `key` is in the cache (moved to its end); otherwise it is added (the oldest
+        evicted beyond `size`)."""
+        if key in cached:
+            cached.remove(key)
+            cached.append(key)
+            return True
+        cached.append(key)
+        del cached[:-size]
+        return False
+
+    def estimate_left(self, elapsed: float) -> float:
+        """Seconds the remaining tests should take, by the pricing above."""
+        assert self.total is not None
+        remaining = self.total - self.done
+        if not self._left:
+            return elapsed / max(self.done, 1) * remaining + self.END_COST_S
+        # an inference case's worth: each case's time over its mode's cost, the mean of those
+        units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
+                       if len(kind) == 1 and kind != ("test",) for t in times)
+        typical = self._mean(units) if units else elapsed / max(self.done, 1)
+        typical = max(typical, self.min_time_s)  # a timed loop lasts at least the minimum time
+        # the mean measurements per case so far, starting from TRIES_PRIOR cases measured once
+        tries = (sum(self._tries) + self.TRIES_PRIOR) / (len(self._tries) + self.TRIES_PRIOR)
+        cached, backends = list(self._cached), set(self._backends)
+        priced = 0.0
+        for case in self._left.values():
+            if case is not None and case.backend not in backends and self._firsts:
+                backends.add(case.backend)
+                priced += self._mean(self._firsts)  # a backend's first case: its start included
+            else:
+                priced += self._price(case, typical) * (tries if case is not None else 1.0)
+            if case is not None and not self._use(cached, case.load_key, self.cache_size):
+                priced += self._price_load(case)
+        unplanned = max(0, remaining - len(self._left))
+        return priced + unplanned * typical * 0.1 + self.END_COST_S
+
+    def _learn(self, case: BenchCase | None, took: float, load_s: float | None, tries: int | None) -> None:
+        """What a finished test of the plan teaches the prices (see the class docstring)."""
+        if case is not None:
+            self._use(self._cached, case.load_key, self.cache_size)
+            if load_s:
+                took = max(0.0, took - load_s)
+                for kind in self._load_kinds(case):
+                    self._loads.setdefault(kind, []).append(load_s)
+            if tries:
+                self._tries.append(tries)
+            if case.backend not in self._backends:  # its runtime's start is in it: priced apart
+                self._backends.add(case.backend)
+                self._firsts.append(took)
+                return
+            took /= tries or 1
+        for kind in self._kinds(case):
+            self._seen.setdefault(kind, []).append(took)
+
+    def done_one(self, nodeid: str | None = None, load_s: float | None = None,
+                 tries: int | None = None) -> str | None:
+        """Count one finished test (`nodeid`, when the plan names it; `load_s`: the seconds its
+        case spent loading its model, 0 when the model came from the cache; `tries`: the
+        measurements its case took); the progress line when one is due, else None."""
+        if self.total is None:
+            return None
+        self.done += 1
+        now = self._clock()
+        took, self._previous = now - self._previous, now
+        if nodeid is not None and nodeid in self._left:
+            self._learn(self._left.pop(nodeid), took, load_s, tries)
+        if not self.has_cases or self.done >= self.total or now - self._last < self.interval_s:
+            return None  # the run's own summary follows the last case
+        self._last = now
+        elapsed = now - self._started
+        left = self.estimate_left(elapsed)
+        return (f"hwbench: case {self.done} of {self.total} ({self.done / self.total:.0%}), "
+                f"{_duration(elapsed)} elapsed, about {_duration(left)} left")

@@ -1,0 +1,362 @@
+"""The per-process state of a run: `pytest_configure` checks the options and registers one
+`HwbenchState` (plugin `plugin_api.STATE_PLUGIN`), which fires `pytest_hwbench_session_start`,
+`pytest_hwbench_record` and `pytest_hwbench_session_finish` (the recording plug-in,
+`pytest_hwbench.sinks.recording`, implements them and writes the records), gives each xdist worker
+the session id, writes a ``crashed`` record for a case whose worker died, prints progress lines,
+says why a run ran nothing, and prints the run's hwbench summary.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import gc
+import re
+import signal
+import uuid
+from collections.abc import Iterable, Iterator
+from typing import TYPE_CHECKING, Any
+
+import pytest
+
+from ..backends.base import registered_backends
+from ..case import BenchCase
+from ..plugin_api import STATE_PLUGIN, case_of
+from ..record import BenchmarkRecord, SessionInfo
+from .grid import case_from_id
+from .options import apply_options, register_markers
+from .progress import Progress, planned
+from .session import Placement, describe_session, missing_paths, place_worker, worker_slot
+
+if TYPE_CHECKING:  # the measuring side (numpy, trackers) is imported when a case runs
+    from ..runner import Runner
+
+RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
+CASE_ATTR = "hwbench_case"  # the case id on every report of a case
+STATE = pytest.StashKey["HwbenchState"]()
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    register_markers(config)
+    apply_options(config)
+    state = HwbenchState(config)
+    config.stash[STATE] = state
+    config.pluginmanager.register(state, STATE_PLUGIN)
+
+
+def _case_of_nodeid(nodeid: str) -> BenchCase | None:
+    """The case a collected test id measures (``path::test[<case id>]``), or None for other tests."""
+    match = re.search(r"\[(.+)\]$", nodeid)
+    return case_from_id(match.group(1)) if match else None
+
+
+def note(config: pytest.Config, line: str) -> None:
+    """Keep `line` for the run's hwbench summary."""
+    state = config.stash.get(STATE, None)
+    if state is not None:
+        state.notes.append(line)
+
+
+def _freeze_gc() -> bool:
+    """Move what the heap holds at the session's end out of the cyclic collector's sight
+    (`gc.freeze`), until the state's `pytest_unconfigure` moves it back; True when it froze.
+
+    After a case ran, the heap holds torch's and transformers' millions of objects, and each full
+    collection walks them all (0.3 s on the CI runner). pytest's unraisable-exception check
+    collects once in its `pytest_unconfigure` and once more in its cleanup, which runs after every
+    plug-in's unconfigure. The first pass then skips the frozen heap; the second, after the heap
+    is back, collects whatever the first skipped, while pytest's unraisable hook still reports it.
+    Nothing is collected later than without the freeze, and the interpreter's own shutdown sees an
+    unfrozen heap."""
+    if gc.get_freeze_count():  # someone else froze it: theirs to undo
+        return False
+    gc.freeze()
+    return True
+
+
+def _exit_reason(gateway: Any) -> str:
+    """How a worker's process ended, e.g. ``killed by signal 9 (SIGKILL)``, from its exit status."""
+    popen = getattr(getattr(gateway, "_io", None), "popen", None)  # execnet's popen gateway
+    code = None
+    if popen is not None:
+        try:
+            code = popen.wait(timeout=5)
+        except Exception:  # noqa: BLE001 - still running or not a process: say what is known
+            code = None
+    if code is None:
+        return "exit status unknown"
+    if code < 0:
+        try:
+            name = signal.Signals(-code).name
+        except ValueError:
+            name = "unknown signal"
+        return f"killed by signal {-code} ({name})"
+    return f"exit status {code}"
+
+
+class HwbenchState:
+    """One per process: session id, hardware, runner, and (on the controller) the session info."""
+
+    def __init__(self, config: pytest.Config) -> None:
+        self.config = config
+        workerinput = getattr(config, "workerinput", None)
+        self.is_worker = workerinput is not None
+        self.session_id: str = (workerinput or {}).get("hwbench_session_id") or uuid.uuid4().hex
+        self._runner: Runner | None = None
+        self._placement: Placement | None = None
+        self.session_info: SessionInfo | None = None
+        self.records: list[BenchmarkRecord] = []
+        #: serial run: nodeid -> the record its test just finished, until its report is logged
+        self.finished: dict[str, BenchmarkRecord] = {}
+        #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
+        self.notes: list[str] = []
+        self.progress = Progress(config.getoption("hwbench_progress_interval"),
+                                 cache_size=config.getoption("hwbench_cache_size"),
+                                 min_time_s=config.getoption("hwbench_min_time"))
+        #: nodeid -> seconds its case spent loading its model (0: from the cache), until its teardown
+        self.load_seconds: dict[str, float] = {}
+        #: nodeid -> the measurements its case took, for the progress estimate
+        self.tries: dict[str, int] = {}
+        #: cases this process generated and kept after -m/-k deselection (per xdist worker)
+        self.collection: dict[str, int] = {"generated": 0, "matched": 0, "selected": 0}
+        self.worker_collections: dict[str, dict[str, int]] = {}
+        #: whether `_freeze_gc` froze the heap at the session's end (until this state's unconfigure)
+        self._gc_frozen = False
+
+    @property
+    def placement(self) -> Placement:
+        if self._placement is None:
+            worker, index, count = worker_slot(self.config)
+            self._placement = place_worker(worker, index, count)
+            if self._placement.cpu_affinity:
+                import torch
+
+                torch.set_num_threads(len(self._placement.cpu_affinity))
+        return self._placement
+
+    @property
+    def runner(self) -> Runner:
+        if self._runner is None:
+            from ..runner import Runner
+            from ..trackers import TimingConfig
+
+            timing = TimingConfig(
+                warmup_iterations=self.config.getoption("hwbench_warmup"),
+                min_iterations=max(1, self.config.getoption("hwbench_min_iterations")),
+                min_time_s=self.config.getoption("hwbench_min_time"),
+            )
+            self._runner = Runner(timing, self.config.getoption("hwbench_cache_size"),
+                                  self.config.getoption("hwbench_energy_time"),
+                                  noise_retries=self.config.getoption("hwbench_noise_retries"),
+                                  timed_window=self._timed_window)
+        return self._runner
+
+    @contextlib.contextmanager
+    def _timed_window(self, case: BenchCase) -> Iterator[None]:
+        """Announces each timed window of `case` to the plug-ins (`pytest_hwbench_timing_starts`
+        and `_ends`), so their own work stays out of it."""
+        hook = self.config.hook
+        hook.pytest_hwbench_timing_starts(config=self.config, case=case)
+        try:
+            yield
+        finally:
+            hook.pytest_hwbench_timing_ends(config=self.config, case=case)
+
+    # xdist: hand the session id to every worker (only called when xdist is active).
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_configure_node(self, node: Any) -> None:
+        node.workerinput["hwbench_session_id"] = self.session_id
+
+    def _start_session(self, hardware: Iterable[str]) -> None:
+        """Fire `pytest_hwbench_session_start` (once, on the controller or the serial process) now
+        that the session is known to hold hwbench cases on `hardware`; a run without any (the
+        project's own tests, ``--co``) never probes hardware, imports torch or opens a store."""
+        if self.is_worker or self.session_info is not None or self.config.option.collectonly:
+            return
+        self.session_info = describe_session(self.config, self.session_id, hardware)
+        self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
+
+    def pytest_collection_finish(self, session: pytest.Session) -> None:
+        if self.is_worker or not session.items:
+            return
+        cases = [case for case in map(case_of, session.items) if case is not None]
+        if cases:
+            self._start_session(case.hardware for case in cases)
+        if not self.config.option.collectonly:
+            self.progress.start(len(session.items), has_cases=bool(cases),
+                                plan={item.nodeid: planned(case_of(item)) for item in session.items})
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
+        # Every worker collects the same tests: count them once. Whether any is a case shows
+        # when the first case's report arrives.
+        if self.progress.total is None:
+            self.progress.start(len(ids), has_cases=False, plan={i: planned(_case_of_nodeid(i)) for i in ids})
+        if self.session_info is None:
+            cases = [case for case in map(_case_of_nodeid, ids) if case is not None]
+            if cases:
+                self._start_session(case.hardware for case in cases)
+
+    def _show_progress(self, report: pytest.TestReport) -> None:
+        """Count a finished test; print the progress line of a benchmark run when one is due."""
+        if getattr(report, CASE_ATTR, None):
+            self.progress.has_cases = True
+        line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None),
+                                      self.tries.pop(report.nodeid, None))
+        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
+        if line and reporter is not None:
+            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
+                reporter._tw.line()
+            reporter.write_line(line)
+
+    def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
+        if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
+            self._show_progress(report)
+        if self.is_worker:
+            return
+        record = self.finished.pop(report.nodeid, None) if report.when == "call" else None
+        if record is None:
+            data = getattr(report, RECORD_ATTR, None)  # from an xdist worker, or its crash
+            if data is None:
+                return
+            record = BenchmarkRecord.from_dict(data)
+        self.records.append(record)
+        if record.load_time_s is not None:
+            self.load_seconds[report.nodeid] = 0.0 if record.extra.get("load_cached") else record.load_time_s
+        if record.tries:
+            self.tries[report.nodeid] = record.tries
+        self.config.hook.pytest_hwbench_record(config=self.config, record=record)
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
+        """An xdist worker died running `crashitem`: the controller writes the case's record
+        (status ``crashed``), attached to the report xdist makes for it and logs next."""
+        case = _case_of_nodeid(crashitem)
+        if case is None:
+            return  # not a benchmark case
+        worker = getattr(getattr(report, "node", None), "gateway", None)
+        worker_id = getattr(worker, "id", "?")
+        from ..result import failed_record
+
+        error = f"crashed: xdist worker {worker_id} died running {crashitem} ({_exit_reason(worker)})"
+        record = dataclasses.replace(failed_record(case, self.session_id, error, nodeid=crashitem, worker=worker_id),
+                                     status="crashed")
+        setattr(report, RECORD_ATTR, record.to_dict())
+
+    @pytest.hookimpl(optionalhook=True)
+    def pytest_testnodedown(self, node: Any, error: Any) -> None:
+        output = getattr(node, "workeroutput", None) or {}
+        self.notes.extend(output.get("hwbench_notes", ()))
+        worker = getattr(getattr(node, "gateway", None), "id", "?")
+        if "hwbench_collection" in output:
+            self.worker_collections[worker] = output["hwbench_collection"]
+        elif error:
+            self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
+
+    def _explain_empty_run(self) -> bool:
+        """A run that collected no test says why: test paths or node ids that name nothing (True
+        is returned then), else per process: no case generated (the grid options and markers),
+        every case deselected (-m/-k), or a worker that never reported."""
+        missing = missing_paths(self.config)
+        accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
+                                               else {})
+        if not missing and accounts and all(a.get("generated") and not a.get("matched") for a in accounts.values()):
+            # every process generated cases and no node id matched one: a parameter id names no case
+            missing = [arg for arg in map(str, self.config.args) if "::" in arg and "[" in arg]
+        if missing:
+            files = [arg for arg in missing if "::" not in arg]
+            nodes = [arg for arg in missing if "::" in arg]
+            if files:
+                self.notes.append(f"no test ran: file or directory not found: {', '.join(files)}")
+            if nodes:
+                self.notes.append(f"no test ran: not found: {', '.join(nodes)}")
+            return True
+        for who, account in accounts.items():
+            if "error" in account:
+                self.notes.append(f"no test ran: xdist worker {who} went down before reporting its collection "
+                                  f"({account['error']})")
+            elif not account.get("generated"):
+                self.notes.append(f"no test ran: {who} generated no case (check --hwbench-* options, hwbench "
+                                  "markers and the model sets)")
+            else:
+                selection = " ".join(f"{flag} {value!r}" for flag, value in
+                                     (("-m", self.config.option.markexpr), ("-k", self.config.option.keyword))
+                                     if value)
+                self.notes.append(f"no test ran: {who} generated {account['generated']} cases and kept "
+                                  f"{account.get('selected', 0)} after selection ({selection or 'no -m/-k'})")
+        return False
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
+        if self._runner is not None:
+            self._runner.close(collect=False)
+            # Backends that hold a process-wide resource (a browser) end it here: also after a
+            # failure or Ctrl-C, which still finish the session.
+            for backend in registered_backends().values():
+                backend.shutdown()
+            self._gc_frozen = _freeze_gc()
+        if self.is_worker:  # the controller prints the summary: hand it this worker's notes
+            output = self.config.workeroutput  # type: ignore[attr-defined]
+            output["hwbench_notes"] = list(dict.fromkeys(self.notes))
+            output["hwbench_collection"] = dict(self.collection)
+        elif not session.testscollected and self._explain_empty_run():
+            session.exitstatus = pytest.ExitCode.USAGE_ERROR  # as serial pytest ends on a missing path
+        if not self.is_worker and self.session_info is not None:
+            self.config.hook.pytest_hwbench_session_finish(
+                config=self.config, session=self.session_info, exitstatus=int(exitstatus)
+            )
+
+    @pytest.hookimpl(trylast=True)
+    def pytest_unconfigure(self, config: pytest.Config) -> None:
+        if self._gc_frozen:
+            gc.unfreeze()
+            self._gc_frozen = False
+
+    @pytest.hookimpl(wrapper=True, tryfirst=True)
+    def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
+        """The hwbench section comes last, after every other plugin's summary (pytest-benchmark's
+        table) and pytest's short test summary: it is what a benchmark run's reader looks for. It
+        prints also when another plug-in's summary raises (pytest-benchmark's
+        ``--benchmark-compare-fail`` raises ``PerformanceRegression``), naming what it raised,
+        which then goes on."""
+        try:
+            result = yield
+        except BaseException as exc:
+            self._write_summary(terminalreporter, raised=exc)
+            raise
+        self._write_summary(terminalreporter)
+        return result
+
+    def _write_summary(self, terminalreporter: Any, raised: BaseException | None = None) -> None:
+        if self.is_worker or not (self.records or self.notes):
+            return
+        terminalreporter.write_sep("-", "hwbench")
+        for line in self.summary_lines():
+            terminalreporter.write_line(f"hwbench: {line}")
+        if raised is not None:
+            origin = type(raised).__module__.split(".")[0]
+            terminalreporter.write_line(
+                f"hwbench: another plug-in's summary raised {type(raised).__name__}: {raised} (from {origin}); "
+                "its gate judges this run's iterations against a saved run, which a shared host's drift "
+                "moves: `hwbench compare` or `hwbench ab` judge rounds and runs")
+        self.config.hook.pytest_hwbench_terminal_summary(config=self.config, terminalreporter=terminalreporter)
+
+    def summary_lines(self) -> list[str]:
+        """The run's hwbench summary: notes, then records and noisy counts."""
+        failed = sum(r.status != "passed" for r in self.records)
+        noisy = [r for r in self.records if r.noise == "noisy"]
+        lines = list(dict.fromkeys(self.notes))
+        lines.append(f"{len(self.records)} records ({failed} failed, {len(noisy)} noisy), session {self.session_id}")
+        speeds = sorted(r.host_speed for r in self.records if r.host_speed is not None and r.host_bound)
+        if speeds:  # the host against its recent best: a steady slow host is measured, not noisy
+            lines.append(f"host speed {speeds[len(speeds) // 2]:.2f}x of its recent best (median of {len(speeds)} "
+                         f"records on the host's CPU, {speeds[0]:.2f}-{speeds[-1]:.2f}); hwsel corrects for it, "
+                         "compare where the records show how this host's models follow it")
+        if noisy:  # the figures of these were taken while other work held the machine
+            worst = max(noisy, key=lambda r: r.interference.get("other_cores") or 0.0)
+            lines.append(f"noisy records were measured on a busy machine, e.g. {worst.case_id}: {worst.noise_reason} "
+                         "(`hwbench report` lists them; `hwbench compare` compares them once 5 or more such cases show "
+                         "how far interference moved them, else calls them inconclusive)")
+        return lines
+
+
