@@ -35,12 +35,12 @@ from .config import HardwarePreference, SelectionConfig, TaskProfile, Thresholds
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
 from .matrix import prediction_matrix
 from .performance import predict_performance
+from .precision import PrecisionChoice
 from .predict import Predictor, clear_predictors, get_predictor
 from .query import HwselWarning, Prediction, Query, QuestionError, UnknownModelError, model_info
 from .resolution import ModelInfo
 from .select import (
     HardwareScore,
-    PrecisionChoice,
     Recommendation,
     analyze_model,
     available_hardware,

@@ -6,37 +6,30 @@ task's) weights from `hwsel.config`, each criterion relative to the best candida
 score is multiplied by the target's availability / cost preference. The result says where each
 prediction came from (measured, registered, roofline, rules) and why, and which device and
 backend each target's answer is for (``device=`` names them; see `hwsel.predict`).
-
-Length: over 500 lines because scoring, compatibility, explanations and the task and map views
-share the scoring internals.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
-import functools
-import math
 import os
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from types import MappingProxyType
-from typing import Any, TypeVar
-
-from pytest_hwbench.vocabulary import TRAIN_MODE
+from typing import Any
 
 from .config import (
     DEFAULT_PRECISION_CHOICES,
     FAMILIES,
     MODES,
     RATINGS,
-    SIZE_CATEGORIES,
     WEB_TARGETS,
     ModeKeyed,
     SelectionConfig,
     Weights,
     load_config,
 )
+from .precision import PrecisionChoice, rank_precisions
 from .predict import Predictor, predictor_for
 from .query import (
     DEFAULT_BACKEND,
@@ -47,9 +40,9 @@ from .query import (
     ask_grid,
     model_info,
 )
+from .ranking import capacity_gb, fmt_ms, incompatibility, tie_for_first, too_big
+from .representatives import FAMILY_BASE_MODELS, representative_models
 from .resolution import ModelInfo
-
-T = TypeVar("T")
 
 
 def detect_hardware() -> Any:
@@ -171,80 +164,10 @@ TIE_RULE = ("a target ties with the best-scored one when their latency intervals
             "in whole MiB), then by measured energy per item (less first; unmeasured last), then by score")
 
 
-def _tie_for_first(ranked: Sequence[T], prediction: Callable[[T], Prediction | None], name: Callable[[T], str],
-                   same_preference: Callable[[T, T], bool] = lambda a, b: True) -> tuple[list[T], tuple[str, ...]]:
-    """(`ranked` with a tie for first ordered by memory, then energy, then rank; the tied names,
-    empty when the first is decided). An option ties with the first when their latency intervals
-    overlap and `same_preference` holds for the two."""
-    if len(ranked) < 2 or prediction(ranked[0]) is None:
-        return list(ranked), ()
-    best = ranked[0]
-    lo, hi = prediction(best).interval  # type: ignore[union-attr]
-    tied = [o for o in ranked if (p := prediction(o)) is not None and p.interval[0] <= hi and lo <= p.interval[1]
-            and same_preference(o, best)]
-    if len(tied) < 2:
-        return list(ranked), ()
-    position = {name(o): i for i, o in enumerate(ranked)}
-
-    def rule(o: T) -> tuple[float, float, int]:
-        p = prediction(o)
-        energy = p.energy_j_per_item if p is not None else None
-        memory = p.memory_mb if p is not None else math.inf
-        return (float(round(memory)), energy if energy is not None else math.inf, position[name(o)])
-
-    first = sorted(tied, key=rule)
-    names = {name(o) for o in first}
-    return first + [o for o in ranked if name(o) not in names], tuple(name(o) for o in first)
-
-
 def _break_ties(ranked: Sequence[HardwareScore]) -> tuple[list[HardwareScore], tuple[str, ...]]:
     """(`ranked` with a tie for first ordered by `TIE_RULE`, the tied targets; empty when decided)."""
-    return _tie_for_first(ranked, lambda s: s.prediction, lambda s: s.hardware,
+    return tie_for_first(ranked, lambda s: s.prediction, lambda s: s.hardware,
                           lambda a, b: a.preference_factor == b.preference_factor)
-
-
-def _fmt_ms(ms: float) -> str:
-    return f"{ms:.3g} ms" if ms < 1000 else f"{ms / 1000:.3g} s"
-
-
-def _incompatibility(cfg: SelectionConfig, family: str, hw: str, precision: str, mode: str) -> str:
-    if cfg.rating(family, hw) == "none":
-        return f"{family} models are marked incompatible with {hw} (compatibility.{family}.{hw} = none)"
-    supported = cfg.precision_support.get(hw)
-    if supported is not None and precision not in supported:
-        return f"{hw} does not run {precision} (runs {', '.join(supported)})"
-    if mode == TRAIN_MODE and hw in cfg.inference_only:
-        return f"{hw} is an inference runtime; training needs autograd"
-    return ""
-
-
-_DEFAULT_HOST_GB = 64.0
-
-
-@functools.cache
-def _host_memory_gb() -> float:
-    """This host's memory (the capacity of cpu and openvino unless the config names one)."""
-    try:
-        import psutil
-
-        return float(psutil.virtual_memory().total) / 2**30
-    except Exception:  # psutil missing or unable to read: a common server's memory
-        return _DEFAULT_HOST_GB
-
-
-def _capacity_gb(cfg: SelectionConfig, hw: str) -> float:
-    cap = cfg.hardware[hw].memory_gb
-    return cap if cap is not None else _host_memory_gb()
-
-
-def _too_big(cfg: SelectionConfig, hw: str, p: Prediction) -> str:
-    """Why `p` does not fit in `hw`'s memory; "" when it does."""
-    cap = _capacity_gb(cfg, hw)
-    if p.memory_mb <= cap * 1024:
-        return ""
-    where = f"hardware.{hw}.memory_gb" if cfg.hardware[hw].memory_gb is not None else "this host's memory"
-    return (f"needs about {p.memory_mb / 1024:.3g} GiB ({p.source}), {hw} has {cap:.3g} GiB ({where}); lower the "
-            "batch size or precision")
 
 
 def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[str, Prediction],
@@ -268,7 +191,7 @@ def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[s
             continue
         lat = best_lat / p.latency_ms if p.latency_ms > 0 else 1.0
         thr = p.throughput / best_thr if best_thr > 0 else 1.0
-        mem = min(1.0, max(0.0, 1.0 - p.memory_mb / (_capacity_gb(cfg, hw) * 1024)))
+        mem = min(1.0, max(0.0, 1.0 - p.memory_mb / (capacity_gb(cfg, hw) * 1024)))
         compat = RATINGS[cfg.rating(family, hw)]
         total = (weights.latency * lat + weights.throughput * thr + weights.memory * mem
                  + weights.compatibility * compat) * factor
@@ -296,11 +219,11 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
                      f"prediction cannot tell them apart; ranked by predicted memory, then measured "
                      f"energy per item.")
     lead = f"{primary} is first" if tie else f"{primary} scores best"
-    parts.append(f"{lead} for {goal}: {_fmt_ms(p.latency_ms)} latency "
-                 f"({_fmt_ms(p.interval[0])}-{_fmt_ms(p.interval[1])}), {p.throughput:.4g} items/s, "
+    parts.append(f"{lead} for {goal}: {fmt_ms(p.latency_ms)} latency "
+                 f"({fmt_ms(p.interval[0])}-{fmt_ms(p.interval[1])}), {p.throughput:.4g} items/s, "
                  f"{p.memory_mb:.4g} MiB; {what}.")
     if len(ranked) > 1:
-        others = ", ".join(f"{s.hardware} {s.score:.2f} ({_fmt_ms(s.prediction.latency_ms)}, {s.prediction.source})"
+        others = ", ".join(f"{s.hardware} {s.score:.2f} ({fmt_ms(s.prediction.latency_ms)}, {s.prediction.source})"
                            for s in ranked[1:] if s.prediction)
         parts.append(f"Score {best.score:.2f}; fallbacks: {others}.")
     bad = [f"{hw} ({s.reason})" for hw, s in scores.items() if not s.compatible]
@@ -330,10 +253,10 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     info, batch_size, mode, precision, backend = first.model, first.batch_size, first.mode, first.precision, \
         first.backend
     hardware = [q.hardware for q in queries]
-    reasons = {hw: _incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
+    reasons = {hw: incompatibility(cfg, info.family, hw, precision, mode) for hw in hardware}
     preds = dict(zip(hardware, predictor.predict_many(queries), strict=True))
     for hw, p in preds.items():
-        reasons[hw] = reasons[hw] or _too_big(cfg, hw, p)
+        reasons[hw] = reasons[hw] or too_big(cfg, hw, p)
     scores = _score(cfg, weights, info.family, preds, reasons)
     order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
     ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
@@ -408,84 +331,14 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
     return _select(p, cfg, queries, weights=profile.weights, task=task)
 
 
-#: How a precision is chosen, and how a tie is ranked.
-PRECISION_RULE = ("the precision with the lowest predicted latency is first; another ties with it when their "
-                  "latency intervals overlap (the predicted difference lies inside their intervals); tied "
-                  "precisions are ranked by predicted memory (less first, in whole MiB), then by measured energy "
-                  "per item (less first; unmeasured last), then by predicted latency")
-
-@dataclass(frozen=True)
-class PrecisionChoice:
-    """The precision to run a model at on one target: the best, the others in order, and each
-    precision's prediction (or why it cannot run there)."""
-
-    model_name: str
-    hardware: str
-    batch_size: int
-    mode: str
-    backend: str
-    #: the best precision (None: none runs here)
-    primary: str | None
-    #: the precisions that run here, best first (the tied ones first, in `rule`'s order)
-    ranked: tuple[str, ...]
-    predictions: Mapping[str, Prediction]
-    #: precision -> why it cannot run on `hardware` (not supported, or too big)
-    incompatible: Mapping[str, str]
-    #: the precisions tied for first (empty: the first is decided)
-    tie: tuple[str, ...]
-    explanation: str
-    rule: str = PRECISION_RULE
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict."""
-        return {"model_name": self.model_name, "hardware": self.hardware, "batch_size": self.batch_size,
-                "mode": self.mode, "backend": self.backend, "primary": self.primary, "ranked": list(self.ranked),
-                "tie": list(self.tie), "rule": self.rule, "explanation": self.explanation,
-                "incompatible": dict(self.incompatible),
-                "predictions": {k: p.to_dict() for k, p in self.predictions.items()}}
-
-
-def _explain_precision(ranked: Sequence[str], preds: Mapping[str, Prediction], tie: Sequence[str],
-                       incompatible: Mapping[str, str]) -> str:
-    parts = []
-    if not ranked:
-        parts.append("No precision runs here.")
-    elif tie:
-        parts.append(f"Tie between {', '.join(tie)}: their latency intervals overlap (the predicted difference "
-                     f"is inside them), so {tie[0]} is first by memory ({preds[tie[0]].memory_mb:.4g} MiB), then "
-                     "energy.")
-    else:
-        best = preds[ranked[0]]
-        lo, hi = best.interval
-        parts.append(f"{ranked[0]} is {'fastest' if len(ranked) > 1 else 'the only one that runs here'}: {_fmt_ms(best.latency_ms)} ({_fmt_ms(lo)}-{_fmt_ms(hi)}, "
-                     f"{best.source})" + (f", clear of {ranked[1]}'s {_fmt_ms(preds[ranked[1]].interval[0])}-"
-                                          f"{_fmt_ms(preds[ranked[1]].interval[1])}." if len(ranked) > 1 else "."))
-    parts += [f"{prec}: {why}." for prec, why in incompatible.items()]
-    return " ".join(parts)
-
-
-def _target_here(hardware: str) -> Any:
-    """This machine's `hardware` target when it is here (probing that target alone; never a web
-    target, whose probe starts a browser), else None."""
-    if hardware in WEB_TARGETS:
-        return None
-    from pytest_hwbench.hardware import detect_hardware as _detect
-
-    try:
-        target = _detect(targets=(hardware,)).targets.get(hardware)
-    except Exception:  # a target the harness does not probe
-        return None
-    return target if target is not None and target.available else None
-
-
 def select_precision(model: Any, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
                      precisions: Sequence[str] = DEFAULT_PRECISION_CHOICES, *, backend: str | None = None,
                      device: str | None = None, predictor: Predictor | None = None,
                      source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
                      config: SelectionConfig | str | os.PathLike[str] | None = None) -> PrecisionChoice:
     """The precision to run `model` (a zoo name, hub-style alias or ModelInfo) at on `hardware`,
-    among `precisions`, by `PRECISION_RULE`: the fastest predicted, unless the difference lies
-    inside the intervals, which is a tie ranked by memory, then energy.
+    among `precisions`, by `hwsel.precision.PRECISION_RULE`: the fastest predicted, unless the
+    difference lies inside the intervals, which is a tie ranked by memory, then energy.
 
     A precision the target does not run (its configured precision support, or, when no `device`
     is named and the target is on this machine, what was detected here) or whose predicted memory
@@ -499,66 +352,12 @@ def select_precision(model: Any, hardware: str = "cpu", batch_size: int = 1, mod
     cfg = p.config_ if config is None or predictor is None else load_config(config)
     queries = [ask(cfg, model, hardware, batch_size=batch_size, precision=prec, mode=mode, backend=backend,
                    device=device)[0] for prec in dict.fromkeys(precisions)]
-    first = queries[0]
-    preds = {q.precision: pred for q, pred in zip(queries, p.predict_many(queries), strict=True)}
-    here = _target_here(first.hardware) if device is None else None
-    incompatible = {q.precision: why for q in queries
-                    if (why := _incompatibility(cfg, first.model.family, first.hardware, q.precision, first.mode)
-                        or (here.unsupported_precision(q.precision) if here is not None else None)
-                        or _too_big(cfg, first.hardware, preds[q.precision]))}
-    fits = sorted((prec for prec in preds if prec not in incompatible), key=lambda prec: preds[prec].latency_ms)
-    ranked, tie = _tie_for_first(fits, preds.get, lambda prec: prec)
-    return PrecisionChoice(
-        model_name=first.model.name, hardware=first.hardware, batch_size=first.batch_size, mode=first.mode,
-        backend=preds[first.precision].backend, primary=ranked[0] if ranked else None, ranked=tuple(ranked),
-        predictions=MappingProxyType(preds), incompatible=MappingProxyType(incompatible), tie=tie,
-        explanation=_explain_precision(ranked, preds, tie, incompatible))
+    return rank_precisions(cfg, queries, p.predict_many(queries), on_this_machine=device is None)
 
 
 def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
     """`available_hardware` (the selection functions' parameter of that name hides it)."""
     return available_hardware(cfg)
-
-
-# --- selection map ---------------------------------------------------------------------------------
-
-#: The zoo model each family's map rows start from.
-FAMILY_BASE_MODELS: Mapping[str, str] = MappingProxyType({
-    "embedding": "bert-base", "text_generation": "gpt2", "vision": "vit-base", "audio": "whisper-tiny",
-    "multimodal": "clip-vit-b32"})
-#: Other zoo models considered as a family's representative of a size category.
-_FAMILY_MODELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "embedding": ("bert-base",), "text_generation": ("gpt2", "t5-small"), "vision": ("vit-base", "resnet-50"),
-    "audio": ("whisper-tiny", "wav2vec2-base"), "multimodal": ("clip-vit-b32",)})
-
-
-def _scaled(info: ModelInfo, params: int, name: str) -> ModelInfo:
-    """`info` grown or shrunk to `params` parameters (depth and width each by the cube root)."""
-    ratio = params / max(int(info.param_count), 1)
-    change: dict[str, Any] = {"name": name, "param_count": int(params),
-                              "flops_per_item": float(info.flops_per_item) * ratio}
-    if info.num_layers:
-        change["num_layers"] = max(1, round(info.num_layers * ratio ** (1 / 3)))
-    if info.hidden_size:
-        change["hidden_size"] = max(8, round(info.hidden_size * ratio ** (1 / 3)))
-    return dataclasses.replace(info, **change)
-
-
-def representative_models(config: SelectionConfig, families: Sequence[str]) -> dict[str, dict[str, ModelInfo]]:
-    """family -> size category -> a ModelInfo: a zoo model of that size, else the base model scaled."""
-    th = config.thresholds.model_size
-    lows = {"small": 1, "medium": th["small"] + 1, "large": th["medium"] + 1}
-    targets = {"small": th["small"] // 2, "medium": int(math.sqrt(th["small"] * th["medium"])),
-               "large": int(math.sqrt(th["medium"] * th["large"]))}
-    out: dict[str, dict[str, ModelInfo]] = {}
-    for fam in families:
-        infos = [model_info(n) for n in _FAMILY_MODELS[fam]]
-        sizes: dict[str, ModelInfo] = {}
-        for cat in SIZE_CATEGORIES:
-            fit = [i for i in infos if lows[cat] <= i.param_count <= th[cat]]
-            sizes[cat] = fit[0] if fit else _scaled(infos[0], targets[cat], f"{fam}-{cat}-scaled")
-        out[fam] = sizes
-    return out
 
 
 def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[int] = (1, 4, 16, 32, 64),
@@ -675,17 +474,12 @@ def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware:
 
 
 __all__ = [
-    "DEFAULT_PRECISION_CHOICES",
-    "FAMILY_BASE_MODELS",
-    "PRECISION_RULE",
     "TIE_RULE",
     "HardwareScore",
-    "PrecisionChoice",
     "Recommendation",
     "analyze_model",
     "available_hardware",
     "detect_hardware",
-    "representative_models",
     "select_hardware",
     "select_hardware_for_task",
     "select_precision",
