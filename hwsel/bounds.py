@@ -24,11 +24,12 @@ from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
+from pytest_hwbench import facts
 from pytest_hwbench.record import MAX_LATENCY_MS, MIN_LATENCY_MS
 from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from .query import Query
-from .specs import CPU_TARGETS, device_key
+from .specs import device_key
 
 if TYPE_CHECKING:
     from .specs import DeviceSpec
@@ -145,7 +146,7 @@ class Coverage:
         device = device_key(q.hardware, q.device_name)
         # CPU names differ from host to host while the features carry each CPU's peaks: only an
         # unseen accelerator counts as extrapolating.
-        if self.devices and device and device not in self.devices and q.hardware not in CPU_TARGETS:
+        if self.devices and device and device not in self.devices and q.hardware not in facts.target_set(host_cpu=True):
             weight = max(weight, BLEND_UNSEEN)
             reasons.append(f"device {q.device_name} not in the training data")
         return weight, reasons

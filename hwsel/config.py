@@ -39,7 +39,7 @@ from __future__ import annotations
 import json
 import math
 import os
-from collections.abc import Mapping, Sequence
+from collections.abc import Mapping
 from dataclasses import dataclass, field, fields, replace
 from pathlib import Path
 from types import MappingProxyType
@@ -57,7 +57,6 @@ from pytest_hwbench.vocabulary import (
     MODE_ALIASES,
     PRECISIONS,
     TRAIN_MODE,
-    WEB_KINDS,
     normalise_mode,
 )
 
@@ -72,16 +71,14 @@ MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
 #: Every spelling of a mode a question may use: `MODES` and their older names (``training``,
 #: ``fine_tuning``), which `check_mode` reads as the mode. The REST models accept exactly these.
 ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASES.items() if mode in MODES)
-#: Hardware we select among, in default fallback order (ties go to the earlier one): the targets
-#: of `pytest_hwbench.facts` with a ``fallback_rank``, every kind the harness detects but
-#: onnxruntime, which runs on the CPU (ask for it with backend=). The web targets (onnxruntime-web
-#: in a browser) come last and answer when named (`WEB_TARGETS`). A live tuple: a target row
-#: registered later (`pytest_hwbench.facts.register_target`) shows in it at once.
-_FALLBACK_ORDER: Sequence[str] = facts.fallback_order()
-HARDWARE: Sequence[str] = _FALLBACK_ORDER
-#: Targets in a web browser: a deployment choice rather than this machine's hardware, so selection
-#: considers them when a question names them, not by default (`hwsel.select.available_hardware`).
-WEB_TARGETS: frozenset[str] = WEB_KINDS
+#: The hardware hwsel selects among is `pytest_hwbench.facts.fallback_order()` (ties go to the
+#: earlier one): the targets with a ``fallback_rank``, every kind the harness detects but
+#: onnxruntime, which runs on the CPU (ask for it with backend=). The web targets
+#: (`facts.target_set("web")`, onnxruntime-web in a browser) come last: a deployment choice rather
+#: than this machine's hardware, so selection considers them when a question names them, not by
+#: default (`hwsel.select.available_hardware`). `HARDWARE` is that order when this module was
+#: imported, for the CLI's help texts.
+HARDWARE: tuple[str, ...] = facts.fallback_order()
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
@@ -270,7 +267,7 @@ def _default_hardware() -> Mapping[str, HardwarePreference]:
     # wasm: a 32-bit WebAssembly memory holds 4 GiB at most.
     mem = {"cuda": 80.0, "rocm": 64.0, "xpu": 48.0, "mps": 16.0, "openvino": None, "qnn": 8.0, "cpu": None,
            "webgpu": None, "webnn": None, "wasm": 4.0}
-    return MappingProxyType({hw: HardwarePreference(memory_gb=mem.get(hw)) for hw in HARDWARE})
+    return MappingProxyType({hw: HardwarePreference(memory_gb=mem.get(hw)) for hw in facts.fallback_order()})
 
 
 def _default_compatibility() -> Mapping[str, Mapping[str, str]]:
@@ -526,7 +523,6 @@ __all__ = [
     "FAMILIES",
     "HARDWARE",
     "MAX_HARDWARE_TARGETS",
-    "WEB_TARGETS",
     "MODES",
     "PRECISIONS",
     "ModeKeyed",

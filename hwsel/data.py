@@ -29,9 +29,10 @@ from pathlib import Path
 import numpy as np
 import pandas as pd
 
+from pytest_hwbench import facts
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, measurement_problem
 from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
-from pytest_hwbench.vocabulary import CPU_KINDS, DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, normalise_mode
+from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, normalise_mode
 
 from .config import MODES
 from .specs import device_key
@@ -356,7 +357,7 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
 
     - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine),
       corrected for host speed where the record carries it and computed on the host's CPU
-      (`CPU_KINDS`; an accelerator's latency does not move with a CPU kernel): ``latency x host_speed`` (what it
+      (a target row `on_host_cpu`; an accelerator's latency does not move with a CPU kernel): ``latency x host_speed`` (what it
       would have been with the host at its recent best; latency taken to move as the reference
       kernel does), the speed clipped to `HOST_SPEED_BOUNDS`; ``host_speed_corrected`` says
       which rows were. Predictions are therefore for the host at its recent best (host speed 1.0);
@@ -386,7 +387,7 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     speed = pd.to_numeric(table["host_speed"], errors="coerce").astype(float) if "host_speed" in table.columns \
         else pd.Series(np.nan, index=table.index)
     # The reference kernel runs on the host's CPU: it speaks for cases that compute there only.
-    host_bound = table["hardware"].isin(CPU_KINDS) if "hardware" in table.columns \
+    host_bound = table["hardware"].isin(facts.target_set(host_cpu=True)) if "hardware" in table.columns \
         else pd.Series(False, index=table.index)
     known = np.isfinite(speed) & (speed > 0) & host_bound
     factor = speed.clip(*HOST_SPEED_BOUNDS).where(known, 1.0)

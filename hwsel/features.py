@@ -18,14 +18,14 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable
 from typing import Any
 
 import numpy as np
 import pandas as pd
 
 from pytest_hwbench import facts
-from pytest_hwbench.vocabulary import CPU_KINDS, bytes_per_element
+from pytest_hwbench.vocabulary import bytes_per_element
 
 from .resolution import (  # noqa: F401  (re-exported: hwsel.features keeps its old names)
     ALIASES,
@@ -43,19 +43,14 @@ from .specs import DeviceSpec, local_cpu_spec, spec_for
 
 # --- features ---------------------------------------------------------------------------------
 
-#: Host time an eager framework spends per dispatched operator (ms): the launch floor of a
-#: forward is about launches x this. A starting point only; the predictors learn the rest per
-#: hardware and backend from the records.
-#: Eager PyTorch on the hardware: about 20 us per operator with Hugging Face models (H100
-#: evidence: bert-base, 239 operators, 7.2 ms at batch 1 in fp16; this CPU: 17 us).
-#: Web (onnxruntime-web): wasm dispatches like a native CPU runtime; a WebGPU dispatch goes through
-#: the browser's GPU process (about 0.1 ms each; 70 ms for bert-tiny on SwiftShader here).
-#: Each target row's ``launch_cost_ms`` in `pytest_hwbench.facts`, read at each use.
-LAUNCH_COST_MS: Mapping[str, float] = facts.NameMap(lambda: {r.name: r.launch_cost_ms for r in facts.target_rows()})
-#: The share of that cost a runtime keeps: graph runtimes and compilers fuse and batch launches
-#: (CUDA graphs replay a forward as one launch). Unknown backends count as eager. Each backend
-#: row's ``launch_share`` in `pytest_hwbench.facts`, read at each use.
-LAUNCH_SHARE: Mapping[str, float] = facts.NameMap(lambda: {b.name: b.launch_share for b in facts.backend_rows()})
+
+def launch_floor_ms(hardware: str, backend: str) -> float:
+    """Host time one dispatched operator costs on `hardware` through `backend` (ms): the target's
+    ``launch_cost_ms`` times the backend's ``launch_share`` (`pytest_hwbench.facts`; graph runtimes
+    and compilers fuse and batch launches, unknown backends count as eager). The launch floor of a
+    forward is about launches x this; a starting point only, the predictors learn the rest per
+    hardware and backend from the records."""
+    return facts.launch_cost_ms(hardware) * facts.backend_facts(backend).launch_share
 
 CATEGORICAL_FEATURES: tuple[str, ...] = (
     "family",
@@ -126,7 +121,7 @@ INPUT_FIELDS: tuple[str, ...] = (
 
 def _default_threads(hardware: str) -> float:
     """Threads a CPU run uses when the row does not say: this machine's usable cores."""
-    if hardware in CPU_KINDS:
+    if hardware in facts.target_set(host_cpu=True):
         try:
             return float(len(os.sched_getaffinity(0)))
         except AttributeError:
@@ -232,8 +227,8 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     launches = np.where(np.isfinite(launches) & (launches > 0), launches,
                         20.0 * np.where(np.isfinite(layers) & (layers > 0), layers, 12.0))
     backend = text(_values(rows, "backend"), "torch")
-    floor_ms = launches * np.array([LAUNCH_COST_MS.get(h, 0.02) * LAUNCH_SHARE.get(b, 1.0)
-                                    for h, b in zip(hardware, backend, strict=True)], dtype=float)
+    per_pair = {pair: launch_floor_ms(*pair) for pair in set(zip(hardware, backend, strict=True))}
+    floor_ms = launches * np.array([per_pair[pair] for pair in zip(hardware, backend, strict=True)], dtype=float)
     columns: dict[str, Any] = {
         "family": text(filled("family"), "unknown"),
         "model_type": text(filled("model_type"), "unknown"),
@@ -356,13 +351,12 @@ __all__ = [
     "CATEGORICAL_FEATURES",
     "FEATURE_COLUMNS",
     "INPUT_FIELDS",
-    "LAUNCH_COST_MS",
-    "LAUNCH_SHARE",
     "NUMERIC_FEATURES",
     "ModelInfo",
     "RooflineEstimate",
     "cache_path",
     "feature_frame",
+    "launch_floor_ms",
     "info_from_spec",
     "query_frame",
     "query_row",

@@ -130,16 +130,13 @@ DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
 DEFAULT_BACKEND = "torch"
-#: Target -> its default backend where that is not `DEFAULT_BACKEND`: the ``default_backend`` of
-#: the rows of `pytest_hwbench.facts`, read at each use.
-_HARDWARE_BACKENDS: Mapping[str, str] = facts.NameMap(
-    lambda: {r.name: r.default_backend for r in facts.target_rows() if r.default_backend != DEFAULT_BACKEND})
-
-
 def default_backend(hardware: str) -> str:
     """The backend a question about `hardware` means when it names none (eager ``torch`` mostly;
     a target's row in `pytest_hwbench.facts` says which)."""
-    return _HARDWARE_BACKENDS.get(hardware, DEFAULT_BACKEND)
+    try:
+        return facts.target_facts(hardware).default_backend
+    except KeyError:
+        return DEFAULT_BACKEND
 
 
 def describe_device(hardware: str, device: str | None, source: str, spec: str = "") -> str:
@@ -207,9 +204,8 @@ def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) 
         return out
     name = check_device(device)
     if len(hardware) != 1:
-        from .specs import CPU_TARGETS
-
-        hw = next((h for h in hardware if h not in CPU_TARGETS), hardware[0])  # device names mostly name accelerators
+        on_host = facts.target_set(host_cpu=True)
+        hw = next((h for h in hardware if h not in on_host), hardware[0])  # device names mostly name accelerators
         raise QuestionError(f"one device ({name!r}) for several hardware targets ({', '.join(hardware)}); give one "
                             f"per target, e.g. {{'{hw}': {name!r}}} (CLI: --device {hw}={name!r})", "device")
     return {hardware[0]: name}

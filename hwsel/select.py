@@ -18,12 +18,13 @@ from dataclasses import dataclass
 from types import MappingProxyType
 from typing import Any
 
+from pytest_hwbench import facts
+
 from .config import (
     DEFAULT_PRECISION_CHOICES,
     FAMILIES,
     MODES,
     RATINGS,
-    WEB_TARGETS,
     ModeKeyed,
     SelectionConfig,
     Weights,
@@ -57,7 +58,8 @@ def available_hardware(config: SelectionConfig | None = None) -> tuple[str, ...]
     The web targets (wasm, webgpu, webnn) are left out: they answer when a question names them."""
     cfg = config or load_config()
     try:
-        found = {hw for hw in detect_hardware().available() if hw not in WEB_TARGETS}
+        web = facts.target_set("web")
+        found = {hw for hw in detect_hardware().available() if hw not in web}
     except Exception:  # detection is best effort: the CPU is always there
         found = set()
     found.add("cpu")

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import functools
 import re
-from collections.abc import Mapping, Set
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_hwbench import facts
@@ -119,11 +119,6 @@ _GENERIC: dict[str, DeviceSpec] = {
     "webgpu": DeviceSpec("webgpu-generic", {"fp32": 4.0, "fp16": 8.0}, 250.0, 4.0, False),
     "webnn": DeviceSpec("webnn-generic", {"fp32": 2.0, "fp16": 8.0}, 100.0, 4.0, False, "npu"),
 }
-
-#: Targets whose device is the host CPU unless the device name says otherwise: the rows of
-#: `pytest_hwbench.facts` on the host CPU, a live frozen set.
-CPU_TARGETS: Set[str] = facts.target_set(host_cpu=True)
-
 
 def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,
               known: bool = True) -> DeviceSpec:
@@ -250,7 +245,8 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
     name = (device_name or "").strip()
     if hardware == "wasm":
         return wasm_spec(name)
-    if hardware in CPU_TARGETS and (not name or _is_cpu_name(name) or _same_as_local_cpu(name)):
+    on_host = hardware in facts.target_set(host_cpu=True)
+    if on_host and (not name or _is_cpu_name(name) or _same_as_local_cpu(name)):
         return local_cpu_spec() if not name or _same_as_local_cpu(name) else generic_cpu_spec()
     if name:
         found = _match(name)
@@ -258,7 +254,7 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
             return found
     if hardware in _GENERIC:
         return _GENERIC[hardware]
-    if hardware in CPU_TARGETS or _is_cpu_name(name):
+    if on_host or _is_cpu_name(name):
         return local_cpu_spec() if _same_as_local_cpu(name) else generic_cpu_spec()
     return _GENERIC["cuda"] if hardware.startswith("cuda") else generic_cpu_spec()
 
@@ -301,9 +297,9 @@ def known_device_names() -> tuple[str, ...]:
 def knows_device(hardware: str, device_name: str) -> bool:
     """Whether `device_name` is a device on `hardware` without any record of it: it matches a spec
     of `KNOWN_DEVICES`, it names no device (`device_key` ""; the kind's generic spec), or
-    `hardware` runs on the host CPU (`CPU_TARGETS`), where any name is a CPU: names differ from
+    `hardware` runs on the host CPU (a target row `on_host_cpu`), where any name is a CPU: names differ from
     host to host, and one that is not this machine's gets the generic CPU spec."""
-    return (hardware or "").lower() in CPU_TARGETS or not device_key(hardware, device_name) \
+    return (hardware or "").lower() in facts.target_set(host_cpu=True) or not device_key(hardware, device_name) \
         or _match(" ".join(device_name.split())) is not None
 
 

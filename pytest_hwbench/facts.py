@@ -1,4 +1,4 @@
-"""One table of facts about hardware targets and backends, and the views derived from it.
+"""One table of facts about hardware targets and backends, and the names derived from it.
 
 A target row (`TargetFacts`) says what kind of target it is (``cpu``: a runtime on the host CPU;
 ``accelerator``: a GPU runtime on this host; ``web``: a browser; ``remote``: a device elsewhere),
@@ -10,18 +10,16 @@ launch cost its runtime keeps, and whether its records also count as hardware of
 
 Built-in rows are in `TARGETS` and `BACKENDS` below; a plug-in declares its own with
 `register_target` / `register_backend_facts` when its probe or backend module is imported (a
-later row of a name replaces the earlier one). The constants elsewhere (`vocabulary.HARDWARE_KINDS`,
-`CPU_KINDS`, `WEB_KINDS`, `plugin.options.HARDWARE_MARKERS`, `torch_device.TORCH_MODULES`,
-`hardware.TORCH_RUNTIMES`, `trackers.TIMER_KINDS`) are live views of this table: a row
-registered later shows in them at once. Importing this module loads nothing but the standard
-library, so the vocabulary, hwsel and any process may read it.
+later row of a name replaces the earlier one). The functions below (`target_names`, `target_set`,
+`marker_docs`, `torch_modules`, `torch_runtimes`, `timer_kinds`, `fallback_order`...) read the
+rows at each call and return plain tuples, sets and dicts: a row registered later shows in the
+next call's answer. Importing this module loads nothing but the standard library, so the
+vocabulary, hwsel and any process may read it.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Mapping, Sequence, Set
 from dataclasses import dataclass
-from typing import Any, TypeVar
 
 #: What a target is: a runtime on the host CPU, a GPU runtime of this host, a browser, a device
 #: reached over the network.
@@ -129,34 +127,27 @@ BACKENDS: tuple[BackendFacts, ...] = (
 
 _TARGET_ROWS: dict[str, TargetFacts] = {row.name: row for row in TARGETS}
 _BACKEND_ROWS: dict[str, BackendFacts] = {row.name: row for row in BACKENDS}
-_version = 0
 
 
 def register_target(row: TargetFacts) -> TargetFacts:
     """Add (or replace) the row of target `row.name`; a probe or backend module calls it at import."""
-    global _version
     if not isinstance(row, TargetFacts):
         raise TypeError(f"register_target takes a TargetFacts row, got {type(row).__name__} {row!r}")
     _TARGET_ROWS[row.name] = row
-    _version += 1
     return row
 
 
 def register_backend_facts(row: BackendFacts) -> BackendFacts:
     """Add (or replace) the facts of backend `row.name`; a backend module calls it at import."""
-    global _version
     if not isinstance(row, BackendFacts):
         raise TypeError(f"register_backend_facts takes a BackendFacts row, got {type(row).__name__} {row!r}")
     _BACKEND_ROWS[row.name] = row
-    _version += 1
     return row
 
 
 def unregister_target(name: str) -> None:
     """Drop the row of target `name` (a test's own fictional target); unknown names are ignored."""
-    global _version
-    if _TARGET_ROWS.pop(name, None) is not None:
-        _version += 1
+    _TARGET_ROWS.pop(name, None)
 
 
 def target_rows() -> tuple[TargetFacts, ...]:
@@ -183,138 +174,63 @@ def backend_facts(name: str) -> BackendFacts:
     return _BACKEND_ROWS.get(name) or BackendFacts(name)
 
 
-# --- live views: read the table at each use ---------------------------------------------------
-
-_V = TypeVar("_V")
+# --- derived names: computed from the rows at each call -----------------------------------------
 
 
-class _Cached:
-    """Recomputes `compute()` when the table changed since the last read."""
-
-    def __init__(self, compute: Callable[[], Any]) -> None:
-        self._compute = compute
-        self._seen = -1
-        self._value: Any = None
-
-    def _get(self) -> Any:
-        if self._seen != _version:
-            self._value = self._compute()
-            self._seen = _version
-        return self._value
-
-
-class NameTuple(_Cached, Sequence[str]):
-    """A tuple of names read from the table at each use; compares, prints and adds like a tuple."""
-
-    def __getitem__(self, index: Any) -> Any:
-        return self._get()[index]
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __contains__(self, value: object) -> bool:
-        return value in self._get()
-
-    def __eq__(self, other: object) -> bool:
-        return self._get() == (tuple(other) if isinstance(other, NameTuple) else other)
-
-    def __hash__(self) -> int:
-        return hash(self._get())
-
-    def __add__(self, other: Any) -> tuple[str, ...]:
-        return self._get() + tuple(other)  # type: ignore[no-any-return]
-
-    def __radd__(self, other: Any) -> tuple[str, ...]:
-        return tuple(other) + self._get()  # type: ignore[no-any-return]
-
-    def __repr__(self) -> str:
-        return repr(self._get())
-
-
-class NameSet(_Cached, Set[str]):
-    """A frozen set of names read from the table at each use; set operations give frozensets."""
-
-    @classmethod
-    def _from_iterable(cls, it: Any) -> frozenset[str]:
-        return frozenset(it)
-
-    def __contains__(self, value: object) -> bool:
-        return value in self._get()
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __hash__(self) -> int:
-        return hash(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
-
-
-class NameMap(_Cached, Mapping[str, _V]):
-    """A mapping read from the table at each use."""
-
-    def __getitem__(self, key: str) -> _V:
-        return self._get()[key]  # type: ignore[no-any-return]
-
-    def __iter__(self) -> Iterator[str]:
-        return iter(self._get())
-
-    def __len__(self) -> int:
-        return len(self._get())
-
-    def __repr__(self) -> str:
-        return repr(self._get())
-
-
-def target_names(kind: str | None = None, *, host_cpu: bool | None = None) -> NameTuple:
+def target_names(kind: str | None = None, *, host_cpu: bool | None = None) -> tuple[str, ...]:
     """The names of the targets of `kind` (all when None), those on the host CPU or not when
-    `host_cpu` is set, in table order, as a live tuple."""
-    return NameTuple(lambda: tuple(r.name for r in _TARGET_ROWS.values() if (kind is None or r.kind == kind)
-                                   and (host_cpu is None or r.on_host_cpu == host_cpu)))
+    `host_cpu` is set, in table order."""
+    return tuple(r.name for r in _TARGET_ROWS.values() if (kind is None or r.kind == kind)
+                 and (host_cpu is None or r.on_host_cpu == host_cpu))
 
 
-def target_set(kind: str | None = None, *, host_cpu: bool | None = None) -> NameSet:
-    """`target_names` as a live frozen set."""
-    return NameSet(lambda: frozenset(target_names(kind, host_cpu=host_cpu)))
+def target_set(kind: str | None = None, *, host_cpu: bool | None = None) -> frozenset[str]:
+    """`target_names` as a frozen set."""
+    return frozenset(target_names(kind, host_cpu=host_cpu))
 
 
-def marker_docs() -> NameMap[str]:
-    """Target marker -> its doc, for the rows that carry one (live)."""
-    return NameMap(lambda: {r.name: r.marker_doc for r in _TARGET_ROWS.values() if r.marker_doc})
+def marker_docs() -> dict[str, str]:
+    """Target marker -> its doc, for the rows that carry one."""
+    return {r.name: r.marker_doc for r in _TARGET_ROWS.values() if r.marker_doc}
 
 
-def torch_modules() -> NameMap[str]:
-    """Target -> the ``torch`` submodule that drives it, for the targets torch drives (live)."""
-    return NameMap(lambda: {r.name: r.torch_module for r in _TARGET_ROWS.values() if r.torch_module})
+def torch_modules() -> dict[str, str]:
+    """Target -> the ``torch`` submodule that drives it, for the targets torch drives."""
+    return {r.name: r.torch_module for r in _TARGET_ROWS.values() if r.torch_module}
 
 
-def torch_runtimes() -> NameTuple:
-    """The targets torch drives on a device of their own (not the CPU), in table order (live)."""
-    return NameTuple(lambda: tuple(r.name for r in _TARGET_ROWS.values() if r.torch_module))
+def torch_runtimes() -> tuple[str, ...]:
+    """The targets torch drives on a device of their own (not the CPU), in table order."""
+    return tuple(r.name for r in _TARGET_ROWS.values() if r.torch_module)
 
 
-def torch_targets() -> NameTuple:
-    """Every target torch runs on: ``cpu``, then the targets a torch module drives (live); the
-    hardware of a torch backend."""
-    return NameTuple(lambda: ("cpu", *torch_runtimes()))
+def torch_targets() -> tuple[str, ...]:
+    """Every target torch runs on: ``cpu``, then the targets a torch module drives; the hardware
+    of a torch backend."""
+    return ("cpu", *torch_runtimes())
 
 
-def timer_kinds() -> NameTuple:
-    """Every timer kind a target uses: ``wall`` first, then the torch modules with device events (live)."""
-    return NameTuple(lambda: tuple(dict.fromkeys(("wall", *(r.timer for r in _TARGET_ROWS.values())))))
+def timer_kinds() -> tuple[str, ...]:
+    """Every timer kind a target uses: ``wall`` first, then the torch modules with device events."""
+    return tuple(dict.fromkeys(("wall", *(r.timer for r in _TARGET_ROWS.values()))))
 
 
-def fallback_order() -> NameTuple:
-    """The targets a predictor picks among by default, best first (rows with a `fallback_rank`; live)."""
-    return NameTuple(lambda: tuple(r.name for r in sorted(
-        (r for r in _TARGET_ROWS.values() if r.fallback_rank is not None), key=lambda r: r.fallback_rank or 0)))
+def fallback_order() -> tuple[str, ...]:
+    """The targets a predictor picks among by default, best first (rows with a `fallback_rank`)."""
+    ranked = (r for r in _TARGET_ROWS.values() if r.fallback_rank is not None)
+    return tuple(r.name for r in sorted(ranked, key=lambda r: r.fallback_rank or 0))
+
+
+def launch_cost_ms(target: str) -> float:
+    """One operator launch of an eager forward on `target`, in milliseconds (a target without a
+    row gets `TargetFacts`'s default)."""
+    row = _TARGET_ROWS.get(target)
+    return row.launch_cost_ms if row is not None else TargetFacts.launch_cost_ms
+
+
+def backends_as_hardware() -> tuple[str, ...]:
+    """The backends whose records also count as hardware of their name, in table order."""
+    return tuple(b.name for b in _BACKEND_ROWS.values() if b.counts_as_hardware)
 
 
 __all__ = [
@@ -322,13 +238,12 @@ __all__ = [
     "TARGETS",
     "TARGET_KINDS",
     "BackendFacts",
-    "NameMap",
-    "NameSet",
-    "NameTuple",
     "TargetFacts",
     "backend_facts",
+    "backends_as_hardware",
     "backend_rows",
     "fallback_order",
+    "launch_cost_ms",
     "marker_docs",
     "register_backend_facts",
     "register_target",

@@ -18,18 +18,14 @@ import importlib
 import os
 import platform
 import threading
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ._plugins import HARDWARE_GROUP, Registry
-from .facts import torch_runtimes
-from .vocabulary import HARDWARE_KINDS, PRECISIONS
-
-#: The targets probed, one per hardware kind (`pytest_hwbench.vocabulary.HARDWARE_KINDS`), in
-#: the order of the target table (`pytest_hwbench.facts`); a live tuple.
-TARGETS: Sequence[str] = HARDWARE_KINDS
+from .facts import target_names, torch_runtimes
+from .vocabulary import PRECISIONS
 
 #: CPU ISA flags worth reporting (x86 and Arm spellings as /proc/cpuinfo gives them).
 CPU_FLAGS: tuple[str, ...] = (
@@ -183,9 +179,6 @@ def _torch() -> Any | None:
 # touches no runtime. Facts recorded on real machines (tests/data/runtimes/*.json) pin the
 # interpretation for hardware a CI runner does not have.
 
-#: Runtimes that torch itself drives, in `TorchFacts.runtime`: the target rows with a torch module.
-TORCH_RUNTIMES: Sequence[str] = torch_runtimes()
-
 #: `torch.cuda.get_device_properties(i)` fields worth recording, named as torch names them.
 #: ``pci_*`` exist from torch 2.8; on CUDA builds ``gcnArchName`` repeats ``name``
 #: (torch/csrc/cuda/Module.cpp), so it is recorded on ROCm builds only.
@@ -240,8 +233,8 @@ class TorchFacts:
     error: str | None = None
 
     def __post_init__(self) -> None:
-        if self.runtime not in TORCH_RUNTIMES:
-            raise ValueError(f"runtime {self.runtime!r} is not one of {TORCH_RUNTIMES}")
+        if self.runtime not in torch_runtimes():
+            raise ValueError(f"runtime {self.runtime!r} is not one of {torch_runtimes()}")
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TorchFacts:
@@ -323,8 +316,8 @@ def gather_torch_facts(runtime: str) -> TorchFacts:
 
     ``json.dumps(gather_torch_facts("rocm").to_dict())`` records a machine for the tests.
     """
-    if runtime not in TORCH_RUNTIMES:
-        raise ValueError(f"runtime {runtime!r} is not one of {TORCH_RUNTIMES}")
+    if runtime not in torch_runtimes():
+        raise ValueError(f"runtime {runtime!r} is not one of {torch_runtimes()}")
     env = {name: os.environ[name] for name in VISIBILITY_ENV[runtime] if name in os.environ}
     torch = _torch()
     if torch is None:
@@ -497,16 +490,23 @@ def detect_xpu() -> TargetInfo:
 _PROBES: Registry[Callable[[], TargetInfo]] = Registry(HARDWARE_GROUP, "hardware probe")
 
 
+def _in_table_order(names: Iterable[str]) -> list[str]:
+    """`names` in the target table's order, then those without a row in the order given."""
+    names = list(names)
+    table = target_names()
+    return [t for t in table if t in names] + [t for t in names if t not in table]
+
+
 def register_probe(name: str, probe: Callable[[], TargetInfo]) -> Callable[[], TargetInfo]:
     """Add (or replace) the probe of target `name`; called by probe modules at import."""
     return _PROBES.register(name, probe)
 
 
 def registered_probes() -> dict[str, Callable[[], TargetInfo]]:
-    """Every probe by target, imported once: the vocabulary's targets in its order
-    (`TARGETS`), then others in the order they registered."""
+    """Every probe by target, imported once: the target table's rows in its order
+    (`pytest_hwbench.facts.target_names`), then others in the order they registered."""
     probes = _PROBES.loaded()
-    order = [t for t in TARGETS if t in probes] + [t for t in probes if t not in TARGETS]
+    order = _in_table_order(probes)
     return {name: probes[name] for name in order}
 
 
@@ -531,8 +531,7 @@ def _probes_for(targets: Iterable[str] | None) -> dict[str, Callable[[], TargetI
     if unknown:
         raise ValueError(f"unknown hardware target(s) {', '.join(map(repr, unknown))}; "
                          f"known: {', '.join(registered_probes())}")
-    order = [t for t in TARGETS if t in wanted] + [t for t in wanted if t not in TARGETS]
-    return {name: probes[name] for name in order}
+    return {name: probes[name] for name in _in_table_order(wanted)}
 
 
 def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
@@ -556,7 +555,7 @@ def probed_hardware() -> HardwareInfo:
     """The targets this process has probed so far (nothing is probed by asking)."""
     with _FOUND_LOCK:
         done = dict(_FOUND)
-    order = [t for t in TARGETS if t in done] + [t for t in done if t not in TARGETS]
+    order = _in_table_order(done)
     return HardwareInfo({name: done[name] for name in order}, live=True)
 
 
@@ -568,8 +567,6 @@ def forget_detection() -> None:
 
 __all__ = [
     "PRECISIONS",
-    "TARGETS",
-    "TORCH_RUNTIMES",
     "DeviceInfo",
     "HardwareInfo",
     "TargetInfo",

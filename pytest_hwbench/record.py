@@ -14,7 +14,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from pytest_hwbench.vocabulary import CPU_KINDS, NOISE_VERDICTS, normalise_mode
+from pytest_hwbench.facts import target_set
+from pytest_hwbench.vocabulary import NOISE_VERDICTS, normalise_mode
 
 SCHEMA_VERSION = 4
 
@@ -174,10 +175,10 @@ class BenchmarkRecord:
 
     @property
     def host_bound(self) -> bool:
-        """Whether the case computed on the host's CPU (`CPU_KINDS`): only then does `host_speed`,
+        """Whether the case computed on the host's CPU (a target row `on_host_cpu`): only then does `host_speed`,
         a CPU kernel's, speak for its latency, and only then do `hwbench compare` and hwsel
         correct for it. An accelerator's record carries the reading as a fact about its host."""
-        return self.hardware in CPU_KINDS
+        return self.hardware in target_set(host_cpu=True)
 
     @property
     def host_speed_text(self) -> str:

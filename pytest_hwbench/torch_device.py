@@ -11,10 +11,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from .facts import NameMap, torch_modules
+from .facts import torch_modules
 
-#: Hardware targets torch addresses itself -> the ``torch`` submodule that drives them.
-TORCH_MODULES: NameMap[str] = torch_modules()
 #: Targets torch drives with one device per index (``cuda:0``...); mps has a single device.
 _INDEXED = frozenset({"cuda", "rocm", "xpu"})
 
@@ -23,17 +21,18 @@ def device_string(hardware: str, index: int = 0) -> str:
     """torch's device string for `hardware` (``cpu``, ``cuda:1`` for cuda and rocm, ``mps``...)."""
     if hardware == "cpu":
         return "cpu"
-    if hardware not in TORCH_MODULES:
+    modules = torch_modules()
+    if hardware not in modules:
         raise ValueError(f"torch does not address hardware {hardware!r}; it addresses cpu, "
-                         f"{', '.join(TORCH_MODULES)}")
-    module = TORCH_MODULES[hardware]
+                         f"{', '.join(modules)}")
+    module = modules[hardware]
     return f"{module}:{index}" if hardware in _INDEXED else module
 
 
 def device_module(hardware: str) -> Any | None:
     """The ``torch`` submodule driving `hardware` (``torch.cuda`` for rocm); None on the CPU,
     for targets torch does not address, or where this torch build lacks the module."""
-    name = TORCH_MODULES.get(hardware)
+    name = torch_modules().get(hardware)
     if name is None:
         return None
     import torch
@@ -54,7 +53,7 @@ def sync_for(hardware: str, index: int = 0) -> Callable[[], None]:
 
 def disable_tf32(hardware: str) -> None:
     """fp32 means fp32 on NVIDIA and AMD GPUs: TF32 tensor-core math is opt-in."""
-    if TORCH_MODULES.get(hardware) != "cuda":
+    if torch_modules().get(hardware) != "cuda":
         return
     import torch
 
@@ -103,8 +102,8 @@ def peak_mb(hardware: str, index: int = 0) -> float | None:
 
 def timer_for(hardware: str) -> str:
     """The timer kind that times work on `hardware`: its device's events, else the wall clock."""
-    return TORCH_MODULES.get(hardware, "wall")
+    return torch_modules().get(hardware, "wall")
 
 
-__all__ = ["TORCH_MODULES", "allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
+__all__ = ["allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
            "peak_mb", "reset_peak_mb", "sync_for", "timer_for"]

@@ -30,8 +30,6 @@ from .facts import timer_kinds
 from .torch_device import device_module
 from .vocabulary import MAX_ITERATIONS
 
-#: Timer kinds: the wall clock, or the device events of torch.cuda (also ROCm), torch.xpu, torch.mps.
-TIMER_KINDS: Sequence[str] = timer_kinds()
 #: Blocks a timed loop's iterations are cut into; each block's median is one round.
 ROUNDS = 5
 
@@ -126,8 +124,8 @@ class TimingConfig:
 
 def event_timer_unavailable(kind: str) -> str | None:
     """None when the device events of timer `kind` can time work here, else why not."""
-    if kind not in TIMER_KINDS:
-        raise ValueError(f"timer kind {kind!r} is not one of {TIMER_KINDS}")
+    if kind not in timer_kinds():
+        raise ValueError(f"timer kind {kind!r} is not one of {timer_kinds()}")
     if kind == "wall":
         return "the wall timer uses no device events"
     try:
@@ -160,8 +158,8 @@ class LatencyTracker:
     timer_used: str = field(default="wall", init=False)
 
     def __post_init__(self) -> None:
-        if self.kind not in TIMER_KINDS:
-            raise ValueError(f"timer kind {self.kind!r} is not one of {TIMER_KINDS}")
+        if self.kind not in timer_kinds():
+            raise ValueError(f"timer kind {self.kind!r} is not one of {timer_kinds()}")
 
     def time_once(self, fn: Callable[[], Any]) -> float:
         """One synchronised call, in milliseconds (for cold-start latency)."""
@@ -466,7 +464,6 @@ class RemoteCall:
 
 __all__ = [
     "ROUNDS",
-    "TIMER_KINDS",
     "Latency",
     "LatencyTracker",
     "LocalCall",

@@ -1,8 +1,8 @@
-"""The words every part of hwbench and hwsel shares: modes, hardware kinds, precisions, bytes.
+"""The words every part of hwbench and hwsel shares: modes, precisions, bytes.
 
 One place for the facts that the harness, the records, hwsel, both CLIs and the REST models
-must agree on. Importing it loads only the table of target facts (`pytest_hwbench.facts`, the
-standard library only; no torch, no pytest), so anything may use it.
+must agree on (the hardware targets are rows of `pytest_hwbench.facts`). Importing it loads the
+standard library only (no torch, no pytest), so anything may use it.
 
 Modes: ``inference`` (a forward pass), ``generate`` (autoregressive decoding) and ``train`` (a
 training step). ``train`` is the one name for training everywhere; ``training`` (found in older
@@ -13,12 +13,9 @@ mode is read.
 from __future__ import annotations
 
 import os
-from collections.abc import Mapping, Sequence
-from collections.abc import Set as AbstractSet
+from collections.abc import Mapping
 from pathlib import Path
 from types import MappingProxyType
-
-from .facts import target_names, target_set
 
 #: Scenarios the harness runs and records carry, the default first.
 MODES: tuple[str, ...] = ("inference", "generate", "train")
@@ -47,15 +44,6 @@ def takes_new_tokens(mode: str) -> bool:
 TRAIN_MODE = "train"
 #: Older or alternative spellings -> the mode name.
 MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
-
-#: Hardware kinds the harness detects, one per row of the target table (`pytest_hwbench.facts`;
-#: a live tuple: a row registered later is in it).
-HARDWARE_KINDS: Sequence[str] = target_names()
-#: Hardware kinds that run on the host CPU (their records' device is a CPU; ``wasm``: the
-#: WebAssembly provider of onnxruntime-web in a browser): the rows with `on_host_cpu`.
-CPU_KINDS: AbstractSet[str] = target_set(host_cpu=True)
-#: Hardware kinds that run in a web browser (onnxruntime-web), whatever device is under them.
-WEB_KINDS: AbstractSet[str] = target_set("web")
 
 #: Numeric precisions a case may run in, widest first.
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
@@ -121,12 +109,10 @@ def bytes_per_element(precision: str) -> int:
 
 __all__ = [
     "BYTES_PER_PRECISION",
-    "CPU_KINDS",
     "DEFAULT_EXPERIMENT",
     "DEFAULT_MODE",
     "DEFAULT_NOISE_RETRIES",
     "DEFAULT_STORE_DIR",
-    "HARDWARE_KINDS",
     "MAX_ITERATIONS",
     "MODES",
     "MODE_ALIASES",
@@ -134,7 +120,6 @@ __all__ = [
     "PRECISIONS",
     "TOKEN_MODES",
     "TRAIN_MODE",
-    "WEB_KINDS",
     "bytes_per_element",
     "cache_dir",
     "check_mode",

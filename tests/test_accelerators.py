@@ -19,9 +19,9 @@ import pytest
 import torch
 
 from pytest_hwbench.errors import HwbenchWarning
+from pytest_hwbench.facts import timer_kinds, torch_runtimes
 from pytest_hwbench.hardware import (
     PRECISIONS,
-    TORCH_RUNTIMES,
     HardwareInfo,
     TargetInfo,
     TorchFacts,
@@ -35,7 +35,6 @@ from pytest_hwbench.hardware import (
 )
 from pytest_hwbench.torch_device import timer_for
 from pytest_hwbench.trackers import (
-    TIMER_KINDS,
     LatencyTracker,
     TimingConfig,
     event_timer_unavailable,
@@ -56,7 +55,7 @@ def test_every_recording_names_its_source_and_round_trips() -> None:
         data = json.loads(path.read_text())
         assert len(data.get("source", "")) > 40, f"{path.name}: say where the values come from"
         facts = TorchFacts.from_dict(data)
-        assert facts.runtime in TORCH_RUNTIMES
+        assert facts.runtime in torch_runtimes()
         assert facts.device_count == len(facts.devices), path.name
         assert TorchFacts.from_dict(facts.to_dict()) == facts
         assert {k: v for k, v in data.items() if k != "source"} == facts.to_dict(), path.name
@@ -190,7 +189,7 @@ def test_mps_not_available_names_the_macos_version() -> None:
 
 
 def test_missing_torch_and_probe_errors_become_reasons() -> None:
-    for runtime in TORCH_RUNTIMES:
+    for runtime in torch_runtimes():
         absent = target_from_facts(TorchFacts(runtime, torch_installed=False))
         assert (absent.available, absent.reason) == (False, "torch is not installed")
     broken = dataclasses.replace(recorded("cuda_h100"), error="RuntimeError: CUDA driver initialization failed")
@@ -246,7 +245,7 @@ def test_detect_functions_are_the_probe_plus_the_interpretation() -> None:
                                                     ("mps", "mps"), ("cpu", "wall"), ("openvino", "wall")])
 def test_timer_for_each_target(device_kind: str, timer: str) -> None:
     assert timer_for(device_kind) == timer
-    assert timer in TIMER_KINDS
+    assert timer in timer_kinds()
 
 
 def test_event_timer_reasons_on_this_machine() -> None:

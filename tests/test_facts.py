@@ -1,4 +1,4 @@
-"""The table of target and backend facts: the constants read it, hwsel's copies agree with it, and
+"""The table of target and backend facts: the names derived from it, hwsel's reading of it, and
 a new target is one row plus its probe.
 
 The fictional target runs in fresh processes (a pytest plug-in passed with ``-p`` declares its
@@ -40,41 +40,32 @@ def _run(args: list[str], tmp_path: Path) -> subprocess.CompletedProcess[str]:
                           env=env, check=False)
 
 
-def test_the_constants_are_views_of_the_table():
-    from pytest_hwbench.hardware import TARGETS, TORCH_RUNTIMES
-    from pytest_hwbench.plugin.options import HARDWARE_MARKERS
-    from pytest_hwbench.torch_device import TORCH_MODULES
-    from pytest_hwbench.trackers import TIMER_KINDS
-    from pytest_hwbench.vocabulary import CPU_KINDS, HARDWARE_KINDS, WEB_KINDS
-
-    assert HARDWARE_KINDS == ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn",
-                              "wasm", "webgpu", "webnn") == TARGETS
-    assert CPU_KINDS == {"cpu", "onnxruntime", "openvino", "wasm"}
-    assert WEB_KINDS == frozenset({"wasm", "webgpu", "webnn"})
-    assert dict(TORCH_MODULES) == {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
-    assert TORCH_RUNTIMES == ("cuda", "rocm", "mps", "xpu")
-    assert set(TIMER_KINDS) == {"wall", "cuda", "xpu", "mps"} and TIMER_KINDS[0] == "wall"
-    assert HARDWARE_MARKERS["cpu"] == "cases that run on the host CPU (any backend)"
-    assert HARDWARE_MARKERS["rocm"] == "cases that need an AMD GPU through torch's ROCm build"
-    assert "onnxruntime" not in HARDWARE_MARKERS  # a runtime probed, not a marker of its own
-    # set algebra and printing behave as the frozensets and tuples they replace
-    assert {"cpu", "cuda"} - CPU_KINDS == {"cuda"} and sorted(WEB_KINDS & {"wasm", "cpu"}) == ["wasm"]
-    assert repr(TORCH_RUNTIMES) == "('cuda', 'rocm', 'mps', 'xpu')" and TORCH_RUNTIMES + ("x",) == (*TORCH_RUNTIMES, "x")
+def test_the_names_derived_from_the_table():
+    assert facts.target_names() == ("cpu", "cuda", "rocm", "mps", "xpu", "openvino", "onnxruntime", "qnn",
+                                    "wasm", "webgpu", "webnn")
+    assert facts.target_set(host_cpu=True) == {"cpu", "onnxruntime", "openvino", "wasm"}
+    assert facts.target_set("web") == frozenset({"wasm", "webgpu", "webnn"})
+    assert facts.torch_modules() == {"cuda": "cuda", "rocm": "cuda", "xpu": "xpu", "mps": "mps"}
+    assert facts.torch_runtimes() == ("cuda", "rocm", "mps", "xpu")
+    assert facts.timer_kinds() == ("wall", "cuda", "mps", "xpu")
+    docs = facts.marker_docs()
+    assert docs["cpu"] == "cases that run on the host CPU (any backend)"
+    assert docs["rocm"] == "cases that need an AMD GPU through torch's ROCm build"
+    assert "onnxruntime" not in docs  # a runtime probed, not a marker of its own
+    assert facts.launch_cost_ms("webgpu") == 0.1 and facts.launch_cost_ms("no-such-target") == 0.02
+    assert facts.backends_as_hardware() == ("openvino",)
 
 
-def test_a_row_registered_later_shows_in_every_view():
-    from pytest_hwbench.torch_device import TORCH_MODULES
-    from pytest_hwbench.vocabulary import CPU_KINDS, HARDWARE_KINDS
-
+def test_a_row_registered_later_is_in_the_next_answer():
     row = TargetFacts("testcpu9", "cpu", "cases on a fictional CPU runtime")
     try:
         facts.register_target(row)
-        assert HARDWARE_KINDS[-1] == "testcpu9" and "testcpu9" in CPU_KINDS
+        assert facts.target_names()[-1] == "testcpu9" and "testcpu9" in facts.target_set(host_cpu=True)
         assert facts.marker_docs()["testcpu9"] == "cases on a fictional CPU runtime"
-        assert "testcpu9" not in TORCH_MODULES and facts.target_facts("testcpu9") is row
+        assert "testcpu9" not in facts.torch_modules() and facts.target_facts("testcpu9") is row
     finally:
         facts.unregister_target("testcpu9")
-    assert "testcpu9" not in HARDWARE_KINDS and "testcpu9" not in CPU_KINDS
+    assert "testcpu9" not in facts.target_names() and "testcpu9" not in facts.target_set(host_cpu=True)
 
 
 def test_bad_rows_name_the_field():
@@ -90,21 +81,18 @@ def test_bad_rows_name_the_field():
         facts.register_target({"name": "npu9"})  # type: ignore[arg-type]
 
 
-def test_the_table_holds_the_facts_of_hwsels_constants():
-    """hwsel's own constants agree with the table row by row, so each can be derived from it."""
-    from hwsel import config, features, query, specs
-    from hwsel.layers import measured
+def test_hwsel_reads_its_facts_from_the_table():
+    """hwsel's default backends and launch floors are the rows' values."""
+    from hwsel import features, query
 
     rows = facts.target_rows()
-    assert config._FALLBACK_ORDER == facts.fallback_order()
-    # hwsel's map leaves out onnxruntime, a target it considers only with backend= named
+    # onnxruntime's row names no backend of its own: hwsel considers it only with backend= named
     # (a question naming neither gets torch there, which does not run on that target).
-    assert dict(query._HARDWARE_BACKENDS) == {r.name: r.default_backend for r in rows
-                                              if r.default_backend != "torch" and r.name != "onnxruntime"}
-    assert features.LAUNCH_COST_MS == {r.name: r.launch_cost_ms for r in rows}
-    assert features.LAUNCH_SHARE == {b.name: b.launch_share for b in facts.backend_rows()}
-    assert tuple(measured.BACKEND_AS_HARDWARE) == tuple(b.name for b in facts.backend_rows() if b.counts_as_hardware)
-    assert specs.CPU_TARGETS == facts.target_set(host_cpu=True)
+    assert {r.name: query.default_backend(r.name) for r in rows} == {r.name: r.default_backend for r in rows}
+    assert query.default_backend("onnxruntime") == "torch"
+    for r in rows:
+        for b in facts.backend_rows():
+            assert features.launch_floor_ms(r.name, b.name) == r.launch_cost_ms * b.launch_share
     assert facts.backend_facts("someone-elses").launch_share == 1.0  # unknown backends count as eager
 
 
@@ -127,11 +115,11 @@ def test_a_fictional_target_is_one_row_plus_its_probe(tmp_path):
     found = _run(["-c", textwrap.dedent("""
         import json
         import npu9_plugin
+        from pytest_hwbench.facts import target_names
         from pytest_hwbench.hardware import detect_hardware, registered_probes
-        from pytest_hwbench.vocabulary import HARDWARE_KINDS
         info = detect_hardware(targets=["npu9"])["npu9"]
         print(json.dumps({"available": info.available, "device": info.devices[0].name,
-                          "kinds": list(HARDWARE_KINDS), "probes": list(registered_probes())[-1]}))
+                          "kinds": list(target_names()), "probes": list(registered_probes())[-1]}))
     """)], tmp_path)
     assert found.returncode == 0, found.stderr[-3000:]
     detected = json.loads(found.stdout.strip().splitlines()[-1])

@@ -19,12 +19,12 @@ import pytest
 from sklearn.dummy import DummyRegressor
 
 from hwsel.bounds import floor_of
-from hwsel.config import HARDWARE
 from hwsel.data import load_runs, training_table
 from hwsel.features import FEATURE_COLUMNS, ModelInfo, feature_frame
 from hwsel.predict import Predictor
 from hwsel.query import Query
 from hwsel.registry import ChampionModel
+from pytest_hwbench.facts import fallback_order
 from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import PRECISIONS
 
@@ -59,7 +59,7 @@ def _predictor(runs, constant: bool) -> Predictor:  # type: ignore[no-untyped-de
     champions = {"latency": _champion("latency", lat), "memory": _champion("memory", mem)}
     # an open domain: the champions answer for every hardware, backend and precision asked
     return Predictor(runs=runs, champions=champions, detect=False,
-                     champion_domain=[(hw, be, p, m) for hw in HARDWARE for be in ("torch", "openvino", "qai_hub",
+                     champion_domain=[(hw, be, p, m) for hw in fallback_order() for be in ("torch", "openvino", "qai_hub",
                                                                                   "onnxruntime-web")
                                       for p in PRECISIONS for m in ("inference", "train")]).build()
 
@@ -81,7 +81,7 @@ def test_no_answer_below_the_physical_floor(runs, constant: bool) -> None:  # ty
     queries = []
     for i in range(1000):
         queries.append(predictor.resolve(Query(
-            _random_model(rng, i), rng.choice(HARDWARE), rng.choice(PRECISIONS), rng.randint(1, 1024),
+            _random_model(rng, i), rng.choice(fallback_order()), rng.choice(PRECISIONS), rng.randint(1, 1024),
             rng.choice(["inference", "train"]))))
     answers = predictor.predict_many(queries)
     sources = {p.source for p in answers}

@@ -43,36 +43,36 @@ def _run(code: str, tmp_path: Path) -> dict:
     return json.loads(proc.stdout.strip().splitlines()[-1])  # type: ignore[no-any-return]
 
 
-def test_hwsels_constants_read_the_table():
-    """Each of hwsel's constants says what the rows say, the built-in rows included."""
+def test_hwsel_reads_the_table():
+    """hwsel's hardware, default backends, launch floors and specs say what the rows say, the
+    built-in rows included."""
     from hwsel import config, features, query, specs
-    from hwsel.layers import measured
 
-    assert tuple(config.HARDWARE) == ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu", "webgpu", "webnn",
-                                      "wasm") == tuple(facts.fallback_order())
+    assert facts.fallback_order() == ("cuda", "rocm", "xpu", "mps", "openvino", "qnn", "cpu", "webgpu", "webnn",
+                                      "wasm") == tuple(config.load_config().hardware_names)
     assert {hw: query.default_backend(hw) for hw in facts.target_names()} == {
         "cpu": "torch", "cuda": "torch", "rocm": "torch", "mps": "torch", "xpu": "torch", "openvino": "openvino",
         "onnxruntime": "torch", "qnn": "qai_hub", "wasm": "onnxruntime-web", "webgpu": "onnxruntime-web",
         "webnn": "onnxruntime-web"}
-    assert features.LAUNCH_COST_MS["webgpu"] == 0.1 and features.LAUNCH_SHARE["openvino"] == 0.15
-    assert tuple(measured.BACKEND_AS_HARDWARE) == ("openvino",)
-    assert specs.CPU_TARGETS == {"cpu", "onnxruntime", "openvino", "wasm"}
+    assert features.launch_floor_ms("webgpu", "torch") == 0.1
+    assert features.launch_floor_ms("cpu", "openvino") == facts.launch_cost_ms("cpu") * 0.15
+    assert all(specs.knows_device(hw, "any CPU name") for hw in ("cpu", "onnxruntime", "openvino", "wasm"))
 
 
-def test_a_row_registered_later_shows_in_hwsels_views():
+def test_a_row_registered_later_is_in_hwsels_next_answer():
     from hwsel import config, features, query, specs
 
     row = facts.TargetFacts("testcpu9", "cpu", fallback_rank=99, default_backend="onnxruntime",
                             launch_cost_ms=0.5)
     try:
         facts.register_target(row)
-        assert config.HARDWARE[-1] == "testcpu9" and "testcpu9" in config.load_config().hardware_names
-        assert query.default_backend("testcpu9") == "onnxruntime" and "testcpu9" in specs.CPU_TARGETS
-        assert features.LAUNCH_COST_MS["testcpu9"] == 0.5
+        assert "testcpu9" in config.load_config().hardware_names
+        assert query.default_backend("testcpu9") == "onnxruntime" and specs.knows_device("testcpu9", "any CPU")
+        assert features.launch_floor_ms("testcpu9", "torch") == 0.5
     finally:
         facts.unregister_target("testcpu9")
-    assert "testcpu9" not in config.HARDWARE and "testcpu9" not in specs.CPU_TARGETS
-    assert query.default_backend("testcpu9") == "torch" and "testcpu9" not in features.LAUNCH_COST_MS
+    assert "testcpu9" not in config.load_config().hardware_names and not specs.knows_device("testcpu9", "any CPU")
+    assert query.default_backend("testcpu9") == "torch" and features.launch_floor_ms("testcpu9", "torch") == 0.02
 
 
 def test_hwsel_lists_a_fictional_target_and_answers_for_it(tmp_path):
@@ -81,9 +81,9 @@ def test_hwsel_lists_a_fictional_target_and_answers_for_it(tmp_path):
     got = _run("""
         import contextlib, io, json
         import npu9_plugin
+        from pytest_hwbench import facts
         from hwsel import config, features, query
         from hwsel.cli import main
-        from hwsel.layers import measured
         from hwsel.performance import predict_performance
         from hwsel.select import select_hardware
 
@@ -94,18 +94,17 @@ def test_hwsel_lists_a_fictional_target_and_answers_for_it(tmp_path):
         py = predict_performance("bert-tiny", hardware="npu9")["npu9"]
         rec = select_hardware("bert-tiny", available_hardware=["npu9", "cpu"])
         print(json.dumps({
-            "hardware": list(config.HARDWARE), "configured": list(config.load_config().hardware_names),
+            "hardware": list(facts.fallback_order()), "configured": list(config.load_config().hardware_names),
             "asked": [q.hardware for q in query.ask(config.load_config(), "bert-tiny", "npu9")],
-            "backend": query.default_backend("npu9"), "launch": [features.LAUNCH_COST_MS["npu9"],
-                                                                 features.LAUNCH_SHARE["npu9rt"]],
-            "as_hardware": list(measured.BACKEND_AS_HARDWARE),
+            "backend": query.default_backend("npu9"), "launch": features.launch_floor_ms("npu9", "npu9rt"),
+            "as_hardware": list(facts.backends_as_hardware()),
             "code": code, "cli": [cli["source"], cli["backend"], cli["latency_ms"] > 0],
             "python": [py.source, py.backend, py.latency_ms == cli["latency_ms"]],
             "select": sorted(rec.all_scores)}))
     """, tmp_path)
     assert got["hardware"] == [*facts.fallback_order(), "npu9"]
     assert got["configured"][-1] == "npu9" and got["asked"] == ["npu9"]
-    assert got["backend"] == "npu9rt" and got["launch"] == [0.01, 0.5]
+    assert got["backend"] == "npu9rt" and got["launch"] == 0.01 * 0.5
     assert got["as_hardware"] == ["openvino", "npu9rt"]
     assert got["code"] == 0
     assert got["cli"] == ["roofline", "npu9rt", True]
@@ -126,10 +125,10 @@ def test_hwsel_reads_the_rows_where_pytest_is_not_installed(tmp_path):
 
         sys.meta_path.insert(0, NoPytest())
         from hwsel import Predictor, predict_performance
-        from hwsel.config import HARDWARE
+        from hwsel.config import load_config
         from hwsel.query import default_backend
         answer = predict_performance("bert-tiny", "qnn", predictor=Predictor(layers=("roofline",), detect=False))
-        print(json.dumps({"hardware": list(HARDWARE), "qnn": [default_backend("qnn"), answer["qnn"].backend,
+        print(json.dumps({"hardware": list(load_config().hardware_names), "qnn": [default_backend("qnn"), answer["qnn"].backend,
                                                                 answer["qnn"].source]}))
     """, tmp_path)
     assert got == {"hardware": list(facts.fallback_order()), "qnn": ["qai_hub", "qai_hub", "roofline"]}

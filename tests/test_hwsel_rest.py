@@ -22,8 +22,8 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwsel import Predictor
-from hwsel.config import HARDWARE
 from hwsel.features import resolve_model
+from pytest_hwbench.facts import fallback_order
 from pytest_hwbench.record import BenchmarkRecord
 
 uvicorn = pytest.importorskip("uvicorn")
@@ -156,7 +156,7 @@ def test_predict(client: httpx.Client) -> None:
     assert r.json()["predictions"]["cpu"]["source"] == "measured"
     r = client.post("/performance/predict", json={"model_name": "bert-base", "sequence_length": 512})
     body = r.json()
-    assert r.status_code == 200 and body["sequence_length"] == 512 and set(body["predictions"]) == set(HARDWARE)
+    assert r.status_code == 200 and body["sequence_length"] == 512 and set(body["predictions"]) == set(fallback_order())
 
 
 def test_predict_and_select_carry_device_and_backend(client: httpx.Client) -> None:
@@ -295,7 +295,7 @@ _T = {
     "model": st.sampled_from(["bert-tiny", "gpt2-tiny", "bert-base-uncased", "vit-tiny", "whisper-micro", "gpt2",
                               "nope", "x" * 200]),
     "family": st.sampled_from(["embedding", "text_generation", "vision", "audio", "multimodal"]),
-    "hw": st.sampled_from([*HARDWARE, "tpu"]),
+    "hw": st.sampled_from([*fallback_order(), "tpu"]),
     "batch": st.integers(1, 65536) | st.sampled_from([1, 8, 64]),
     "precision": st.sampled_from(["fp32", "fp16", "bf16", "int8"]),
     "mode": st.sampled_from(["inference", "training"]),
@@ -303,7 +303,7 @@ _T = {
     "task": st.sampled_from(["classification", "generation", "embedding", "fine_tuning", "training", "dance"]),
     "backend": st.sampled_from(["torch", "onnxruntime", "openvino"]),
     "device": st.sampled_from(["h100", "NVIDIA H100 80GB HBM3", "t4", "some gpu", "AMD EPYC"])
-    | st.dictionaries(st.sampled_from([*HARDWARE, "tpu"]), st.sampled_from(["h100", "a100", "mi300x"]), max_size=2),
+    | st.dictionaries(st.sampled_from([*fallback_order(), "tpu"]), st.sampled_from(["h100", "a100", "mi300x"]), max_size=2),
     "gpus": st.integers(1, 4096),
     "memory": st.floats(0.01, 1e5) | st.sampled_from([0.5, 16.0, 80.0]),
 }

@@ -16,9 +16,10 @@ from pathlib import Path
 
 import pytest
 
-from hwsel.config import HARDWARE, WEB_TARGETS, load_config
+from hwsel.config import load_config
 from hwsel.query import default_backend
 from hwsel.specs import spec_for, wasm_spec
+from pytest_hwbench import facts
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 MODELS = ("bert-tiny", "vit-tiny", "gpt2-tiny")
@@ -89,9 +90,10 @@ def registry(tmp_path_factory: pytest.TempPathFactory, store: Path) -> str:
 
 
 def test_web_targets_are_known_and_mean_onnxruntime_web():
-    assert {"wasm", "webgpu", "webnn"} <= set(HARDWARE) and WEB_TARGETS == {"wasm", "webgpu", "webnn"}
-    assert HARDWARE.index("cpu") < min(HARDWARE.index(h) for h in WEB_TARGETS)  # ties go to native targets
-    assert {default_backend(h) for h in WEB_TARGETS} == {"onnxruntime-web"}
+    order, web = facts.fallback_order(), facts.target_set("web")
+    assert {"wasm", "webgpu", "webnn"} <= set(order) and web == {"wasm", "webgpu", "webnn"}
+    assert order.index("cpu") < min(order.index(h) for h in web)  # ties go to native targets
+    assert {default_backend(h) for h in web} == {"onnxruntime-web"}
     cfg = load_config()
     assert cfg.precision_support["wasm"] == ("fp32",) and "fp16" in cfg.precision_support["webgpu"]
     assert cfg.rating("vision", "webgpu") == "high" and cfg.rating("multimodal", "wasm") == "low"
@@ -111,7 +113,7 @@ def test_specs_say_what_is_known_about_web_devices():
 def test_web_targets_are_left_out_of_the_default_selection(empty_cwd):
     from hwsel.select import available_hardware
 
-    assert not set(available_hardware()) & WEB_TARGETS  # even where a browser is detected
+    assert not set(available_hardware()) & facts.target_set("web")  # even where a browser is detected
 
 
 def test_select_answers_from_web_records(empty_cwd, store):

@@ -55,12 +55,6 @@ def _finite(v: Any) -> float | None:
     return f if math.isfinite(f) and f >= 0 else None
 
 
-#: Backends whose records also count as hardware of the backend's name (OpenVINO: its device is
-#: cpu/gpu/npu): the backend rows of `pytest_hwbench.facts` with ``counts_as_hardware``, read at each use.
-BACKEND_AS_HARDWARE: Sequence[str] = facts.NameTuple(
-    lambda: tuple(b.name for b in facts.backend_rows() if b.counts_as_hardware))
-
-
 #: A case as the index keys it: (model, hardware, precision, batch size, mode).
 Case = tuple[str, str, str, int, str]
 
@@ -120,6 +114,8 @@ class MeasuredIndex:
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
         devices: dict[str, dict[str, int]] = {}
         backends: set[str] = set()
+        # Backends whose records also count as hardware of their name (OpenVINO: its device is cpu/gpu/npu).
+        as_hardware = facts.backends_as_hardware()
         usable = 0
         for row, why in zip(df.to_dict("records"), reasons, strict=True):
             problem = None if why else measurement_problem(row)  # runs given directly; load_runs drops them already
@@ -136,7 +132,7 @@ class MeasuredIndex:
             backends.add(key[5])
             if why:
                 self.left_out_counts[why] = self.left_out_counts.get(why, 0) + 1
-            for hw in (key[1], key[5]) if key[5] in BACKEND_AS_HARDWARE and key[1] != key[5] else (key[1],):
+            for hw in (key[1], key[5]) if key[5] in as_hardware and key[1] != key[5] else (key[1],):
                 dkey = device_key(hw, name)
                 if dkey:  # every record counts for the device a question most likely means
                     per = devices.setdefault(hw, {})
@@ -254,8 +250,9 @@ class MeasuredIndex:
     def domain(self) -> frozenset[tuple[str, str, str, str]]:
         """(hardware, backend, precision, mode) of every indexed case, each record under its own
         hardware only (an openvino record also indexed as hardware "openvino" counts as its cpu)."""
+        as_hardware = facts.backends_as_hardware()
         return frozenset((hw, be, prec, mode) for (_, hw, prec, _, mode), per in self._index.items()
-                         for be in per if not (hw in BACKEND_AS_HARDWARE and hw == be))
+                         for be in per if not (hw in as_hardware and hw == be))
 
 
 def _session_medians(rows: Sequence[Mapping[str, Any]]) -> list[float]:
@@ -370,4 +367,4 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
     return runs, ""
 
 
-__all__ = ["BACKEND_AS_HARDWARE", "LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]
+__all__ = ["LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]

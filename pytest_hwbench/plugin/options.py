@@ -15,14 +15,13 @@ import pytest
 from .. import hookspecs
 from ..backends.base import foreign_backends, registered_backends
 from ..case import DEFAULT_NEW_TOKENS
-from ..facts import NameMap, marker_docs
+from ..facts import marker_docs
 from ..models import FAMILIES, get_model, load_model_set, register_model
 from ..plugin_api import MAX_CASE_SECONDS, positive_option
 from ..scenarios import foreign_scenarios, registered_modes, registered_scenarios
 from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, MODE_DOCS, MODES, PRECISIONS
 from .grid import hardware_targets
 
-HARDWARE_MARKERS: NameMap[str] = marker_docs()
 OTHER_MARKERS: dict[str, str] = {
     "quick": "tiny model variants, for CI smoke runs",
     "hwbench(models=, families=, backends=, precisions=, batch_sizes=, hardware=, modes=, new_tokens=, "
@@ -168,12 +167,12 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 def register_markers(config: pytest.Config) -> None:
     """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist).
 
-    Our backends and scenarios bring no marker beyond the target table's (`HARDWARE_MARKERS`) and
+    Our backends and scenarios bring no marker beyond the target table's (`facts.marker_docs`) and
     `MODE_DOCS`, so their registries load here only when someone else's backend or scenario is
     installed or registered, for the markers it brings: a session without hwbench cases loads none."""
     foreign = foreign_backends() or foreign_scenarios()
     modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()} if foreign else MODE_DOCS
-    markers = {**HARDWARE_MARKERS, **modes, **OTHER_MARKERS}
+    markers = {**marker_docs(), **modes, **OTHER_MARKERS}
     for backend in registered_backends().values() if foreign else ():  # markers a backend brings
         for hardware in backend.hardware:
             for name in backend.markers(hardware):
@@ -216,5 +215,5 @@ def apply_options(config: pytest.Config) -> None:
             raise pytest.UsageError(f"--hwbench-hardware: unknown hardware {name!r}; accepted: {', '.join(targets)}")
 
 
-__all__ = ["HARDWARE_MARKERS", "OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption",
+__all__ = ["OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption",
            "register_markers"]
