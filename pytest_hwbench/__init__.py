@@ -8,7 +8,7 @@ from ._lazy import lazy_exports
 
 if TYPE_CHECKING:
     from .backends import Backend, LoadedModel, get_backend, register_backend, registered_backends
-    from .backends.base import HwbenchDeprecationWarning, MeasuredElsewhere, RemoteMeasurement, WrappedModel
+    from .backends.base import MeasuredElsewhere, RemoteMeasurement, WrappedModel
     from .case import BenchCase
     from .compare import Comparison, compare_records
     from .errors import HwbenchError, HwbenchWarning, PrecisionMismatch, UnsupportedCase
@@ -67,7 +67,6 @@ _EXPORTS: dict[str, str] = {
     "MeasuredElsewhere": "backends.base",
     "RemoteMeasurement": "backends.base",
     "WrappedModel": "backends.base",
-    "HwbenchDeprecationWarning": "backends.base",
     "Scenario": "scenarios",
     "Latency": "trackers",
     "LatencyTracker": "trackers",
@@ -91,7 +90,6 @@ __all__ = [
     "Comparison",
     "DeviceInfo",
     "HardwareInfo",
-    "HwbenchDeprecationWarning",
     "HwbenchError",
     "HwbenchWarning",
     "InterferenceMonitor",

@@ -2,13 +2,13 @@
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 import pytest
 
 from pytest_hwbench import Backend, BenchCase, LoadedModel, RemoteMeasurement, Runner, TimingConfig
-from pytest_hwbench.backends.base import _REGISTRY, HwbenchDeprecationWarning, register_backend
+from pytest_hwbench.backends.base import _REGISTRY, register_backend
 from pytest_hwbench.trackers import Latency, Memory, RemoteCall, Sample
 
 REMOTE_TIMES = [4.0, 5.0, 6.0, 5.5, 4.5]
@@ -271,66 +271,57 @@ def test_the_case_after_an_out_of_memory_case_starts_with_its_memory_free(pytest
     result.assert_outcomes(passed=2, xfailed=1)
 
 
-class _OldRemoteBackend(_RemoteBackend):
-    """The timer-'remote' contract before `MeasuredElsewhere`: times left in details, a plain call,
-    built from keyword callables."""
+@dataclass(frozen=True)
+class _CountingModel(LoadedModel):
+    """A model that counts the runner's calls of its sync and close and names a process of its own."""
 
-    name = "old-remote-test"
+    syncs: list[int] = field(default_factory=list)
+    closed: list[int] = field(default_factory=list)
 
-    def load(self, spec, hardware, precision, device_index=0):
-        return LoadedModel(precision="fp32", device_name="remote phone", prepare=lambda inputs: (lambda: None),
-                           timer="remote", details={"remote_timings_ms": list(REMOTE_TIMES)})
+    def prepare(self, inputs):
+        return lambda: sum(range(100))
+
+    def sync(self):
+        self.syncs.append(1)
+
+    def close(self):
+        self.closed.append(1)
+
+    def set_threads(self, count):
+        return count
+
+    def own_pids(self):
+        return (12345,)
 
 
-def test_a_remote_timer_without_measure_remote_names_the_contract():
-    backend = register_backend(_OldRemoteBackend())
-    try:
-        with pytest.raises(TypeError, match="not MeasuredElsewhere: give the call a measure_remote"), \
-                pytest.warns(HwbenchDeprecationWarning):
-            Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0)).run(
-                BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
-    finally:
-        _REGISTRY.pop(backend.name, None)
+class _SubclassBackend(_RemoteBackend):
+    """A third party's backend: a local model on fp32, one measured elsewhere on fp16."""
 
-
-class _KeywordBackend(_RemoteBackend):
-    """A third party's backend written against the keyword construction of `LoadedModel`."""
-
-    name = "keyword-test"
+    name = "subclass-test"
 
     def load(self, spec, hardware, precision, device_index=0):
         self.loads += 1
-        if precision == "fp16":  # the remote shape: a call with measure_remote, timer "remote"
-            return LoadedModel(precision="fp16", device_name="remote phone", prepare=lambda inputs: _PhoneCall(),
-                               timer="remote", details={"job": "j2"})
-        syncs, closed = [], []
-
-        def prepare(inputs):
-            return lambda: sum(range(100))
-
-        return LoadedModel(precision="fp32", device_name="kw cpu", prepare=prepare, sync=lambda: syncs.append(1),
-                           close=lambda: closed.append(1), threads=3, set_threads=lambda n: n,
-                           own_pids=lambda: (12345,), details={"syncs": syncs, "closed": closed})
+        if precision == "fp16":
+            return _PhoneModel("fp16", "remote phone", details={"job": "j2"}, timer="remote")
+        return _CountingModel("fp32", "kw cpu", threads=3)
 
 
-def test_the_keyword_construction_still_loads_and_measures_with_a_deprecation_warning():
-    backend = _KeywordBackend()
+def test_the_runner_syncs_closes_and_measures_a_subclassed_model():
+    backend = _SubclassBackend()
     backend.precisions = ("fp32", "fp16")
     register_backend(backend)
     try:
         # no retries: a retry on a busy machine would size the threads to the cores left free
         runner = Runner(TimingConfig(warmup_iterations=0, min_iterations=3, min_time_s=0), energy_min_time_s=0,
                         noise_retries=0)
-        with pytest.warns(HwbenchDeprecationWarning, match="subclass pytest_hwbench.LoadedModel"):
-            local = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
+        local = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
         assert local.device_name == "kw cpu" and local.latency.iterations == 3 and local.threads == 3
-        assert len(local.details["syncs"]) >= 2 * 3  # sync around each timed call and the cold call
         loaded = next(iter(runner._cache.values()))[0]
-        assert isinstance(loaded, LoadedModel) and loaded.own_pids() == (12345,) and loaded.set_threads(2) == 2
+        assert isinstance(loaded, _CountingModel) and loaded.own_pids() == (12345,) and loaded.set_threads(2) == 2
+        assert len(loaded.syncs) >= 2 * 3  # sync around each timed call and the cold call
         runner.close()
-        assert local.details["closed"] == [1]
-        with pytest.warns(HwbenchDeprecationWarning):
-            remote = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp16", 2))
+        assert loaded.closed == [1]
+        remote = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp16", 2))
         assert remote.latency.values_ms == tuple(REMOTE_TIMES) and remote.noise is None
     finally:
         _REGISTRY.pop(backend.name, None)

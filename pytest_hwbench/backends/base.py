@@ -8,24 +8,16 @@ entry-point group (see `pytest_hwbench._plugins`).
 
 from __future__ import annotations
 
-import warnings
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import BACKENDS_GROUP, Registry, missing_members
-from ..errors import HwbenchWarning
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import LocalCall, MeasuredElsewhere, Measurement, MeasuresMore, RemoteCall, RemoteMeasurement
+from ..trackers import LocalCall, MeasuredElsewhere, Measurement, RemoteMeasurement
 
 ENTRY_POINT_GROUP = BACKENDS_GROUP
-#: Members that `LoadedModel` once took as keyword callables (the deprecated construction).
-_BEHAVIOUR_KEYWORDS = frozenset({"prepare", "sync", "close", "set_threads", "own_pids"})
-
-
-class HwbenchDeprecationWarning(HwbenchWarning, DeprecationWarning):
-    """A deprecated way of using pytest_hwbench; the message names the replacement."""
 
 
 @dataclass(frozen=True)
@@ -33,7 +25,7 @@ class LoadedModel:
     """A model ready to run on one device at one precision: data in fields, behaviour in methods.
 
     `precision` is read back from the runtime after loading: the precision that will run;
-    `timer` is the timer kind (`pytest_hwbench.trackers.TIMER_KINDS`) that times its calls here;
+    `timer` is the timer kind (`pytest_hwbench.facts.timer_kinds`) that times its calls here;
     `threads` the intra-op threads it runs with (None where it has no such setting); `details` go
     into the record's extra (entries named as record metrics become those metrics).
 
@@ -42,10 +34,6 @@ class LoadedModel:
     elsewhere returns a `RemoteCall` instead; `sync` waits for the device; `close` frees the
     model; `set_threads` changes the intra-op threads of later calls; `own_pids` names processes
     that do the model's work besides this one.
-
-    ``LoadedModel(precision=..., device_name=..., prepare=callable, sync=..., close=...,
-    set_threads=..., own_pids=...)`` still builds a model from keyword callables, with a
-    `HwbenchDeprecationWarning`.
     """
 
     precision: str
@@ -55,15 +43,6 @@ class LoadedModel:
     threads: int | None = None
     details: dict[str, Any] | None = None
     timer: str = "wall"
-
-    def __new__(cls, *args: Any, **kwargs: Any) -> LoadedModel:
-        if cls is LoadedModel and (_BEHAVIOUR_KEYWORDS & set(kwargs) or (len(args) > 2 and callable(args[2]))):
-            warnings.warn("LoadedModel(prepare=..., sync=..., close=...) from keyword callables is deprecated: "
-                          "subclass pytest_hwbench.LoadedModel and implement prepare() (and sync, close, "
-                          "set_threads, own_pids or measurement where the defaults do not fit)",
-                          HwbenchDeprecationWarning, stacklevel=2)
-            return super().__new__(_KeywordModel)
-        return super().__new__(cls)
 
     def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
         """A zero-argument call that runs one iteration on `inputs` (torch tensors from the zoo's
@@ -100,48 +79,6 @@ class LoadedModel:
         """Processes besides this one that do the model's work (e.g. a browser): their CPU time
         is the case's own, not interference from other processes."""
         return ()
-
-
-class _KeywordModel(LoadedModel):
-    """A `LoadedModel` built from keyword callables (the deprecated construction): a prepared
-    call with ``measure_remote`` (or any call of a ``timer="remote"`` model) is a `RemoteCall`;
-    one with ``measure_more`` also gives its extra metrics."""
-
-    def __init__(self, precision: str, device_name: str, prepare: Callable[[dict[str, Any]], Callable[[], Any]],
-                 sync: Callable[[], None] = lambda: None, timer: str = "wall", device_kind: str = "cpu",
-                 device_index: int = 0, threads: int | None = None, close: Callable[[], None] = lambda: None,
-                 details: dict[str, Any] | None = None, set_threads: Callable[[int], int] | None = None,
-                 own_pids: Callable[[], tuple[int, ...]] = lambda: ()) -> None:
-        super().__init__(precision, device_name, device_kind, device_index, threads, details, timer)
-        behaviour = {"_prepare": prepare, "_sync": sync, "_close": close, "_set_threads": set_threads,
-                     "_own_pids": own_pids}
-        for name, value in behaviour.items():
-            object.__setattr__(self, name, value)
-
-    def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
-        return self._prepare(inputs)  # type: ignore[attr-defined,no-any-return]
-
-    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        call = self.prepare(inputs)
-        if isinstance(call, MeasuredElsewhere):
-            return RemoteCall(call)
-        if self.timer == "remote":
-            raise TypeError(f"{self.device_name}: timer 'remote', but its prepared call is not MeasuredElsewhere: give "
-                            "the call a measure_remote(timing) method returning a pytest_hwbench.RemoteMeasurement")
-        return self.local(call, foreign_mb, call.measure_more if isinstance(call, MeasuresMore) else None)
-
-    def sync(self) -> None:
-        self._sync()  # type: ignore[attr-defined]
-
-    def close(self) -> None:
-        self._close()  # type: ignore[attr-defined]
-
-    def set_threads(self, count: int) -> int | None:
-        setter = self._set_threads  # type: ignore[attr-defined]
-        return setter(count) if setter is not None else None
-
-    def own_pids(self) -> tuple[int, ...]:
-        return tuple(self._own_pids())  # type: ignore[attr-defined]
 
 
 @dataclass(frozen=True)
@@ -261,5 +198,5 @@ def get_backend(name: str) -> Backend:
         raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(backends))}") from None
 
 
-__all__ = ["Backend", "HwbenchDeprecationWarning", "LoadedModel", "MeasuredElsewhere", "Measurement", "RemoteMeasurement",
+__all__ = ["Backend", "LoadedModel", "MeasuredElsewhere", "Measurement", "RemoteMeasurement",
            "foreign_backends", "get_backend", "register_backend", "registered_backends"]
