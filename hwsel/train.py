@@ -23,12 +23,13 @@ One `train()` call:
    evaluation, registers a new version of ``hwsel-latency``, ``hwsel-throughput`` and
    ``hwsel-memory`` (`hwsel.registry`);
 5. moves each model's ``champion`` alias only when the new version wins on the same
-   evaluation. The current champion's *recipe* (its estimator and hyperparameters, cloned from
-   the registered pipeline) is cross-validated on the new table with the same splits; its
-   already-fitted weights are not scored, as they may have been trained on the held-out rows.
-   The new version wins only when its score is lower by more than `SCORE_TOLERANCE`; a tie
-   keeps the champion, newer data or not (newer data may be poisoned records). Training twice on the same data
-   with the same seed therefore leaves the alias where it is. The move is a compare-and-set
+   evaluation (`hwsel.promotion`). The current champion's *recipe* (its estimator and
+   hyperparameters, cloned from the registered pipeline) is cross-validated on the new table
+   with the same splits; its already-fitted weights are not scored, as they may have been
+   trained on the held-out rows. The new version wins only when its score is lower by more than
+   `hwsel.promotion.SCORE_TOLERANCE`; a tie keeps the champion, newer data or not (newer data
+   may be poisoned records). Training twice on the same data with the same seed therefore
+   leaves the alias where it is. The move is a compare-and-set
    under the registry's promotion lock (`hwsel.registry.promotion_lock`): the alias moves only
    if it still points where it did when the champion was read; when another training run moved
    it meanwhile, the new version wins only if both were trained on the same data and its score
@@ -48,7 +49,6 @@ import datetime as _dt
 import json
 import math
 import os
-import tempfile
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
@@ -57,7 +57,6 @@ from typing import Any
 
 import numpy as np
 import pandas as pd
-from sklearn.base import clone
 
 from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import (
@@ -96,17 +95,16 @@ from hwsel.evaluation import (
     cv_folds,
     error_metrics,
     interval_residuals,
-    lomo_folds,
     out_of_fold,
     scheme_metrics,
     score_oof,
 )
 from hwsel.features import FEATURE_COLUMNS, feature_frame
+from hwsel.promotion import promote
+from hwsel.training_log import flatten, log_decision, log_intervals, log_roofline_baseline, log_study
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 TRAINING_EXPERIMENT = "hwsel-training"
-#: Lower by more than this (mean absolute log error) to beat the champion.
-SCORE_TOLERANCE = 1e-9
 #: Nominal coverage of the prediction intervals the registered models carry.
 INTERVAL_LEVEL = 0.9
 _LOG_1000 = math.log(1000.0)
@@ -253,11 +251,6 @@ def _default_snapshot_dir(tracking_uri: str) -> Path:
     return Path("mlruns") / "hwsel-snapshots"
 
 
-def _flatten(prefix: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[str, float]:
-    return {f"{prefix}.{scheme}.{name}": float(value) for scheme, values in metrics.items()
-            for name, value in values.items() if math.isfinite(float(value))}
-
-
 def train(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     *,
@@ -398,7 +391,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             with one_thread():
                 model = build_estimator(study.params, offset_column=offset_col, seed=seed).fit(Xs, ys)
             fitted[target] = (model, study, sub, Xs, ys, target_folds)
-            _log_study(client, run_id, target, study, sub, now)
+            log_study(client, run_id, target, study.params, study.trials, study.oof, sub, now)
             if target == "latency":
                 tp_oof = study.oof.copy()
                 log_items = _LOG_1000 + Xs["log_batch_size"].to_numpy()[tp_oof["row"].to_numpy()]
@@ -407,8 +400,9 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                 tp_study = dataclasses.replace(study, oof=tp_oof)
                 fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), tp_study, sub, Xs,
                                         _LOG_1000 + Xs["log_batch_size"].to_numpy() - ys, target_folds)
-                _log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
-                intervals_uri = _log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now)
+                log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
+                intervals_uri = log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now,
+                                              INTERVAL_LEVEL)
 
         versions: dict[str, str] = {}
         cvs: dict[str, Mapping[str, Mapping[str, float]]] = {}
@@ -419,7 +413,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             # fold had not seen (what a new model's answer risks); stored under the
             # residual_q10/q90 tag names that `hwsel.registry.ChampionModel.interval` reads.
             q10, q90 = conformal_band(interval_residuals(study.oof), INTERVAL_LEVEL)
-            metrics = {**_flatten(target, cv), f"{target}.score": study.score,
+            metrics = {**flatten(target, cv), f"{target}.score": study.score,
                        f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
             client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
             versions[target] = registry.register(
@@ -432,39 +426,15 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                 | ({"hwsel.intervals": intervals_uri} if target == "latency" and intervals_uri else {}),
             )
 
-        # Each learned target's champion, as read now, scored on this data (outside the lock:
-        # cross-validating its recipe takes as long as a trial).
-        decisions = {target: _decide(client, target, fitted[target][0], fitted[target][1].score, digest,
-                                     *fitted[target][3:6]) for target in LEARNED}
-        # Then move the aliases, compare-and-set against the champion as read, under the lock.
-        with registry.promotion_lock(client, f"training run {run_id}"):
-            for target in LEARNED:
-                decisions[target] = _compare_and_set(client, target, versions[target], fitted[target][1].score,
-                                                     digest, decisions[target])
-                if target == "latency":
-                    # Throughput is the latency model seen through batch / latency: its champion
-                    # moves with latency's, so the two champions always agree with each other.
-                    moved, _, champ_score, why = decisions["latency"]
-                    current = registry.champion_version(client, "throughput")
-                    tp_moved = moved or current is None
-                    if tp_moved:
-                        client.set_registered_model_alias(registry.MODEL_NAMES["throughput"], registry.ALIAS,
-                                                          versions["throughput"])
-                    reason = f"follows hwsel-latency (throughput derives from it): {why}"
-                    decisions["throughput"] = (tp_moved, str(current.version) if current is not None else None,
-                                               champ_score, ("no champion yet; " + reason) if current is None else reason)
+        decisions = promote(client, run_id, digest, versions,
+                            {target: (fitted[target][0], fitted[target][1].score, *fitted[target][3:6])
+                             for target in LEARNED})
 
         for target in registry.TARGETS:
             study = fitted[target][1]
             version = versions[target]
             moved, before, champ_score, reason = decisions[target]
-            client.set_model_version_tag(registry.MODEL_NAMES[target], version, "hwsel.champion_decision",
-                                         reason[:5000])
-            client.log_batch(run_id, metrics=[Metric(f"{target}.alias_moved", float(moved), now, 0)]
-                             + ([Metric(f"{target}.champion_score", champ_score, now, 0)]
-                                if champ_score is not None and math.isfinite(champ_score) else []),
-                             tags=[RunTag(f"hwsel.{target}.version", version),
-                                   RunTag(f"hwsel.{target}.decision", reason[:5000])])
+            log_decision(client, run_id, target, version, decisions[target], now)
             results[target] = TargetResult(target, registry.MODEL_NAMES[target], version, study.score, cvs[target],
                                            dict(study.params), moved, before, champ_score, reason)
         status = "FINISHED"
@@ -480,134 +450,6 @@ def rows_by_device(table: pd.DataFrame) -> dict[str, int]:
                                                        "unnamed").astype(str)
     counts = (hardware + " / " + device).value_counts()
     return {str(k): int(v) for k, v in sorted(counts.items())}
-
-
-def _log_study(client: Any, run_id: str, target: str, study: StudyResult, sub: pd.DataFrame, now: int) -> None:
-    from mlflow.entities import Metric, Param
-
-    values = study.trials["value"].to_numpy(dtype=float)
-    client.log_batch(run_id, metrics=[Metric(f"{target}.trial_value", float(v), now, int(i))
-                                      for i, v in enumerate(values) if math.isfinite(v)],
-                     params=[Param(f"{target}.best.{k}", str(v)[:500]) for k, v in study.params.items()])
-    with tempfile.TemporaryDirectory(prefix="hwsel-train-") as tmp:
-        trials_path = Path(tmp) / f"{target}_trials.csv"
-        study.trials.to_csv(trials_path, index=False)
-        oof = study.oof.copy()
-        rows = oof["row"].to_numpy()
-        for col in ("model", "backend", "hardware", "precision", "batch_size"):
-            oof[col] = sub[col].to_numpy()[rows]
-        oof_path = Path(tmp) / f"{target}_oof.parquet"
-        oof.to_parquet(oof_path, index=False)
-        client.log_artifact(run_id, str(trials_path), "study")
-        client.log_artifact(run_id, str(oof_path), "evaluation")
-
-
-def _log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_col: str, seed: int,
-                   sub: pd.DataFrame, Xs: pd.DataFrame, ys: np.ndarray, now: int) -> str | None:
-    """Calibrate the latency model's adaptive intervals (`hwsel.intervals.AdaptiveIntervals`) on
-    leave-one-model-out predictions of the chosen recipe, log them as the run's artifact
-    ``intervals/latency_intervals.json`` with the nested leave-one-model-out coverage and widths
-    (``latency.lomo_interval_*``), and return the artifact's URI; None with fewer than two models."""
-    from mlflow.entities import Metric
-
-    from hwsel.intervals import AdaptiveIntervals, lomo_offsets, novelty_frame
-
-    if sub["model"].nunique() < 2:
-        return None
-    estimator = build_estimator(dict(params), offset_column=offset_col, seed=seed)
-    with one_thread():
-        oof = out_of_fold(estimator, Xs, ys, lomo_folds(sub))
-    frame = novelty_frame(sub, Xs)
-    intervals = AdaptiveIntervals.calibrate(frame, oof, INTERVAL_LEVEL)
-    low, high = lomo_offsets(frame, oof, INTERVAL_LEVEL)
-    resid = (oof["y_true"] - oof["y_pred"]).to_numpy()
-    width = np.exp(high - low)
-    metrics = {"latency.lomo_interval_coverage": float(np.mean((resid >= low) & (resid <= high))),
-               "latency.lomo_interval_width_median": float(np.median(width)),
-               "latency.lomo_interval_width_p10": float(np.quantile(width, 0.1)),
-               "latency.lomo_interval_width_p90": float(np.quantile(width, 0.9))}
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)])
-    with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp:
-        path = Path(tmp) / "latency_intervals.json"
-        path.write_text(intervals.to_json(), encoding="utf-8")
-        client.log_artifact(run_id, str(path), "intervals")
-    return f"runs:/{run_id}/intervals/latency_intervals.json"
-
-
-def _log_roofline_baseline(client: Any, run_id: str, sub: pd.DataFrame, Xs: pd.DataFrame,
-                           oof: pd.DataFrame, now: int) -> None:
-    from mlflow.entities import Metric
-
-    rows = oof["row"].to_numpy()
-    base = oof.assign(y_pred=Xs["log_roofline_ms"].to_numpy()[rows])
-    metrics = _flatten("roofline_latency", scheme_metrics(base))
-    client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
-
-
-def _decide(
-    client: Any, target: str, model: Any, score: float, digest: str, X: pd.DataFrame, y: np.ndarray,
-    folds: Sequence[Fold],
-) -> tuple[bool, str | None, float | None, str]:
-    """(move alias?, champion version before, its score on this data, why)."""
-    from hwsel import registry
-
-    current = registry.champion_version(client, target)
-    if current is None:
-        return True, None, None, "no champion yet"
-    current_version = str(current.version)
-    try:
-        recipe = clone(registry.load_version_model(client, target, current_version))
-    except Exception as exc:  # an unreadable or incompatible champion cannot defend its title
-        return True, current_version, None, f"champion v{current_version} unusable ({type(exc).__name__}: {exc})"
-    try:
-        with one_thread():
-            champ_score = score_oof(out_of_fold(recipe, X, y, folds))
-    except Exception as exc:
-        return True, current_version, None, (
-            f"champion v{current_version} cannot be evaluated on this data ({type(exc).__name__}: {exc})")
-    if not math.isfinite(champ_score):
-        return True, current_version, champ_score, f"champion v{current_version} scores {champ_score}"
-    if score < champ_score - SCORE_TOLERANCE:
-        return True, current_version, champ_score, (
-            f"new score {score:.6f} < champion v{current_version} {champ_score:.6f} on the same folds")
-    # A tie keeps the champion, however new the data: newer data may be poisoned records.
-    return False, current_version, champ_score, (
-        f"new score {score:.6f} does not beat champion v{current_version} {champ_score:.6f} on the same folds")
-
-
-def _compare_and_set(client: Any, target: str, version: str, score: float, digest: str,
-                     decision: tuple[bool, str | None, float | None, str]) -> tuple[bool, str | None, float | None, str]:
-    """Move `target`'s alias to `version` if `decision` says so and the alias still points where
-    `_decide` read it; call under `hwsel.registry.promotion_lock`. Returns the final decision.
-
-    When another training run moved the alias meanwhile, `version` wins only if that run trained
-    on the same data (same digest, hence the same folds) and `score` beats its recorded score;
-    otherwise it is not promoted and the reason says who moved the alias.
-    """
-    from hwsel import registry
-
-    moved, before, champ_score, reason = decision
-    if not moved:
-        return decision
-    current = registry.champion_version(client, target)
-    now = str(current.version) if current is not None else None
-    if now == before:
-        client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
-        return decision
-    assert current is not None  # the alias can be moved, not removed, by a training run
-    tags = dict(current.tags or {})
-    by = tags.get("hwsel.training_run_id") or "another run"
-    other = registry._float(tags.get("hwsel.score"), math.nan)
-    same_data = tags.get("hwsel.data_sha256") == digest and math.isfinite(other)
-    if same_data and score < other - SCORE_TOLERANCE:
-        client.set_registered_model_alias(registry.MODEL_NAMES[target], registry.ALIAS, version)
-        return True, now, other, (f"{reason}; and v{now}, promoted meanwhile by training run {by} on the same data, "
-                                  f"scores {other:.6f} on the same folds")
-    why = (f"new score {score:.6f} does not beat its {other:.6f} on the same data" if same_data
-           else "it was trained on other data; train again to compare against it")
-    return False, now, other if same_data else champ_score, (
-        f"not promoted: @champion moved from {'v' + before if before else 'none'} to v{now} (training run {by}) "
-        f"while this run trained, and {why}")
 
 
 __all__ = [
