@@ -107,7 +107,7 @@ class SideEnvironment:
 @dataclass(frozen=True)
 class PairVerdict:
     """One case over all rounds: the per-round ratios B / A, their geometric mean change and its
-    interval [`low`, `high`], the paired test's p-value and the verdict (`compare.judge_interval`:
+    interval [`low`, `high`], the paired test's p-value and the verdict (`verdict.judge_interval`:
     regression, improvement, unchanged, inconclusive)."""
 
     case_id: str
@@ -160,11 +160,11 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
 def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
                    alpha: float = DEFAULT_ALPHA) -> PairVerdict:
     """The verdict on one case's per-round ratios B / A: their geometric mean change and its
-    1 - `alpha` Student-t interval (`compare.paired_interval`), judged by the contract every
-    comparison shares (`compare.judge_interval`): a regression or improvement where the interval
+    1 - `alpha` Student-t interval (`verdict.paired_interval`), judged by the contract every
+    comparison shares (`verdict.judge_interval`): a regression or improvement where the interval
     excludes no change and the change passes `threshold`, unchanged where the whole interval lies
     inside +-`threshold`, else inconclusive (more rounds would tell)."""
-    from .compare import judge_interval, paired_interval
+    from .verdict import judge_interval, paired_interval
 
     result = paired_interval(ratios, alpha)
     if result is None:
@@ -573,7 +573,7 @@ def _run(args: argparse.Namespace) -> int:
         cases = _cases(args)
         if args.rounds < 3:
             raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
-        from .compare import check_verdict_settings
+        from .verdict import check_verdict_settings
 
         check_verdict_settings(args.threshold, args.alpha, prefix="--")
         if args.max_rounds is not None and args.max_rounds < args.rounds:

@@ -49,91 +49,46 @@ Records come from anywhere `pytest_hwbench.sinks.read_records` reads (DuckDB, ML
 record files replayed from other machines). Noisy records are left out of a side when clean ones
 remain; records older than schema 3 carry no verdict and are used as they are; records older
 than schema 4 carry no host speed and are compared uncorrected.
+
+The contract and its statistics live in `pytest_hwbench.verdict`; what a side holds of a case, the
+host model and the between-run spread in `pytest_hwbench.compare_sides`.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-import warnings
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
-from typing import Any, Literal
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
+from .compare_sides import (
+    MAX_HOST_RATIO,
+    MIN_RUN_CASES,
+    UNPROVEN_ELASTICITY_SD,
+    HostModel,
+    RunSpread,
+    Side,
+    host_ratio,
+    inconclusive_reason,
+    learn_host_model,
+    learn_run_spread,
+    sides_of,
+)
 from .record import BenchmarkRecord
-from .trackers import ROUNDS, round_medians
-
-Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
-VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclusive", "missing")
-
-#: Fewer rounds than this on a side: no test is possible (5 vs 5 rounds can reach p = 0.008).
-MIN_ROUNDS = 3
-#: A change's interval is its point estimate +- this many combined uncertainties (1-sigma, log scale):
-#: the spreads are robust estimates from a handful of rounds, sessions or cases, so a wide factor.
-INTERVAL_Z = 3.0
-#: How far a model's latency may move with the reference kernel (log over log, 1-sigma) where this
-#: host's records do not establish it: the host-speed difference between the sides widens the
-#: interval by ``|log kernel B / kernel A| x`` this, and no correction is applied.
-UNPROVEN_ELASTICITY_SD = 0.6
-#: A case teaches the elasticity only when the host's speed differs by at least this share between
-#: the sides (below it, the slope divides by a kernel change no larger than its own noise, and a
-#: change of the code under test would pass for elasticity); and at least `MIN_LEARNING_CASES`
-#: such cases are needed to learn it at all.
-MIN_HOST_CHANGE = 0.15
-MIN_LEARNING_CASES = 3
-#: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
-MIN_ELASTICITY_SD = 0.15
-#: The learned elasticity is applied only when its interval (median +- this many standard errors)
-#: excludes zero: otherwise the records do not show that latency follows the kernel on this host.
-ELASTICITY_Z = 2.0
-#: Fewest compared cases from which the between-run spread is learned (`learn_run_spread`).
-MIN_RUN_CASES = 5
-#: Host speeds further apart than this factor are not corrected for: such a reading says more about
-#: an overloaded instant than about the host, and the case is inconclusive.
-MAX_HOST_RATIO = 2.0
-
-
-def judge_interval(change: float, low: float, high: float, threshold: float) -> tuple[Verdict, str]:
-    """The verdict every comparison shares, on a relative change and its interval [`low`, `high`]:
-
-    - ``regression`` / ``improvement``: the interval excludes no change and `change` passes `threshold`;
-    - ``unchanged``: the whole interval lies inside +-`threshold` (an equivalence test);
-    - ``inconclusive`` otherwise, with the reason (the second item; "" for a firm verdict).
-    """
-    span = f"interval {low * 100:+.1f}% to {high * 100:+.1f}%"
-    if (low > 0 or high < 0) and abs(change) > threshold:
-        return ("regression" if change > 0 else "improvement"), ""
-    if -threshold <= low and high <= threshold:
-        return "unchanged", ""
-    if low > 0 or high < 0:
-        return "inconclusive", (f"{span}: a real change, but whether it passes +-{threshold:.0%} cannot be "
-                                "told")
-    return "inconclusive", f"{span} reaches past +-{threshold:.0%}: no change and a change both fit"
-
-
-def paired_interval(ratios: Sequence[float], alpha: float) -> tuple[float, float, float, float] | None:
-    """(change, low, high, p-value) of per-round ratios B / A: the geometric mean change and its
-    1 - `alpha` Student-t interval from the log ratios, with the one-sample t-test's p-value; None
-    for fewer than 3 usable ratios."""
-    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
-    if len(logs) < 3:
-        return None
-    from scipy.stats import t as student
-
-    n = len(logs)
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    if sd == 0:
-        p = 0.0 if mean != 0 else 1.0
-        half = 0.0
-    else:
-        se = sd / math.sqrt(n)
-        p = float(2 * student.sf(abs(mean / se), n - 1))
-        half = float(student.ppf(1 - alpha / 2, n - 1)) * se
-    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), p
+from .verdict import (
+    INTERVAL_Z,
+    VERDICTS,
+    Verdict,
+    check_verdict_settings,
+    judge_interval,
+    mannwhitney,
+    median_of,
+    paired_interval,
+)
 
 
 @dataclass(frozen=True)
@@ -187,135 +142,9 @@ class Comparison:
         return {**dataclasses.asdict(self), "judged_change": self.judged_change}
 
 
-@dataclass(frozen=True)
-class HostModel:
-    """How latency moves against the reference kernel on this host: ``latency ~ kernel ** elasticity``,
-    with `elasticity_sd` the spread of the per-case figures, learned from `learned_from` cases (0:
-    nothing to learn from). `established` says whether the records show it (at least
-    `MIN_LEARNING_CASES` cases, and an interval that excludes zero); only then is it applied."""
-
-    elasticity: float = 0.0
-    elasticity_sd: float = UNPROVEN_ELASTICITY_SD
-    learned_from: int = 0
-
-    @property
-    def standard_error(self) -> float:
-        """Standard error of the learned elasticity (a median of `learned_from` figures)."""
-        return 1.2533 * self.elasticity_sd / math.sqrt(self.learned_from) if self.learned_from else math.inf
-
-    @property
-    def established(self) -> bool:
-        """Whether the records establish the relation: enough cases, and an interval above zero."""
-        return (self.learned_from >= MIN_LEARNING_CASES
-                and self.elasticity - ELASTICITY_Z * self.standard_error > 0)
-
-    def describe(self) -> str:
-        """One line for people."""
-        if not self.learned_from:
-            return (f"host-speed correction: none (fewer than {MIN_LEARNING_CASES} cases whose host speed differed "
-                    f"by {MIN_HOST_CHANGE:.0%} or more); a host-speed difference widens the interval instead")
-        low = self.elasticity - ELASTICITY_Z * self.standard_error
-        high = self.elasticity + ELASTICITY_Z * self.standard_error
-        learned = f"^ {self.elasticity:.2f} ({low:.2f} to {high:.2f}, from {self.learned_from} cases)"
-        if self.established:
-            return f"host-speed correction: latency ~ reference kernel {learned}"
-        return (f"host-speed correction: none; the records do not establish it (latency ~ reference kernel "
-                f"{learned}, an interval that reaches zero); a host-speed difference widens the interval instead")
 
 
-def _relative_spread(values: Sequence[float]) -> float:
-    """1.4826 x MAD / median: a robust relative standard deviation (0 for fewer than 2 values)."""
-    if len(values) < 2:
-        return 0.0
-    arr = np.asarray(values, dtype=float)
-    median = float(np.median(arr))
-    return 1.4826 * float(np.median(np.abs(arr - median))) / median if median > 0 else 0.0
-
-
-@dataclass(frozen=True)
-class _Side:
-    """What one side knows of one case."""
-
-    rounds: tuple[float, ...] = ()
-    sessions: dict[str, list[float]] = field(default_factory=dict)
-    threads: frozenset[int] = frozenset()
-    devices: frozenset[str] = frozenset()
-    #: median time of the host's reference kernel beside these records, from records that carry
-    #: host speed (schema 4); None where none does
-    reference_us: float | None = None
-    noise: str = "-"
-    noisy_reason: str = ""
-    failure: str = ""
-
-    @property
-    def median(self) -> float | None:
-        return float(np.median(self.rounds)) if self.rounds else None
-
-    @property
-    def spread(self) -> float:
-        """The robust relative spread of the rounds."""
-        return _relative_spread(self.rounds)
-
-    @property
-    def session_logs(self) -> list[float]:
-        """The log of each session's median round."""
-        return [math.log(float(np.median(v))) for v in self.sessions.values() if v and float(np.median(v)) > 0]
-
-
-def _record_rounds(record: BenchmarkRecord) -> list[float]:
-    rounds = round_medians(record.timings_ms)
-    if not rounds and record.latency_ms_median is not None and math.isfinite(record.latency_ms_median):
-        rounds = [float(record.latency_ms_median)]  # no raw timings kept (e.g. MLflow without artifacts)
-    return rounds
-
-
-def _side(records: Sequence[BenchmarkRecord]) -> _Side:
-    passed = [r for r in records if r.status == "passed"]
-    if not passed:
-        errors = [r.error for r in records if r.error]
-        return _Side(failure=errors[0] if errors else f"status {records[0].status}")
-    clean = [r for r in passed if r.noise != "noisy"]
-    used = clean or passed
-    verdicts = {r.noise for r in used}
-    noise = "noisy" if not clean else ("clean" if verdicts == {"clean"} else "-" if verdicts == {None} else "mixed")
-    sessions: dict[str, list[float]] = defaultdict(list)
-    rounds: list[float] = []
-    for record in used:
-        mine = _record_rounds(record)
-        rounds.extend(mine)
-        sessions[record.session_id].extend(mine)
-    return _Side(
-        rounds=tuple(rounds),
-        sessions=dict(sessions),
-        threads=frozenset(r.threads for r in used if r.threads is not None),
-        devices=frozenset(r.device_name for r in used if r.device_name),
-        reference_us=_median([r.interference.get("reference_us") for r in used
-                              if r.host_speed is not None and r.host_bound]),
-        noise=noise,
-        noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
-    )
-
-
-def _median(values: Sequence[Any]) -> float | None:
-    numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    return float(np.median(numbers)) if numbers else None
-
-
-def _mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
-    if len(a) < 2 or len(b) < 2:
-        return None
-    from scipy.stats import mannwhitneyu
-
-    if len(set(a) | set(b)) == 1:
-        return 1.0  # identical constant samples: no difference, and scipy would divide by zero
-    with warnings.catch_warnings():
-        warnings.simplefilter("ignore", RuntimeWarning)
-        result = mannwhitneyu(a, b, alternative="two-sided")
-    p = float(result.pvalue)
-    return None if math.isnan(p) else p
-
-
-def _missing_note(side_a: _Side | None, side_b: _Side | None) -> str:
+def _missing_note(side_a: Side | None, side_b: Side | None) -> str:
     parts = []
     for label, side in (("A", side_a), ("B", side_b)):
         if side is None:
@@ -327,33 +156,14 @@ def _missing_note(side_a: _Side | None, side_b: _Side | None) -> str:
     return "; ".join(parts)
 
 
-def _noisy_note(a: _Side, b: _Side) -> str:
+def _noisy_note(a: Side, b: Side) -> str:
     """Which side was measured under interference, and why, or ""."""
     return "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", a), ("B", b))
                      if side.noise == "noisy")
 
 
-def _inconclusive_reason(a: _Side, b: _Side) -> str:
-    """Why the two sides measured different things and cannot be compared at all, or ""."""
-    reasons: list[str] = []
-    if a.threads and b.threads and not a.threads & b.threads:
-        reasons.append(f"threads {'/'.join(map(str, sorted(a.threads)))} in A, "
-                       f"{'/'.join(map(str, sorted(b.threads)))} in B")
-    if a.devices and b.devices and not a.devices & b.devices:
-        reasons.append(f"device {', '.join(sorted(a.devices))} in A, {', '.join(sorted(b.devices))} in B")
-    short = [f"{len(side.rounds)} in {label}" for label, side in (("A", a), ("B", b)) if len(side.rounds) < MIN_ROUNDS]
-    if short:
-        reasons.append(f"too few rounds ({', '.join(short)}; need {MIN_ROUNDS})")
-    return "; ".join(reasons)
 
 
-def check_verdict_settings(threshold: float, alpha: float, *, prefix: str = "") -> None:
-    """Raise ValueError unless `threshold` is a finite number >= 0 and `alpha` lies in (0, 1);
-    `prefix` comes before the names (``"--"`` for the command-line flags)."""
-    if not (threshold >= 0 and math.isfinite(threshold)):
-        raise ValueError(f"{prefix}threshold must be a finite number >= 0 (0.10 = 10 %), got {threshold!r}")
-    if not 0 < alpha < 1:
-        raise ValueError(f"{prefix}alpha must be in (0, 1), e.g. 0.05, got {alpha!r}")
 
 
 def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
@@ -370,7 +180,7 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
         if bad:
             raise TypeError(f"{name} must hold BenchmarkRecords (read them with pytest_hwbench.sinks.read_records "
                             f"or load_records), got {bad[0]}")
-    sides_a, sides_b = _sides(a), _sides(b)
+    sides_a, sides_b = sides_of(a), sides_of(b)
     pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     host = learn_host_model(pairs)
     runs = learn_run_spread(pairs, host)
@@ -379,126 +189,19 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
             for case in order]
 
 
-#: Records on each side of a record, in its session's order, whose reference kernel readings are
-#: pooled into the host speed it is corrected for (`_smoothed_references`).
-HOST_WINDOW = 2
-
-
-def _smoothed_references(records: Sequence[BenchmarkRecord]) -> list[BenchmarkRecord]:
-    """`records` with each one's ``reference_us`` replaced by the median over it and the
-    `HOST_WINDOW` records on each side of it in its session (in the order given): one kernel
-    reading of a few milliseconds is noisy, while host speed holds over a stretch of time."""
-    by_session: dict[str, list[int]] = defaultdict(list)
-    for index, record in enumerate(records):
-        if record.host_speed is not None and isinstance(record.interference.get("reference_us"), (int, float)):
-            by_session[record.session_id].append(index)
-    out = list(records)
-    for indices in by_session.values():
-        values = [float(records[i].interference["reference_us"]) for i in indices]
-        for position, index in enumerate(indices):
-            window = values[max(0, position - HOST_WINDOW): position + HOST_WINDOW + 1]
-            smoothed = float(np.median(window))
-            record = records[index]
-            out[index] = dataclasses.replace(record, interference={**record.interference, "reference_us": smoothed})
-    return out
-
-
-def _sides(records: Sequence[BenchmarkRecord]) -> dict[str, _Side]:
-    by_case: dict[str, list[BenchmarkRecord]] = {}
-    for record in _smoothed_references(records):
-        by_case.setdefault(record.case_id, []).append(record)
-    return {case: _side(recs) for case, recs in by_case.items()}
 
 
 def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> HostModel:
     """The `HostModel` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    sides_a, sides_b = _sides(a), _sides(b)
+    sides_a, sides_b = sides_of(a), sides_of(b)
     return learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
 
 
-def learn_host_model(pairs: Sequence[tuple[_Side, _Side]]) -> HostModel:
-    """The elasticity of latency against the reference kernel, from the cases whose host speed
-    differs by at least `MIN_HOST_CHANGE` between the sides: the median of their
-    ``log(latency B / latency A) / log(kernel B / kernel A)``, its spread 1.4826 x MAD (at least
-    `MIN_ELASTICITY_SD`), clamped to [0, 3]; no such case: `HostModel()`, which corrects nothing.
-    Whether it is applied is `HostModel.established`."""
-    slopes = []
-    for a, b in pairs:
-        med_a, med_b = a.median, b.median
-        if not (a.reference_us and b.reference_us and med_a and med_b) or a.noise == "noisy" or b.noise == "noisy":
-            continue
-        x = math.log(b.reference_us / a.reference_us)
-        if abs(x) < math.log1p(MIN_HOST_CHANGE):
-            continue
-        slopes.append(math.log(med_b / med_a) / x)
-    if not slopes:
-        return HostModel()
-    arr = np.asarray(slopes)
-    k = float(np.median(arr))
-    sd = 1.4826 * float(np.median(np.abs(arr - k)))
-    return HostModel(min(3.0, max(0.0, k)), max(MIN_ELASTICITY_SD, sd), len(slopes))
-
-
-@dataclass(frozen=True)
-class RunSpread:
-    """How far two sessions of the same code differ per case beyond what the host's speed explains:
-    `clean` for cases measured clean on both sides, `noisy` for cases with an interfered side
-    (relative, 1-sigma; None where fewer than `MIN_RUN_CASES` cases teach it), and how many cases
-    taught each."""
-
-    clean: float | None = None
-    noisy: float | None = None
-    clean_cases: int = 0
-    noisy_cases: int = 0
-
-    def for_case(self, noisy: bool) -> float | None:
-        """The between-run spread a case of this kind carries, None where too few cases taught it
-        (a clean case is then judged on its rounds, and never called unchanged; an interfered
-        case cannot be judged)."""
-        return self.noisy if noisy else self.clean
-
-
-def _host_ratio(a: _Side, b: _Side) -> float | None:
-    """B's reference kernel time over A's, or None where a side carries no host speed."""
-    return b.reference_us / a.reference_us if a.reference_us and b.reference_us else None
-
-
-def _corrected_log_change(a: _Side, b: _Side, host: HostModel) -> float | None:
-    """log(B / A), B corrected for host speed where `host` is established, for a pair that can be
-    compared at all; else None."""
-    med_a, med_b = a.median, b.median
-    if not (med_a and med_b and med_a > 0 and med_b > 0) or _inconclusive_reason(a, b):
-        return None
-    ratio = _host_ratio(a, b)
-    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
-        return None
-    applied = host.elasticity * math.log(ratio) if ratio and host.established else 0.0
-    return math.log(med_b / med_a) - applied
-
-
-def learn_run_spread(pairs: Sequence[tuple[_Side, _Side]], host: HostModel) -> RunSpread:
-    """The between-run spread of the compared cases (see `RunSpread`): 1.4826 x the MAD of their
-    corrected log changes around their median, per kind (clean on both sides, or not), from at
-    least `MIN_RUN_CASES` cases of that kind."""
-    groups: dict[bool, list[float]] = {False: [], True: []}
-    for a, b in pairs:
-        value = _corrected_log_change(a, b, host)
-        if value is not None:
-            groups[a.noise == "noisy" or b.noise == "noisy"].append(value)
-
-    def spread(values: list[float], centre: bool) -> float | None:
-        if len(values) < MIN_RUN_CASES:
-            return None
-        arr = np.asarray(values)
-        return 1.4826 * float(np.median(np.abs(arr - (np.median(arr) if centre else 0.0))))
-
-    return RunSpread(spread(groups[False], True), spread(groups[True], False), len(groups[False]),
-                     len(groups[True]))
 
 
 def run_spread_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> RunSpread:
     """The `RunSpread` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    sides_a, sides_b = _sides(a), _sides(b)
+    sides_a, sides_b = sides_of(a), sides_of(b)
     pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     return learn_run_spread(pairs, learn_host_model(pairs))
 
@@ -536,7 +239,7 @@ def advice(comparisons: Sequence[Comparison]) -> str:
             "job with alternating rounds (`hwbench ab --models ... --b-options ...` or `--b-python ...`)")
 
 
-def _history_spread(a: _Side, b: _Side) -> float | None:
+def _history_spread(a: Side, b: Side) -> float | None:
     """The between-session spread of a case's change where a side holds several sessions (a
     history): the sample standard deviation of the session medians' logs (bimodal runs included),
     pooled over both sides, scaled to the difference of the two sides' means; None with fewer
@@ -563,7 +266,7 @@ def _what_decides(between: float | None, spread: float, host_sd: float, history:
             f"{threshold:.0%}, `hwbench ab`")
 
 
-def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, threshold: float,
+def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, threshold: float,
                   alpha: float, host: HostModel | None = None, runs: RunSpread | None = None) -> Comparison:
     host = host or HostModel()
     runs = runs or RunSpread()
@@ -577,9 +280,9 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
                           noise=noise)
     change = med_b / med_a - 1
     spread = math.hypot(side_a.spread, side_b.spread)
-    ratio = _host_ratio(side_a, side_b)
+    ratio = host_ratio(side_a, side_b)
     noisy = _noisy_note(side_a, side_b)
-    reason = _inconclusive_reason(side_a, side_b)
+    reason = inconclusive_reason(side_a, side_b)
     if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
         slower = "B" if ratio > 1 else "A"
         reason = "; ".join(filter(None, [reason, f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {slower}: "
@@ -609,7 +312,7 @@ def _compare_case(case_id: str, side_a: _Side | None, side_b: _Side | None, thre
     low, high = math.expm1(centre - INTERVAL_Z * uncertainty), math.expm1(centre + INTERVAL_Z * uncertainty)
     base |= {"low": low, "high": high}
     factor = ratio ** host.elasticity if ratio and corrected is not None else 1.0
-    p_value = _mannwhitney(side_a.rounds, [r / factor for r in side_b.rounds])
+    p_value = mannwhitney(side_a.rounds, [r / factor for r in side_b.rounds])
     verdict, why = judge_interval(judged, low, high, threshold)
     if verdict == "unchanged" and between is None:
         verdict, why = "inconclusive", (f"{_UNKNOWN_RUNS_NOTE}: fewer than {MIN_RUN_CASES} cases compared and no "
@@ -646,8 +349,8 @@ def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *,
     out = []
     for case in list(rounds_a) + [c for c in rounds_b if c not in rounds_a]:
         side_a, side_b = rounds_a.get(case, {}), rounds_b.get(case, {})
-        med_a = _median([r.latency_ms_median for r in side_a.values() if r.status == "passed"])
-        med_b = _median([r.latency_ms_median for r in side_b.values() if r.status == "passed"])
+        med_a = median_of([r.latency_ms_median for r in side_a.values() if r.status == "passed"])
+        med_b = median_of([r.latency_ms_median for r in side_b.values() if r.status == "passed"])
         ratios = [side_b[k].latency_ms_median / side_a[k].latency_ms_median for k in side_a if k in side_b
                   and side_a[k].latency_ms_median and side_b[k].latency_ms_median]
         if med_a is None or med_b is None:
@@ -775,8 +478,5 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
     }, indent=2, default=str)
 
 
-__all__ = ["DECISIVE_SHARE", "INTERVAL_Z", "MAX_HOST_RATIO", "MIN_ROUNDS", "MIN_RUN_CASES", "ROUNDS",
-           "UNPROVEN_ELASTICITY_SD", "VERDICTS", "Comparison", "HostModel", "RunSpread", "Verdict", "advice",
-           "check_verdict_settings", "compare_pairs", "compare_records", "decisiveness", "exit_code",
-           "format_table", "host_model_of", "judge_interval", "learn_host_model", "learn_run_spread",
-           "paired_interval", "round_medians", "run_spread_of", "to_json"]
+__all__ = ["DECISIVE_SHARE", "Comparison", "advice", "compare_pairs", "compare_records", "decisiveness",
+           "exit_code", "format_table", "host_model_of", "run_spread_of", "to_json"]

@@ -12,19 +12,18 @@ import pytest
 
 from pytest_hwbench.compare import (
     DECISIVE_SHARE,
-    MIN_ROUNDS,
     Comparison,
     advice,
     compare_records,
     decisiveness,
     exit_code,
     format_table,
-    round_medians,
     run_spread_of,
     to_json,
 )
 from pytest_hwbench.record import BenchmarkRecord
-from pytest_hwbench.trackers import Latency
+from pytest_hwbench.trackers import Latency, round_medians
+from pytest_hwbench.verdict import MIN_ROUNDS
 
 
 def record(session: str, model: str, timings: np.ndarray | list[float], *, noise: str | None = "clean",
@@ -440,7 +439,8 @@ def test_on_real_records_a_planted_change_whose_interval_reaches_past_the_thresh
 
 
 def test_an_elasticity_whose_interval_contains_zero_corrects_nothing():
-    from pytest_hwbench.compare import UNPROVEN_ELASTICITY_SD, host_model_of
+    from pytest_hwbench.compare import host_model_of
+    from pytest_hwbench.compare_sides import UNPROVEN_ELASTICITY_SD
 
     # B's kernel ran 1.3x slower on every case, but the latencies did not follow it (one up, one
     # down, most flat): the per-case slopes scatter around zero.
@@ -477,7 +477,7 @@ def test_a_bimodal_history_is_the_noise_of_a_case_and_a_change_inside_it_is_not_
 
 
 def test_one_contract_for_every_verdict_in_the_paired_interval_too():
-    from pytest_hwbench.compare import judge_interval, paired_interval
+    from pytest_hwbench.verdict import judge_interval, paired_interval
 
     assert judge_interval(0.30, 0.20, 0.40, 0.10) == ("regression", "")
     assert judge_interval(-0.30, -0.40, -0.20, 0.10) == ("improvement", "")

@@ -1,0 +1,99 @@
+"""The one verdict contract every comparison shares, and the statistics it rests on: a change
+and its interval judged against a threshold (`judge_interval`), the paired interval of per-round
+ratios (`paired_interval`, for `hwbench ab`), the robust spread of rounds, Mann-Whitney U on
+rounds, and the check of the threshold and significance level a comparison is asked with.
+"""
+
+from __future__ import annotations
+
+import math
+import warnings
+from collections.abc import Sequence
+from typing import Any, Literal
+
+import numpy as np
+
+Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
+VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclusive", "missing")
+
+#: Fewer rounds than this on a side: no test is possible (5 vs 5 rounds can reach p = 0.008).
+MIN_ROUNDS = 3
+#: A change's interval is its point estimate +- this many combined uncertainties (1-sigma, log scale):
+#: the spreads are robust estimates from a handful of rounds, sessions or cases, so a wide factor.
+INTERVAL_Z = 3.0
+
+def judge_interval(change: float, low: float, high: float, threshold: float) -> tuple[Verdict, str]:
+    """The verdict every comparison shares, on a relative change and its interval [`low`, `high`]:
+
+    - ``regression`` / ``improvement``: the interval excludes no change and `change` passes `threshold`;
+    - ``unchanged``: the whole interval lies inside +-`threshold` (an equivalence test);
+    - ``inconclusive`` otherwise, with the reason (the second item; "" for a firm verdict).
+    """
+    span = f"interval {low * 100:+.1f}% to {high * 100:+.1f}%"
+    if (low > 0 or high < 0) and abs(change) > threshold:
+        return ("regression" if change > 0 else "improvement"), ""
+    if -threshold <= low and high <= threshold:
+        return "unchanged", ""
+    if low > 0 or high < 0:
+        return "inconclusive", (f"{span}: a real change, but whether it passes +-{threshold:.0%} cannot be "
+                                "told")
+    return "inconclusive", f"{span} reaches past +-{threshold:.0%}: no change and a change both fit"
+
+
+def paired_interval(ratios: Sequence[float], alpha: float) -> tuple[float, float, float, float] | None:
+    """(change, low, high, p-value) of per-round ratios B / A: the geometric mean change and its
+    1 - `alpha` Student-t interval from the log ratios, with the one-sample t-test's p-value; None
+    for fewer than 3 usable ratios."""
+    logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
+    if len(logs) < 3:
+        return None
+    from scipy.stats import t as student
+
+    n = len(logs)
+    mean = sum(logs) / n
+    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
+    if sd == 0:
+        p = 0.0 if mean != 0 else 1.0
+        half = 0.0
+    else:
+        se = sd / math.sqrt(n)
+        p = float(2 * student.sf(abs(mean / se), n - 1))
+        half = float(student.ppf(1 - alpha / 2, n - 1)) * se
+    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), p
+
+def relative_spread(values: Sequence[float]) -> float:
+    """1.4826 x MAD / median: a robust relative standard deviation (0 for fewer than 2 values)."""
+    if len(values) < 2:
+        return 0.0
+    arr = np.asarray(values, dtype=float)
+    median = float(np.median(arr))
+    return 1.4826 * float(np.median(np.abs(arr - median))) / median if median > 0 else 0.0
+
+def median_of(values: Sequence[Any]) -> float | None:
+    numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
+    return float(np.median(numbers)) if numbers else None
+
+def mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
+    if len(a) < 2 or len(b) < 2:
+        return None
+    from scipy.stats import mannwhitneyu
+
+    if len(set(a) | set(b)) == 1:
+        return 1.0  # identical constant samples: no difference, and scipy would divide by zero
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore", RuntimeWarning)
+        result = mannwhitneyu(a, b, alternative="two-sided")
+    p = float(result.pvalue)
+    return None if math.isnan(p) else p
+
+def check_verdict_settings(threshold: float, alpha: float, *, prefix: str = "") -> None:
+    """Raise ValueError unless `threshold` is a finite number >= 0 and `alpha` lies in (0, 1);
+    `prefix` comes before the names (``"--"`` for the command-line flags)."""
+    if not (threshold >= 0 and math.isfinite(threshold)):
+        raise ValueError(f"{prefix}threshold must be a finite number >= 0 (0.10 = 10 %), got {threshold!r}")
+    if not 0 < alpha < 1:
+        raise ValueError(f"{prefix}alpha must be in (0, 1), e.g. 0.05, got {alpha!r}")
+
+
+__all__ = ["INTERVAL_Z", "MIN_ROUNDS", "VERDICTS", "Verdict", "check_verdict_settings", "judge_interval",
+           "mannwhitney", "median_of", "paired_interval", "relative_spread"]
