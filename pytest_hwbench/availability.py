@@ -39,15 +39,22 @@ class CaseFields(Protocol):
 MEMORY_USABLE_SHARE = 0.9
 
 
+def targets_for(case: CaseFields) -> tuple[str, ...]:
+    """The targets whose detection `unavailable` reads for `case`: those its backend reads
+    (`Backend.detects`) and the host CPU (memory)."""
+    return tuple(dict.fromkeys((*get_backend(case.backend).detects(case.hardware), "cpu")))
+
+
 def unavailable(case: CaseFields, hw: HardwareInfo | None = None) -> str | None:
-    """None when `case` can run here, else the skip reason.
+    """None when `case` can run here, else the skip reason. `hw` holds at least `targets_for(case)`;
+    without it, those targets are probed.
 
     The backend's reason comes first (hardware, runtime, precision); then the mode's; then the
     model's known gap on this backend (`ModelSpec.backend_gaps`); then an input longer than the
     model embeds; then memory: a case whose `ModelSpec.estimated_memory_mb` does not fit its
     device is skipped before it is built (`memory_shortfall`).
     """
-    hw = hw or detect_hardware()
+    hw = hw or detect_hardware(targets_for(case))
     reason = get_backend(case.backend).unavailable(case.hardware, case.precision, hw)
     if reason:
         return reason
@@ -144,4 +151,4 @@ def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
 
 
 __all__ = ["MEMORY_USABLE_SHARE", "CaseFields", "device_memory_mb", "host_memory_mb", "input_length_reason",
-           "memory_shortfall", "unavailable"]
+           "memory_shortfall", "targets_for", "unavailable"]

@@ -72,29 +72,22 @@ class TargetInfo:
 
 @dataclass(frozen=True)
 class HardwareInfo:
-    """What `detect_hardware` found, keyed by target name. `live`: this machine's own detection,
-    where a registered target not probed yet is probed when asked for by name (`info["cuda"]`);
-    iterating `targets` shows only what was probed."""
+    """What `detect_hardware` found, keyed by target name: the targets it probed, nothing more.
+    Looking a target up probes nothing; one that was not probed is a KeyError (`get`: None)."""
 
     targets: Mapping[str, TargetInfo]
-    live: bool = field(default=False, compare=False)
 
     def __getitem__(self, name: str) -> TargetInfo:
-        if name in self.targets:
+        try:
             return self.targets[name]
-        if self.live:
-            try:
-                return detect_hardware(targets=[name])[name]
-            except ValueError as exc:
-                raise KeyError(str(exc)) from None
-        raise KeyError(f"unknown hardware target {name!r}; known: {', '.join(self.targets)}")
+        except KeyError:
+            raise KeyError(f"hardware target {name!r} was not probed for this value (it holds "
+                           f"{', '.join(self.targets) or 'none'}); detect_hardware(targets=[{name!r}, ...]) "
+                           "probes it") from None
 
     def get(self, name: str) -> TargetInfo | None:
-        """The target `name` (probed now on a live detection), or None for a target unknown here."""
-        try:
-            return self[name]
-        except KeyError:
-            return None
+        """The target `name`, or None where it was not probed."""
+        return self.targets.get(name)
 
     def available(self) -> list[str]:
         """Names of the available targets."""
@@ -548,7 +541,7 @@ def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
                 except Exception as exc:  # a broken driver must not stop the session
                     _FOUND[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
             found[name] = _FOUND[name]
-    return HardwareInfo(found, live=True)
+    return HardwareInfo(found)
 
 
 def probed_hardware() -> HardwareInfo:
@@ -556,7 +549,7 @@ def probed_hardware() -> HardwareInfo:
     with _FOUND_LOCK:
         done = dict(_FOUND)
     order = _in_table_order(done)
-    return HardwareInfo({name: done[name] for name in order}, live=True)
+    return HardwareInfo({name: done[name] for name in order})
 
 
 def forget_detection() -> None:

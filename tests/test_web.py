@@ -82,7 +82,7 @@ def test_case_ids_and_markers():
     from pytest_hwbench.plugin.grid import Selection, case_from_id, generate_cases
 
     grid = generate_cases(Selection(models=("bert-tiny",), backends=("onnxruntime-web",), batch_sizes=(1,)),
-                          detect_hardware())
+                          detect_hardware)
     ids = [case.id for case in grid.cases]
     assert ids == ["bert-tiny-wasm-onnxruntime-web-fp32-b1", "bert-tiny-webgpu-onnxruntime-web-fp32-b1",
                    "bert-tiny-webnn-onnxruntime-web-fp32-b1"]

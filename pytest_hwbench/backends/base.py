@@ -147,6 +147,11 @@ class Backend(Protocol):
         """Called once at session end to end process-wide resources (e.g. a browser)."""
         return None
 
+    def detects(self, hardware: str) -> tuple[str, ...]:
+        """The targets whose detection `default_precisions` and `unavailable` read for a case on
+        `hardware` (the `HardwareInfo` they get holds these): `hardware` itself by default."""
+        return (hardware,)
+
     def markers(self, hardware: str) -> tuple[str, ...]:
         """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""
         ...

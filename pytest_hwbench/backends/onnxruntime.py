@@ -159,6 +159,9 @@ class OnnxRuntimeBackend(Backend):
     def _precisions_for(self, hardware: str) -> tuple[str, ...]:
         return {"cpu": ("fp32", "fp16", "int8"), "cuda": ("fp32", "fp16"), "openvino": ("fp32",)}[hardware]
 
+    def detects(self, hardware: str) -> tuple[str, ...]:
+        return (hardware, "onnxruntime")  # the onnxruntime probe lists the execution providers
+
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         if hardware == "cpu":
             # fp16 on the CPU provider is not a native path here: run it only when asked.

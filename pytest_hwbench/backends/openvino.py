@@ -102,6 +102,9 @@ class OpenVinoBackend(Backend):
     def markers(self, hardware: str) -> tuple[str, ...]:
         return ("cpu", "openvino") if hardware == "cpu" else ("openvino",)
 
+    def detects(self, hardware: str) -> tuple[str, ...]:
+        return ("openvino",)  # its hardware names OpenVINO devices, found by the openvino probe
+
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         target = hw["openvino"]
         devices = _ov_devices(hardware, hw) if target.available else []

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from ..availability import targets_for
 from ..backends.base import registered_backends
 from ..case import BenchCase
 from ..hardware import detect_hardware
@@ -82,8 +83,8 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
         return
     config = metafunc.config
     narrowed = _marker_filter(metafunc)
-    # Live detection: a target is probed when a kept case first asks for it.
-    grid = generate_cases(selection(config), detect_hardware(targets=()), narrowed, metafunc.definition.nodeid,
+    # Only the targets the kept cases read are probed.
+    grid = generate_cases(selection(config), detect_hardware, narrowed, metafunc.definition.nodeid,
                           keeps=_mark_selection(config, metafunc))
     for line in grid.notes:
         note(config, line)
@@ -106,17 +107,16 @@ def count_matched_cases(config: pytest.Config, items: list[pytest.Item]) -> None
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Skip by capability at collection, so absent hardware costs no fixture set-up; live detection
-    # probes only the targets the kept cases ask about.
-    hw = None
+    # Skip by capability at collection, so absent hardware costs no fixture set-up; only the
+    # targets the kept cases read are probed.
     state = config.stash.get(STATE, None)
-    for item in items:
-        case = case_of(item)
-        if case is None:
-            continue
-        if state is not None:
-            state.collection["selected"] += 1
-        hw = hw or detect_hardware(targets=())
+    kept = [(item, case) for item in items if (case := case_of(item)) is not None]
+    if state is not None:
+        state.collection["selected"] += len(kept)
+    if not kept:
+        return
+    hw = detect_hardware(targets=dict.fromkeys(t for _, case in kept for t in targets_for(case)))
+    for item, case in kept:
         reason = case.unavailable(hw)
         if reason:
             item.add_marker(pytest.mark.skip(reason=reason))

@@ -11,13 +11,13 @@ into summary lines. `case_from_id` is the way back from a case id to its case.
 from __future__ import annotations
 
 import difflib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
 
 from ..backends.base import Backend, registered_backends
 from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id, takes_new_tokens
-from ..hardware import HardwareInfo, TargetInfo, not_available
+from ..hardware import HardwareInfo, not_available
 from ..models import FAMILIES, MODELS, ModelSpec, get_model
 from ..scenarios import get_scenario, registered_modes
 from ..vocabulary import DEFAULT_MODE, PRECISIONS
@@ -116,26 +116,24 @@ def marker_values(nodeid: str, marks: Iterable[tuple[tuple[Any, ...], Mapping[st
     return narrowed
 
 
-class _Unprobed(HardwareInfo):
-    """Stands for the hardware of cases that the run's marker selection drops: every target reads
-    as not probed, so building their ids probes nothing."""
-
-    def __getitem__(self, name: str) -> TargetInfo:
-        return not_available(name, "not probed: the run's -m selection keeps no case on it")
+def _unprobed(targets: Iterable[str]) -> HardwareInfo:
+    """The hardware of cases that the run's marker selection drops: each target not probed."""
+    return HardwareInfo({name: not_available(name, "not probed: the run's -m selection keeps no case on it")
+                         for name in targets})
 
 
-_UNPROBED = _Unprobed({})
+def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], HardwareInfo],
+                   narrowed: Mapping[str, Any] | None = None, test: str = "",
+                   keeps: Callable[[Iterable[str]], bool] | None = None) -> Grid:
+    """The grid of cases `selection` asks for, in an order that reuses loaded models.
 
-
-def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str, Any] | None = None,
-                   test: str = "", keeps: Callable[[Iterable[str]], bool] | None = None) -> Grid:
-    """The grid of cases `selection` asks for on `hw`, in an order that reuses loaded models.
-
-    `narrowed` holds the hwbench marker's keywords of `test` (`marker_values`); a marker value
-    that the selection narrows to nothing gives a note for the run's summary. `keeps(marks)`
-    says whether a case with these marks survives the run's marker selection (``-m``): the
-    cases it drops are still generated (pytest deselects them) but ask `hw` nothing, so their
-    targets are never probed.
+    `detect(targets)` gives the hardware those targets are (``detect_hardware``, or a fixed
+    `HardwareInfo` in a test); it is called once, with the targets the kept cases' backends read
+    (`Backend.detects`). `narrowed` holds the hwbench marker's keywords of `test`
+    (`marker_values`); a marker value that the selection narrows to nothing gives a note for the
+    run's summary. `keeps(marks)` says whether a case with these marks survives the run's marker
+    selection (``-m``): the cases it drops are still generated (pytest deselects them) but their
+    targets are not probed.
     """
     narrowed = narrowed or {}
     notes: list[str] = []
@@ -164,7 +162,8 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
     modes = pick("modes", (DEFAULT_MODE,))
     new_tokens = pick("new_tokens", (DEFAULT_NEW_TOKENS,))
     input_lengths = pick("input_lengths", (None,))
-    cases = []
+    # The grid's points first, then one detection of the targets the kept points read, then precisions.
+    points = []
     for mode in modes:
         scenario = get_scenario(mode)
         tokens_per_case = new_tokens if takes_new_tokens(mode) else (None,)
@@ -185,15 +184,20 @@ def generate_cases(selection: Selection, hw: HardwareInfo, narrowed: Mapping[str
                     if named_backends is None and hardware in backend.opt_in_hardware:
                         continue  # e.g. torch.compile on cpu: only when asked for by name
                     kept = keeps is None or keeps(case_marks(backend, hardware, mode, spec))
-                    defaults = backend.default_precisions(hardware, hw if kept else _UNPROBED)
-                    # asked-for precisions the mode lacks skip with its reason
-                    defaults = tuple(p for p in defaults if p in scenario.precisions)
-                    for precision in (precisions if precisions is not None else defaults):
-                        for length in lengths:
-                            for tokens in tokens_per_case:
-                                for batch in batch_sizes:
-                                    cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
-                                                           mode, tokens, length))
+                    points.append((mode, scenario, tokens_per_case, name, lengths, backend_name, backend, hardware, kept))
+    wanted = dict.fromkeys(t for *_, backend, hardware, kept in points if kept for t in backend.detects(hardware))
+    hw = detect(tuple(wanted)) if wanted else HardwareInfo({})
+    cases = []
+    for mode, scenario, tokens_per_case, name, lengths, backend_name, backend, hardware, kept in points:
+        defaults = backend.default_precisions(hardware, hw if kept else _unprobed(backend.detects(hardware)))
+        # asked-for precisions the mode lacks skip with its reason
+        defaults = tuple(p for p in defaults if p in scenario.precisions)
+        for precision in (precisions if precisions is not None else defaults):
+            for length in lengths:
+                for tokens in tokens_per_case:
+                    for batch in batch_sizes:
+                        cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
+                                               mode, tokens, length))
     return Grid(cases, tuple(notes))
 
 
