@@ -1,8 +1,8 @@
 """What does one benchmark invocation cost besides its cases? Two checkouts, side by side.
 
-Issue 19, item 5 ("Fixed cost"): every invocation paid about 7 s before and around its cases
-(pytest start and collection, every scenario and backend imported at option time, FLOP counting,
-sink writes). This measures the fixed cost of the acceptance command
+The fixed cost of an invocation is what it pays before and around its cases (pytest start and
+collection, imports at option time, FLOP counting, sink writes). This measures the fixed cost of
+the acceptance command
 
     pytest bench_suites/test_inference.py -m cpu --hwbench-models bert-tiny \
         --hwbench-batch-sizes 1 --hwbench-backends torch

@@ -1,4 +1,4 @@
-"""How good is `hwbench compare` as a regression gate? Figures, not assertions (issue 16).
+"""How good is `hwbench compare` as a regression gate? Figures, not assertions.
 
 Four real runs of a subset of the quick tier (inference, fp32, tiny models on torch, onnxruntime
 and a third-party backend ``gate-torch``), each a fresh ``pytest bench_suites`` process writing one
@@ -21,8 +21,8 @@ Printed:
 - (c) A/B, runs 1 vs 4 on ``gate-torch``: detection (the share of cases called a regression);
 - (d) ``hwbench ab``, run 5: detection, false alarms (improvements), decisiveness.
 Each line has false alarms, detection where a change was planted, and decisiveness (the share of
-compared cases with a verdict). Beside (a)-(c), the verdicts of the previous gate (Mann-Whitney U
-on iterations) on the same records. The aims: false alarms <= 5 % in every run, detection >= 90 %
+compared cases with a verdict). Beside (a)-(c), the verdicts of a plain Mann-Whitney gate (U on
+iterations) on the same records, as a baseline. The aims: false alarms <= 5 % in every run, detection >= 90 %
 in (c) and (d), decisiveness >= 80 % in (a) and (b) and >= 90 % in (d).
 
     python benchmarks/gate_quality.py                    # a few minutes on 2 cores
@@ -92,8 +92,8 @@ def _run(label: str, store: Path, args: argparse.Namespace, backends: str, *, wo
     return str(sessions["session_id"].iloc[0])  # newest first
 
 
-def _old_gate(a, b) -> str:
-    """The verdict of the gate before issue 16: median change > 10 % and Mann-Whitney U on the
+def _mann_whitney_gate(a, b) -> str:
+    """The verdict of a plain Mann-Whitney gate: median change > 10 % and Mann-Whitney U on the
     iterations, p < 0.05."""
     from scipy.stats import mannwhitneyu
 
@@ -124,7 +124,7 @@ def _line(name: str, comps, old: Counter) -> None:
           f"{counts['regression']} regression, {counts['improvement']} improvement) | decisiveness "
           f"{decided / max(compared, 1):.0%} | inconclusive {counts['inconclusive']} "
           f"({', '.join(f'{n} {r}' for r, n in reasons.most_common()) or '-'}) | unchanged {counts['unchanged']}")
-    print(f"    before (Mann-Whitney on iterations): false alarms {old_alarms} ({old_alarms / max(compared, 1):.1%})")
+    print(f"    Mann-Whitney on iterations: false alarms {old_alarms} ({old_alarms / max(compared, 1):.1%})")
 
 
 #: Kinds of comparison the calibration mode judges, in the order printed.
@@ -275,7 +275,7 @@ def main(argv: list[str] | None = None) -> int:
 
         def old(a, b) -> Counter:
             by_a = {r.case_id: r for r in a if r.status == "passed"}
-            return Counter(_old_gate(by_a[r.case_id], r) for r in b if r.status == "passed" and r.case_id in by_a)
+            return Counter(_mann_whitney_gate(by_a[r.case_id], r) for r in b if r.status == "passed" and r.case_id in by_a)
 
         print()
         for label, records in (("run 1", r1), ("run 2", r2), ("run 3", r3), ("run 4", r4)):
@@ -306,7 +306,7 @@ def main(argv: list[str] | None = None) -> int:
               f"{(compared - counts['inconclusive']) / max(compared, 1):.0%} | all verdicts {dict(counts)}; median "
               f"measured change {changes[len(changes) // 2] if changes else math.nan:+.1%}")
         old_ab = old(gate1, r4)
-        print(f"    before (Mann-Whitney on iterations): regression in {old_ab['regression']} of {len(ab)}", flush=True)
+        print(f"    Mann-Whitney on iterations: regression in {old_ab['regression']} of {len(ab)}", flush=True)
         _ab_line(root, args, load_core)
         if args.keep:
             print(f"store kept at {store}")

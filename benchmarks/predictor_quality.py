@@ -1,4 +1,4 @@
-"""How good are the hwsel latency predictors on real runs, on CPU and on an H100 (issue 10, part 6)?
+"""How good are the hwsel latency predictors on real runs, on CPU and on an H100?
 
 Usage::
 
@@ -37,7 +37,7 @@ the folds `hwsel train` uses), it prints:
 - then training on the CPU records alone and predicting the H100 records (no GPU row in training);
 - the timings of `hwsel.select_hardware` and `hwsel.prediction_matrix` on the CPU snapshot.
 
-Every aim of issue 10 is printed next to its figure with "met" or "NOT met", and a closing list
+Every aim (`LOMO_MAPE_AIM` and the constants after it) is printed next to its figure with "met" or "NOT met", and a closing list
 repeats them. Each section prints its wall time.
 
 Caveats: the recipe is chosen on folds that overlap the scored ones (no nested CV: it would
@@ -102,7 +102,7 @@ SESSIONS = (
     (QUICK_MODELS, "torch", "1,2,4,8,16,32", "3", "7", "0.3"),
 )
 
-#: Issue 10's aims. LOMO MAPE differs per data set; the rest hold for both.
+#: The predictors' aims. LOMO MAPE differs per data set; the rest hold for both.
 LOMO_MAPE_AIM = {"CPU": 0.15, "H100": 0.20}
 HELDOUT_BATCH_AIM = 0.06
 ROOFLINE_RATIO_AIM = 3.0
@@ -205,7 +205,7 @@ class Aims:
         return f"{aim_text}: {'met' if ok else 'NOT met'}"
 
     def summary(self) -> None:
-        print("\n== aims of issue 10 ==")
+        print("\n== aims ==")
         for label, shown, aim_text, ok in self.rows:
             print(f"  {label:<40}{shown:>8}  {aim_text:<13}  {'met' if ok else 'NOT met'}")
         print(f"  {sum(ok for *_, ok in self.rows)} of {len(self.rows)} met")
@@ -460,7 +460,7 @@ def lomo_table(ds: Dataset, oof: pd.DataFrame, folds: list[Fold], aims: Aims) ->
     print(_err_line("model", model, f"   {verdict}"))
     print(_err_line("roofline (uncalibrated)", roof))
     print(_err_line("roofline calibrated per fold", error_metrics(cal["y_true"], cal["y_pred"])))
-    # Two nearest-zoo baselines: the architecture-first one of issue 10 and the nearest in FLOPs,
+    # Two nearest-zoo baselines: the architecture-first one and the nearest in FLOPs,
     # which is stronger where the only sibling of a full-size model is its tiny test version.
     near: dict[str, tuple[dict[str, float], dict[str, float], dict[str, int]]] = {}
     for label, arch_first in (("nearest zoo, arch first", True), ("nearest zoo, FLOPs only", False)):

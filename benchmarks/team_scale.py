@@ -15,7 +15,7 @@ workers on it (tests/_postgres.py), then prints:
 
 The experiments are filled fast by PostgreSQL's COPY into MLflow's own tables (runs, tags, params,
 metrics, latest_metrics), with the very tags, params and metrics `MlflowSink` writes for each
-record, a parent run per 500 records (a CI session of the issue held 469); the DuckDB file gets the same records through `DuckDBSink`.
+record, a parent run per 500 records (about a CI session's size); the DuckDB file gets the same records through `DuckDBSink`.
 Going through MLflow's REST API instead costs about 3 requests per run (hours at 50k here).
 
 Run it alone: ``flock /tmp/hwbench-timing.lock python benchmarks/team_scale.py``.

@@ -18,7 +18,7 @@ assertion.
 
     flock /tmp/hwbench-timing.lock python benchmarks/web_fidelity.py --rounds 3
 
-``--vs-python`` prints the older comparison instead: in-page medians (the backend's call) next to
+``--vs-python`` prints another comparison instead: in-page medians (the backend's call) next to
 Python onnxruntime on the CPU provider with as many threads, and the page timer's resolution with
 and without cross-origin isolation (FACTS.md: 5 us isolated, 100 us not):
 

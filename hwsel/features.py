@@ -27,7 +27,7 @@ import pandas as pd
 from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import bytes_per_element
 
-from .resolution import (  # noqa: F401  (re-exported: hwsel.features keeps its old names)
+from .resolution import (  # noqa: F401  (re-exported: the feature names and the model they describe)
     ALIASES,
     EXTRAPOLATE_ABOVE,
     ModelInfo,
@@ -38,7 +38,6 @@ from .resolution import (  # noqa: F401  (re-exported: hwsel.features keeps its 
     resolve_model,
 )
 from .roofline import RooflineEstimate, roofline, roofline_arrays
-from .roofline import roofline_arrays as _roofline_arrays  # noqa: F401  (the old private name)
 from .specs import DeviceSpec, local_cpu_spec, spec_for
 
 # --- features ---------------------------------------------------------------------------------
