@@ -60,10 +60,14 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
     option)`` pairs) that does not answer: an ``http(s)://`` server's ``/health`` within
     ``min(2, timeout)`` seconds, an SQL store's ``SELECT 1`` within
     `pytest_hwbench.sinks.reach.PING_TIMEOUT_S` (one that refuses the login or the database
-    raises ValueError naming the option); other stores pass."""
-    from pytest_hwbench.sinks.reach import is_sql, sql_problem
+    raises ValueError naming the option, as does an SQLite file that SQLite cannot read); other
+    stores pass."""
+    from pytest_hwbench.sinks.reach import check_sqlite, is_sql, sql_problem
 
     for uri, option in stores:
+        if isinstance(uri, str) and uri.lower().startswith("sqlite:///"):
+            check_sqlite(uri, option)
+            continue
         if is_http(uri):
             why = reach(str(uri), timeout=min(2.0, timeout))
         elif uri is not None and is_sql(str(uri)):

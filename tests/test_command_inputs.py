@@ -2,9 +2,11 @@
 never wait on a tracking server that does not answer:
 
 - ``report --out`` and ``export --parquet`` given a file, or nothing, are usage errors (exit 2);
-- ``export --to`` and ``import-mlflow`` to a server that refuses, or that accepts and never
-  answers, or to an SQL store whose port takes no connection, stop within seconds with exit 3
-  naming the option (not after MLflow's retries), the password masked;
+- ``export --to``, ``import-mlflow`` and ``compare --source-a`` on a server that refuses, that
+  accepts and never answers, or whose ``/health`` answers while its API hangs, or on an SQL store
+  whose port takes no connection, stop within seconds with exit 3 naming the option (not after
+  MLflow's retries), the password masked; ``--timeout`` bounds each later request;
+- a store file that SQLite cannot read is a usage error (exit 2) naming it, left as it was;
 - ``ab --threshold``/``--alpha`` out of range and an ``--a-python`` that is no interpreter are
   usage errors before any worker starts;
 - ``ab``'s sinks are bounded like the harness's: a silent server leaves the pair in the spool.
@@ -17,10 +19,12 @@ import os
 import socket
 import subprocess
 import sys
+import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from _hanging import PROBE, HangingServer
 
 from pytest_hwbench.cli import main
 
@@ -85,6 +89,71 @@ def test_export_and_import_stop_at_once_on_an_sql_store_that_takes_no_connection
         err = capsys.readouterr().err
         assert f"{option} postgresql://***@127.0.0.1:{port}/mlflow: cannot connect to 127.0.0.1:{port}" in err, err
         assert SECRET not in err and "Operation will be retried" not in err
+
+
+@pytest.mark.e2e
+def test_store_commands_stop_within_seconds_on_a_server_whose_api_hangs(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """``/health`` answers, the tracking API never does: the probe's API call catches it (before:
+    MLflow's 30 s timeout times 3 tries, about 95 s per command)."""
+    server = HangingServer(answers_probe=False)
+    try:
+        for argv, option in ((["export", "--to", f"mlflow:{server.uri}"], "--to mlflow"),
+                             (["import-mlflow", "--mlflow-uri", server.uri], "--mlflow-uri"),
+                             (["compare", "latest", "latest", "--source-a", server.uri], "source")):
+            began = time.monotonic()
+            assert main([*argv, "--store", str(tmp_path / "store")]) == 3, argv
+            err = capsys.readouterr().err
+            assert time.monotonic() - began < 15, argv
+            assert f"{option} {server.uri}: cannot reach {server.uri}{PROBE} within 5 s" in err, err
+    finally:
+        server.close()
+
+
+@pytest.mark.e2e
+def test_timeout_bounds_each_request_of_a_server_that_hangs_after_its_probe(
+        tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """The probe passes, then every request hangs: ``--timeout 1`` bounds each (3 tries), the
+    command exits 3 naming the request, without a traceback, and the setting does not outlive it."""
+    server = HangingServer(answers_probe=True)
+    try:
+        for argv in (["import-mlflow", "--mlflow-uri", server.uri], ["compare", "latest", "latest", "--source-a",
+                                                                      server.uri]):
+            began = time.monotonic()
+            assert main([*argv, "--timeout", "1", "--store", str(tmp_path / "store")]) == 3, argv
+            err = capsys.readouterr().err
+            assert time.monotonic() - began < 25, argv
+            assert "experiments/get-by-name" in err and "read timeout=1" in err, err
+            assert "Traceback" not in err
+            assert "MLFLOW_HTTP_REQUEST_TIMEOUT" not in os.environ
+    finally:
+        server.close()
+    assert main(["compare", "a", "b", "--timeout", "nan", "--store", str(tmp_path / "store")]) == 2
+    assert "--timeout: nan is out of range; accepted: 1 to 3600 seconds" in capsys.readouterr().err
+
+
+def test_a_store_file_that_sqlite_cannot_read_is_a_usage_error(tmp_path: Path,
+                                                               capsys: pytest.CaptureFixture[str]) -> None:
+    """A damaged ``mlflow.db`` (here: an SQLite header over random bytes) stops every command that
+    would read or write it with exit 2 naming the file, and leaves the file as it was."""
+    from hwsel.cli import main as hwsel_main
+
+    bad = tmp_path / "mlflow.db"
+    bad.write_bytes(b"SQLite format 3\x00" + os.urandom(20_000))
+    before = bad.read_bytes()
+    uri = f"sqlite:///{bad}"
+    for argv, option in ((["import-mlflow", "--mlflow-uri", uri], "--mlflow-uri"),
+                         (["export", "--to", f"mlflow:{uri}"], "--to mlflow"),
+                         (["compare", "latest", "latest", "--source-a", uri], "source")):
+        assert main([*argv, "--store", str(tmp_path / "store")]) == 2, argv
+        err = capsys.readouterr().err
+        assert f"{option} {uri}: {bad} is not a readable SQLite database" in err, err
+        assert "Traceback" not in err
+    assert hwsel_main(["train", "--source", uri, "--trials", "1", "--tracking-uri",
+                       f"sqlite:///{tmp_path / 'reg.db'}"]) == 2
+    err = capsys.readouterr().err
+    assert f"--source {uri}: {bad} is not a readable SQLite database" in err, err
+    assert bad.read_bytes() == before
 
 
 def test_ab_refuses_bad_settings_and_interpreters_before_any_worker(tmp_path: Path,

@@ -6,8 +6,10 @@
 - A server that accepts connections and never answers: ``hwsel predict`` finishes within its
   bound and says why the layers are off; a slow step is announced and cut at ``--timeout``.
 - ``hwsel train`` and ``hwsel next``, which cannot answer without their records, stop at once on
-  a server that does not answer its ``/health``, and at ``--timeout`` on one whose ``/health``
-  answers but whose API hangs, naming the store each time.
+  a server that does not answer its ``/health`` or its API, and at ``--timeout`` on one whose
+  ``/health`` and first API call answer but whose records never come, naming the store each time.
+- Wrong credentials are a usage error naming them; ``/measure/next`` answers 503 for a source
+  that refuses them.
 - Two ``hwsel train`` at once on a new SQLite store both succeed.
 """
 
@@ -28,6 +30,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
+from _hanging import HangingServer
 
 from hwsel._reach import HwselTimeout, bounded, reach
 
@@ -149,6 +152,36 @@ def test_the_harness_ping_sends_the_uri_credentials_too(guarded_server: tuple[st
     assert why is not None and "HTTP 401" in why and "wrong" not in why and secret not in why
 
 
+def test_wrong_credentials_are_a_usage_error_and_measure_next_answers_503(
+        guarded_server: tuple[str, str, _AuthProxy], small_runs: Path, tmp_path: Path,
+        capsys: pytest.CaptureFixture[str]) -> None:
+    """A server that refuses the credentials: the store commands stop with exit 2 naming them (no
+    waiting, no retries), and the REST service's ``/measure/next`` answers 503, never 500."""
+    from fastapi.testclient import TestClient
+
+    from hwsel import Predictor
+    from hwsel.app import create_app
+    from pytest_hwbench.cli import main
+
+    uri, secret, proxy = guarded_server
+    wrong = uri.replace(secret, "wrong-pw")
+    shown = f"http://***@127.0.0.1:{proxy.port}"
+    for argv in (["import-mlflow", "--mlflow-uri", wrong], ["export", "--to", f"mlflow:{wrong}"],
+                 ["compare", "latest", "latest", "--source-a", wrong]):
+        began = time.monotonic()
+        assert main([*argv, "--store", str(tmp_path / "store")]) == 2, argv
+        err = capsys.readouterr().err
+        assert time.monotonic() - began < 10, argv
+        assert f"{shown}: {shown}/health answered HTTP 401" in err and "refuses these credentials" in err, err
+        assert "wrong-pw" not in err and "Traceback" not in err
+    predictor = Predictor.load(small_runs, tracking_uri=f"sqlite:///{tmp_path / 'none.db'}", detect=False)
+    client = TestClient(create_app(predictor, source=wrong, timeout=10))
+    r = client.post("/measure/next", json={"budget": 2})
+    assert r.status_code == 503, r.text
+    assert f"no benchmark records to suggest from ({shown})" in r.json()["message"], r.text
+    assert "wrong-pw" not in r.text
+
+
 def test_registered_layer_answers_behind_basic_auth(guarded_server: tuple[str, str, _AuthProxy],
                                                     small_runs: Path, tmp_path: Path) -> None:
     uri, secret, proxy = guarded_server
@@ -206,31 +239,9 @@ def test_train_and_next_stop_at_once_naming_a_server_that_does_not_answer(silent
     assert "or pass --tracking-uri another store" in out.stderr
 
 
-class _HealthyButHanging(BaseHTTPRequestHandler):
-    """``/health`` answers 200; every other request is held until the server closes."""
-
-    release = threading.Event()
-
-    def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        if self.path.rstrip("/") == "/health":
-            self.send_response(200)
-            self.send_header("Content-Length", "2")
-            self.end_headers()
-            self.wfile.write(b"OK")
-        else:
-            self.release.wait(120)
-
-    do_POST = do_GET  # noqa: N815
-
-    def log_message(self, format: str, *args: object) -> None:  # noqa: A002 - the base class's name
-        pass
-
-
 def test_train_and_next_stop_at_the_deadline_when_the_records_do_not_come(tmp_path: Path) -> None:
-    server = ThreadingHTTPServer(("127.0.0.1", 0), _HealthyButHanging)
-    server.daemon_threads = True
-    threading.Thread(target=server.serve_forever, daemon=True).start()
-    uri = f"http://127.0.0.1:{server.server_address[1]}"
+    server = HangingServer(answers_probe=True)
+    uri = server.uri
     store = f"sqlite:///{tmp_path / 'store' / 'mlflow.db'}"
     try:
         for args in (("train", "--tracking-uri", store, "--trials", "1"), ("next", "--budget", "2")):
@@ -241,9 +252,7 @@ def test_train_and_next_stop_at_the_deadline_when_the_records_do_not_come(tmp_pa
             assert (f"hwsel {args[0]}: failed: HwselTimeout: no answer within 5 s while waiting for the records of "
                     f"{uri} (--timeout)") in out.stderr, out.stderr
     finally:
-        _HealthyButHanging.release.set()
-        server.shutdown()
-        server.server_close()
+        server.close()
 
 
 def test_two_trainings_at_once_on_a_new_sqlite_store(small_runs: Path, tmp_path: Path) -> None:

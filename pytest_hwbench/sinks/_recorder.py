@@ -27,8 +27,8 @@ session to spend on calls that fail or do not answer. Every call runs in a helpe
 call has not answered after a few seconds a line says which sink and what it waits for, and once
 the sink's time is spent it is given up for the session: its records stay in the spool and no
 later call (retry, close) waits on it again. Calls that succeed spend nothing, so a long session
-to a healthy server is never cut short. Without it, a server that accepts connections and never
-answers cost 192 s per run (MLflow's 30 s timeout x 3 tries, twice) in silence.
+to a healthy server is never cut short; a server that accepts connections and never answers
+costs the deadline, not MLflow's 30 s timeout times its tries per call.
 
 A record that cannot be a measurement (`refusal`: a passed record with a non-finite median) is
 refused: neither spooled nor sent, with a warning; `replay` skips such lines of older spools.

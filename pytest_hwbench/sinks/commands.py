@@ -13,9 +13,11 @@ file that is locked exits 3, one that is corrupt exits 2 (`hwbench replay --sink
 from __future__ import annotations
 
 import argparse
+import contextlib
+import math
 import os
 import sys
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -75,6 +77,34 @@ def _session_id(db: str, wanted: str | None) -> str:
         what = "matches no" if not matches else f"matches {len(matches)}"
         raise ValueError(f"session {wanted!r} {what} session in {db}; `hwbench sessions` lists them")
     return str(matches[0])
+
+
+def _request_timeout_arg(parser: argparse.ArgumentParser) -> None:
+    parser.add_argument("--timeout", type=float, default=None, metavar="SECONDS", dest="request_timeout",
+                        help="seconds each request to a tracking server may take; a request is tried 3 times "
+                             "(default: $MLFLOW_HTTP_REQUEST_TIMEOUT, else 30). Whether the store answers at all is "
+                             "asked first, within 5 s")
+
+
+@contextlib.contextmanager
+def _request_timeout(seconds: float | None) -> Iterator[None]:
+    """MLflow's requests wait at most `seconds` each (``--timeout``; None: as they would) while the
+    command runs, through MLflow's own ``MLFLOW_HTTP_REQUEST_TIMEOUT``; ValueError for a value
+    out of range."""
+    if seconds is None:
+        yield
+        return
+    if not 1 <= seconds <= 3600:
+        raise ValueError(f"--timeout: {seconds:g} is out of range; accepted: 1 to 3600 seconds")
+    before = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT")
+    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(math.ceil(seconds))
+    try:
+        yield
+    finally:
+        if before is None:
+            os.environ.pop("MLFLOW_HTTP_REQUEST_TIMEOUT", None)
+        else:
+            os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = before
 
 
 def _replay_args(parser: argparse.ArgumentParser) -> None:
@@ -267,6 +297,7 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
                         help="whole notes, p-values, rounds and the uncorrected change (lines may pass 120 columns)")
     parser.add_argument("--json", action="store_true", help="print every comparison, the counts and the "
                         "decisiveness as JSON instead of the table")
+    _request_timeout_arg(parser)
 
 
 def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> list[BenchmarkRecord]:
@@ -367,6 +398,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
                         help="also write every record of the DuckDB file, session by session, to this sink "
                              "(repeatable): a registered sink's NAME, NAME:TARGET, a URI or a file it takes, "
                              "e.g. mlflow:http://127.0.0.1:5000; records the sink holds are skipped")
+    _request_timeout_arg(parser)
 
 
 def _export(args: argparse.Namespace) -> int:
@@ -408,6 +440,7 @@ def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
     parser.add_argument("--to", dest="to", default=None, metavar="SINK",
                         help="write into this sink instead of the store's DuckDB file: a registered sink's NAME, "
                              "NAME:TARGET, a URI or a file it takes; records it holds are skipped")
+    _request_timeout_arg(parser)
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
@@ -425,6 +458,7 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     print(f"hwbench import-mlflow: {redact_uri(cfg.mlflow_uri)} (experiment {cfg.experiment!r}) -> {target.shown}",
           flush=True)
     from mlflow.exceptions import MlflowException
+    from sqlalchemy.exc import SQLAlchemyError
 
     uri = cfg.mlflow_uri
     if uri.startswith("sqlite:///") and not sqlite_path(uri).exists():  # reading must not make a new store
@@ -432,14 +466,15 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     source = store["mlflow"].open()
     if not isinstance(source, SessionSource):
         raise ValueError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
-    if isinstance(source, MlflowSink) and not source.has_experiment():
-        raise ValueError(f"--experiment {cfg.experiment!r}: no such experiment in {redact_uri(uri)}; the benchmarks "
-                          "log to 'hwbench' unless --hwbench-experiment or $HWBENCH_EXPERIMENT says otherwise")
     try:
+        if isinstance(source, MlflowSink) and not source.has_experiment():
+            raise ValueError(f"--experiment {cfg.experiment!r}: no such experiment in {redact_uri(uri)}; the "
+                             "benchmarks log to 'hwbench' unless --hwbench-experiment or $HWBENCH_EXPERIMENT says "
+                             "otherwise")
         shown = cfg.db_path.name if args.to is None else target.shown
         result = copy_sessions(source, target.open(), full=args.full, names=("MLflow", shown),
                                notify=lambda line: print(f"  {line}", flush=True))
-    except (OSError, MlflowException, MlflowStoreError) as exc:  # the store is down or refuses us
+    except (OSError, MlflowException, MlflowStoreError, SQLAlchemyError) as exc:  # the store is down or refuses us
         print(f"hwbench import-mlflow: error: {redact_uri(f'{type(exc).__name__}: {exc}')}", file=sys.stderr)
         return EXIT_STORE
     print(f"  {result.records} records imported")
@@ -480,12 +515,14 @@ def export_records(db_path: str | os.PathLike[str], sink: Sink) -> int:
 
 
 def _guarded(run: Command) -> Command:
-    """`run`, with a DuckDB file that cannot be used turned into its exit code: locked (the store
-    is unreachable for now) 3, corrupt (bad input) 2, the message saying what to do."""
+    """`run` under its ``--timeout`` per MLflow request (where it has one), with a DuckDB file that
+    cannot be used turned into its exit code: locked (the store is unreachable for now) 3, corrupt
+    (bad input) 2, the message saying what to do."""
 
     def guarded(args: argparse.Namespace) -> int:
         try:
-            return run(args)
+            with _request_timeout(getattr(args, "request_timeout", None)):
+                return run(args)
         except DuckDBFileError as exc:
             print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
             return EXIT_STORE if exc.kind == "locked" else EXIT_USAGE

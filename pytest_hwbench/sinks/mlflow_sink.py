@@ -184,12 +184,20 @@ def validate_tracking_uri(uri: str) -> str:
     raise ValueError(f"MLflow tracking URI {shown!r} has an unsupported scheme {scheme!r}; {hint}")
 
 
+#: What `ping` says of a server that refuses the credentials it was given (HTTP 401 or 403): a
+#: usage error (another URI or other credentials fix it), not a server to wait for.
+REFUSED_CREDENTIALS = "refuses these credentials"
+
+
 def ping(uri: str, timeout: float = 2.0) -> str | None:
     """Why `uri` is not usable right now, or None if it looks fine.
 
-    For ``http(s)://`` asks the server's ``/health`` endpoint within `timeout` seconds. Other
-    stores have nothing to reach over the network: None. Never raises; the caller decides whether
-    an unreachable server is fatal (the recorder spools either way).
+    For ``http(s)://`` asks the server's ``/health`` endpoint, then its tracking API (a search
+    for one experiment, so that a server whose ``/health`` answers while its store hangs, or
+    that refuses the credentials, is caught here), each within `timeout` seconds. A refusal of
+    the credentials says `REFUSED_CREDENTIALS`. Other stores have nothing to reach over the
+    network: None. Never raises; the caller decides whether an unreachable server is fatal (the
+    recorder spools either way).
     """
     try:
         text = validate_tracking_uri(uri)
@@ -198,22 +206,27 @@ def ping(uri: str, timeout: float = 2.0) -> str | None:
     if urlsplit(text).scheme.lower() not in _HTTP_SCHEMES:
         return None
     plain, headers = split_credentials(text)  # user-info goes as basic auth, as MLflow's client sends it
-    url = plain.rstrip("/") + "/health"
-    shown = redact_uri(text.rstrip("/") + "/health")  # says that credentials were given, masked
+    base, shown_base = plain.rstrip("/"), redact_uri(text.rstrip("/"))  # credentials masked in what is shown
     import urllib.error  # with urllib.request, ssl and http.client: 18 ms that only a ping needs
     import urllib.request
 
-    try:
-        with urllib.request.urlopen(urllib.request.Request(url, headers=headers),  # noqa: S310 (http(s) only)
-                                    timeout=timeout) as response:
-            if response.status != 200:
-                return f"{shown} answered HTTP {response.status}"
-    except urllib.error.HTTPError as exc:
-        return f"{shown} answered HTTP {exc.code} {exc.reason}"
-    except urllib.error.URLError as exc:
-        return f"cannot reach {shown}: {redact_uri(str(exc.reason))}"
-    except (TimeoutError, OSError) as exc:
-        return f"cannot reach {shown} within {timeout:g} s: {redact_uri(str(exc))}"
+    for path in ("/health", "/api/2.0/mlflow/experiments/search?max_results=1"):
+        shown = shown_base + path.split("?", 1)[0]
+        try:
+            with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers),  # noqa: S310 (http(s))
+                                        timeout=timeout) as response:
+                if response.status != 200:
+                    return f"{shown} answered HTTP {response.status}"
+        except urllib.error.HTTPError as exc:
+            if exc.code in (401, 403):
+                return (f"{shown} answered HTTP {exc.code} {exc.reason}: the server {REFUSED_CREDENTIALS}; give "
+                        "them as user:password@ in the URI or in MLFLOW_TRACKING_USERNAME and "
+                        "MLFLOW_TRACKING_PASSWORD")
+            return f"{shown} answered HTTP {exc.code} {exc.reason}"
+        except urllib.error.URLError as exc:
+            return f"cannot reach {shown}: {redact_uri(str(exc.reason))}"
+        except (TimeoutError, OSError) as exc:
+            return f"cannot reach {shown} within {timeout:g} s: {redact_uri(str(exc))}"
     return None
 
 
@@ -851,6 +864,7 @@ __all__ = [
     "EXPERIMENT_KIND",
     "EXPERIMENT_KIND_TAG",
     "MlflowSink",
+    "REFUSED_CREDENTIALS",
     "MlflowStoreError",
     "ping",
     "redact_uri",

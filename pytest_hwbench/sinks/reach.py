@@ -4,12 +4,13 @@ silent stops a command in seconds, not after MLflow's retries (minutes, or never
 
 from __future__ import annotations
 
+import contextlib
 from urllib.parse import urlsplit
 
 from .redact import redact_uri
 
-#: Seconds a command waits for a tracking server's ``/health`` (or an SQL store's port) before it
-#: reads or writes there: a server that refuses fails at once, a silent one within this, and
+#: Seconds a command waits for a tracking server's ``/health`` and API (or an SQL store's
+#: ``SELECT 1``) before it reads or writes there: a server that refuses fails at once, a silent one within this, and
 #: neither after MLflow's retries.
 PING_TIMEOUT_S = 5.0
 #: The default ports of the SQL stores MLflow takes.
@@ -18,11 +19,11 @@ _SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 def require_answer(uri: str | None, what: str) -> None:
     """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
-    whose ``/health`` does not answer, or an SQL store (PostgreSQL, MySQL, SQL Server) that does
-    not answer ``SELECT 1`` within `PING_TIMEOUT_S`; ValueError (exit 2) when the SQL store
-    refuses the user, the password or the database (or its driver is not installed); other
-    stores pass."""
-    from .mlflow_sink import ping
+    whose ``/health`` or tracking API does not answer, or an SQL store (PostgreSQL, MySQL, SQL
+    Server) that does not answer ``SELECT 1``, within `PING_TIMEOUT_S`; ValueError (exit 2) when
+    the server refuses the credentials, or the SQL store the user, the password or the database
+    (or its driver is not installed); other stores pass."""
+    from .mlflow_sink import REFUSED_CREDENTIALS, ping
 
     if uri is None:
         return
@@ -32,10 +33,37 @@ def require_answer(uri: str | None, what: str) -> None:
         problem = ping(uri, timeout=PING_TIMEOUT_S)
     elif is_sql(uri):
         problem = sql_problem(uri, what)
+    elif base == "sqlite":
+        check_sqlite(uri, what)
+        return
     else:
         return
+    if problem is not None and REFUSED_CREDENTIALS in problem:
+        raise ValueError(f"{what} {redact_uri(uri)}: {problem}")
     if problem is not None:
         raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
+
+
+def check_sqlite(uri: str, what: str) -> None:
+    """Raise ValueError naming `what` when the SQLite store at `uri` exists but is not a database
+    SQLite can read (truncated, overwritten); a missing file passes (a writer creates it)."""
+    import sqlite3
+
+    from .mlflow_sink import sqlite_path
+
+    path = sqlite_path(uri)
+    if not path.is_file():
+        return
+    try:
+        with contextlib.closing(sqlite3.connect(f"file:{path}?mode=ro", uri=True, timeout=PING_TIMEOUT_S)) as con:
+            con.execute("SELECT count(*) FROM sqlite_master").fetchone()
+    except sqlite3.OperationalError as exc:
+        if "locked" in str(exc):
+            return  # a writer holds it: MLflow's own busy wait applies
+        raise ValueError(f"{what} {redact_uri(uri)}: SQLite cannot read {path} ({exc}); check the path") from None
+    except sqlite3.DatabaseError as exc:
+        raise ValueError(f"{what} {redact_uri(uri)}: {path} is not a readable SQLite database ({exc}); restore it "
+                         "from a copy, or move it aside and replay the spool into a new store") from None
 
 
 def is_sql(uri: str) -> bool:
@@ -106,4 +134,4 @@ def _query_problem(uri: str, what: str) -> str | None:
     return None
 
 
-__all__ = ["PING_TIMEOUT_S", "is_sql", "require_answer", "sql_problem"]
+__all__ = ["PING_TIMEOUT_S", "check_sqlite", "is_sql", "require_answer", "sql_problem"]
