@@ -447,3 +447,29 @@ def test_spool_recorder_and_replay_refuse_a_passed_record_with_a_nan_median(tmp_
         (result,) = replay_each(spool, [DuckDBSink(tmp_path / "b.duckdb")])
     assert result.ok and result.written == 1 and result.refused == 1
     shutil.rmtree(tmp_path / "spool")
+
+
+# -- a DuckDB file that cannot grow ---------------------------------------------------------------
+def test_a_duckdb_file_that_cannot_grow_says_why_and_keeps_the_records_spooled(tmp_path: Path) -> None:
+    """The write fails inside its transaction (here the file size limit, as a full disk would):
+    replay names the cause, not the rollback of a transaction DuckDB had already ended, and the
+    records stay spooled for a later replay."""
+    import resource
+
+    store, ids = filled_store(tmp_path, n=40)
+    db = tmp_path / "small" / "hwbench.duckdb"
+    db.parent.mkdir()
+    argv = [str(HWBENCH_BIN), "replay", "--store", str(store), "--sinks", "duckdb", "--db", str(db)]
+
+    def limit() -> None:
+        resource.setrlimit(resource.RLIMIT_FSIZE, (16_000, 16_000))  # the header (12 KB) fits, the records do not
+
+    out = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=240, preexec_fn=limit,
+                         check=False)
+    assert out.returncode == 3, out.stdout + out.stderr
+    assert "File too large" in out.stdout, out.stdout
+    assert "cannot rollback" not in out.stdout + out.stderr
+    assert sorted(r.record_id for r in Spool(store / "spool").records()) == sorted(ids)
+    again = subprocess.run(argv, cwd=tmp_path, capture_output=True, text=True, timeout=240, check=False)
+    assert again.returncode == 0, again.stdout + again.stderr
+    assert "40 records written" in again.stdout, again.stdout

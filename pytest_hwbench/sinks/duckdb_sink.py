@@ -29,7 +29,7 @@ import os
 import time
 import warnings
 from collections.abc import Iterable, Iterator, Sequence
-from contextlib import contextmanager
+from contextlib import contextmanager, suppress
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -158,6 +158,15 @@ def _schema_version(con: duckdb.DuckDBPyConnection) -> int:
     return int(rows[0][0]) if rows[0][0] is not None else 0
 
 
+def _rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if DuckDB has not already ended it: a failed write (a full
+    disk) aborts it, and a second error from ``ROLLBACK`` would hide the one that says why."""
+    import duckdb
+
+    with suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")
+
+
 def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<connection>") -> int:
     """Bring the database on `con` to `SCHEMA_VERSION` (in one transaction); return the version.
 
@@ -182,7 +191,7 @@ def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<con
             con.execute("INSERT INTO schema_info VALUES (?, now())", [version])
         con.execute("COMMIT")
     except BaseException:
-        con.execute("ROLLBACK")
+        _rollback(con)
         raise
     return SCHEMA_VERSION
 
@@ -398,7 +407,7 @@ class DuckDBSink(Sink):
                 )
                 con.execute("COMMIT")
             except BaseException:
-                con.execute("ROLLBACK")
+                _rollback(con)
                 raise
 
     def read_sessions(self) -> list[tuple[SessionInfo, str]]:
