@@ -60,8 +60,9 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
     option)`` pairs) that does not answer: an ``http(s)://`` server's ``/health`` within
     ``min(2, timeout)`` seconds, an SQL store's ``SELECT 1`` within
     `pytest_hwbench.sinks.reach.PING_TIMEOUT_S` (one that refuses the login or the database
-    raises ValueError naming the option, as does an SQLite file that SQLite cannot read); other
-    stores pass."""
+    raises ValueError naming the option, as do a server that refuses the credentials and an
+    SQLite file that SQLite cannot read); other stores pass."""
+    from pytest_hwbench.sinks.mlflow_sink import REFUSED_CREDENTIALS
     from pytest_hwbench.sinks.reach import check_sqlite, is_sql, sql_problem
 
     for uri, option in stores:
@@ -74,6 +75,8 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
             why = sql_problem(str(uri), option)
         else:
             continue
+        if why is not None and REFUSED_CREDENTIALS in why:
+            raise ValueError(f"{option} {redact_uri(str(uri))}: {why}")
         if why is not None:
             raise HwselUnreachable(f"{option}: {why}; start the tracking server, {_INSTEAD.get(option, 'or name another')}")
 

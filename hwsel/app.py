@@ -41,9 +41,9 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import PRECISIONS
 
-from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, require_reachable
 from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES, SelectionConfig
-from .data import default_source, describe_sources, load_runs, training_table
+from .data import default_source, describe_sources, load_runs, source_list, training_table
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
 from .matrix import prediction_matrix
 from .next import Suggestion, suggest_measurements
@@ -635,6 +635,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
             if not next_table:
                 shown = describe_sources(next_source)
                 try:
+                    require_reachable(((s, "--source") for s in source_list(next_source) or []), next_timeout)
                     runs = bounded(lambda: load_runs(next_source), next_timeout, f"the records of {shown}",
                                    then="/measure/next answers 503")
                     next_table.append(training_table(runs))

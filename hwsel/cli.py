@@ -21,10 +21,11 @@ from collections.abc import Sequence
 from pathlib import Path
 from typing import Any
 
+from pytest_hwbench import facts
 from pytest_hwbench.sinks import redact_uri
 
 from ._reach import DEFAULT_TIMEOUT_S
-from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, HARDWARE, MODES, PRECISIONS
+from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, MODES, PRECISIONS
 from .query import HwselWarning, QuestionError, describe_model, error_text
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
@@ -136,7 +137,7 @@ def _devices(args: argparse.Namespace) -> str | dict[str, str] | None:
     plain: list[str] = []
     for value in values:
         hw, sep, name = value.partition("=")
-        if sep and hw.strip() in HARDWARE:
+        if sep and hw.strip() in facts.fallback_order():
             named[hw.strip()] = name
         else:
             plain.append(value)
@@ -178,7 +179,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Score each hardware target on predicted latency, throughput, memory "
                                    "and compatibility; print the best, the fallbacks and why.")
     _case_options(p, hardware_help=f"targets to choose among (default: those detected here); "
-                                   f"known: {', '.join(HARDWARE)}")
+                                   f"known: {', '.join(facts.fallback_order())}")
     p.add_argument("--task", default=None, help="task profile instead of --mode: classification, generation, "
                                                 "embedding, speech_recognition, fine_tuning, training")
     _store_options(p)
@@ -189,7 +190,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "then measured energy per item.")
     _model_options(p)
     p.add_argument("--hardware", default="cpu", metavar="HW",
-                   help=f"the target (default cpu); known: {', '.join(HARDWARE)}")
+                   help=f"the target (default cpu); known: {', '.join(facts.fallback_order())}")
     p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISION_CHOICES), metavar="PRECISION",
                    help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
                         f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
@@ -205,7 +206,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict latency, throughput and memory",
                        description="Predict performance of one case on each hardware target, with the "
                                    "source of each prediction and a latency interval.")
-    _case_options(p, hardware_help=f"targets (default: all known: {', '.join(HARDWARE)})")
+    _case_options(p, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
     _store_options(p)
 
     p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",

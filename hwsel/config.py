@@ -76,9 +76,7 @@ ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASE
 #: onnxruntime, which runs on the CPU (ask for it with backend=). The web targets
 #: (`facts.target_set("web")`, onnxruntime-web in a browser) come last: a deployment choice rather
 #: than this machine's hardware, so selection considers them when a question names them, not by
-#: default (`hwsel.select.available_hardware`). `HARDWARE` is that order when this module was
-#: imported, for the CLI's help texts.
-HARDWARE: tuple[str, ...] = facts.fallback_order()
+#: default (`hwsel.select.available_hardware`).
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
@@ -521,7 +519,6 @@ __all__ = [
     "DEFAULT_PRECISION_CHOICES",
     "ENV_VAR",
     "FAMILIES",
-    "HARDWARE",
     "MAX_HARDWARE_TARGETS",
     "MODES",
     "PRECISIONS",
