@@ -232,7 +232,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--sizes", default="1000,10000,50000", help="runs already in the experiment")
     parser.add_argument("--new", type=int, default=500, help="new records replayed and imported (default 500)")
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds over the sizes (default 1)")
-    parser.add_argument("--train-timeout", type=float, default=600, help="seconds given to one hwsel train")
+    parser.add_argument("--train-timeout", type=float, default=600, help="seconds given to one hwsel train (its --timeout)")
     parser.add_argument("--skip-train", action="store_true", help="leave out the hwsel train timings")
     args = parser.parse_args(argv)
     reason = missing()
@@ -295,10 +295,10 @@ def main(argv: list[str] | None = None) -> int:
                     registry = f"sqlite:///{work / f'registry-{size}.db'}"
                     cmd = [str(Path(sys.executable).with_name("hwsel")), "train", "--source", server.uri,
                            "--experiment", experiments[size], "--tracking-uri", registry, "--trials", "1",
-                           "--no-progress"]
+                           "--no-progress", "--timeout", f"{args.train_timeout:g}"]
                     began = time.perf_counter()
                     try:
-                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout)
+                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout + 60)
                         took = time.perf_counter() - began
                         tail = (proc.stderr.strip().splitlines() or [""])[-1][:160]
                         status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
