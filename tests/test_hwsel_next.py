@@ -270,8 +270,9 @@ def test_rest_predict_and_select_take_a_config(config_dir: Path, runs_file: Path
     from fastapi.testclient import TestClient
 
     from hwsel import Predictor
-    from hwsel.app import PredictionModel, create_app
+    from hwsel.app import create_app
     from hwsel.predict import Prediction
+    from hwsel.rest_models import PredictionModel
 
     predictor = Predictor.load(runs_file, tracking_uri=f"sqlite:///{runs_file.parent / 'none.db'}", detect=False)
     client = TestClient(create_app(predictor))

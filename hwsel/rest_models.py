@@ -1,0 +1,315 @@
+"""The REST API's request and response models (pydantic), one per endpoint body, and the field
+types they share; `hwsel.app` serves them.
+
+Requests are strict (`_Request`: no coercion, unknown fields refused); response models of a
+dataclass's ``to_dict()`` are derived from its fields (`_response_model`), so they cannot drift.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import typing
+from collections.abc import Mapping
+from typing import Annotated, Any, Literal
+
+from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, create_model
+
+from pytest_hwbench.vocabulary import PRECISIONS
+
+from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
+from .distributed import DistributedConfig, MemoryEstimate
+from .next import Suggestion
+from .query import TRAIN_PRECISIONS, Prediction
+from .select import HardwareScore, Recommendation
+
+# --- request fields ---------------------------------------------------------------------------------
+# One definition per kind of field, shared by every request model, so that an endpoint cannot
+# accept what another refuses. Requests are strict (`_Request`): ``true`` or ``"1"`` is not a
+# batch size. What depends on the model (its position limit, its family) or on the configured
+# hardware is checked by the question builder (`hwsel.query.ask`, `describe_model`), whose one
+# `QuestionError` answers 422 with the field's name like the rest (404 for an unknown model).
+
+#: Largest batch size a request may ask about (keeps every request cheap).
+MAX_REQUEST_BATCH_SIZE = 65536
+#: Longest sequence any request may name; a model's own position limit is checked as well.
+MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
+
+ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
+                                 description="zoo name or hub-style alias, e.g. bert-base-uncased")]
+#: Where a config may stand in for the name: null, or a name as above.
+OptionalModelName = Annotated[Annotated[str, Field(min_length=1, max_length=200)] | None, Field(validation_alias=AliasChoices("model_name", "model"),
+                                                description="zoo name or hub-style alias; with `config`, the name to "
+                                                            "give that model (default: the config's own)")]
+#: The contents of a Hugging Face config.json: a model outside the zoo, its features derived from it.
+ModelConfig = Annotated[dict[str, Any], Field(min_length=1, max_length=1000,
+                                              description="the contents of a Hugging Face config.json (a JSON "
+                                                          "object), for a model outside the zoo")]
+Hardware = Annotated[str, Field(min_length=1, max_length=64)]
+#: A list of hardware targets: as long as the largest vocabulary a config may hold, no longer.
+HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
+                                               description="hardware targets (see GET /health for the configured ones)")]
+BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
+BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=16)]
+SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
+                                       description="tokens per item; at most the model's position limit")]
+# The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
+# here. A mode may be spelt the old way (``training``): `ACCEPTED_MODES` lists every spelling, and
+# `hwsel.config.check_mode`, behind the question builder, reads them as the mode, as it does for
+# the CLI and the Python API. Hardware stays a string checked against the configured targets, so
+# that a 422 names the unknown target and lists the accepted ones.
+Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
+TrainPrecision = Literal[TRAIN_PRECISIONS]  # type: ignore[valid-type]
+Mode = Literal[ACCEPTED_MODES]  # type: ignore[valid-type]
+Modes = Annotated[list[Mode], Field(min_length=1, max_length=len(MODES))]
+Family = Literal[FAMILIES]  # type: ignore[valid-type]
+Backend = Annotated[str, Field(min_length=1, max_length=64,
+                                description="runtime asked about; default eager torch (openvino on the openvino "
+                                            "target, qai_hub on qnn)")]
+DeviceName = Annotated[str, Field(min_length=1, max_length=200)]
+#: One device for a request about one hardware target, or hardware -> device.
+Device = Annotated[DeviceName | dict[Hardware, DeviceName],
+                   Field(description="device asked about: a name ('NVIDIA H100 80GB HBM3') or spec name ('h100') "
+                                     "for the one hardware target, or hardware -> device; default: detected here, "
+                                     "else the device most benchmark records of that hardware hold")]
+GpuCount = Annotated[StrictInt, Field(ge=1, le=4096)]
+
+
+class _Request(BaseModel):
+    # strict: no coercion, so true, "1" and 1.0 are not the integer 1; a JSON integer
+    # still fills a float field such as max_memory_gb.
+    model_config = ConfigDict(extra="forbid", protected_namespaces=(), populate_by_name=True, strict=True)
+
+
+class _Response(BaseModel):
+    model_config = ConfigDict(protected_namespaces=())
+
+
+class SelectRequest(_Request):
+    model_name: OptionalModelName = None
+    config: ModelConfig | None = None
+    model_family: Family | None = Field(None, description="checked against the model's family when given")
+    batch_size: BatchSize = 1
+    sequence_length: SeqLength | None = None
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    available_hardware: HardwareList | None = Field(None, description="default: detected here")
+    task_type: str | None = Field(None, max_length=64, description="task profile; overrides mode")
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+def _response_model(cls: type, *, types: Mapping[str, Any] | None = None,
+                    extra: Mapping[str, Any] | None = None) -> type[BaseModel]:
+    """A response model with the fields of dataclass `cls` (types from its annotations, `types`
+    overriding, e.g. a nested dataclass by its response model) plus the `extra` keys its
+    ``to_dict`` adds. Every field is required: ``to_dict`` writes each one."""
+    hints = typing.get_type_hints(cls)
+    types = dict(types or {})
+    fields: dict[str, Any] = {f.name: (types.get(f.name, hints[f.name]), ...) for f in dataclasses.fields(cls)}
+    fields.update({name: (kind, ...) for name, kind in (extra or {}).items()})
+    return create_model(f"{cls.__name__}Model", __base__=_Response, **fields)
+
+
+#: `hwsel.query.Prediction.to_dict()`, with the predecessor's names latency and memory_usage.
+PredictionModel = _response_model(Prediction, extra={"latency": float, "memory_usage": float})
+
+
+class DeviceModel(_Response):
+    device: str | None
+    device_source: str
+    device_spec: str
+    backend: str | None
+
+
+#: `hwsel.select.HardwareScore.to_dict()`: its prediction, plus the predecessor's source and predictions.
+ScoreModel = _response_model(HardwareScore, types={"prediction": PredictionModel | None},
+                             extra={"source": str | None, "predictions": dict[str, Any] | None})
+#: `hwsel.select.Recommendation.to_dict()`.
+RecommendationResponse = _response_model(Recommendation, types={"all_scores": dict[str, ScoreModel],
+                                                                "devices": dict[str, DeviceModel]})
+
+
+class BatchModel(_Request):
+    name: Annotated[str, Field(min_length=1, max_length=200)]
+    family: Family | None = None
+
+
+class BatchRequest(_Request):
+    models: list[BatchModel | Annotated[str, Field(min_length=1, max_length=200)]] = Field(
+        ..., min_length=1, max_length=64)
+    batch_size: BatchSize = 1
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    available_hardware: HardwareList | None = None
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+class BatchEntry(_Response):
+    primary: str | None
+    fallbacks: list[str]
+    explanation: str
+    prediction_source: str | None
+    error: str | None = None
+    tie: list[str] = Field(default_factory=list, description="targets tied for first (empty: decided)")
+
+
+class MapRequest(_Request):
+    model_families: list[Family] | None = Field(None, min_length=1, max_length=5)
+    batch_sizes: BatchSizes = [1, 4, 16, 32, 64]
+    hardware_platforms: HardwareList | None = None
+    modes: Modes = list(MODES)
+    precision: Precision = "fp32"
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+class MapResponse(_Response):
+    timestamp: str
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    modes: list[str]
+    precision: str
+    devices: dict[str, DeviceModel]
+    prediction_layers: dict[str, Any]
+    model_families: dict[str, Any]
+
+
+class PredictRequest(_Request):
+    model_name: OptionalModelName = None
+    config: ModelConfig | None = None
+    model_family: Family | None = None
+    hardware: HardwareList | Hardware | None = Field(None, description="default: every configured target")
+    batch_size: BatchSize = 1
+    sequence_length: SeqLength | None = None
+    mode: Mode = "inference"
+    precision: Precision = "fp32"
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+class PredictResponse(_Response):
+    model_name: str
+    model_family: str
+    batch_size: int
+    sequence_length: int | None
+    mode: str
+    precision: str
+    backend: str | None = Field(description="the backend every answer is for (null when targets differ: see each "
+                                            "prediction's backend)")
+    devices: dict[str, str | None]
+    predictions: dict[str, PredictionModel]  # type: ignore[valid-type]
+
+
+class MatrixRequest(_Request):
+    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(None, min_length=1,
+                                                                                    max_length=16)
+    hardware_platforms: HardwareList | None = None
+    batch_sizes: BatchSizes = [1, 8, 32]
+    precisions: list[Precision] = Field(["fp32", "fp16"], min_length=1, max_length=4)
+    mode: Mode = "inference"
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+class MatrixResponse(_Response):
+    timestamp: str
+    mode: str
+    devices: dict[str, DeviceModel]
+    models: dict[str, Any]
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    precision_options: list[str]
+    sources: dict[str, int]
+    configurations: int
+
+
+class DistributedRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = None
+    gpu_count: GpuCount = 8
+    batch_size: BatchSize = 8
+    max_memory_gb: float = Field(16.0, gt=0, le=1e5, allow_inf_nan=False)
+    precision: TrainPrecision = "bf16"
+
+
+#: `hwsel.distributed.MemoryEstimate.to_dict()`.
+MemoryModel = _response_model(MemoryEstimate)
+#: `hwsel.distributed.DistributedConfig.to_dict()`, with Hugging Face's name gradient_checkpointing.
+DistributedResponse = _response_model(DistributedConfig, types={"estimated_memory": MemoryModel},
+                                      extra={"gradient_checkpointing": bool})
+
+
+class NextRequest(_Request):
+    budget: Annotated[StrictInt, Field(ge=1, le=100, description="configurations to suggest")] = 10
+    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
+        None, min_length=1, max_length=64, description="zoo models to consider (default: those in the records plus "
+                                                       "the zoo models of their tiers)")
+    hardware: HardwareList | None = Field(None, min_length=1, description="among those in the records")
+    backends: list[Backend] | None = Field(None, min_length=1, max_length=16, description="among those in the records")
+    precisions: list[Precision] | None = Field(None, min_length=1, max_length=4,
+                                               description="among those in the records")
+    batch_sizes: BatchSizes | None = Field(None, description="inference batch sizes (default: those in the records)")
+    seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
+    ensemble: Annotated[StrictInt, Field(ge=2, le=16, description="latency models in the ensemble")] = 8
+
+
+#: `hwsel.next.Suggestion.to_dict()`.
+SuggestionModel = _response_model(Suggestion)
+
+
+class NextResponse(_Response):
+    budget: int
+    source: str
+    suggestions: list[SuggestionModel]  # type: ignore[valid-type]
+
+
+class AnalysisRequest(_Request):
+    model_name: ModelName
+    model_family: Family | None = None
+    batch_sizes: BatchSizes = [1, 8, 32]
+    hardware_platforms: HardwareList | None = None
+    modes: Modes = list(MODES)
+    precision: Precision = "fp32"
+    backend: Backend | None = None
+    device: Device | None = None
+
+
+class AnalysisResponse(_Response):
+    model_name: str
+    model_family: str
+    model_size: int
+    hardware_platforms: list[str]
+    batch_sizes: list[int]
+    precision: str
+    devices: dict[str, DeviceModel]
+    timestamp: str
+    inference: dict[str, Any] | None = None
+    training: dict[str, Any] | None = Field(None, description="the train mode's analysis (the predecessor's name)")
+
+
+class HealthResponse(_Response):
+    status: str
+    version: str
+    available_components: dict[str, bool]
+    database_connected: bool
+    prediction_layers: dict[str, Any]
+    config_origin: str
+
+
+class TargetModel(_Response):
+    available: bool
+    reason: str
+    devices: list[str]
+    precisions: list[str]
+
+
+class DetectResponse(_Response):
+    hardware: dict[str, bool]
+    details: dict[str, TargetModel]
+
+
+class ErrorResponse(_Response):
+    status: Literal["error"] = "error"
+    message: str
+    errors: list[dict[str, Any]] | None = None
