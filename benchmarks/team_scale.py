@@ -44,7 +44,7 @@ from test_sinks import make_record, make_session  # noqa: E402
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo  # noqa: E402
 from pytest_hwbench.sinks import DuckDBSink, MlflowSink, Spool, import_mlflow_sessions, replay_each  # noqa: E402
 from pytest_hwbench.sinks._fields import epoch_ms, to_text  # noqa: E402
-from pytest_hwbench.sinks.mlflow_sink import _session_tags, session_run_name  # noqa: E402
+from pytest_hwbench.sinks.mlflow_layout import record_tags, session_run_name, session_tags  # noqa: E402
 
 RECORDS_PER_SESSION = 500
 
@@ -182,9 +182,8 @@ def fill(server: TeamServer, experiment: str, n_runs: int, db: Path) -> None:
         started = epoch_ms(session.started_at)
         runs.append((parent, session_run_name(session), "FINISHED", started, started + 60_000, "active",
                      f"{location}/{parent}/artifacts", int(experiment_id), "hwbench"))
-        tags += [(key, value, parent) for key, value in _session_tags(session).items()]
+        tags += [(key, value, parent) for key, value in session_tags(session).items()]
         tags.append(("mlflow.runName", session_run_name(session), parent))
-        sink._parent_run_id = parent
         records = []
         for i in range(min(RECORDS_PER_SESSION, n_runs - done)):
             template, template_params, template_metrics = templates[(done + i) % len(templates)]
@@ -194,7 +193,7 @@ def fill(server: TeamServer, experiment: str, n_runs: int, db: Path) -> None:
             created = epoch_ms(record.created_at) or started
             runs.append((run, record.run_name, "FINISHED", created - 1000, created, "active",
                          f"{location}/{run}/artifacts", int(experiment_id), "hwbench"))
-            tags += [(key, value, run) for key, value in sink._record_tags(record).items()]
+            tags += [(key, value, run) for key, value in record_tags(record, parent).items()]
             tags.append(("mlflow.runName", record.run_name, run))
             params += [(key, value, run) for key, value in template_params]
             metrics += [(key, value, created, 0, False, run) for key, value in template_metrics]
@@ -202,7 +201,6 @@ def fill(server: TeamServer, experiment: str, n_runs: int, db: Path) -> None:
         duck.open_session(session)
         duck.write(records)
         duck.close("finished")
-    sink._parent_run_id = None
     with psycopg.connect(server.backend_uri) as con, con.cursor() as cur:
         for table, columns, rows in (
             ("runs", "run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, experiment_id, "

@@ -22,7 +22,7 @@ from urllib.parse import urlsplit
 
 from pytest_hwbench._deadline import NOTICE_FRACTION, call_with_deadline
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.mlflow_sink import ping
+from pytest_hwbench.sinks.mlflow_uri import ping
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
@@ -62,7 +62,7 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
     `pytest_hwbench.sinks.reach.PING_TIMEOUT_S` (one that refuses the login or the database
     raises ValueError naming the option, as do a server that refuses the credentials and an
     SQLite file that SQLite cannot read); other stores pass."""
-    from pytest_hwbench.sinks.mlflow_sink import REFUSED_CREDENTIALS
+    from pytest_hwbench.sinks.mlflow_uri import REFUSED_CREDENTIALS
     from pytest_hwbench.sinks.reach import check_sqlite, is_sql, sql_problem
 
     for uri, option in stores:

@@ -290,7 +290,7 @@ def train(
 
     from hwsel._quiet import quiet_mlflow
     from hwsel.data import default_source, describe_sources, source_list
-    from pytest_hwbench.sinks.mlflow_sink import validate_tracking_uri
+    from pytest_hwbench.sinks.mlflow_uri import validate_tracking_uri
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -329,12 +329,13 @@ def train(
 
 def open_client(uri: str, client_class: Any) -> Any:
     """An MLflow client on `uri`; a new SQLite store is created and migrated by one process at a
-    time, with the harness's migration guard (`pytest_hwbench.sinks.mlflow_sink`: a lock on the
+    time, with the harness's migration guard (`pytest_hwbench.sinks.mlflow_migration`: a lock on the
     store's folder, and retries while a migration race shows), so two trainings that start together
     on a new store both succeed."""
     if not uri.startswith("sqlite:///"):
         return client_class(tracking_uri=uri)
-    from pytest_hwbench.sinks.mlflow_sink import retry_migration, sqlite_path, store_init_lock
+    from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
+    from pytest_hwbench.sinks.mlflow_uri import sqlite_path
 
     path = sqlite_path(uri)
     path.parent.mkdir(parents=True, exist_ok=True)

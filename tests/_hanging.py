@@ -1,5 +1,5 @@
 """A tracking server on 127.0.0.1 that answers its ``/health`` (and, when asked to, the
-one-experiment search that `pytest_hwbench.sinks.mlflow_sink.ping` probes the API with) and holds
+one-experiment search that `pytest_hwbench.sinks.mlflow_uri.ping` probes the API with) and holds
 every other request until it is closed: a server whose store hangs behind a live front."""
 
 from __future__ import annotations

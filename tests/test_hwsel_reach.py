@@ -144,7 +144,7 @@ def test_reach_sends_the_uri_credentials_and_never_shows_them(guarded_server: tu
 
 def test_the_harness_ping_sends_the_uri_credentials_too(guarded_server: tuple[str, str, _AuthProxy]) -> None:
     """The recording plug-in's reachability check (`ping`) reaches the same guarded server."""
-    from pytest_hwbench.sinks.mlflow_sink import ping
+    from pytest_hwbench.sinks.mlflow_uri import ping
 
     uri, secret, proxy = guarded_server
     assert ping(uri) is None

@@ -334,7 +334,7 @@ def _session_parts(wanted: str) -> list[str]:
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
     from .duckdb_sink import load_records
-    from .mlflow_sink import MlflowStoreError
+    from .mlflow_calls import MlflowStoreError
     from .readers import read_records, source_kind
 
     parts = _session_parts(wanted)
@@ -444,7 +444,9 @@ def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .mlflow_sink import MlflowSink, MlflowStoreError, sqlite_path
+    from .mlflow_calls import MlflowStoreError
+    from .mlflow_sink import MlflowSink
+    from .mlflow_uri import sqlite_path
 
     cfg = tracking(args)
     store = {sink.name: sink for sink in cfg.store_sinks()}

@@ -1,39 +1,19 @@
-"""MLflow sink: one parent run per session, one child run per record.
+"""MLflow sink: one parent run per session, one child run per record, in the layout that
+`mlflow_layout` describes, written and read back.
 
 Everything goes through one `MlflowClient` with explicit run ids; the fluent API's global active
 run is never touched (mlflow #159, #9235: hidden global state breaks under concurrency and when a
 user's own code has a run open).
 
-Layout in the experiment (default ``hwbench``):
-
-- the experiment carries ``mlflow.experimentKind=custom_model_development``, so MLflow's UI
-  opens it as a model-development experiment (the runs table), not a GenAI one (traces);
-- parent run named for what it holds (`session_run_name`: suite and marker expression, host,
-  commit, start time): tags ``hwbench.kind=session``, ``hwbench.session_id``,
-  git commit/branch (also as ``mlflow.source.git.*``), host, runner label, hardware summary,
-  package versions; on `close`, an artifact ``hwbench_records/part-*.json`` holding the full
-  records written (with their raw timings, which child runs do not carry);
-- child run ``record.run_name``: tag ``mlflow.parentRunId``, ``hwbench.kind=record``,
-  ``hwbench.record_id``, ``hwbench.session_id`` and every other context field as
-  ``hwbench.<field>``; params = `record.params()` (every name always present, None spelled
-  ``none``, each field always the same type); metrics = `record.metrics()` minus the Nones;
-  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones, KILLED
-  for crashed ones.
-
 Per record the critical path is create_run + one log_batch + set_terminated on a cached client
 and experiment id; searches happen only in `open_session` (once) and `existing_ids` (replay).
 
-``mlflow`` is imported inside the functions that need it: `validate_tracking_uri` and `ping` are
-cheap and usable without it.
-
-Length: over 500 lines because the sink writes and reads back one layout (tags, params and
-metrics per record); writer and reader in one module keep that layout in one place.
+``mlflow`` is imported inside the methods that need it; the URI rules are `mlflow_uri`'s.
 """
 
 from __future__ import annotations
 
 import contextlib
-import datetime
 import json
 import os
 import tempfile
@@ -43,197 +23,44 @@ import warnings
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
-from urllib.parse import urlsplit
 
 from pytest_hwbench.errors import HwbenchWarning
-from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks._fields import FIELDS, epoch_ms, from_text, to_text, truncate
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks._fields import epoch_ms, to_text
 from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
-from pytest_hwbench.sinks.redact import redact_uri, split_credentials
-from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
+from pytest_hwbench.sinks.mlflow_calls import call_env
+from pytest_hwbench.sinks.mlflow_layout import (
+    CASE_RUN_STATUS,
+    EXPERIMENT_KIND,
+    EXPERIMENT_KIND_TAG,
+    KIND_TAG,
+    PARENT_TAG,
+    RECORD_TAG,
+    RECORDS_ARTIFACT_DIR,
+    RUN_STATUS,
+    SESSION_STATUS,
+    SESSION_TAG,
+    TERMINAL,
+    quoted,
+    record_data,
+    record_tags,
+    records_filter,
+    run_duration_ms,
+    session_from_tags,
+    session_run_name,
+    session_tags,
+)
+from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
+from pytest_hwbench.sinks.mlflow_uri import is_http, resolve_tracking_uri, sqlite_path, validate_tracking_uri
+from pytest_hwbench.sinks.redact import redact_uri
+from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 if TYPE_CHECKING:
     from mlflow.entities import Run
     from mlflow.tracking import MlflowClient
 
-KIND_TAG = "hwbench.kind"
-SESSION_TAG = "hwbench.session_id"
-RECORD_TAG = "hwbench.record_id"
-PARENT_TAG = "mlflow.parentRunId"
-RECORDS_ARTIFACT_DIR = "hwbench_records"
-#: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values:
-#: ``genai_development``, ``custom_model_development``, ...); without it the UI opens the
-#: ``hwbench`` experiment on its GenAI overview ("Traces 0", "No data").
-EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
-EXPERIMENT_KIND = "custom_model_development"
 #: Searches in flight at once against an MLflow server (`MlflowSink.existing_ids`, import).
 SEARCH_THREADS = 4
-#: Seconds a local SQLite store's first open waits for another process creating the same store.
-STORE_INIT_WAIT_S = 120.0
-
-#: MLflow allows 8000 characters per tag value; stay clear of it (the spool keeps the full text).
-TAG_VALUE_LIMIT = 5000
-
-ACCEPTED_FORMS = (
-    "sqlite:///PATH/mlflow.db (relative) or sqlite:////ABS/PATH/mlflow.db, "
-    "http(s)://HOST:PORT (an `mlflow server`), postgresql://USER:PASS@HOST:PORT/DB, "
-    "mysql://..., mssql://..., databricks"
-)
-_SQL_SCHEMES = frozenset({"postgresql", "mysql", "mssql"})
-_HTTP_SCHEMES = frozenset({"http", "https"})
-# Context fields (neither params, metrics nor raw timings) travel as tags ``hwbench.<field>``.
-_CONTEXT_FIELDS: tuple[str, ...] = tuple(
-    name for name in FIELDS if name not in PARAM_FIELDS and name not in METRIC_FIELDS and name != "timings_ms"
-)
-_RUN_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
-#: record status -> child run status, and back (a crashed case's process was killed)
-_CASE_RUN_STATUS = {"passed": "FINISHED", "failed": "FAILED", "crashed": "KILLED"}
-_CASE_STATUS = {run: case for case, run in _CASE_RUN_STATUS.items()}
-_SESSION_STATUS = {v: k for k, v in _RUN_STATUS.items()}
-_TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
-
-
-class MlflowStoreError(RuntimeError):
-    """An MLflow call failed; raised in place of MLflow's error when that one quoted credentials."""
-
-
-def resolve_tracking_uri(
-    tracking_uri: str | None = None, store_dir: str | os.PathLike[str] | None = None
-) -> str:
-    """The tracking URI to use: `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else the local default.
-
-    The local default is ``sqlite:///<store_dir>/mlflow.db`` with `store_dir` defaulting to
-    ``mlruns/`` in the current directory (made absolute here, so a later chdir does not move it).
-    """
-    if tracking_uri:
-        return tracking_uri
-    env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
-    if env:
-        return env
-    store = Path(store_dir if store_dir is not None else DEFAULT_STORE_DIR).resolve()
-    return f"sqlite:///{store / 'mlflow.db'}"
-
-
-def sqlite_path(uri: str) -> Path:
-    """The database file of a ``sqlite:///`` URI (``sqlite:////abs`` is absolute)."""
-    return Path(uri[len("sqlite:///") :].split("?", 1)[0])
-
-
-#: The first bytes of every SQLite 3 database file.
-_SQLITE_HEADER = b"SQLite format 3\x00"
-
-
-def _file_head(path: Path) -> bytes:
-    try:
-        with path.open("rb") as f:
-            return f.read(len(_SQLITE_HEADER))
-    except OSError:
-        return _SQLITE_HEADER  # unreadable here: MLflow says why when it opens it
-
-
-def validate_tracking_uri(uri: str) -> str:
-    """Check that MLflow 3 can use `uri` as a tracking store; return it stripped.
-
-    Side-effect free: nothing is created or contacted (an existing SQLite file's first bytes are
-    read). Raises ValueError naming the URI and the accepted forms. Plain paths and ``file:`` URIs are refused: MLflow 3 raises on the file store
-    unless ``MLFLOW_ALLOW_FILE_STORE=true`` (see FACTS.md), so we say so up front.
-    """
-    text = str(uri).strip()
-    shown = redact_uri(text)  # for the messages: a password in the URI must not reach a terminal
-    hint = f"accepted forms: {ACCEPTED_FORMS}"
-    if not text:
-        raise ValueError(f"MLflow tracking URI is empty; {hint}")
-    if text.lower() == "databricks":  # MLflow's name for the workspace in the environment
-        return text
-    parsed = urlsplit(text)
-    scheme = parsed.scheme.lower()
-    base = scheme.split("+", 1)[0]
-    if base == "sqlite":
-        if not text.lower().startswith("sqlite:///") or not sqlite_path(text).name or ":memory:" in text:
-            raise ValueError(
-                f"MLflow tracking URI {shown!r} names no database file; use sqlite:///PATH/mlflow.db; {hint}"
-            )
-        path = sqlite_path(text)
-        if path.is_dir():
-            raise ValueError(f"MLflow tracking URI {shown!r} names a directory; use sqlite:///{path / 'mlflow.db'}")
-        if path.is_file() and path.stat().st_size and _file_head(path) != _SQLITE_HEADER:
-            raise ValueError(f"MLflow tracking URI {shown!r}: {path} is not an SQLite database; name another "
-                             "file (it is made on first use)")
-        return text
-    if base in _HTTP_SCHEMES:
-        if not parsed.hostname:
-            raise ValueError(f"MLflow tracking URI {shown!r} has no host; use http://HOST:PORT; {hint}")
-        try:
-            parsed.port  # noqa: B018  (raises ValueError on a non-numeric port)
-        except ValueError as exc:
-            raise ValueError(f"MLflow tracking URI {shown!r} has a bad port ({redact_uri(exc)}); {hint}") from None
-        return text
-    if base in _SQL_SCHEMES:
-        if not parsed.netloc:
-            raise ValueError(f"MLflow tracking URI {shown!r} has no host; {hint}")
-        return text
-    if base == "databricks":
-        return text
-    if base in ("", "file") or len(scheme) == 1:  # "" or a Windows drive letter: a plain path
-        path = parsed.path if base == "file" else text
-        suggestion = f"sqlite:///{Path(path) / 'mlflow.db'}"
-        raise ValueError(
-            f"MLflow tracking URI {shown!r} is a file store, which MLflow 3 refuses; "
-            f"use a SQLite store instead, e.g. {suggestion!r}; {hint}"
-        )
-    raise ValueError(f"MLflow tracking URI {shown!r} has an unsupported scheme {scheme!r}; {hint}")
-
-
-#: What `ping` says of a server that refuses the credentials it was given (HTTP 401 or 403): a
-#: usage error (another URI or other credentials fix it), not a server to wait for.
-REFUSED_CREDENTIALS = "refuses these credentials"
-
-
-def ping(uri: str, timeout: float = 2.0) -> str | None:
-    """Why `uri` is not usable right now, or None if it looks fine.
-
-    For ``http(s)://`` asks the server's ``/health`` endpoint, then its tracking API (a search
-    for one experiment, so that a server whose ``/health`` answers while its store hangs, or
-    that refuses the credentials, is caught here), each within `timeout` seconds. A refusal of
-    the credentials says `REFUSED_CREDENTIALS`. Other stores have nothing to reach over the
-    network: None. Never raises; the caller decides whether an unreachable server is fatal (the
-    recorder spools either way).
-    """
-    try:
-        text = validate_tracking_uri(uri)
-    except ValueError as exc:
-        return str(exc)
-    if urlsplit(text).scheme.lower() not in _HTTP_SCHEMES:
-        return None
-    plain, headers = split_credentials(text)  # user-info goes as basic auth, as MLflow's client sends it
-    base, shown_base = plain.rstrip("/"), redact_uri(text.rstrip("/"))  # credentials masked in what is shown
-    import urllib.error  # with urllib.request, ssl and http.client: 18 ms that only a ping needs
-    import urllib.request
-
-    for path in ("/health", "/api/2.0/mlflow/experiments/search?max_results=1"):
-        shown = shown_base + path.split("?", 1)[0]
-        try:
-            with urllib.request.urlopen(urllib.request.Request(base + path, headers=headers),  # noqa: S310 (http(s))
-                                        timeout=timeout) as response:
-                if response.status != 200:
-                    return f"{shown} answered HTTP {response.status}"
-        except urllib.error.HTTPError as exc:
-            if exc.code in (401, 403):
-                return (f"{shown} answered HTTP {exc.code} {exc.reason}: the server {REFUSED_CREDENTIALS}; give "
-                        "them as user:password@ in the URI or in MLFLOW_TRACKING_USERNAME and "
-                        "MLFLOW_TRACKING_PASSWORD")
-            return f"{shown} answered HTTP {exc.code} {exc.reason}"
-        except urllib.error.URLError as exc:
-            return f"cannot reach {shown}: {redact_uri(str(exc.reason))}"
-        except (TimeoutError, OSError) as exc:
-            return f"cannot reach {shown} within {timeout:g} s: {redact_uri(str(exc))}"
-    return None
-
-
-def _run_duration_ms(record: BenchmarkRecord) -> int:
-    """Rough wall time of the case before its record was made (load + timed iterations)."""
-    total = sum(record.timings_ms) + 1000.0 * (record.load_time_s or 0.0)
-    return max(0, int(total))
 
 
 class MlflowSink(Sink):
@@ -270,7 +97,7 @@ class MlflowSink(Sink):
             raise ValueError("MLflow experiment name is empty")
         self.experiment = experiment
         self._is_sqlite = self.tracking_uri.lower().startswith("sqlite:")
-        self._is_http = urlsplit(self.tracking_uri).scheme.lower() in _HTTP_SCHEMES
+        self._is_http = is_http(self.tracking_uri)
         if artifact_location is None and self._is_sqlite:
             # Without this MLflow puts artifacts in ./mlruns of whatever the cwd is.
             artifact_location = (sqlite_path(self.tracking_uri).resolve().parent / "artifacts").as_uri()
@@ -329,48 +156,9 @@ class MlflowSink(Sink):
         return f"runs table: {how}{link}"
 
     # -- plumbing ---------------------------------------------------------------------------
-    @contextlib.contextmanager
-    def _mlflow_env(self) -> Iterator[None]:
-        """Fail fast and quietly: set some of MLflow's variables for our calls only.
-
-        MLflow reads them from the environment on every call and offers no per-client setting.
-        Variables the user set are left alone; the ones we add are removed afterwards.
-        """
-        wanted = {
-            # A tqdm bar per artifact download, in the middle of pytest's or the CLI's output.
-            "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false",
-        }
-        if self._is_http:
-            wanted.update(
-                {
-                    "MLFLOW_HTTP_REQUEST_MAX_RETRIES": str(self.http_max_retries),
-                    # Retries (connection errors, 429, 5xx) wait 1, 2, 4... s plus up to 1 s at
-                    # random, so runners that a busy server turned away do not all return at once.
-                    "MLFLOW_HTTP_REQUEST_BACKOFF_FACTOR": "1",
-                    "MLFLOW_HTTP_REQUEST_BACKOFF_JITTER": "1.0",
-                    "MLFLOW_HTTP_REQUEST_TIMEOUT": str(int(self.http_timeout_s)),
-                    # Else set_terminated fetches the run again (one more request per record)
-                    # just to print "View run ... at: URL" to stdout.
-                    "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true",
-                }
-            )
-        added = [key for key in wanted if key not in os.environ]
-        for key in added:
-            os.environ[key] = wanted[key]
-        try:
-            yield
-        except Exception as exc:
-            # MLflow quotes the URI it was given ("API request to http://alice:SECRET@host/...
-            # failed"): re-raise such an error with the credentials masked, and without the
-            # original as context, so that no message or traceback shows them.
-            text = str(exc)
-            safe = redact_uri(text)
-            if safe == text:
-                raise
-            raise MlflowStoreError(f"{type(exc).__name__}: {safe}") from None
-        finally:
-            for key in added:
-                os.environ.pop(key, None)
+    def _mlflow_env(self) -> contextlib.AbstractContextManager[None]:
+        """Our calls' MLflow variables, and errors with credentials masked (`mlflow_calls.call_env`)."""
+        return call_env(http=self._is_http, max_retries=self.http_max_retries, timeout_s=self.http_timeout_s)
 
     def _client(self) -> MlflowClient:
         if self._client_obj is None:
@@ -461,7 +249,7 @@ class MlflowSink(Sink):
                 run = client.create_run(
                     experiment_id,
                     start_time=epoch_ms(session.started_at),
-                    tags=_session_tags(session),
+                    tags=session_tags(session),
                     run_name=session_run_name(session),
                 )
                 run_id = run.info.run_id
@@ -491,8 +279,8 @@ class MlflowSink(Sink):
                 created = epoch_ms(record.created_at) or int(time.time() * 1000)
                 run = client.create_run(
                     experiment_id,
-                    start_time=created - _run_duration_ms(record),
-                    tags=self._record_tags(record),
+                    start_time=created - run_duration_ms(record),
+                    tags=record_tags(record, self._parent_run_id),
                     run_name=record.run_name,
                 )
                 run_id = run.info.run_id
@@ -506,22 +294,12 @@ class MlflowSink(Sink):
                         ],
                         params=[Param(key, to_text(key, value)) for key, value in record.params().items()],
                     )
-                    client.set_terminated(run_id, _CASE_RUN_STATUS[record.status], end_time=created)
+                    client.set_terminated(run_id, CASE_RUN_STATUS[record.status], end_time=created)
                 except BaseException:
                     # Half-written run: delete it when this record is written again.
                     self._stale.setdefault(record.record_id, []).append(run_id)
                     raise
                 self._written.append(record.to_dict())
-
-    def _record_tags(self, record: BenchmarkRecord) -> dict[str, str]:
-        assert self._parent_run_id is not None
-        tags = {PARENT_TAG: self._parent_run_id, KIND_TAG: "record"}
-        for name in _CONTEXT_FIELDS:
-            value = getattr(record, name)
-            if value is None or value == "":
-                continue
-            tags[f"hwbench.{name}"] = truncate(to_text(name, value), TAG_VALUE_LIMIT)
-        return tags
 
     def existing_ids(self, record_ids: Iterable[str] | Mapping[str, BenchmarkRecord]) -> set[str]:
         """Record ids with a finished child run in the experiment.
@@ -544,8 +322,8 @@ class MlflowSink(Sink):
         wanted = set(sessions)
         by_session = sorted({sid for sid in sessions.values() if sid})
         alone = sorted(rid for rid, sid in sessions.items() if not sid)
-        filters = [self._records_filter(sid) for sid in by_session]
-        filters += [f"tags.`{RECORD_TAG}` = '{_quoted(rid, 'record_id')}'" for rid in alone]
+        filters = [records_filter(sid) for sid in by_session]
+        filters += [f"tags.`{RECORD_TAG}` = '{quoted(rid, 'record_id')}'" for rid in alone]
         found: set[str] = set()
         stale: dict[str, list[str]] = {}
         with self._mlflow_env():
@@ -556,17 +334,12 @@ class MlflowSink(Sink):
                     record_id = run.data.tags.get(RECORD_TAG)
                     if record_id not in wanted:
                         continue
-                    if run.info.status in _TERMINAL:
+                    if run.info.status in TERMINAL:
                         found.add(record_id)
                     else:
                         stale.setdefault(record_id, []).append(run.info.run_id)
         self._stale = {rid: runs for rid, runs in stale.items() if rid not in found}
         return found
-
-    @staticmethod
-    def _records_filter(session_id: str) -> str:
-        """The search filter for the child runs of one session."""
-        return f"tags.`{SESSION_TAG}` = '{_quoted(session_id, 'session_id')}' AND tags.`{KIND_TAG}` = 'record'"
 
     def _search_each(self, filters: Sequence[str]) -> Iterator[list[Run]]:
         """The runs each filter finds (a list per filter, in order). Against a server, up to
@@ -587,7 +360,7 @@ class MlflowSink(Sink):
         (`mlflow_copies.keep_one_copy`)."""
         if self._parent_run_id is None:
             return
-        run_status = _RUN_STATUS[normalize_status(status)]
+        run_status = RUN_STATUS[normalize_status(status)]
         parent, written, session_id = self._parent_run_id, self._written, self._session_id
         self._parent_run_id, self._session_id, self._written = None, None, []
         with self._mlflow_env():
@@ -620,7 +393,7 @@ class MlflowSink(Sink):
         with self._mlflow_env():
             for run in self._search(f"tags.`{KIND_TAG}` = 'session'"):
                 out.append(
-                    (_session_from_tags(run.data.tags), _SESSION_STATUS.get(run.info.status, "running"))
+                    (session_from_tags(run.data.tags), SESSION_STATUS.get(run.info.status, "running"))
                 )
         return out
 
@@ -636,14 +409,14 @@ class MlflowSink(Sink):
         if session_ids is None:
             filters = [f"tags.`{KIND_TAG}` = 'record'"]
         else:
-            filters = [self._records_filter(sid) for sid in dict.fromkeys(session_ids)]
+            filters = [records_filter(sid) for sid in dict.fromkeys(session_ids)]
         rows: list[tuple[dict[str, Any], str]] = []
         with self._mlflow_env():
             for runs in self._search_each(filters):
                 for run in runs:
-                    if run.info.status not in _TERMINAL or RECORD_TAG not in run.data.tags:
+                    if run.info.status not in TERMINAL or RECORD_TAG not in run.data.tags:
                         continue
-                    rows.append((_record_data(run), run.data.tags.get(PARENT_TAG, "")))
+                    rows.append((record_data(run.data.params, run.data.metrics, run.data.tags, run.info.status), run.data.tags.get(PARENT_TAG, "")))
             full: dict[str, dict[str, Any]] = {}
             if with_timings and rows:
                 full = self._artifact_records({parent for _, parent in rows if parent})
@@ -691,163 +464,16 @@ class MlflowSink(Sink):
         return out
 
 
-def session_run_name(session: SessionInfo) -> str:
-    """The parent run's name: what the session ran (suite and ``-m`` expression, from the
-    session's ``extra``), where (host), on what (commit) and when (UTC), e.g.
-    ``bench_suites/test_quick.py -m cpu · ci-runner-3 · 1a2b3c4d · 2026-11-24 14:05 UTC``."""
-    extra = dict(session.extra or {})
-    suite = str(extra.get("suite") or "").strip()
-    markers = str(extra.get("markers") or "").strip()
-    what = " ".join(part for part in (suite, f"-m {markers}" if markers else "") if part)
-    when = ""
-    if session.started_at:
-        try:
-            stamp = datetime.datetime.fromisoformat(str(session.started_at).replace("Z", "+00:00"))
-            if stamp.tzinfo is not None:
-                stamp = stamp.astimezone(datetime.timezone.utc)
-            when = stamp.strftime("%Y-%m-%d %H:%M UTC")
-        except ValueError:
-            when = str(session.started_at)[:16]
-    parts = [what or "hwbench", session.host, session.git_commit[:8] if session.git_commit else "", when]
-    return truncate(" · ".join(p for p in parts if p), 240)
-
-
-@contextlib.contextmanager
-def store_init_lock(directory: Path) -> Iterator[None]:
-    """Hold an exclusive lock on `directory` (flock on its descriptor: no file left behind) for up
-    to `STORE_INIT_WAIT_S` seconds of waiting; without ``fcntl`` (Windows) only the retry helps."""
-    try:
-        import fcntl
-    except ImportError:
-        yield
-        return
-    fd = os.open(directory, os.O_RDONLY)
-    try:
-        deadline = time.monotonic() + STORE_INIT_WAIT_S
-        while True:
-            try:
-                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-                break
-            except BlockingIOError:
-                if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"another process has been creating the MLflow store in {directory} for over "
-                        f"{STORE_INIT_WAIT_S:.0f} s"
-                    ) from None
-                time.sleep(0.1)
-        yield
-    finally:
-        os.close(fd)  # releases the lock
-
-
-#: Words of the errors two processes migrating one new store at once get from Alembic/SQLite.
-_MIGRATION_RACE = ("online migration", "duplicate column", "already exists", "alembic", "database is locked")
-
-
-def retry_migration(make: Any, tries: int = 4) -> Any:
-    """`make()`, tried again (after 1, 2, 4 s) while it fails the way a migration race does (a
-    store created by a process that does not take our lock, e.g. an older hwbench)."""
-    for attempt in range(tries):
-        try:
-            return make()
-        except Exception as exc:
-            text = str(exc).lower()
-            if attempt == tries - 1 or not any(word in text for word in _MIGRATION_RACE):
-                raise
-            time.sleep(2**attempt)
-    raise AssertionError("unreachable")
-
-
-def _session_tags(session: SessionInfo) -> dict[str, str]:
-    tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
-    plain = {
-        "started_at": session.started_at,
-        "host": session.host,
-        "git_commit": session.git_commit,
-        "git_branch": session.git_branch,
-        "runner_label": session.runner_label,
-        "hardware_summary": session.hardware_summary,
-    }
-    for key, value in plain.items():
-        if value:
-            tags[f"hwbench.{key}"] = truncate(str(value), TAG_VALUE_LIMIT)
-    if session.package_versions:
-        versions = dict(session.package_versions)
-        tags["hwbench.package_versions"] = truncate(json.dumps(versions, sort_keys=True), TAG_VALUE_LIMIT)
-        for package, version in sorted(versions.items())[:50]:
-            key = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(package))
-            tags[f"hwbench.version.{key}"] = truncate(str(version), 250)
-    if session.extra:
-        tags["hwbench.extra"] = truncate(
-            json.dumps(dict(session.extra), sort_keys=True, default=str), TAG_VALUE_LIMIT
-        )
-    if session.git_commit:
-        tags["mlflow.source.git.commit"] = session.git_commit
-    if session.git_branch:
-        tags["mlflow.source.git.branch"] = session.git_branch
-    return tags
-
-
-def _quoted(value: str, what: str) -> str:
-    """`value` for a search filter's quoted string; ValueError for one holding a quote."""
-    if "'" in value or "`" in value or "\\" in value:
-        raise ValueError(f"{what} {value!r} contains a quote or backslash; it cannot be searched for in MLflow")
-    return value
-
-
-def _json_or(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except ValueError:
-        return default
-
-
-def _session_from_tags(tags: dict[str, str]) -> SessionInfo:
-    return SessionInfo(
-        session_id=tags.get(SESSION_TAG, ""),
-        started_at=tags.get("hwbench.started_at", ""),
-        host=tags.get("hwbench.host", ""),
-        git_commit=tags.get("hwbench.git_commit", ""),
-        git_branch=tags.get("hwbench.git_branch", ""),
-        runner_label=tags.get("hwbench.runner_label", ""),
-        hardware_summary=tags.get("hwbench.hardware_summary", ""),
-        package_versions=_json_or(tags.get("hwbench.package_versions"), {}),
-        extra=_json_or(tags.get("hwbench.extra"), {}),
-    )
-
-
-def _record_data(run: Run) -> dict[str, Any]:
-    """A record dict from a child run: params and context tags cast back, metrics as logged."""
-    data: dict[str, Any] = {}
-    params, metrics, tags = run.data.params, run.data.metrics, run.data.tags
-    for name in PARAM_FIELDS:
-        if name in params:
-            data[name] = from_text(name, params[name])
-    for name in METRIC_FIELDS:
-        if name in metrics:
-            value = metrics[name]
-            data[name] = int(round(value)) if FIELDS[name].kind == "int" else float(value)
-    for name in _CONTEXT_FIELDS:
-        text = tags.get(f"hwbench.{name}")
-        if text is None:
-            continue
-        try:
-            data[name] = from_text(name, text)
-        except ValueError:
-            data[name] = None  # cut at TAG_VALUE_LIMIT; the caller may fill it from the artifact
-    if "status" not in data:
-        data["status"] = _CASE_STATUS.get(run.info.status, "failed")
-    return data
-
-
 def _factory(target: str | None, /, **options: Any) -> MlflowSink:
     return MlflowSink(target, **options)
 
 
 def _reader(target: str | None, /, *, experiment: str | None = None, with_timings: bool = False,
             **options: Any) -> list[BenchmarkRecord]:
+    if target is not None and target.lower().startswith("sqlite:///") and not sqlite_path(target).is_file():
+        # A reader never makes a store: MLflow would create the folders and an empty database.
+        raise FileNotFoundError(f"{redact_uri(target)}: {sqlite_path(target)} does not exist; name an existing "
+                                "store (a session writes one)")
     return MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options).read_records(with_timings=with_timings)
 
 
@@ -858,20 +484,4 @@ register_sink(
     reader=_reader,
 )
 
-__all__ = [
-    "ACCEPTED_FORMS",
-    "DEFAULT_EXPERIMENT",
-    "EXPERIMENT_KIND",
-    "EXPERIMENT_KIND_TAG",
-    "MlflowSink",
-    "REFUSED_CREDENTIALS",
-    "MlflowStoreError",
-    "ping",
-    "redact_uri",
-    "resolve_tracking_uri",
-    "retry_migration",
-    "session_run_name",
-    "sqlite_path",
-    "store_init_lock",
-    "validate_tracking_uri",
-]
+__all__ = ["SEARCH_THREADS", "MlflowSink"]

@@ -23,7 +23,7 @@ def require_answer(uri: str | None, what: str) -> None:
     Server) that does not answer ``SELECT 1``, within `PING_TIMEOUT_S`; ValueError (exit 2) when
     the server refuses the credentials, or the SQL store the user, the password or the database
     (or its driver is not installed); other stores pass."""
-    from .mlflow_sink import REFUSED_CREDENTIALS, ping
+    from .mlflow_uri import REFUSED_CREDENTIALS, ping
 
     if uri is None:
         return
@@ -49,7 +49,7 @@ def check_sqlite(uri: str, what: str) -> None:
     SQLite can read (truncated, overwritten); a missing file passes (a writer creates it)."""
     import sqlite3
 
-    from .mlflow_sink import sqlite_path
+    from .mlflow_uri import sqlite_path
 
     path = sqlite_path(uri)
     if not path.is_file():

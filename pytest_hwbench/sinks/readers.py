@@ -20,8 +20,6 @@ from typing import TYPE_CHECKING, Any
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks.base import accepted_forms, read_sink, registered_sinks, resolve_sink
-from pytest_hwbench.sinks.mlflow_sink import sqlite_path
-from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool
 
 if TYPE_CHECKING:
@@ -84,10 +82,6 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
     if _is_local_path(text) and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     kind = source_kind(source)
-    if kind == "mlflow" and text.lower().startswith("sqlite:///") and not sqlite_path(text).is_file():
-        # A reader never makes a store: MLflow would create the folders and an empty database.
-        raise FileNotFoundError(f"{redact_uri(text)}: {sqlite_path(text)} does not exist; name an existing "
-                                "store (a session writes one)")
     if kind == "jsonl":
         return list(_jsonl_records(path))
     if kind == "spool":

@@ -39,7 +39,7 @@ from ..plugin_api import (
 from ..record import BenchmarkRecord, SessionInfo
 from ..vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_RETRY_EVERY, DEFAULT_STORE_DIR
 from .base import Sink, check_sink, open_sink, resolve_sink
-from .mlflow_sink import resolve_tracking_uri, validate_tracking_uri
+from .mlflow_uri import resolve_tracking_uri, validate_tracking_uri
 from .redact import redact_uri
 
 if TYPE_CHECKING:

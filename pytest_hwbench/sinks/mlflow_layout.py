@@ -1,0 +1,213 @@
+"""How hwbench's sessions and records lie in an MLflow experiment: run names, tags, params and
+statuses, written from `SessionInfo` and `BenchmarkRecord` and read back into them.
+
+Layout in the experiment (default ``hwbench``):
+
+- the experiment carries ``mlflow.experimentKind=custom_model_development``, so MLflow's UI
+  opens it as a model-development experiment (the runs table), not a GenAI one (traces);
+- parent run named for what it holds (`session_run_name`: suite and marker expression, host,
+  commit, start time): tags ``hwbench.kind=session``, ``hwbench.session_id``,
+  git commit/branch (also as ``mlflow.source.git.*``), host, runner label, hardware summary,
+  package versions; on close, an artifact ``hwbench_records/part-*.json`` holding the full
+  records written (with their raw timings, which child runs do not carry);
+- child run ``record.run_name``: tag ``mlflow.parentRunId``, ``hwbench.kind=record``,
+  ``hwbench.record_id``, ``hwbench.session_id`` and every other context field as
+  ``hwbench.<field>``; params = `record.params()` (every name always present, None spelled
+  ``none``, each field always the same type); metrics = `record.metrics()` minus the Nones;
+  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones, KILLED
+  for crashed ones.
+
+Plain values in and out: imports no ``mlflow``.
+"""
+
+from __future__ import annotations
+
+import datetime
+import json
+from collections.abc import Mapping
+from typing import Any
+
+from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks._fields import FIELDS, from_text, to_text, truncate
+
+KIND_TAG = "hwbench.kind"
+SESSION_TAG = "hwbench.session_id"
+RECORD_TAG = "hwbench.record_id"
+PARENT_TAG = "mlflow.parentRunId"
+RECORDS_ARTIFACT_DIR = "hwbench_records"
+#: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values:
+#: ``genai_development``, ``custom_model_development``, ...); without it the UI opens the
+#: ``hwbench`` experiment on its GenAI overview ("Traces 0", "No data").
+EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
+EXPERIMENT_KIND = "custom_model_development"
+#: MLflow allows 8000 characters per tag value; stay clear of it (the spool keeps the full text).
+TAG_VALUE_LIMIT = 5000
+
+#: Context fields (neither params, metrics nor raw timings) travel as tags ``hwbench.<field>``.
+CONTEXT_FIELDS: tuple[str, ...] = tuple(
+    name for name in FIELDS if name not in PARAM_FIELDS and name not in METRIC_FIELDS and name != "timings_ms"
+)
+#: session status -> parent run status, and back
+RUN_STATUS = {"finished": "FINISHED", "failed": "FAILED", "killed": "KILLED"}
+SESSION_STATUS = {v: k for k, v in RUN_STATUS.items()}
+#: record status -> child run status, and back (a crashed case's process was killed)
+CASE_RUN_STATUS = {"passed": "FINISHED", "failed": "FAILED", "crashed": "KILLED"}
+CASE_STATUS = {run: case for case, run in CASE_RUN_STATUS.items()}
+TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+
+
+def session_run_name(session: SessionInfo) -> str:
+    """The parent run's name: what the session ran (suite and ``-m`` expression, from the
+    session's ``extra``), where (host), on what (commit) and when (UTC), e.g.
+    ``bench_suites/test_quick.py -m cpu · ci-runner-3 · 1a2b3c4d · 2026-11-24 14:05 UTC``."""
+    extra = dict(session.extra or {})
+    suite = str(extra.get("suite") or "").strip()
+    markers = str(extra.get("markers") or "").strip()
+    what = " ".join(part for part in (suite, f"-m {markers}" if markers else "") if part)
+    when = ""
+    if session.started_at:
+        try:
+            stamp = datetime.datetime.fromisoformat(str(session.started_at).replace("Z", "+00:00"))
+            if stamp.tzinfo is not None:
+                stamp = stamp.astimezone(datetime.timezone.utc)
+            when = stamp.strftime("%Y-%m-%d %H:%M UTC")
+        except ValueError:
+            when = str(session.started_at)[:16]
+    parts = [what or "hwbench", session.host, session.git_commit[:8] if session.git_commit else "", when]
+    return truncate(" · ".join(p for p in parts if p), 240)
+
+
+def run_duration_ms(record: BenchmarkRecord) -> int:
+    """Rough wall time of the case before its record was made (load + timed iterations)."""
+    total = sum(record.timings_ms) + 1000.0 * (record.load_time_s or 0.0)
+    return max(0, int(total))
+
+
+def session_tags(session: SessionInfo) -> dict[str, str]:
+    """A parent run's tags: its kind, the session's id and fields, package versions, git source."""
+    tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
+    plain = {
+        "started_at": session.started_at,
+        "host": session.host,
+        "git_commit": session.git_commit,
+        "git_branch": session.git_branch,
+        "runner_label": session.runner_label,
+        "hardware_summary": session.hardware_summary,
+    }
+    for key, value in plain.items():
+        if value:
+            tags[f"hwbench.{key}"] = truncate(str(value), TAG_VALUE_LIMIT)
+    if session.package_versions:
+        versions = dict(session.package_versions)
+        tags["hwbench.package_versions"] = truncate(json.dumps(versions, sort_keys=True), TAG_VALUE_LIMIT)
+        for package, version in sorted(versions.items())[:50]:
+            key = "".join(c if c.isalnum() or c in "._-" else "_" for c in str(package))
+            tags[f"hwbench.version.{key}"] = truncate(str(version), 250)
+    if session.extra:
+        tags["hwbench.extra"] = truncate(
+            json.dumps(dict(session.extra), sort_keys=True, default=str), TAG_VALUE_LIMIT
+        )
+    if session.git_commit:
+        tags["mlflow.source.git.commit"] = session.git_commit
+    if session.git_branch:
+        tags["mlflow.source.git.branch"] = session.git_branch
+    return tags
+
+
+def record_tags(record: BenchmarkRecord, parent_run_id: str) -> dict[str, str]:
+    """A child run's tags: its parent, its kind and every context field that has a value."""
+    tags = {PARENT_TAG: parent_run_id, KIND_TAG: "record"}
+    for name in CONTEXT_FIELDS:
+        value = getattr(record, name)
+        if value is None or value == "":
+            continue
+        tags[f"hwbench.{name}"] = truncate(to_text(name, value), TAG_VALUE_LIMIT)
+    return tags
+
+
+
+def quoted(value: str, what: str) -> str:
+    """`value` for a search filter's quoted string; ValueError for one holding a quote."""
+    if "'" in value or "`" in value or "\\" in value:
+        raise ValueError(f"{what} {value!r} contains a quote or backslash; it cannot be searched for in MLflow")
+    return value
+
+
+def records_filter(session_id: str) -> str:
+    """The search filter for the child runs of one session."""
+    return f"tags.`{SESSION_TAG}` = '{quoted(session_id, 'session_id')}' AND tags.`{KIND_TAG}` = 'record'"
+
+
+
+def _json_or(text: str | None, default: Any) -> Any:
+    if not text:
+        return default
+    try:
+        return json.loads(text)
+    except ValueError:
+        return default
+
+
+def session_from_tags(tags: Mapping[str, str]) -> SessionInfo:
+    return SessionInfo(
+        session_id=tags.get(SESSION_TAG, ""),
+        started_at=tags.get("hwbench.started_at", ""),
+        host=tags.get("hwbench.host", ""),
+        git_commit=tags.get("hwbench.git_commit", ""),
+        git_branch=tags.get("hwbench.git_branch", ""),
+        runner_label=tags.get("hwbench.runner_label", ""),
+        hardware_summary=tags.get("hwbench.hardware_summary", ""),
+        package_versions=_json_or(tags.get("hwbench.package_versions"), {}),
+        extra=_json_or(tags.get("hwbench.extra"), {}),
+    )
+
+
+def record_data(params: Mapping[str, str], metrics: Mapping[str, float], tags: Mapping[str, str],
+                run_status: str) -> dict[str, Any]:
+    """A record dict from a child run's params, metrics, tags and status: params and context tags
+    cast back, metrics as logged."""
+    data: dict[str, Any] = {}
+    for name in PARAM_FIELDS:
+        if name in params:
+            data[name] = from_text(name, params[name])
+    for name in METRIC_FIELDS:
+        if name in metrics:
+            value = metrics[name]
+            data[name] = int(round(value)) if FIELDS[name].kind == "int" else float(value)
+    for name in CONTEXT_FIELDS:
+        text = tags.get(f"hwbench.{name}")
+        if text is None:
+            continue
+        try:
+            data[name] = from_text(name, text)
+        except ValueError:
+            data[name] = None  # cut at TAG_VALUE_LIMIT; the caller may fill it from the artifact
+    if "status" not in data:
+        data["status"] = CASE_STATUS.get(run_status, "failed")
+    return data
+
+
+__all__ = [
+    "CASE_RUN_STATUS",
+    "CASE_STATUS",
+    "CONTEXT_FIELDS",
+    "EXPERIMENT_KIND",
+    "EXPERIMENT_KIND_TAG",
+    "KIND_TAG",
+    "PARENT_TAG",
+    "RECORDS_ARTIFACT_DIR",
+    "RECORD_TAG",
+    "RUN_STATUS",
+    "SESSION_STATUS",
+    "SESSION_TAG",
+    "TAG_VALUE_LIMIT",
+    "TERMINAL",
+    "quoted",
+    "record_data",
+    "record_tags",
+    "records_filter",
+    "run_duration_ms",
+    "session_from_tags",
+    "session_run_name",
+    "session_tags",
+]

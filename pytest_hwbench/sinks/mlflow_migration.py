@@ -1,0 +1,68 @@
+"""Two processes opening one new local MLflow store: one creates and migrates it, the next finds it
+migrated (`store_init_lock` on the store's folder), and a migration race with a process that takes
+no lock is tried again (`retry_migration`).
+
+MLflow creates and migrates a new SQLite store when a client is first made for it, without a lock
+of its own; the harness's sink and hwsel's training both open stores through these.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+#: Seconds a local SQLite store's first open waits for another process creating the same store.
+STORE_INIT_WAIT_S = 120.0
+
+
+@contextlib.contextmanager
+def store_init_lock(directory: Path) -> Iterator[None]:
+    """Hold an exclusive lock on `directory` (flock on its descriptor: no file left behind) for up
+    to `STORE_INIT_WAIT_S` seconds of waiting; without ``fcntl`` (Windows) only the retry helps."""
+    try:
+        import fcntl
+    except ImportError:
+        yield
+        return
+    fd = os.open(directory, os.O_RDONLY)
+    try:
+        deadline = time.monotonic() + STORE_INIT_WAIT_S
+        while True:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+                break
+            except BlockingIOError:
+                if time.monotonic() > deadline:
+                    raise TimeoutError(
+                        f"another process has been creating the MLflow store in {directory} for over "
+                        f"{STORE_INIT_WAIT_S:.0f} s"
+                    ) from None
+                time.sleep(0.1)
+        yield
+    finally:
+        os.close(fd)  # releases the lock
+
+
+#: Words of the errors two processes migrating one new store at once get from Alembic/SQLite.
+_MIGRATION_RACE = ("online migration", "duplicate column", "already exists", "alembic", "database is locked")
+
+
+def retry_migration(make: Any, tries: int = 4) -> Any:
+    """`make()`, tried again (after 1, 2, 4 s) while it fails the way a migration race does (a
+    store created by a process that does not take our lock, e.g. an older hwbench)."""
+    for attempt in range(tries):
+        try:
+            return make()
+        except Exception as exc:
+            text = str(exc).lower()
+            if attempt == tries - 1 or not any(word in text for word in _MIGRATION_RACE):
+                raise
+            time.sleep(2**attempt)
+    raise AssertionError("unreachable")
+
+
+__all__ = ["STORE_INIT_WAIT_S", "retry_migration", "store_init_lock"]
