@@ -21,8 +21,8 @@ from typing import Any
 import pytest
 
 from hwsel import Predictor, predict_performance, prediction_matrix, select_hardware, selection_map
-from hwsel.cli import build_parser
 from hwsel.cli import main as cli_main
+from hwsel.cli_parser import build_parser
 from hwsel.data import CONFIG_KEYS, load_runs, rows_text, snapshot, training_table
 from hwsel.features import query_frame, resolve_model
 

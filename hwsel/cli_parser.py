@@ -1,0 +1,248 @@
+"""``hwsel``'s argument parser: `build_parser`, one argparse subcommand per hwsel command and the
+options they share; `hwsel.cli` runs the commands it parses.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from pytest_hwbench import facts
+
+from ._reach import DEFAULT_TIMEOUT_S
+from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, MODES, PRECISIONS
+
+
+def _positive_int(text: str) -> int:
+    try:
+        value = int(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
+    if value < 1:
+        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
+    return value
+
+
+def _positive_float(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
+    if not math.isfinite(value) or value <= 0:
+        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
+    return value
+
+
+def _source_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
+    p.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
+                   help="benchmark data: MLflow tracking URI, .duckdb, .parquet or .jsonl records file; "
+                        "several (repeated or listed) are read as one (default: $MLFLOW_TRACKING_URI or "
+                        "mlruns/ here, if present)")
+
+
+def _timeout_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
+    p.add_argument("--timeout", type=_positive_float, default=DEFAULT_TIMEOUT_S, metavar="SECONDS",
+                   help=f"seconds to wait for {what} (default {DEFAULT_TIMEOUT_S:g})")
+
+
+def _store_options(p: argparse.ArgumentParser) -> None:
+    g = p.add_argument_group("where data and models come from")
+    _source_option(g)
+    g.add_argument("--tracking-uri", default=None,
+                   help="MLflow store holding the registered models (default: $MLFLOW_TRACKING_URI or "
+                        "mlruns/mlflow.db)")
+    _timeout_option(g, "the records and for the registered models each; a store that does not answer in time is "
+                       "left out and the other layers answer")
+    g.add_argument("--include-noisy", action="store_true",
+                   help="also answer from records measured on a busy machine (left out by default; an answer says "
+                        "which records of its case were left out and why)")
+    g.add_argument("--selection-config", dest="config", default=None, metavar="FILE",
+                   help="selection settings (weights, hardware preferences, thresholds), TOML or JSON "
+                        "(default: $HWSEL_CONFIG, else built-in)")
+
+
+def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
+    _model_options(p)
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
+    p.add_argument("--seq-length", type=_positive_int, default=None,
+                   help="tokens per item, for text models (default: the zoo model's)")
+    p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)} (default fp32)")
+    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    _backend_option(p)
+    p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+
+def _model_options(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--model", default=None,
+                   help="zoo name or hub-style alias (bert-base-uncased, gpt2, ...); with --config, the name to "
+                        "give that model (default: the config's own)")
+    p.add_argument("--config", dest="model_config", default=None, metavar="PATH",
+                   help="a model outside the zoo, no --model needed: a Hugging Face config.json, a directory "
+                        "holding one, or a model-set TOML/JSON")
+
+
+def _backend_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--backend", default=None,
+                   help="runtime the question is about (torch, torch-compile, onnxruntime, openvino, ...); "
+                        "default: eager torch (openvino on the openvino target, qai_hub on qnn); answers "
+                        "never come from another backend's measurements")
+
+
+def _device_option(p: argparse.ArgumentParser) -> None:
+    p.add_argument("--device", action="append", default=None, metavar="[HW=]DEVICE",
+                   help="the device asked about: a device name ('NVIDIA H100 80GB HBM3') or a spec name (h100, "
+                        "a100, l4, ...) for the one --hardware target, or HW=DEVICE per target (repeatable); "
+                        "default: the device detected here, else the one most benchmark records of that "
+                        "hardware hold")
+
+
+def build_parser() -> argparse.ArgumentParser:
+    """The argument parser (exposed for docs and tests)."""
+    parser = argparse.ArgumentParser(
+        prog="hwsel",
+        description="Hardware selection and performance prediction from hwbench runs. Predictions come "
+                    "from measured data, then registered models, then a roofline estimate, then rules; "
+                    "each answer says which.")
+    parser.add_argument("-v", "--verbose", action="count", default=0, help="more logging (-vv for debug)")
+    sub = parser.add_subparsers(dest="command", metavar="COMMAND", required=True)
+
+    p = sub.add_parser("train", help="train and register the latency/throughput/memory predictors",
+                       description="Train Optuna-tuned scikit-learn predictors on the benchmark runs, "
+                                   "register them in the MLflow Model Registry and move @champion when "
+                                   "a new version wins.")
+    p.add_argument("--source", action="extend", nargs="+", default=None, metavar="SOURCE",
+                   help="benchmark data: MLflow URI, .duckdb, .parquet or .jsonl records file (e.g. a GPU host's "
+                        "spool); repeat or list several to train on their union, e.g. --source "
+                        "benchmarks/data/cpu_runs.parquet gpu_records.jsonl (default: the tracking store)")
+    p.add_argument("--tracking-uri", default=None, help="MLflow store for the training run and the registry")
+    p.add_argument("--trials", type=_positive_int, default=30, help="Optuna trials per target (default 30)")
+    p.add_argument("--seed", type=int, default=0, help="random seed (default 0)")
+    p.add_argument("--experiment", default="hwbench", help="MLflow experiment of the benchmark runs")
+    p.add_argument("--no-progress", action="store_true", help="no progress bar")
+    p.add_argument("--include-noisy", action="store_true",
+                   help="also train on records measured on a busy machine (left out by default, and counted)")
+    _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then training stops")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("select", help="recommend hardware for a model",
+                       description="Score each hardware target on predicted latency, throughput, memory "
+                                   "and compatibility; print the best, the fallbacks and why.")
+    _case_options(p, hardware_help=f"targets to choose among (default: those detected here); "
+                                   f"known: {', '.join(facts.fallback_order())}")
+    p.add_argument("--task", default=None, help="task profile instead of --mode: classification, generation, "
+                                                "embedding, speech_recognition, fine_tuning, training")
+    _store_options(p)
+
+    p = sub.add_parser("precision", help="choose the precision for a model on one target",
+                       description="Predict each precision on one target and choose: the fastest, or, where "
+                                   "the difference lies inside the latency intervals, a tie ranked by memory, "
+                                   "then measured energy per item.")
+    _model_options(p)
+    p.add_argument("--hardware", default="cpu", metavar="HW",
+                   help=f"the target (default cpu); known: {', '.join(facts.fallback_order())}")
+    p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISION_CHOICES), metavar="PRECISION",
+                   help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
+                        f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
+    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
+    p.add_argument("--seq-length", type=_positive_int, default=None,
+                   help="tokens per item, for text models (default: the zoo model's)")
+    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    _backend_option(p)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _store_options(p)
+
+    p = sub.add_parser("predict", help="predict latency, throughput and memory",
+                       description="Predict performance of one case on each hardware target, with the "
+                                   "source of each prediction and a latency interval.")
+    _case_options(p, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
+    _store_options(p)
+
+    p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",
+                       description="Recommendations for every model family, size category, batch size and "
+                                   "mode, as JSON.")
+    p.add_argument("--output", default="selection_map.json", help="JSON file to write ('-' for stdout)")
+    p.add_argument("--families", nargs="+", default=None, help=f"default: all of {', '.join(FAMILIES)}")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 4, 16, 32, 64])
+    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
+    p.add_argument("--modes", nargs="+", default=list(MODES))
+    p.add_argument("--precision", default="fp32")
+    _backend_option(p)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print the map as JSON as well")
+    _store_options(p)
+
+    p = sub.add_parser("matrix", help="write a prediction matrix (model x hardware x batch x precision)",
+                       description="Predicted throughput, latency and memory for every combination, as JSON.")
+    p.add_argument("--output", default="matrix.json", help="JSON file to write ('-' for stdout)")
+    p.add_argument("--models", nargs="+", default=None, help="default: the full-tier zoo models")
+    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
+    p.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
+    p.add_argument("--mode", default="inference")
+    _backend_option(p)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print the matrix as JSON as well")
+    _store_options(p)
+
+    p = sub.add_parser("distributed", help="plan distributed training (DDP/FSDP, memory)",
+                       description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
+                                   "gradient accumulation and CPU offload; print the memory estimate.")
+    _model_options(p)
+    p.add_argument("--gpus", type=_positive_int, default=8, help="number of GPUs (default 8)")
+    p.add_argument("--batch-size", type=_positive_int, default=8, help="items per GPU per step (default 8)")
+    p.add_argument("--max-memory-gb", type=_positive_float, default=16.0, help="memory per GPU, GiB (default 16)")
+    p.add_argument("--precision", default="bf16", help="fp32, or fp16/bf16 mixed precision (default bf16)")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
+    _model_options(p)
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
+    p.add_argument("--hardware", nargs="+", default=None)
+    p.add_argument("--modes", nargs="+", default=list(MODES))
+    p.add_argument("--precision", default="fp32")
+    _backend_option(p)
+    _device_option(p)
+    p.add_argument("--json", action="store_true", help="print JSON")
+    _store_options(p)
+
+    p = sub.add_parser("next", help="which configurations to measure next, as bench-suite command lines",
+                       description="Rank the configurations not measured yet (models, hardware, backends and "
+                                   "precisions of the records plus zoo models of the same tiers, at the batch "
+                                   "sizes the records hold) by how much the latency predictors disagree about "
+                                   "them (an ensemble fit on bootstrap resamples over models), spread the picks "
+                                   "over models and runtimes, and print each as a runnable pytest command line "
+                                   "after a comment saying why. The output runs as a shell script.")
+    p.add_argument("--budget", type=_positive_int, default=10, help="configurations to suggest (default 10)")
+    _source_option(p)
+    p.add_argument("--models", nargs="+", default=None,
+                   help="zoo models to consider (default: those in the records plus the zoo models of their tiers)")
+    p.add_argument("--hardware", nargs="+", default=None, metavar="HW",
+                   help="hardware to consider, among those in the records (default: all of them)")
+    p.add_argument("--backends", nargs="+", default=None, help="backends, among those in the records (default: all)")
+    p.add_argument("--precisions", nargs="+", default=None,
+                   help="precisions, among those in the records (default: all)")
+    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
+                   help="batch sizes of inference cases (default: those the records hold for the hardware)")
+    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same list (default 0)")
+    p.add_argument("--ensemble", type=_positive_int, default=8,
+                   help="latency models in the ensemble, at least 2 (default 8)")
+    _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then it stops")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("detect", help="hardware found on this machine")
+    p.add_argument("--json", action="store_true", help="print JSON")
+
+    p = sub.add_parser("serve", help="serve the REST API (FastAPI + uvicorn)",
+                       description="Serve /health, /hardware/*, /performance/*, /training/distributed and "
+                                   "/analysis/model. Binds 127.0.0.1 unless --host says otherwise.")
+    p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
+    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
+    _store_options(p)
+    return parser
+
+
+__all__ = ["build_parser"]
