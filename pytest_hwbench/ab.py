@@ -1,8 +1,8 @@
 """`hwbench ab`: a paired, interleaved A/B measurement of the same cases on one host.
 
 Two variants of the same cases run in one job: each side in a long-lived worker process (an
-execnet gateway, as pytest-xdist starts its workers; a side may run another environment's python)
-that loads each model once and keeps it. The controller runs rounds; in each, every case is
+execnet gateway, as pytest-xdist starts its workers; a side may run another environment's python;
+`pytest_hwbench.ab_worker`) that loads each model once and keeps it. The controller runs rounds; in each, every case is
 measured on A and on B back to back, the side that goes first alternating (A B, B A, ...), so a
 change of host speed or a busy neighbour hits both sides alike. A case's verdict is a paired test on its per-round ratios B / A (one-sample
 t-test on their logarithms): drift between rounds cancels, and only what differs between the
@@ -13,7 +13,7 @@ A variant is an option set (``--a-options "--hwbench-min-time 0.5"``: the measur
 /path/to/venv/bin/python``). A side imports its own interpreter's packages first; the controller's
 environment comes after them (its `sys.path` entries added as site directories), so what the side's
 venv lacks, pytest-hwbench included, comes from the controller's. Each worker reports what it runs
-(`SideEnvironment`: its python, the package versions a pytest session reports, its hardware
+(`ab_worker.SideEnvironment`: its python, the package versions a pytest session reports, its hardware
 summary); each side's session carries its own, and the verdict table starts with the versions
 that differ (`format_versions`).
 
@@ -39,9 +39,10 @@ import sys
 import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
+from .ab_worker import DEFAULT_SIDE, DEFAULT_SIDE_TIMEOUT_S, Side, SideEnvironment, SideWorker
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
 from .record import BenchmarkRecord
 from .vocabulary import DEFAULT_DEADLINE_S
@@ -53,55 +54,10 @@ SIDE_OPTIONS: dict[str, tuple[str, type]] = {
     "--hwbench-min-time": ("min_time_s", float),
     "--hwbench-noise-retries": ("noise_retries", int),
 }
-#: Defaults of a side: a short timed loop per round, since every round measures each case again.
-#: Many short rounds beat few long ones for the same time: the two sides of a round run closer
-#: together, so more of the host's drift cancels, and the paired test gets more pairs. On the
-#: 2-core CI runner with one core busy, 18 rounds of 0.08-0.1 s found a planted 10 % slowdown in
-#: 6 of 6 cases in each of three runs, where 6 rounds of 0.25 s found it in 2 and 5 of 6, in the
-#: same wall time (`benchmarks/gate_quality.py`, run (d)).
-DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, "noise_retries": 0}
+#: Rounds, the change that counts and the paired test's significance, unless the command says.
 DEFAULT_ROUNDS = 18
 DEFAULT_THRESHOLD = 0.05
 DEFAULT_ALPHA = 0.05
-#: Seconds a side's worker may take to start (its python, imports and hardware detection) and to
-#: measure one case (the first loads the model): `--side-timeout`.
-DEFAULT_SIDE_TIMEOUT_S = 600.0
-
-
-@dataclass(frozen=True)
-class Side:
-    """One variant: its label, python, environment additions and measurement settings."""
-
-    label: str
-    python: str = sys.executable
-    env: dict[str, str] = field(default_factory=dict)
-    settings: dict[str, Any] = field(default_factory=lambda: dict(DEFAULT_SIDE))
-    options_text: str = ""
-
-    def describe(self) -> str:
-        """The variant in words, e.g. ``python .venv/bin/python, HWBENCH_X=1, --hwbench-min-time 0.5``."""
-        parts = [] if self.python == sys.executable else [f"python {self.python}"]
-        parts += [f"{k}={v}" for k, v in sorted(self.env.items())]
-        if self.options_text:
-            parts.append(self.options_text)
-        return ", ".join(parts) or "as the controller"
-
-
-@dataclass(frozen=True)
-class SideEnvironment:
-    """What a side's worker runs, as it reports it: its python (path and version), the package
-    versions a pytest session reports (distribution -> version) and its hardware summary."""
-
-    python: str
-    python_version: str
-    package_versions: dict[str, str]
-    hardware_summary: str
-
-    @classmethod
-    def from_hello(cls, hello: dict[str, Any]) -> SideEnvironment:
-        """The environment a worker's hello message names."""
-        return cls(str(hello["python"]), str(hello["python_version"]), dict(hello["package_versions"]),
-                   str(hello["hardware_summary"]))
 
 
 @dataclass(frozen=True)
@@ -176,57 +132,6 @@ def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = 
                        low, high)
 
 
-def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self-contained
-    import os
-    import platform
-    import site
-    import sys as _sys
-    import traceback
-
-    setup = channel.receive()
-    os.environ.update(setup["env"])
-    # The side's own packages first; the controller's paths after them, as site directories so
-    # their .pth files (an editable install's finder) work here too.
-    for path in setup["sys_path"]:
-        if path not in _sys.path:
-            site.addsitedir(path)
-    from pytest_hwbench.case import BenchCase
-    from pytest_hwbench.hardware import detect_hardware
-    from pytest_hwbench.plugin.session import core_versions
-    from pytest_hwbench.result import failed_record
-    from pytest_hwbench.runner import Runner
-    from pytest_hwbench.trackers import TimingConfig
-
-    settings = setup["settings"]
-    if setup.get("threads"):
-        import torch
-
-        torch.set_num_threads(int(setup["threads"]))  # before any model loads: backends read it
-    cases = [BenchCase(**c) for c in setup["cases"]]
-    timing = TimingConfig(warmup_iterations=settings["warmup_iterations"],
-                          min_iterations=settings["min_iterations"], min_time_s=settings["min_time_s"])
-    runner = Runner(timing, cache_size=max(1, len(cases)), energy_min_time_s=0,
-                    noise_retries=settings["noise_retries"])
-    hardware = ["cpu", *sorted({case.hardware for case in cases})]
-    channel.send({"pid": os.getpid(), "python": _sys.executable, "python_version": platform.python_version(),
-                  "package_versions": core_versions(),
-                  "hardware_summary": detect_hardware(targets=hardware).summary()})
-    while True:
-        message = channel.receive()
-        if message is None:
-            break
-        index, which = message
-        case = cases[which]
-        extra = {"ab_pair": setup["pair"], "ab_side": setup["label"], "ab_round": index}
-        try:
-            record = runner.run(case).to_record(setup["session_id"], extra=extra)
-        except Exception as exc:  # a failed case is a record too
-            record = failed_record(case, setup["session_id"], f"{type(exc).__name__}: {exc}\n"
-                                   f"{traceback.format_exc(limit=3)}")
-        channel.send(record.to_json())
-    runner.close(collect=False)
-
-
 class SideFailed(RuntimeError):
     """A side's worker did not start, did not answer a case within its time, or died: `label`
     names the side, `result` holds the complete rounds measured before (None if none ran)."""
@@ -235,74 +140,6 @@ class SideFailed(RuntimeError):
         self.label, self.side, self.result = label, side, result
         super().__init__(f"side {label} ({side.describe()}) {what}")
 
-
-class _Worker:
-    """A side's gateway and channel; every wait on the worker is bounded by `timeout_s`."""
-
-    def __init__(self, side: Side, cases: list[dict[str, Any]], pair: str, session_id: str,
-                 threads: int | None = None, timeout_s: float = DEFAULT_SIDE_TIMEOUT_S) -> None:
-        from ._deadline import call_with_deadline
-
-        self.side, self.timeout_s = side, timeout_s
-        self.group: Any = None
-        self.gateway: Any = None
-        self.channel: Any = None
-        hello = call_with_deadline(
-            lambda: self._start(cases, pair, session_id, threads), timeout_s, name=f"hwbench-ab-start-{side.label}",
-            on_wait=lambda left: print(f"hwbench ab: waiting for side {side.label}'s worker to start (at most "
-                                       f"{left:.0f} s more, --side-timeout)", file=sys.stderr, flush=True),
-            on_deadline=self._gave_up)
-        self.environment = SideEnvironment.from_hello(hello)
-
-    def _gave_up(self) -> TimeoutError:
-        """The start's deadline: end the worker's process if it has one by now."""
-        if self.group is not None:
-            self.group.terminate(timeout=1.0)
-        return TimeoutError(f"did not start within {self.timeout_s:g} s (--side-timeout)")
-
-    def _start(self, cases: list[dict[str, Any]], pair: str, session_id: str, threads: int | None) -> Any:
-        import inspect
-        import subprocess
-
-        import execnet
-
-        # The interpreter alone first: one that hangs is killed here, just before the deadline,
-        # where a gateway still bootstrapping could not be (its process is execnet's, not yet ours).
-        try:
-            subprocess.run([self.side.python, "-c", "pass"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
-                           stderr=subprocess.DEVNULL, timeout=0.9 * self.timeout_s, check=True)
-        except subprocess.TimeoutExpired:
-            raise TimeoutError(f"did not start within {self.timeout_s:g} s (--side-timeout)") from None
-        self.group = execnet.Group()
-        self.gateway = self.group.makegateway(f"popen//python={self.side.python}")
-        # as source text: the worker function plus its call (execnet runs it with `channel` bound)
-        self.channel = self.gateway.remote_exec(f"{inspect.getsource(_worker)}\n_worker(channel)\n")
-        self.channel.send({"env": self.side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
-                           "settings": self.side.settings, "cases": cases, "pair": pair, "label": self.side.label,
-                           "session_id": session_id, "threads": threads})
-        return self.channel.receive()
-
-    def measure(self, index: int, which: int) -> BenchmarkRecord:
-        """Case number `which` of round `index`, measured by this side's worker."""
-        import json
-
-        self.channel.send((index, which))
-        try:
-            answer = self.channel.receive(timeout=self.timeout_s)
-        except self.channel.TimeoutError:
-            raise TimeoutError(f"did not answer a case within {self.timeout_s:g} s (--side-timeout)") from None
-        return BenchmarkRecord.from_dict(json.loads(answer))
-
-    def close(self) -> None:
-        """Ask the worker to end, then end its process whatever state it is in."""
-        if self.channel is not None:
-            try:
-                self.channel.send(None)
-                self.channel.waitclose(timeout=60)
-            except Exception:  # noqa: BLE001 - a worker that died is gone already
-                pass
-        if self.group is not None:
-            self.group.terminate(timeout=5.0)
 
 
 @dataclass(frozen=True)
@@ -344,7 +181,7 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     say(f"hwbench ab: pair {pair}, {len(cases)} cases x {rounds} rounds; starting A ({a.describe()}) and "
         f"B ({b.describe()})")
     sides = {"A": a, "B": b}
-    workers: dict[str, _Worker] = {}
+    workers: dict[str, SideWorker] = {}
     records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
     per_round: list[dict[str, dict[str, BenchmarkRecord]]] = []
 
@@ -393,7 +230,7 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
 
     try:
         for label, side in sides.items():
-            workers[label] = call(label, lambda side=side, label=label: _Worker(
+            workers[label] = call(label, lambda side=side, label=label: SideWorker(
                 side, payload, pair, sessions[label], threads, side_timeout_s))
         for index in range(rounds):
             measure_round(index, list(range(len(cases))))
@@ -620,6 +457,5 @@ def _run(args: argparse.Namespace) -> int:
 register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
                  _args, _run)
 
-__all__ = ["DEFAULT_ROUNDS", "DEFAULT_SIDE_TIMEOUT_S", "SIDE_OPTIONS", "AbResult", "PairVerdict", "Side",
-           "SideEnvironment", "SideFailed", "format_verdicts",
+__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "SideFailed", "format_verdicts",
            "format_versions", "paired_verdict", "parse_env", "parse_side_options", "record_pair", "run_ab"]
