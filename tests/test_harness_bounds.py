@@ -230,7 +230,7 @@ def test_a_corrupt_file_is_moved_aside_and_rebuilt_by_replay(tmp_path: Path) -> 
 
 
 def test_move_corrupt_finds_a_corrupt_block_that_listing_the_sessions_does_not_read(tmp_path: Path) -> None:
-    from pytest_hwbench.sinks.duckdb_sink import DuckDBFileError, list_sessions
+    from pytest_hwbench.sinks import DuckDBFileError, list_sessions
 
     store, ids = filled_store(tmp_path, 3)
     db = store / "hwbench.duckdb"

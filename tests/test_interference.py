@@ -225,13 +225,13 @@ def test_a_schema_2_record_reads_back_not_judged(tmp_path: Path) -> None:
 def test_a_schema_2_duckdb_file_is_upgraded_with_the_new_columns_empty(tmp_path: Path) -> None:
     import duckdb
 
-    from pytest_hwbench.sinks import duckdb_sink
+    from pytest_hwbench.sinks import _duckdb_schema
 
     path = tmp_path / "v2.duckdb"
     con = duckdb.connect(str(path))
     con.execute("CREATE TABLE schema_info (version INTEGER NOT NULL, applied_at TIMESTAMPTZ)")
     for version in (1, 2):
-        for statement in duckdb_sink.UPGRADES[version]:
+        for statement in _duckdb_schema.UPGRADES[version]:
             con.execute(statement)
         con.execute("INSERT INTO schema_info VALUES (?, now())", [version])
     con.execute("INSERT INTO results (record_id, session_id, case_id, status, model, family, model_type, backend, "

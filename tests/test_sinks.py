@@ -46,8 +46,8 @@ from pytest_hwbench.sinks import (
     replay,
     validate_tracking_uri,
 )
+from pytest_hwbench.sinks._duckdb_schema import SCHEMA_VERSION, upgrade
 from pytest_hwbench.sinks._fields import FIELDS, NONE_TEXT, from_text, to_text
-from pytest_hwbench.sinks.duckdb_sink import SCHEMA_VERSION, upgrade
 
 MLFLOW_BIN = Path(sys.executable).with_name("mlflow")
 
@@ -437,18 +437,18 @@ def test_duckdb_version_1_file_is_upgraded_by_writer_and_reader(tmp_path: Path) 
     """A file written by schema version 1 gains the version-2 columns, keeps its rows, and reads."""
     import duckdb
 
-    from pytest_hwbench.sinks import duckdb_sink
+    from pytest_hwbench.sinks import _duckdb_schema
 
     session = make_session()
     old, new = make_records(session, 2)
     for opener in ("reader", "writer"):
         db = tmp_path / f"{opener}.duckdb"
         con = duckdb.connect(str(db))
-        for statement in duckdb_sink.UPGRADES[1]:
+        for statement in _duckdb_schema.UPGRADES[1]:
             con.execute(statement)
         con.execute("CREATE TABLE schema_info (version INTEGER NOT NULL, applied_at TIMESTAMPTZ)")
         con.execute("INSERT INTO schema_info VALUES (1, now())")
-        v1 = [name for name, _ in duckdb_sink._RESULTS_V1]
+        v1 = [name for name, _ in _duckdb_schema._RESULTS_V1]
         values = [getattr(old, name) for name in v1]
         values = [json.dumps(dict(v)) if isinstance(v, Mapping) else list(v) if isinstance(v, tuple) else v
                   for v in values]

@@ -1,7 +1,7 @@
 """Markdown report, PNG plots and the compatibility matrix, from measured benchmark rows.
 
 Input is a pandas DataFrame with one row per `BenchmarkRecord` and the record's field names as
-columns (what ``sinks.duckdb_sink.load_results`` returns, or
+columns (what ``sinks.load_results`` returns, or
 ``sinks.records_frame(sinks.read_records(source))``). Every number written comes from those
 rows; nothing is estimated.
 

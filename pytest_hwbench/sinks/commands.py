@@ -23,9 +23,10 @@ from typing import TYPE_CHECKING
 
 from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from ..vocabulary import DEFAULT_EXPERIMENT
+from ._duckdb_file import DuckDBFileError
+from ._duckdb_read import check_readable
 from ._recorder import DEFAULT_DEADLINE_S, replay_each
 from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
-from .duckdb_sink import DuckDBFileError, check_readable
 from .reach import require_answer
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
 from .redact import redact_uri
@@ -62,7 +63,7 @@ def _db(args: argparse.Namespace) -> str:
 
 def _session_id(db: str, wanted: str | None) -> str:
     """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
-    from .duckdb_sink import list_sessions
+    from ._duckdb_read import list_sessions
 
     ids = list(list_sessions(db)["session_id"])
     if not ids:
@@ -228,7 +229,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from .duckdb_sink import list_sessions
+    from ._duckdb_read import list_sessions
 
     frame = list_sessions(_db(args))
     rows = [[str(r.session_id), str(r.started_at)[:19], str(r.host), str(r.runner_label), str(r.records),
@@ -260,7 +261,7 @@ def _report(args: argparse.Namespace) -> int:
 
     from ..hardware import detect_hardware
     from ..report import write_report
-    from .duckdb_sink import load_results
+    from ._duckdb_read import load_results
 
     out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
@@ -333,7 +334,7 @@ def _session_parts(wanted: str) -> list[str]:
 
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
-    from .duckdb_sink import load_records
+    from ._duckdb_read import load_records
     from .mlflow_calls import MlflowStoreError
     from .readers import read_records, source_kind
 
@@ -366,7 +367,7 @@ def _compare(args: argparse.Namespace) -> int:
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
-        from .duckdb_sink import list_sessions
+        from ._duckdb_read import list_sessions
 
         pair = args.session_a[len("pair:"):]
         frame = list_sessions(_db(args))
@@ -402,7 +403,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .duckdb_sink import export_parquet
+    from ._duckdb_read import export_parquet
 
     if args.parquet is None and not args.to:
         raise ValueError("give --parquet DIR, --to SINK, or both")

@@ -1,0 +1,184 @@
+"""The DuckDB file's tables and their versions: the columns of each schema version, the SQL steps
+that bring a file from one version to the next (`UPGRADES`), and `upgrade`, which applies them.
+
+Tables (schema version 3):
+
+- ``sessions``: one row per `SessionInfo` (package versions and extra as JSON text), plus the
+  final ``status`` and ``ended_at`` set when the session closes;
+- ``results``: one row per record, every `BenchmarkRecord` field except ``timings_ms`` as a typed
+  column named as the field (``extra`` as JSON text, ``cpu_affinity`` as INTEGER[]);
+- ``timings``: (record_id, iteration, ms), the raw per-iteration timings;
+- ``schema_info``: (version, applied_at), one row per applied upgrade step.
+"""
+
+from __future__ import annotations
+
+import os
+from contextlib import suppress
+from typing import TYPE_CHECKING
+
+if TYPE_CHECKING:
+    import duckdb
+
+SCHEMA_VERSION = 3
+
+#: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
+_RESULTS_V1: tuple[tuple[str, str], ...] = (
+    ("record_id", "VARCHAR"),
+    ("session_id", "VARCHAR"),
+    ("case_id", "VARCHAR"),
+    ("status", "VARCHAR"),
+    ("model", "VARCHAR"),
+    ("family", "VARCHAR"),
+    ("model_type", "VARCHAR"),
+    ("backend", "VARCHAR"),
+    ("hardware", "VARCHAR"),
+    ("device_name", "VARCHAR"),
+    ("precision", "VARCHAR"),
+    ("mode", "VARCHAR"),
+    ("batch_size", "BIGINT"),
+    ("sequence_length", "BIGINT"),
+    ("image_size", "BIGINT"),
+    ("audio_samples", "BIGINT"),
+    ("param_count", "BIGINT"),
+    ("flops_per_forward", "DOUBLE"),
+    ("threads", "BIGINT"),
+    ("latency_ms_mean", "DOUBLE"),
+    ("latency_ms_median", "DOUBLE"),
+    ("latency_ms_min", "DOUBLE"),
+    ("latency_ms_max", "DOUBLE"),
+    ("latency_ms_stddev", "DOUBLE"),
+    ("latency_ms_iqr", "DOUBLE"),
+    ("latency_ms_p90", "DOUBLE"),
+    ("latency_ms_p95", "DOUBLE"),
+    ("latency_ms_p99", "DOUBLE"),
+    ("iterations", "BIGINT"),
+    ("throughput_items_per_s", "DOUBLE"),
+    ("load_time_s", "DOUBLE"),
+    ("cold_latency_ms", "DOUBLE"),
+    ("peak_host_rss_mb", "DOUBLE"),
+    ("peak_device_memory_mb", "DOUBLE"),
+    ("achieved_tflops", "DOUBLE"),
+    ("error", "VARCHAR"),
+    ("nodeid", "VARCHAR"),
+    ("host", "VARCHAR"),
+    ("worker", "VARCHAR"),
+    ("cpu_affinity", "INTEGER[]"),
+    ("extra", "VARCHAR"),
+    ("created_at", "TIMESTAMPTZ"),
+    ("schema_version", "INTEGER"),
+)
+
+_SESSIONS_V1: tuple[tuple[str, str], ...] = (
+    ("session_id", "VARCHAR"),
+    ("started_at", "TIMESTAMPTZ"),
+    ("host", "VARCHAR"),
+    ("git_commit", "VARCHAR"),
+    ("git_branch", "VARCHAR"),
+    ("runner_label", "VARCHAR"),
+    ("hardware_summary", "VARCHAR"),
+    ("package_versions", "VARCHAR"),
+    ("extra", "VARCHAR"),
+    ("status", "VARCHAR"),
+    ("ended_at", "TIMESTAMPTZ"),
+)
+
+
+def _create(table: str, columns: tuple[tuple[str, str], ...], key: str | None) -> str:
+    cols = ",\n    ".join(f"{name} {sql}{' PRIMARY KEY' if name == key else ''}" for name, sql in columns)
+    return f"CREATE TABLE IF NOT EXISTS {table} (\n    {cols}\n)"
+
+
+#: results columns added by schema version 2 (generate mode, compiled backends, energy).
+_RESULTS_V2_ADDED: tuple[tuple[str, str], ...] = (
+    ("new_tokens", "BIGINT"),
+    ("compile_time_s", "DOUBLE"),
+    ("ttft_ms", "DOUBLE"),
+    ("decode_ms_per_token", "DOUBLE"),
+    ("tokens_per_s", "DOUBLE"),
+    ("energy_j_per_item", "DOUBLE"),
+    ("avg_power_w", "DOUBLE"),
+)
+
+#: results columns added by schema version 3 (the interference verdict and its readings).
+_RESULTS_V3_ADDED: tuple[tuple[str, str], ...] = (
+    ("noise", "VARCHAR"),
+    ("noise_reason", "VARCHAR"),
+    ("tries", "BIGINT"),
+    ("interference", "VARCHAR"),
+)
+
+#: version -> SQL steps that bring the previous version to it. Add a version, never edit one.
+UPGRADES: dict[int, tuple[str, ...]] = {
+    1: (
+        _create("sessions", _SESSIONS_V1, "session_id"),
+        _create("results", _RESULTS_V1, "record_id"),
+        "CREATE TABLE IF NOT EXISTS timings (record_id VARCHAR NOT NULL, iteration INTEGER NOT NULL, ms DOUBLE)",
+    ),
+    2: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V2_ADDED),
+    3: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V3_ADDED),
+}
+
+#: Current columns (v1 plus later additions, which go here and into UPGRADES together).
+RESULT_COLUMNS: tuple[tuple[str, str], ...] = _RESULTS_V1 + _RESULTS_V2_ADDED + _RESULTS_V3_ADDED
+SESSION_COLUMNS: tuple[tuple[str, str], ...] = _SESSIONS_V1
+
+
+def schema_version(con: duckdb.DuckDBPyConnection) -> int:
+    # fetchall, not fetchone: DuckDB 2 refuses register() while a result is unfinished.
+    exists = con.execute(
+        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_info'"
+    ).fetchall()
+    if not exists[0][0]:
+        return 0
+    rows = con.execute("SELECT max(version) FROM schema_info").fetchall()
+    return int(rows[0][0]) if rows[0][0] is not None else 0
+
+
+def rollback(con: duckdb.DuckDBPyConnection) -> None:
+    """Roll back the open transaction, if DuckDB has not already ended it: a failed write (a full
+    disk) aborts it, and a second error from ``ROLLBACK`` would hide the one that says why."""
+    import duckdb
+
+    with suppress(duckdb.TransactionException):
+        con.execute("ROLLBACK")
+
+
+def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<connection>") -> int:
+    """Bring the database on `con` to `SCHEMA_VERSION` (in one transaction); return the version.
+
+    Raises RuntimeError if the file was written by a newer hwbench (its version is higher).
+    """
+    current = schema_version(con)
+    if current > SCHEMA_VERSION:
+        raise RuntimeError(
+            f"{path} has hwbench DuckDB schema version {current}, newer than this hwbench "
+            f"understands ({SCHEMA_VERSION}); upgrade pytest-hwbench or use another --hwbench-db"
+        )
+    if current == SCHEMA_VERSION:
+        return current
+    con.execute("BEGIN TRANSACTION")
+    try:
+        con.execute(
+            "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL, applied_at TIMESTAMPTZ)"
+        )
+        for version in range(current + 1, SCHEMA_VERSION + 1):
+            for statement in UPGRADES[version]:
+                con.execute(statement)
+            con.execute("INSERT INTO schema_info VALUES (?, now())", [version])
+        con.execute("COMMIT")
+    except BaseException:
+        rollback(con)
+        raise
+    return SCHEMA_VERSION
+
+
+__all__ = [
+    "RESULT_COLUMNS",
+    "SCHEMA_VERSION",
+    "SESSION_COLUMNS",
+    "UPGRADES",
+    "rollback",
+    "schema_version",
+    "upgrade",
+]
