@@ -64,7 +64,7 @@ SEARCH_THREADS = 4
 
 
 class MlflowSink(Sink):
-    """Writes records to an MLflow tracking store (see the module docstring for the layout).
+    """Writes records to an MLflow tracking store, in the layout of `mlflow_layout`.
 
     Construction only resolves and validates the URI; the client is made on first use.
 
