@@ -228,6 +228,12 @@ class MlflowSink(Sink):
             if not token:
                 return
 
+    def _session_parent(self, session_id: str) -> str | None:
+        """The run id of the parent run that `keep_one_copy` keeps for `session_id` (the smallest
+        of its parent runs not deleted), or None when it has none."""
+        runs = self._search(f"tags.`{KIND_TAG}` = 'session' AND tags.`{SESSION_TAG}` = '{session_id}'")
+        return min((run.info.run_id for run in runs), default=None)
+
     # -- Sink protocol ----------------------------------------------------------------------
     def open_session(self, session: SessionInfo) -> None:
         """Create the session's parent run, or reuse the one already tagged with its id."""
@@ -238,13 +244,9 @@ class MlflowSink(Sink):
             client = self._client()
             experiment_id = self._experiment()
             assert experiment_id is not None
-            found = client.search_runs(
-                [experiment_id],
-                f"tags.`{KIND_TAG}` = 'session' AND tags.`{SESSION_TAG}` = '{sid}'",
-                max_results=1,
-            )
-            if found:
-                run_id = found[0].info.run_id
+            found = self._session_parent(sid)
+            if found is not None:
+                run_id = found
             else:
                 run = client.create_run(
                     experiment_id,
@@ -357,7 +359,8 @@ class MlflowSink(Sink):
     def close(self, status: str) -> None:
         """Log the records written since `open_session` as a JSON artifact; terminate the parent;
         then keep one copy of each run that writers of the same session at the same time made
-        (`mlflow_copies.keep_one_copy`)."""
+        (`mlflow_copies.keep_one_copy`). A parent that another writer deleted meanwhile (it had
+        copied its artifacts to the run it kept) gets no artifact: the kept parent gets it."""
         if self._parent_run_id is None:
             return
         run_status = RUN_STATUS[normalize_status(status)]
@@ -365,22 +368,39 @@ class MlflowSink(Sink):
         self._parent_run_id, self._session_id, self._written = None, None, []
         with self._mlflow_env():
             client = self._client()
+            part = f"{RECORDS_ARTIFACT_DIR}/part-{time.strftime('%Y%m%dT%H%M%S', time.gmtime())}-{uuid.uuid4().hex[:8]}.json"
+            text = json.dumps(written, sort_keys=True, default=str)
+            target: str | None = parent
             try:
-                if written:
-                    stamp = time.strftime("%Y%m%dT%H%M%S", time.gmtime())
-                    client.log_text(
-                        parent,
-                        json.dumps(written, sort_keys=True, default=str),
-                        f"{RECORDS_ARTIFACT_DIR}/part-{stamp}-{uuid.uuid4().hex[:8]}.json",
-                    )
+                for _ in range(3):  # another writer of the session may delete a parent it settled
+                    try:
+                        if written:
+                            client.log_text(target, text, part)
+                        break
+                    except Exception:
+                        if session_id is None or client.get_run(target).info.lifecycle_stage != "deleted":
+                            raise
+                        target = self._session_parent(session_id)
+                        if target is None:
+                            raise
             finally:
-                client.set_terminated(parent, run_status)
+                try:
+                    client.set_terminated(parent, run_status)
+                except Exception:
+                    if client.get_run(parent).info.lifecycle_stage != "deleted":
+                        raise
             if session_id:
                 from .mlflow_copies import keep_one_copy
 
                 try:
                     keep_one_copy(client, self._search, session_id, kind_tag=KIND_TAG, session_tag=SESSION_TAG,
                                   record_tag=RECORD_TAG, parent_tag=PARENT_TAG, artifact_dir=RECORDS_ARTIFACT_DIR)
+                    if written and target is not None and client.get_run(target).info.lifecycle_stage == "deleted":
+                        # deleted after our part landed, perhaps after its artifacts were copied:
+                        # the kept parent gets the part too (readers key the records by id)
+                        keeper = self._session_parent(session_id)
+                        if keeper is not None:
+                            client.log_text(keeper, text, part)
                 except Exception as exc:  # the records are written; only extra copies may remain
                     warnings.warn(f"hwbench: session {session_id}: extra copies of its runs in {self.shown_uri} "
                                   f"were not removed ({redact_uri(repr(exc))}); `hwbench replay` of its spool "
