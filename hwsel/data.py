@@ -23,7 +23,8 @@ from __future__ import annotations
 import hashlib
 import os
 import typing
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass, field
 from pathlib import Path
 
 import numpy as np
@@ -282,28 +283,62 @@ def noise_kind(reason: object) -> str:
     return " + ".join(kinds) or "unstated"
 
 
-def left_out_text(runs: pd.DataFrame) -> str:
+@dataclass(frozen=True)
+class RecordCounts:
+    """What became of a source's records on their way to the training table.
+
+    `records`: usable records (passed, with a latency, not left out as interfered); `dropped`:
+    records that cannot be measurements, by reason (`drop_impossible`); `noisy_reasons`:
+    interfered records left out, by kind (`noise_kind`); `other_modes`: usable records of modes
+    hwsel does not learn, by mode; `outside`: usable records a window left out (the newest N
+    sessions per configuration, `hwsel.history.Window`).
+    """
+
+    records: int
+    dropped: Mapping[str, int] = field(default_factory=dict)
+    noisy_reasons: Mapping[str, int] = field(default_factory=dict)
+    other_modes: Mapping[str, int] = field(default_factory=dict)
+    outside: int = 0
+
+    @property
+    def noisy(self) -> int:
+        """Interfered records left out."""
+        return sum(self.noisy_reasons.values())
+
+    @classmethod
+    def of(cls, runs: pd.DataFrame | RecordCounts) -> RecordCounts:
+        """The counts of a `load_runs` frame (its length, its ``attrs``, its modes)."""
+        if isinstance(runs, RecordCounts):
+            return runs
+        modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference") \
+            if "mode" in runs.columns else pd.Series("inference", index=runs.index, dtype=object)
+        other = modes[~modes.isin(MODES)].value_counts()
+        return cls(len(runs), dict(runs.attrs.get("dropped") or {}), dict(runs.attrs.get("noisy_reasons") or {}),
+                   {str(mode): int(n) for mode, n in other.items()})
+
+
+def left_out_text(runs: pd.DataFrame | RecordCounts) -> str:
     """One line on the interfered records `load_runs` left out, how many and why, and the flag
     that keeps them; "" when none were."""
-    total = int(runs.attrs.get("noisy") or 0)
+    counts = RecordCounts.of(runs)
+    total = counts.noisy
     if not total:
         return ""
-    reasons = dict(runs.attrs.get("noisy_reasons") or {})
-    why = ", ".join(f"{n} {reason}" for reason, n in reasons.items()) or "interfered with"
+    why = ", ".join(f"{n} {reason}" for reason, n in counts.noisy_reasons.items()) or "interfered with"
     return (f"left out {total} interfered record{'s' if total != 1 else ''} ({why}); --include-noisy "
             "keeps them")
 
 
-def usable_rows_text(runs: pd.DataFrame, rows: int) -> str:
+def usable_rows_text(runs: pd.DataFrame | RecordCounts, rows: int) -> str:
     """``found N usable rows``, with what was left out and why where anything was (never a bare 0)."""
+    counts = RecordCounts.of(runs)
     parts = [f"found {rows} usable row{'s' if rows != 1 else ''}"]
-    noisy = left_out_text(runs)
+    noisy = left_out_text(counts)
     if noisy:
         parts.append(noisy)
-    dropped = dict(runs.attrs.get("dropped") or {})
-    if dropped:
-        parts.append(dropped_text(dropped))
-    if rows == 0 and not noisy and not dropped:
+    if counts.dropped:
+        parts.append(dropped_text(dict(counts.dropped)))
+    if rows == 0 and not noisy and not counts.dropped:
         parts.append("the source holds no passed record with a latency; run the benchmarks first")
     return "; ".join(parts)
 
@@ -429,10 +464,12 @@ def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFram
     return table.reset_index(drop=True)
 
 
-def rows_text(runs: pd.DataFrame, table: pd.DataFrame) -> str:
-    """How the records `runs` became the rows of their `training_table`, in one line:
-    ``192 records became 188 rows: the 8 records of 4 configurations measured in several
-    sessions are one row each (their median)``, and the records no row holds, by mode."""
+def rows_text(runs: pd.DataFrame | RecordCounts, table: pd.DataFrame) -> str:
+    """How the records `runs` (a `load_runs` frame, or their `RecordCounts`) became the rows of
+    their `training_table`, in one line: ``192 records became 188 rows: the 8 records of 4
+    configurations measured in several sessions are one row each (their median)``, and the
+    records no row holds, by mode."""
+    counts = RecordCounts.of(runs)
     repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1).astype(int) if "repeats" in table.columns \
         else pd.Series(1, index=table.index)
     several = repeats[repeats > 1]
@@ -440,16 +477,16 @@ def rows_text(runs: pd.DataFrame, table: pd.DataFrame) -> str:
     if len(several):
         parts.append(f"the {int(several.sum())} records of {len(several)} configuration{'s' if len(several) != 1 else ''}"
                      " measured in several sessions are one row each (their median)")
-    modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference") \
-        if "mode" in runs.columns else pd.Series("inference", index=runs.index)
-    other = modes[~modes.isin(MODES)].value_counts()
-    for mode, n in other.items():
+    for mode, n in counts.other_modes.items():
         parts.append(f"{n} {mode} record{'s are' if n != 1 else ' is'} in no row (hwsel learns {' and '.join(MODES)})")
-    unused = len(runs) - int(repeats.sum()) - int(other.sum())
+    if counts.outside:
+        parts.append(f"{counts.outside} record{'s' if counts.outside != 1 else ''} of older sessions "
+                     f"{'are' if counts.outside != 1 else 'is'} in no row (the window's newest sessions only)")
+    unused = counts.records - int(repeats.sum()) - sum(counts.other_modes.values()) - counts.outside
     if unused > 0:
         parts.append(f"{unused} record{'s' if unused != 1 else ''} without a latency {'are' if unused != 1 else 'is'} "
                      "in no row")
-    n = len(runs)
+    n = counts.records
     head = f"{n} record{'s' if n != 1 else ''} became {len(table)} row{'s' if len(table) != 1 else ''}"
     return f"{head}: {'; '.join(parts)}" if parts else head
 
@@ -484,6 +521,7 @@ __all__ = [
     "existing_store",
     "frame_digest",
     "NOISY",
+    "RecordCounts",
     "left_out_reasons",
     "left_out_text",
     "load_runs",
