@@ -320,7 +320,7 @@ def format_verdicts(verdicts: Sequence[PairVerdict], width: int = 120) -> str:
 
 
 def _args(parser: argparse.ArgumentParser) -> None:
-    from .sinks.commands import store_args
+    from .store_commands import store_args
 
     store_args(parser, mlflow=True)
     parser.add_argument("--models", required=True, help="comma-separated model names (`hwbench models` lists them)")
@@ -439,7 +439,7 @@ def _run(args: argparse.Namespace) -> int:
     print(format_verdicts(result.verdicts))
     if not args.no_sinks:
         from .sinks import DuckDBSink, MlflowSink
-        from .sinks.commands import tracking
+        from .store_commands import tracking
 
         cfg = tracking(args)
         reports = record_pair(result, a, b, [lambda: MlflowSink(cfg.mlflow_uri, cfg.experiment),

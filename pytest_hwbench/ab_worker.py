@@ -82,7 +82,7 @@ def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self
             site.addsitedir(path)
     from pytest_hwbench.case import BenchCase
     from pytest_hwbench.hardware import detect_hardware
-    from pytest_hwbench.plugin.session import core_versions
+    from pytest_hwbench.plugin_api import core_versions
     from pytest_hwbench.result import failed_record
     from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig

@@ -12,6 +12,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Protocol
 
 from .backends.base import get_backend
+from .device_memory import MEMORY_USABLE_SHARE, device_memory_mb, host_memory_mb
 from .hardware import HardwareInfo, detect_hardware
 from .scenarios import get_scenario
 
@@ -33,10 +34,6 @@ class CaseFields(Protocol):
     def spec(self) -> ModelSpec:
         """The zoo model the case runs."""
         ...
-
-#: Share of a device's memory a case may plan to use: the OS, the Python process, the runtime
-#: (CUDA context, allocator slack) and the estimate's own error need the rest.
-MEMORY_USABLE_SHARE = 0.9
 
 
 def targets_for(case: CaseFields) -> tuple[str, ...]:
@@ -89,26 +86,6 @@ def input_length_reason(case: CaseFields, spec: ModelSpec) -> str | None:
         return (f"{case.model} takes at most {limit} tokens, not {case.input_length}; "
                 f"give --hwbench-input-lengths up to {limit}")
     return None
-
-
-def device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
-    """Memory of the device a case on `hardware` runs on: host RAM for the CPU, the smallest
-    device of an accelerator target; None where detection gives no figure (mps, OpenVINO
-    devices, ...), and then only the host check applies."""
-    if hardware == "cpu":
-        return host_memory_mb(hw)
-    target = hw.get(hardware)
-    if target is None or not target.available:
-        return None
-    sizes = [d.memory_mb for d in target.devices if d.memory_mb]
-    return float(min(sizes)) if sizes else None
-
-
-def host_memory_mb(hw: HardwareInfo) -> float | None:
-    """Host RAM as detection reports it, in MiB; None when unknown."""
-    cpu = hw.get("cpu")
-    memory = cpu.details.get("memory_mb") if cpu is not None else None
-    return float(memory) if memory else None
 
 
 def _gib(mb: float) -> str:

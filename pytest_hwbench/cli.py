@@ -27,7 +27,7 @@ def register_command(name: str, help: str, add_args: Callable[[argparse.Argument
     This module registers the commands that need no plug-in (``detect``, ``models``); the
     others come from the modules of the ``pytest_hwbench.commands`` entry-point group (the
     store's ``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow``
-    from `pytest_hwbench.sinks.commands`)."""
+    from `pytest_hwbench.store_commands`)."""
     _COMMANDS[name] = (run, add_args, help)
 
 

@@ -3,7 +3,7 @@ need of it: strict option parsers, the process's role, the case a test item meas
 installed versions of distributions.
 
 The base plugin (`pytest_hwbench.plugin`) and the plug-ins beside it (the recording plug-in
-`pytest_hwbench.sinks.recording`, a third party's) import these from here, so a plug-in depends
+`pytest_hwbench.recording`, a third party's) import these from here, so a plug-in depends
 on this small surface only, never on the base plugin's modules.
 """
 
@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from .backends.base import registered_backends
 from .case import BenchCase
 
 #: The name the base plugin registers its per-process state under; present once it configured.
@@ -84,5 +85,17 @@ def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
     return out
 
 
-__all__ = ["CASE_PARAM", "MAX_CASE_SECONDS", "STATE_PLUGIN", "case_of", "installed_versions", "is_worker",
+#: Distributions every session reports, whatever runs.
+CORE_DISTRIBUTIONS = ("pytest-hwbench", "torch", "transformers", "pytest", "pytest-benchmark", "pytest-xdist")
+
+
+def core_versions() -> dict[str, str]:
+    """The versions every session reports: `CORE_DISTRIBUTIONS` and each registered backend's
+    distributions, as installed in this interpreter."""
+    return installed_versions(dict.fromkeys(
+        [*CORE_DISTRIBUTIONS, *(d for b in registered_backends().values() for d in b.distributions)]))
+
+
+__all__ = ["CASE_PARAM", "CORE_DISTRIBUTIONS", "MAX_CASE_SECONDS", "STATE_PLUGIN", "case_of", "core_versions",
+           "installed_versions", "is_worker",
            "positive_option", "text_option", "writes_records"]

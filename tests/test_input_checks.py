@@ -140,7 +140,7 @@ def test_password_in_tracking_uri_is_masked_in_messages_and_stores(
 
 
 def test_password_in_a_malformed_tracking_uri_is_masked_in_the_usage_error(tmp_path: Path) -> None:
-    from pytest_hwbench.sinks.recording import TrackingConfig
+    from pytest_hwbench.recording import TrackingConfig
 
     secret = f"pw-{uuid.uuid4().hex}"
     for uri in (f"http://alice:{secret}@127.0.0.1:port", f"ftp://alice:{secret}@host/x"):

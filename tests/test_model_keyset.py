@@ -9,8 +9,8 @@ import pytest
 import torch
 import transformers
 
-from pytest_hwbench.availability import MEMORY_USABLE_SHARE
 from pytest_hwbench.case import BenchCase
+from pytest_hwbench.device_memory import MEMORY_USABLE_SHARE
 from pytest_hwbench.hardware import DeviceInfo, HardwareInfo, TargetInfo, detect_hardware
 from pytest_hwbench.models import KEY_MODELS, MODELS, TIERS, dense_flops_estimate, get_model
 

@@ -305,7 +305,7 @@ def test_the_cycle_finder_sees_every_kind_of_import(tmp_path: Path, monkeypatch:
 def test_plugins_are_derived_from_the_entry_points() -> None:
     plugins = plugin_modules()
     assert base_plugin() == f"{PACKAGE}.plugin"
-    assert {f"{PACKAGE}.sinks.recording", f"{PACKAGE}.sinks.mlflow_sink", f"{PACKAGE}.sinks.commands",
+    assert {f"{PACKAGE}.recording", f"{PACKAGE}.sinks.mlflow_sink", f"{PACKAGE}.store_commands",
             f"{PACKAGE}.backends.qai_hub", f"{PACKAGE}.web.detect"} <= plugins
     assert {f"{PACKAGE}.web", f"{PACKAGE}.web._driver"} <= plugins
     base = base_modules()
@@ -374,12 +374,12 @@ def test_the_recording_plugin_declares_the_hook_only_it_calls() -> None:
                     and isinstance(node.value, ast.Attribute) and node.value.attr == "hook":
                 calls.setdefault(node.attr, set()).add(module)
     from pytest_hwbench import hookspecs
-    from pytest_hwbench.sinks.recording import RecordingHooks
+    from pytest_hwbench.recording import RecordingHooks
 
     base_hooks = {n for n in vars(hookspecs) if n.startswith("pytest_hwbench_")}
     recording_hooks = {n for n in vars(RecordingHooks) if n.startswith("pytest_hwbench_")}
     assert recording_hooks == {"pytest_hwbench_default_sinks"}
-    assert calls["pytest_hwbench_default_sinks"] == {f"{PACKAGE}.sinks.recording"}
+    assert calls["pytest_hwbench_default_sinks"] == {f"{PACKAGE}.recording"}
     plugins = plugin_modules()
     assert {hook for hook, callers in calls.items() if callers & plugins} == recording_hooks
     assert set(calls) - recording_hooks <= base_hooks

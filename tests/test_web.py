@@ -72,7 +72,7 @@ def test_backend_probe_and_command_register_through_entry_points():
     assert {ep.name: ep.value for ep in entry_points(group="pytest_hwbench.backends")}["onnxruntime-web"] == \
         "pytest_hwbench.backends.onnxruntime_web"
     assert "pytest_hwbench.web.detect" in {ep.value for ep in entry_points(group="pytest_hwbench.hardware")}
-    assert "pytest_hwbench.web.install" in {ep.value for ep in entry_points(group="pytest_hwbench.commands")}
+    assert "pytest_hwbench.web_commands" in {ep.value for ep in entry_points(group="pytest_hwbench.commands")}
     hw = detect_hardware()
     assert {"wasm", "webgpu", "webnn"} <= set(hw.targets)
 
@@ -560,7 +560,7 @@ def test_ctrl_c_leaves_no_browser(pytester, tmp_path):
                     reason="npm is not installed here")
 def test_hwbench_web_install_puts_the_pinned_version_in_the_folder(tmp_path):
     from pytest_hwbench.web import ORT_WEB_VERSION
-    from pytest_hwbench.web.install import install_ort_web
+    from pytest_hwbench.web_commands import install_ort_web
 
     package = install_ort_web(tmp_path / "web")
     meta = json.loads((package / "package.json").read_text())

@@ -16,9 +16,8 @@ from pathlib import Path
 
 import pytest
 
-from ..backends.base import registered_backends
 from ..hardware import HardwareInfo, detect_hardware
-from ..plugin_api import installed_versions
+from ..plugin_api import core_versions
 from ..record import SessionInfo
 
 
@@ -35,17 +34,6 @@ def runner_label() -> str:
         if os.environ.get(var):
             return os.environ[var]
     return ""
-
-
-#: Distributions every session reports, whatever runs.
-CORE_DISTRIBUTIONS = ("pytest-hwbench", "torch", "transformers", "pytest", "pytest-benchmark", "pytest-xdist")
-
-
-def core_versions() -> dict[str, str]:
-    """The versions every session reports: `CORE_DISTRIBUTIONS` and each registered backend's
-    distributions, as installed in this interpreter."""
-    return installed_versions(dict.fromkeys(
-        [*CORE_DISTRIBUTIONS, *(d for b in registered_backends().values() for d in b.distributions)]))
 
 
 def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:

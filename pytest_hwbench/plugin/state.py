@@ -1,7 +1,7 @@
 """The per-process state of a run: `pytest_configure` checks the options and registers one
 `HwbenchState` (plugin `plugin_api.STATE_PLUGIN`), which fires `pytest_hwbench_session_start`,
 `pytest_hwbench_record` and `pytest_hwbench_session_finish` (the recording plug-in,
-`pytest_hwbench.sinks.recording`, implements them and writes the records), gives each xdist worker
+`pytest_hwbench.recording`, implements them and writes the records), gives each xdist worker
 the session id, writes a ``crashed`` record for a case whose worker died, prints progress lines,
 says why a run ran nothing, and prints the run's hwbench summary.
 """

@@ -240,7 +240,7 @@ class TrainScenario(Scenario):
         return self._memory_shortfall(spec, hardware, precision, hw)
 
     def _memory_shortfall(self, spec: ModelSpec, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
-        from ..availability import MEMORY_USABLE_SHARE, device_memory_mb
+        from ..device_memory import MEMORY_USABLE_SHARE, device_memory_mb
 
         if spec.tier == "quick":  # tiny by contract, and not built at collection
             return None

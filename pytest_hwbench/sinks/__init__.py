@@ -61,10 +61,10 @@ _EXPORTS: dict[str, str] = {
     "Spool": "spool",
     "replay_command": "spool",
     "ImportResult": "transfer",
-    "export_records": "commands",
+    "export_records": "duckdb_sink",
+    "import_mlflow": "duckdb_sink",
+    "import_mlflow_sessions": "duckdb_sink",
     "copy_sessions": "transfer",
-    "import_mlflow": "commands",
-    "import_mlflow_sessions": "commands",
 }
 
 
@@ -88,10 +88,10 @@ __all__ = [
     "SinkTimeout",
     "Spool",
     "copy_sessions",
-    "export_parquet",
     "export_records",
     "import_mlflow",
     "import_mlflow_sessions",
+    "export_parquet",
     "list_sessions",
     "load_records",
     "load_results",

@@ -13,7 +13,7 @@ from __future__ import annotations
 
 import json
 import os
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from contextlib import contextmanager
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -23,7 +23,8 @@ from pytest_hwbench.sinks._duckdb_file import classify_error, open_file
 from pytest_hwbench.sinks._duckdb_read import is_missing, list_sessions, load_records
 from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, upgrade
 from pytest_hwbench.sinks._fields import FIELDS
-from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
+from pytest_hwbench.sinks.base import SessionSource, Sink, normalize_status, open_sink, register_sink
+from pytest_hwbench.sinks.transfer import ImportResult, copy_sessions
 from pytest_hwbench.vocabulary import DEFAULT_STORE_DIR
 
 if TYPE_CHECKING:
@@ -253,4 +254,37 @@ def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:
 
 register_sink("duckdb", _factory, suffixes=(".duckdb", ".ddb"), reader=_reader)
 
-__all__ = ["DEFAULT_PATH", "DuckDBSink"]
+# -- a DuckDB file as the mirror of other stores ----------------------------------------------
+def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                           full: bool = False,
+                           notify: Callable[[str], None] | None = None) -> ImportResult:
+    """Bring the DuckDB file at `db_path` up to date with an MLflow experiment (what
+    `hwbench import-mlflow` does: `copy_sessions` between the registered ``mlflow`` and ``duckdb``
+    sinks).
+
+    Parent runs give the sessions; child runs give the results (params cast back from text,
+    metrics, context tags); raw timings come from the parents' records artifacts where present.
+    """
+    source = open_sink(f"mlflow:{tracking_uri}" if tracking_uri else "mlflow", experiment=experiment)
+    if not isinstance(source, SessionSource):
+        raise TypeError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
+    return copy_sessions(source, open_sink(f"duckdb:{os.fspath(db_path)}"), full=full, notify=notify,
+                         names=("MLflow", Path(db_path).name))
+
+
+def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
+                  full: bool = False) -> int:
+    """Records added to `db_path` from an MLflow experiment (`import_mlflow_sessions`)."""
+    return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
+
+
+def export_records(db_path: str | os.PathLike[str], sink: Sink) -> int:
+    """Write every record of the DuckDB file at `db_path` that `sink` lacks to it, session by
+    session (`copy_sessions` of every session), and return how many were written. Exporting twice
+    writes nothing new. The sink's errors propagate."""
+    source = open_sink(f"duckdb:{os.fspath(db_path)}")
+    assert isinstance(source, SessionSource)
+    return copy_sessions(source, sink, full=True).records
+
+
+__all__ = ["DEFAULT_PATH", "DuckDBSink", "export_records", "import_mlflow", "import_mlflow_sessions"]

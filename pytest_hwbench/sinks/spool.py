@@ -12,7 +12,6 @@ Only one process writes a spool (the controller under xdist). Lines are written 
 from __future__ import annotations
 
 import json
-import math
 import os
 import shlex
 import time
@@ -22,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from pytest_hwbench.errors import HwbenchWarning
-from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo, measurement_problem
 from pytest_hwbench.sinks._fields import utc_now_iso
 from pytest_hwbench.sinks.base import Sink
 from pytest_hwbench.sinks.redact import redact_uri
@@ -98,22 +97,12 @@ def _parse_line(path: Path, number: int, raw: str, *, last: bool) -> dict[str, A
 
 
 def refusal(record: BenchmarkRecord) -> str | None:
-    """Why `record` cannot be stored as a measurement, or None.
-
-    Uses `pytest_hwbench.record.measurement_problem` where the record module has it; else the minimal rule: a passed record needs a finite median latency.
-    """
-    from pytest_hwbench import record as record_module
-
+    """Why `record` cannot be stored as a measurement (`pytest_hwbench.record.measurement_problem`
+    of a passed record), or None."""
     if record.status != "passed":
         return None
-    check = getattr(record_module, "measurement_problem", None)
-    if check is not None:
-        problem = check(record)
-        return None if problem is None else f"record {record.record_id} ({record.case_id}): {problem}"
-    median = record.latency_ms_median
-    if median is None or not math.isfinite(median):
-        return f"passed record {record.record_id} has median latency {median}, not a measurement"
-    return None
+    problem = measurement_problem(record)
+    return None if problem is None else f"record {record.record_id} ({record.case_id}): {problem}"
 
 
 

@@ -117,9 +117,7 @@ class SinkWriter:
     # -- parent side ------------------------------------------------------------------------
     def start(self) -> None:
         """Spawn the writer with this interpreter and the same `pytest_hwbench` package."""
-        import pytest_hwbench
-
-        root = str(Path(pytest_hwbench.__file__).resolve().parent.parent)
+        root = str(Path(__file__).resolve().parents[2])  # the folder that holds pytest_hwbench/
         bootstrap = ("import sys; sys.path[0] = sys.argv[1]; "
                      "from pytest_hwbench.sinks.writer import main; main()")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)

@@ -7,7 +7,7 @@
 - `_runfolder`: the run folder that holds every browser file of a process, and the removal of
   a killed run's folder.
 - `detect`: the web targets' probes (entry-point group ``pytest_hwbench.hardware``).
-- `install`: ``hwbench web install`` (entry-point group ``pytest_hwbench.commands``).
+- the commands (``hwbench web install``, ``hwbench web status``) are `pytest_hwbench.web_commands`.
 - ``page/``: the page (``bench.html``, ``bench.js``): probe, load, measure, release.
 
 The backend that measures with them is `pytest_hwbench.backends.onnxruntime_web`. Nothing here

@@ -21,19 +21,20 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from ..cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
-from ..vocabulary import DEFAULT_EXPERIMENT
-from ._duckdb_file import DuckDBFileError
-from ._duckdb_read import check_readable
-from ._recorder import DEFAULT_DEADLINE_S, replay_each
-from .base import SessionSource, Sink, open_sink, registered_sinks, resolve_sink
-from .reach import require_answer
+from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
-from .redact import redact_uri
-from .transfer import ImportResult, copy_sessions
+from .sinks._duckdb_file import DuckDBFileError
+from .sinks._duckdb_read import check_readable
+from .sinks._recorder import DEFAULT_DEADLINE_S, replay_each
+from .sinks.base import SessionSource, registered_sinks, resolve_sink
+from .sinks.duckdb_sink import export_records
+from .sinks.reach import require_answer
+from .sinks.redact import redact_uri
+from .sinks.transfer import copy_sessions
+from .vocabulary import DEFAULT_EXPERIMENT
 
 if TYPE_CHECKING:
-    from ..record import BenchmarkRecord
+    from .record import BenchmarkRecord
 
 def store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> None:
     """The store's options: ``--store``, ``--db`` and, with `mlflow`, ``--mlflow-uri`` and
@@ -63,7 +64,7 @@ def _db(args: argparse.Namespace) -> str:
 
 def _session_id(db: str, wanted: str | None) -> str:
     """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
-    from ._duckdb_read import list_sessions
+    from .sinks._duckdb_read import list_sessions
 
     ids = list(list_sessions(db)["session_id"])
     if not ids:
@@ -182,7 +183,7 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .spool import ReplayProgress, Spool, replay_command
+    from .sinks.spool import ReplayProgress, Spool, replay_command
 
     cfg = tracking(args)
     chosen = chosen_sinks("--sinks", args.sinks, cfg)
@@ -229,7 +230,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from ._duckdb_read import list_sessions
+    from .sinks._duckdb_read import list_sessions
 
     frame = list_sessions(_db(args))
     rows = [[str(r.session_id), str(r.started_at)[:19], str(r.host), str(r.runner_label), str(r.records),
@@ -259,9 +260,9 @@ def _output_dir(option: str, value: str) -> Path:
 def _report(args: argparse.Namespace) -> int:
     import platform
 
-    from ..hardware import detect_hardware
-    from ..report import write_report
-    from ._duckdb_read import load_results
+    from .hardware import detect_hardware
+    from .report import write_report
+    from .sinks._duckdb_read import load_results
 
     out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
@@ -334,9 +335,9 @@ def _session_parts(wanted: str) -> list[str]:
 
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
-    from ._duckdb_read import load_records
-    from .mlflow_calls import MlflowStoreError
-    from .readers import read_records, source_kind
+    from .sinks._duckdb_read import load_records
+    from .sinks.mlflow_calls import MlflowStoreError
+    from .sinks.readers import read_records, source_kind
 
     parts = _session_parts(wanted)
     if source is None:  # the DuckDB file: read only the sessions asked for
@@ -363,11 +364,11 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from ..compare import compare_pairs, compare_records, exit_code, format_table, host_model_of, to_json
+    from .compare import compare_pairs, compare_records, exit_code, format_table, host_model_of, to_json
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
-        from ._duckdb_read import list_sessions
+        from .sinks._duckdb_read import list_sessions
 
         pair = args.session_a[len("pair:"):]
         frame = list_sessions(_db(args))
@@ -403,7 +404,7 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from ._duckdb_read import export_parquet
+    from .sinks._duckdb_read import export_parquet
 
     if args.parquet is None and not args.to:
         raise ValueError("give --parquet DIR, --to SINK, or both")
@@ -445,9 +446,9 @@ def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .mlflow_calls import MlflowStoreError
-    from .mlflow_sink import MlflowSink
-    from .mlflow_uri import sqlite_path
+    from .sinks.mlflow_calls import MlflowStoreError
+    from .sinks.mlflow_sink import MlflowSink
+    from .sinks.mlflow_uri import sqlite_path
 
     cfg = tracking(args)
     store = {sink.name: sink for sink in cfg.store_sinks()}
@@ -484,39 +485,6 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-# -- the Python API of import-mlflow and export ------------------------------------------------
-def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
-                           full: bool = False,
-                           notify: Callable[[str], None] | None = None) -> ImportResult:
-    """Bring the DuckDB file at `db_path` up to date with an MLflow experiment (what
-    `hwbench import-mlflow` does: `copy_sessions` between the registered ``mlflow`` and ``duckdb``
-    sinks).
-
-    Parent runs give the sessions; child runs give the results (params cast back from text,
-    metrics, context tags); raw timings come from the parents' records artifacts where present.
-    """
-    source = open_sink(f"mlflow:{tracking_uri}" if tracking_uri else "mlflow", experiment=experiment)
-    if not isinstance(source, SessionSource):
-        raise TypeError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")
-    return copy_sessions(source, open_sink(f"duckdb:{os.fspath(db_path)}"), full=full, notify=notify,
-                         names=("MLflow", Path(db_path).name))
-
-
-def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
-                  full: bool = False) -> int:
-    """Records added to `db_path` from an MLflow experiment (`import_mlflow_sessions`)."""
-    return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
-
-
-def export_records(db_path: str | os.PathLike[str], sink: Sink) -> int:
-    """Write every record of the DuckDB file at `db_path` that `sink` lacks to it, session by
-    session (`copy_sessions` of every session), and return how many were written. Exporting twice
-    writes nothing new. The sink's errors propagate."""
-    source = open_sink(f"duckdb:{os.fspath(db_path)}")
-    assert isinstance(source, SessionSource)
-    return copy_sessions(source, sink, full=True).records
-
-
 def _guarded(run: Command) -> Command:
     """`run` under its ``--timeout`` per MLflow request (where it has one), with a DuckDB file that
     cannot be used turned into its exit code: locked (the store is unreachable for now) 3, corrupt
@@ -548,4 +516,4 @@ _register("export", "export the DuckDB tables to Parquet, or its records to any 
 _register("import-mlflow", "rebuild the DuckDB results (or another sink's) from an MLflow server's runs",
           _import_mlflow_args, _import_mlflow)
 
-__all__ = ["chosen_sinks", "export_records", "import_mlflow", "import_mlflow_sessions", "store_args", "tracking"]
+__all__ = ["chosen_sinks", "store_args", "tracking"]

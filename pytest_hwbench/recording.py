@@ -27,8 +27,8 @@ from typing import TYPE_CHECKING, Any
 
 import pytest
 
-from ..case import BenchCase
-from ..plugin_api import (
+from .case import BenchCase
+from .plugin_api import (
     MAX_CASE_SECONDS,
     case_of,
     installed_versions,
@@ -36,15 +36,15 @@ from ..plugin_api import (
     text_option,
     writes_records,
 )
-from ..record import BenchmarkRecord, SessionInfo
-from ..vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_RETRY_EVERY, DEFAULT_STORE_DIR
-from .base import Sink, check_sink, open_sink, resolve_sink
-from .mlflow_uri import resolve_tracking_uri, validate_tracking_uri
-from .redact import redact_uri
+from .record import BenchmarkRecord, SessionInfo
+from .sinks.base import Sink, check_sink, open_sink, resolve_sink
+from .sinks.mlflow_uri import resolve_tracking_uri, validate_tracking_uri
+from .sinks.redact import redact_uri
+from .vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_RETRY_EVERY, DEFAULT_STORE_DIR
 
 if TYPE_CHECKING:
-    from ._recorder import Recorder, RecorderReport
-    from .writer import SinkWriter
+    from .sinks._recorder import Recorder, RecorderReport
+    from .sinks.writer import SinkWriter
 
 
 class RecordingHooks:
@@ -279,9 +279,9 @@ class Tracker:
         if self.recorder is not None:
             return
         # Imported with the first case: a session without one (``--co``, other tests) needs none.
-        from ._recorder import Recorder, unique_names
-        from .spool import Spool
-        from .writer import SinkWriter, shippable
+        from .sinks._recorder import Recorder, unique_names
+        from .sinks.spool import Spool
+        from .sinks.writer import SinkWriter, shippable
 
         self._pytest_config = config
         self._reporter = config.pluginmanager.get_plugin("terminalreporter")
@@ -348,7 +348,7 @@ class Tracker:
         self._open()
 
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
-        from .spool import refusal
+        from .sinks.spool import refusal
 
         assert self._session is not None and self._pytest_config is not None, \
             "pytest_hwbench_session_start must come first"
@@ -415,7 +415,7 @@ class Tracker:
     def _replay_hint(self) -> str:
         """The `hwbench replay` command for this run's stores: each store setting that is not the
         store folder's own default is repeated, so following it never fills another store."""
-        from .spool import replay_command
+        from .sinks.spool import replay_command
 
         config, store = self.config, self.config.store_dir
         default_uri = f"sqlite:///{store.resolve() / 'mlflow.db'}"

@@ -14,8 +14,8 @@ import subprocess
 import sys
 from pathlib import Path
 
-from ..cli import EXIT_OK, EXIT_USAGE, register_command
-from ._locate import ORT_WEB_VERSION, find_browser, find_ort_web, install_dir
+from .cli import EXIT_OK, EXIT_USAGE, register_command
+from .web._locate import ORT_WEB_VERSION, find_browser, find_ort_web, install_dir
 
 #: Seconds npm may take (about 3 s here; a slow registry mirror takes longer).
 NPM_TIMEOUT_S = 600
@@ -66,7 +66,7 @@ def _run(args: argparse.Namespace) -> int:
     print(f"browser: {f'{browser.path} ({browser.version})' if browser else why}")
     print(f"onnxruntime-web: {f'{ort.version} in {ort.dist}' if ort else ort_why}")
     if args.action == "status":
-        from ..hardware import detect_hardware
+        from .hardware import detect_hardware
 
         hw = detect_hardware()
         for name in ("wasm", "webgpu", "webnn"):
