@@ -61,6 +61,8 @@ import pandas as pd
 from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import (
     NESTED_COLUMNS,
+    RecordCounts,
+    _warn_dropped,
     dropped_text,
     frame_digest,
     load_runs,
@@ -100,6 +102,7 @@ from hwsel.evaluation import (
     score_oof,
 )
 from hwsel.features import FEATURE_COLUMNS, feature_frame
+from hwsel.history import Window, history_table, mirror, mirror_path
 from hwsel.promotion import promote
 from hwsel.training_log import flatten, log_decision, log_intervals, log_roofline_baseline, log_study
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
@@ -225,6 +228,8 @@ class TrainResult:
     n_records: int = 0
     #: how the records became the rows, in one line (`hwsel.data.rows_text`)
     rows_text: str = ""
+    #: records this training copied from MLflow sources into their DuckDB mirror (`hwsel.history.mirror`)
+    mirrored: int = 0
 
     @property
     def versions(self) -> dict[str, str]:
@@ -262,6 +267,8 @@ def train(
     snapshot_dir: str | os.PathLike[str] | None = None,
     include_noisy: bool = False,
     timeout: float | None = DEFAULT_TIMEOUT_S,
+    window: Window | None = None,
+    mirror_file: str | os.PathLike[str] | None = None,
 ) -> TrainResult:
     """Train, evaluate and register the latency, throughput and memory predictors.
 
@@ -282,6 +289,16 @@ def train(
         timeout: seconds to wait for the records, imports aside (a line on stderr says what is
             awaited after a few seconds); a tracking server among the sources or at
             `tracking_uri` must answer its ``/health`` within 2 s. None: no limit.
+        window: learn from the records created since a date and/or from the newest N sessions
+            of each configuration only (`hwsel.history.Window`); needs DuckDB or MLflow sources. None: every record.
+        mirror_file: the DuckDB file MLflow sources are mirrored into before training
+            (`hwsel.history.mirror`: only the sessions it lacks are fetched, so a nightly
+            training reads one night); default: one file per store and experiment under
+            ``hwsel-mirrors`` next to the snapshot folder.
+
+    DuckDB and MLflow sources are asked in SQL (`hwsel.history.history_table`: one row per
+    configuration comes back, whatever the number of records); Parquet snapshots and JSON-lines
+    records are read whole (`hwsel.data.load_runs`) and aggregated in pandas.
 
     Raises:
         HwselUnreachable: a tracking server named does not answer (before any training).
@@ -300,31 +317,72 @@ def train(
     if timeout is not None:
         require_reachable([*((s, "--source") for s in sources), (uri, "--tracking-uri")], timeout)
 
-    def read() -> pd.DataFrame:
-        return load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
-                         include_noisy=include_noisy)
+    window = window or Window()
+    snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
+    kinds = [_source_kind(s) for s in sources]
+    asked = all(kind in ("duckdb", "mlflow") for kind in kinds)
+    if not asked and not window.empty:
+        raise ValueError(f"{window.text()}: a window needs DuckDB files or MLflow stores as sources, got {where}; "
+                         "import the records into a DuckDB file (hwbench replay --db FILE) or leave out "
+                         "--since/--sessions")
+    mirrored = 0
 
+    def ask() -> tuple[pd.DataFrame, RecordCounts]:
+        nonlocal mirrored
+        files = []
+        for source_, kind in zip(sources, kinds, strict=True):
+            text = _unprefixed(os.fspath(source_))
+            if kind == "duckdb":
+                files.append(Path(text))
+                continue
+            file = Path(mirror_file) if mirror_file is not None else \
+                mirror_path(text, experiment, snap_dir.parent / "hwsel-mirrors")
+            mirrored += mirror(text, experiment, file)
+            files.append(file)
+        found = history_table(list(dict.fromkeys(files)), include_noisy=include_noisy, window=window)
+        if found.counts.dropped:
+            _warn_dropped(dict(found.counts.dropped), where)
+        return found.table, found.counts
+
+    def read() -> tuple[pd.DataFrame, RecordCounts]:
+        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
+                         include_noisy=include_noisy)
+        return training_table(runs), RecordCounts.of(runs)
+
+    step = ask if asked else read
     with quiet_mlflow():
-        runs = read() if timeout is None else bounded(read, timeout, f"the records of {where}",
-                                                       then="hwsel train stops")
-    dropped = dict(runs.attrs.get("dropped") or {})
-    noisy_left_out = int(runs.attrs.get("noisy") or 0)
-    table = training_table(runs)
-    how = rows_text(runs, table)
+        table, counts = step() if timeout is None else bounded(step, timeout, f"the records of {where}",
+                                                              then="hwsel train stops")
+    dropped = dict(counts.dropped)
+    noisy_left_out = counts.noisy
+    how = rows_text(counts, table)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
         raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
-                         f"{usable_rows_text(runs, len(table))}")
+                         f"{usable_rows_text(counts, len(table))}")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
     digest = frame_digest(table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns]))
-    snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
     snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
     X = feature_frame(table)
     with quiet_mlflow():
         result = _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
                                      trials=trials, seed=seed, progress=progress, dropped=dropped)
-    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out, n_records=len(runs),
-                               rows_text=how)
+    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out, n_records=counts.records,
+                               rows_text=how, mirrored=mirrored)
+
+
+def _source_kind(source: str | os.PathLike[str]) -> str:
+    """``parquet`` for a Parquet snapshot, else what `pytest_hwbench.sinks.source_kind` says."""
+    from pytest_hwbench.sinks import source_kind
+
+    text = os.fspath(source)
+    return "parquet" if text.lower().endswith(".parquet") else source_kind(text)
+
+
+def _unprefixed(text: str) -> str:
+    """A ``duckdb:PATH`` or ``mlflow:URI`` source without its sink prefix."""
+    prefix, sep, rest = text.partition(":")
+    return rest if sep and prefix in ("duckdb", "mlflow") and not rest.startswith("//") else text
 
 
 def open_client(uri: str, client_class: Any) -> Any:
