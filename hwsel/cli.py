@@ -94,21 +94,28 @@ def cmd_train(args: argparse.Namespace) -> int:
     except ImportError as exc:
         raise UsageError(f"training needs scikit-learn, optuna and mlflow ({exc}); "
                          "pip install 'pytest-hwbench'") from None
+    from .history import Window
+
+    window = Window(since=args.since, sessions=args.sessions)
     result = train(args.source, tracking_uri=args.tracking_uri, trials=args.trials, seed=args.seed,
                    experiment=args.experiment, progress=not args.no_progress, include_noisy=args.include_noisy,
-                   timeout=args.timeout)
+                   timeout=args.timeout, window=window, mirror_file=args.mirror)
     store = redact_uri(result.tracking_uri)  # shown, never with its password
     sources = [redact_uri(str(s)) for s in args.source] if args.source else [store]
     data = {"run_id": result.run_id, "tracking_uri": store, "sources": sources, "records": result.n_records,
             "rows": result.n_rows, "rows_from_records": result.rows_text, "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
-            "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out,
+            "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out, "window": window.text(),
+            "mirrored": result.mirrored,
             "score_metric": SCORE_METRIC,
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
     lines = [f"trained on {result.n_rows} rows from {', '.join(sources)} (run {result.run_id}, store {store})",
-             f"  {result.rows_text}",
+             f"  {result.rows_text}" + ("" if window.empty else f" ({window.text()})"),
              "  rows per device: " + ", ".join(f"{k} {v}" for k, v in result.rows_by_device.items())]
+    if result.mirrored:
+        lines.append(f"  copied {result.mirrored} new record{'s' if result.mirrored != 1 else ''} from MLflow into "
+                     "the DuckDB mirror")
     if result.dropped:
         from .data import dropped_text
 

@@ -5,6 +5,7 @@ options they share; `hwsel.cli` runs the commands it parses.
 from __future__ import annotations
 
 import argparse
+import datetime as _dt
 import math
 
 from pytest_hwbench import facts
@@ -38,6 +39,15 @@ def _source_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None
                    help="benchmark data: MLflow tracking URI, .duckdb, .parquet or .jsonl records file; "
                         "several (repeated or listed) are read as one (default: $MLFLOW_TRACKING_URI or "
                         "mlruns/ here, if present)")
+
+
+def _since(text: str) -> _dt.datetime:
+    from .history import parse_since
+
+    try:
+        return parse_since(text)
+    except ValueError as exc:
+        raise argparse.ArgumentTypeError(str(exc)) from None
 
 
 def _timeout_option(p: argparse.ArgumentParser | argparse._ArgumentGroup, what: str) -> None:
@@ -124,6 +134,16 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--include-noisy", action="store_true",
                    help="also train on records measured on a busy machine (left out by default, and counted)")
     _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then training stops")
+    p.add_argument("--since", type=_since, default=None, metavar="DATE",
+                   help="learn from records created at or after DATE only (YYYY-MM-DD, midnight UTC, or an ISO "
+                        "date-time); needs DuckDB or MLflow sources")
+    p.add_argument("--sessions", type=_positive_int, default=None, metavar="N",
+                   help="learn from the newest N sessions of each configuration only; needs DuckDB or MLflow "
+                        "sources")
+    p.add_argument("--mirror", default=None, metavar="FILE",
+                   help="DuckDB file that MLflow sources are copied into before training, incrementally (only "
+                        "sessions it lacks are fetched: a nightly training reads one night); default: one file per "
+                        "store and experiment under hwsel-mirrors/ next to the training snapshots")
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("select", help="recommend hardware for a model",
