@@ -1,184 +1,21 @@
-"""hwsel's shape: no import cycle between its modules (issue 19, item 4).
-
-`import_graph` reads a package's source with `ast` (nothing is imported) and returns module ->
-the package's modules it imports, at module level and inside functions alike: an import inside a
-function still runs, only later, and two modules that need each other that way are one module
-split in two. Imports under ``if TYPE_CHECKING:`` do not count: they never run, and annotations
-that name each other's types are not a dependency at run time.
-
-How an import statement becomes edges (the rules import-linter and pydeps use):
-
-- ``import a.b.c`` and ``from a.b import c`` name the module they load: ``from pkg import name``
-  is an edge to ``pkg.name`` when that is a module of the package, else to ``pkg`` itself
-  (``pkg/__init__.py``: the name is an attribute of the package).
-- Relative imports are resolved against the importing module (``from . import x`` in
-  ``pkg/sub/mod.py`` is ``pkg.sub.x``; ``from ..q import y`` is ``pkg.q``).
-- Loading ``pkg.sub.mod`` runs ``pkg/__init__.py`` first, but that is not counted as an edge:
-  every submodule would otherwise depend on its package's ``__init__``, which imports the
-  submodules, and everything would be one cycle.
-- Dynamic imports (``importlib.import_module``, lazy ``__getattr__`` exports) are not seen.
-
-`find_cycle` is generic: point it at any package (``pytest_hwbench`` as well); this file asserts
-on ``hwsel`` only.
-"""
+"""hwsel's shape: nothing of pytest_hwbench imports it, one model description, a predictor whose
+``__init__`` only stores its parameters, one model build per question. (Import cycles and floors:
+`test_structure` and `test_floors`, which read imports the same way.)"""
 
 from __future__ import annotations
 
-import ast
-import importlib.util
-from collections.abc import Iterator
-from pathlib import Path
-
 import pytest
-
-
-def _modules(package: str) -> dict[str, Path]:
-    """Dotted module name -> source file, for every module of `package` (found, not imported)."""
-    spec = importlib.util.find_spec(package)
-    if spec is None or not spec.submodule_search_locations:
-        raise ValueError(f"{package!r} is not an importable package")
-    root = Path(next(iter(spec.submodule_search_locations)))
-    out: dict[str, Path] = {}
-    for path in sorted(root.rglob("*.py")):
-        parts = list(path.relative_to(root).with_suffix("").parts)
-        if parts[-1] == "__init__":
-            parts.pop()
-        out[".".join([package, *parts])] = path
-    return out
-
-
-def _is_type_checking(test: ast.expr) -> bool:
-    """``TYPE_CHECKING`` or ``typing.TYPE_CHECKING`` (the test of an ``if`` whose body never runs)."""
-    return (isinstance(test, ast.Name) and test.id == "TYPE_CHECKING") or (
-        isinstance(test, ast.Attribute) and test.attr == "TYPE_CHECKING")
-
-
-def _imports(tree: ast.AST) -> Iterator[ast.Import | ast.ImportFrom]:
-    """Every import statement that can run: module level and in functions, not under TYPE_CHECKING."""
-    todo: list[ast.AST] = [tree]
-    while todo:
-        node = todo.pop()
-        if isinstance(node, ast.If) and _is_type_checking(node.test):
-            todo.extend(node.orelse)  # the else branch does run
-            continue
-        if isinstance(node, ast.Import | ast.ImportFrom):
-            yield node
-        todo.extend(ast.iter_child_nodes(node))
-
-
-def _base(module: str, is_package: bool, node: ast.ImportFrom) -> str:
-    """The absolute module ``from <this> import ...`` names."""
-    if not node.level:
-        return node.module or ""
-    parts = module.split(".") if is_package else module.split(".")[:-1]
-    if node.level > 1:
-        parts = parts[: len(parts) - (node.level - 1)]
-    return ".".join(parts + ([node.module] if node.module else []))
-
-
-def import_graph(package: str) -> dict[str, set[str]]:
-    """Module -> modules of `package` it imports (see the module docstring for the rules)."""
-    modules = _modules(package)
-    graph: dict[str, set[str]] = {name: set() for name in modules}
-    for name, path in modules.items():
-        is_package = path.name == "__init__.py"
-        for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-            if isinstance(node, ast.Import):
-                targets = [alias.name for alias in node.names]
-            else:
-                base = _base(name, is_package, node)
-                targets = [f"{base}.{a.name}" if f"{base}.{a.name}" in modules else base for a in node.names]
-            for target in targets:
-                # ``import a.b.c`` loads a.b.c; the longest known prefix is the module it names
-                while target and target not in modules:
-                    target = target.rpartition(".")[0]
-                if target and target != name:
-                    graph[name].add(target)
-    return graph
-
-
-def find_cycle(package: str) -> list[str] | None:
-    """One import cycle among `package`'s modules, as ``[a, b, ..., a]``, or None."""
-    graph = import_graph(package)
-    state: dict[str, int] = {}  # 1: on the current path, 2: done
-    path: list[str] = []
-
-    def visit(node: str) -> list[str] | None:
-        state[node] = 1
-        path.append(node)
-        for nxt in sorted(graph[node]):
-            if state.get(nxt) == 1:
-                return [*path[path.index(nxt):], nxt]
-            if nxt not in state:
-                found = visit(nxt)
-                if found:
-                    return found
-        path.pop()
-        state[node] = 2
-        return None
-
-    for start in sorted(graph):
-        if start not in state:
-            found = visit(start)
-            if found:
-                return found
-    return None
-
-
-def test_hwsel_has_no_import_cycle() -> None:
-    cycle = find_cycle("hwsel")
-    assert cycle is None, "import cycle in hwsel: " + " -> ".join(cycle or [])
+from test_structure import import_graph
 
 
 def test_hwsel_imports_nothing_of_pytest_hwbench_that_imports_hwsel() -> None:
     """hwsel may import pytest_hwbench (record, zoo, vocabulary, detection, readers), never the
-    reverse: a pytest_hwbench module importing hwsel would close a cycle across the packages."""
-    back = {name: sorted(t for t in _targets(path) if t == "hwsel" or t.startswith("hwsel."))
-            for name, path in _modules("pytest_hwbench").items()}
+    reverse: a pytest_hwbench module importing hwsel would close a cycle across the packages.
+    (hwsel's own cycles: `test_structure`; which floors it reads: `test_floors`.)"""
+    graph = import_graph("pytest_hwbench", "hwsel")
+    back = {name: sorted(t for t in targets if t.split(".")[0] == "hwsel")
+            for name, targets in graph.items() if name.split(".")[0] == "pytest_hwbench"}
     assert not {k: v for k, v in back.items() if v}, back
-
-
-def _targets(path: Path) -> set[str]:
-    out: set[str] = set()
-    for node in _imports(ast.parse(path.read_text(encoding="utf-8"), str(path))):
-        if isinstance(node, ast.Import):
-            out.update(alias.name for alias in node.names)
-        elif not node.level and node.module:
-            out.add(node.module)
-    return out
-
-
-# --- the checker itself ------------------------------------------------------------------------
-
-def _package(root: Path, files: dict[str, str]) -> None:
-    for rel, text in files.items():
-        path = root / rel
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text, encoding="utf-8")
-
-
-@pytest.fixture
-def toy(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
-    monkeypatch.syspath_prepend(str(tmp_path))
-    return tmp_path
-
-
-@pytest.mark.parametrize(("name", "files", "cycle"), [
-    ("cyc_func", {"__init__.py": "", "a.py": "def f():\n    from .b import g\n", "b.py": "from . import a\n"},
-     ["cyc_func.a", "cyc_func.b", "cyc_func.a"]),
-    ("cyc_abs", {"__init__.py": "", "sub/__init__.py": "", "sub/x.py": "import cyc_abs.y\n",
-                 "y.py": "from .sub import x\n"}, ["cyc_abs.sub.x", "cyc_abs.y", "cyc_abs.sub.x"]),
-    ("cyc_typing", {"__init__.py": "", "a.py": "from typing import TYPE_CHECKING\nif TYPE_CHECKING:\n"
-                    "    from .b import B\n", "b.py": "from .a import f\n"}, None),
-    ("cyc_init", {"__init__.py": "from .a import f\n", "a.py": "def f():\n    from . import g\n"},
-     ["cyc_init", "cyc_init.a", "cyc_init"]),
-    ("cyc_none", {"__init__.py": "from .a import f\nfrom .b import g\n", "a.py": "from .b import g\n",
-                  "b.py": "import os\n"}, None),
-])
-def test_find_cycle_follows_every_kind_of_import(toy: Path, name: str, files: dict[str, str],
-                                                 cycle: list[str] | None) -> None:
-    _package(toy / name, files)
-    assert find_cycle(name) == cycle
 
 
 # --- one model description -----------------------------------------------------------------------

@@ -78,14 +78,14 @@ def _base_of(module: str, is_package: bool, node: ast.ImportFrom) -> str:
     return ".".join(parts + ([node.module] if node.module else []))
 
 
-def import_graph(package: str) -> dict[str, dict[str, int]]:
-    """Module -> {module of `package` it imports: the line of the first such import}.
+def import_graph(*packages: str) -> dict[str, dict[str, int]]:
+    """Module -> {module of `packages` it imports: the line of the first such import}.
 
     ``from pkg import name`` is an edge to ``pkg.name`` when that is a module, else to ``pkg``;
     relative imports are resolved; loading ``pkg.sub`` running ``pkg/__init__.py`` is no edge
     (every submodule would depend on its package's ``__init__``, which imports the submodules).
     """
-    modules = modules_of(package)
+    modules = {name: path for package in packages for name, path in modules_of(package).items()}
     graph: dict[str, dict[str, int]] = {name: {} for name in modules}
     for name, path in modules.items():
         is_package = path.name == "__init__.py"
