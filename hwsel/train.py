@@ -230,6 +230,8 @@ class TrainResult:
     rows_text: str = ""
     #: records this training copied from MLflow sources into their DuckDB mirror (`hwsel.history.mirror`)
     mirrored: int = 0
+    #: seconds spent reading the records and building the training table (the mirror's copy included)
+    read_s: float = 0.0
 
     @property
     def versions(self) -> dict[str, str]:
@@ -350,9 +352,11 @@ def train(
         return training_table(runs), RecordCounts.of(runs)
 
     step = ask if asked else read
+    began = time.perf_counter()
     with quiet_mlflow():
         table, counts = step() if timeout is None else bounded(step, timeout, f"the records of {where}",
                                                               then="hwsel train stops")
+    read_s = time.perf_counter() - began
     dropped = dict(counts.dropped)
     noisy_left_out = counts.noisy
     how = rows_text(counts, table)
@@ -368,7 +372,7 @@ def train(
         result = _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
                                      trials=trials, seed=seed, progress=progress, dropped=dropped)
     return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out, n_records=counts.records,
-                               rows_text=how, mirrored=mirrored)
+                               rows_text=how, mirrored=mirrored, read_s=read_s)
 
 
 def _source_kind(source: str | os.PathLike[str]) -> str:
