@@ -106,7 +106,7 @@ def cmd_train(args: argparse.Namespace) -> int:
             "rows": result.n_rows, "rows_from_records": result.rows_text, "rows_by_device": dict(result.rows_by_device),
             "data_sha256": result.data_digest, "snapshot": str(result.snapshot_path),
             "dropped": dict(result.dropped), "noisy_left_out": result.noisy_left_out, "window": window.text(),
-            "mirrored": result.mirrored,
+            "mirrored": result.mirrored, "read_s": round(result.read_s, 3),
             "score_metric": SCORE_METRIC,
             "targets": {t: {"model": r.model_name, "version": r.version, "score": r.score,
                             "champion": r.alias_moved, "decision": r.reason} for t, r in result.targets.items()}}
