@@ -1,4 +1,5 @@
-"""What to measure next: the configurations whose measurement would most shrink the predictors' uncertainty.
+"""What to measure next: the configurations whose measurement would most shrink the predictors'
+uncertainty (over 500 lines because the ensemble, the candidate grid and the ranking are one method).
 
 `suggest_measurements` reads the benchmark records, builds a target grid (the models, hardware,
 backends and precisions in the records plus zoo models of the same tiers, at the batch sizes the

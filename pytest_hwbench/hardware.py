@@ -1,4 +1,5 @@
-"""Hardware and runtime detection: what this machine can run, and why not where it cannot.
+"""Hardware and runtime detection: what this machine can run, and why not where it cannot (over
+500 lines because the CPU and torch GPU probes are built in, so asking for them loads no plug-in).
 
 `detect_hardware(targets)` runs the probes of the targets asked for (all when none are named),
 each at most once per process, and returns a `HardwareInfo`: one `TargetInfo` per target, each

@@ -1,4 +1,5 @@
-"""What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``.
+"""What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``
+(over 500 lines because the readings, their thresholds and the verdict are one rule, read together).
 
 A timed loop is bracketed by two `HostSnapshot`s. Between them, on the cores this process may use
 (its affinity):

@@ -1,5 +1,6 @@
 """Qualcomm AI Hub backend: compile the shared ONNX export for a hosted Snapdragon device, profile
-it there, and report AI Hub's own measurements.
+it there, and report AI Hub's own measurements (over 500 lines because the client's jobs, their
+cache per shape and the translation of its profiles make one remote measurement).
 
 Nothing runs on this machine but the export: AI Hub compiles the graph for the device named by
 ``$HWBENCH_QAI_HUB_DEVICE`` (default `DEFAULT_DEVICE`), runs it there (100 profiler iterations by

@@ -1,4 +1,5 @@
-"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay`.
+"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay` (over 500 lines
+because spooling, per-sink failure, retry and replay are one policy, each step reading the others' state).
 
 Failure policy of the recorder, per sink:
 

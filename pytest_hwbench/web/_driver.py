@@ -1,4 +1,5 @@
-"""Drive one headless Chromium through a page that long-polls a local server for commands.
+"""Drive one headless Chromium through a page that long-polls a local server for commands (over
+500 lines because the browser process, its page server and the command channel fail and restart together).
 
 No browser-automation package: the browser is a plain subprocess in a session of its own
 (``start_new_session``), the page (``page/bench.js``) fetches commands from a stdlib
