@@ -9,7 +9,17 @@ there. The conformal scores are the log residuals divided by ``s``; their quanti
 on leave-one-model-out residuals, give ``pred * exp(q_low * s) .. pred * exp(q_high * s)``:
 narrow next to measured neighbours, wide where the answer extrapolates. With exchangeable
 calibration rows the band covers at least the nominal level (Lei et al. 2018, "Distribution-free
-predictive inference for regression", section 5.2, locally weighted conformal).
+predictive inference for regression", section 5.2, locally weighted conformal). Beyond the
+largest distance the calibration held (``d_max``) coverage is unknown, so the difficulty grows
+further, by one scale per unit of distance beyond it.
+
+Each answering layer has its own band, fit on that layer's own held-out residuals (`LAYERS`):
+``trained`` (the registered model, leave-one-model-out), ``roofline`` (the roofline layer's
+answers, calibrated with each model's rows held out of its own band), ``blended`` (registered
+answers moved towards the roofline because their model lies outside what the champion learned
+from, `hwsel.bounds.Coverage`) and ``measured`` (a measured case's median against a repeat of it in
+another session, `hwsel.layers.measured`). `AdaptiveIntervals` stores the first three with the
+latency champion; the measured layer calibrates its own from the records it loads.
 """
 
 from __future__ import annotations
@@ -29,6 +39,13 @@ TYPE_STEP = 1.0
 FAMILY_STEP = 1.0
 #: The distance of a configuration nothing was measured in.
 UNSEEN_CONFIG = 4.0
+#: A configuration needs this many calibration rows for a scale of its own (fewer: the overall one).
+MIN_GROUP_ROWS = 10
+#: A layer's band is fit on its own residuals only when they come from this many models (fewer
+#: are not exchangeable with the next one: the blended answers of two models tell little about a third).
+MIN_LAYER_MODELS = 5
+#: The answering layers that carry a calibrated band, in the order `hwsel.predict.Predictor` asks.
+LAYERS: tuple[str, ...] = ("measured", "trained", "blended", "roofline")
 #: Columns `novelty` reads.
 NOVELTY_COLUMNS: tuple[str, ...] = ("model", "model_type", "family", "hardware", "backend", "precision",
                                     "log_flops_per_item")
@@ -76,10 +93,12 @@ def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
 
 @dataclass(frozen=True)
 class AdaptiveBand:
-    """A fitted normalised conformal band. An answer's difficulty is ``g * (1 + slope * d)``: `g`
-    the typical ``|residual|`` of its group (configuration: hardware, backend, precision; `base`
-    for a group the calibration did not hold) and `d` its `novelty`; `q_low` (<= 0) and `q_high`
-    (>= 0) are the quantiles of the residuals divided by their difficulty, at the nominal `level`."""
+    """A fitted normalised conformal band. An answer's difficulty is ``g * (1 + slope * d) *
+    (1 + max(0, d - d_max))``: `g` the typical ``|residual|`` of its group (configuration: hardware,
+    backend, precision; `base` for a group the calibration held fewer than `MIN_GROUP_ROWS` rows
+    of), `d` its `novelty` and `d_max` the largest distance calibrated (beyond it the band widens
+    by one more scale per unit of distance); `q_low` (<= 0) and `q_high` (>= 0) are the quantiles of the residuals divided
+    by their difficulty, at the nominal `level`; `n` the calibration rows."""
 
     base: float
     slope: float
@@ -87,15 +106,21 @@ class AdaptiveBand:
     q_high: float
     level: float = 0.9
     group_scale: tuple[tuple[str, float], ...] = ()
+    d_max: float = math.inf
+    n: int = 0
 
     @classmethod
     def fit(cls, residuals: Sequence[float], distances: Sequence[float], level: float = 0.9,
             groups: Sequence[str] | None = None) -> AdaptiveBand:
         """Calibrate on out-of-fold log residuals (measured - predicted) of held-out models, their
         `novelty` and (optionally) their groups. Group scales are the median ``|residual|`` per
-        group (at least a fifth of the overall one); the slope is the least-squares slope of the
-        scaled ``|residual|`` on distance (>= 0); the quantiles are those of the scaled residuals
-        with the finite-sample correction ``ceil((n + 1) q) / n``."""
+        group of at least `MIN_GROUP_ROWS` rows (at least a fifth of the overall one); the slope
+        is the least-squares slope of the scaled ``|residual|`` on distance (>= 0); the quantiles
+        are those of the scaled residuals with the finite-sample correction ``ceil((n + 1) q) / n``.
+
+        Raises:
+            ValueError: fewer than 2 finite residuals.
+        """
         r = np.asarray(residuals, dtype=float)
         d = np.asarray(distances, dtype=float)
         g = np.asarray(groups if groups is not None else [""] * len(r), dtype=object)
@@ -105,8 +130,9 @@ class AdaptiveBand:
             raise ValueError(f"AdaptiveBand.fit needs at least 2 finite residuals, got {len(r)}")
         a = np.abs(r)
         base = max(float(np.median(a)), 1e-3)
-        scales = {str(k): max(float(np.median(a[g == k])), 0.2 * base) for k in np.unique(g)}
-        gs = np.array([scales[str(k)] for k in g])
+        scales = {str(k): max(float(np.median(a[g == k])), 0.2 * base) for k in np.unique(g)
+                  if int(np.sum(g == k)) >= MIN_GROUP_ROWS}
+        gs = np.array([scales.get(str(k), base) for k in g])
         scaled = a / gs
         slope = float(np.polyfit(d, scaled, 1)[0]) if np.ptp(d) > 0 else 0.0
         slope = max(0.0, slope / max(float(np.median(scaled)), 1e-6))
@@ -115,7 +141,9 @@ class AdaptiveBand:
         tail = (1.0 - level) / 2.0
         hi = s[min(n, math.ceil((n + 1) * (1.0 - tail))) - 1]
         lo = s[max(1, math.floor((n + 1) * tail)) - 1]
-        return cls(base, slope, min(float(lo), 0.0), max(float(hi), 0.0), level, tuple(sorted(scales.items())))
+        d_max = float(np.max(d)) if float(np.max(d)) > 0 else math.inf
+        return cls(base, slope, min(float(lo), 0.0), max(float(hi), 0.0), level, tuple(sorted(scales.items())),
+                   d_max, n)
 
     def offsets(self, distances: Sequence[float] | np.ndarray,
                 groups: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -123,8 +151,22 @@ class AdaptiveBand:
         d = np.asarray(distances, dtype=float)
         scales = dict(self.group_scale)
         g = np.array([scales.get(str(k), self.base) for k in groups]) if groups is not None else self.base
-        s = g * (1 + self.slope * d)
+        s = g * (1 + self.slope * d) * (1 + np.maximum(0.0, d - self.d_max))
         return self.q_low * s, self.q_high * s
+
+    def to_dict(self) -> dict[str, Any]:
+        """The band as plain JSON values (`from_dict` reads it back)."""
+        return {"base": self.base, "slope": self.slope, "q_low": self.q_low, "q_high": self.q_high,
+                "level": self.level, "group_scale": dict(self.group_scale),
+                "d_max": self.d_max if math.isfinite(self.d_max) else None, "n": self.n}
+
+    @classmethod
+    def from_dict(cls, b: Mapping[str, Any]) -> AdaptiveBand:
+        """Read `to_dict`'s output (a band stored without ``d_max`` never widens beyond it)."""
+        d_max = b.get("d_max")
+        return cls(float(b["base"]), float(b["slope"]), float(b["q_low"]), float(b["q_high"]), float(b["level"]),
+                   tuple(sorted((str(k), float(v)) for k, v in b["group_scale"].items())),
+                   math.inf if d_max is None else float(d_max), int(b.get("n", 0)))
 
 
 def architecture_key(model_type: Any, log_flops_per_item: Any) -> str:
@@ -158,11 +200,28 @@ def config_groups(frame: pd.DataFrame) -> np.ndarray:
             + frame["precision"].astype(str)).to_numpy()
 
 
+def lomo_distances(frame: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
+    """The `novelty` of each out-of-fold row of `oof` (column ``row`` indexes `frame`, a
+    `novelty_frame`), measured against the models other than the row's own."""
+    rows = oof["row"].to_numpy()
+    model = frame["model"].to_numpy()[rows]
+    distance = np.zeros(len(oof))
+    for name in np.unique(model):
+        here = model == name
+        distance[here] = novelty(frame.iloc[rows[here]], frame[frame["model"] != name])
+    return distance
+
+
 def lomo_offsets(frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) log offsets of each out-of-fold row of `oof` (columns ``row``, ``y_true``,
     ``y_pred``; rows index `frame`, a `novelty_frame`): each model's rows get the band calibrated
     on the other models' rows, every distance measured against models other than that one, so no
-    interval has seen the model it is scored on."""
+    interval has seen the model it is scored on. Any layer's answers calibrate this way: `oof`'s
+    ``y_pred`` is that layer's prediction.
+
+    Raises:
+        ValueError: some model's rows have fewer than 2 other rows to calibrate on.
+    """
     rows = oof["row"].to_numpy()
     resid = (oof["y_true"] - oof["y_pred"]).to_numpy(dtype=float)
     model = frame["model"].to_numpy()[rows]
@@ -176,49 +235,142 @@ def lomo_offsets(frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> 
     return low, high
 
 
+def calibratable(frame: pd.DataFrame, part: pd.DataFrame) -> bool:
+    """Whether `part`'s rows (``row`` indexes `frame`) come from at least `MIN_LAYER_MODELS`
+    models, so that every model's band (`lomo_offsets`) is fit on at least 4 others."""
+    return int(pd.Series(frame["model"].to_numpy()[part["row"].to_numpy()]).nunique()) >= MIN_LAYER_MODELS
+
+
+def span_offsets(trained: tuple[np.ndarray, np.ndarray], roofline: tuple[np.ndarray, np.ndarray],
+                 y_trained: np.ndarray, y_roofline: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(low, high) log offsets around blended answers where no blended band was calibrated: the
+    trained and roofline bands (log offsets around their log answers `y_trained`, `y_roofline`)
+    blended by `weight` as the answers are, stretched to hold both answers (as
+    `hwsel.predict.Predictor` serves them)."""
+    w = np.asarray(weight, dtype=float)
+    y = (1 - w) * y_trained + w * y_roofline
+    lo = np.minimum.reduce([(1 - w) * (y_trained + trained[0]) + w * (y_roofline + roofline[0]), y_trained,
+                            y_roofline, y])
+    hi = np.maximum.reduce([(1 - w) * (y_trained + trained[1]) + w * (y_roofline + roofline[1]), y_trained,
+                            y_roofline, y])
+    return lo - y, hi - y
+
+
+def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
+    """How far towards the roofline `hwsel.predict.Predictor` blends each out-of-fold row of `oof`
+    (``row`` indexes `table`: ``model``, ``param_count``, ``family``, ``hardware``,
+    ``device_name``) when its model is held out: `hwsel.bounds.Coverage.distance` of the row
+    against the coverage of the other models' rows (0: inside, answered by the trained model)."""
+    from types import SimpleNamespace
+
+    from .bounds import Coverage
+
+    rows = oof["row"].to_numpy()
+    model = table["model"].astype(str).to_numpy()
+    params = pd.to_numeric(table["param_count"], errors="coerce").to_numpy(dtype=float)
+    family = table["family"].astype(object).where(table["family"].notna(), "").astype(str).to_numpy()
+    hardware = table["hardware"].astype(str).to_numpy()
+    device = table["device_name"].astype(object).where(table["device_name"].notna(), "").astype(str).to_numpy()
+    out = np.zeros(len(oof))
+    for name in np.unique(model[rows]):
+        other = model != name
+        cov = Coverage.from_rows(params[other], family[other], zip(hardware[other], device[other], strict=True))
+        if cov is None:
+            continue
+        for k in np.flatnonzero(model[rows] == name):
+            i = rows[k]
+            q = SimpleNamespace(model=SimpleNamespace(param_count=params[i] if np.isfinite(params[i]) else 0.0,
+                                                      family=family[i]),
+                                hardware=hardware[i], device_name=device[i] or None)
+            out[k] = cov.distance(q)[0]  # type: ignore[arg-type]  # reads the fields a Query has
+    return out
+
+
+def layer_oofs(table: pd.DataFrame, features: pd.DataFrame, oof: pd.DataFrame) -> dict[str, pd.DataFrame]:
+    """The held-out answers of the ``roofline`` and ``blended`` layers beside the trained model's
+    leave-one-model-out `oof` (columns ``row``, ``y_true``, ``y_pred``, rows indexing `table` and
+    its `features`): the roofline layer's answer (`hwsel.layers.roofline.layer_log_ms`) for every
+    row, and for the rows whose model lies outside the other models' coverage (`blend_weights` >
+    0) the trained answer blended that far towards it, as `hwsel.predict.Predictor` serves them
+    (column ``weight``). No blended rows where `table` lacks the coverage columns."""
+    from .layers.roofline import layer_log_ms
+
+    roof = layer_log_ms(features)
+    rows = oof["row"].to_numpy()
+    out = {"roofline": pd.DataFrame({"row": rows, "y_true": oof["y_true"].to_numpy(), "y_pred": roof[rows]})}
+    if {"param_count", "family", "hardware", "device_name"} <= set(table.columns):
+        w = blend_weights(table, oof)
+        far = w > 0
+        out["blended"] = pd.DataFrame({"row": rows[far], "y_true": oof["y_true"].to_numpy()[far],
+                                       "y_pred": (1 - w[far]) * oof["y_pred"].to_numpy()[far] + w[far] * roof[rows][far],
+                                       "weight": w[far]})
+    return out
+
+
 @dataclass(frozen=True)
 class AdaptiveIntervals:
-    """An `AdaptiveBand` with the configurations its distances are measured against: what a
-    registered model needs to give each answer its own interval.
+    """An `AdaptiveBand` per answering layer with the configurations its distances are measured
+    against: what a registered model (and the roofline and blended answers beside it) need to
+    give each answer its own interval.
 
-    `known` holds `NOVELTY_COLUMNS` of the training table, one row per (architecture,
-    configuration), with ``model`` the `architecture_key`.
+    `band` is the trained model's; `layers` holds the others by name (``roofline``,
+    ``blended``; a layer without one keeps its own rule). `known` holds `NOVELTY_COLUMNS` of the
+    training table, one row per (architecture, configuration), with ``model`` the
+    `architecture_key`.
     """
 
     band: AdaptiveBand
     known: pd.DataFrame = field(repr=False, compare=False)
+    layers: tuple[tuple[str, AdaptiveBand], ...] = ()
 
     @classmethod
-    def calibrate(cls, frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> AdaptiveIntervals:
+    def calibrate(cls, frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9,
+                  layers: Mapping[str, pd.DataFrame] | None = None) -> AdaptiveIntervals:
         """Fit on leave-one-model-out predictions `oof` (see `lomo_offsets`) of the table whose
-        `novelty_frame` is `frame`; each calibration row's distance excludes its own model."""
-        rows = oof["row"].to_numpy()
-        resid = (oof["y_true"] - oof["y_pred"]).to_numpy(dtype=float)
-        model = frame["model"].to_numpy()[rows]
-        distance = np.zeros(len(oof))
-        for name in np.unique(model):
-            here = model == name
-            distance[here] = novelty(frame.iloc[rows[here]], frame[frame["model"] != name])
-        band = AdaptiveBand.fit(resid, distance, level, config_groups(frame)[rows])
+        `novelty_frame` is `frame`; each calibration row's distance excludes its own model.
+        `layers`: other layers' held-out answers (same columns), each fit into its own band
+        (a layer whose answers come from fewer than `MIN_LAYER_MODELS` models gets none)."""
+        def fit(part: pd.DataFrame) -> AdaptiveBand:
+            resid = (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
+            return AdaptiveBand.fit(resid, lomo_distances(frame, part), level,
+                                    config_groups(frame)[part["row"].to_numpy()])
+
+        extra = tuple((name, fit(part)) for name, part in sorted((layers or {}).items()) if calibratable(frame, part))
         known = frame.assign(model=[architecture_key(t, f) for t, f in
                                     zip(frame["model_type"], frame["log_flops_per_item"], strict=True)])
-        return cls(band, known.drop_duplicates().reset_index(drop=True))
+        return cls(fit(oof), known.drop_duplicates().reset_index(drop=True), extra)
 
-    def offsets(self, features: pd.DataFrame) -> tuple[np.ndarray, np.ndarray]:
-        """(low, high) log offsets for rows of `hwsel.features.feature_frame` (``model_type``,
-        ``family``, ``hardware``, ``backend``, ``precision``, ``log_flops_per_item``); a row's
-        own architecture never counts as its neighbour, as in calibration."""
+    def layer_band(self, layer: str) -> AdaptiveBand | None:
+        """The band of `layer` (``trained``, ``roofline``, ``blended``), None where it has none."""
+        return self.band if layer == "trained" else dict(self.layers).get(layer)
+
+    def distances(self, features: pd.DataFrame) -> np.ndarray:
+        """The `novelty` of rows of `hwsel.features.feature_frame` against the known
+        configurations; a row's own architecture never counts as its neighbour, as in calibration."""
         rows = pd.DataFrame({c: features[c].to_numpy() for c in NOVELTY_COLUMNS if c != "model"})
         rows["model"] = [architecture_key(t, f) for t, f in
                          zip(rows["model_type"], rows["log_flops_per_item"], strict=True)]
-        return self.band.offsets(novelty(rows, self.known), config_groups(rows))
+        return novelty(rows, self.known)
+
+    def offsets(self, features: pd.DataFrame, layer: str = "trained") -> tuple[np.ndarray, np.ndarray]:
+        """(low, high) log offsets of `layer`'s answers for rows of `hwsel.features.feature_frame`
+        (``model_type``, ``family``, ``hardware``, ``backend``, ``precision``,
+        ``log_flops_per_item``).
+
+        Raises:
+            KeyError: these intervals hold no band for `layer`.
+        """
+        band = self.layer_band(layer)
+        if band is None:
+            raise KeyError(f"no {layer!r} band in these intervals; they hold: trained, "
+                           + ", ".join(name for name, _ in self.layers))
+        return band.offsets(self.distances(features), config_groups(features))
 
     def to_json(self) -> str:
-        """The band and the known configurations as JSON (`from_json` reads it back)."""
-        band = {"base": self.band.base, "slope": self.band.slope, "q_low": self.band.q_low,
-                "q_high": self.band.q_high, "level": self.band.level, "group_scale": dict(self.band.group_scale)}
+        """The bands and the known configurations as JSON (`from_json` reads it back)."""
         known = {c: self.known[c].tolist() for c in NOVELTY_COLUMNS}
-        return json.dumps({"kind": "hwsel.intervals.AdaptiveIntervals", "band": band, "known": known})
+        return json.dumps({"kind": "hwsel.intervals.AdaptiveIntervals", "band": self.band.to_dict(),
+                           "layers": {name: b.to_dict() for name, b in self.layers}, "known": known})
 
     @classmethod
     def from_json(cls, text: str) -> AdaptiveIntervals:
@@ -231,13 +383,12 @@ class AdaptiveIntervals:
         if not isinstance(doc, Mapping) or doc.get("kind") != "hwsel.intervals.AdaptiveIntervals":
             raise ValueError("not an hwsel.intervals.AdaptiveIntervals document (no kind "
                              "'hwsel.intervals.AdaptiveIntervals')")
-        b = doc["band"]
-        band = AdaptiveBand(float(b["base"]), float(b["slope"]), float(b["q_low"]), float(b["q_high"]),
-                            float(b["level"]), tuple(sorted((str(k), float(v)) for k, v in b["group_scale"].items())))
         known = pd.DataFrame({c: doc["known"][c] for c in NOVELTY_COLUMNS})
         known["log_flops_per_item"] = known["log_flops_per_item"].astype(float)
-        return cls(band, known)
+        layers = tuple(sorted((str(k), AdaptiveBand.from_dict(v)) for k, v in (doc.get("layers") or {}).items()))
+        return cls(AdaptiveBand.from_dict(doc["band"]), known, layers)
 
 
-__all__ = ["FAMILY_STEP", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand", "AdaptiveIntervals",
-           "architecture_key", "config_groups", "lomo_offsets", "novelty", "novelty_frame"]
+__all__ = ["FAMILY_STEP", "LAYERS", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
+           "AdaptiveIntervals", "architecture_key", "blend_weights", "calibratable", "config_groups", "layer_oofs", "lomo_distances", "lomo_offsets",
+           "novelty", "novelty_frame", "span_offsets"]

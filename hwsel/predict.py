@@ -50,12 +50,12 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_hwbench import facts
-from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, is_http, reach
-from .bounds import Coverage, Floor, blend_log, floors, within
+from .bounds import Coverage, floors
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
+from .guard import blend, clamp
 from .layers.base import DeviceFields, Layer, LayerStatus, optional_module
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
@@ -69,7 +69,7 @@ from .layers.registered import (
     snapshot_frame,
     snapshot_mode_names,
 )
-from .layers.roofline import RooflineLayer
+from .layers.roofline import RooflineLayer, calibrated_offsets
 from .layers.rules import RulesLayer
 from .query import HwselWarning, Prediction, Query, QuestionError, ask, check_device, default_backend
 from .specs import device_key, known_device_names, knows_device
@@ -292,6 +292,7 @@ class Predictor:
                 status[name] = LayerStatus(False, "layer turned off")
         if not any(s.available for s in status.values()):
             raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
+        intervals = getattr(champions.get("latency"), "intervals", None)
         where = DeviceFields()  # one device description per device, shared by the layers
         factor = config.thresholds.interval_factor
         self.config_ = config
@@ -303,12 +304,14 @@ class Predictor:
         self.targets_: dict[tuple[str, str | None, str | None], tuple[str, str | None, str]] = {}
         self.status_ = status
         self.coverage_ = coverage
+        #: the latency champion's calibrated bands (`hwsel.intervals.AdaptiveIntervals`), None without
+        self.intervals_ = intervals
         self.registered_ = RegisteredLayer(champions, domain, where, self.champion_modes)
         #: layer name -> layer, in the order they are asked (`SOURCES`)
         self.layers_: dict[str, Layer] = {
             "measured": MeasuredLayer(index, where),
             "registered": self.registered_,
-            "roofline": RooflineLayer(factor["roofline"], where),
+            "roofline": RooflineLayer(factor["roofline"], where, intervals),
             "rules": RulesLayer(factor["rules"], where),
         }
         self.default_devices_: dict[str, tuple[str | None, str]] = {}
@@ -507,12 +510,15 @@ class Predictor:
                     if weight > 0:
                         far.append((i, weight, reasons))
         if far:
-            roof = RooflineLayer(self.config_.thresholds.interval_factor["roofline"]).answer(
-                [queries[i] for i, _, _ in far])
-            for (i, weight, reasons), r in zip(far, roof, strict=True):
+            asked = [queries[i] for i, _, _ in far]
+            roof = self.layers_["roofline"].answer(asked) if self.status_["roofline"].available else \
+                RooflineLayer(self.config_.thresholds.interval_factor["roofline"], intervals=self.intervals_).answer(asked)
+            band = calibrated_offsets(self.intervals_, "blended", asked, self.champion_modes)
+            for k, ((i, weight, reasons), r) in enumerate(zip(far, roof, strict=True)):
                 if r is not None:
-                    out[i] = _blend(out[i], r, weight, reasons)
-        return [_clamp(p, f) for p, f in zip(out, floors(queries), strict=True)]
+                    out[i] = blend(out[i], r, weight, reasons,
+                                    None if band is None else (float(band[0][k]), float(band[1][k])))
+        return [clamp(p, f) for p, f in zip(out, floors(queries), strict=True)]
 
     @staticmethod
     def _fill(out: list[Prediction | None], todo: list[int], answered: Sequence[Prediction | None]) -> list[int]:
@@ -529,52 +535,6 @@ def _http_sources(source: Any) -> list[str]:
     """The ``http(s)://`` tracking URIs among `source` (one or several)."""
     items = source if isinstance(source, list | tuple) else [source]
     return [str(s) for s in items if is_http(s)]
-
-
-def _blend(p: Prediction, roof: Prediction, weight: float, reasons: Sequence[str]) -> Prediction:
-    """`p` moved `weight` of the way towards the roofline answer `roof` (log space); the interval
-    spans the blend and both answers."""
-    latency = blend_log(p.latency_ms, roof.latency_ms, weight)
-    memory = blend_log(p.memory_mb, roof.memory_mb, weight)
-    lo = min(blend_log(p.interval[0], roof.interval[0], weight), p.latency_ms, roof.latency_ms, latency)
-    hi = max(blend_log(p.interval[1], roof.interval[1], weight), p.latency_ms, roof.latency_ms, latency)
-    note = f"extrapolates ({'; '.join(reasons)}): blended {weight:.0%} towards the roofline"
-    return dataclasses.replace(p, latency_ms=latency, throughput=p.batch_size / latency * 1e3, memory_mb=memory,
-                               interval=(lo, hi), detail=f"{p.detail}; {note}" if p.detail else note)
-
-
-def _clamp(p: Prediction, floor: Floor) -> Prediction:
-    """`p` within `floor` (and the one-day ceiling), saying what was clamped.
-
-    A measurement is what happened: one below the floor means the device's spec is too low, and
-    the answer keeps the measured numbers and says so."""
-    if within(p.latency_ms, p.memory_mb, floor):
-        return p
-    if p.source == "measured":
-        note = f"below the {floor.device_spec} spec's floor ({floor.explain()}): the spec's peaks are low"
-        return dataclasses.replace(p, detail=f"{p.detail}; {note}" if p.detail else note)
-    notes = []
-    latency, memory = p.latency_ms, p.memory_mb
-    if not latency >= floor.latency_ms:
-        latency = floor.latency_ms
-        notes.append(f"latency {p.latency_ms:.4g} ms raised to the physical floor {latency:.4g} ms "
-                     f"({'compute' if floor.compute_ms >= floor.memory_ms else 'weight traffic'} at "
-                     f"{floor.device_spec} peak)")
-    elif latency > max(MAX_LATENCY_MS, floor.latency_ms):
-        latency = max(MAX_LATENCY_MS, floor.latency_ms)
-        notes.append(f"latency {p.latency_ms:.4g} ms capped at {latency:.4g} ms (one day, or the physical floor "
-                     "where that is longer: no benchmark runs longer)")
-    if not memory >= floor.memory_mb:
-        memory = floor.memory_mb
-        notes.append(f"memory {p.memory_mb:.4g} MiB raised to the weights' {memory:.4g} MiB")
-    lo, hi = p.interval
-    lo, hi = min(max(lo, floor.latency_ms), latency), max(min(hi, MAX_LATENCY_MS), latency)
-    if floor.latency_ms > MAX_LATENCY_MS:
-        notes.append(f"the physical floor alone is {floor.latency_ms / 86_400_000:.3g} days")
-    note = "; ".join(notes)
-    return dataclasses.replace(p, latency_ms=latency, memory_mb=memory, interval=(lo, hi),
-                               throughput=p.batch_size / latency * 1e3 if latency != p.latency_ms else p.throughput,
-                               detail=f"{p.detail}; {note}" if p.detail else note)
 
 
 def _detected_device(hardware: str) -> str | None:

@@ -53,12 +53,15 @@ def log_study(client: Any, run_id: str, target: str, params: Mapping[str, Any], 
 def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_col: str, seed: int,
                   sub: pd.DataFrame, Xs: pd.DataFrame, ys: np.ndarray, now: int, level: float) -> str | None:
     """Calibrate the latency model's adaptive intervals (`hwsel.intervals.AdaptiveIntervals`, of
-    nominal coverage `level`) on leave-one-model-out predictions of the chosen recipe, log them as the run's artifact
-    ``intervals/latency_intervals.json`` with the nested leave-one-model-out coverage and widths
-    (``latency.lomo_interval_*``), and return the artifact's URI; None with fewer than two models."""
+    nominal coverage `level`) on leave-one-model-out predictions of the chosen recipe, with a band
+    of their own for the roofline and blended answers (`hwsel.intervals.layer_oofs`), log them as
+    the run's artifact ``intervals/latency_intervals.json`` with each layer's nested
+    leave-one-model-out coverage and widths (``latency.lomo_interval_*`` for the trained model,
+    ``latency.<layer>_interval_*`` for the others, and ``latency.<layer>_interval_rows``), and return the
+    artifact's URI; None with fewer than two models."""
     from mlflow.entities import Metric
 
-    from hwsel.intervals import AdaptiveIntervals, lomo_offsets, novelty_frame
+    from hwsel.intervals import AdaptiveIntervals, calibratable, layer_oofs, lomo_offsets, novelty_frame
 
     if sub["model"].nunique() < 2:
         return None
@@ -66,14 +69,19 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
     with one_thread():
         oof = out_of_fold(estimator, Xs, ys, lomo_folds(sub))
     frame = novelty_frame(sub, Xs)
-    intervals = AdaptiveIntervals.calibrate(frame, oof, level)
-    low, high = lomo_offsets(frame, oof, level)
-    resid = (oof["y_true"] - oof["y_pred"]).to_numpy()
-    width = np.exp(high - low)
-    metrics = {"latency.lomo_interval_coverage": float(np.mean((resid >= low) & (resid <= high))),
-               "latency.lomo_interval_width_median": float(np.median(width)),
-               "latency.lomo_interval_width_p10": float(np.quantile(width, 0.1)),
-               "latency.lomo_interval_width_p90": float(np.quantile(width, 0.9))}
+    others = {name: part for name, part in layer_oofs(sub, Xs, oof).items() if calibratable(frame, part)}
+    intervals = AdaptiveIntervals.calibrate(frame, oof, level, others)
+    metrics: dict[str, float] = {}
+    for name, part in {"lomo": oof, **others}.items():
+        low, high = lomo_offsets(frame, part, level)
+        resid = (part["y_true"] - part["y_pred"]).to_numpy()
+        width = np.exp(high - low)
+        prefix = "latency.lomo_interval" if name == "lomo" else f"latency.{name}_interval"
+        metrics.update({f"{prefix}_coverage": float(np.mean((resid >= low) & (resid <= high))),
+                        f"{prefix}_width_median": float(np.median(width)),
+                        f"{prefix}_width_p10": float(np.quantile(width, 0.1)),
+                        f"{prefix}_width_p90": float(np.quantile(width, 0.9)),
+                        f"{prefix}_rows": float(len(part))})
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)])
     with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp:
         path = Path(tmp) / "latency_intervals.json"

@@ -127,3 +127,89 @@ def test_lomo_offsets_never_see_the_held_out_model(trained: tuple[str, pd.DataFr
     low2, high2 = lomo_offsets(frame, oof2)
     assert np.allclose(low[held], low2[held]) and np.allclose(high[held], high2[held])
     assert not np.allclose(high[~held], high2[~held])
+
+
+def test_band_widens_beyond_the_distances_it_was_calibrated_on() -> None:
+    """Inside the calibrated distances the band is the fitted one; beyond the largest, where its
+    coverage is unknown, it widens by one scale per unit of distance."""
+    rng = np.random.default_rng(2)
+    d = rng.uniform(0, 1, 500)
+    band = AdaptiveBand.fit(rng.normal(0, 0.2, 500), d, 0.9)
+    assert band.d_max == pytest.approx(float(d.max())) and band.n == 500
+    low, high = band.offsets(np.array([band.d_max, band.d_max + 1.0, band.d_max + 3.0]))
+    width = high - low
+    inside = band.base * (1 + band.slope * band.d_max) * (band.q_high - band.q_low)
+    assert width[0] == pytest.approx(inside)
+    assert width[1] > 2 * width[0] * (1 + band.slope * (band.d_max + 1)) / (1 + band.slope * band.d_max) - 1e-9
+    assert width[2] > width[1]
+    # a stored band reads back the same, and one stored without d_max never widens beyond it
+    assert AdaptiveBand.from_dict(band.to_dict()) == band
+    old = {k: v for k, v in band.to_dict().items() if k not in ("d_max", "n")}
+    assert AdaptiveBand.from_dict(old).d_max == math.inf
+
+
+def test_a_configuration_with_few_rows_takes_the_overall_scale() -> None:
+    rng = np.random.default_rng(3)
+    r = np.concatenate([rng.normal(0, 0.1, 200), rng.normal(0, 3.0, 3)])
+    groups = ["a"] * 200 + ["rare"] * 3
+    band = AdaptiveBand.fit(r, np.zeros(len(r)), 0.9, groups)
+    assert dict(band.group_scale).keys() == {"a"}
+    assert band.offsets([0.0], ["rare"])[1][0] == pytest.approx(band.q_high * band.base)
+
+
+def test_training_stores_a_roofline_band_that_the_roofline_layer_serves(trained: tuple[str, pd.DataFrame]) -> None:
+    from mlflow.tracking import MlflowClient
+
+    from hwsel.layers.roofline import RooflineLayer
+
+    uri, _ = trained
+    champion = load_champion("latency", uri)
+    assert champion is not None
+    band = champion.intervals.layer_band("roofline")
+    assert band is not None and band.n > 0 and band.q_low < 0 < band.q_high
+    # the blended answers of fewer than MIN_LAYER_MODELS models get no band of their own
+    metrics = MlflowClient(uri).get_run(champion.run_id).data.metrics
+    assert 0.0 < metrics["latency.roofline_interval_coverage"] <= 1.0
+    assert metrics["latency.roofline_interval_rows"] == metrics["latency.lomo_interval_rows"]
+    predictor = Predictor.load(tracking_uri=uri, layers=("registered", "roofline", "rules"))
+    q = predictor.query("bert-base", "cpu", batch_size=8)
+    pred = RooflineLayer(4.0, intervals=champion.intervals).answer([q])[0]
+    assert pred is not None
+    row = query_frame(resolve_model("bert-base"), hardware="cpu", backend="torch", precision="fp32", batch_size=8,
+                      device_name=q.device_name)
+    low, high = champion.intervals.offsets(row, "roofline")
+    assert pred.interval == pytest.approx((pred.latency_ms * math.exp(low[0]), pred.latency_ms * math.exp(high[0])))
+    assert predictor.layers_["roofline"].intervals is champion.intervals
+    # without intervals, the fixed factor
+    plain = RooflineLayer(4.0).answer([q])[0]
+    assert plain is not None and plain.interval == pytest.approx((plain.latency_ms / 4, plain.latency_ms * 4))
+    with pytest.raises(KeyError, match="no 'nonsense' band"):
+        champion.intervals.offsets(row, "nonsense")
+
+
+def test_measured_band_is_calibrated_on_repeats_in_other_sessions() -> None:
+    """The measured layer's band is the conformal quantile of leave-one-session-out residuals;
+    records without any repeated case answer with the runs' own spread and say so."""
+    from hwsel.layers.measured import MeasuredIndex, MeasuredLayer, session_residuals
+
+    runs = load_runs(SNAPSHOT)
+    index = MeasuredIndex(runs)
+    assert index.band is not None and index.band.n >= 100 and index.band.q_low < 0 < index.band.q_high
+    predictor = Predictor(runs=runs, layers=("measured", "rules"), detect=False)
+    pred = predictor.predict("bert-tiny", "cpu", batch_size=4)["cpu"]
+    assert pred.source == "measured" and "not calibrated" not in pred.detail
+    m = index.lookup("bert-tiny", "cpu", "fp32", 4, "inference", device=pred.device)
+    assert m is not None and m.calibrated
+    low, high = index.band.offsets([0.0], ["cpu|torch|fp32"])
+    assert (m.low, m.high) == pytest.approx((m.latency_ms * math.exp(low[0]), m.latency_ms * math.exp(high[0])))
+    # one residual per session of each repeated case: its median against the others' records
+    resid, config, model = session_residuals({("x", "cpu", "fp32", 1, "inference", "torch", ""): [
+        {"latency_ms_median": 2.0, "session_id": "a"}, {"latency_ms_median": 4.0, "session_id": "b"},
+        {"latency_ms_median": 4.0, "session_id": "b"}]})
+    assert resid == pytest.approx([math.log(0.5), math.log(2.0)]) and config == ["cpu|torch|fp32"] * 2
+    assert model == ["x", "x"]
+    once = runs.drop_duplicates(["model", "backend", "precision", "batch_size"]).reset_index(drop=True)
+    single = MeasuredIndex(once)
+    assert single.band is None
+    answer = MeasuredLayer(single).answer([predictor.query("bert-tiny", "cpu", batch_size=4)])[0]
+    assert answer is not None and "interval not calibrated" in answer.detail

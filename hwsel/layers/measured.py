@@ -1,10 +1,13 @@
 """The ``measured`` layer: exact matches in the benchmark data, indexed once.
 
 Rows of `hwsel.data.load_runs` go into a dict keyed by the case (model, hardware, precision,
-batch, mode), then backend, then device; a query is a dict lookup. The interval is the measured
-spread: fastest iteration .. p95 over the runs, widened to the case's own session medians and to
-the between-session spread of every case measured in several sessions (`_session_spread`), so it
-says where a second measurement lands. Records of another backend, or of another
+batch, mode), then backend, then device; a query is a dict lookup. The interval says where a second
+measurement (another session) lands: a conformal band (`hwsel.intervals.AdaptiveBand`) fit on
+the leave-one-session-out residuals of every case measured in several sessions
+(`session_residuals`: each session's median against the median of the other sessions' records),
+scaled per configuration. With fewer than `MIN_SESSION_RESIDUALS` such residuals nothing
+calibrates it: the band is then the runs' own spread (fastest iteration .. p95) widened to the
+case's session medians and to `_session_spread`, and the answer says it is not calibrated. Records of another backend, or of another
 named device, never answer; nor do records that failed, that have no latency, that cannot be
 measurements, or that were interfered with (unless the index includes noisy records):
 `hwsel.data.left_out_reasons`. The index keeps what it left out per case, so an answer can say
@@ -45,6 +48,8 @@ class Measured:
     energy_j_per_item: float | None = None
     #: runs among `runs` that were interfered with (kept only by an index that includes noisy records)
     noisy: int = 0
+    #: whether (low, high) is the calibrated between-session band (else the runs' own spread)
+    calibrated: bool = False
 
 
 def _finite(v: Any) -> float | None:
@@ -93,6 +98,8 @@ class MeasuredIndex:
         self.devices: dict[str, dict[str, int]] = {}
         #: 90% quantile of |log(session i / session j)| over cases measured in several sessions
         self.session_spread = 0.0
+        #: the between-session band (`hwsel.intervals.AdaptiveBand`), None with too few repeats
+        self.band: Any = None
         if runs is not None and len(runs):
             self._build(runs)
 
@@ -143,16 +150,23 @@ class MeasuredIndex:
                 groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
         hardware = set()
         spread = self.session_spread = _session_spread(groups.values())
+        resid, config, _ = session_residuals(groups)
+        if len(resid) >= MIN_SESSION_RESIDUALS:
+            from ..intervals import AdaptiveBand
+
+            self.band = AdaptiveBand.fit(resid, [0.0] * len(resid), SESSION_SPREAD_LEVEL, config)
         for (model, hw, prec, batch, mode, backend, dkey), rows in groups.items():
             per_backend = self._index.setdefault((model, hw, prec, batch, mode), {}).setdefault(backend, {})
-            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None, spread)
+            band = None if self.band is None else \
+                tuple(float(v[0]) for v in self.band.offsets([0.0], [f"{hw}|{backend}|{prec}"]))
+            per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None, spread, band)
             hardware.add(hw)
         self.rows = usable
         self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
 
     @staticmethod
     def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None,
-                   spread: float = 0.0) -> Measured:
+                   spread: float = 0.0, band: tuple[float, ...] | None = None) -> Measured:
         import collections
         import statistics
 
@@ -176,14 +190,15 @@ class MeasuredIndex:
             latency_ms=median,
             throughput=statistics.median(thr) if thr else batch / median * 1e3,
             memory_mb=statistics.median(mem) if mem else None,
-            low=min(lows + [median] + between),
-            high=max(highs + [median] + between),
+            low=median * math.exp(band[0]) if band else min(lows + [median] + between),
+            high=median * math.exp(band[1]) if band else max(highs + [median] + between),
             backend=backend,
             runs=len(rows),
             device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
             if hardware is not None else None,
             energy_j_per_item=statistics.median(energy) if energy else None,
             noisy=sum(1 for r in rows if r.get("noise") == "noisy"),
+            calibrated=band is not None,
         )
 
     def __len__(self) -> int:
@@ -267,8 +282,39 @@ def _session_medians(rows: Sequence[Mapping[str, Any]]) -> list[float]:
     return [statistics.median(v) for v in per.values()]
 
 
-#: Quantile of |log(session i / session j)| that `_session_spread` reports.
+#: Quantile of |log(session i / session j)| that `_session_spread` reports, and the nominal
+#: coverage of the calibrated between-session band.
 SESSION_SPREAD_LEVEL = 0.9
+#: Leave-one-session-out residuals needed to calibrate the between-session band.
+MIN_SESSION_RESIDUALS = 10
+
+
+def session_residuals(groups: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any]]]
+                      ) -> tuple[list[float], list[str], list[str]]:
+    """(residuals, configurations, models) of every case measured in two or more sessions:
+    ``log(median of one session) - log(median of the other sessions' records)``, one per session,
+    what a measured answer from the others would have missed a repeat by. `groups` maps
+    (model, hardware, precision, batch, mode, backend, ...) to the case's records; a
+    configuration is ``hardware|backend|precision`` (`hwsel.intervals.config_groups`)."""
+    import statistics
+
+    resid: list[float] = []
+    config: list[str] = []
+    model: list[str] = []
+    for key, rows in groups.items():
+        per: dict[str, list[float]] = {}
+        for i, r in enumerate(rows):
+            v = _finite(r.get("latency_ms_median"))
+            if v:
+                per.setdefault(str(r.get("session_id") or f"row-{i}"), []).append(v)
+        if len(per) < 2:
+            continue
+        for session, values in per.items():
+            rest = [v for other, vs in per.items() if other != session for v in vs]
+            resid.append(math.log(statistics.median(values) / statistics.median(rest)))
+            config.append(f"{key[1]}|{key[5]}|{key[2]}")
+            model.append(str(key[0]))
+    return resid, config, model
 
 
 def _session_spread(groups: Any) -> float:
@@ -322,6 +368,8 @@ class MeasuredLayer:
                 continue
             memory = m.memory_mb
             detail = f"{m.runs} run(s) on {m.device or 'a device the records do not name'}, backend {m.backend}"
+            if not m.calibrated:
+                detail += "; interval not calibrated (too few cases measured in two sessions): the runs' own spread"
             if m.noisy:
                 detail += f", {m.noisy} of them noisy (kept: --include-noisy)"
             if memory is None:
@@ -367,4 +415,5 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
     return runs, ""
 
 
-__all__ = ["LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer", "load_measured"]
+__all__ = ["MIN_SESSION_RESIDUALS", "SESSION_SPREAD_LEVEL", "LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer",
+           "load_measured", "session_residuals"]

@@ -2,14 +2,17 @@
 
 `hwsel.roofline` (peak FLOP/s and memory bandwidth of the device's `hwsel.specs`
 entry) plus a launch overhead per forward and the runtime's own memory; training steps count
-three forwards and hold gradients and optimizer states (`hwsel.memory`).
+three forwards and hold gradients and optimizer states (`hwsel.memory`). The interval is the
+``roofline`` band of the latency champion's `hwsel.intervals.AdaptiveIntervals` where it has one
+(calibrated on the roofline's own errors over the training records, wider for configurations and
+models far from them), else a fixed factor either side.
 """
 
 from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
@@ -17,7 +20,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
 from .base import DeviceFields
-from .rules import TRAIN_FLOPS, launch_overhead_ms, runtime_mb
+from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runtime_mb
 
 
 def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
@@ -46,17 +49,54 @@ def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
     )
 
 
+def layer_log_ms(features: Any) -> Any:
+    """Log latency the roofline layer answers for rows of `hwsel.features.feature_frame` (its
+    ``log_roofline_ms``, ``mode``, ``hardware``, ``num_layers``): the roofline, three forwards for
+    a training step, plus the launch overhead, as `RooflineLayer.answer` computes it."""
+    import numpy as np
+
+    train = (features["mode"].astype(str) == TRAIN_MODE).to_numpy()
+    layers = features["num_layers"].to_numpy(dtype=float)
+    layers = np.where(np.isfinite(layers) & (layers > 0), layers, 12.0)
+    per = np.array([overhead_12_layers_ms(str(h)) for h in features["hardware"]], dtype=float)
+    overhead = per * layers / 12 * np.where(train, 2.0, 1.0)
+    roof = np.exp(features["log_roofline_ms"].to_numpy(dtype=float)) * np.where(train, TRAIN_FLOPS, 1.0)
+    return np.log(roof + overhead)
+
+
+def calibrated_offsets(intervals: Any, layer: str, queries: Sequence[Query],
+                       mode_names: Mapping[str, str] | None = None) -> tuple[Any, Any] | None:
+    """(low, high) log offsets of `layer`'s band in `intervals` (`hwsel.intervals.AdaptiveIntervals`)
+    for `queries`; None without intervals or without a band for that layer."""
+    if intervals is None or intervals.layer_band(layer) is None or not queries:
+        return None
+    import pandas as pd
+
+    from ..features import feature_frame, query_row
+    from ..query import default_backend
+
+    names = dict(mode_names or {})
+    rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware),
+                      precision=q.precision, batch_size=q.batch_size, mode=names.get(q.mode, q.mode),
+                      device_name=q.device_name) for q in queries]
+    result: tuple[Any, Any] = intervals.offsets(feature_frame(pd.DataFrame(rows)), layer)
+    return result
+
+
 class RooflineLayer:
-    """Answers every query with finite roofline numbers; the interval is (latency / f, latency * f)."""
+    """Answers every query with finite roofline numbers; the interval is the calibrated
+    ``roofline`` band of `intervals` where it has one, else (latency / f, latency * f)."""
 
     name = "roofline"
 
-    def __init__(self, interval_factor: float, where: DeviceFields | None = None) -> None:
+    def __init__(self, interval_factor: float, where: DeviceFields | None = None, intervals: Any = None) -> None:
         self.interval_factor = interval_factor
         self.where = where or DeviceFields()
+        self.intervals = intervals
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
         f = self.interval_factor
+        band = calibrated_offsets(self.intervals, "roofline", queries)
         est = roofline_arrays(queries)
         lat, mem, comp, bw = est["latency_ms"], est["memory_mb"], est["compute_ms"], est["memory_ms"]
         out: list[Prediction | None] = []
@@ -77,11 +117,13 @@ class RooflineLayer:
             overhead = launch_overhead_ms(q)
             latency += overhead
             memory += runtime_mb(q.hardware)  # the roofline counts the model only
+            interval = (latency / f, latency * f) if band is None else \
+                (latency * math.exp(float(band[0][j])), latency * math.exp(float(band[1][j])))
             out.append(Prediction(q.hardware, latency, q.batch_size / latency * 1e3, memory, "roofline",
-                                  (latency / f, latency * f), q.backend, q.precision, q.batch_size, q.mode,
+                                  interval, q.backend, q.precision, q.batch_size, q.mode,
                                   f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
                                   f"+ {overhead:.3g} ms launch overhead", **self.where(q)))
         return out
 
 
-__all__ = ["RooflineLayer", "roofline_arrays"]
+__all__ = ["RooflineLayer", "calibrated_offsets", "layer_log_ms", "roofline_arrays"]

@@ -42,11 +42,16 @@ def runtime_mb(hardware: str) -> float:
     return RUNTIME_MB.get(hardware, 200.0)
 
 
+def overhead_12_layers_ms(hardware: str) -> float:
+    """Fixed cost per forward of a 12-layer model on `hardware`, ms (1 for a kind not in the table)."""
+    return _RULE_OVERHEAD_MS.get(hardware, 1.0)
+
+
 def launch_overhead_ms(q: Query) -> float:
     """Fixed cost per forward (twice per training step) that no FLOP count shows: kernel
     launches and framework dispatch, scaled by depth from a 12-layer model."""
     layers = int(q.model.num_layers or 12)
-    return _RULE_OVERHEAD_MS.get(q.hardware, 1.0) * layers / 12 * (2.0 if q.mode == TRAIN_MODE else 1.0)
+    return overhead_12_layers_ms(q.hardware) * layers / 12 * (2.0 if q.mode == TRAIN_MODE else 1.0)
 
 
 def rules_estimate(q: Query) -> tuple[float, float, float]:
@@ -79,4 +84,4 @@ class RulesLayer:
         return out
 
 
-__all__ = ["RUNTIME_MB", "TRAIN_FLOPS", "RulesLayer", "launch_overhead_ms", "rules_estimate", "runtime_mb"]
+__all__ = ["RUNTIME_MB", "TRAIN_FLOPS", "RulesLayer", "launch_overhead_ms", "overhead_12_layers_ms", "rules_estimate", "runtime_mb"]
