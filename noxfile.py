@@ -2,16 +2,32 @@
 
 from __future__ import annotations
 
+import importlib.util
 import os
+import sys
+from pathlib import Path
 
 import nox
 
 nox.options.sessions = ["lint", "tests"]
 nox.options.reuse_existing_virtualenvs = True
 
-HARDWARE = ["cpu", "cuda", "rocm", "mps", "xpu", "openvino", "qnn", "web"]
+
+def _facts():  # the target table (standard library only), read without installing the package
+    spec = importlib.util.spec_from_file_location("hwbench_facts", Path(__file__).parent / "pytest_hwbench" / "facts.py")
+    module = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = module  # dataclasses look their module up while a class is built
+    spec.loader.exec_module(module)
+    return module
+
+
+_FACTS = _facts()
 #: The web targets (onnxruntime-web in headless Chromium), run together by "bench(web)".
-WEB_MARKERS = "wasm or webgpu or webnn"
+WEB_MARKERS = " or ".join(_FACTS.target_names("web"))
+#: One benchmark session per marked target of the facts table, the web targets as one ("web").
+HARDWARE = [name for name in _FACTS.marker_docs() if name not in _FACTS.target_set("web")] + ["web"]
+#: Targets whose runners install torch's default (GPU) build.
+GPU_TARGETS = _FACTS.target_set("accelerator")
 # The CPU wheel that lies on the CI disk; GPU runners get the default (CUDA) build instead.
 CPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch==2.13.0")
 GPU_TORCH = os.environ.get("HWBENCH_TORCH", "torch>=2.4")
@@ -55,7 +71,7 @@ def lint(session: nox.Session) -> None:
 @nox.parametrize("hardware", HARDWARE, ids=HARDWARE)  # ids: the sessions are "bench(cuda)", "bench(web)"...
 def bench(session: nox.Session, hardware: str) -> None:
     """Run the benchmark suite for one hardware marker, e.g. nox -s "bench(cuda)"."""
-    gpu = hardware in ("cuda", "rocm", "xpu", "mps")
+    gpu = hardware in GPU_TARGETS
     _install(session, GPU_TORCH if gpu else CPU_TORCH, "all" if hardware != "qnn" else "all,qnn")
     if hardware == "web":  # onnxruntime-web from npm (the browser is the system's: see the README)
         session.run("hwbench", "web", "install")

@@ -49,6 +49,8 @@ MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fin
 PRECISIONS: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
 #: Bytes one weight or activation element takes in each precision.
 BYTES_PER_PRECISION: Mapping[str, int] = MappingProxyType({"fp32": 4, "fp16": 2, "bf16": 2, "int8": 1})
+#: Floating precision -> the torch dtype's name (int8 is a quantization, not a dtype cast).
+TORCH_DTYPES: Mapping[str, str] = MappingProxyType({"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"})
 
 #: A record's interference verdict: nothing else held its cores or device while it was timed, or
 #: something did (`pytest_hwbench.interference`). Records before schema 3 have none.
@@ -118,6 +120,7 @@ __all__ = [
     "MODE_ALIASES",
     "NOISE_VERDICTS",
     "PRECISIONS",
+    "TORCH_DTYPES",
     "TOKEN_MODES",
     "TRAIN_MODE",
     "bytes_per_element",

@@ -21,6 +21,7 @@ from typing import TYPE_CHECKING, Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32, sync_for, timer_for
 from ..trackers import LocalCall
+from ..vocabulary import TORCH_DTYPES
 from .base import LoadedModel
 
 if TYPE_CHECKING:
@@ -28,8 +29,6 @@ if TYPE_CHECKING:
 
 #: The torch eager backend's name (``torch``), which the torch scenarios run on.
 EAGER = "torch"
-#: precision -> torch dtype name.
-DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Share of the weights dynamic int8 must cover before we call a model int8.
 INT8_MIN_COVERAGE = 0.5
 #: Dynamo keeps the graphs of one code object (shared by every model whose forward goes through
@@ -77,7 +76,7 @@ def load_model(spec: ModelSpec, hardware: str, precision: str, device_index: int
     if precision == "int8":
         model = _quantize_int8(model, spec.name)
     elif precision != "fp32":
-        model = model.to(getattr(torch, DTYPES[precision]))
+        model = model.to(getattr(torch, TORCH_DTYPES[precision]))
     model = model.to(device_string(hardware, device_index))
     ran = effective_precision(model)
     if ran != precision:
@@ -288,6 +287,6 @@ def graphs_compiled() -> int:
     return int(counters["stats"]["unique_graphs"])
 
 
-__all__ = ["COMPILE_MODES", "DTYPES", "EAGER", "INT8_MIN_COVERAGE", "RECOMPILE_LIMIT", "CompileMode", "TorchModel",
+__all__ = ["COMPILE_MODES", "EAGER", "INT8_MIN_COVERAGE", "RECOMPILE_LIMIT", "CompileMode", "TorchModel",
            "device_name", "effective_precision", "graphs_compiled", "load_model", "move_inputs", "no_recompile",
            "toolchain_missing", "torch_fields", "warm_up"]

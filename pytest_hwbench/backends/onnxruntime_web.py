@@ -211,13 +211,6 @@ class OnnxRuntimeWebBackend(Backend):
     name = "onnxruntime-web"
     hardware: tuple[str, ...] = ("wasm", "webgpu", "webnn")
     precisions: tuple[str, ...] = ("fp32", "fp16")
-    #: Docs of the markers this backend's cases carry (registered by the plugin).
-    marker_docs: dict[str, str] = {
-        "wasm": "cases that run in a headless browser through onnxruntime-web's WebAssembly provider",
-        "webgpu": "cases that run in a headless browser through onnxruntime-web's WebGPU provider",
-        "webnn": "cases that run in a headless browser through onnxruntime-web's WebNN provider",
-    }
-
     def __init__(self) -> None:
         self._counter = 0
         self._lock = threading.Lock()

@@ -93,7 +93,6 @@ class OpenVinoBackend(Backend):
     """OpenVINO runtime on its CPU, GPU and NPU plugins."""
 
     distributions = ("openvino",)
-    marker_docs = {"openvino": "cases that run through OpenVINO (any OpenVINO device)"}
 
     name = "openvino"
     hardware: tuple[str, ...] = ("cpu", "gpu", "npu")

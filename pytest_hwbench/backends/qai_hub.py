@@ -417,7 +417,6 @@ class QaiHubBackend(Backend):
     """Qualcomm AI Hub: compile for and profile on a hosted Snapdragon device's NPU."""
 
     distributions = ("qai-hub",)
-    marker_docs = {"qnn": "cases that run on a Qualcomm NPU through Qualcomm AI Hub"}
 
     name = "qai_hub"
     hardware: tuple[str, ...] = ("qnn",)

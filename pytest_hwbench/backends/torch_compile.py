@@ -23,9 +23,9 @@ from ..errors import UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..torch_device import device_string
+from ..vocabulary import TORCH_DTYPES
 from ._torch import (
     COMPILE_MODES,
-    DTYPES,
     RECOMPILE_LIMIT,
     CompileMode,
     TorchModel,
@@ -161,7 +161,7 @@ class TorchCompileBackend(Backend):
         details: dict[str, Any] = {"compile_mode": self.mode}
         return CompiledModel(**torch_fields(hardware, device_index, precision, details), compiled=True,
                              compiled_fn=compiled, backend=self.name, model_name=spec.name, mode=self.mode,
-                             dtype=getattr(torch, DTYPES[precision]))
+                             dtype=getattr(torch, TORCH_DTYPES[precision]))
 
 
 COMPILE = register_backend(TorchCompileBackend(COMPILE_MODES["torch-compile"]))

@@ -9,8 +9,8 @@ from ..facts import torch_targets
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..torch_device import device_string
+from ..vocabulary import TORCH_DTYPES
 from ._torch import (
-    DTYPES,
     EAGER,
     TorchModel,
     device_name,
@@ -83,7 +83,7 @@ class TorchEagerBackend(Backend):
         import torch
 
         model = load_model(spec, hardware, precision, device_index)
-        dtype = None if precision == "int8" else getattr(torch, DTYPES[precision])
+        dtype = None if precision == "int8" else getattr(torch, TORCH_DTYPES[precision])
         return EagerModel(**torch_fields(hardware, device_index, precision), model=model, dtype=dtype)
 
 

@@ -59,7 +59,7 @@ from ..backends._torch import (
 )
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32
-from ..vocabulary import MODE_DOCS
+from ..vocabulary import MODE_DOCS, TORCH_DTYPES
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
@@ -68,7 +68,6 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
     from ..trackers import Latency, LatencyTracker, Measurement, TimingConfig
 
-_DTYPES = {"fp32": "float32", "fp16": "float16", "bf16": "bfloat16"}
 #: Zoo modalities whose inputs are a generation prompt: token ids (decoders; T5's encoder),
 #: log-mel features (Whisper's encoder), an image and its placeholder tokens (LLaVA).
 GENERATE_MODALITIES = frozenset({"text", "text2text", "audio_features", "image_text_tokens"})
@@ -378,7 +377,7 @@ class GenerateScenario(Scenario):
         model = spec.build_model("cpu", auto_class=auto_class)  # seed 0, then cast: same weights everywhere
         _set_special_tokens(model)
         if precision != "fp32":
-            model = model.to(getattr(torch, _DTYPES[precision]))
+            model = model.to(getattr(torch, TORCH_DTYPES[precision]))
         model = model.to(device)
         ran = effective_precision(model)
         if ran != precision:
@@ -398,7 +397,7 @@ class GenerateScenario(Scenario):
             details |= {"compile_mode": compiler.mode, "cache_implementation": "static"}
         return GenerateModel(**torch_fields(hardware, device_index, ran, details), compiled=compiler is not None,
                              model=model, model_name=spec.name, backend=backend, compiler=compiler,
-                             dtype=getattr(torch, _DTYPES[precision]), new_tokens=new_tokens,
+                             dtype=getattr(torch, TORCH_DTYPES[precision]), new_tokens=new_tokens,
                              eos_token_ids=_eos_ids(model.generation_config.eos_token_id),
                              position_limit=_position_limit(model),
                              encoder_decoder=bool(model.config.is_encoder_decoder), generate_kwargs=generate_kwargs)

@@ -33,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 from ..backends._torch import EAGER, TorchModel, effective_precision, torch_fields
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32
-from ..vocabulary import MODE_DOCS, TRAIN_MODE
+from ..vocabulary import MODE_DOCS, TORCH_DTYPES, TRAIN_MODE
 from . import Scenario, register_scenario
 
 if TYPE_CHECKING:
@@ -42,7 +42,7 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
 
 #: precision -> autocast dtype name; fp32 runs without autocast.
-AMP_DTYPES: dict[str, str] = {"fp16": "float16", "bf16": "bfloat16"}
+AMP_DTYPES: dict[str, str] = {p: name for p, name in TORCH_DTYPES.items() if p != "fp32"}
 #: AdamW learning rate: small, as in fine-tuning; the step's cost does not depend on it.
 LEARNING_RATE = 1e-4
 #: Bytes per parameter that training keeps beyond the activations: fp32 weights, fp32 gradients
