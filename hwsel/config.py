@@ -261,11 +261,9 @@ def _default_weights() -> Mapping[str, Weights]:
 
 
 def _default_hardware() -> Mapping[str, HardwarePreference]:
-    # Memory figures are a common device of each kind; `hwsel.specs` or a config file refines them.
-    # wasm: a 32-bit WebAssembly memory holds 4 GiB at most.
-    mem = {"cuda": 80.0, "rocm": 64.0, "xpu": 48.0, "mps": 16.0, "openvino": None, "qnn": 8.0, "cpu": None,
-           "webgpu": None, "webnn": None, "wasm": 4.0}
-    return MappingProxyType({hw: HardwarePreference(memory_gb=mem.get(hw)) for hw in facts.fallback_order()})
+    # A common device of each kind (the facts table's `memory_gb`); `hwsel.specs` or a config file refines it.
+    return MappingProxyType({hw: HardwarePreference(memory_gb=facts.target_facts(hw).memory_gb)
+                             for hw in facts.fallback_order()})
 
 
 def _default_compatibility() -> Mapping[str, Mapping[str, str]]:
@@ -293,14 +291,14 @@ def _default_tasks() -> Mapping[str, TaskProfile]:
     })
 
 
-#: Precisions each target runs; outside these a target is incompatible. Training needs autograd.
-_PRECISION_SUPPORT: Mapping[str, tuple[str, ...]] = MappingProxyType({
-    "cuda": ("fp32", "fp16", "bf16", "int8"), "rocm": ("fp32", "fp16", "bf16"), "xpu": ("fp32", "fp16", "bf16"),
-    "mps": ("fp32", "fp16", "bf16"), "openvino": ("fp32", "fp16", "bf16", "int8"), "qnn": ("fp32", "fp16", "int8"),
-    "cpu": ("fp32", "fp16", "bf16", "int8"),
-    "wasm": ("fp32",), "webgpu": ("fp32", "fp16"), "webnn": ("fp32", "fp16"),
-})
-_INFERENCE_ONLY: tuple[str, ...] = ("openvino", "qnn", "wasm", "webgpu", "webnn")
+def _precision_support() -> Mapping[str, tuple[str, ...]]:
+    """Precisions each target runs (the facts table's); outside these a target is incompatible."""
+    return MappingProxyType({row.name: row.precisions for row in facts.target_rows()})
+
+
+def _inference_only() -> tuple[str, ...]:
+    """Targets that cannot train (the facts table's ``trains=False``)."""
+    return tuple(row.name for row in facts.target_rows() if not row.trains)
 
 
 @dataclass(frozen=True)
@@ -313,9 +311,9 @@ class SelectionConfig:
     tasks: Mapping[str, TaskProfile] = field(default_factory=_default_tasks)
     thresholds: Thresholds = field(default_factory=Thresholds)
     #: hardware -> precisions it runs (a hardware missing here runs all of them).
-    precision_support: Mapping[str, tuple[str, ...]] = field(default_factory=lambda: _PRECISION_SUPPORT)
+    precision_support: Mapping[str, tuple[str, ...]] = field(default_factory=_precision_support)
     #: hardware that cannot train (inference runtimes).
-    inference_only: tuple[str, ...] = _INFERENCE_ONLY
+    inference_only: tuple[str, ...] = field(default_factory=_inference_only)
     #: where the settings came from ("defaults" or a file path).
     origin: str = "defaults"
 

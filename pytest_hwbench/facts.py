@@ -37,7 +37,9 @@ class TargetFacts:
     device events). `fallback_rank`: its place in a predictor's default fallback order (lower
     first; None: considered only when asked for by name or backend). `default_backend`: the
     backend a question about it means when it names none. `launch_cost_ms`: one operator launch of
-    an eager forward there, in milliseconds.
+    an eager forward there, in milliseconds. `precisions`: the precisions it runs. `trains`: whether
+    it can train (inference runtimes cannot). `memory_gb`: the memory of a common device of its
+    kind, hwsel's default for what fits (None: the host's or unknown).
     """
 
     name: str
@@ -49,6 +51,9 @@ class TargetFacts:
     fallback_rank: int | None = None
     default_backend: str = "torch"
     launch_cost_ms: float = 0.02
+    precisions: tuple[str, ...] = ("fp32", "fp16", "bf16", "int8")
+    trains: bool = True
+    memory_gb: float | None = None
 
     def __post_init__(self) -> None:
         if not self.name or not isinstance(self.name, str) or self.name != self.name.strip().lower():
@@ -60,6 +65,10 @@ class TargetFacts:
                              f"({self.torch_module!r}): device events come from that module")
         if not self.launch_cost_ms > 0:
             raise ValueError(f"target {self.name!r}: launch_cost_ms must be > 0, got {self.launch_cost_ms!r}")
+        if not self.precisions or not all(isinstance(p, str) and p for p in self.precisions):
+            raise ValueError(f"target {self.name!r}: precisions must name at least one precision, got {self.precisions!r}")
+        if self.memory_gb is not None and not self.memory_gb > 0:
+            raise ValueError(f"target {self.name!r}: memory_gb must be > 0 or None, got {self.memory_gb!r}")
 
     @property
     def on_host_cpu(self) -> bool:
@@ -91,26 +100,28 @@ _EAGER_LAUNCH_MS = 0.017  # eager PyTorch on a CPU: about 17 us per operator
 
 _WEB_DOC = "cases that run in a headless browser through onnxruntime-web's {} provider"
 
+# Memory: a common device of each kind (H100 80 GB, MI210 64 GB, Max 1100 48 GB, a 16 GB Mac, a
+# Snapdragon NPU's 8 GB share); wasm: a 32-bit WebAssembly memory holds 4 GiB at most.
 #: The built-in targets, in the order the harness probes and lists them.
 TARGETS: tuple[TargetFacts, ...] = (
     TargetFacts("cpu", "cpu", "cases that run on the host CPU (any backend)", fallback_rank=6,
                 launch_cost_ms=_EAGER_LAUNCH_MS),
     TargetFacts("cuda", "accelerator", "cases that need an NVIDIA GPU (torch.cuda, or ORT's CUDA/TensorRT providers)",
-                torch_module="cuda", timer="cuda", fallback_rank=0, launch_cost_ms=0.022),
+                torch_module="cuda", timer="cuda", fallback_rank=0, launch_cost_ms=0.022, memory_gb=80.0),
     TargetFacts("rocm", "accelerator", "cases that need an AMD GPU through torch's ROCm build",
-                torch_module="cuda", timer="cuda", fallback_rank=1, launch_cost_ms=0.025),
+                torch_module="cuda", timer="cuda", fallback_rank=1, launch_cost_ms=0.025, precisions=("fp32", "fp16", "bf16"), memory_gb=64.0),
     TargetFacts("mps", "accelerator", "cases that need an Apple GPU (torch.backends.mps)",
-                torch_module="mps", timer="mps", fallback_rank=3, launch_cost_ms=0.03),
+                torch_module="mps", timer="mps", fallback_rank=3, launch_cost_ms=0.03, precisions=("fp32", "fp16", "bf16"), memory_gb=16.0),
     TargetFacts("xpu", "accelerator", "cases that need an Intel GPU (torch.xpu)",
-                torch_module="xpu", timer="xpu", fallback_rank=2, launch_cost_ms=0.025),
-    TargetFacts("openvino", "cpu", "cases that run through OpenVINO (any OpenVINO device)", fallback_rank=4, default_backend="openvino", launch_cost_ms=_EAGER_LAUNCH_MS),
+                torch_module="xpu", timer="xpu", fallback_rank=2, launch_cost_ms=0.025, precisions=("fp32", "fp16", "bf16"), memory_gb=48.0),
+    TargetFacts("openvino", "cpu", "cases that run through OpenVINO (any OpenVINO device)", fallback_rank=4, default_backend="openvino", launch_cost_ms=_EAGER_LAUNCH_MS, trains=False),
     # hwsel considers onnxruntime when a question names its backend; one naming none means torch.
-    TargetFacts("onnxruntime", "cpu", launch_cost_ms=_EAGER_LAUNCH_MS),
-    TargetFacts("qnn", "remote", "cases that run on a Qualcomm NPU through Qualcomm AI Hub", fallback_rank=5, default_backend="qai_hub", launch_cost_ms=_EAGER_LAUNCH_MS),
+    TargetFacts("onnxruntime", "cpu", launch_cost_ms=_EAGER_LAUNCH_MS, trains=False),
+    TargetFacts("qnn", "remote", "cases that run on a Qualcomm NPU through Qualcomm AI Hub", fallback_rank=5, default_backend="qai_hub", launch_cost_ms=_EAGER_LAUNCH_MS, precisions=("fp32", "fp16", "int8"), trains=False, memory_gb=8.0),
     TargetFacts("wasm", "web", _WEB_DOC.format("WebAssembly"), host_cpu=True, fallback_rank=9, default_backend="onnxruntime-web",
-                launch_cost_ms=_EAGER_LAUNCH_MS),
-    TargetFacts("webgpu", "web", _WEB_DOC.format("WebGPU"), fallback_rank=7, default_backend="onnxruntime-web", launch_cost_ms=0.1),
-    TargetFacts("webnn", "web", _WEB_DOC.format("WebNN"), fallback_rank=8, default_backend="onnxruntime-web", launch_cost_ms=0.05),
+                launch_cost_ms=_EAGER_LAUNCH_MS, precisions=("fp32",), trains=False, memory_gb=4.0),
+    TargetFacts("webgpu", "web", _WEB_DOC.format("WebGPU"), fallback_rank=7, default_backend="onnxruntime-web", launch_cost_ms=0.1, precisions=("fp32", "fp16"), trains=False),
+    TargetFacts("webnn", "web", _WEB_DOC.format("WebNN"), fallback_rank=8, default_backend="onnxruntime-web", launch_cost_ms=0.05, precisions=("fp32", "fp16"), trains=False),
 )
 
 #: The built-in backends' facts (a backend without a row counts as eager).
