@@ -25,12 +25,11 @@ from dataclasses import asdict
 from pathlib import Path
 from typing import Any
 
+from ..facts import target_names
 from ..hardware import DeviceInfo, TargetInfo, register_probe
 from ..vocabulary import cache_dir
 from ._locate import find_browser, find_ort_web
 
-#: The web targets, one hardware marker each.
-WEB_TARGETS: tuple[str, ...] = ("wasm", "webgpu", "webnn")
 #: Seconds the probe may take, the browser's start included (about 1 s here; 30 s unless set,
 #: `pytest_hwbench.env_settings`). A browser that hangs at start costs this once: the failure is
 #: cached like a finding.
@@ -292,8 +291,8 @@ def _probe(name: str) -> Any:
     return probe
 
 
-for _name in WEB_TARGETS:
+for _name in target_names("web"):  # the facts table's web rows, one hardware marker each
     register_probe(_name, _probe(_name))
 
-__all__ = ["WEB_TARGETS", "adapter_name", "is_software_adapter", "run_probe", "targets_from_facts",
+__all__ = ["adapter_name", "is_software_adapter", "run_probe", "targets_from_facts",
            "web_facts", "web_targets"]
