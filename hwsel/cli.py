@@ -348,18 +348,6 @@ def cmd_next(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def cmd_detect(args: argparse.Namespace) -> int:
-    from .select import detect_hardware
-
-    hw = detect_hardware()
-    data = {name: {"available": t.available, "reason": t.reason, "devices": [d.name for d in t.devices],
-                   "precisions": list(t.precisions)} for name, t in hw.targets.items()}
-    lines = [f"  {name:<12} {'yes' if d['available'] else 'no ':<4} "
-             + (", ".join(d["devices"]) if d["available"] else d["reason"]) for name, d in data.items()]
-    _emit({"hardware": data}, "\n".join(lines), args.json)
-    return EXIT_OK
-
-
 def _check_listen(host: str, port: int) -> None:
     """UsageError naming the option unless `host`:`port` can be listened on now (before the
     seconds that building the app takes)."""
@@ -400,7 +388,7 @@ def cmd_serve(args: argparse.Namespace) -> int:
 
 
 COMMANDS = {"train": cmd_train, "select": cmd_select, "precision": cmd_precision, "predict": cmd_predict, "map": cmd_map, "matrix": cmd_matrix,
-            "distributed": cmd_distributed, "analyze": cmd_analyze, "next": cmd_next, "detect": cmd_detect,
+            "distributed": cmd_distributed, "analyze": cmd_analyze, "next": cmd_next,
             "serve": cmd_serve}
 
 

@@ -252,9 +252,6 @@ def build_parser() -> argparse.ArgumentParser:
     _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then it stops")
     p.add_argument("--json", action="store_true", help="print JSON")
 
-    p = sub.add_parser("detect", help="hardware found on this machine")
-    p.add_argument("--json", action="store_true", help="print JSON")
-
     p = sub.add_parser("serve", help="serve the REST API (FastAPI + uvicorn)",
                        description="Serve /health, /hardware/*, /performance/*, /training/distributed and "
                                    "/analysis/model. Binds 127.0.0.1 unless --host says otherwise.")

@@ -624,8 +624,6 @@ def test_cli_commands(empty_cwd: Path, duckdb_file: Path, capsys: pytest.Capture
     code, out, _ = _cli(capsys, "analyze", "--model", "bert-tiny", "--hardware", "cpu", "--modes", "inference",
                         "--json")
     assert code == 0 and json.loads(out)["inference"]["recommendations"]["1"]["primary"] == "cpu"
-    code, out, _ = _cli(capsys, "detect", "--json")
-    assert code == 0 and json.loads(out)["hardware"]["cpu"]["available"]
 
 
 @pytest.mark.parametrize(("args", "words"), [
@@ -648,7 +646,7 @@ def test_cli_bad_input_exits_2_and_names_the_fix(empty_cwd: Path, capsys: pytest
 
 
 @pytest.mark.parametrize("command", ["train", "select", "predict", "map", "matrix", "distributed", "analyze",
-                                     "detect", "serve"])
+                                     "serve"])
 def test_cli_help(command: str, capsys: pytest.CaptureFixture[str]) -> None:
     with pytest.raises(SystemExit) as info:
         cli_main([command, "--help"])
