@@ -37,7 +37,7 @@ from .matrix import prediction_matrix
 from .performance import predict_performance
 from .precision import PrecisionChoice
 from .predict import Predictor, clear_predictors, get_predictor
-from .query import HwselWarning, Prediction, Query, QuestionError, UnknownModelError, model_info
+from .query import HwselWarning, ModelRef, Prediction, Query, QuestionError, UnknownModelError, model_info
 from .resolution import ModelInfo
 from .select import (
     HardwareScore,
@@ -64,6 +64,7 @@ __all__ = [
     "HwselWarning",
     "MemoryEstimate",
     "ModelInfo",
+    "ModelRef",
     "PrecisionChoice",
     "Prediction",
     "Predictor",

@@ -22,7 +22,7 @@ from typing import Any
 from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from .memory import memory_breakdown
-from .query import check_batch_size, check_precision, check_train_precision, describe_model
+from .query import ModelRef, check_batch_size, check_precision, check_train_precision, describe_model
 
 #: Part of each GPU's memory kept free for the allocator, NCCL buffers and fragmentation.
 RESERVE = 0.10
@@ -114,7 +114,7 @@ def _check_memory(max_memory_gb: Any) -> float:
     return float(max_memory_gb)
 
 
-def distributed_training_config(model: Any, gpus: int = 8, batch_size: int = 8, max_memory_gb: float = 16.0, *,
+def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int = 8, max_memory_gb: float = 16.0, *,
                                 precision: str = "bf16") -> DistributedConfig:
     """A DDP/FSDP plan for training `model` with `batch_size` items per GPU per optimizer step.
 

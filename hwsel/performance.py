@@ -8,14 +8,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from .config import SelectionConfig
 from .predict import Predictor, predictor_for
-from .query import Prediction
+from .query import ModelRef, Prediction
 
 
-def predict_performance(model: Any, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
+def predict_performance(model: ModelRef, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
                         precision: str = "fp32", mode: str = "inference", backend: str | None = None, *,
                         device: str | Mapping[str, str] | None = None,
                         predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,

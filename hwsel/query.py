@@ -257,7 +257,12 @@ def check_backend(backend: Any) -> str | None:
 
 # --- models ----------------------------------------------------------------------------------------
 
-def model_info(model: str | ModelInfo | None,
+#: How a question names its model: a zoo name or hub-style alias, a `ModelInfo`, or None when a
+#: config describes it.
+ModelRef = str | ModelInfo | None
+
+
+def model_info(model: ModelRef,
                config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ModelInfo:
     """A `ModelInfo` for a zoo name, a hub-style alias, or a `ModelInfo` (returned as is).
 
@@ -330,7 +335,7 @@ def _check_sizes(info: ModelInfo) -> None:
                                 "model")
 
 
-def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
+def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
                    sequence_length: int | None = None, family: str | None = None) -> ModelInfo:
     """The model part of a question, built once: a name, alias or ModelInfo, or a `config` (a
     config.json, a folder holding one, its parsed contents, or a model-set file), at
@@ -368,7 +373,7 @@ def describe_model(model: Any = None, *, config: str | os.PathLike[str] | Mappin
 
 # --- the question builder --------------------------------------------------------------------------
 
-def ask(config: SelectionConfig, model: Any, hardware: str | Sequence[str] | None = None, *, batch_size: Any = 1,
+def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] | None = None, *, batch_size: Any = 1,
         precision: Any = "fp32", mode: Any = "inference", backend: Any = None,
         device: str | Mapping[str, str] | None = None,
         model_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
@@ -483,6 +488,7 @@ __all__ = [
     "DEVICE_SOURCES",
     "MAX_BATCH_SIZE",
     "GridQuestion",
+    "ModelRef",
     "HwselWarning",
     "Prediction",
     "Query",

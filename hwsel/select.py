@@ -34,6 +34,7 @@ from .precision import PrecisionChoice, rank_precisions
 from .predict import Predictor, predictor_for
 from .query import (
     DEFAULT_BACKEND,
+    ModelRef,
     Prediction,
     Query,
     QuestionError,
@@ -290,7 +291,7 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     )
 
 
-def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
+def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
                     available_hardware: Sequence[str] | str | None = None, *, backend: str | None = None,
                     device: str | Mapping[str, str] | None = None,
                     predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
@@ -313,7 +314,7 @@ def select_hardware(model: Any, batch_size: int = 1, mode: str = "inference", pr
     return _select(p, cfg, queries, weights=cfg.weights[queries[0].mode], task=None)
 
 
-def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precision: str = "fp32",
+def select_hardware_for_task(task: str, model: ModelRef, batch_size: int = 1, precision: str = "fp32",
                              available_hardware: Sequence[str] | str | None = None, *,
                              backend: str | None = None, device: str | Mapping[str, str] | None = None,
                              predictor: Predictor | None = None,
@@ -333,7 +334,7 @@ def select_hardware_for_task(task: str, model: Any, batch_size: int = 1, precisi
     return _select(p, cfg, queries, weights=profile.weights, task=task)
 
 
-def select_precision(model: Any, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
+def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
                      precisions: Sequence[str] = DEFAULT_PRECISION_CHOICES, *, backend: str | None = None,
                      device: str | None = None, predictor: Predictor | None = None,
                      source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
@@ -432,7 +433,7 @@ def _resolved_devices(p: Predictor, hws: Sequence[str], devices: Mapping[str, st
     return out
 
 
-def analyze_model(model: Any, batch_sizes: Sequence[int] = (1, 8, 32), hardware: Sequence[str] | None = None,
+def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hardware: Sequence[str] | None = None,
                   modes: Sequence[str] = MODES, precision: str = "fp32", *,
                   device: str | Mapping[str, str] | None = None, backend: str | None = None,
                   predictor: Predictor | None = None,
