@@ -27,11 +27,18 @@ For each data set separately, from one recipe (the Optuna study's best on `hwsel
 the folds `hwsel train` uses), it prints:
 
 - held-out batch sizes (each batch size predicted by a model that never saw it): MAPE, median
-  and p90 absolute percentage error, share within 10%; the roofline baselines beside it;
-- leave one model out (one fold per model): the same, against the uncalibrated roofline
-  (``X["log_roofline_ms"]``) and the nearest zoo model scaled by FLOPs (`nearest_zoo`);
-- interval coverage: split-conformal 90% bands (`hwsel.train.conformal_band`) from the other
-  models' out-of-fold residuals, on each held-out model;
+  and p90 absolute percentage error, share within 10%; beside it the roofline layer as it answers
+  (roofline plus launch overhead, `hwsel.layers.roofline.layer_log_ms`) and that answer times one
+  efficiency factor per configuration (hardware, backend, precision) learned on the training fold;
+- leave one model out (one fold per model): the same baselines, and the nearest other model
+  measured in the same configuration scaled by the roofline layer's ratio of the two (`nearest_zoo`);
+- nominal 90% intervals per answering layer, each calibrated on that layer's own held-out answers
+  of the other models (`layer_answers`): ``measured`` (a case's median against a repeat of it in
+  another session), ``trained`` (leave one model out), ``blended`` (trained answers of models
+  outside the other models' coverage, moved towards the roofline) and ``roofline``. Printed as
+  served (the layer `hwsel.predict.Predictor` would answer each configuration from, its model held
+  out: `served_layer`; share of answers, coverage, width p10/median/p90, MAPE), on every row each
+  layer can answer, and per distance bucket (`hwsel.intervals.novelty`); one fixed band beside them;
 - hardware selection per model x batch size across the hardware/backend/precision options
   measured: top-1 accuracy and mean regret (how much slower the chosen one measured than the best);
 - then training on the CPU records alone and predicting the H100 records (no GPU row in training);
@@ -111,7 +118,6 @@ TOP1_AIM = 0.90
 REGRET_AIM = 0.03
 COVERAGE_AIM = 0.85
 COVERAGE_MAX = 0.95
-WIDTH_AIM = 2.0
 SPREAD_AIM = 1.5
 LEVEL = 0.9
 
@@ -263,23 +269,41 @@ def lomo_oof(ds: Dataset, params: dict, seed: int) -> tuple[pd.DataFrame, list[F
     return oof, folds
 
 
-def calibrated_roofline(X: pd.DataFrame, y: np.ndarray, oof: pd.DataFrame, folds: list[Fold]) -> pd.DataFrame:
-    """Roofline times one efficiency factor (the median measured/roofline ratio of each training fold)."""
-    roof = X["log_roofline_ms"].to_numpy()
+def roofline_layer(ds: Dataset) -> np.ndarray:
+    """Log latency the roofline layer answers for each row (`hwsel.layers.roofline.layer_log_ms`:
+    the roofline plus the launch overhead it adds, as served)."""
+    from hwsel.layers.roofline import layer_log_ms
+
+    return np.asarray(layer_log_ms(ds.X), dtype=float)
+
+
+def calibrated_roofline(ds: Dataset, oof: pd.DataFrame, folds: list[Fold]) -> pd.DataFrame:
+    """The roofline layer times one efficiency factor per configuration (hardware, backend,
+    precision): the median measured/roofline ratio of that configuration's rows in each training
+    fold (of all its rows where the fold holds none of that configuration)."""
+    from hwsel.intervals import config_groups
+
+    roof = roofline_layer(ds)
+    config = config_groups(ds.table)
     pred = np.full(len(oof), np.nan)
     for fold in folds:
-        shift = float(np.nanmedian(y[fold.train] - roof[fold.train]))
+        gap = ds.y[fold.train] - roof[fold.train]
+        shift = {c: float(np.nanmedian(gap[config[fold.train] == c])) for c in np.unique(config[fold.train])}
+        overall = float(np.nanmedian(gap))
         mask = ((oof["scheme"] == fold.scheme) & (oof["fold"] == fold.index)).to_numpy()
-        pred[mask] = roof[oof.loc[mask, "row"].to_numpy()] + shift
+        rows = oof.loc[mask, "row"].to_numpy()
+        pred[mask] = roof[rows] + np.array([shift.get(c, overall) for c in config[rows]])
     return oof.assign(y_pred=pred)
 
 
 def nearest_zoo(ds: Dataset, *, architecture_first: bool = True) -> tuple[np.ndarray, dict[str, int]]:
-    """Log latency of the nearest other model measured in the same configuration, scaled by FLOPs.
+    """Log latency of the nearest other model measured in the same configuration, scaled by the
+    roofline layer's ratio of the two (compute, memory traffic and launch overhead: a launch-bound
+    GPU case scales by about 1, not by its FLOPs ratio).
 
     For each row: among rows of other models with the same `SAME_CONFIG`, with
     `architecture_first` those of the same model_type if any, else of the same family, else all;
-    of those the closest in log FLOPs per item; its latency times the FLOPs-per-item ratio. NaN
+    of those the closest in log FLOPs per item; its latency times the roofline layer's ratio. NaN
     where no other model was measured in that configuration (or FLOPs are unknown). Also returns
     how many rows used each tier.
     """
@@ -289,6 +313,7 @@ def nearest_zoo(ds: Dataset, *, architecture_first: bool = True) -> tuple[np.nda
     mtype = X["model_type"].astype(str).to_numpy()
     family = X["family"].astype(str).to_numpy()
     flops = X["log_flops_per_item"].to_numpy(dtype=float)
+    roof = roofline_layer(ds)
     pred = np.full(len(t), np.nan)
     tiers = {"same model_type": 0, "same family": 0, "nearest FLOPs only": 0, "no neighbour": 0}
     for rows in pd.Series(np.arange(len(t))).groupby(key).groups.values():
@@ -305,7 +330,7 @@ def nearest_zoo(ds: Dataset, *, architecture_first: bool = True) -> tuple[np.nda
                 if len(same):
                     tier, pool = label, same
             j = pool[np.argmin(np.abs(flops[pool] - flops[i]))]
-            pred[i] = ds.y[j] + flops[i] - flops[j]
+            pred[i] = ds.y[j] + roof[i] - roof[j]
             tiers[tier] += 1
     return pred, tiers
 
@@ -436,10 +461,10 @@ def heldout_batch_table(ds: Dataset, study: StudyResult, aims: Aims) -> None:
     verdict = aims.check(f"{ds.name} held-out batch MAPE", model["mape"], HELDOUT_BATCH_AIM, at_most=True)
     print(ERR_HEADER)
     print(_err_line("model", model, f"   {verdict}"))
-    print(_err_line("roofline", error_metrics(oof["y_true"], ds.X["log_roofline_ms"].to_numpy()[rows])))
+    print(_err_line("roofline layer (as served)", error_metrics(oof["y_true"], roofline_layer(ds)[rows])))
     folds = [f for f in cv_folds(ds.table) if f.scheme == "heldout_batch"]
-    cal = calibrated_roofline(ds.X, ds.y, oof, folds)
-    print(_err_line("roofline calibrated", error_metrics(cal["y_true"], cal["y_pred"])))
+    cal = calibrated_roofline(ds, oof, folds)
+    print(_err_line("roofline x factor per config", error_metrics(cal["y_true"], cal["y_pred"])))
     _steady_line(ds, oof)
     s = selection(ds.table, study.oof, "heldout_batch")
     print(f"  selection: top-1 {_pct(s['top1']).strip()}, mean regret {_pct(s['regret']).strip()} "
@@ -451,15 +476,15 @@ def lomo_table(ds: Dataset, oof: pd.DataFrame, folds: list[Fold], aims: Aims) ->
     rows = oof["row"].to_numpy()
     y_true, y_pred = oof["y_true"].to_numpy(), oof["y_pred"].to_numpy()
     model = scheme_metrics(oof)["lomo"]
-    roof = error_metrics(y_true, ds.X["log_roofline_ms"].to_numpy()[rows])
-    cal = calibrated_roofline(ds.X, ds.y, oof, folds)
+    roof = error_metrics(y_true, roofline_layer(ds)[rows])
+    cal = calibrated_roofline(ds, oof, folds)
     name = ds.name
     print(f"  {len(folds)} folds, one per model")
     print(ERR_HEADER)
     verdict = aims.check(f"{name} LOMO MAPE", model["mape"], LOMO_MAPE_AIM[name], at_most=True)
     print(_err_line("model", model, f"   {verdict}"))
-    print(_err_line("roofline (uncalibrated)", roof))
-    print(_err_line("roofline calibrated per fold", error_metrics(cal["y_true"], cal["y_pred"])))
+    print(_err_line("roofline layer (as served)", roof))
+    print(_err_line("roofline x factor per config", error_metrics(cal["y_true"], cal["y_pred"])))
     # Two nearest-zoo baselines: the architecture-first one and the nearest in FLOPs,
     # which is stronger where the only sibling of a full-size model is its tiny test version.
     near: dict[str, tuple[dict[str, float], dict[str, float], dict[str, int]]] = {}
@@ -497,32 +522,203 @@ def adaptive_bands(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> pd.D
     return oof.assign(low=low, high=high, resid=(oof["y_true"] - oof["y_pred"]).to_numpy())
 
 
-def _width_line(width: np.ndarray) -> str:
+#: A layer's coverage aim is judged where it answers at least this many rows.
+LAYER_MIN_ROWS = 20
+#: Distance buckets (`hwsel.intervals.novelty`: log FLOPs to the nearest measured model, +1 for an
+#: unseen model type, +1 for an unseen family, 4 for a configuration no other model was measured in).
+DISTANCE_BUCKETS = ((0.0, 0.25), (0.25, 1.0), (1.0, 2.0), (2.0, math.inf))
+
+
+def measured_answers(ds: Dataset, level: float = LEVEL) -> pd.DataFrame:
+    """The measured layer's answers to a repeat: for every case measured in two or more sessions,
+    each session's median against the median of the other sessions' records
+    (`hwsel.layers.measured.session_residuals`, as the layer serves them), with the between-session
+    band calibrated on the other models' cases only (columns model, config, resid, low, high)."""
+    from hwsel.intervals import AdaptiveBand
+    from hwsel.layers.measured import session_residuals
+
+    runs = ds.runs.assign(device_name=ds.runs["device_name"].fillna(""))
+    keys = ["model", "hardware", "precision", "batch_size", "mode", "backend", "device_name"]
+    runs = runs.assign(mode=runs["mode"].fillna("inference"))
+    groups = {k: g.to_dict("records") for k, g in runs.groupby(keys, sort=True, dropna=False)}
+    resid, config, model = (np.asarray(v) for v in session_residuals(groups))
+    low, high = np.zeros(len(resid)), np.zeros(len(resid))
+    for name in np.unique(model):
+        here = model == name
+        if (~here).sum() < 2:
+            low[here], high[here] = -np.inf, np.inf
+            continue
+        band = AdaptiveBand.fit(resid[~here], np.zeros((~here).sum()), level, config[~here])
+        low[here], high[here] = band.offsets(np.zeros(here.sum()), config[here])
+    return pd.DataFrame({"model": model, "config": config, "resid": resid.astype(float), "low": low, "high": high})
+
+
+def layer_answers(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> dict[str, pd.DataFrame]:
+    """Every held-out answer of each layer, with its band calibrated on the other models' answers
+    of that layer (columns row, resid, low, high, distance; measured: see `measured_answers`)."""
+    from hwsel.intervals import (
+        MIN_LAYER_MODELS,
+        AdaptiveBand,
+        config_groups,
+        layer_oofs,
+        lomo_distances,
+        lomo_offsets,
+        novelty_frame,
+        span_offsets,
+    )
+
+    frame = novelty_frame(ds.table, ds.X)
+    parts = {"trained": oof, **layer_oofs(ds.table, ds.X, oof)}
+    out = {"measured": measured_answers(ds, level).assign(distance=0.0)}
+    for name, part in parts.items():
+        if not len(part):
+            continue
+        distance = lomo_distances(frame, part)
+        if name == "blended":
+            # as `hwsel train` stores it: a band of its own only from the blended answers of
+            # MIN_LAYER_MODELS other models or more, else the trained and roofline bands spanned
+            low, high = (np.zeros(len(part)) for _ in range(2))
+            model = frame["model"].to_numpy()[part["row"].to_numpy()]
+            resid = (part["y_true"] - part["y_pred"]).to_numpy()
+            group = config_groups(frame)[part["row"].to_numpy()]
+            at = {r: k for k, r in enumerate(oof["row"].to_numpy())}
+            k = np.array([at[r] for r in part["row"]])
+            t, f = out["trained"], out["roofline"]
+            for m in np.unique(model):
+                here = model == m
+                if len(np.unique(model[~here])) >= MIN_LAYER_MODELS:
+                    band = AdaptiveBand.fit(resid[~here], distance[~here], level, group[~here])
+                    low[here], high[here] = band.offsets(distance[here], group[here])
+                else:
+                    kk = k[here]
+                    low[here], high[here] = span_offsets(
+                        (t["low"].to_numpy()[kk], t["high"].to_numpy()[kk]), (f["low"].to_numpy()[kk], f["high"].to_numpy()[kk]),
+                        t["y_pred"].to_numpy()[kk], f["y_pred"].to_numpy()[kk], part["weight"].to_numpy()[here])
+        else:
+            low, high = lomo_offsets(frame, part, level)
+        out[name] = pd.DataFrame({"row": part["row"].to_numpy(), "resid": (part["y_true"] - part["y_pred"]).to_numpy(),
+                                  "low": low, "high": high, "distance": distance,
+                                  "y_true": part["y_true"].to_numpy(), "y_pred": part["y_pred"].to_numpy()})
+    return out
+
+
+def served_layer(ds: Dataset, oof: pd.DataFrame, answers: dict[str, pd.DataFrame]) -> np.ndarray:
+    """Which layer `hwsel.predict.Predictor` answers each configuration of `oof` from, its model
+    held out: ``measured`` where the configuration was measured in another session too, else
+    ``roofline`` where no other model was measured in its configuration (outside the champion's
+    domain), ``blended`` where its model lies outside the other models' coverage, else ``trained``."""
+    from hwsel.intervals import UNSEEN_CONFIG
+
+    t = ds.table
+    rows = oof["row"].to_numpy()
+    repeated = t["repeats"].to_numpy()[rows] >= 2
+    layer = np.where(repeated, "measured", "trained").astype(object)
+    for name in ("blended", "roofline"):
+        part = answers.get(name)
+        if part is None:
+            continue
+        hit = np.isin(rows, part["row"].to_numpy())
+        if name == "roofline":
+            far = dict(zip(part["row"], part["distance"], strict=True))
+            hit &= np.array([far.get(r, 0.0) >= UNSEEN_CONFIG for r in rows])
+        layer[hit & ~repeated] = name
+    return layer
+
+
+def _layer_line(label: str, part: pd.DataFrame, share: str = "") -> tuple[str, float, int]:
+    inside = (part["resid"] >= part["low"]) & (part["resid"] <= part["high"])
+    n = len(part)
+    if not n:
+        return f"  {label:<10}{share:>7}{0:>7}{'n/a':>10}", math.nan, 0
+    width = np.exp(part["high"] - part["low"]).to_numpy()
     p10, med, p90 = (float(np.quantile(width, q)) for q in (0.1, 0.5, 0.9))
-    return f"width high/low: median {med:.2f}x, p10 {p10:.2f}x, p90 {p90:.2f}x, p90/p10 {p90 / p10:.2f}"
+    ape = np.abs(np.expm1(-part["resid"].to_numpy()))  # |pred - measured| / measured
+    cov = float(inside.mean())
+    return (f"  {label:<10}{share:>7}{n:>7}{_pct(cov, 10)}{p10:>9.2f}x{med:>8.2f}x{p90:>8.2f}x{p90 / p10:>9.2f}"
+            f"{_pct(float(np.mean(ape)), 9)}"), cov, n
+
+
+LAYER_HEADER = (f"  {'layer':<10}{'share':>7}{'rows':>7}{'coverage':>10}{'width p10':>10}{'median':>9}{'p90':>9}"
+                f"{'p90/p10':>9}{'MAPE':>9}")
 
 
 def coverage_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> pd.DataFrame:
-    """Nominal 90% conformal bands on held-out models: one fixed band, and the adaptive one
-    (`hwsel.intervals`); returns the oof frame with the adaptive offsets."""
+    """Nominal 90% bands on held-out models, per answering layer: each layer's band calibrated on
+    its own held-out answers of the other models (`layer_answers`); as served (the layer
+    `served_layer` picks for each configuration) and on every row each layer can answer, and per
+    distance bucket. Returns the trained answers with their offsets (for the precision choice)."""
     c = coverage(oof)
-    print(f"  fixed band (one pair of residual quantiles): {c['n']} held-out-model rows inside: "
-          f"{_pct(c['coverage']).strip()}; median width {c['width']:.2f}x (the same for every answer)")
-    bands = adaptive_bands(ds, oof)  # difficulty: the configuration's residual scale x the distance
-    inside = (bands["resid"] >= bands["low"]) & (bands["resid"] <= bands["high"])
-    width = np.exp(bands["high"] - bands["low"]).to_numpy()
-    cov = float(inside.mean())
-    print(f"  adaptive band (normalised conformal, difficulty from the distance to measured models): "
-          f"inside {_pct(cov).strip()}   "
-          f"{aims.check(f'{ds.name} LOMO adaptive coverage', cov, COVERAGE_AIM, at_most=False)}; "
-          f"{aims.check(f'{ds.name} LOMO adaptive coverage (upper)', cov, COVERAGE_MAX, at_most=True)}")
-    print(f"  {_width_line(width)}")
-    med = float(np.median(width))
-    spread = float(np.quantile(width, 0.9) / np.quantile(width, 0.1))
-    print(f"  median width {med:.2f}x   {aims.check(f'{ds.name} LOMO median width', med, WIDTH_AIM, at_most=True, fmt='x')}"
-          f"; p90/p10 {spread:.2f}   "
-          f"{aims.check(f'{ds.name} LOMO width p90/p10', spread, SPREAD_AIM, at_most=False, fmt='x')}")
-    return bands
+    print(f"  one fixed band for every answer: {c['n']} held-out-model rows inside: "
+          f"{_pct(c['coverage']).strip()}; width {c['width']:.2f}x")
+    answers = layer_answers(ds, oof)
+    served = served_layer(ds, oof, answers)
+    rows = oof["row"].to_numpy()
+    print(f"  as served ({len(rows)} configurations, each model held out; measured where another session measured "
+          "the configuration, its rows one per session):")
+    print(LAYER_HEADER)
+    widths = []
+    for name in ("measured", "trained", "blended", "roofline"):
+        share = float(np.mean(served == name))
+        part = answers.get(name)
+        if part is None:
+            print(f"  {name:<10}{_pct(share, 7)}{0:>7}  (no answers to calibrate on)")
+            continue
+        if name != "measured":  # every repeated case is served by the measured layer
+            part = part[np.isin(part["row"].to_numpy(), rows[served == name])]
+        line, cov, n = _layer_line(name, part, _pct(share, 7).strip())
+        widths.append(np.exp(part["high"] - part["low"]).to_numpy())
+        verdict = ""
+        if n >= LAYER_MIN_ROWS:
+            verdict = (f"   {aims.check(f'{ds.name} {name} coverage as served', cov, COVERAGE_AIM, at_most=False)}; "
+                       f"{aims.check(f'{ds.name} {name} coverage as served (upper)', cov, COVERAGE_MAX, at_most=True)}")
+        print(line + verdict)
+    unseen = [answers[n][np.isin(answers[n]["row"].to_numpy(), rows[served == n])]
+              for n in ("trained", "blended", "roofline") if n in answers]
+    both = pd.concat(unseen, ignore_index=True)
+    served_m = error_metrics(both["y_true"].to_numpy(), both["y_pred"].to_numpy())
+    print(f"  held-out models as served (trained, blended and roofline answers, {int(served_m['n'])} configurations): "
+          f"MAPE {_pct(served_m['mape']).strip()}")
+    all_w = np.concatenate(widths) if widths else np.array([math.nan])
+    spread = float(np.quantile(all_w, 0.9) / np.quantile(all_w, 0.1))
+    print(f"  every answer: {_width_line(all_w)}   "
+          f"{aims.check(f'{ds.name} width p90/p10 as served', spread, SPREAD_AIM, at_most=False, fmt='x')}")
+    print("  every row each layer can answer (its model held out; measured: every repeat):")
+    print(LAYER_HEADER)
+    for name in ("measured", "trained", "blended", "roofline"):
+        part = answers.get(name)
+        if part is None:
+            continue
+        line, cov, n = _layer_line(name, part)
+        verdict = ""
+        if n >= LAYER_MIN_ROWS:
+            verdict = (f"   {aims.check(f'{ds.name} {name} coverage', cov, COVERAGE_AIM, at_most=False)}; "
+                       f"{aims.check(f'{ds.name} {name} coverage (upper)', cov, COVERAGE_MAX, at_most=True)}")
+        print(line + verdict)
+    print("  coverage by distance to the other models (every row; rows, coverage, median width):")
+    head = "".join(f"{f'{lo:g}-{hi:g}' if math.isfinite(hi) else f'>={lo:g}':>24}" for lo, hi in DISTANCE_BUCKETS)
+    print(f"  {'layer':<10}{head}")
+    for name in ("trained", "blended", "roofline"):
+        part = answers.get(name)
+        if part is None:
+            continue
+        cells = []
+        for lo, hi in DISTANCE_BUCKETS:
+            b = part[(part["distance"] >= lo) & (part["distance"] < hi)]
+            if not len(b):
+                cells.append(f"{'-':>24}")
+                continue
+            cov = float(((b["resid"] >= b["low"]) & (b["resid"] <= b["high"])).mean())
+            med = float(np.median(np.exp(b["high"] - b["low"])))
+            cells.append(f"{len(b):>8}{_pct(cov, 9)}{med:>6.2f}x")
+        print(f"  {name:<10}" + "".join(cells))
+    trained = answers["trained"]
+    return oof.assign(low=trained["low"].to_numpy(), high=trained["high"].to_numpy(),
+                      resid=trained["resid"].to_numpy())
+
+
+def _width_line(width: np.ndarray) -> str:
+    p10, med, p90 = (float(np.quantile(width, q)) for q in (0.1, 0.5, 0.9))
+    return f"width high/low: median {med:.2f}x, p10 {p10:.2f}x, p90 {p90:.2f}x, p90/p10 {p90 / p10:.2f}"
 
 
 def precision_choice(ds: Dataset, bands: pd.DataFrame) -> dict[str, float]:
@@ -620,11 +816,11 @@ def cpu_to_gpu_table(cpu: Dataset, gpu: Dataset, params: dict, seed: int) -> Non
         estimator.fit(cpu.X, cpu.y)
         pred = np.asarray(estimator.predict(gpu.X), dtype=float)
     model = error_metrics(gpu.y, pred)
-    roof = error_metrics(gpu.y, gpu.X["log_roofline_ms"].to_numpy(dtype=float))
+    roof = error_metrics(gpu.y, roofline_layer(gpu))
     print(f"  trained on {len(cpu.table)} {cpu.name} rows (0 GPU rows), predicting {len(gpu.table)} {gpu.name} rows")
     print(ERR_HEADER)
     print(_err_line(f"{cpu.name}-trained model", model))
-    print(_err_line("roofline (uncalibrated)", roof))
+    print(_err_line("roofline layer (as served)", roof))
     eager = (gpu.table["backend"] == "torch").to_numpy()
     if eager.any() and not eager.all():
         print(_err_line("model, eager torch rows", error_metrics(gpu.y[eager], pred[eager])))

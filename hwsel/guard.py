@@ -18,15 +18,15 @@ from .query import Prediction
 def blend(p: Prediction, roof: Prediction, weight: float, reasons: Sequence[str],
            band: tuple[float, float] | None = None) -> Prediction:
     """`p` moved `weight` of the way towards the roofline answer `roof` (log space); the interval
-    is the blended layer's calibrated `band` (log offsets) around the blend, else it spans the
-    blend and both answers."""
+    is the blended layer's calibrated `band` (log offsets) around the blend, else the union of
+    both answers' intervals."""
     latency = blend_log(p.latency_ms, roof.latency_ms, weight)
     memory = blend_log(p.memory_mb, roof.memory_mb, weight)
     if band is not None:
         lo, hi = min(latency * math.exp(band[0]), latency), max(latency * math.exp(band[1]), latency)
-    else:
-        lo = min(blend_log(p.interval[0], roof.interval[0], weight), p.latency_ms, roof.latency_ms, latency)
-        hi = max(blend_log(p.interval[1], roof.interval[1], weight), p.latency_ms, roof.latency_ms, latency)
+    else:  # the union of both bands (`hwsel.intervals.span_offsets` says why)
+        lo = min(p.interval[0], roof.interval[0], latency)
+        hi = max(p.interval[1], roof.interval[1], latency)
     note = f"extrapolates ({'; '.join(reasons)}): blended {weight:.0%} towards the roofline"
     return dataclasses.replace(p, latency_ms=latency, throughput=p.batch_size / latency * 1e3, memory_mb=memory,
                                interval=(lo, hi), detail=f"{p.detail}; {note}" if p.detail else note)

@@ -213,3 +213,25 @@ def test_measured_band_is_calibrated_on_repeats_in_other_sessions() -> None:
     assert single.band is None
     answer = MeasuredLayer(single).answer([predictor.query("bert-tiny", "cpu", batch_size=4)])[0]
     assert answer is not None and "interval not calibrated" in answer.detail
+
+
+def test_a_blended_answer_carries_its_band_or_the_union_of_both() -> None:
+    """Without a blended band of its own, a blended answer's interval is the union of the
+    registered and roofline intervals (the roofline band holds whatever the champion
+    extrapolates); with one, that band around the blend."""
+    import dataclasses
+
+    from hwsel.guard import blend
+    from hwsel.intervals import span_offsets
+
+    p = Predictor(layers=("rules",), detect=False).predict("bert-tiny", "cpu", batch_size=4)["cpu"]
+    reg = dataclasses.replace(p, latency_ms=10.0, interval=(8.0, 12.0))
+    roof = dataclasses.replace(p, latency_ms=40.0, interval=(5.0, 200.0))
+    out = blend(reg, roof, 0.5, ["far"])
+    assert out.latency_ms == pytest.approx(20.0) and out.interval == pytest.approx((5.0, 200.0))
+    banded = blend(reg, roof, 0.5, ["far"], (-0.5, 0.5))
+    assert banded.interval == pytest.approx((20.0 * math.exp(-0.5), 20.0 * math.exp(0.5)))
+    # the benchmark's log-space rule is the same
+    low, high = span_offsets((np.log([0.8]), np.log([1.2])), (np.log([5 / 40]), np.log([5.0])),
+                             np.log([10.0]), np.log([40.0]), np.array([0.5]))
+    assert (20.0 * math.exp(low[0]), 20.0 * math.exp(high[0])) == pytest.approx((5.0, 200.0))
