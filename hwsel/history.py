@@ -144,8 +144,8 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -
 
 
 def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFrame:
-    """The records of `relation` (results rows plus ``_pos``), as `load_runs` frames them (through
-    `BenchmarkRecord`, so every field reads as the record reader reads it), ordered by ``_pos``."""
+    """The records of `relation` (results rows plus ``_src``), as `load_runs` frames them (through
+    `BenchmarkRecord`, so every field reads as the record reader reads it), in `load_runs`'s order."""
     import json
 
     from pytest_hwbench.sinks import records_frame
@@ -153,7 +153,7 @@ def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFram
     from pytest_hwbench.sinks._fields import FIELDS
 
     names = [name for name, _ in RESULT_COLUMNS]
-    frame = _frame(con, f"SELECT {', '.join(names)} FROM {relation} ORDER BY _pos")
+    frame = _frame(con, f"SELECT {', '.join(names)} FROM {relation} ORDER BY {_ORDER}")
     records = []
     for row in frame.to_dict("records"):
         data: dict[str, Any] = {}
@@ -186,30 +186,62 @@ def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFram
     return records_frame(records)
 
 
-def _attach(con: duckdb.DuckDBPyConnection, paths: Sequence[Path]) -> str:
-    """A SQL relation over the ``results`` of every file of `paths` (the first is `con`'s own),
-    each record once (the last file's copy, as `load_runs` keeps it), with ``_pos``: the record's
-    place in the order `load_runs` reads them (file, then created_at, then record_id)."""
+#: The ``results`` columns the aggregation reads (the rest stays in the file; whole records are
+#: read for the suspects and the representatives only).
+_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "created_at", "status", "noise", "noise_reason",
+                             *CONFIG_KEYS, "latency_ms_median", "peak_device_memory_mb", "peak_host_rss_mb")
+
+#: A record's host speed as `hwsel.data` reads it: ``interference.host_speed`` when a positive
+#: number in a record of schema 4 or later (`pytest_hwbench.record.normalize_record` drops older ones).
+_SPEED = ("CASE WHEN coalesce(nullif(schema_version, 0), 1) >= 4 AND json_valid(interference) "
+          "AND json_type(interference, '$.host_speed') IN ('UBIGINT', 'BIGINT', 'DOUBLE', 'BOOLEAN') "
+          "THEN CAST(json_extract(interference, '$.host_speed') AS DOUBLE) END")
+
+
+#: The order `load_runs` reads records in: by file, then created_at, then record_id.
+_ORDER = "_src, created_at NULLS LAST, record_id"
+
+
+def _table(i: int) -> str:
+    return f"hist{i}.results" if i else "results"
+
+
+def _attach(con: duckdb.DuckDBPyConnection, paths: Sequence[Path], since: _dt.datetime | None) -> None:
+    """``hist_base``: the columns the aggregation needs of the records of every file of `paths`
+    (the first is `con`'s own) created since `since`, each record once (the last file's copy, as
+    `load_runs` keeps it), with ``_src`` (its file), ``_speed`` and ``_suspect`` (it might be no
+    measurement, `_maybe_impossible`). A view: each question reads the file again, which costs
+    less than holding every record."""
     parts = []
     for i, path in enumerate(paths):
         if i:
             con.execute(f"ATTACH '{str(path).replace(chr(39), chr(39) * 2)}' AS hist{i} (READ_ONLY)")
-        parts.append(f"SELECT {i} AS _src, * FROM {'hist' + str(i) + '.' if i else ''}results")
-    union = " UNION ALL BY NAME ".join(parts)
-    return (f"(SELECT *, row_number() OVER (ORDER BY _src, created_at NULLS LAST, record_id) AS _pos FROM ({union}) "
-            "QUALIFY row_number() OVER (PARTITION BY record_id ORDER BY _src DESC) = 1)")
+        parts.append(f"SELECT {i} AS _src, {', '.join(_COLUMNS)}, {_SPEED} AS _speed, "
+                     f"coalesce({_maybe_impossible()}, false) AS _suspect FROM {_table(i)}"
+                     + ("" if since is None else f" WHERE created_at >= '{since.isoformat()}'::TIMESTAMPTZ"))
+    union = " UNION ALL ".join(parts)
+    once = " QUALIFY row_number() OVER (PARTITION BY record_id ORDER BY _src DESC) = 1" if len(paths) > 1 else ""
+    con.execute(f"CREATE TEMP VIEW hist_base AS SELECT * FROM ({union}){once}")
+
+
+def _whole(ids: str, files: int) -> str:
+    """The whole ``results`` rows (plus ``_src``) of the records in relation `ids` (``_src``,
+    ``record_id``), each from its own file."""
+    return "(" + " UNION ALL ".join(
+        f"SELECT r.*, k._src FROM {_table(i)} r JOIN {ids} k ON k.record_id = r.record_id AND k._src = {i}"
+        for i in range(files)) + ")"
 
 
 def history_table(
     paths: Sequence[str | os.PathLike[str]],
     *,
     include_noisy: bool = False,
-    window: Window = Window(),
+    window: Window | None = None,
 ) -> History:
     """The training table of the DuckDB files at `paths` (their union; a record in two files
     counts once, the later file's copy), aggregated in DuckDB: what
     ``training_table(load_runs(paths, include_noisy=...))`` returns (`hwsel.data`), one row per
-    configuration, narrowed to `window`.
+    configuration, narrowed to `window` (None: every record).
 
     Raises:
         FileNotFoundError: a file that does not exist.
@@ -217,6 +249,7 @@ def history_table(
     """
     from pytest_hwbench.sinks._duckdb_file import read_connection
 
+    window = window or Window()
     files = [Path(p).expanduser() for p in paths]
     if not files:
         raise ValueError("no DuckDB file given; name at least one .duckdb file")
@@ -224,16 +257,13 @@ def history_table(
         with read_connection(extra):
             pass
     with read_connection(files[0]) as con:
-        return _history(con, _attach(con, files), include_noisy=include_noisy, window=window)
+        _attach(con, files, window.since)
+        return _history(con, len(files), include_noisy=include_noisy, window=window)
 
 
-def _history(con: duckdb.DuckDBPyConnection, relation: str, *, include_noisy: bool, window: Window) -> History:
-    since = "created_at >= ?" if window.since is not None else "true"
-    args: list[Any] = [window.since] if window.since is not None else []
-    con.execute(f"CREATE TEMP TABLE hist_base AS SELECT * FROM {relation} WHERE {since}", args)
-
+def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool, window: Window) -> History:
     # 1. records that cannot be measurements: judged by the harness's check, on the few suspects
-    suspects = _records_frame(con, f"(SELECT * FROM hist_base WHERE {_maybe_impossible()})")
+    suspects = _records_frame(con, _whole("(SELECT _src, record_id FROM hist_base WHERE _suspect)", files))
     bad_ids: list[str] = []
     dropped: dict[str, int] = {}
     if len(suspects):
@@ -247,12 +277,12 @@ def _history(con: duckdb.DuckDBPyConnection, relation: str, *, include_noisy: bo
     # 2. why each other record cannot answer for its configuration ("" when it can)
     noisy = "false" if include_noisy else "coalesce(noise = 'noisy', false)"
     con.execute(f"""
-        CREATE TEMP TABLE hist_why AS SELECT *,
+        CREATE TEMP VIEW hist_why AS SELECT *,
             CASE WHEN coalesce(status, 'passed') <> 'passed' THEN coalesce(status, 'passed')
                  WHEN NOT coalesce(isfinite(latency_ms_median) AND latency_ms_median > 0, false) THEN 'no latency'
                  WHEN {noisy} THEN 'noisy'
                  ELSE '' END AS _why
-        FROM hist_base WHERE record_id NOT IN (SELECT record_id FROM hist_bad)""")
+        FROM hist_base WHERE NOT _suspect OR record_id NOT IN (SELECT record_id FROM hist_bad)""")
     noisy_reasons: dict[str, int] = {}
     for reason, n in con.execute(
             "SELECT noise_reason, count(*) FROM hist_why WHERE _why = 'noisy' GROUP BY noise_reason").fetchall():
@@ -270,7 +300,7 @@ def _history(con: duckdb.DuckDBPyConnection, relation: str, *, include_noisy: bo
         "device_name": pd.array([d for _, d in devices], dtype=object),
         "device": pd.array([device_key(str(h), d if isinstance(d, str) else None) for h, d in devices], dtype=object)}))
     con.execute("""
-        CREATE TEMP TABLE hist_usable AS SELECT w.*, m.norm AS _mode, d.device AS _device
+        CREATE TEMP VIEW hist_usable AS SELECT w.*, m.norm AS _mode, d.device AS _device
         FROM hist_why w
         LEFT JOIN hist_modes m ON w.mode = m.raw
         LEFT JOIN hist_devices d ON w.hardware IS NOT DISTINCT FROM d.hardware
@@ -284,17 +314,14 @@ def _history(con: duckdb.DuckDBPyConnection, relation: str, *, include_noisy: bo
     # 4. targets per record: host-speed-corrected latency, memory
     low, high = HOST_SPEED_BOUNDS
     host_cpu = _sql_text(sorted(facts.target_set(host_cpu=True)))
-    speed = ("CASE WHEN coalesce(nullif(schema_version, 0), 1) >= 4 AND json_valid(interference) "
-             "AND json_type(interference, '$.host_speed') IN ('UBIGINT', 'BIGINT', 'DOUBLE', 'BOOLEAN') "
-             "THEN CAST(json_extract(interference, '$.host_speed') AS DOUBLE) END")
     keys = [k if k not in ("mode", "device_name") else {"mode": "_mode", "device_name": "_device"}[k]
             for k in CONFIG_KEYS]
     key_list = ", ".join(keys)
     con.execute(f"""
         CREATE TEMP TABLE hist_rows AS
-        WITH speeds AS (SELECT *, {speed} AS _speed FROM hist_usable
+        WITH speeds AS (SELECT * FROM hist_usable
                         WHERE (_mode IN ({_sql_text(MODES)}) OR _mode IS NULL) AND batch_size >= 1)
-        SELECT record_id, session_id, created_at, _pos, {key_list},
+        SELECT _src, record_id, session_id, created_at, {key_list},
             latency_ms_median * CASE WHEN isfinite(_speed) AND _speed > 0 AND hardware IN ({host_cpu})
                                      THEN least(greatest(_speed, {low!r}), {high!r}) ELSE 1.0 END AS _lat,
             CASE WHEN NOT isnan(_dev) AND _dev > 0 THEN _dev
@@ -333,12 +360,13 @@ def _history(con: duckdb.DuckDBPyConnection, relation: str, *, include_noisy: bo
             FROM {rows} GROUP BY _gid),
         med AS (SELECT _gid, repeats, latency_spread, {median('_lats')} AS _median,
                        {median('_mems')} AS _memory FROM agg)
-        SELECT r.record_id, r._pos, m.repeats, m.latency_spread, m._median, m._memory
+        SELECT r._src, r.record_id, m.repeats, m.latency_spread, m._median, m._memory
         FROM {rows} r JOIN med m USING (_gid)
-        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, r._pos) = 1
-        ORDER BY r._pos""")
-    con.register("hist_reps", stats[["record_id"]])
-    frame = _normalize(_records_frame(con, "(SELECT b.* FROM hist_base b JOIN hist_reps USING (record_id))"))
+        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, {_ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")}) = 1
+        ORDER BY {_ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")}""")
+    con.register("hist_reps", stats[["_src", "record_id"]])
+    frame = _normalize(_records_frame(
+        con, _whole("hist_reps", files)))
     frame = frame.set_index("record_id", drop=False).loc[stats["record_id"].to_numpy()].reset_index(drop=True)
     table = training_table(frame, aggregate=False)
     if len(table) != len(stats):
