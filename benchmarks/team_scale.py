@@ -11,11 +11,17 @@ workers on it (tests/_postgres.py), then prints:
    incremental), and a second import of the unchanged server. Sizes are interleaved over
    `--rounds` rounds, and each figure is the median of its rounds, so the machine's load
    drifts over all sizes alike.
-3. `hwsel train` (``--trials 1``) reading its records from the server at each size.
+3. `hwsel train` (``--trials 1``) at each size: from the DuckDB file (its wall time, the seconds it
+   took to read and build its training table, its peak memory), and from the server the night
+   after (its DuckDB mirror holds the earlier nights, the new night is copied in first: the
+   records it copied prove it read that night only). ``--duckdb-only-sizes`` adds sizes with the
+   DuckDB figures only (no server fill: 171k runs in PostgreSQL take more memory than this runner has).
 
 The experiments are filled fast by PostgreSQL's COPY into MLflow's own tables (runs, tags, params,
 metrics, latest_metrics), with the very tags, params and metrics `MlflowSink` writes for each
-record, a parent run per 500 records (about a CI session's size); the DuckDB file gets the same records through `DuckDBSink`.
+record, one night per day: a parent run per night holding one copy of every record of
+``--records`` (default: the real H100 records of the GPU evidence, 469 a night, where the folder
+exists; else 500 synthetic CPU records); the DuckDB file gets the same records through `DuckDBSink`.
 Going through MLflow's REST API instead costs about 3 requests per run (hours at 50k here).
 
 Run it alone: ``flock /tmp/hwbench-timing.lock python benchmarks/team_scale.py``.
@@ -24,6 +30,8 @@ Run it alone: ``flock /tmp/hwbench-timing.lock python benchmarks/team_scale.py``
 from __future__ import annotations
 
 import argparse
+import dataclasses
+import datetime as dt
 import json
 import os
 import statistics
@@ -33,6 +41,7 @@ import tempfile
 import time
 import uuid
 from collections import Counter
+from collections.abc import Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -47,6 +56,9 @@ from pytest_hwbench.sinks._fields import epoch_ms, to_text  # noqa: E402
 from pytest_hwbench.sinks.mlflow_layout import record_tags, session_run_name, session_tags  # noqa: E402
 
 RECORDS_PER_SESSION = 500
+#: The real H100 records one night of the quick tier holds (`--records`' default where present).
+GPU_EVIDENCE = Path("/work/shared/gpu-evidence")
+NIGHT0 = dt.datetime(2025, 1, 1, 2, 0, tzinfo=dt.timezone.utc)
 
 RUNNER = """
 import json, sys, time
@@ -154,65 +166,96 @@ def runners(server: TeamServer, k: int, per_runner: int, work: Path) -> str:
     return line + (f"  errors: {errors}" if errors else "")
 
 
-def fill(server: TeamServer, experiment: str, n_runs: int, db: Path) -> None:
-    """`n_runs` child runs (and their parents) straight into MLflow's tables; the same records
-    into the DuckDB file at `db`. Params and metrics repeat over 64 templates (the timings do not
-    depend on their values); ids, sessions and tags are each run's own."""
-    import dataclasses
+def night_templates(files: list[Path]) -> list[BenchmarkRecord]:
+    """One night's records: those of `files` (records files), else 500 synthetic CPU records."""
+    import warnings
 
+    from pytest_hwbench.sinks import read_records
+
+    records: list[BenchmarkRecord] = []
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")  # the evidence folder's sessions.jsonl holds sessions, not records
+        for file in files:
+            records += read_records(file)
+    if records:
+        return records
+    session = make_session("filler")
+    return [make_record(session, i, kind="vision" if i % 2 else "text") for i in range(RECORDS_PER_SESSION)]
+
+
+def nights(base: list[BenchmarkRecord], n_runs: int, first: int = 0) -> Iterator[tuple[SessionInfo, list[BenchmarkRecord]]]:
+    """`n_runs` records as nights of `base` (one session a night, a day apart, from night `first`),
+    each record with its own id."""
+    done, night = 0, first
+    while done < n_runs:
+        started = NIGHT0 + dt.timedelta(days=night)
+        session = dataclasses.replace(make_session(f"night-{night}"), started_at=started.isoformat())
+        records = [dataclasses.replace(template, record_id=uuid.uuid4().hex, session_id=session.session_id,
+                                       created_at=(started + dt.timedelta(seconds=i)).isoformat())
+                   for i, template in enumerate(base[: n_runs - done])]
+        yield session, records
+        done += len(records)
+        night += 1
+
+
+def fill_duckdb(db: Path, base: list[BenchmarkRecord], n_runs: int) -> int:
+    """`n_runs` records as nights of `base` into the DuckDB file at `db`; returns the nights."""
+    duck = DuckDBSink(db)
+    count = 0
+    for session, records in nights(base, n_runs):
+        duck.open_session(session)
+        duck.write(records)
+        duck.close("finished")
+        count += 1
+    return count
+
+
+def fill(server: TeamServer, experiment: str, n_runs: int, db: Path, base: list[BenchmarkRecord]) -> None:
+    """`n_runs` child runs (and their parents), nights of `base`, straight into MLflow's tables;
+    the same records into the DuckDB file at `db`. Ids, sessions and tags are each run's own."""
     import psycopg
 
     sink = MlflowSink(server.uri, experiment)
     with sink._mlflow_env():
         experiment_id = sink._experiment()
         location = sink._client().get_experiment(experiment_id).artifact_location
-    template_session = make_session("filler")
-    templates = []
-    for i in range(64):
-        record = make_record(template_session, i, kind="vision" if i % 2 else "text")
-        templates.append((record, [(key, to_text(key, value)) for key, value in record.params().items()],
-                          [(key, float(value)) for key, value in record.metrics().items() if value is not None]))
-    runs, tags, params, metrics = [], [], [], []
+    by_position = [([(key, to_text(key, value)) for key, value in t.params().items()],
+                    [(key, float(value)) for key, value in t.metrics().items() if value is not None]) for t in base]
     duck = DuckDBSink(db)
-    sessions = max(1, -(-n_runs // RECORDS_PER_SESSION))
-    done = 0
-    for s in range(sessions):
-        session = make_session(f"filler-{s % 8}")
-        parent = uuid.uuid4().hex
-        started = epoch_ms(session.started_at)
-        runs.append((parent, session_run_name(session), "FINISHED", started, started + 60_000, "active",
-                     f"{location}/{parent}/artifacts", int(experiment_id), "hwbench"))
-        tags += [(key, value, parent) for key, value in session_tags(session).items()]
-        tags.append(("mlflow.runName", session_run_name(session), parent))
-        records = []
-        for i in range(min(RECORDS_PER_SESSION, n_runs - done)):
-            template, template_params, template_metrics = templates[(done + i) % len(templates)]
-            record = dataclasses.replace(template, record_id=uuid.uuid4().hex, session_id=session.session_id)
-            records.append(record)
-            run = uuid.uuid4().hex
-            created = epoch_ms(record.created_at) or started
-            runs.append((run, record.run_name, "FINISHED", created - 1000, created, "active",
-                         f"{location}/{run}/artifacts", int(experiment_id), "hwbench"))
-            tags += [(key, value, run) for key, value in record_tags(record, parent).items()]
-            tags.append(("mlflow.runName", record.run_name, run))
-            params += [(key, value, run) for key, value in template_params]
-            metrics += [(key, value, created, 0, False, run) for key, value in template_metrics]
-        done += len(records)
-        duck.open_session(session)
-        duck.write(records)
-        duck.close("finished")
     with psycopg.connect(server.backend_uri) as con, con.cursor() as cur:
-        for table, columns, rows in (
-            ("runs", "run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, experiment_id, "
-             "user_id", runs),
-            ("tags", "key, value, run_uuid", tags),
-            ("params", "key, value, run_uuid", params),
-            ("metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
-            ("latest_metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
-        ):
-            with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
-                for row in rows:
-                    copy.write_row(row)
+        for session, records in nights(base, n_runs):
+            runs, tags, params, metrics = [], [], [], []
+            parent = uuid.uuid4().hex
+            started = epoch_ms(session.started_at)
+            runs.append((parent, session_run_name(session), "FINISHED", started, started + 60_000, "active",
+                         f"{location}/{parent}/artifacts", int(experiment_id), "hwbench"))
+            tags += [(key, value, parent) for key, value in session_tags(session).items()]
+            tags.append(("mlflow.runName", session_run_name(session), parent))
+            for i, record in enumerate(records):
+                template_params, template_metrics = by_position[i]
+                run = uuid.uuid4().hex
+                created = epoch_ms(record.created_at) or started
+                runs.append((run, record.run_name, "FINISHED" if record.status == "passed" else "FAILED",
+                             created - 1000, created, "active", f"{location}/{run}/artifacts", int(experiment_id),
+                             "hwbench"))
+                tags += [(key, value, run) for key, value in record_tags(record, parent).items()]
+                tags.append(("mlflow.runName", record.run_name, run))
+                params += [(key, value, run) for key, value in template_params]
+                metrics += [(key, value, created, 0, False, run) for key, value in template_metrics]
+            duck.open_session(session)
+            duck.write(records)
+            duck.close("finished")
+            for table, columns, rows in (
+                ("runs", "run_uuid, name, status, start_time, end_time, lifecycle_stage, artifact_uri, experiment_id, "
+                 "user_id", runs),
+                ("tags", "key, value, run_uuid", tags),
+                ("params", "key, value, run_uuid", params),
+                ("metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
+                ("latest_metrics", "key, value, timestamp, step, is_nan, run_uuid", metrics),
+            ):
+                with cur.copy(f"COPY {table} ({columns}) FROM STDIN") as copy:
+                    for row in rows:
+                        copy.write_row(row)
         con.commit()
         cur.execute("ANALYZE")
 
@@ -221,6 +264,91 @@ def timed(fn: object) -> float:
     began = time.perf_counter()
     fn()  # type: ignore[operator]
     return time.perf_counter() - began
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainFigures:
+    """One `hwsel train` process: wall seconds, its own read_s (records read and training table
+    built), peak RSS in MiB, and its JSON answer (None when it failed; `error` says why)."""
+
+    wall_s: float
+    peak_mb: float
+    answer: dict[str, object] | None
+    error: str = ""
+
+    def text(self) -> str:
+        if self.answer is None:
+            return f"{self.wall_s:6.1f} s, peak {self.peak_mb:5.0f} MiB ({self.error})"
+        mirrored = self.answer.get("mirrored")
+        return (f"{self.wall_s:6.1f} s, read and table {float(self.answer['read_s']):5.2f} s, peak {self.peak_mb:5.0f} "
+                f"MiB, {self.answer['records']} records -> {self.answer['rows']} rows"
+                + (f", mirror copied {mirrored} records" if mirrored else ""))
+
+
+def hwsel_train(args: list[str], work: Path, timeout: float) -> TrainFigures:
+    """`hwsel train --trials 1 --no-progress --json ARGS` in its own process, its peak memory from
+    the kernel's accounting of that process (wait4)."""
+    out, err = work / "train.out", work / "train.err"
+    cmd = [str(Path(sys.executable).with_name("hwsel")), "train", "--trials", "1", "--no-progress", "--json",
+           "--timeout", f"{timeout:g}", *args]
+    began = time.perf_counter()
+    with out.open("w") as stdout, err.open("w") as stderr:
+        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
+        _, status, usage = os.wait4(proc.pid, 0)
+        proc.returncode = os.waitstatus_to_exitcode(status)
+    wall = time.perf_counter() - began
+    peak = usage.ru_maxrss / 1024  # KiB on Linux
+    if proc.returncode != 0:
+        tail = (err.read_text().strip().splitlines() or [""])[-1][:160]
+        return TrainFigures(wall, peak, None, f"exit {proc.returncode}: {tail}")
+    return TrainFigures(wall, peak, json.loads(out.read_text()))
+
+
+def train_from_duckdb(db: Path, work: Path, timeout: float) -> TrainFigures:
+    """hwsel train reading the DuckDB file at `db`."""
+    return hwsel_train(["--source", str(db), "--tracking-uri", f"sqlite:///{work / f'registry-{db.stem}.db'}"],
+                       work, timeout)
+
+
+def train_next_night(server: TeamServer, experiment: str, db: Path, base: list[BenchmarkRecord], work: Path,
+                     timeout: float) -> TrainFigures:
+    """hwsel train from the server the night after: its mirror (a copy of `db`, which holds every
+    earlier night) gets the new night, replayed to the server first, then answers."""
+    import shutil
+
+    mirror = work / f"mirror-{db.stem}.duckdb"
+    shutil.copyfile(db, mirror)
+    import duckdb
+
+    with duckdb.connect(str(db), read_only=True) as con:
+        held = int(con.execute("SELECT count(*) FROM sessions").fetchone()[0])  # type: ignore[index]
+    session, records = next(nights(base, len(base), first=held))
+    spool = spool_with(work / f"night-{db.stem}", session, records)
+    [result] = replay_each(Spool(spool), [MlflowSink(server.uri, experiment)], deadline_s=300)
+    assert result.ok and result.written == len(records), result
+    return hwsel_train(["--source", server.uri, "--experiment", experiment, "--mirror", str(mirror),
+                        "--tracking-uri", f"sqlite:///{work / f'registry-server-{db.stem}.db'}"], work, timeout)
+
+
+def train_section(server: TeamServer | None, experiments: dict[int, str], dbs: dict[int, Path],
+                  base: list[BenchmarkRecord], work: Path, timeout: float) -> None:
+    """Section 3: hwsel train per size, from DuckDB and (where a server holds the size) from the
+    server the night after; then each figure against the smallest size's."""
+    print(f"\n3. hwsel train --trials 1 per size (timeout {timeout:g} s): from the DuckDB file, and from the "
+          "server the night after through its incremental DuckDB mirror", flush=True)
+    duck: dict[int, TrainFigures] = {}
+    for size in sorted(dbs):
+        duck[size] = train_from_duckdb(dbs[size], work, timeout)
+        print(f"  {size:>7} runs, DuckDB: {duck[size].text()}", flush=True)
+        if server is not None and size in experiments:
+            night = train_next_night(server, experiments[size], dbs[size], base, work, timeout)
+            ratio = night.wall_s / duck[size].wall_s
+            print(f"  {size:>7} runs, server, next night: {night.text()} ({ratio:.2f}x the DuckDB figure)", flush=True)
+    smallest = min(duck)
+    for size in sorted(duck):
+        if size != smallest:
+            print(f"  {size:>7} runs from DuckDB: wall {duck[size].wall_s / duck[smallest].wall_s:.2f}x, peak memory "
+                  f"{duck[size].peak_mb / duck[smallest].peak_mb:.2f}x the {smallest}-run figures", flush=True)
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -232,6 +360,14 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rounds", type=int, default=1, help="interleaved rounds over the sizes (default 1)")
     parser.add_argument("--train-timeout", type=float, default=600, help="seconds given to one hwsel train (its --timeout)")
     parser.add_argument("--skip-train", action="store_true", help="leave out the hwsel train timings")
+    parser.add_argument("--duckdb-only-sizes", default="",
+                        help="more sizes for the hwsel train figures from DuckDB only, no server fill (e.g. 171185)")
+    parser.add_argument("--duckdb-cache", type=Path, default=None, metavar="DIR",
+                        help="keep the --duckdb-only-sizes files in DIR (nights-SIZE.duckdb) and reuse them on a "
+                             "later run (default: built in the temporary folder each run)")
+    parser.add_argument("--records", nargs="*", type=Path, default=None, metavar="FILE",
+                        help="records files one night holds (default: the GPU evidence's *.jsonl where present, "
+                             "else 500 synthetic CPU records)")
     args = parser.parse_args(argv)
     reason = missing()
     if reason:
@@ -239,6 +375,11 @@ def main(argv: list[str] | None = None) -> int:
         return 2
     ks = [int(k) for k in args.runners.split(",") if k]
     sizes = [int(s) for s in args.sizes.split(",") if s]
+    duckdb_only = [int(s) for s in args.duckdb_only_sizes.split(",") if s]
+    files = args.records if args.records is not None else sorted(GPU_EVIDENCE.glob("*/*.jsonl"))
+    one_night = night_templates(files)
+    print(f"one night: {len(one_night)} records ({'synthetic' if not files else f'{len(files)} records files'})",
+          flush=True)
     with tempfile.TemporaryDirectory(prefix="hwbench-team-") as tmp:
         work = Path(tmp)
         began = time.perf_counter()
@@ -254,7 +395,7 @@ def main(argv: list[str] | None = None) -> int:
             experiments = {}
             for size in sizes:
                 experiment = f"team-size{size}"
-                fill_s = timed(lambda e=experiment, s=size: fill(server, e, s, work / f"size{s}.duckdb"))
+                fill_s = timed(lambda e=experiment, s=size: fill(server, e, s, work / f"size{s}.duckdb", one_night))
                 experiments[size] = experiment
                 print(f"  filled {size} runs in {fill_s:.0f} s", flush=True)
             figures: dict[int, dict[str, list[float]]] = {s: {"replay": [], "import": [], "again": []} for s in sizes}
@@ -287,22 +428,16 @@ def main(argv: list[str] | None = None) -> int:
                       f"second import of the unchanged server {med['again']:5.2f} s", flush=True)
 
             if not args.skip_train:
-                print(f"\n3. hwsel train --trials 1 reading from the server (timeout {args.train_timeout:.0f} s)",
-                      flush=True)
-                for size in sizes:
-                    registry = f"sqlite:///{work / f'registry-{size}.db'}"
-                    cmd = [str(Path(sys.executable).with_name("hwsel")), "train", "--source", server.uri,
-                           "--experiment", experiments[size], "--tracking-uri", registry, "--trials", "1",
-                           "--no-progress", "--timeout", f"{args.train_timeout:g}"]
-                    began = time.perf_counter()
-                    try:
-                        proc = subprocess.run(cmd, capture_output=True, text=True, timeout=args.train_timeout + 60)
-                        took = time.perf_counter() - began
-                        tail = (proc.stderr.strip().splitlines() or [""])[-1][:160]
-                        status = "ok" if proc.returncode == 0 else f"exit {proc.returncode}: {tail}"
-                        print(f"  {size:>6} runs (+{args.new * args.rounds}): {took:6.1f} s ({status})", flush=True)
-                    except subprocess.TimeoutExpired:
-                        print(f"  {size:>6} runs: did not finish within {args.train_timeout:.0f} s", flush=True)
+                dbs = {size: work / f"size{size}.duckdb" for size in sizes}
+                for size in duckdb_only:
+                    dbs[size] = (args.duckdb_cache or work) / f"nights-{size}.duckdb"
+                    if dbs[size].exists():
+                        print(f"  reusing {dbs[size]} ({size} runs, no server)", flush=True)
+                        continue
+                    dbs[size].parent.mkdir(parents=True, exist_ok=True)
+                    fill_s = timed(lambda d=dbs[size], s=size: fill_duckdb(d, one_night, s))
+                    print(f"  filled a DuckDB file with {size} runs in {fill_s:.0f} s (no server)", flush=True)
+                train_section(server, experiments, dbs, one_night, work, args.train_timeout)
     return 0
 
 
