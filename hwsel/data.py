@@ -288,22 +288,18 @@ class RecordCounts:
     """What became of a source's records on their way to the training table.
 
     `records`: usable records (passed, with a latency, not left out as interfered); `dropped`:
-    records that cannot be measurements, by reason (`drop_impossible`); `noisy_reasons`:
-    interfered records left out, by kind (`noise_kind`); `other_modes`: usable records of modes
+    records that cannot be measurements, by reason (`drop_impossible`); `noisy`: interfered
+    records left out, and `noisy_reasons` how many of each kind (`noise_kind`); `other_modes`: usable records of modes
     hwsel does not learn, by mode; `outside`: usable records a window left out (the newest N
     sessions per configuration, `hwsel.history.Window`).
     """
 
     records: int
     dropped: Mapping[str, int] = field(default_factory=dict)
+    noisy: int = 0
     noisy_reasons: Mapping[str, int] = field(default_factory=dict)
     other_modes: Mapping[str, int] = field(default_factory=dict)
     outside: int = 0
-
-    @property
-    def noisy(self) -> int:
-        """Interfered records left out."""
-        return sum(self.noisy_reasons.values())
 
     @classmethod
     def of(cls, runs: pd.DataFrame | RecordCounts) -> RecordCounts:
@@ -313,7 +309,9 @@ class RecordCounts:
         modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference") \
             if "mode" in runs.columns else pd.Series("inference", index=runs.index, dtype=object)
         other = modes[~modes.isin(MODES)].value_counts()
-        return cls(len(runs), dict(runs.attrs.get("dropped") or {}), dict(runs.attrs.get("noisy_reasons") or {}),
+        noisy = int(runs.attrs.get("noisy") or 0)
+        return cls(len(runs), dict(runs.attrs.get("dropped") or {}), noisy,
+                   dict(runs.attrs.get("noisy_reasons") or {}) if noisy else {},
                    {str(mode): int(n) for mode, n in other.items()})
 
 

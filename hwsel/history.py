@@ -377,7 +377,7 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
     table["memory_mb"] = pd.to_numeric(stats["_memory"], errors="coerce").to_numpy(dtype=float)
     table["repeats"] = stats["repeats"].to_numpy(dtype=np.int64)
     table["latency_spread"] = stats["latency_spread"].to_numpy(dtype=float)
-    return History(table, RecordCounts(records, dropped, noisy_reasons, other_modes, outside))
+    return History(table, RecordCounts(records, dropped, sum(noisy_reasons.values()), noisy_reasons, other_modes, outside))
 
 
 def mirror_path(source: str, experiment: str, directory: str | os.PathLike[str]) -> Path:
