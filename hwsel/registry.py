@@ -11,7 +11,9 @@ Each version carries tags saying what it learned from: ``hwsel.training_run_id``
 ``hwsel.params``, the cross-validated ``hwsel.score``, the residual quantiles
 (``hwsel.residual_q10``/``q90``: one band for every answer) and, for latency, ``hwsel.intervals``:
 the artifact of its adaptive intervals (`hwsel.intervals.AdaptiveIntervals`, calibrated on
-leave-one-model-out folds), which `ChampionModel.interval` uses when present.
+leave-one-model-out folds), which `ChampionModel.interval` uses when present; beside the trained
+model's band it holds the roofline layer's (and, where enough models calibrate one, the blended
+answers'), which `hwsel.predict.Predictor` serves with those answers.
 
 All calls go through an explicit `MlflowClient`; models are saved locally and uploaded with
 `log_artifacts`, so no fluent run is ever started (mlflow #159, #9235).
