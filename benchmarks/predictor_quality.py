@@ -524,9 +524,6 @@ def adaptive_bands(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> pd.D
 
 #: A layer's coverage aim is judged where it answers at least this many rows.
 LAYER_MIN_ROWS = 20
-#: Distance buckets (`hwsel.intervals.novelty`: log FLOPs to the nearest measured model, +1 for an
-#: unseen model type, +1 for an unseen family, 4 for a configuration no other model was measured in).
-DISTANCE_BUCKETS = ((0.0, 0.25), (0.25, 1.0), (1.0, 2.0), (2.0, math.inf))
 
 
 def measured_answers(ds: Dataset, level: float = LEVEL) -> pd.DataFrame:
@@ -695,6 +692,8 @@ def coverage_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> pd.DataFrame:
                        f"{aims.check(f'{ds.name} {name} coverage (upper)', cov, COVERAGE_MAX, at_most=True)}")
         print(line + verdict)
     print("  coverage by distance to the other models (every row; rows, coverage, median width):")
+    from hwsel.intervals import DISTANCE_BUCKETS
+
     head = "".join(f"{f'{lo:g}-{hi:g}' if math.isfinite(hi) else f'>={lo:g}':>24}" for lo, hi in DISTANCE_BUCKETS)
     print(f"  {'layer':<10}{head}")
     for name in ("trained", "blended", "roofline"):

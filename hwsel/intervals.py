@@ -46,6 +46,9 @@ MIN_GROUP_ROWS = 10
 MIN_LAYER_MODELS = 5
 #: The answering layers that carry a calibrated band, in the order `hwsel.predict.Predictor` asks.
 LAYERS: tuple[str, ...] = ("measured", "trained", "blended", "roofline")
+#: Distance buckets coverage is reported per (`novelty`: log FLOPs to the nearest measured model,
+#: +1 for an unseen model type, +1 for an unseen family, `UNSEEN_CONFIG` for an unseen configuration).
+DISTANCE_BUCKETS: tuple[tuple[float, float], ...] = ((0.0, 0.25), (0.25, 1.0), (1.0, 2.0), (2.0, math.inf))
 #: Columns `novelty` reads.
 NOVELTY_COLUMNS: tuple[str, ...] = ("model", "model_type", "family", "hardware", "backend", "precision",
                                     "log_flops_per_item")
@@ -389,6 +392,6 @@ class AdaptiveIntervals:
         return cls(AdaptiveBand.from_dict(doc["band"]), known, layers)
 
 
-__all__ = ["FAMILY_STEP", "LAYERS", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
+__all__ = ["DISTANCE_BUCKETS", "FAMILY_STEP", "LAYERS", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
            "AdaptiveIntervals", "architecture_key", "blend_weights", "calibratable", "config_groups", "layer_oofs", "lomo_distances", "lomo_offsets",
            "novelty", "novelty_frame", "span_offsets"]

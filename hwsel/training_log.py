@@ -57,11 +57,20 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
     of their own for the roofline and blended answers (`hwsel.intervals.layer_oofs`), log them as
     the run's artifact ``intervals/latency_intervals.json`` with each layer's nested
     leave-one-model-out coverage and widths (``latency.lomo_interval_*`` for the trained model,
-    ``latency.<layer>_interval_*`` for the others, and ``latency.<layer>_interval_rows``), and return the
+    ``latency.<layer>_interval_*`` for the others, the rows of each, and the coverage per distance
+    bucket as ``..._coverage.d<low>-<high>``, `hwsel.intervals.DISTANCE_BUCKETS`), and return the
     artifact's URI; None with fewer than two models."""
     from mlflow.entities import Metric
 
-    from hwsel.intervals import AdaptiveIntervals, calibratable, layer_oofs, lomo_offsets, novelty_frame
+    from hwsel.intervals import (
+        DISTANCE_BUCKETS,
+        AdaptiveIntervals,
+        calibratable,
+        layer_oofs,
+        lomo_distances,
+        lomo_offsets,
+        novelty_frame,
+    )
 
     if sub["model"].nunique() < 2:
         return None
@@ -77,7 +86,13 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
         resid = (part["y_true"] - part["y_pred"]).to_numpy()
         width = np.exp(high - low)
         prefix = "latency.lomo_interval" if name == "lomo" else f"latency.{name}_interval"
-        metrics.update({f"{prefix}_coverage": float(np.mean((resid >= low) & (resid <= high))),
+        inside = (resid >= low) & (resid <= high)
+        distance = lomo_distances(frame, part)
+        for lo, hi in DISTANCE_BUCKETS:  # coverage where the answers lie that far from the other models
+            bucket = (distance >= lo) & (distance < hi)
+            if bucket.any():
+                metrics[f"{prefix}_coverage.d{lo:g}-{hi:g}"] = float(np.mean(inside[bucket]))
+        metrics.update({f"{prefix}_coverage": float(np.mean(inside)),
                         f"{prefix}_width_median": float(np.median(width)),
                         f"{prefix}_width_p10": float(np.quantile(width, 0.1)),
                         f"{prefix}_width_p90": float(np.quantile(width, 0.9)),

@@ -171,6 +171,9 @@ def test_training_stores_a_roofline_band_that_the_roofline_layer_serves(trained:
     metrics = MlflowClient(uri).get_run(champion.run_id).data.metrics
     assert 0.0 < metrics["latency.roofline_interval_coverage"] <= 1.0
     assert metrics["latency.roofline_interval_rows"] == metrics["latency.lomo_interval_rows"]
+    # and per distance bucket (hwsel.intervals.DISTANCE_BUCKETS)
+    buckets = [k for k in metrics if k.startswith("latency.lomo_interval_coverage.d")]
+    assert buckets and all(0.0 <= metrics[k] <= 1.0 for k in buckets)
     predictor = Predictor.load(tracking_uri=uri, layers=("registered", "roofline", "rules"))
     q = predictor.query("bert-base", "cpu", batch_size=8)
     pred = RooflineLayer(4.0, intervals=champion.intervals).answer([q])[0]
