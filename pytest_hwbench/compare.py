@@ -59,7 +59,7 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -180,7 +180,15 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
         if bad:
             raise TypeError(f"{name} must hold BenchmarkRecords (read them with pytest_hwbench.sinks.read_records "
                             f"or load_records), got {bad[0]}")
-    sides_a, sides_b = sides_of(a), sides_of(b)
+    return compare_cases(sides_of(a), sides_of(b), threshold=threshold, alpha=alpha)
+
+
+def compare_cases(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side], *, threshold: float = 0.10,
+                  alpha: float = 0.05) -> list[Comparison]:
+    """`compare_records` on what each side holds of each case (case_id -> `Side`, in the order of
+    the side's records): a store that computes the sides itself (``case_summaries`` of the DuckDB
+    file) hands them here without building a record."""
+    check_verdict_settings(threshold, alpha)
     pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     host = learn_host_model(pairs)
     runs = learn_run_spread(pairs, host)
@@ -189,11 +197,13 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
             for case in order]
 
 
-
-
 def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> HostModel:
     """The `HostModel` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    sides_a, sides_b = sides_of(a), sides_of(b)
+    return host_model_of_sides(sides_of(a), sides_of(b))
+
+
+def host_model_of_sides(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> HostModel:
+    """The `HostModel` that `compare_cases` learns from `sides_a` and `sides_b`."""
     return learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
 
 
@@ -247,7 +257,7 @@ def _history_spread(a: Side, b: Side) -> float | None:
     logs_a, logs_b = a.session_logs, b.session_logs
     if max(len(logs_a), len(logs_b)) < 2:
         return None
-    squares = sum((x - float(np.mean(g))) ** 2 for g in (logs_a, logs_b) if len(g) > 1 for x in g)
+    squares = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in (logs_a, logs_b) if len(g) > 1)
     dof = sum(len(g) - 1 for g in (logs_a, logs_b) if len(g) > 1)
     sd = math.sqrt(squares / dof)
     return sd * math.sqrt(1 / max(1, len(logs_a)) + 1 / max(1, len(logs_b)))
@@ -478,5 +488,6 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
     }, indent=2, default=str)
 
 
-__all__ = ["DECISIVE_SHARE", "Comparison", "advice", "compare_pairs", "compare_records", "decisiveness",
-           "exit_code", "format_table", "host_model_of", "run_spread_of", "to_json"]
+__all__ = ["DECISIVE_SHARE", "Comparison", "advice", "compare_cases", "compare_pairs", "compare_records",
+           "decisiveness", "exit_code", "format_table", "host_model_of", "host_model_of_sides", "run_spread_of",
+           "to_json"]

@@ -10,8 +10,9 @@ from __future__ import annotations
 import dataclasses
 import math
 from collections import defaultdict
-from collections.abc import Sequence
-from dataclasses import dataclass, field
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 
@@ -80,7 +81,8 @@ class Side:
     """What one side knows of one case."""
 
     rounds: tuple[float, ...] = ()
-    sessions: dict[str, list[float]] = field(default_factory=dict)
+    #: per session, the median of its rounds (a history's sessions, one for a single session)
+    session_medians: tuple[float, ...] = ()
     threads: frozenset[int] = frozenset()
     devices: frozenset[str] = frozenset()
     #: median time of the host's reference kernel beside these records, from records that carry
@@ -102,7 +104,7 @@ class Side:
     @property
     def session_logs(self) -> list[float]:
         """The log of each session's median round."""
-        return [math.log(float(np.median(v))) for v in self.sessions.values() if v and float(np.median(v)) > 0]
+        return [math.log(v) for v in self.session_medians if v > 0]
 
 def record_rounds(record: BenchmarkRecord) -> list[float]:
     rounds = round_medians(record.timings_ms)
@@ -127,7 +129,7 @@ def side_of(records: Sequence[BenchmarkRecord]) -> Side:
         sessions[record.session_id].extend(mine)
     return Side(
         rounds=tuple(rounds),
-        sessions=dict(sessions),
+        session_medians=tuple(float(np.median(v)) for v in sessions.values() if v),
         threads=frozenset(r.threads for r in used if r.threads is not None),
         devices=frozenset(r.device_name for r in used if r.device_name),
         reference_us=median_of([r.interference.get("reference_us") for r in used
@@ -135,6 +137,15 @@ def side_of(records: Sequence[BenchmarkRecord]) -> Side:
         noise=noise,
         noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
     )
+
+def side_of_summary(summary: Mapping[str, Any]) -> Side:
+    """The `Side` of one case from what a store computed of it (the keys of
+    ``sinks._duckdb_read.case_summaries``): the same side `side_of` builds from its records."""
+    return Side(rounds=tuple(summary["rounds"]), session_medians=tuple(summary["session_medians"]),
+                threads=frozenset(summary["threads"]), devices=frozenset(summary["devices"]),
+                reference_us=summary["reference_us"], noise=summary["noise"],
+                noisy_reason=summary["noisy_reason"], failure=summary["failure"])
+
 
 def inconclusive_reason(a: Side, b: Side) -> str:
     """Why the two sides measured different things and cannot be compared at all, or ""."""
@@ -261,4 +272,4 @@ def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> Run
 __all__ = ["ELASTICITY_Z", "HOST_WINDOW", "MAX_HOST_RATIO", "MIN_ELASTICITY_SD", "MIN_HOST_CHANGE",
            "MIN_LEARNING_CASES", "MIN_RUN_CASES", "UNPROVEN_ELASTICITY_SD", "HostModel", "RunSpread", "Side",
            "corrected_log_change", "host_ratio", "inconclusive_reason", "learn_host_model", "learn_run_spread",
-           "record_rounds", "side_of", "sides_of", "smoothed_references"]
+           "record_rounds", "side_of", "side_of_summary", "sides_of", "smoothed_references"]

@@ -34,7 +34,9 @@ from .sinks.transfer import copy_sessions
 from .vocabulary import DEFAULT_EXPERIMENT
 
 if TYPE_CHECKING:
-    from .record import BenchmarkRecord
+    from collections.abc import Sequence
+
+    from .compare_sides import Side
 
 def store_args(parser: argparse.ArgumentParser, *, mlflow: bool = False) -> None:
     """The store's options: ``--store``, ``--db`` and, with `mlflow`, ``--mlflow-uri`` and
@@ -64,9 +66,9 @@ def _db(args: argparse.Namespace) -> str:
 
 def _session_id(db: str, wanted: str | None) -> str:
     """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
-    from .sinks._duckdb_read import list_sessions
+    from .sinks._duckdb_read import session_ids
 
-    ids = list(list_sessions(db)["session_id"])
+    ids = session_ids(db)
     if not ids:
         raise ValueError(f"{db} holds no sessions; run the benchmarks first")
     if wanted in (None, "latest"):
@@ -302,16 +304,13 @@ def _compare_args(parser: argparse.ArgumentParser) -> None:
     _request_timeout_arg(parser)
 
 
-def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> list[BenchmarkRecord]:
-    """The records of the sessions `wanted` names (see `_compare_args`) among `records`."""
-    newest: dict[str, str] = {}
-    for record in records:
-        newest[record.session_id] = max(newest.get(record.session_id, ""), record.created_at)
-    ids = sorted(newest, key=newest.__getitem__, reverse=True)
+def _chosen(ids: Sequence[str], wanted: str, where: str) -> list[str] | None:
+    """The session ids `wanted` names (see `_compare_args`) among `ids`, newest first; None for
+    'all'. ValueError when a name matches no session or several."""
     if not ids:
         raise ValueError(f"{where} holds no records; run the benchmarks first")
     if wanted == "all":
-        return records
+        return None
     chosen: list[str] = []
     for part in (p.strip() for p in wanted.split(",")):
         if part == "latest":
@@ -322,7 +321,7 @@ def _pick_sessions(records: list[BenchmarkRecord], wanted: str, where: str) -> l
             what = "matches no" if not matches else f"matches {len(matches)}"
             raise ValueError(f"session {part!r} {what} session in {where}; `hwbench sessions` lists them")
         chosen.append(matches[0])
-    return [r for r in records if r.session_id in set(chosen)]
+    return chosen
 
 
 def _session_parts(wanted: str) -> list[str]:
@@ -334,23 +333,43 @@ def _session_parts(wanted: str) -> list[str]:
     return parts
 
 
-def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> list[BenchmarkRecord]:
-    from .sinks._duckdb_read import load_records
+def _duckdb_file(args: argparse.Namespace, source: str | None) -> str | None:
+    """The DuckDB file a side reads: the store's (no source), or a source that is a DuckDB file's
+    path; None for any other source."""
+    from .sinks.readers import source_kind
+
+    if source is None:
+        return _db(args)
+    prefix, sep, _ = source.partition(":")
+    local = not sep or len(prefix) == 1  # a path (a Windows drive letter too), not NAME:TARGET or a URI
+    if local and Path(source).exists() and source_kind(source) == "duckdb":
+        return source
+    return None
+
+
+def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> dict[str, Side]:
+    """What the side holds of each case: computed in the DuckDB file for a DuckDB side (only the
+    sessions asked for), else built from the records of the sessions asked for."""
+    from .compare_sides import side_of_summary, sides_of
+    from .sinks._duckdb_read import case_summaries
     from .sinks.mlflow_calls import MlflowStoreError
-    from .sinks.readers import read_records, source_kind
+    from .sinks.readers import read_chosen, source_kind
 
     parts = _session_parts(wanted)
-    if source is None:  # the DuckDB file: read only the sessions asked for
-        db = _db(args)
-        if wanted == "all":
-            return load_records(db)
-        return [r for part in parts for r in load_records(db, _session_id(db, part))]
+    db = _duckdb_file(args, source)
+    if db is not None:
+        ids = None if wanted == "all" else [_session_id(db, part) for part in parts]
+        return {s["case_id"]: side_of_summary(s) for s in case_summaries(db, ids)}
+    assert source is not None
     shown = redact_uri(source)
     remote = source_kind(source) == "mlflow"
     if remote:
         require_answer(source, "source")
+    experiment = args.experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
+    where = f"{shown} (experiment {experiment!r})" if remote else shown
     try:
-        records = read_records(source, experiment=args.experiment, with_timings=True)
+        records = read_chosen(source, lambda ids: _chosen(ids, wanted, where), experiment=args.experiment,
+                              with_timings=True)
     except (ValueError, FileNotFoundError):
         raise
     except (OSError, MlflowStoreError) as exc:
@@ -359,32 +378,42 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
         if not remote:
             raise
         raise ConnectionError(f"source {shown} cannot be read: {redact_uri(f'{type(exc).__name__}: {exc}')}") from None
-    experiment = args.experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
-    return _pick_sessions(records, wanted, f"{shown} (experiment {experiment!r})" if remote else shown)
+    return sides_of(records)
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import compare_pairs, compare_records, exit_code, format_table, host_model_of, to_json
+    from .compare import (
+        compare_cases,
+        compare_pairs,
+        exit_code,
+        format_table,
+        host_model_of,
+        host_model_of_sides,
+        to_json,
+    )
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
-        from .sinks._duckdb_read import list_sessions
+        from .sinks._duckdb_read import list_sessions, load_records
 
         pair = args.session_a[len("pair:"):]
-        frame = list_sessions(_db(args))
+        db = _db(args)
+        frame = list_sessions(db)
         sides = {(e or {}).get("ab_side"): sid for sid, e in zip(frame["session_id"], frame["extra"], strict=True)
                  if (e or {}).get("ab_pair") == pair}
         if set(sides) != {"A", "B"}:
             raise ValueError(f"pair {pair!r} has sessions {sorted(k for k in sides if k)} in the DuckDB file, not A "
                              "and B; `hwbench sessions` lists them")
-        args.session_a, args.session_b, args.source_a, args.source_b = sides["A"], sides["B"], None, None
+        a, b = load_records(db, sides["A"]), load_records(db, sides["B"])
+        comparisons = compare_pairs(a, b, threshold=args.threshold, alpha=args.alpha)  # judged round by round
+        host = host_model_of(a, b)
     elif args.session_b is None:
         raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
-    a = _compare_side(args, args.source_a, args.session_a)
-    b = _compare_side(args, args.source_b or args.source_a, args.session_b)
-    judge = compare_pairs if of_pair else compare_records  # a pair's sides are judged round by round
-    comparisons = judge(a, b, threshold=args.threshold, alpha=args.alpha)
-    host = host_model_of(a, b)
+    else:
+        sides_a = _compare_side(args, args.source_a, args.session_a)
+        sides_b = _compare_side(args, args.source_b or args.source_a, args.session_b)
+        comparisons = compare_cases(sides_a, sides_b, threshold=args.threshold, alpha=args.alpha)
+        host = host_model_of_sides(sides_a, sides_b)
     if getattr(args, "json", False):
         print(to_json(comparisons, host, advise=not of_pair))
     else:

@@ -74,7 +74,8 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None) ->
 
 
 def load_timings(path: str | os.PathLike[str], record_ids: Iterable[str]) -> dict[str, list[float]]:
-    """record_id -> raw timings in iteration order, for each of `record_ids` that has any."""
+    """record_id -> raw timings in iteration order (NaN where the file holds NULL, as the sink
+    writes a non-finite timing), for each of `record_ids` that has any."""
     import pandas as pd
 
     wanted = list(dict.fromkeys(record_ids))
@@ -87,7 +88,7 @@ def load_timings(path: str | os.PathLike[str], record_ids: Iterable[str]) -> dic
             "SELECT t.record_id, list(t.ms ORDER BY t.iteration) FROM timings t "
             "JOIN hwbench_ids_df i ON t.record_id = CAST(i.record_id AS VARCHAR) GROUP BY t.record_id"
         ).fetchall()
-    return {record_id: [float(v) for v in values] for record_id, values in rows}
+    return {record_id: [math.nan if v is None else float(v) for v in values] for record_id, values in rows}
 
 
 def list_sessions(path: str | os.PathLike[str]) -> pd.DataFrame:
@@ -103,6 +104,14 @@ def list_sessions(path: str | os.PathLike[str]) -> pd.DataFrame:
     frame["package_versions"] = [_parse_json(v) for v in frame["package_versions"]]
     frame["extra"] = [_parse_json(v) for v in frame["extra"]]
     return frame
+
+
+def session_ids(path: str | os.PathLike[str]) -> list[str]:
+    """The ids of the ``sessions`` table, newest first (the order of `list_sessions`), without
+    counting their records."""
+    with read_connection(path) as con:
+        rows = con.execute("SELECT session_id FROM sessions ORDER BY started_at DESC NULLS LAST, session_id").fetchall()
+    return [str(sid) for (sid,) in rows]
 
 
 def load_records(path: str | os.PathLike[str], session_id: str | None = None) -> list[BenchmarkRecord]:
@@ -129,6 +138,117 @@ def load_records(path: str | os.PathLike[str], session_id: str | None = None) ->
     return records
 
 
+#: Consecutive blocks of a record's timings whose medians are its rounds (`trackers.ROUNDS`).
+CASE_ROUNDS = 5
+
+#: Records on each side of a record in its session whose reference kernel readings are pooled
+#: into its host speed (`compare_sides.HOST_WINDOW`).
+REFERENCE_WINDOW = 2
+
+#: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
+_CASE_SUMMARY_STEPS = (
+    # the records of the sessions asked for, in the order a comparison reads them
+    """CREATE TEMP TABLE r AS
+    SELECT res.record_id, res.session_id, res.case_id, res.status, res.error, res.noise, res.noise_reason,
+           res.threads, res.device_name, res.hardware, res.latency_ms_median,
+           row_number() OVER (ORDER BY w.part, res.created_at, res.record_id) AS ord,
+           coalesce(json_type(res.interference, '$.host_speed') IN ('DOUBLE', 'BIGINT', 'UBIGINT')
+               AND CAST(json_extract(res.interference, '$.host_speed') AS DOUBLE) > 0, false) AS has_speed,
+           CASE WHEN json_type(res.interference, '$.reference_us') IN ('DOUBLE', 'BIGINT', 'UBIGINT')
+                THEN CAST(json_extract(res.interference, '$.reference_us') AS DOUBLE) END AS reference
+    FROM results res JOIN wanted w ON res.session_id = w.session_id""",
+    # per case: whether any record passed, any passed clean, its first error, status and noise reason
+    """CREATE TEMP TABLE c AS
+    SELECT case_id, bool_or(status = 'passed') AS any_passed,
+           bool_or(status = 'passed' AND coalesce(noise, '') <> 'noisy') AS any_clean, min(ord) AS first,
+           arg_min(error, ord) FILTER (coalesce(error, '') <> '') AS error, arg_min(status, ord) AS status,
+           arg_min(noise_reason, ord) FILTER (status = 'passed' AND coalesce(noise_reason, '') <> '') AS reason
+    FROM r GROUP BY case_id""",
+    # the records a side is judged on (passed, and clean where any passed clean), with the reference
+    # kernel's time smoothed over the records around each one in its session
+    """CREATE TEMP TABLE u AS
+    SELECT s.* FROM (
+        SELECT *, CASE WHEN has_speed AND reference IS NOT NULL THEN median(reference) OVER (
+                      PARTITION BY session_id, has_speed AND reference IS NOT NULL ORDER BY ord
+                      ROWS BETWEEN {window} PRECEDING AND {window} FOLLOWING) END AS smoothed
+        FROM r) s JOIN c USING (case_id)
+    WHERE s.status = 'passed' AND (NOT c.any_clean OR coalesce(s.noise, '') <> 'noisy')""",
+    # each judged record's rounds: medians of numpy.array_split's blocks (the first n % k hold one
+    # more) of its finite timings in iteration order; none kept: its median is its one round
+    """CREATE TEMP TABLE rounds AS
+    SELECT record_id, [list_median(v[k * q + least(k, rem) + 1 : (k + 1) * q + least(k + 1, rem)])
+                       FOR k IN range(least(len(v), {rounds}))] AS values
+    FROM (SELECT record_id, v, len(v) // least(len(v), {rounds}) AS q, len(v) % least(len(v), {rounds}) AS rem
+          FROM (SELECT record_id, list(ms ORDER BY iteration) AS v FROM timings
+                WHERE ms IS NOT NULL AND isfinite(ms) AND record_id IN (SELECT record_id FROM u)
+                GROUP BY record_id))""",
+    """INSERT INTO rounds
+    SELECT record_id, [latency_ms_median] FROM u
+    WHERE latency_ms_median IS NOT NULL AND isfinite(latency_ms_median)
+      AND NOT EXISTS (SELECT 1 FROM rounds WHERE rounds.record_id = u.record_id)""",
+    """CREATE TEMP TABLE per_session AS
+    SELECT u.case_id, u.session_id, flatten(list(rounds.values)) AS values
+    FROM u JOIN rounds USING (record_id) GROUP BY u.case_id, u.session_id""",
+    """SELECT c.case_id, c.any_passed, c.any_clean, c.error, c.status, c.reason,
+           coalesce(p.rounds, []), coalesce(p.session_medians, []), coalesce(k.threads, []),
+           coalesce(k.devices, []), k.reference_us, k.all_clean, k.all_unknown
+    FROM c
+    LEFT JOIN (SELECT case_id,
+                      list(DISTINCT threads) FILTER (threads IS NOT NULL) AS threads,
+                      list(DISTINCT device_name) FILTER (coalesce(device_name, '') <> '') AS devices,
+                      median(smoothed) FILTER (has_speed AND hardware IN (SELECT name FROM host_cpu)
+                                               AND smoothed IS NOT NULL AND isfinite(smoothed)) AS reference_us,
+                      bool_and(noise = 'clean') AS all_clean, bool_and(noise IS NULL) AS all_unknown
+               FROM u GROUP BY case_id) k USING (case_id)
+    LEFT JOIN (SELECT case_id, flatten(list(values)) AS rounds, list(list_median(values)) AS session_medians
+               FROM per_session GROUP BY case_id) p USING (case_id)
+    ORDER BY c.first""",
+)
+
+
+def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
+    """What a comparison needs of each case of the sessions `session_ids` (None: every session),
+    computed in the file: one dict per case, in the order of its first record (sessions in the
+    order given, then by time). Its keys: ``case_id``; ``failure`` (the first error, or ``status
+    X`` of its first record, where no record passed, else ""); ``rounds`` (the medians of
+    `CASE_ROUNDS` consecutive blocks of each judged record's finite timings, or the record's median
+    where it kept none; judged: passed, and clean where any passed clean); ``session_medians`` (per
+    session, the median of its rounds); ``threads``, ``devices``; ``reference_us`` (the median of
+    the judged host-CPU records' reference kernel times, each smoothed over `REFERENCE_WINDOW`
+    records on each side in its session; None where none carries host speed); ``noise``
+    (``clean``, ``noisy``, ``mixed`` or ``-``) and ``noisy_reason``."""
+    from pytest_hwbench.facts import target_set
+
+    with read_connection(path) as con:
+        if session_ids is None:
+            con.execute("CREATE TEMP TABLE wanted AS SELECT session_id, 0 AS part FROM sessions "
+                        "UNION SELECT DISTINCT session_id, 0 FROM results")
+        else:
+            con.execute("CREATE TEMP TABLE wanted (session_id VARCHAR, part INTEGER)")
+            con.executemany("INSERT INTO wanted VALUES (?, ?)", [[sid, i] for i, sid in enumerate(session_ids)])
+        con.execute("CREATE TEMP TABLE host_cpu (name VARCHAR)")
+        targets = sorted(target_set(host_cpu=True))
+        if targets:
+            con.executemany("INSERT INTO host_cpu VALUES (?)", [[name] for name in targets])
+        *steps, answer = (step.format(window=REFERENCE_WINDOW, rounds=CASE_ROUNDS) for step in _CASE_SUMMARY_STEPS)
+        for step in steps:
+            con.execute(step)
+        rows = con.execute(answer).fetchall()
+    out = []
+    for (case_id, any_passed, any_clean, error, status, reason, rounds, medians, threads, devices, reference,
+         all_clean, all_unknown) in rows:
+        noise = "noisy" if not any_clean else "clean" if all_clean else "-" if all_unknown else "mixed"
+        out.append({
+            "case_id": case_id,
+            "failure": "" if any_passed else (error or f"status {status}"),
+            "rounds": tuple(rounds), "session_medians": tuple(medians),
+            "threads": frozenset(threads), "devices": frozenset(devices), "reference_us": reference,
+            "noise": noise if any_passed else "-",
+            "noisy_reason": "" if any_clean or not any_passed else (reason or "busy machine"),
+        })
+    return out
+
+
 def is_missing(value: Any) -> bool:
     """None, NaN, pandas NA or NaT (what a NULL cell becomes in a frame)."""
     import pandas as pd
@@ -153,6 +273,9 @@ def export_parquet(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 
 __all__ = [
+    "CASE_ROUNDS",
+    "REFERENCE_WINDOW",
+    "case_summaries",
     "check_readable",
     "export_parquet",
     "is_missing",
@@ -160,4 +283,5 @@ __all__ = [
     "load_records",
     "load_results",
     "load_timings",
+    "session_ids",
 ]

@@ -20,7 +20,7 @@ import tempfile
 import time
 import uuid
 import warnings
-from collections.abc import Iterable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -489,12 +489,22 @@ def _factory(target: str | None, /, **options: Any) -> MlflowSink:
 
 
 def _reader(target: str | None, /, *, experiment: str | None = None, with_timings: bool = False,
+            choose: Callable[[Sequence[str]], Sequence[str] | None] | None = None,
             **options: Any) -> list[BenchmarkRecord]:
+    """The records of the store; with `choose`, of the sessions it picks among the session runs'
+    ids (newest first; None: every session), searched session by session."""
     if target is not None and target.lower().startswith("sqlite:///") and not sqlite_path(target).is_file():
         # A reader never makes a store: MLflow would create the folders and an empty database.
         raise FileNotFoundError(f"{redact_uri(target)}: {sqlite_path(target)} does not exist; name an existing "
                                 "store (a session writes one)")
-    return MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options).read_records(with_timings=with_timings)
+    sink = MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options)
+    if choose is None:
+        return sink.read_records(with_timings=with_timings)
+    sessions = sorted(sink.read_sessions(), key=lambda item: (item[0].started_at, item[0].session_id), reverse=True)
+    chosen = choose(list(dict.fromkeys(info.session_id for info, _ in sessions)))
+    if chosen is None:
+        return sink.read_records(with_timings=with_timings)
+    return sink.read_records(with_timings=with_timings, session_ids=chosen) if chosen else []
 
 
 register_sink(

@@ -4,7 +4,7 @@
 ``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or anything
 a readable sink takes (a DuckDB file, an MLflow tracking URI...), and returns `BenchmarkRecord`s,
 upgraded from older schema versions on the way (`pytest_hwbench.record.normalize_record`, which
-also gives modes their one name: ``training`` reads as ``train``). `records_frame` turns records into a frame with one column per record field. Reports and
+also gives modes their one name: ``training`` reads as ``train``). `read_chosen` reads only the sessions a caller picks. `records_frame` turns records into a frame with one column per record field. Reports and
 hwsel read through these, so tag names, casts and table layouts stay with the sinks that own them.
 """
 
@@ -13,7 +13,7 @@ from __future__ import annotations
 import json
 import os
 import warnings
-from collections.abc import Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
@@ -89,6 +89,30 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
     return read_sink(text, experiment=experiment, with_timings=with_timings)
 
 
+def read_chosen(source: str | os.PathLike[str], choose: Callable[[Sequence[str]], Sequence[str] | None], *,
+                experiment: str | None = None, with_timings: bool = False) -> list[BenchmarkRecord]:
+    """The records of the sessions that `choose` picks of `source`'s session ids (newest first;
+    it returns None for every session). An MLflow source lists its session runs and reads only
+    the chosen sessions' runs and raw timings; other sources are read whole and filtered.
+
+    Raises what `read_records` raises, and what `choose` raises.
+    """
+    text = os.fspath(source)
+    if _is_local_path(text) and not Path(text).exists():
+        raise FileNotFoundError(f"{text} does not exist")
+    if source_kind(source) == "mlflow":
+        return read_sink(text, experiment=experiment, with_timings=with_timings, choose=choose)
+    records = read_records(source, experiment=experiment, with_timings=with_timings)
+    newest: dict[str, str] = {}
+    for record in records:
+        newest[record.session_id] = max(newest.get(record.session_id, ""), record.created_at)
+    chosen = choose(sorted(newest, key=newest.__getitem__, reverse=True))
+    if chosen is None:
+        return records
+    wanted = set(chosen)
+    return [r for r in records if r.session_id in wanted]
+
+
 def read_all(sources: Iterable[str | os.PathLike[str]], *, experiment: str | None = None) -> list[BenchmarkRecord]:
     """The records of several sources, each record once (by ``record_id``, the last source wins)."""
     merged: dict[str, BenchmarkRecord] = {}
@@ -113,4 +137,4 @@ def records_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
     return frame
 
 
-__all__ = ["read_all", "read_records", "records_frame", "source_kind"]
+__all__ = ["read_all", "read_chosen", "read_records", "records_frame", "source_kind"]
