@@ -260,6 +260,65 @@ def fill(server: TeamServer, experiment: str, n_runs: int, db: Path, base: list[
         cur.execute("ANALYZE")
 
 
+EVIDENCE = Path("/work/shared/gpu-evidence/h100-2026-11-23")
+
+
+def night_records(session: SessionInfo) -> list[BenchmarkRecord]:
+    """One night of the quick tier: every record of the H100 evidence (469), as one session, one
+    second apart from the session's start."""
+    import dataclasses
+    import datetime as dt
+
+    from pytest_hwbench.sinks import read_records
+
+    seen: dict[str, BenchmarkRecord] = {}
+    for path in sorted(EVIDENCE.glob("*_records.jsonl")):
+        for record in read_records(path):
+            seen.setdefault(record.record_id, record)
+    start = dt.datetime.fromisoformat(session.started_at)
+    return [dataclasses.replace(r, session_id=session.session_id,
+                                created_at=(start + dt.timedelta(seconds=i)).isoformat())
+            for i, r in enumerate(seen.values())]
+
+
+def year_duckdb(path: str | Path, n_records: int) -> Path:
+    """A DuckDB file of about `n_records` records: nights of `night_records`, one a day, each
+    record and its timings copied in SQL with its own ids and its timings moved by up to +-2 %
+    (a hash of the id, so every night differs a little). Built once: an existing file is kept."""
+    import datetime as dt
+
+    import duckdb
+
+    path = Path(path)
+    if path.exists():
+        return path
+    start = dt.datetime(2026, 1, 1, 2, tzinfo=dt.timezone.utc)
+    session = dataclasses_replace_session(make_session("nightly"), start.isoformat())
+    records = night_records(session)
+    nights = max(2, round(n_records / len(records)))
+    sink = DuckDBSink(path)
+    sink.open_session(session)
+    sink.write(records)
+    sink.close("finished")
+    ids = "md5(session_id || n.range::VARCHAR)"
+    with duckdb.connect(str(path)) as con:
+        con.execute(f"CREATE TEMP TABLE n AS SELECT range FROM range(1, {nights})")
+        con.execute(f"INSERT INTO sessions SELECT sessions.* REPLACE ({ids} AS session_id, "
+                    "started_at + n.range * INTERVAL 1 DAY AS started_at) FROM sessions, n")
+        con.execute("INSERT INTO timings SELECT md5(t.record_id || n.range::VARCHAR), t.iteration, "
+                    "t.ms * (1 + ((hash(t.record_id || n.range::VARCHAR) % 1000) / 1000.0 - 0.5) * 0.04) "
+                    "FROM timings t, n")
+        con.execute(f"INSERT INTO results SELECT results.* REPLACE (md5(record_id || n.range::VARCHAR) AS record_id, "
+                    f"{ids} AS session_id, created_at + n.range * INTERVAL 1 DAY AS created_at) FROM results, n")
+    return path
+
+
+def dataclasses_replace_session(session: SessionInfo, started_at: str) -> SessionInfo:
+    import dataclasses
+
+    return dataclasses.replace(session, started_at=started_at)
+
+
 def timed(fn: object) -> float:
     began = time.perf_counter()
     fn()  # type: ignore[operator]
