@@ -673,8 +673,11 @@ def coverage_table(ds: Dataset, oof: pd.DataFrame, aims: Aims) -> pd.DataFrame:
               for n in ("trained", "blended", "roofline") if n in answers]
     both = pd.concat(unseen, ignore_index=True)
     served_m = error_metrics(both["y_true"].to_numpy(), both["y_pred"].to_numpy())
+    t = answers["trained"]
+    alone = t[np.isin(t["row"].to_numpy(), both["row"].to_numpy())]
+    alone_m = error_metrics(alone["y_true"].to_numpy(), alone["y_pred"].to_numpy())
     print(f"  held-out models as served (trained, blended and roofline answers, {int(served_m['n'])} configurations): "
-          f"MAPE {_pct(served_m['mape']).strip()}")
+          f"MAPE {_pct(served_m['mape']).strip()}; the trained model alone on them {_pct(alone_m['mape']).strip()}")
     all_w = np.concatenate(widths) if widths else np.array([math.nan])
     spread = float(np.quantile(all_w, 0.9) / np.quantile(all_w, 0.1))
     print(f"  every answer: {_width_line(all_w)}   "
