@@ -4,12 +4,14 @@ For one case (model, hardware kind and device, precision, batch size, mode, back
 answers from the first layer that can (`hwsel.layers`, each behind the `Layer` protocol):
 
 1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`), indexed once
-                  into a dict keyed by the case; the interval is the measured spread.
+                  into a dict keyed by the case; the interval is where a repeat lands (a band
+                  calibrated on the cases measured in several sessions).
 2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), loaded once;
                   only for (hardware, backend, precision, mode) combinations their training
                   snapshot holds; the interval is the champion's (adaptive where it has them).
 3. ``roofline``   a compute/memory-bound estimate from the device's peak FLOP/s and bandwidth
-                  (`hwsel.features`' roofline) plus a launch overhead per forward.
+                  (`hwsel.features`' roofline) plus a launch overhead per forward; the interval is
+                  the champion's calibrated roofline band where it has one.
 4. ``rules``      plain heuristics (a table of effective FLOP/s and overheads per hardware); no
                   data, no scikit-learn, no MLflow.
 
