@@ -263,13 +263,13 @@ def _report(args: argparse.Namespace) -> int:
     import platform
 
     from .hardware import detect_hardware
-    from .report import write_report
+    from .report import REPORT_COLUMNS, write_report
     from .sinks._duckdb_read import load_results
 
     out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
     session = None if args.session == "all" else _session_id(db, args.session)
-    results = load_results(db, session)
+    results = load_results(db, session, columns=REPORT_COLUMNS)
     system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
     paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
                          session_id=session)

@@ -34,7 +34,7 @@ Vocabulary used in the outputs:
 from __future__ import annotations
 
 from .compatibility import COMPATIBILITY_SCHEMA_VERSION, RATING_THRESHOLDS, compatibility_matrix
-from .data import BASELINE, EAGER_BACKEND, REQUIRED_COLUMNS
+from .data import BASELINE, EAGER_BACKEND, REPORT_COLUMNS, REQUIRED_COLUMNS
 from .markdown import ReportPaths, write_report
 
 __all__ = [
@@ -42,6 +42,7 @@ __all__ = [
     "COMPATIBILITY_SCHEMA_VERSION",
     "EAGER_BACKEND",
     "RATING_THRESHOLDS",
+    "REPORT_COLUMNS",
     "REQUIRED_COLUMNS",
     "ReportPaths",
     "compatibility_matrix",

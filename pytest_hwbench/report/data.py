@@ -38,6 +38,11 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 _NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "peak_device_memory_mb",
             "achieved_tflops", "compile_time_s", "energy_j_per_item", "ttft_ms", "decode_ms_per_token",
             "tokens_per_s", "new_tokens")
+#: Every column the report reads (what a store needs to load for it; the rest it never shows).
+REPORT_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
+    *REQUIRED_COLUMNS, *_NUMERIC, "error", "case_id", "session_id", "mode", "sequence_length", "host",
+    "device_name", "noise", "noise_reason", "tries", "threads", "created_at", "nodeid",
+)))
 
 
 # --- formatting -------------------------------------------------------------------------------

@@ -55,21 +55,30 @@ def _parse_json(text: Any) -> Any:
         return {}
 
 
-def load_results(path: str | os.PathLike[str], session_id: str | None = None) -> pd.DataFrame:
-    """The ``results`` table (optionally one session's rows), ordered by created_at.
+def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
+                 columns: Sequence[str] | None = None) -> pd.DataFrame:
+    """The ``results`` table (optionally one session's rows), ordered by created_at; with
+    `columns`, only those (what a reader shows; the file reads no other column).
 
     Columns are named as the record fields; ``extra`` is parsed back into dicts and
     ``cpu_affinity`` into tuples.
     """
+    known = [name for name, _ in RESULT_COLUMNS]
+    if columns is not None:
+        unknown = [name for name in columns if name not in known]
+        if unknown:
+            raise ValueError(f"columns {', '.join(map(repr, unknown))} are not results columns; known: {', '.join(known)}")
+    chosen = known if columns is None else list(dict.fromkeys(columns))
     where, args = ("WHERE session_id = ?", [session_id]) if session_id is not None else ("", [])
-    names = ", ".join(name for name, _ in RESULT_COLUMNS)
     with read_connection(path) as con:
-        frame = _frame(con, f"SELECT {names} FROM results {where} ORDER BY created_at, record_id", args)
-    for name, _ in RESULT_COLUMNS:
+        frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY created_at, record_id", args)
+    for name in chosen:
         if FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
             frame[name] = [_parse_json(v) for v in frame[name]]
-    frame["cpu_affinity"] = [() if is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
-    frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
+    if "cpu_affinity" in frame.columns:
+        frame["cpu_affinity"] = [() if is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
+    if "mode" in frame.columns:
+        frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
     return frame
 
 
