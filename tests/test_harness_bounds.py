@@ -418,10 +418,11 @@ def test_experiment_is_a_model_development_one_and_parent_runs_say_what_they_hol
     assert name.startswith(f"test_inference.py -m cpu · {_socket.gethostname()} · "), name
     assert re.search(r" · \d{4}-\d\d-\d\d \d\d:\d\d UTC$", name), name
     # MLflow 3.17's UI lands on the GenAI overview whatever the tag, unless the address asks for
-    # the model-training view: the run prints that address.
+    # the model-training view: the run prints that address, its table filtered to the session runs.
     result.stdout.fnmatch_lines([
         f"hwbench: runs table: `mlflow ui --backend-store-uri sqlite:///*/store/mlflow.db`, then "
-        f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}?workflowType=machine_learning",
+        f"http://127.0.0.1:5000/#/experiments/{experiment.experiment_id}?workflowType=machine_learning"
+        "&searchFilter=tags.%60hwbench.kind%60%20%3D%20%27session%27",
     ])  # fmt: skip
 
 

@@ -131,12 +131,17 @@ class MlflowSink(Sink):
 
         MLflow 3.17's UI opens every experiment on its GenAI overview unless the address asks
         for the model-training view (``workflowType=machine_learning``; the UI's own toggle,
-        kept per browser): the experiment's kind tag alone does not change where it lands.
+        kept per browser): the experiment's kind tag alone does not change where it lands. The
+        table is filtered to the session runs (``searchFilter``): a session's records are its
+        child runs, so a year of nights reads as one row per night instead of 469 per night.
         """
+        from urllib.parse import quote
+
         if self._experiment_id is None:
             return None
         base = self.shown_uri.rstrip("/") if self._is_http else "http://127.0.0.1:5000"
-        return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"
+        sessions = quote(f"tags.`{KIND_TAG}` = 'session'", safe="")
+        return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning&searchFilter={sessions}"
 
     def where(self) -> str:
         """The store, credentials masked; a local store not created yet says so, so that the wait
