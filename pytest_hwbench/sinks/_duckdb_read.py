@@ -154,6 +154,14 @@ CASE_ROUNDS = 5
 #: into its host speed (`compare_sides.HOST_WINDOW`).
 REFERENCE_WINDOW = 2
 
+#: Records whose timings `case_summaries` turns into rounds at once: its memory holds about this
+#: many records' timings, however many the sessions asked for hold.
+RECORDS_PER_SHARE = 25_000
+
+#: DuckDB's memory while `case_summaries` runs: the blocks of the timings table it scans are not
+#: kept beyond this (by default DuckDB keeps them up to most of the machine's memory).
+SUMMARY_MEMORY_LIMIT = "512MB"
+
 #: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
 _CASE_SUMMARY_STEPS = (
     # the records of the sessions asked for, in the order a comparison reads them
@@ -182,14 +190,17 @@ _CASE_SUMMARY_STEPS = (
                       ROWS BETWEEN {window} PRECEDING AND {window} FOLLOWING) END AS smoothed
         FROM r) s JOIN c USING (case_id)
     WHERE s.status = 'passed' AND (NOT c.any_clean OR coalesce(s.noise, '') <> 'noisy')""",
+    "CREATE TEMP TABLE rounds (record_id VARCHAR, values DOUBLE[])",
     # each judged record's rounds: medians of numpy.array_split's blocks (the first n % k hold one
-    # more) of its finite timings in iteration order; none kept: its median is its one round
-    """CREATE TEMP TABLE rounds AS
+    # more) of its finite timings in iteration order, a share of the records at a time (an ordered
+    # list aggregate holds its whole input); none kept: its median is its one round
+    """INSERT INTO rounds
     SELECT record_id, [list_median(v[k * q + least(k, rem) + 1 : (k + 1) * q + least(k + 1, rem)])
                        FOR k IN range(least(len(v), {rounds}))] AS values
     FROM (SELECT record_id, v, len(v) // least(len(v), {rounds}) AS q, len(v) % least(len(v), {rounds}) AS rem
           FROM (SELECT record_id, list(ms ORDER BY iteration) AS v FROM timings
-                WHERE ms IS NOT NULL AND isfinite(ms) AND record_id IN (SELECT record_id FROM u)
+                WHERE ms IS NOT NULL AND isfinite(ms) AND hash(record_id) % {shares} = {share}
+                  AND record_id IN (SELECT record_id FROM u)
                 GROUP BY record_id))""",
     """INSERT INTO rounds
     SELECT record_id, [latency_ms_median] FROM u
@@ -229,6 +240,7 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
     from pytest_hwbench.facts import target_set
 
     with read_connection(path) as con:
+        con.execute(f"SET memory_limit = '{SUMMARY_MEMORY_LIMIT}'")
         if session_ids is None:
             con.execute("CREATE TEMP TABLE wanted AS SELECT session_id, 0 AS part FROM sessions "
                         "UNION SELECT DISTINCT session_id, 0 FROM results")
@@ -239,9 +251,17 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
         targets = sorted(target_set(host_cpu=True))
         if targets:
             con.executemany("INSERT INTO host_cpu VALUES (?)", [[name] for name in targets])
-        *steps, answer = (step.format(window=REFERENCE_WINDOW, rounds=CASE_ROUNDS) for step in _CASE_SUMMARY_STEPS)
+        *steps, answer = _CASE_SUMMARY_STEPS
+        shares = 1
         for step in steps:
-            con.execute(step)
+            if "{share}" not in step:
+                con.execute(step.format(window=REFERENCE_WINDOW))
+                if step.startswith("CREATE TEMP TABLE u "):
+                    [(judged,)] = con.execute("SELECT count(*) FROM u").fetchall()
+                    shares = max(1, -(-judged // RECORDS_PER_SHARE))
+                continue
+            for share in range(shares):
+                con.execute(step.format(rounds=CASE_ROUNDS, shares=shares, share=share))
         rows = con.execute(answer).fetchall()
     out = []
     for (case_id, any_passed, any_clean, error, status, reason, rounds, medians, threads, devices, reference,
