@@ -17,6 +17,12 @@ workers on it (tests/_postgres.py), then prints:
    records it copied prove it read that night only). ``--duckdb-only-sizes`` adds sizes with the
    DuckDB figures only (no server fill: 171k runs in PostgreSQL take more memory than this runner has).
 
+2b. `hwbench compare PREV LATEST` reading the server at each size (wall time, peak memory).
+4. On DuckDB files of nights (``--history-sizes``, default 1k, 10k, 50k, 170k records, built once
+   into ``--history-dir``, each night's timings moved a little): `hwbench compare PREV LATEST`,
+   `compare all LATEST` and `report --session all`, each with wall time and peak memory
+   (``--history-only``: this section alone, no server).
+
 The experiments are filled fast by PostgreSQL's COPY into MLflow's own tables (runs, tags, params,
 metrics, latest_metrics), with the very tags, params and metrics `MlflowSink` writes for each
 record, one night per day: a parent run per night holding one copy of every record of
@@ -260,49 +266,25 @@ def fill(server: TeamServer, experiment: str, n_runs: int, db: Path, base: list[
         cur.execute("ANALYZE")
 
 
-EVIDENCE = Path("/work/shared/gpu-evidence/h100-2026-11-23")
-
-
-def night_records(session: SessionInfo) -> list[BenchmarkRecord]:
-    """One night of the quick tier: every record of the H100 evidence (469), as one session, one
-    second apart from the session's start."""
-    import dataclasses
-    import datetime as dt
-
-    from pytest_hwbench.sinks import read_records
-
-    seen: dict[str, BenchmarkRecord] = {}
-    for path in sorted(EVIDENCE.glob("*_records.jsonl")):
-        for record in read_records(path):
-            seen.setdefault(record.record_id, record)
-    start = dt.datetime.fromisoformat(session.started_at)
-    return [dataclasses.replace(r, session_id=session.session_id,
-                                created_at=(start + dt.timedelta(seconds=i)).isoformat())
-            for i, r in enumerate(seen.values())]
-
-
-def year_duckdb(path: str | Path, n_records: int) -> Path:
-    """A DuckDB file of about `n_records` records: nights of `night_records`, one a day, each
-    record and its timings copied in SQL with its own ids and its timings moved by up to +-2 %
-    (a hash of the id, so every night differs a little). Built once: an existing file is kept."""
-    import datetime as dt
-
+def year_duckdb(path: str | Path, n_records: int, base: list[BenchmarkRecord]) -> Path:
+    """A DuckDB file of about `n_records` records: nights of `base`, one a day; the first written
+    through `DuckDBSink`, the others copied from it in SQL, each record with its own ids and its
+    timings moved by up to +-2 % (a hash of its id: every night differs a little, as nights do,
+    so `hwbench compare` learns a between-run spread). Built once: an existing file is kept."""
     import duckdb
 
     path = Path(path)
     if path.exists():
         return path
-    start = dt.datetime(2026, 1, 1, 2, tzinfo=dt.timezone.utc)
-    session = dataclasses_replace_session(make_session("nightly"), start.isoformat())
-    records = night_records(session)
-    nights = max(2, round(n_records / len(records)))
+    session, records = next(nights(base, len(base)))
+    copies = max(2, round(n_records / len(records)))
     sink = DuckDBSink(path)
     sink.open_session(session)
     sink.write(records)
     sink.close("finished")
     ids = "md5(session_id || n.range::VARCHAR)"
     with duckdb.connect(str(path)) as con:
-        con.execute(f"CREATE TEMP TABLE n AS SELECT range FROM range(1, {nights})")
+        con.execute(f"CREATE TEMP TABLE n AS SELECT range FROM range(1, {copies})")
         con.execute(f"INSERT INTO sessions SELECT sessions.* REPLACE ({ids} AS session_id, "
                     "started_at + n.range * INTERVAL 1 DAY AS started_at) FROM sessions, n")
         con.execute("INSERT INTO timings SELECT md5(t.record_id || n.range::VARCHAR), t.iteration, "
@@ -313,10 +295,50 @@ def year_duckdb(path: str | Path, n_records: int) -> Path:
     return path
 
 
-def dataclasses_replace_session(session: SessionInfo, started_at: str) -> SessionInfo:
-    import dataclasses
+def peak_run(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
+    """Run `cmd`: its wall time (s), its peak resident memory (MB, of that process alone) and
+    ``ok`` or what went wrong (exit 1, a regression found, is ok)."""
+    began = time.perf_counter()
+    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
+    _, status, usage = os.wait4(proc.pid, 0)
+    took = time.perf_counter() - began
+    proc.returncode = code = os.waitstatus_to_exitcode(status)
+    err = proc.stderr.read() if proc.stderr else ""
+    ok = "ok" if code in (0, 1) else f"exit {code}: {(err.strip().splitlines() or [''])[-1][:120]}"
+    return took, usage.ru_maxrss / 1024, ok
 
-    return dataclasses.replace(session, started_at=started_at)
+
+HWBENCH = str(Path(sys.executable).with_name("hwbench"))
+
+
+def history_figures(sizes: list[int], folder: Path, base: list[BenchmarkRecord], work: Path) -> None:
+    """`compare PREV LATEST`, `compare all LATEST` and `report --session all` on DuckDB files of
+    nights of `base` (`year_duckdb`, built once into `folder`), each with wall time and peak memory."""
+    from pytest_hwbench.sinks._duckdb_read import session_ids
+
+    folder.mkdir(parents=True, exist_ok=True)
+    print(f"  {'records':>8}  {'compare PREV LATEST':>22}  {'compare all LATEST':>22}  {'report --session all':>22}",
+          flush=True)
+    for size in sizes:
+        db = year_duckdb(folder / f"year{size}.duckdb", size, base)
+        prev = session_ids(db)[1]
+        cells = []
+        for args in (["compare", "--db", str(db), prev, "latest"], ["compare", "--db", str(db), "all", "latest"],
+                     ["report", "--db", str(db), "--session", "all", "--out", str(work / f"report-{size}")]):
+            took, peak, ok = peak_run([HWBENCH, *args], work)
+            cells.append(f"{took:6.1f} s {peak:6.0f} MB" + ("" if ok == "ok" else f" ({ok})"))
+        print(f"  {size:>8}  " + "  ".join(f"{c:>22}" for c in cells), flush=True)
+
+
+def server_compare_figures(server: TeamServer, experiments: dict[int, str], work: Path) -> None:
+    """`hwbench compare --source-a SERVER PREV latest` at each size: wall time and peak memory."""
+    for size, experiment in experiments.items():
+        sessions = sorted(MlflowSink(server.uri, experiment).read_sessions(), key=lambda item: item[0].started_at)
+        prev = sessions[-2][0].session_id
+        took, peak, ok = peak_run([HWBENCH, "compare", "--source-a", server.uri, "--experiment", experiment,
+                                   prev, "latest"], work)
+        print(f"  {size:>6} runs: compare PREV LATEST from the server {took:6.1f} s, peak {peak:5.0f} MB ({ok})",
+              flush=True)
 
 
 def timed(fn: object) -> float:
@@ -427,7 +449,23 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--records", nargs="*", type=Path, default=None, metavar="FILE",
                         help="records files one night holds (default: the GPU evidence's *.jsonl where present, "
                              "else 500 synthetic CPU records)")
+    parser.add_argument("--history-sizes", default="1000,10000,50000,170000",
+                        help="records in the DuckDB files of nights that compare and report read (section 4)")
+    parser.add_argument("--history-dir", type=Path, default=Path(tempfile.gettempdir()) / "hwbench-year",
+                        help="where those files are built once and kept (default: TMP/hwbench-year)")
+    parser.add_argument("--history-only", action="store_true",
+                        help="section 4 alone: compare and report on DuckDB files (no server)")
     args = parser.parse_args(argv)
+    files = args.records if args.records is not None else sorted(GPU_EVIDENCE.glob("*/*.jsonl"))
+    one_night = night_templates(files)
+    print(f"one night: {len(one_night)} records ({'synthetic' if not files else f'{len(files)} records files'})",
+          flush=True)
+    history = [int(s) for s in args.history_sizes.split(",") if s]
+    if args.history_only:
+        with tempfile.TemporaryDirectory(prefix="hwbench-history-") as tmp:
+            print("\n4. compare and report on nights in DuckDB", flush=True)
+            history_figures(history, args.history_dir, one_night, Path(tmp))
+        return 0
     reason = missing()
     if reason:
         print(f"team_scale: {reason}", file=sys.stderr)
@@ -435,10 +473,6 @@ def main(argv: list[str] | None = None) -> int:
     ks = [int(k) for k in args.runners.split(",") if k]
     sizes = [int(s) for s in args.sizes.split(",") if s]
     duckdb_only = [int(s) for s in args.duckdb_only_sizes.split(",") if s]
-    files = args.records if args.records is not None else sorted(GPU_EVIDENCE.glob("*/*.jsonl"))
-    one_night = night_templates(files)
-    print(f"one night: {len(one_night)} records ({'synthetic' if not files else f'{len(files)} records files'})",
-          flush=True)
     with tempfile.TemporaryDirectory(prefix="hwbench-team-") as tmp:
         work = Path(tmp)
         began = time.perf_counter()
@@ -486,6 +520,9 @@ def main(argv: list[str] | None = None) -> int:
                       f"({med['replay'] / base:.2f}x the {sizes[0]}-run figure), import {med['import']:5.1f} s, "
                       f"second import of the unchanged server {med['again']:5.2f} s", flush=True)
 
+            print("\n2b. hwbench compare PREV LATEST reading the server (those two sessions only)", flush=True)
+            server_compare_figures(server, experiments, work)
+
             if not args.skip_train:
                 dbs = {size: work / f"size{size}.duckdb" for size in sizes}
                 for size in duckdb_only:
@@ -497,6 +534,9 @@ def main(argv: list[str] | None = None) -> int:
                     fill_s = timed(lambda d=dbs[size], s=size: fill_duckdb(d, one_night, s))
                     print(f"  filled a DuckDB file with {size} runs in {fill_s:.0f} s (no server)", flush=True)
                 train_section(server, experiments, dbs, one_night, work, args.train_timeout)
+
+            print("\n4. compare and report on nights in DuckDB", flush=True)
+            history_figures(history, args.history_dir, one_night, work)
     return 0
 
 
