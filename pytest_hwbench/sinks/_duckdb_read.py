@@ -156,11 +156,11 @@ REFERENCE_WINDOW = 2
 
 #: Records whose timings `case_summaries` turns into rounds at once: its memory holds about this
 #: many records' timings, however many the sessions asked for hold.
-RECORDS_PER_SHARE = 25_000
+RECORDS_PER_SHARE = 12_500
 
 #: DuckDB's memory while `case_summaries` runs: the blocks of the timings table it scans are not
 #: kept beyond this (by default DuckDB keeps them up to most of the machine's memory).
-SUMMARY_MEMORY_LIMIT = "512MB"
+SUMMARY_MEMORY_LIMIT = "256MB"
 
 #: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
 _CASE_SUMMARY_STEPS = (
@@ -199,8 +199,8 @@ _CASE_SUMMARY_STEPS = (
                        FOR k IN range(least(len(v), {rounds}))] AS values
     FROM (SELECT record_id, v, len(v) // least(len(v), {rounds}) AS q, len(v) % least(len(v), {rounds}) AS rem
           FROM (SELECT record_id, list(ms ORDER BY iteration) AS v FROM timings
-                WHERE ms IS NOT NULL AND isfinite(ms) AND hash(record_id) % {shares} = {share}
-                  AND record_id IN (SELECT record_id FROM u)
+                WHERE ms IS NOT NULL AND isfinite(ms)
+                  AND record_id IN (SELECT record_id FROM shares WHERE share = {share})
                 GROUP BY record_id))""",
     """INSERT INTO rounds
     SELECT record_id, [latency_ms_median] FROM u
@@ -259,9 +259,11 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
                 if step.startswith("CREATE TEMP TABLE u "):
                     [(judged,)] = con.execute("SELECT count(*) FROM u").fetchall()
                     shares = max(1, -(-judged // RECORDS_PER_SHARE))
+                    con.execute(f"CREATE TEMP TABLE shares AS SELECT record_id, row_number() OVER () % {shares} AS share "
+                                "FROM u")
                 continue
             for share in range(shares):
-                con.execute(step.format(rounds=CASE_ROUNDS, shares=shares, share=share))
+                con.execute(step.format(rounds=CASE_ROUNDS, share=share))
         rows = con.execute(answer).fetchall()
     out = []
     for (case_id, any_passed, any_clean, error, status, reason, rounds, medians, threads, devices, reference,
