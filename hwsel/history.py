@@ -391,14 +391,29 @@ def mirror(source: str, experiment: str, path: str | os.PathLike[str]) -> int:
     """Bring the DuckDB file at `path` up to date with MLflow `source`'s `experiment`
     (`pytest_hwbench.sinks.import_mlflow_sessions`: only sessions it lacks or holds unfinished
     are fetched) and return how many records were added. Two trainings mirroring into one file
-    take turns (a lock on its folder)."""
+    take turns (a lock on its folder).
+
+    Raises:
+        FileNotFoundError: a SQLite store that does not exist (nothing is created).
+        LookupError: a store without a session in `experiment`.
+    """
     from pytest_hwbench.sinks import import_mlflow_sessions
     from pytest_hwbench.sinks.mlflow_migration import store_init_lock
+    from pytest_hwbench.sinks.mlflow_uri import sqlite_path
 
+    if source.lower().startswith("sqlite:///") and not sqlite_path(source).is_file():
+        # a reader never makes a store: MLflow would create the folders and an empty database
+        raise FileNotFoundError(f"{redact_uri(source)}: {sqlite_path(source)} does not exist; name an existing store "
+                                "(a session writes one)")
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
     with store_init_lock(file.parent):
-        return import_mlflow_sessions(source, experiment, file).records
+        added = import_mlflow_sessions(source, experiment, file).records
+    if not file.exists():
+        raise LookupError(f"MLflow store {redact_uri(source)} holds no session in experiment {experiment!r}; run the "
+                          "bench suite first (pytest bench_suites -m cpu ...) or pass another source (a .duckdb or "
+                          ".parquet path)")
+    return added
 
 
 __all__ = ["History", "Window", "history_table", "mirror", "mirror_path", "parse_since"]
