@@ -19,7 +19,7 @@ from typing import TYPE_CHECKING, Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
-from pytest_hwbench.sinks.base import accepted_forms, read_sink, registered_sinks, resolve_sink
+from pytest_hwbench.sinks.base import READERS, accepted_forms, read_sink, registered_sinks, resolve_sink
 from pytest_hwbench.sinks.spool import Spool
 
 if TYPE_CHECKING:
@@ -92,15 +92,20 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
 def read_chosen(source: str | os.PathLike[str], choose: Callable[[Sequence[str]], Sequence[str] | None], *,
                 experiment: str | None = None, with_timings: bool = False) -> list[BenchmarkRecord]:
     """The records of the sessions that `choose` picks of `source`'s session ids (newest first;
-    it returns None for every session). An MLflow source lists its session runs and reads only
-    the chosen sessions' runs and raw timings; other sources are read whole and filtered.
+    it returns None for every session). A sink whose reader takes `choose` lists its sessions and
+    reads only the chosen ones (MLflow's: its session runs, then the chosen sessions' runs and raw
+    timings); other sources are read whole and filtered.
 
     Raises what `read_records` raises, and what `choose` raises.
     """
+    import inspect
+
     text = os.fspath(source)
     if _is_local_path(text) and not Path(text).exists():
         raise FileNotFoundError(f"{text} does not exist")
-    if source_kind(source) == "mlflow":
+    kind = source_kind(source)
+    reader = READERS.get(kind)
+    if reader is not None and "choose" in inspect.signature(reader).parameters:
         return read_sink(text, experiment=experiment, with_timings=with_timings, choose=choose)
     records = read_records(source, experiment=experiment, with_timings=with_timings)
     newest: dict[str, str] = {}
