@@ -16,6 +16,7 @@ import subprocess
 import sys
 import threading
 import time
+from collections.abc import Callable
 from importlib.metadata import entry_points
 from pathlib import Path
 from typing import Any
@@ -32,6 +33,7 @@ from pytest_hwbench.web import (
     close_shared_driver,
     find_browser,
     find_ort_web,
+    shared_driver,
 )
 from pytest_hwbench.web.detect import adapter_name, is_software_adapter, targets_from_facts
 
@@ -386,13 +388,26 @@ def test_runner_times_in_the_page_and_reads_the_precision_back(monkeypatch):
     assert all(abs(v * 200 - round(v * 200)) < 1e-3 for v in result.latency.values_ms)
 
 
+def _kill_during_measure(after_s: float, kill: Callable[[], None]) -> None:
+    """Run `kill` `after_s` seconds into the shared driver's next "measure" command, however long the
+    Python side takes before it (a kill before the command only starts a fresh browser, by design)."""
+    driver = shared_driver()
+
+    def call_then_kill(op: str, **kwargs: Any) -> Any:
+        if op == "measure":
+            del driver.call  # once: the class's method again
+            threading.Timer(after_s, kill).start()
+        return WebDriver.call(driver, op, **kwargs)
+
+    driver.call = call_then_kill  # type: ignore[method-assign]
+
+
 @needs_web
 def test_crash_mid_case_fails_that_case_with_the_message_and_the_next_case_runs(monkeypatch):
     from pytest_hwbench.case import BenchCase
     from pytest_hwbench.result import failed_record
     from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
-    from pytest_hwbench.web import shared_driver
 
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "8")
     runner = Runner(TimingConfig(warmup_iterations=1, min_iterations=3, min_time_s=0.0))
@@ -400,7 +415,7 @@ def test_crash_mid_case_fails_that_case_with_the_message_and_the_next_case_runs(
     try:
         runner.run(case)  # loads; the browser runs
         pid = shared_driver().pid
-        threading.Timer(2.0, lambda: os.killpg(pid, signal.SIGKILL)).start()
+        _kill_during_measure(2.0, lambda: os.killpg(pid, signal.SIGKILL))
         with pytest.raises(BrowserCrashed) as info:
             runner.run(case)
         record = failed_record(case, "s", info.value)
@@ -652,7 +667,6 @@ def test_a_browser_killed_while_idle_costs_the_next_case_seconds(monkeypatch):
     from pytest_hwbench.case import BenchCase
     from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
-    from pytest_hwbench.web import shared_driver
 
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
     monkeypatch.setenv("HWBENCH_WEB_SETTLE_S", "0")
@@ -680,7 +694,6 @@ def test_a_renderer_killed_mid_case_fails_it_within_seconds_naming_the_crash(mon
     from pytest_hwbench.case import BenchCase
     from pytest_hwbench.runner import Runner
     from pytest_hwbench.trackers import TimingConfig
-    from pytest_hwbench.web import shared_driver
 
     monkeypatch.setenv("HWBENCH_WEB_WARMUP_S", "0")
     monkeypatch.setenv("HWBENCH_WEB_SETTLE_S", "0")
@@ -696,7 +709,7 @@ def test_a_renderer_killed_mid_case_fails_it_within_seconds_naming_the_crash(mon
             killed_at.append(time.monotonic())
             os.kill(renderer, signal.SIGKILL)  # what the kernel's out-of-memory killer does
 
-        threading.Timer(1.5, kill).start()
+        _kill_during_measure(1.5, kill)
         with pytest.raises(BrowserCrashed) as info:
             runner.run(case)
         assert time.monotonic() - killed_at[0] < 10
