@@ -1,4 +1,6 @@
-"""Selection settings: criteria weights, hardware preferences, compatibility and thresholds.
+"""Selection settings: criteria weights, hardware preferences, compatibility and thresholds (over
+500 lines because every setting is checked where it is declared, so an error names the setting and
+what it accepts).
 
 Everything has a validated default, so no file is needed. A TOML or JSON file (path given as an
 argument, or in the ``HWSEL_CONFIG`` environment variable) overrides any part of it::

@@ -1,4 +1,5 @@
-"""Benchmark runs in, one training table out.
+"""Benchmark runs in, one training table out (over 500 lines because each store's reader and the one
+rule for which records can train are read together).
 
 `load_runs` reads the records pytest-hwbench wrote, from any of its stores:
 

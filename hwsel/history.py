@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import datetime as _dt
 import hashlib
-import math
 import os
 from collections.abc import Sequence
 from dataclasses import dataclass
@@ -39,7 +38,6 @@ from pytest_hwbench.record import (
     MAX_LATENCY_MS,
     MAX_MEMORY_MB,
     MIN_LATENCY_MS,
-    BenchmarkRecord,
 )
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
@@ -146,44 +144,11 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -
 def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFrame:
     """The records of `relation` (results rows plus ``_src``), as `load_runs` frames them (through
     `BenchmarkRecord`, so every field reads as the record reader reads it), in `load_runs`'s order."""
-    import json
-
-    from pytest_hwbench.sinks import records_frame
-    from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS
-    from pytest_hwbench.sinks._fields import FIELDS
+    from pytest_hwbench.sinks import RESULT_COLUMNS, records_frame, records_from_results, typed_results
 
     names = [name for name, _ in RESULT_COLUMNS]
     frame = _frame(con, f"SELECT {', '.join(names)} FROM {relation} ORDER BY {_ORDER}")
-    records = []
-    for row in frame.to_dict("records"):
-        data: dict[str, Any] = {}
-        for key, value in row.items():
-            missing = value is None or value is pd.NA or value is pd.NaT or (isinstance(value, float) and math.isnan(value))
-            kind = FIELDS[key].kind
-            if missing:
-                data[key] = None
-            elif kind == "mapping":
-                try:
-                    data[key] = json.loads(value)
-                except (TypeError, ValueError):
-                    data[key] = {}
-            elif kind == "int":
-                data[key] = int(value)
-            elif kind == "float":
-                data[key] = float(value)
-            elif kind == "int_tuple":
-                data[key] = tuple(int(c) for c in value)
-            else:
-                data[key] = value
-        stamp = data.get("created_at")
-        data["created_at"] = stamp.isoformat() if isinstance(stamp, pd.Timestamp) else (stamp or "")
-        data["extra"] = data.get("extra") or {}
-        data["interference"] = data.get("interference") or {}
-        data["noise_reason"] = data.get("noise_reason") or ""
-        if isinstance(data.get("mode"), str):
-            data["mode"] = normalise_mode(data["mode"])
-        records.append(BenchmarkRecord.from_dict(data))
-    return records_frame(records)
+    return records_frame(records_from_results(typed_results(frame)))
 
 
 #: The ``results`` columns the aggregation reads (the rest stays in the file; whole records are
@@ -247,7 +212,7 @@ def history_table(
         FileNotFoundError: a file that does not exist.
         DuckDBFileError: a file that is locked or corrupt.
     """
-    from pytest_hwbench.sinks._duckdb_file import read_connection
+    from pytest_hwbench.sinks import read_connection
 
     window = window or Window()
     files = [Path(p).expanduser() for p in paths]

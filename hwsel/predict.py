@@ -1,4 +1,6 @@
-"""Performance prediction with a layered fallback; every answer says where it came from.
+"""Performance prediction with a layered fallback; every answer says where it came from (over 500
+lines because the Predictor's build, load, layers in order and per-process cache are one life
+cycle).
 
 For one case (model, hardware kind and device, precision, batch size, mode, backend) a `Predictor`
 answers from the first layer that can (`hwsel.layers`, each behind the `Layer` protocol):

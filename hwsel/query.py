@@ -1,4 +1,6 @@
-"""The question and its answer: `Query`, `Prediction`, and the checks every field of a question passes.
+"""The question and its answer: `Query`, `Prediction`, and the checks every field of a question
+passes (over 500 lines because every field of a question is checked here, beside the question, so
+the API, the CLI and REST refuse the same values in the same words).
 
 A question names a model, a hardware kind and a device (``cuda`` + ``NVIDIA H100 80GB HBM3``, or
 a spec name from `hwsel.specs` such as ``h100``), a precision, a batch size, a mode and a backend.

@@ -1,4 +1,6 @@
-"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory.
+"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory (over 500 lines
+because the steps of one training run (table, studies, intervals, registration) share that run's
+state).
 
 One `train()` call:
 

@@ -1,6 +1,6 @@
 """The store's ``hwbench`` subcommands (entry point ``store`` of ``pytest_hwbench.commands``):
-``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow`` (over 500 lines:
-six commands, each with its arguments and its errors, are one plug-in).
+``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow`` (over 500 lines because
+the six commands, each with its arguments and its errors, are one plug-in).
 
 They belong to the recording side: the store is what the recording plug-in writes (the spool,
 then `TrackingConfig.store_sinks`: the MLflow tracking URI and the DuckDB file). ``replay`` and

@@ -434,3 +434,19 @@ def test_detection_lists_the_tables_targets_in_its_order() -> None:
     ours = [t for t in found if t in table]
     assert ours == [t for t in table if t in found]
     assert found[: len(ours)] == ours  # a third party's targets come after
+
+
+def test_no_module_over_600_lines_and_none_over_500_without_its_reason() -> None:
+    """ARCHITECTURE.md: a room holds one job; one over 500 lines says why in its first paragraph."""
+    too_long, unexplained = [], []
+    for package in (ROOT, ROOT.parent / "hwsel"):
+        for path in sorted(package.rglob("*.py")):
+            lines = path.read_text().count("\n")
+            docstring = ast.get_docstring(ast.parse(path.read_text())) or ""
+            first_paragraph = " ".join(docstring.split("\n\n")[0].split())
+            if lines > 600:
+                too_long.append(f"{path.relative_to(ROOT.parent)} ({lines})")
+            elif lines > 500 and "over 500 lines because" not in first_paragraph:
+                unexplained.append(f"{path.relative_to(ROOT.parent)} ({lines})")
+    assert not too_long, f"modules over 600 lines: {too_long}"
+    assert not unexplained, f"modules over 500 lines that do not say why in their first paragraph: {unexplained}"

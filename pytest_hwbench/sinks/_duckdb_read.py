@@ -72,14 +72,45 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
     where, args = ("WHERE session_id = ?", [session_id]) if session_id is not None else ("", [])
     with read_connection(path) as con:
         frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY created_at, record_id", args)
-    for name in chosen:
-        if FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
+    return typed_results(frame)
+
+
+def typed_results(frame: pd.DataFrame) -> pd.DataFrame:
+    """`frame` (rows of the ``results`` table, any of its columns) with each column read as its
+    record field: JSON text back into dicts, ``cpu_affinity`` into tuples, old mode spellings
+    into today's; changed in place and returned."""
+    for name in frame.columns:
+        if name in FIELDS and FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
             frame[name] = [_parse_json(v) for v in frame[name]]
     if "cpu_affinity" in frame.columns:
         frame["cpu_affinity"] = [() if is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
     if "mode" in frame.columns:
         frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
     return frame
+
+
+def records_from_results(frame: pd.DataFrame,
+                         timings: dict[str, list[float]] | None = None) -> list[BenchmarkRecord]:
+    """The `BenchmarkRecord` of each row of `frame` (rows of the ``results`` table as
+    `typed_results` reads them; other columns are ignored), with its timings from `timings`."""
+    import pandas as pd
+
+    records: list[BenchmarkRecord] = []
+    for row in frame.to_dict("records"):
+        data = {key: (None if is_missing(value) else value) for key, value in row.items() if key in FIELDS}
+        stamp = data.get("created_at")
+        data["created_at"] = stamp.isoformat() if isinstance(stamp, pd.Timestamp) else (stamp or "")
+        for name, value in list(data.items()):
+            if value is not None and FIELDS[name].kind == "int":
+                data[name] = int(value)
+            elif value is not None and FIELDS[name].kind == "float":
+                data[name] = float(value)
+        data["extra"] = data.get("extra") or {}
+        data["interference"] = data.get("interference") or {}
+        data["noise_reason"] = data.get("noise_reason") or ""
+        data["timings_ms"] = (timings or {}).get(data["record_id"], [])
+        records.append(BenchmarkRecord.from_dict(data))
+    return records
 
 
 def load_timings(path: str | os.PathLike[str], record_ids: Iterable[str]) -> dict[str, list[float]]:
@@ -125,26 +156,8 @@ def session_ids(path: str | os.PathLike[str]) -> list[str]:
 
 def load_records(path: str | os.PathLike[str], session_id: str | None = None) -> list[BenchmarkRecord]:
     """Rebuild `BenchmarkRecord`s (with timings) from the file."""
-    import pandas as pd
-
     frame = load_results(path, session_id)
-    timings = load_timings(path, frame["record_id"])
-    records: list[BenchmarkRecord] = []
-    for row in frame.to_dict("records"):
-        data = {key: (None if is_missing(value) else value) for key, value in row.items()}
-        stamp = data.get("created_at")
-        data["created_at"] = stamp.isoformat() if isinstance(stamp, pd.Timestamp) else (stamp or "")
-        for name, value in list(data.items()):
-            if value is not None and FIELDS[name].kind == "int":
-                data[name] = int(value)
-            elif value is not None and FIELDS[name].kind == "float":
-                data[name] = float(value)
-        data["extra"] = data.get("extra") or {}
-        data["interference"] = data.get("interference") or {}
-        data["noise_reason"] = data.get("noise_reason") or ""
-        data["timings_ms"] = timings.get(data["record_id"], [])
-        records.append(BenchmarkRecord.from_dict(data))
-    return records
+    return records_from_results(frame, load_timings(path, frame["record_id"]))
 
 
 #: Consecutive blocks of a record's timings whose medians are its rounds (`trackers.ROUNDS`).

@@ -1,5 +1,6 @@
 """MLflow sink: one parent run per session, one child run per record, in the layout that
-`mlflow_layout` describes, written and read back.
+`mlflow_layout` describes, written and read back (over 500 lines because the session's parent run,
+each record's child run and their tags are one layout, written and read back in one place).
 
 Everything goes through one `MlflowClient` with explicit run ids; the fluent API's global active
 run is never touched (mlflow #159, #9235: hidden global state breaks under concurrency and when a
