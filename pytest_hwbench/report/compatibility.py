@@ -113,7 +113,7 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                 "failed": len(failed),
                 "precisions_passed": sorted(ok["precision"].unique().tolist()),
                 "models_passed": sorted(ok["model"].unique().tolist()),
-                "models_failed_only": sorted(set(failed["model"]) - set(ok["model"])),
+                "models_failed_only": sorted(set(failed["model"].unique()) - set(ok["model"].unique())),
                 "failures": _failure_summary(failed, _ERROR_CHARS_JSON),
                 "results": results,
             }

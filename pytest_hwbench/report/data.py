@@ -115,8 +115,11 @@ def prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
 
 
 def config_order(configs: Iterable[str]) -> list[str]:
+    """The distinct configs of `configs`, the baseline first, then by hardware, backend and
+    precision (a column's distinct values are taken by pandas, not by iterating its rows)."""
     baseline = "/".join(BASELINE)
-    return sorted(set(configs), key=lambda c: (c != baseline, c.split("/")))
+    distinct = configs.unique() if isinstance(configs, pd.Series) else set(configs)
+    return sorted({str(c) for c in distinct}, key=lambda c: (c != baseline, c.split("/")))
 
 
 def passed_rows(df: pd.DataFrame) -> pd.DataFrame:

@@ -94,19 +94,21 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]
 
 def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str]:
     cells = cell_medians(fam, metric)
-    status = fam.groupby(["model", "batch_size", "config"])["status"].agg(set)
+    keys = [fam["model"], fam["batch_size"], fam["config"]]
+    passed = (fam["status"] == "passed").groupby(keys).any()
+    crashed = (fam["status"] == "crashed").groupby(keys).all()
     rows = []
-    for model, batch in sorted({(str(m), int(b)) for m, b in zip(fam["model"], fam["batch_size"], strict=True)}):
+    pairs = fam[["model", "batch_size"]].drop_duplicates()
+    for model, batch in sorted({(str(m), int(b)) for m, b in zip(pairs["model"], pairs["batch_size"], strict=True)}):
         row: list[str] = [model, str(batch)]
         for config in configs:
             key = (model, batch, config)
-            seen = status.get(key, set())
-            if "passed" in seen:
-                row.append(fmt(cells.get(key)))
-            elif seen - {"passed"}:
-                row.append("crashed" if seen == {"crashed"} else "failed")
-            else:
+            if key not in passed.index:
                 row.append("–")
+            elif passed[key]:
+                row.append(fmt(cells.get(key)))
+            else:
+                row.append("crashed" if crashed[key] else "failed")
         rows.append(row)
     return _md_table(["model", "batch", *configs], rows)
 
@@ -166,7 +168,7 @@ def _system_section(df: pd.DataFrame, system_info: Mapping[str, Any] | None) -> 
         lines.append("- system information: not provided")
     for column, label in (("host", "hosts"), ("device_name", "devices measured")):
         if column in df.columns:
-            values = sorted({str(v) for v in df[column].dropna() if str(v)})
+            values = sorted({str(v) for v in df[column].dropna().unique() if str(v)})
             if values:
                 lines.append(f"- **{label}** (from the records): {', '.join(values)}")
     return [*lines, ""]
@@ -187,14 +189,17 @@ def _aggregated_cells(df: pd.DataFrame) -> list[str]:
     if passed.empty:
         return []
     keys = ["mode", "model", "batch_size", "config"]
-    cells = [(key, group) for key, group in passed.groupby(keys, sort=True) if len(group) > 1]
-    if not cells:
+    columns = [(column, label) for column, label in _AGGREGATE_REASONS if column in passed.columns]
+    grouped = passed.groupby(keys, sort=True)
+    counts = grouped[[column for column, _ in columns]].nunique().assign(records=grouped.size())
+    counts = counts[counts["records"] > 1]
+    if counts.empty:
         return []
+    cells = counts.index
     described = []
-    for (mode, model, batch, config), group in cells:
-        why = [f"{group[column].nunique()} {label}" for column, label in _AGGREGATE_REASONS
-               if column in group.columns and group[column].nunique() > 1]
-        described.append(f"{model} b{batch} {config} ({mode}): {len(group)} records, "
+    for (mode, model, batch, config), row in counts.iterrows():
+        why = [f"{row[column]} {label}" for column, label in columns if row[column] > 1]
+        described.append(f"{model} b{batch} {config} ({mode}): {row['records']} records, "
                          + (", ".join(why) if why else "repeats of one case"))
     lines = [f"- {len(cells)} table cell(s) aggregate several passed records: the median of their values"]
     lines += [f"  - {text}" for text in described[:_AGGREGATES_SHOWN]]
@@ -364,7 +369,7 @@ def _mode_sections(df: pd.DataFrame) -> list[str]:
             continue
         md += [f"## {_MODE_TITLES[mode]}", ""]
         if mode == _GENERATE_MODE:
-            tokens = sorted({int(t) for t in rows["new_tokens"].dropna()})
+            tokens = sorted({int(t) for t in rows["new_tokens"].dropna().unique()})
             md += [f"Every call generates exactly {', '.join(map(str, tokens)) or '?'} new tokens per sequence "
                    "(min_new_tokens = max_new_tokens); batch = sequences.", ""]
         else:
@@ -402,7 +407,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
     plot_dir.mkdir(parents=True, exist_ok=True)
 
     passed, failed = int((df["status"] == "passed").sum()), int((df["status"] != "passed").sum())
-    sessions = sorted({str(s) for s in df["session_id"].dropna()})
+    sessions = sorted({str(s) for s in df["session_id"].dropna().unique()})
     aggregated = _aggregated_cells(df)
     md: list[str] = ["# Hardware benchmark report", ""]
     noisy = int((df["noise"] == "noisy").sum()) if "noise" in df.columns else 0
@@ -413,8 +418,13 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
            f"- **families**: {', '.join(sorted(df['family'].unique()))}",
            f"- **configs** (hardware/backend/precision): {', '.join(config_order(df['config']))}"]
     if "created_at" in df.columns and df["created_at"].notna().any():
-        stamps = sorted(str(s) for s in df["created_at"].dropna())
-        md.append(f"- **measured**: {stamps[0]} … {stamps[-1]}")
+        stamps = df["created_at"].dropna()
+        try:
+            first, last = str(stamps.min()), str(stamps.max())
+        except TypeError:  # times and text mixed: the order of their text
+            ordered = sorted(str(s) for s in stamps.unique())
+            first, last = ordered[0], ordered[-1]
+        md.append(f"- **measured**: {first} … {last}")
     md += aggregated
     md.append("")
     md += _system_section(df, system_info)

@@ -22,10 +22,31 @@ if TYPE_CHECKING:
     from matplotlib.axes import Axes
 
 
-def _new_figure(width: float, height: float) -> Any:
+#: Margins around the axes, in inches: (left, right, top, bottom), and the gaps between panels.
+#: Fixed rather than computed by a layout engine, which measures every text of a figure twice
+#: per save and costs most of a report's time.
+_MARGINS_IN = (0.9, 0.25, 0.45, 1.15)
+_GAP_IN = (0.9, 1.15)  # (between columns, between rows)
+
+
+def _new_figure(width: float, height: float, *, rows: int = 1, cols: int = 1) -> Any:
+    """A figure of about `width` x `height` inches whose `rows` x `cols` panels leave room
+    for tick labels rotated 20 degrees, axis labels and titles."""
     from matplotlib.figure import Figure
 
-    return Figure(figsize=(min(max(width, 6.0), 40.0), height), layout="constrained")
+    width = min(max(width, 6.0), 40.0)
+    left, right, top, bottom = _MARGINS_IN
+    fig = Figure(figsize=(width, height))
+    panel_w = (width - left - right - _GAP_IN[0] * (cols - 1)) / cols
+    panel_h = (height - top - bottom - _GAP_IN[1] * (rows - 1)) / rows
+    fig.subplots_adjust(left=left / width, right=1 - right / width, top=1 - top / height, bottom=bottom / height,
+                        wspace=_GAP_IN[0] / panel_w, hspace=_GAP_IN[1] / panel_h)
+    return fig
+
+
+def _save(fig: Any, path: Path) -> None:
+    """Write `fig` as a PNG at 100 dpi, compressed fast (a few percent larger than the default)."""
+    fig.savefig(path, dpi=100, pil_kwargs={"compress_level": 1})
 
 
 def _colors(configs: Iterable[str]) -> dict[str, str]:
@@ -50,12 +71,13 @@ def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]]
         drawn = drawn or any(not math.isnan(v) for v in values)
     ax.set_xticks(range(len(models)), models, rotation=20 if len(models) > 3 else 0, ha="right" if len(models) > 3 else "center")
     ax.set_ylabel(ylabel)
-    ax.set_title(title)
+    ax.set_title(title, y=1.0)  # a fixed place: placing it by the tick labels measures them all again
     if values_all and max(values_all) / min(values_all) > 100:
         ax.set_yscale("log")
         ax.set_ylim(min(values_all) / 2, max(values_all) * 4)
     else:
         ax.set_ylim(0, max(values_all or [1.0]) * 1.2)
+    ax.minorticks_off()  # a log axis's unlabelled minor ticks: dozens of artists each, no values
     ax.legend(fontsize=7)
     return drawn
 
@@ -82,7 +104,7 @@ def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bo
     ax = fig.add_subplot()
     _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel="median latency (ms)",
                   title=f"{family}: median latency per model and config, batch size {batch}")
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     return True
 
 
@@ -93,7 +115,7 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
         return False
     cols = min(3, len(models))
     rows = math.ceil(len(models) / cols)
-    fig = _new_figure(5.5 * cols, 4.2 * rows)
+    fig = _new_figure(5.5 * cols, 4.2 * rows, rows=rows, cols=cols)
     axes = fig.subplots(rows, cols, squeeze=False)
     colors = _colors(fam["config"])
     for ax, model in zip(axes.flat, models, strict=False):
@@ -116,13 +138,14 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
             ax.set_ylim(min(values) / 2, max(values) * 3)
         elif values:
             ax.set_ylim(0, max(values) * 1.2)
+        ax.minorticks_off()  # a log axis's unlabelled minor ticks: dozens of artists each, no values
         ax.set_xlabel("batch size")
         ax.set_ylabel("throughput (items/s)")
-        ax.set_title(f"{family}: {model}")
-        ax.legend(fontsize=7)
+        ax.set_title(f"{family}: {model}", y=1.0)
+        ax.legend(fontsize=7, loc="upper left")  # throughput rises with the batch: that corner stays clear
     for ax in list(axes.flat)[len(models):]:
         ax.set_visible(False)
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     return True
 
 
@@ -138,7 +161,7 @@ def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> boo
     _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=fmt_speedup, ylabel=f"speedup vs {'/'.join(BASELINE)} (x)",
                   title=f"{family}: speedup over {'/'.join(BASELINE)}, batch size {batch}")
     ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     return True
 
 
@@ -154,11 +177,11 @@ def _plot_memory(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool
     if not panels:
         return False
     width = 1.5 + 0.5 * max(len(m) * len(s) for _, m, s in panels)
-    fig = _new_figure(width, 4.5 * len(panels))
+    fig = _new_figure(width, 4.5 * len(panels), rows=len(panels))
     axes = fig.subplots(len(panels), 1, squeeze=False)
     for ax, (label, models, series) in zip(axes.flat, panels, strict=True):
         _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel=label, title=f"{family}: {label}, batch size {batch}")
-    fig.savefig(path, dpi=100)
+    _save(fig, path)
     return True
 
 
