@@ -49,6 +49,7 @@ import uuid
 from collections import Counter
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT / "tests"))
@@ -295,17 +296,42 @@ def year_duckdb(path: str | Path, n_records: int, base: list[BenchmarkRecord]) -
     return path
 
 
+#: Runs the command after its first argument, then writes the command's exit status and peak
+#: resident KiB into the file that argument names. The command starts from this small process, not
+#: from the benchmark: Linux counts into a process's peak the peak of the memory it replaced at
+#: exec, which for a child of the benchmark (subprocess shares the parent's memory until exec) is
+#: the benchmark's own, hundreds of MB once it has built a store.
+_MEASURED = ("import os, subprocess, sys\n"
+             "proc = subprocess.Popen(sys.argv[2:])\n"
+             "_, status, usage = os.wait4(proc.pid, 0)\n"
+             "with open(sys.argv[1], 'w') as out:\n"
+             "    out.write(f'{os.waitstatus_to_exitcode(status)} {usage.ru_maxrss}')\n")
+
+
+def measured(cmd: list[str], **popen: Any) -> tuple[int, float]:
+    """Run `cmd` (`popen`: subprocess.run's stdout, stderr, stdin, cwd): its exit status and its
+    own peak resident memory in MiB."""
+    fd, name = tempfile.mkstemp(prefix="hwbench-peak-")
+    os.close(fd)
+    try:
+        subprocess.run([sys.executable, "-c", _MEASURED, name, *cmd], check=False, **popen)
+        code, kib = Path(name).read_text().split()
+    finally:
+        os.unlink(name)
+    return int(code), int(kib) / 1024
+
+
 def peak_run(cmd: list[str], cwd: Path) -> tuple[float, float, str]:
     """Run `cmd`: its wall time (s), its peak resident memory (MB, of that process alone) and
     ``ok`` or what went wrong (exit 1, a regression found, is ok)."""
     began = time.perf_counter()
-    proc = subprocess.Popen(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, text=True)
-    _, status, usage = os.wait4(proc.pid, 0)
-    took = time.perf_counter() - began
-    proc.returncode = code = os.waitstatus_to_exitcode(status)
-    err = proc.stderr.read() if proc.stderr else ""
-    ok = "ok" if code in (0, 1) else f"exit {code}: {(err.strip().splitlines() or [''])[-1][:120]}"
-    return took, usage.ru_maxrss / 1024, ok
+    with tempfile.TemporaryFile("w+") as err:
+        code, peak = measured(cmd, cwd=cwd, stdout=subprocess.DEVNULL, stderr=err)
+        took = time.perf_counter() - began
+        err.seek(0)
+        text = err.read()
+    ok = "ok" if code in (0, 1) else f"exit {code}: {(text.strip().splitlines() or [''])[-1][:120]}"
+    return took, peak, ok
 
 
 HWBENCH = str(Path(sys.executable).with_name("hwbench"))
@@ -368,20 +394,17 @@ class TrainFigures:
 
 def hwsel_train(args: list[str], work: Path, timeout: float) -> TrainFigures:
     """`hwsel train --trials 1 --no-progress --json ARGS` in its own process, its peak memory from
-    the kernel's accounting of that process (wait4)."""
+    the kernel's accounting of that process (`measured`)."""
     out, err = work / "train.out", work / "train.err"
     cmd = [str(Path(sys.executable).with_name("hwsel")), "train", "--trials", "1", "--no-progress", "--json",
            "--timeout", f"{timeout:g}", *args]
     began = time.perf_counter()
     with out.open("w") as stdout, err.open("w") as stderr:
-        proc = subprocess.Popen(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
-        _, status, usage = os.wait4(proc.pid, 0)
-        proc.returncode = os.waitstatus_to_exitcode(status)
+        code, peak = measured(cmd, stdout=stdout, stderr=stderr, stdin=subprocess.DEVNULL)
     wall = time.perf_counter() - began
-    peak = usage.ru_maxrss / 1024  # KiB on Linux
-    if proc.returncode != 0:
+    if code != 0:
         tail = (err.read_text().strip().splitlines() or [""])[-1][:160]
-        return TrainFigures(wall, peak, None, f"exit {proc.returncode}: {tail}")
+        return TrainFigures(wall, peak, None, f"exit {code}: {tail}")
     return TrainFigures(wall, peak, json.loads(out.read_text()))
 
 
