@@ -70,7 +70,9 @@ def compatibility_matrix(results: pd.DataFrame, *, session_id: str | None = None
 
 def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     out: dict[str, dict[str, dict[str, Any]]] = {}
-    for family, fam in df.groupby("family", sort=True):
+    columns = ["family", "target", "precision", "model", "batch_size", "status", "error", "latency_ms_median",
+               "throughput_items_per_s"]  # what the matrix reads: its slices copy these only
+    for family, fam in df[columns].groupby("family", sort=True):
         passed = passed_rows(fam).dropna(subset=["throughput_items_per_s"])
         # Step 1: best precision per (target, model, batch); duplicates of one config by median.
         per_config = passed.groupby(["target", "precision", "model", "batch_size"])["throughput_items_per_s"].median()

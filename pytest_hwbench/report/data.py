@@ -96,7 +96,7 @@ def prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
             f"results lack the columns {', '.join(missing)}; build them with "
             "pd.DataFrame([r.to_dict() for r in records]) or load_results()"
         )
-    df = frame.copy()
+    df = frame.copy(deep=False)  # copy on write (pandas 3): new columns here leave the caller's frame as it was
     for name in _NUMERIC:
         df[name] = pd.to_numeric(df[name], errors="coerce") if name in df.columns else float("nan")
     for name in ("error", "case_id", "session_id"):
@@ -160,7 +160,7 @@ def speedup_cells(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
 def compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
     """One entry per passed compiled (case, backend) with a passed eager ``torch`` record of the
     same case: the case, the backend, both medians of `metric` and the compile time."""
-    passed = passed_rows(df).dropna(subset=[metric])
+    passed = passed_rows(df[[*_CASE_KEYS, "status", "backend", "compile_time_s", metric]]).dropna(subset=[metric])
     compiled = passed[passed["compile_time_s"].notna() & (passed["backend"] != EAGER_BACKEND)]
     eager = passed[passed["backend"] == EAGER_BACKEND]
     if compiled.empty or eager.empty:

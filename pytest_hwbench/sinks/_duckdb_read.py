@@ -37,13 +37,27 @@ def check_readable(path: str | os.PathLike[str]) -> None:
                 pass
 
 
+#: Vectors (2,048 rows each) of an answer that `_frame` converts to pandas at a time.
+FRAME_VECTORS = 8
+
+
 def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -> pd.DataFrame:
-    """Run `sql` and return a DataFrame."""
+    """Run `sql` and return a DataFrame, converted `FRAME_VECTORS` vectors at a time and then
+    joined: converting a large answer at once holds each of its texts as a Python object too,
+    twice the memory of the frame."""
+    import pandas as pd
+
     with warnings.catch_warnings():
         # duckdb 2.0's DataFrame conversion calls drop(inplace=True), which pandas 3.1 deprecates;
         # not ours to fix, and not worth a warning per query for our users.
         warnings.filterwarnings("ignore", message="The inplace keyword", category=Warning)
-        return con.execute(sql, list(args)).df()
+        cursor = con.execute(sql, list(args))
+        parts = [cursor.fetch_df_chunk(FRAME_VECTORS)]
+        while not parts[-1].empty:
+            parts.append(cursor.fetch_df_chunk(FRAME_VECTORS))
+    if len(parts) == 2:
+        return parts[0]
+    return pd.concat(parts[:-1] if len(parts) > 1 else parts, ignore_index=True)
 
 
 def _parse_json(text: Any) -> Any:
