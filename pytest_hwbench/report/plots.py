@@ -118,13 +118,15 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
     fig = _new_figure(5.5 * cols, 4.2 * rows, rows=rows, cols=cols)
     axes = fig.subplots(rows, cols, squeeze=False)
     colors = _colors(fam["config"])
+    configs = config_order(fam["config"])
+    lines: dict[str, Any] = {}
     for ax, model in zip(axes.flat, models, strict=False):
-        for config in config_order(fam["config"]):
+        for config in configs:
             points = sorted((b, v) for (m, b, c), v in cells.items() if m == model and c == config and not math.isnan(v))
             if not points:
                 continue
             xs, ys = [p[0] for p in points], [p[1] for p in points]
-            ax.plot(xs, ys, marker="o", label=config, color=colors[config])
+            lines.setdefault(config, ax.plot(xs, ys, marker="o", label=config, color=colors[config])[0])
             for x, y in points:
                 ax.annotate(fmt(y), (x, y), textcoords="offset points", xytext=(0, 5), ha="center", fontsize=7)
         batches = sorted({b for (m, b, _), v in cells.items() if m == model and not math.isnan(v)})
@@ -142,9 +144,14 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
         ax.set_xlabel("batch size")
         ax.set_ylabel("throughput (items/s)")
         ax.set_title(f"{family}: {model}", y=1.0)
-        ax.legend(fontsize=7, loc="upper left")  # throughput rises with the batch: that corner stays clear
-    for ax in list(axes.flat)[len(models):]:
-        ax.set_visible(False)
+    # One legend for the figure (a config has one colour in every panel): in the first spare
+    # panel, else in the first panel's upper left, where rising throughput leaves room.
+    spare = list(axes.flat)[len(models):]
+    for ax in spare:
+        ax.set_axis_off()
+    holder = spare[0] if spare else axes.flat[0]
+    holder.legend([lines[c] for c in configs if c in lines], [c for c in configs if c in lines],
+                  fontsize=9 if spare else 7, loc="upper left")
     _save(fig, path)
     return True
 
