@@ -292,7 +292,7 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 def cmd_distributed(args: argparse.Namespace) -> int:
     from .distributed import distributed_training_config
 
-    plan = distributed_training_config(describe_model(args.model, config=args.model_config), args.gpus,
+    plan = distributed_training_config(describe_model(args.model, config=args.model_config), args.gpu_count,
                                        args.batch_size, args.max_memory_gb,
                                        precision=args.precision)
     m = plan.estimated_memory

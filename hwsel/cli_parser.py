@@ -7,11 +7,14 @@ from __future__ import annotations
 import argparse
 import datetime as _dt
 import math
+from collections.abc import Callable
+from typing import Any
 
 from pytest_hwbench import facts
 
 from ._reach import DEFAULT_TIMEOUT_S
 from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, MODES, PRECISIONS
+from .questions import DISTRIBUTED, NEXT, Field
 
 
 def _positive_int(text: str) -> int:
@@ -32,6 +35,35 @@ def _positive_float(text: str) -> float:
     if not math.isfinite(value) or value <= 0:
         raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
     return value
+
+
+def _checked(f: Field) -> Callable[[str], Any]:
+    """The argparse type of field `f`: its type, within its bounds."""
+    low = f"> {f.gt:g}" if f.gt is not None else f">= {f.ge:g}" if f.ge is not None else ""
+    want = " ".join(x for x in ("a whole number" if f.type is int else "a number", low,
+                                 f"and <= {f.le:g}" if f.le is not None and low else "") if x)
+
+    def parse(text: str) -> Any:
+        try:
+            value = f.type(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}") from None
+        if (not math.isfinite(value) or (f.ge is not None and value < f.ge) or (f.gt is not None and value <= f.gt)
+                or (f.le is not None and value > f.le)):
+            raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
+        return value
+    return parse
+
+
+def add_fields(p: argparse.ArgumentParser, fields: tuple[Field, ...]) -> None:
+    """One option per field of a question (`hwsel.questions`), its help, type and bounds the field's."""
+    for f in fields:
+        shown = f.default if f.default is None or not isinstance(f.default, tuple) else " ".join(map(str, f.default))
+        p.add_argument(f.flag, dest=f.name, nargs="+" if f.many else None,
+                       type=None if f.type is str else _checked(f),
+                       default=list(f.default) if isinstance(f.default, tuple) else f.default,
+                       help=f.help + (f" (one of {', '.join(f.choices)})" if f.choices else "")
+                       + ("" if shown is None else f" (default {shown})"))
 
 
 def _source_option(p: argparse.ArgumentParser | argparse._ArgumentGroup) -> None:
@@ -211,10 +243,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
                                    "gradient accumulation and CPU offload; print the memory estimate.")
     _model_options(p)
-    p.add_argument("--gpus", type=_positive_int, default=8, help="number of GPUs (default 8)")
-    p.add_argument("--batch-size", type=_positive_int, default=8, help="items per GPU per step (default 8)")
-    p.add_argument("--max-memory-gb", type=_positive_float, default=16.0, help="memory per GPU, GiB (default 16)")
-    p.add_argument("--precision", default="bf16", help="fp32, or fp16/bf16 mixed precision (default bf16)")
+    add_fields(p, DISTRIBUTED)
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
@@ -235,20 +264,8 @@ def build_parser() -> argparse.ArgumentParser:
                                    "them (an ensemble fit on bootstrap resamples over models), spread the picks "
                                    "over models and runtimes, and print each as a runnable pytest command line "
                                    "after a comment saying why. The output runs as a shell script.")
-    p.add_argument("--budget", type=_positive_int, default=10, help="configurations to suggest (default 10)")
+    add_fields(p, NEXT)
     _source_option(p)
-    p.add_argument("--models", nargs="+", default=None,
-                   help="zoo models to consider (default: those in the records plus the zoo models of their tiers)")
-    p.add_argument("--hardware", nargs="+", default=None, metavar="HW",
-                   help="hardware to consider, among those in the records (default: all of them)")
-    p.add_argument("--backends", nargs="+", default=None, help="backends, among those in the records (default: all)")
-    p.add_argument("--precisions", nargs="+", default=None,
-                   help="precisions, among those in the records (default: all)")
-    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=None,
-                   help="batch sizes of inference cases (default: those the records hold for the hardware)")
-    p.add_argument("--seed", type=int, default=0, help="random seed; the same seed gives the same list (default 0)")
-    p.add_argument("--ensemble", type=_positive_int, default=8,
-                   help="latency models in the ensemble, at least 2 (default 8)")
     _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then it stops")
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -262,4 +279,4 @@ def build_parser() -> argparse.ArgumentParser:
     return parser
 
 
-__all__ = ["build_parser"]
+__all__ = ["add_fields", "build_parser"]

@@ -19,7 +19,9 @@ from pytest_hwbench.vocabulary import PRECISIONS
 from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
-from .query import TRAIN_PRECISIONS, Prediction
+from .query import Prediction
+from .questions import DISTRIBUTED, MAX_REQUEST_BATCH_SIZE, NEXT
+from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
 # --- request fields ---------------------------------------------------------------------------------
@@ -29,8 +31,6 @@ from .select import HardwareScore, Recommendation
 # hardware is checked by the question builder (`hwsel.query.ask`, `describe_model`), whose one
 # `QuestionError` answers 422 with the field's name like the rest (404 for an unknown model).
 
-#: Largest batch size a request may ask about (keeps every request cheap).
-MAX_REQUEST_BATCH_SIZE = 65536
 #: Longest sequence any request may name; a model's own position limit is checked as well.
 MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 
@@ -58,7 +58,6 @@ SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
 # the CLI and the Python API. Hardware stays a string checked against the configured targets, so
 # that a 422 names the unknown target and lists the accepted ones.
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
-TrainPrecision = Literal[TRAIN_PRECISIONS]  # type: ignore[valid-type]
 Mode = Literal[ACCEPTED_MODES]  # type: ignore[valid-type]
 Modes = Annotated[list[Mode], Field(min_length=1, max_length=len(MODES))]
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
@@ -71,7 +70,6 @@ Device = Annotated[DeviceName | dict[Hardware, DeviceName],
                    Field(description="device asked about: a name ('NVIDIA H100 80GB HBM3') or spec name ('h100') "
                                      "for the one hardware target, or hardware -> device; default: detected here, "
                                      "else the device most benchmark records of that hardware hold")]
-GpuCount = Annotated[StrictInt, Field(ge=1, le=4096)]
 
 
 class _Request(BaseModel):
@@ -224,13 +222,30 @@ class MatrixResponse(_Response):
     configurations: int
 
 
-class DistributedRequest(_Request):
-    model_name: ModelName
-    model_family: Family | None = None
-    gpu_count: GpuCount = 8
-    batch_size: BatchSize = 8
-    max_memory_gb: float = Field(16.0, gt=0, le=1e5, allow_inf_nan=False)
-    precision: TrainPrecision = "bf16"
+def _annotation(f: QuestionField) -> Any:
+    """The pydantic type of a question's field (`hwsel.questions`): strict, within its bounds."""
+    item: Any
+    if f.choices:
+        item = Literal[f.choices]
+    elif f.type is str:
+        item = Annotated[str, Field(min_length=1, max_length=f.max_length)]
+    else:
+        item = Annotated[StrictInt if f.type is int else float,
+                         Field(ge=f.ge, gt=f.gt, le=f.le, **({} if f.type is int else {"allow_inf_nan": False}))]
+    if f.many:
+        item = Annotated[list[item], Field(min_length=1, max_length=f.many)]
+    return item if f.default is not None else item | None
+
+
+def request_model(name: str, fields: tuple[QuestionField, ...], **more: Any) -> type[BaseModel]:
+    """The request model of a question: one pydantic field per declared field, plus `more`."""
+    return create_model(name, __base__=_Request, **more, **{
+        f.name: (_annotation(f), Field(list(f.default) if isinstance(f.default, tuple) else f.default,
+                                       description=f.help)) for f in fields})
+
+
+DistributedRequest = request_model("DistributedRequest", DISTRIBUTED, model_name=(ModelName, ...),
+                                   model_family=(Family | None, None))
 
 
 #: `hwsel.distributed.MemoryEstimate.to_dict()`.
@@ -240,18 +255,7 @@ DistributedResponse = _response_model(DistributedConfig, types={"estimated_memor
                                       extra={"gradient_checkpointing": bool})
 
 
-class NextRequest(_Request):
-    budget: Annotated[StrictInt, Field(ge=1, le=100, description="configurations to suggest")] = 10
-    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(
-        None, min_length=1, max_length=64, description="zoo models to consider (default: those in the records plus "
-                                                       "the zoo models of their tiers)")
-    hardware: HardwareList | None = Field(None, min_length=1, description="among those in the records")
-    backends: list[Backend] | None = Field(None, min_length=1, max_length=16, description="among those in the records")
-    precisions: list[Precision] | None = Field(None, min_length=1, max_length=4,
-                                               description="among those in the records")
-    batch_sizes: BatchSizes | None = Field(None, description="inference batch sizes (default: those in the records)")
-    seed: Annotated[StrictInt, Field(ge=0, le=2**31 - 1)] = 0
-    ensemble: Annotated[StrictInt, Field(ge=2, le=16, description="latency models in the ensemble")] = 8
+NextRequest = request_model("NextRequest", NEXT)
 
 
 #: `hwsel.next.Suggestion.to_dict()`.

@@ -1,0 +1,67 @@
+"""Each hwsel question's fields, declared once: name, type, default, bounds, choices and help.
+
+`hwsel.cli_parser` adds a subcommand's options from a question's fields (`add_fields`) and
+`hwsel.rest_models` builds its request model from them (`request_model`), so a field's help,
+type and bounds are typed here only. A field's ``name`` is the REST field and the CLI's ``dest``;
+``flag`` its CLI option. Choices are the REST schema's enum and the CLI's help; on the CLI the
+question builder checks them, with the message the Python API gives.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any
+
+from pytest_hwbench.vocabulary import PRECISIONS
+
+from .config import MAX_HARDWARE_TARGETS
+from .query import TRAIN_PRECISIONS
+
+#: Largest batch size a question may ask about (keeps every request cheap).
+MAX_REQUEST_BATCH_SIZE = 65536
+
+
+@dataclass(frozen=True)
+class Field:
+    """One field of a question: a value of `type` (int, float or str), or with `many` a list of
+    one to `many` of them; numbers within `ge`/`gt`..`le`, texts of 1..`max_length` characters."""
+
+    name: str
+    flag: str
+    type: type
+    default: Any
+    help: str
+    ge: float | None = None
+    gt: float | None = None
+    le: float | None = None
+    many: int = 0
+    choices: tuple[str, ...] | None = None
+    max_length: int = 200
+
+
+#: `hwsel next` and ``POST /measure/next``: which configurations to measure next.
+NEXT: tuple[Field, ...] = (
+    Field("budget", "--budget", int, 10, "configurations to suggest", ge=1, le=100),
+    Field("models", "--models", str, None, "zoo models to consider (default: those in the records plus the zoo "
+                                          "models of their tiers)", many=64),
+    Field("hardware", "--hardware", str, None, "hardware to consider, among those in the records (default: all)",
+          many=MAX_HARDWARE_TARGETS, max_length=64),
+    Field("backends", "--backends", str, None, "backends, among those in the records (default: all)", many=16,
+          max_length=64),
+    Field("precisions", "--precisions", str, None, "precisions, among those in the records (default: all)", many=4,
+          choices=PRECISIONS),
+    Field("batch_sizes", "--batch-sizes", int, None, "batch sizes of inference cases (default: those the records "
+                                                    "hold for the hardware)", ge=1, le=MAX_REQUEST_BATCH_SIZE, many=16),
+    Field("seed", "--seed", int, 0, "random seed; the same seed gives the same list", ge=0, le=2**31 - 1),
+    Field("ensemble", "--ensemble", int, 8, "latency models in the ensemble", ge=2, le=16),
+)
+
+#: `hwsel distributed` and ``POST /training/distributed`` (besides the model): a training plan.
+DISTRIBUTED: tuple[Field, ...] = (
+    Field("gpu_count", "--gpus", int, 8, "number of GPUs", ge=1, le=4096),
+    Field("batch_size", "--batch-size", int, 8, "items per GPU per step", ge=1, le=MAX_REQUEST_BATCH_SIZE),
+    Field("max_memory_gb", "--max-memory-gb", float, 16.0, "memory per GPU, GiB", gt=0, le=1e5),
+    Field("precision", "--precision", str, "bf16", "fp32, or fp16/bf16 mixed precision", choices=TRAIN_PRECISIONS),
+)
+
+__all__ = ["DISTRIBUTED", "MAX_REQUEST_BATCH_SIZE", "NEXT", "Field"]
