@@ -262,7 +262,7 @@ def _devices_text(devices: dict[str, Any]) -> str:
 def cmd_map(args: argparse.Namespace) -> int:
     from .select import selection_map
 
-    data = selection_map(args.families, args.batch_sizes, args.hardware, args.modes, args.precision,
+    data = selection_map(args.model_families, args.batch_sizes, args.hardware_platforms, args.modes, args.precision,
                          device=_devices(args), backend=args.backend, predictor=_predictor(args))
     where = _write(data, args.output)
     if args.json and args.output != "-":
@@ -277,7 +277,7 @@ def cmd_map(args: argparse.Namespace) -> int:
 def cmd_matrix(args: argparse.Namespace) -> int:
     from .matrix import prediction_matrix
 
-    data = prediction_matrix(args.models, args.hardware, args.batch_sizes, args.precisions, args.mode, args.backend,
+    data = prediction_matrix(args.models, args.hardware_platforms, args.batch_sizes, args.precisions, args.mode, args.backend,
                              device=_devices(args), predictor=_predictor(args))
     where = _write(data, args.output)
     if args.json and args.output != "-":
@@ -313,8 +313,8 @@ def cmd_distributed(args: argparse.Namespace) -> int:
 def cmd_analyze(args: argparse.Namespace) -> int:
     from .select import analyze_model
 
-    data = analyze_model(describe_model(args.model, config=args.model_config), args.batch_sizes, args.hardware,
-                         args.modes, args.precision,
+    data = analyze_model(describe_model(args.model, config=args.model_config), args.batch_sizes,
+                         args.hardware_platforms, args.modes, args.precision,
                          device=_devices(args), backend=args.backend, predictor=_predictor(args))
     lines = [f"{data['model_name']} ({data['model_family']})", _devices_text(data["devices"])]
     for mode in args.modes:

@@ -13,8 +13,8 @@ from typing import Any
 from pytest_hwbench import facts
 
 from ._reach import DEFAULT_TIMEOUT_S
-from .config import DEFAULT_PRECISION_CHOICES, FAMILIES, MODES, PRECISIONS
-from .questions import DISTRIBUTED, NEXT, Field
+from .config import DEFAULT_PRECISION_CHOICES, MODES, PRECISIONS
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, Field
 
 
 def _positive_int(text: str) -> int:
@@ -216,11 +216,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Recommendations for every model family, size category, batch size and "
                                    "mode, as JSON.")
     p.add_argument("--output", default="selection_map.json", help="JSON file to write ('-' for stdout)")
-    p.add_argument("--families", nargs="+", default=None, help=f"default: all of {', '.join(FAMILIES)}")
-    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 4, 16, 32, 64])
-    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
-    p.add_argument("--modes", nargs="+", default=list(MODES))
-    p.add_argument("--precision", default="fp32")
+    add_fields(p, MAP)
     _backend_option(p)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print the map as JSON as well")
@@ -229,11 +225,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("matrix", help="write a prediction matrix (model x hardware x batch x precision)",
                        description="Predicted throughput, latency and memory for every combination, as JSON.")
     p.add_argument("--output", default="matrix.json", help="JSON file to write ('-' for stdout)")
-    p.add_argument("--models", nargs="+", default=None, help="default: the full-tier zoo models")
-    p.add_argument("--hardware", nargs="+", default=None, help="default: every known target")
-    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
-    p.add_argument("--precisions", nargs="+", default=["fp32", "fp16"])
-    p.add_argument("--mode", default="inference")
+    add_fields(p, MATRIX)
     _backend_option(p)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print the matrix as JSON as well")
@@ -248,10 +240,7 @@ def build_parser() -> argparse.ArgumentParser:
 
     p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
     _model_options(p)
-    p.add_argument("--batch-sizes", nargs="+", type=_positive_int, default=[1, 8, 32])
-    p.add_argument("--hardware", nargs="+", default=None)
-    p.add_argument("--modes", nargs="+", default=list(MODES))
-    p.add_argument("--precision", default="fp32")
+    add_fields(p, ANALYZE)
     _backend_option(p)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")

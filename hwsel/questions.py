@@ -14,7 +14,7 @@ from typing import Any
 
 from pytest_hwbench.vocabulary import PRECISIONS
 
-from .config import MAX_HARDWARE_TARGETS
+from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
 from .query import TRAIN_PRECISIONS
 
 #: Largest batch size a question may ask about (keeps every request cheap).
@@ -39,13 +39,41 @@ class Field:
     max_length: int = 200
 
 
+_HARDWARE: dict[str, Any] = {"many": MAX_HARDWARE_TARGETS, "max_length": 64}
+
+
+def _grid(*fields: Field) -> tuple[Field, ...]:
+    """A grid question's fields: `fields`, then the hardware it spans."""
+    return (*fields, Field("hardware_platforms", "--hardware", str, None, "hardware targets (default: every "
+                                                                          "configured target)", **_HARDWARE))
+
+
+def _batch_sizes(default: tuple[int, ...]) -> Field:
+    return Field("batch_sizes", "--batch-sizes", int, default, "batch sizes", ge=1, le=MAX_REQUEST_BATCH_SIZE,
+                 many=16)
+
+
+_PRECISION = Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS)
+_MODES = Field("modes", "--modes", str, MODES, "modes", many=len(MODES), choices=ACCEPTED_MODES)
+
+#: `hwsel map` and ``POST /hardware/map``: a selection map (family x batch size x mode).
+MAP = _grid(Field("model_families", "--families", str, None, "model families (default: all)", many=len(FAMILIES),
+                  choices=FAMILIES), _batch_sizes((1, 4, 16, 32, 64)), _MODES, _PRECISION)
+#: `hwsel matrix` and ``POST /performance/matrix``: predictions for every combination.
+MATRIX = _grid(Field("models", "--models", str, None, "zoo models (default: the full-tier zoo models)", many=16),
+               _batch_sizes((1, 8, 32)),
+               Field("precisions", "--precisions", str, ("fp32", "fp16"), "precisions", many=4, choices=PRECISIONS),
+               Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES))
+#: `hwsel analyze` and ``POST /analysis/model`` (besides the model): one model across the grid.
+ANALYZE = _grid(_batch_sizes((1, 8, 32)), _MODES, _PRECISION)
+
 #: `hwsel next` and ``POST /measure/next``: which configurations to measure next.
 NEXT: tuple[Field, ...] = (
     Field("budget", "--budget", int, 10, "configurations to suggest", ge=1, le=100),
     Field("models", "--models", str, None, "zoo models to consider (default: those in the records plus the zoo "
                                           "models of their tiers)", many=64),
     Field("hardware", "--hardware", str, None, "hardware to consider, among those in the records (default: all)",
-          many=MAX_HARDWARE_TARGETS, max_length=64),
+          **_HARDWARE),
     Field("backends", "--backends", str, None, "backends, among those in the records (default: all)", many=16,
           max_length=64),
     Field("precisions", "--precisions", str, None, "precisions, among those in the records (default: all)", many=4,
@@ -64,4 +92,4 @@ DISTRIBUTED: tuple[Field, ...] = (
     Field("precision", "--precision", str, "bf16", "fp32, or fp16/bf16 mixed precision", choices=TRAIN_PRECISIONS),
 )
 
-__all__ = ["DISTRIBUTED", "MAX_REQUEST_BATCH_SIZE", "NEXT", "Field"]
+__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "NEXT", "Field"]

@@ -16,11 +16,11 @@ from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, crea
 
 from pytest_hwbench.vocabulary import PRECISIONS
 
-from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
+from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
 from .query import Prediction
-from .questions import DISTRIBUTED, MAX_REQUEST_BATCH_SIZE, NEXT
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, MAX_REQUEST_BATCH_SIZE, NEXT
 from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
@@ -49,7 +49,6 @@ Hardware = Annotated[str, Field(min_length=1, max_length=64)]
 HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
                                                description="hardware targets (see GET /health for the configured ones)")]
 BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
-BatchSizes = Annotated[list[BatchSize], Field(min_length=1, max_length=16)]
 SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
                                        description="tokens per item; at most the model's position limit")]
 # The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
@@ -59,7 +58,6 @@ SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
 # that a 422 names the unknown target and lists the accepted ones.
 Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
 Mode = Literal[ACCEPTED_MODES]  # type: ignore[valid-type]
-Modes = Annotated[list[Mode], Field(min_length=1, max_length=len(MODES))]
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
 Backend = Annotated[str, Field(min_length=1, max_length=64,
                                 description="runtime asked about; default eager torch (openvino on the openvino "
@@ -152,16 +150,6 @@ class BatchEntry(_Response):
     tie: list[str] = Field(default_factory=list, description="targets tied for first (empty: decided)")
 
 
-class MapRequest(_Request):
-    model_families: list[Family] | None = Field(None, min_length=1, max_length=5)
-    batch_sizes: BatchSizes = [1, 4, 16, 32, 64]
-    hardware_platforms: HardwareList | None = None
-    modes: Modes = list(MODES)
-    precision: Precision = "fp32"
-    backend: Backend | None = None
-    device: Device | None = None
-
-
 class MapResponse(_Response):
     timestamp: str
     hardware_platforms: list[str]
@@ -199,17 +187,6 @@ class PredictResponse(_Response):
     predictions: dict[str, PredictionModel]  # type: ignore[valid-type]
 
 
-class MatrixRequest(_Request):
-    models: list[Annotated[str, Field(min_length=1, max_length=200)]] | None = Field(None, min_length=1,
-                                                                                    max_length=16)
-    hardware_platforms: HardwareList | None = None
-    batch_sizes: BatchSizes = [1, 8, 32]
-    precisions: list[Precision] = Field(["fp32", "fp16"], min_length=1, max_length=4)
-    mode: Mode = "inference"
-    backend: Backend | None = None
-    device: Device | None = None
-
-
 class MatrixResponse(_Response):
     timestamp: str
     mode: str
@@ -244,6 +221,11 @@ def request_model(name: str, fields: tuple[QuestionField, ...], **more: Any) -> 
                                        description=f.help)) for f in fields})
 
 
+_HARDWARE_QUESTION = {"backend": (Backend | None, None), "device": (Device | None, None)}
+MapRequest = request_model("MapRequest", MAP, **_HARDWARE_QUESTION)
+MatrixRequest = request_model("MatrixRequest", MATRIX, **_HARDWARE_QUESTION)
+AnalysisRequest = request_model("AnalysisRequest", ANALYZE, model_name=(ModelName, ...),
+                                model_family=(Family | None, None), **_HARDWARE_QUESTION)
 DistributedRequest = request_model("DistributedRequest", DISTRIBUTED, model_name=(ModelName, ...),
                                    model_family=(Family | None, None))
 
@@ -266,17 +248,6 @@ class NextResponse(_Response):
     budget: int
     source: str
     suggestions: list[SuggestionModel]  # type: ignore[valid-type]
-
-
-class AnalysisRequest(_Request):
-    model_name: ModelName
-    model_family: Family | None = None
-    batch_sizes: BatchSizes = [1, 8, 32]
-    hardware_platforms: HardwareList | None = None
-    modes: Modes = list(MODES)
-    precision: Precision = "fp32"
-    backend: Backend | None = None
-    device: Device | None = None
 
 
 class AnalysisResponse(_Response):

@@ -9,9 +9,11 @@ import pytest
 
 from hwsel import questions
 from hwsel.cli_parser import build_parser
-from hwsel.rest_models import DistributedRequest, NextRequest
+from hwsel.rest_models import AnalysisRequest, DistributedRequest, MapRequest, MatrixRequest, NextRequest
 
-ASKED = [("next", questions.NEXT, NextRequest), ("distributed", questions.DISTRIBUTED, DistributedRequest)]
+ASKED = [("next", questions.NEXT, NextRequest), ("distributed", questions.DISTRIBUTED, DistributedRequest),
+         ("map", questions.MAP, MapRequest), ("matrix", questions.MATRIX, MatrixRequest),
+         ("analyze", questions.ANALYZE, AnalysisRequest)]
 
 
 def _subcommand(name: str) -> argparse.ArgumentParser:
@@ -38,7 +40,7 @@ def test_the_cli_and_the_rest_model_come_from_one_declaration(command: str, fiel
 
 @pytest.mark.parametrize(("command", "fields", "model"), ASKED)
 def test_bounds_hold_on_both_doors(command: str, fields: tuple, model: type) -> None:
-    base = {"model_name": "gpt2"} if command == "distributed" else {}
+    base = {"model_name": "gpt2"} if command in {"distributed", "analyze"} else {}
     for f in fields:
         if f.le is None:
             continue
@@ -51,7 +53,8 @@ def test_bounds_hold_on_both_doors(command: str, fields: tuple, model: type) -> 
 
 
 #: What a front door adds to a question: where the data come from, how to print, which model.
-TRANSPORT = {"help", "source", "timeout", "json", "model", "model_config", "model_name", "model_family"}
+TRANSPORT = {"help", "source", "timeout", "json", "output", "model", "model_config", "model_name", "model_family",
+             "tracking_uri", "include_noisy", "config", "backend", "device"}
 
 
 @pytest.mark.parametrize(("command", "fields", "model"), ASKED)
