@@ -172,18 +172,18 @@ def _tie_line(tie: Sequence[str]) -> str:
 def cmd_select(args: argparse.Namespace) -> int:
     from .select import select_hardware, select_hardware_for_task
 
-    if args.task and args.mode != "inference":
-        raise UsageError(f"--task {args.task} sets the mode itself; --mode {args.mode} would be ignored: give one "
+    if args.task_type and args.mode != "inference":
+        raise UsageError(f"--task {args.task_type} sets the mode itself; --mode {args.mode} would be ignored: give one "
                          "of them")
     predictor = _predictor(args)
-    model = describe_model(args.model, config=args.model_config, sequence_length=args.seq_length)
-    if args.task:
-        rec = select_hardware_for_task(args.task, model, batch_size=args.batch_size, precision=args.precision,
-                                       available_hardware=args.hardware, backend=args.backend, device=_devices(args),
+    model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
+    if args.task_type:
+        rec = select_hardware_for_task(args.task_type, model, batch_size=args.batch_size, precision=args.precision,
+                                       available_hardware=args.available_hardware, backend=args.backend, device=_devices(args),
                                        predictor=predictor)
     else:
         rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
-                              available_hardware=args.hardware, backend=args.backend, device=_devices(args),
+                              available_hardware=args.available_hardware, backend=args.backend, device=_devices(args),
                               predictor=predictor)
     absent = {hw: _absent_here(hw, s.prediction) for hw, s in rec.all_scores.items() if s.prediction is not None}
 
@@ -236,7 +236,7 @@ def cmd_predict(args: argparse.Namespace) -> int:
     predictor = _predictor(args)
     queries = ask(predictor.config_, args.model, args.hardware, batch_size=args.batch_size, precision=args.precision,
                   mode=args.mode, backend=args.backend, device=_devices(args), model_config=args.model_config,
-                  sequence_length=args.seq_length)
+                  sequence_length=args.sequence_length)
     model = queries[0].model
     preds = {q.hardware: p for q, p in zip(queries, predictor.predict_many(queries), strict=True)}
     backends = {p.backend for p in preds.values()}

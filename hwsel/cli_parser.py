@@ -14,7 +14,7 @@ from pytest_hwbench import facts
 
 from ._reach import DEFAULT_TIMEOUT_S
 from .config import DEFAULT_PRECISION_CHOICES, MODES, PRECISIONS
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, Field
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT, Field
 
 
 def _positive_int(text: str) -> int:
@@ -59,7 +59,7 @@ def add_fields(p: argparse.ArgumentParser, fields: tuple[Field, ...]) -> None:
     """One option per field of a question (`hwsel.questions`), its help, type and bounds the field's."""
     for f in fields:
         shown = f.default if f.default is None or not isinstance(f.default, tuple) else " ".join(map(str, f.default))
-        p.add_argument(f.flag, dest=f.name, nargs="+" if f.many else None,
+        p.add_argument(f.flag, dest=f.name, nargs="+" if f.many else None, metavar=f.flag[2:].upper().replace("-", "_"),
                        type=None if f.type is str else _checked(f),
                        default=list(f.default) if isinstance(f.default, tuple) else f.default,
                        help=f.help + (f" (one of {', '.join(f.choices)})" if f.choices else "")
@@ -103,15 +103,12 @@ def _store_options(p: argparse.ArgumentParser) -> None:
                         "(default: $HWSEL_CONFIG, else built-in)")
 
 
-def _case_options(p: argparse.ArgumentParser, *, hardware_help: str) -> None:
+def _case_options(p: argparse.ArgumentParser, fields: tuple[Field, ...], *, hardware_help: str | None = None) -> None:
     _model_options(p)
-    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
-    p.add_argument("--seq-length", type=_positive_int, default=None,
-                   help="tokens per item, for text models (default: the zoo model's)")
-    p.add_argument("--precision", default="fp32", help=f"one of {', '.join(PRECISIONS)} (default fp32)")
-    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    add_fields(p, fields)
     _backend_option(p)
-    p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
+    if hardware_help:
+        p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
 
@@ -181,10 +178,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("select", help="recommend hardware for a model",
                        description="Score each hardware target on predicted latency, throughput, memory "
                                    "and compatibility; print the best, the fallbacks and why.")
-    _case_options(p, hardware_help=f"targets to choose among (default: those detected here); "
-                                   f"known: {', '.join(facts.fallback_order())}")
-    p.add_argument("--task", default=None, help="task profile instead of --mode: classification, generation, "
-                                                "embedding, speech_recognition, fine_tuning, training")
+    _case_options(p, SELECT)
     _store_options(p)
 
     p = sub.add_parser("precision", help="choose the precision for a model on one target",
@@ -209,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("predict", help="predict latency, throughput and memory",
                        description="Predict performance of one case on each hardware target, with the "
                                    "source of each prediction and a latency interval.")
-    _case_options(p, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
+    _case_options(p, PREDICT, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
     _store_options(p)
 
     p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",

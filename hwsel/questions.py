@@ -19,6 +19,8 @@ from .query import TRAIN_PRECISIONS
 
 #: Largest batch size a question may ask about (keeps every request cheap).
 MAX_REQUEST_BATCH_SIZE = 65536
+#: Longest sequence a question may name; a model's own position limit is checked as well.
+MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 
 
 @dataclass(frozen=True)
@@ -56,6 +58,19 @@ def _batch_sizes(default: tuple[int, ...]) -> Field:
 _PRECISION = Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS)
 _MODES = Field("modes", "--modes", str, MODES, "modes", many=len(MODES), choices=ACCEPTED_MODES)
 
+_CASE = (Field("batch_size", "--batch-size", int, 1, "items per forward", ge=1, le=MAX_REQUEST_BATCH_SIZE),
+         Field("sequence_length", "--seq-length", int, None, "tokens per item, for text models; at most the model's "
+                                                          "position limit (default: the zoo model's)", ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH),
+         Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS),
+         Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES))
+#: `hwsel predict` and ``POST /performance/predict`` (besides the model and hardware): one case.
+PREDICT = _CASE
+#: `hwsel select` and ``POST /hardware/select`` (besides the model): the targets to choose among.
+SELECT = (*_CASE, Field("available_hardware", "--hardware", str, None, "targets to choose among (default: those "
+                                                                      "detected here)", **_HARDWARE),
+          Field("task_type", "--task", str, None, "task profile instead of mode: classification, generation, "
+                                                  "embedding, speech_recognition, fine_tuning, training", max_length=64))
+
 #: `hwsel map` and ``POST /hardware/map``: a selection map (family x batch size x mode).
 MAP = _grid(Field("model_families", "--families", str, None, "model families (default: all)", many=len(FAMILIES),
                   choices=FAMILIES), _batch_sizes((1, 4, 16, 32, 64)), _MODES, _PRECISION)
@@ -92,4 +107,4 @@ DISTRIBUTED: tuple[Field, ...] = (
     Field("precision", "--precision", str, "bf16", "fp32, or fp16/bf16 mixed precision", choices=TRAIN_PRECISIONS),
 )
 
-__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "NEXT", "Field"]
+__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "MAX_REQUEST_SEQUENCE_LENGTH", "NEXT", "PREDICT", "SELECT", "Field"]

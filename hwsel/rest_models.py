@@ -20,7 +20,7 @@ from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
 from .query import Prediction
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, MAX_REQUEST_BATCH_SIZE, NEXT
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, MAX_REQUEST_BATCH_SIZE, NEXT, PREDICT, SELECT
 from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
@@ -31,8 +31,6 @@ from .select import HardwareScore, Recommendation
 # hardware is checked by the question builder (`hwsel.query.ask`, `describe_model`), whose one
 # `QuestionError` answers 422 with the field's name like the rest (404 for an unknown model).
 
-#: Longest sequence any request may name; a model's own position limit is checked as well.
-MAX_REQUEST_SEQUENCE_LENGTH = 1 << 17
 
 ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
                                  description="zoo name or hub-style alias, e.g. bert-base-uncased")]
@@ -49,8 +47,6 @@ Hardware = Annotated[str, Field(min_length=1, max_length=64)]
 HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
                                                description="hardware targets (see GET /health for the configured ones)")]
 BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
-SeqLength = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH,
-                                       description="tokens per item; at most the model's position limit")]
 # The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
 # here. A mode may be spelt the old way (``training``): `ACCEPTED_MODES` lists every spelling, and
 # `hwsel.config.check_mode`, behind the question builder, reads them as the mode, as it does for
@@ -78,20 +74,6 @@ class _Request(BaseModel):
 
 class _Response(BaseModel):
     model_config = ConfigDict(protected_namespaces=())
-
-
-class SelectRequest(_Request):
-    model_name: OptionalModelName = None
-    config: ModelConfig | None = None
-    model_family: Family | None = Field(None, description="checked against the model's family when given")
-    batch_size: BatchSize = 1
-    sequence_length: SeqLength | None = None
-    mode: Mode = "inference"
-    precision: Precision = "fp32"
-    available_hardware: HardwareList | None = Field(None, description="default: detected here")
-    task_type: str | None = Field(None, max_length=64, description="task profile; overrides mode")
-    backend: Backend | None = None
-    device: Device | None = None
 
 
 def _response_model(cls: type, *, types: Mapping[str, Any] | None = None,
@@ -161,19 +143,6 @@ class MapResponse(_Response):
     model_families: dict[str, Any]
 
 
-class PredictRequest(_Request):
-    model_name: OptionalModelName = None
-    config: ModelConfig | None = None
-    model_family: Family | None = None
-    hardware: HardwareList | Hardware | None = Field(None, description="default: every configured target")
-    batch_size: BatchSize = 1
-    sequence_length: SeqLength | None = None
-    mode: Mode = "inference"
-    precision: Precision = "fp32"
-    backend: Backend | None = None
-    device: Device | None = None
-
-
 class PredictResponse(_Response):
     model_name: str
     model_family: str
@@ -222,6 +191,11 @@ def request_model(name: str, fields: tuple[QuestionField, ...], **more: Any) -> 
 
 
 _HARDWARE_QUESTION = {"backend": (Backend | None, None), "device": (Device | None, None)}
+_MODEL = {"model_name": (OptionalModelName, None), "config": (ModelConfig | None, None)}
+SelectRequest = request_model("SelectRequest", SELECT, **_MODEL, model_family=(
+    Family | None, Field(None, description="checked against the model's family when given")), **_HARDWARE_QUESTION)
+PredictRequest = request_model("PredictRequest", PREDICT, **_MODEL, model_family=(Family | None, None), hardware=(
+    HardwareList | Hardware | None, Field(None, description="default: every configured target")), **_HARDWARE_QUESTION)
 MapRequest = request_model("MapRequest", MAP, **_HARDWARE_QUESTION)
 MatrixRequest = request_model("MatrixRequest", MATRIX, **_HARDWARE_QUESTION)
 AnalysisRequest = request_model("AnalysisRequest", ANALYZE, model_name=(ModelName, ...),
