@@ -17,26 +17,6 @@ from .config import DEFAULT_PRECISION_CHOICES, MODES, PRECISIONS
 from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT, Field
 
 
-def _positive_int(text: str) -> int:
-    try:
-        value = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {text!r}") from None
-    if value < 1:
-        raise argparse.ArgumentTypeError(f"expected a whole number >= 1, got {value}")
-    return value
-
-
-def _positive_float(text: str) -> float:
-    try:
-        value = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}") from None
-    if not math.isfinite(value) or value <= 0:
-        raise argparse.ArgumentTypeError(f"expected a number > 0, got {text!r}")
-    return value
-
-
 def _checked(f: Field) -> Callable[[str], Any]:
     """The argparse type of field `f`: its type, within its bounds."""
     low = f"> {f.gt:g}" if f.gt is not None else f">= {f.ge:g}" if f.ge is not None else ""
@@ -53,6 +33,10 @@ def _checked(f: Field) -> Callable[[str], Any]:
             raise argparse.ArgumentTypeError(f"expected {want}, got {text!r}")
         return value
     return parse
+
+
+_positive_int = _checked(Field("", "", int, None, "", ge=1))
+_positive_float = _checked(Field("", "", float, None, "", gt=0))
 
 
 def add_fields(p: argparse.ArgumentParser, fields: tuple[Field, ...]) -> None:

@@ -14,13 +14,11 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, create_model
 
-from pytest_hwbench.vocabulary import PRECISIONS
-
-from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS
+from .config import FAMILIES, MAX_HARDWARE_TARGETS
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
 from .query import Prediction
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, MAX_REQUEST_BATCH_SIZE, NEXT, PREDICT, SELECT
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT
 from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
@@ -46,14 +44,11 @@ Hardware = Annotated[str, Field(min_length=1, max_length=64)]
 #: A list of hardware targets: as long as the largest vocabulary a config may hold, no longer.
 HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
                                                description="hardware targets (see GET /health for the configured ones)")]
-BatchSize = Annotated[StrictInt, Field(ge=1, le=MAX_REQUEST_BATCH_SIZE)]
 # The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
-# here. A mode may be spelt the old way (``training``): `ACCEPTED_MODES` lists every spelling, and
+# here or in `hwsel.questions`. A mode may be spelt the old way (``training``): `ACCEPTED_MODES`, and
 # `hwsel.config.check_mode`, behind the question builder, reads them as the mode, as it does for
 # the CLI and the Python API. Hardware stays a string checked against the configured targets, so
 # that a 422 names the unknown target and lists the accepted ones.
-Precision = Literal[PRECISIONS]  # type: ignore[valid-type]
-Mode = Literal[ACCEPTED_MODES]  # type: ignore[valid-type]
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
 Backend = Annotated[str, Field(min_length=1, max_length=64,
                                 description="runtime asked about; default eager torch (openvino on the openvino "
@@ -110,17 +105,6 @@ RecommendationResponse = _response_model(Recommendation, types={"all_scores": di
 class BatchModel(_Request):
     name: Annotated[str, Field(min_length=1, max_length=200)]
     family: Family | None = None
-
-
-class BatchRequest(_Request):
-    models: list[BatchModel | Annotated[str, Field(min_length=1, max_length=200)]] = Field(
-        ..., min_length=1, max_length=64)
-    batch_size: BatchSize = 1
-    mode: Mode = "inference"
-    precision: Precision = "fp32"
-    available_hardware: HardwareList | None = None
-    backend: Backend | None = None
-    device: Device | None = None
 
 
 class BatchEntry(_Response):
@@ -194,6 +178,10 @@ _HARDWARE_QUESTION = {"backend": (Backend | None, None), "device": (Device | Non
 _MODEL = {"model_name": (OptionalModelName, None), "config": (ModelConfig | None, None)}
 SelectRequest = request_model("SelectRequest", SELECT, **_MODEL, model_family=(
     Family | None, Field(None, description="checked against the model's family when given")), **_HARDWARE_QUESTION)
+#: ``POST /hardware/batch``: select's question for several models at once.
+BatchRequest = request_model("BatchRequest", tuple(f for f in SELECT if f.name not in {"sequence_length", "task_type"}),
+                             models=(list[BatchModel | Annotated[str, Field(min_length=1, max_length=200)]],
+                                     Field(..., min_length=1, max_length=64)), **_HARDWARE_QUESTION)
 PredictRequest = request_model("PredictRequest", PREDICT, **_MODEL, model_family=(Family | None, None), hardware=(
     HardwareList | Hardware | None, Field(None, description="default: every configured target")), **_HARDWARE_QUESTION)
 MapRequest = request_model("MapRequest", MAP, **_HARDWARE_QUESTION)
