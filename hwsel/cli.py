@@ -209,7 +209,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
     from .select import select_precision
 
     predictor = _predictor(args)
-    model = describe_model(args.model, config=args.model_config, sequence_length=args.seq_length)
+    model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
     device = _devices(args)
     choice = select_precision(model, args.hardware, batch_size=args.batch_size, mode=args.mode,
                               precisions=args.precisions, backend=args.backend,

@@ -13,7 +13,7 @@ from typing import Any
 from pytest_hwbench import facts
 
 from ._reach import DEFAULT_TIMEOUT_S
-from .config import DEFAULT_PRECISION_CHOICES, MODES, PRECISIONS
+from .config import DEFAULT_PRECISION_CHOICES, PRECISIONS
 from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT, Field
 
 
@@ -175,10 +175,7 @@ def build_parser() -> argparse.ArgumentParser:
     p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISION_CHOICES), metavar="PRECISION",
                    help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
                         f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
-    p.add_argument("--batch-size", type=_positive_int, default=1, help="items per forward (default 1)")
-    p.add_argument("--seq-length", type=_positive_int, default=None,
-                   help="tokens per item, for text models (default: the zoo model's)")
-    p.add_argument("--mode", default="inference", help=f"one of {', '.join(MODES)} (default inference)")
+    add_fields(p, tuple(f for f in PREDICT if f.name != "precision"))
     _backend_option(p)
     _device_option(p)
     p.add_argument("--json", action="store_true", help="print JSON")
