@@ -536,7 +536,7 @@ class InterferenceMonitor:
             crowding = cpu_crowded(self.readings, torch.get_num_threads())
             speed = self.reference.host_speed(middle, remember=not crowding)
             if speed is not None:
-                self.readings["host_speed"] = round(speed, 3)
+                self.readings["host_speed"] = float(f"{speed:.3g}")  # 3 significant digits: 0.00843
             baseline = self.reference.baseline_us
             if baseline is not None:
                 self.readings["reference_baseline_us"] = round(baseline, 2)

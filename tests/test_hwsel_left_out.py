@@ -3,7 +3,8 @@
 Real parts only: `BenchmarkRecord`s written through the harness's own `DuckDBSink` into a DuckDB
 file, read by `hwsel predict`/`hwsel select` (the CLI in this process) and `Predictor.load`.
 The first hour of a new machine: the one record of a case was measured while the machine was
-busy (``noise="noisy"``), another case failed, a third was measured on another device.
+busy (``noise="noisy"``), another case failed, a third was measured on another device. The CPU
+records carry the CPU detected here (the CLI's default device), whatever machine runs the tests.
 """
 
 from __future__ import annotations
@@ -27,7 +28,17 @@ BUSY = "1.7 of 2 cores busy with other processes (python)"
 A100 = "NVIDIA A100-SXM4-80GB"
 
 
-def _record(batch: int, *, hardware: str = "cpu", device: str = "AMD EPYC", latency: float | None = NOISY_MS,
+def _cpu_here() -> str:
+    from pytest_hwbench.hardware import detect_hardware
+
+    return " ".join(str(detect_hardware(targets=("cpu",)).targets["cpu"].devices[0].name).split())
+
+
+#: This machine's CPU: the new machine whose first hour the records are.
+HERE = _cpu_here()
+
+
+def _record(batch: int, *, hardware: str = "cpu", device: str = HERE, latency: float | None = NOISY_MS,
             **fields: Any) -> BenchmarkRecord:
     info = resolve_model("bert-tiny")
     lat = latency
@@ -78,7 +89,7 @@ def test_predict_says_the_noisy_record_was_left_out_and_include_noisy_answers_fr
     assert code == 0, err
     cpu = json.loads(out)["predictions"]["cpu"]
     assert cpu["source"] == "measured" and cpu["latency_ms"] == pytest.approx(NOISY_MS)
-    assert "1 run(s) on AMD EPYC" in cpu["detail"] and "1 of them noisy (kept: --include-noisy)" in cpu["detail"]
+    assert f"1 run(s) on {HERE}" in cpu["detail"] and "1 of them noisy (kept: --include-noisy)" in cpu["detail"]
     assert "left out" not in cpu["detail"]
     # the Python API: the same note by default, the measured answer with include_noisy
     pred = predict_performance("bert-tiny", "cpu", predictor=Predictor.load(store, detect=False))["cpu"]
