@@ -288,9 +288,12 @@ def year_duckdb(path: str | Path, n_records: int, base: list[BenchmarkRecord]) -
         con.execute(f"CREATE TEMP TABLE n AS SELECT range FROM range(1, {copies})")
         con.execute(f"INSERT INTO sessions SELECT sessions.* REPLACE ({ids} AS session_id, "
                     "started_at + n.range * INTERVAL 1 DAY AS started_at) FROM sessions, n")
-        con.execute("INSERT INTO timings SELECT md5(t.record_id || n.range::VARCHAR), t.iteration, "
-                    "t.ms * (1 + ((hash(t.record_id || n.range::VARCHAR) % 1000) / 1000.0 - 0.5) * 0.04) "
+        moved = "(1 + ((hash(t.record_id || n.range::VARCHAR) % 1000) / 1000.0 - 0.5) * 0.04)"
+        con.execute(f"INSERT INTO timings SELECT md5(t.record_id || n.range::VARCHAR), t.iteration, t.ms * {moved} "
                     "FROM timings t, n")
+        # a median moves with its timings: the copy's rounds are the rounds of its moved timings
+        con.execute(f"INSERT INTO rounds SELECT md5(t.record_id || n.range::VARCHAR), "
+                    f"list_transform(t.ms, x -> x * {moved}) FROM rounds t, n")
         con.execute(f"INSERT INTO results SELECT results.* REPLACE (md5(record_id || n.range::VARCHAR) AS record_id, "
                     f"{ids} AS session_id, created_at + n.range * INTERVAL 1 DAY AS created_at) FROM results, n")
     return path

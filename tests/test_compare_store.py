@@ -98,3 +98,47 @@ def test_verdicts_from_the_store_are_those_of_the_records(store: str) -> None:
             assert (x is None) == (y is None) and (x is None or math.isclose(x, y, rel_tol=1e-9)), (got.case_id, name)
     assert {c.verdict for c in by_store} - {"missing"}  # something was compared
     assert any(c.host_ratio is not None for c in by_store)
+
+
+def stored_rounds(path: str) -> dict[str, list[float]]:
+    import duckdb
+
+    with duckdb.connect(path, read_only=True) as con:
+        return dict(con.execute("SELECT record_id, ms FROM rounds").fetchall())
+
+
+def test_each_record_is_written_with_the_rounds_of_its_timings_once(store: str, tmp_path) -> None:
+    from pytest_hwbench.trackers import round_medians
+
+    records = load_records(store)
+    stored = stored_rounds(store)
+    # a record with finite timings has its rounds, as trackers computes them; one without has none
+    want = {r.record_id: round_medians(r.timings_ms) for r in records if round_medians(r.timings_ms)}
+    assert set(stored) == set(want)
+    assert all(np.allclose(stored[rid], want[rid]) for rid in want)
+    assert any(len(v) < 5 for v in want.values()) and any(len(v) == 5 for v in want.values())
+    # writing the same records again adds no rounds
+    again = tmp_path / "again.duckdb"
+    sink = DuckDBSink(again)
+    sink.open_session(session(0))
+    sink.write(records[:6])
+    sink.write(records[:8])
+    sink.close("finished")
+    assert sorted(stored_rounds(str(again))) == sorted(r.record_id for r in records[:8] if round_medians(r.timings_ms))
+
+
+def test_a_file_written_before_stored_rounds_gets_them_when_first_read(store: str, tmp_path) -> None:
+    import shutil
+
+    import duckdb
+
+    old = tmp_path / "v3.duckdb"
+    shutil.copy(store, old)
+    with duckdb.connect(str(old)) as con:  # the file as schema version 3 left it: no rounds table
+        con.execute("DROP TABLE rounds")
+        con.execute("DELETE FROM schema_info WHERE version = 4")
+    ids = [session(i).session_id for i in (3, 1)]
+    got = {s["case_id"]: side_of_summary(s) for s in case_summaries(str(old), ids)}
+    want = {s["case_id"]: side_of_summary(s) for s in case_summaries(store, ids)}
+    assert list(got) == list(want) and all(same_side(got[c], want[c]) for c in want)
+    assert stored_rounds(str(old)) == stored_rounds(store)

@@ -174,19 +174,12 @@ def load_records(path: str | os.PathLike[str], session_id: str | None = None) ->
     return records_from_results(frame, load_timings(path, frame["record_id"]))
 
 
-#: Consecutive blocks of a record's timings whose medians are its rounds (`trackers.ROUNDS`).
-CASE_ROUNDS = 5
-
 #: Records on each side of a record in its session whose reference kernel readings are pooled
 #: into its host speed (`compare_sides.HOST_WINDOW`).
 REFERENCE_WINDOW = 2
 
-#: Records whose timings `case_summaries` turns into rounds at once: its memory holds about this
-#: many records' timings, however many the sessions asked for hold.
-RECORDS_PER_SHARE = 12_500
-
-#: DuckDB's memory while `case_summaries` runs: the blocks of the timings table it scans are not
-#: kept beyond this (by default DuckDB keeps them up to most of the machine's memory).
+#: DuckDB's memory while `case_summaries` runs (by default DuckDB keeps the blocks it scans up to
+#: most of the machine's memory).
 SUMMARY_MEMORY_LIMIT = "256MB"
 
 #: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
@@ -217,25 +210,12 @@ _CASE_SUMMARY_STEPS = (
                       ROWS BETWEEN {window} PRECEDING AND {window} FOLLOWING) END AS smoothed
         FROM r) s JOIN c USING (case_id)
     WHERE s.status = 'passed' AND (NOT c.any_clean OR coalesce(s.noise, '') <> 'noisy')""",
-    "CREATE TEMP TABLE rounds (record_id VARCHAR, values DOUBLE[])",
-    # each judged record's rounds: medians of numpy.array_split's blocks (the first n % k hold one
-    # more) of its finite timings in iteration order, a share of the records at a time (an ordered
-    # list aggregate holds its whole input); none kept: its median is its one round
-    """INSERT INTO rounds
-    SELECT record_id, [list_median(v[k * q + least(k, rem) + 1 : (k + 1) * q + least(k + 1, rem)])
-                       FOR k IN range(least(len(v), {rounds}))] AS values
-    FROM (SELECT record_id, v, len(v) // least(len(v), {rounds}) AS q, len(v) % least(len(v), {rounds}) AS rem
-          FROM (SELECT record_id, list(ms ORDER BY iteration) AS v FROM timings
-                WHERE ms IS NOT NULL AND isfinite(ms)
-                  AND record_id IN (SELECT record_id FROM shares WHERE share = {share})
-                GROUP BY record_id))""",
-    """INSERT INTO rounds
-    SELECT record_id, [latency_ms_median] FROM u
-    WHERE latency_ms_median IS NOT NULL AND isfinite(latency_ms_median)
-      AND NOT EXISTS (SELECT 1 FROM rounds WHERE rounds.record_id = u.record_id)""",
+    # per case and session, its judged records' stored rounds (a record without timings: its median)
     """CREATE TEMP TABLE per_session AS
-    SELECT u.case_id, u.session_id, flatten(list(rounds.values)) AS values
-    FROM u JOIN rounds USING (record_id) GROUP BY u.case_id, u.session_id""",
+    SELECT u.case_id, u.session_id, flatten(list(coalesce(s.ms, [u.latency_ms_median]))) AS values
+    FROM u LEFT JOIN rounds s USING (record_id)
+    WHERE s.ms IS NOT NULL OR (u.latency_ms_median IS NOT NULL AND isfinite(u.latency_ms_median))
+    GROUP BY u.case_id, u.session_id""",
     """SELECT c.case_id, c.any_passed, c.any_clean, c.error, c.status, c.reason,
            coalesce(p.rounds, []), coalesce(p.session_medians, []), coalesce(k.threads, []),
            coalesce(k.devices, []), k.reference_us, k.all_clean, k.all_unknown
@@ -257,10 +237,9 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
     """What a comparison needs of each case of the sessions `session_ids` (None: every session),
     computed in the file: one dict per case, in the order of its first record (sessions in the
     order given, then by time). Its keys: ``case_id``; ``failure`` (the first error, or ``status
-    X`` of its first record, where no record passed, else ""); ``rounds`` (the medians of
-    `CASE_ROUNDS` consecutive blocks of each judged record's finite timings, or the record's median
-    where it kept none; judged: passed, and clean where any passed clean); ``session_medians`` (per
-    session, the median of its rounds); ``threads``, ``devices``; ``reference_us`` (the median of
+    X`` of its first record, where no record passed, else ""); ``rounds`` (each judged record's
+    stored rounds, or its median where it kept no finite timing; judged: passed, and clean where
+    any passed clean); ``session_medians`` (per session, the median of its rounds); ``threads``, ``devices``; ``reference_us`` (the median of
     the judged host-CPU records' reference kernel times, each smoothed over `REFERENCE_WINDOW`
     records on each side in its session; None where none carries host speed); ``noise``
     (``clean``, ``noisy``, ``mixed`` or ``-``) and ``noisy_reason``."""
@@ -279,18 +258,8 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
         if targets:
             con.executemany("INSERT INTO host_cpu VALUES (?)", [[name] for name in targets])
         *steps, answer = _CASE_SUMMARY_STEPS
-        shares = 1
         for step in steps:
-            if "{share}" not in step:
-                con.execute(step.format(window=REFERENCE_WINDOW))
-                if step.startswith("CREATE TEMP TABLE u "):
-                    [(judged,)] = con.execute("SELECT count(*) FROM u").fetchall()
-                    shares = max(1, -(-judged // RECORDS_PER_SHARE))
-                    con.execute(f"CREATE TEMP TABLE shares AS SELECT record_id, row_number() OVER () % {shares} AS share "
-                                "FROM u")
-                continue
-            for share in range(shares):
-                con.execute(step.format(rounds=CASE_ROUNDS, share=share))
+            con.execute(step.format(window=REFERENCE_WINDOW))
         rows = con.execute(answer).fetchall()
     out = []
     for (case_id, any_passed, any_clean, error, status, reason, rounds, medians, threads, devices, reference,
@@ -331,7 +300,6 @@ def export_parquet(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
 
 
 __all__ = [
-    "CASE_ROUNDS",
     "REFERENCE_WINDOW",
     "case_summaries",
     "check_readable",

@@ -1,13 +1,15 @@
 """The DuckDB file's tables and their versions: the columns of each schema version, the SQL steps
 that bring a file from one version to the next (`UPGRADES`), and `upgrade`, which applies them.
 
-Tables (schema version 3):
+Tables (schema version 4):
 
 - ``sessions``: one row per `SessionInfo` (package versions and extra as JSON text), plus the
   final ``status`` and ``ended_at`` set when the session closes;
 - ``results``: one row per record, every `BenchmarkRecord` field except ``timings_ms`` as a typed
   column named as the field (``extra`` as JSON text, ``cpu_affinity`` as INTEGER[]);
 - ``timings``: (record_id, iteration, ms), the raw per-iteration timings;
+- ``rounds``: (record_id, ms), each record's `ROUNDS` round medians of its timings (`rounds_of`),
+  written with them: a comparison reads 5 numbers per record, not its every timing;
 - ``schema_info``: (version, applied_at), one row per applied upgrade step.
 """
 
@@ -20,7 +22,11 @@ from typing import TYPE_CHECKING
 if TYPE_CHECKING:
     import duckdb
 
-SCHEMA_VERSION = 3
+SCHEMA_VERSION = 4
+
+#: Consecutive blocks of a record's timings whose medians the ``rounds`` table holds: the
+#: ``trackers.ROUNDS`` of the records stored (another count is another schema version).
+ROUNDS = 5
 
 #: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
 _RESULTS_V1: tuple[tuple[str, str], ...] = (
@@ -108,6 +114,18 @@ _RESULTS_V3_ADDED: tuple[tuple[str, str], ...] = (
     ("interference", "VARCHAR"),
 )
 
+def rounds_of(source: str, where: str = "true") -> str:
+    """A SELECT of (record_id, ms): each record's rounds from the (record_id, iteration, ms) rows
+    of `source` that `where` keeps: the medians of numpy.array_split's `ROUNDS` blocks (the first
+    n % k hold one more; one per timing below `ROUNDS`) of its finite timings in iteration order,
+    as ``trackers.round_medians`` computes them. A record without a finite timing has no row."""
+    return f"""SELECT record_id, [list_median(v[k * q + least(k, rem) + 1 : (k + 1) * q + least(k + 1, rem)])
+                       FOR k IN range(least(len(v), {ROUNDS}))] AS ms
+    FROM (SELECT record_id, v, len(v) // least(len(v), {ROUNDS}) AS q, len(v) % least(len(v), {ROUNDS}) AS rem
+          FROM (SELECT CAST(record_id AS VARCHAR) AS record_id, list(CAST(ms AS DOUBLE) ORDER BY iteration) AS v
+                FROM {source} WHERE ms IS NOT NULL AND isfinite(ms) AND ({where}) GROUP BY record_id))"""
+
+
 #: version -> SQL steps that bring the previous version to it. Add a version, never edit one.
 UPGRADES: dict[int, tuple[str, ...]] = {
     1: (
@@ -117,6 +135,8 @@ UPGRADES: dict[int, tuple[str, ...]] = {
     ),
     2: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V2_ADDED),
     3: tuple(f"ALTER TABLE results ADD COLUMN IF NOT EXISTS {name} {sql}" for name, sql in _RESULTS_V3_ADDED),
+    4: ("CREATE TABLE IF NOT EXISTS rounds (record_id VARCHAR NOT NULL, ms DOUBLE[] NOT NULL)",
+        f"INSERT INTO rounds {rounds_of('timings')}"),
 }
 
 #: Current columns (v1 plus later additions, which go here and into UPGRADES together).
@@ -175,10 +195,12 @@ def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<con
 
 __all__ = [
     "RESULT_COLUMNS",
+    "ROUNDS",
     "SCHEMA_VERSION",
     "SESSION_COLUMNS",
     "UPGRADES",
     "rollback",
+    "rounds_of",
     "schema_version",
     "upgrade",
 ]

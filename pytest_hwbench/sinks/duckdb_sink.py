@@ -21,7 +21,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._duckdb_file import classify_error, open_file
 from pytest_hwbench.sinks._duckdb_read import is_missing, list_sessions, load_records
-from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, upgrade
+from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, rounds_of, upgrade
 from pytest_hwbench.sinks._fields import FIELDS
 from pytest_hwbench.sinks.base import SessionSource, Sink, normalize_status, open_sink, register_sink
 from pytest_hwbench.sinks.transfer import ImportResult, copy_sessions
@@ -160,7 +160,7 @@ class DuckDBSink(Sink):
         self._session_id = session.session_id
 
     def write(self, records: Sequence[BenchmarkRecord]) -> None:
-        """Insert results and timings of `records` in one transaction; ids already stored are skipped."""
+        """Insert results, timings and rounds of `records` in one transaction; ids already stored are skipped."""
         if not records:
             return
         results = _results_frame(records)
@@ -178,6 +178,8 @@ class DuckDBSink(Sink):
                     "CAST(ms AS DOUBLE) FROM hwbench_timings_df "
                     "WHERE record_id NOT IN (SELECT record_id FROM results)"
                 )
+                con.execute("INSERT INTO rounds " + rounds_of(
+                    "hwbench_timings_df", "CAST(record_id AS VARCHAR) NOT IN (SELECT record_id FROM results)"))
                 con.execute(
                     f"INSERT OR IGNORE INTO results ({names}) SELECT {_cast_list(RESULT_COLUMNS)} FROM hwbench_results_df"
                 )
