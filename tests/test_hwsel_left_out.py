@@ -15,6 +15,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _here import cpu_name
 
 from hwsel import Predictor, predict_performance, select_hardware
 from hwsel.cli import main as cli_main
@@ -27,15 +28,8 @@ NOISY_MS = 2.0
 BUSY = "1.7 of 2 cores busy with other processes (python)"
 A100 = "NVIDIA A100-SXM4-80GB"
 
-
-def _cpu_here() -> str:
-    from pytest_hwbench.hardware import detect_hardware
-
-    return " ".join(str(detect_hardware(targets=("cpu",)).targets["cpu"].devices[0].name).split())
-
-
 #: This machine's CPU: the new machine whose first hour the records are.
-HERE = _cpu_here()
+HERE = cpu_name()
 
 
 def _record(batch: int, *, hardware: str = "cpu", device: str = HERE, latency: float | None = NOISY_MS,

@@ -2,7 +2,8 @@
 matrix, compatibility, CLI and REST; onnxruntime-web records train and answer like any other.
 
 The records are shaped like this machine's onnxruntime-web runs (tests/data/web, FACTS.md): the
-WebAssembly provider at CPU speed, WebGPU on SwiftShader two orders of magnitude slower.
+WebAssembly provider at CPU speed on the CPU detected here (the device a wasm question defaults to
+where a browser is found), WebGPU on SwiftShader two orders of magnitude slower.
 """
 
 from __future__ import annotations
@@ -15,6 +16,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from _here import cpu_name
 
 from hwsel.config import load_config
 from hwsel.query import default_backend
@@ -43,8 +45,8 @@ def _records() -> list[BenchmarkRecord]:
     out = []
     for model in MODELS:
         info = model_info(model)
-        for hardware, backend, device in (("wasm", "onnxruntime-web", "AMD EPYC"),
-                                          ("webgpu", "onnxruntime-web", SWIFTSHADER), ("cpu", "torch", "AMD EPYC")):
+        for hardware, backend, device in (("wasm", "onnxruntime-web", cpu_name()),
+                                          ("webgpu", "onnxruntime-web", SWIFTSHADER), ("cpu", "torch", cpu_name())):
             for batch in BATCHES:
                 for run, jitter in enumerate((0.98, 1.02)):
                     lat = _latency(hardware, model, batch) * jitter
