@@ -293,7 +293,7 @@ def year_duckdb(path: str | Path, n_records: int, base: list[BenchmarkRecord]) -
                     "FROM timings t, n")
         # a median moves with its timings: the copy's rounds are the rounds of its moved timings
         con.execute(f"INSERT INTO rounds SELECT md5(t.record_id || n.range::VARCHAR), "
-                    f"list_transform(t.ms, x -> x * {moved}) FROM rounds t, n")
+                    f"list_transform(t.ms, lambda x: x * {moved}) FROM rounds t, n")
         con.execute(f"INSERT INTO results SELECT results.* REPLACE (md5(record_id || n.range::VARCHAR) AS record_id, "
                     f"{ids} AS session_id, created_at + n.range * INTERVAL 1 DAY AS created_at) FROM results, n")
     return path
