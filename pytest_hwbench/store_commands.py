@@ -270,7 +270,7 @@ def _report(args: argparse.Namespace) -> int:
     out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
     session = None if args.session == "all" else _session_id(db, args.session)
-    results = load_results(db, session, columns=REPORT_COLUMNS)
+    results = load_results(db, session, columns=REPORT_COLUMNS, categorical=True)
     system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
     paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
                          session_id=session)

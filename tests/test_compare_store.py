@@ -142,3 +142,12 @@ def test_a_file_written_before_stored_rounds_gets_them_when_first_read(store: st
     want = {s["case_id"]: side_of_summary(s) for s in case_summaries(store, ids)}
     assert list(got) == list(want) and all(same_side(got[c], want[c]) for c in want)
     assert stored_rounds(str(old)) == stored_rounds(store)
+
+
+def test_a_comparison_that_needs_more_memory_than_it_may_take_is_refused_naming_the_fix(
+        store: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    from pytest_hwbench.sinks import _duckdb_read
+
+    monkeypatch.setattr(_duckdb_read, "SUMMARY_MEMORY_LIMIT", "256KB")
+    with pytest.raises(ValueError, match=r"comparing every session needs more than the 256KB .* compare fewer sessions"):
+        case_summaries(store, None)

@@ -48,3 +48,35 @@ def test_an_empty_answer_keeps_its_columns(many_rows: Path, monkeypatch: pytest.
     empty = load_results(many_rows, "no-such-session", columns=["record_id", "latency_ms_median"])
     assert list(empty.columns) == ["record_id", "latency_ms_median"] and empty.empty
     assert len(list_sessions(many_rows)) == 1
+
+
+def test_a_categorical_read_holds_the_same_rows_with_each_text_once(many_rows: Path,
+                                                                     monkeypatch: pytest.MonkeyPatch) -> None:
+    monkeypatch.setattr(_duckdb_read, "FRAME_VECTORS", 1)  # 3 batches, each with its own dictionaries
+    plain = load_results(many_rows, columns=REPORT_COLUMNS)
+    compact = load_results(many_rows, columns=REPORT_COLUMNS, categorical=True)
+    texts = [c for c in compact.columns if isinstance(compact[c].dtype, pd.CategoricalDtype)]
+    assert {"model", "status", "error", "session_id", "nodeid"} <= set(texts)
+    assert compact["model"].cat.categories.size == plain["model"].nunique()
+    def values(frame: pd.DataFrame) -> pd.DataFrame:  # every cell as a Python value, a missing one as None
+        return frame.astype(object).where(frame.notna(), None)
+
+    pd.testing.assert_frame_equal(values(compact), values(plain))
+    assert compact.memory_usage(deep=True).sum() < plain.memory_usage(deep=True).sum() / 2
+
+
+def test_a_categorical_read_of_no_rows_keeps_its_columns(many_rows: Path) -> None:
+    empty = load_results(many_rows, "no-such-session", columns=["record_id", "latency_ms_median"], categorical=True)
+    assert list(empty.columns) == ["record_id", "latency_ms_median"] and empty.empty
+
+
+def test_the_report_of_a_categorical_read_is_the_report_of_the_plain_one(many_rows: Path, tmp_path: Path) -> None:
+    from pytest_hwbench.report import write_report
+
+    written = []
+    for categorical in (False, True):
+        out = tmp_path / str(categorical)
+        paths = write_report(load_results(many_rows, columns=REPORT_COLUMNS, categorical=categorical), out)
+        written.append((paths.markdown.read_text(), sorted(p.name for p in paths.plots.values())))
+    assert written[0] == written[1]
+    assert "failed case(s)" in written[0][0]

@@ -70,12 +70,14 @@ def _parse_json(text: Any) -> Any:
 
 
 def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
-                 columns: Sequence[str] | None = None) -> pd.DataFrame:
+                 columns: Sequence[str] | None = None, categorical: bool = False) -> pd.DataFrame:
     """The ``results`` table (optionally one session's rows), ordered by created_at; with
     `columns`, only those (what a reader shows; the file reads no other column).
 
     Columns are named as the record fields; ``extra`` is parsed back into dicts and
-    ``cpu_affinity`` into tuples.
+    ``cpu_affinity`` into tuples. `categorical`: text columns as pandas categoricals and integer
+    columns as nullable ``Int64`` (a year of nights repeats a few hundred texts, which a
+    categorical holds once: the frame a report over many sessions reads).
     """
     known = [name for name, _ in RESULT_COLUMNS]
     if columns is not None:
@@ -85,8 +87,41 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
     chosen = known if columns is None else list(dict.fromkeys(columns))
     where, args = ("WHERE session_id = ?", [session_id]) if session_id is not None else ("", [])
     with read_connection(path) as con:
-        frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY created_at, record_id", args)
+        if categorical:
+            frame = _categorical_frame(con, chosen, where, args)
+        else:
+            frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY {_RESULTS_ORDER}", args)
     return typed_results(frame)
+
+
+#: The order `load_results` gives its rows in.
+_RESULTS_ORDER = "created_at, record_id"
+
+
+def _categorical_frame(con: duckdb.DuckDBPyConnection, columns: list[str], where: str,
+                       args: Sequence[Any]) -> pd.DataFrame:
+    """`columns` of the ``results`` rows that `where` keeps, in `_RESULTS_ORDER`, as a DataFrame
+    whose text columns are categoricals: read from DuckDB as Arrow `FRAME_VECTORS` vectors at a
+    time, each text column dictionary-encoded as it arrives and sorted in Arrow (a sort in the
+    file would hold every text of every row)."""
+    import pandas as pd
+    import pyarrow as pa
+    import pyarrow.compute as pc
+
+    keys = [name.strip() for name in _RESULTS_ORDER.split(",")]
+    selected = list(dict.fromkeys([*columns, *keys]))
+    reader = con.sql(f"SELECT {', '.join(selected)} FROM results {where}", params=list(args)).to_arrow_reader(
+        FRAME_VECTORS * 2048)
+    batches = []
+    for batch in reader:
+        arrays = [pc.dictionary_encode(array) if pa.types.is_string(array.type) and name not in keys else array
+                  for name, array in zip(batch.schema.names, batch.columns, strict=True)]
+        batches.append(pa.RecordBatch.from_arrays(arrays, names=batch.schema.names))
+    table = pa.Table.from_batches(batches) if batches else reader.schema.empty_table()
+    del batches
+    table = table.unify_dictionaries().sort_by([(key, "ascending") for key in keys]).select(columns)
+    integers = {t: pd.Int64Dtype() for t in (pa.int8(), pa.int16(), pa.int32(), pa.int64())}
+    return table.to_pandas(types_mapper=integers.get)
 
 
 def typed_results(frame: pd.DataFrame) -> pd.DataFrame:
@@ -99,7 +134,7 @@ def typed_results(frame: pd.DataFrame) -> pd.DataFrame:
     if "cpu_affinity" in frame.columns:
         frame["cpu_affinity"] = [() if is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
     if "mode" in frame.columns:
-        frame["mode"] = [normalise_mode(v) if isinstance(v, str) else v for v in frame["mode"]]
+        frame["mode"] = frame["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
     return frame
 
 
@@ -179,21 +214,26 @@ def load_records(path: str | os.PathLike[str], session_id: str | None = None) ->
 REFERENCE_WINDOW = 2
 
 #: DuckDB's memory while `case_summaries` runs (by default DuckDB keeps the blocks it scans up to
-#: most of the machine's memory).
-SUMMARY_MEMORY_LIMIT = "256MB"
+#: most of the machine's memory): about 70 MB are needed at 170k records (a year of nightly
+#: quick-tier runs), and what DuckDB is given it fills; a comparison that needs more is refused.
+SUMMARY_MEMORY_LIMIT = "160MB"
 
 #: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
 _CASE_SUMMARY_STEPS = (
-    # the records of the sessions asked for, in the order a comparison reads them
-    """CREATE TEMP TABLE r AS
+    # the order a comparison reads the records of the sessions asked for in (sorted apart from the
+    # records' other columns, which a sort would hold all at once)
+    """CREATE TEMP TABLE o AS
+    SELECT res.record_id, row_number() OVER (ORDER BY w.part, res.created_at, res.record_id) AS ord
+    FROM results res JOIN wanted w ON res.session_id = w.session_id""",
+    # those records, read where a step reads them (a view: never held whole)
+    """CREATE TEMP VIEW r AS
     SELECT res.record_id, res.session_id, res.case_id, res.status, res.error, res.noise, res.noise_reason,
-           res.threads, res.device_name, res.hardware, res.latency_ms_median,
-           row_number() OVER (ORDER BY w.part, res.created_at, res.record_id) AS ord,
+           res.threads, res.device_name, res.hardware, res.latency_ms_median, o.ord,
            coalesce(json_type(res.interference, '$.host_speed') IN ('DOUBLE', 'BIGINT', 'UBIGINT')
                AND CAST(json_extract(res.interference, '$.host_speed') AS DOUBLE) > 0, false) AS has_speed,
            CASE WHEN json_type(res.interference, '$.reference_us') IN ('DOUBLE', 'BIGINT', 'UBIGINT')
                 THEN CAST(json_extract(res.interference, '$.reference_us') AS DOUBLE) END AS reference
-    FROM results res JOIN wanted w ON res.session_id = w.session_id""",
+    FROM results res JOIN o ON res.record_id = o.record_id""",
     # per case: whether any record passed, any passed clean, its first error, status and noise reason
     """CREATE TEMP TABLE c AS
     SELECT case_id, bool_or(status = 'passed') AS any_passed,
@@ -204,33 +244,46 @@ _CASE_SUMMARY_STEPS = (
     # the records a side is judged on (passed, and clean where any passed clean), with the reference
     # kernel's time smoothed over the records around each one in its session
     """CREATE TEMP TABLE u AS
-    SELECT s.* FROM (
-        SELECT *, CASE WHEN has_speed AND reference IS NOT NULL THEN median(reference) OVER (
+    SELECT s.record_id, s.session_id, s.case_id, s.noise, s.threads, s.device_name, s.hardware,
+           s.latency_ms_median, s.has_speed, s.smoothed FROM (
+        SELECT record_id, session_id, case_id, status, noise, threads, device_name, hardware, latency_ms_median,
+               has_speed, CASE WHEN has_speed AND reference IS NOT NULL THEN median(reference) OVER (
                       PARTITION BY session_id, has_speed AND reference IS NOT NULL ORDER BY ord
                       ROWS BETWEEN {window} PRECEDING AND {window} FOLLOWING) END AS smoothed
         FROM r) s JOIN c USING (case_id)
     WHERE s.status = 'passed' AND (NOT c.any_clean OR coalesce(s.noise, '') <> 'noisy')""",
+    "DROP VIEW r",
+    "DROP TABLE o",
+    # per case: its judged records' threads, devices, smoothed host-CPU reference time and noise
+    """CREATE TEMP TABLE k AS
+    SELECT case_id,
+           list(DISTINCT threads) FILTER (threads IS NOT NULL) AS threads,
+           list(DISTINCT device_name) FILTER (coalesce(device_name, '') <> '') AS devices,
+           median(smoothed) FILTER (has_speed AND hardware IN (SELECT name FROM host_cpu)
+                                    AND smoothed IS NOT NULL AND isfinite(smoothed)) AS reference_us,
+           bool_and(noise = 'clean') AS all_clean, bool_and(noise IS NULL) AS all_unknown
+    FROM u GROUP BY case_id""",
     # per case and session, its judged records' stored rounds (a record without timings: its median)
     """CREATE TEMP TABLE per_session AS
     SELECT u.case_id, u.session_id, flatten(list(coalesce(s.ms, [u.latency_ms_median]))) AS values
     FROM u LEFT JOIN rounds s USING (record_id)
     WHERE s.ms IS NOT NULL OR (u.latency_ms_median IS NOT NULL AND isfinite(u.latency_ms_median))
     GROUP BY u.case_id, u.session_id""",
-    """SELECT c.case_id, c.any_passed, c.any_clean, c.error, c.status, c.reason,
-           coalesce(p.rounds, []), coalesce(p.session_medians, []), coalesce(k.threads, []),
-           coalesce(k.devices, []), k.reference_us, k.all_clean, k.all_unknown
-    FROM c
-    LEFT JOIN (SELECT case_id,
-                      list(DISTINCT threads) FILTER (threads IS NOT NULL) AS threads,
-                      list(DISTINCT device_name) FILTER (coalesce(device_name, '') <> '') AS devices,
-                      median(smoothed) FILTER (has_speed AND hardware IN (SELECT name FROM host_cpu)
-                                               AND smoothed IS NOT NULL AND isfinite(smoothed)) AS reference_us,
-                      bool_and(noise = 'clean') AS all_clean, bool_and(noise IS NULL) AS all_unknown
-               FROM u GROUP BY case_id) k USING (case_id)
-    LEFT JOIN (SELECT case_id, flatten(list(values)) AS rounds, list(list_median(values)) AS session_medians
-               FROM per_session GROUP BY case_id) p USING (case_id)
-    ORDER BY c.first""",
+    "DROP TABLE u",
+    # per case: its sessions' medians (its rounds are read apart, as numbers, by `_CASE_ROUNDS`)
+    """CREATE TEMP TABLE p AS
+    SELECT case_id, list(list_median(values)) AS session_medians FROM per_session GROUP BY case_id""",
 )
+
+#: The answer of `case_summaries`: one row per case, in the order of its first record.
+_CASE_SUMMARY = """SELECT c.first, c.case_id, c.any_passed, c.any_clean, c.error, c.status, c.reason,
+       coalesce(p.session_medians, []), coalesce(k.threads, []), coalesce(k.devices, []), k.reference_us,
+       k.all_clean, k.all_unknown
+FROM c LEFT JOIN k USING (case_id) LEFT JOIN p USING (case_id)
+ORDER BY c.first"""
+
+#: Every judged round of the cases of `_CASE_SUMMARY`, one row each, by the case's first record.
+_CASE_ROUNDS = """SELECT c.first, unnest(s.values) AS ms FROM per_session s JOIN c USING (case_id) ORDER BY c.first"""
 
 
 def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | None = None) -> list[dict[str, Any]]:
@@ -243,32 +296,43 @@ def case_summaries(path: str | os.PathLike[str], session_ids: Sequence[str] | No
     the judged host-CPU records' reference kernel times, each smoothed over `REFERENCE_WINDOW`
     records on each side in its session; None where none carries host speed); ``noise``
     (``clean``, ``noisy``, ``mixed`` or ``-``) and ``noisy_reason``."""
+    import duckdb
+    import numpy as np
+
     from pytest_hwbench.facts import target_set
 
+    targets = sorted(target_set(host_cpu=True))
     with read_connection(path) as con:
         con.execute(f"SET memory_limit = '{SUMMARY_MEMORY_LIMIT}'")
-        if session_ids is None:
-            con.execute("CREATE TEMP TABLE wanted AS SELECT session_id, 0 AS part FROM sessions "
-                        "UNION SELECT DISTINCT session_id, 0 FROM results")
-        else:
-            con.execute("CREATE TEMP TABLE wanted (session_id VARCHAR, part INTEGER)")
-            con.executemany("INSERT INTO wanted VALUES (?, ?)", [[sid, i] for i, sid in enumerate(session_ids)])
-        con.execute("CREATE TEMP TABLE host_cpu (name VARCHAR)")
-        targets = sorted(target_set(host_cpu=True))
-        if targets:
-            con.executemany("INSERT INTO host_cpu VALUES (?)", [[name] for name in targets])
-        *steps, answer = _CASE_SUMMARY_STEPS
-        for step in steps:
-            con.execute(step.format(window=REFERENCE_WINDOW))
-        rows = con.execute(answer).fetchall()
+        try:
+            if session_ids is None:
+                con.execute("CREATE TEMP TABLE wanted AS SELECT session_id, 0 AS part FROM sessions "
+                            "UNION SELECT DISTINCT session_id, 0 FROM results")
+            else:
+                con.execute("CREATE TEMP TABLE wanted (session_id VARCHAR, part INTEGER)")
+                con.executemany("INSERT INTO wanted VALUES (?, ?)", [[sid, i] for i, sid in enumerate(session_ids)])
+            con.execute("CREATE TEMP TABLE host_cpu (name VARCHAR)")
+            if targets:
+                con.executemany("INSERT INTO host_cpu VALUES (?)", [[name] for name in targets])
+            for step in _CASE_SUMMARY_STEPS:
+                con.execute(step.format(window=REFERENCE_WINDOW))
+            rows = con.execute(_CASE_SUMMARY).fetchall()
+            rounds = con.execute(_CASE_ROUNDS).fetchnumpy()  # ~8 bytes a round, where a list of floats takes 32
+        except duckdb.OutOfMemoryException:
+            asked = "every session" if session_ids is None else f"{len(session_ids)} session(s)"
+            raise ValueError(f"{path}: comparing {asked} needs more than the {SUMMARY_MEMORY_LIMIT} of memory a "
+                             "comparison may take; compare fewer sessions (a history of ids joined by commas, "
+                             "`hwbench sessions` lists them)") from None
+    firsts, values = rounds["first"], rounds["ms"]
     out = []
-    for (case_id, any_passed, any_clean, error, status, reason, rounds, medians, threads, devices, reference,
+    for (first, case_id, any_passed, any_clean, error, status, reason, medians, threads, devices, reference,
          all_clean, all_unknown) in rows:
         noise = "noisy" if not any_clean else "clean" if all_clean else "-" if all_unknown else "mixed"
+        mine = values[np.searchsorted(firsts, first, "left"):np.searchsorted(firsts, first, "right")]
         out.append({
             "case_id": case_id,
             "failure": "" if any_passed else (error or f"status {status}"),
-            "rounds": tuple(rounds), "session_medians": tuple(medians),
+            "rounds": tuple(mine.tolist()), "session_medians": tuple(medians),
             "threads": frozenset(threads), "devices": frozenset(devices), "reference_us": reference,
             "noise": noise if any_passed else "-",
             "noisy_reason": "" if any_clean or not any_passed else (reason or "busy machine"),
