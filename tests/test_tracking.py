@@ -322,7 +322,7 @@ def test_team_server_killed_mid_session_then_replayed(
 ) -> None:
     if not team_server.running:
         team_server.start()
-    cases = tuple(range(1, 13))
+    cases = tuple(range(1, 9))
     experiment = "hwbench-kill"  # its own experiment: the other server test's runs do not count here
     pytester.makepyfile(test_inference=BENCH_FILE)
     store = pytester.path / "store"
@@ -351,7 +351,7 @@ def test_team_server_killed_mid_session_then_replayed(
 
     killer = threading.Thread(target=kill_after_first_records, daemon=True)
     killer.start()
-    result = pytester.runpytest_subprocess(*bench_args(store, cases, min_time=0.3), "-n", "2", timeout=300)
+    result = pytester.runpytest_subprocess(*bench_args(store, cases, min_time=0.2), "-n", "2", timeout=300)
     killer.join(timeout=60)
     assert "spooled_when_gone" in seen, f"server not killed ({seen}); spool has {spool_lines(store)} lines"
 
