@@ -90,12 +90,12 @@ def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
         if categorical:
             frame = _categorical_frame(con, chosen, where, args)
         else:
-            frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY {_RESULTS_ORDER}", args)
+            frame = _frame(con, f"SELECT {', '.join(chosen)} FROM results {where} ORDER BY {', '.join(_RESULTS_ORDER)}", args)
     return typed_results(frame)
 
 
-#: The order `load_results` gives its rows in.
-_RESULTS_ORDER = "created_at, record_id"
+#: The columns `load_results` orders its rows by.
+_RESULTS_ORDER: tuple[str, ...] = ("created_at", "record_id")
 
 
 def _categorical_frame(con: duckdb.DuckDBPyConnection, columns: list[str], where: str,
@@ -108,7 +108,7 @@ def _categorical_frame(con: duckdb.DuckDBPyConnection, columns: list[str], where
     import pyarrow as pa
     import pyarrow.compute as pc
 
-    keys = [name.strip() for name in _RESULTS_ORDER.split(",")]
+    keys = _RESULTS_ORDER
     selected = list(dict.fromkeys([*columns, *keys]))
     reader = con.sql(f"SELECT {', '.join(selected)} FROM results {where}", params=list(args)).to_arrow_reader(
         FRAME_VECTORS * 2048)
@@ -214,11 +214,12 @@ def load_records(path: str | os.PathLike[str], session_id: str | None = None) ->
 REFERENCE_WINDOW = 2
 
 #: DuckDB's memory while `case_summaries` runs (by default DuckDB keeps the blocks it scans up to
-#: most of the machine's memory): about 70 MB are needed at 170k records (a year of nightly
-#: quick-tier runs), and what DuckDB is given it fills; a comparison that needs more is refused.
+#: most of the machine's memory): 170k records (a year of nightly quick-tier runs) need between 64
+#: and 96 MB, and what DuckDB is given it fills; a comparison that needs more is refused.
 SUMMARY_MEMORY_LIMIT = "160MB"
 
-#: The steps of `case_summaries`, each a temporary table, then the answer: one row per case.
+#: The steps of `case_summaries`: temporary tables (and a view) that `_CASE_SUMMARY` and
+#: `_CASE_ROUNDS` read, each dropped once no later step reads it.
 _CASE_SUMMARY_STEPS = (
     # the order a comparison reads the records of the sessions asked for in (sorted apart from the
     # records' other columns, which a sort would hold all at once)
