@@ -539,7 +539,7 @@ def main(argv: list[str] | None = None) -> int:
                     figures[size]["again"].append(again_s)
                     print(f"  round {r + 1}, {size:>6} runs: replay {figures[size]['replay'][-1]:6.1f} s, "
                           f"import {import_s:5.1f} s, second import {again_s:5.2f} s", flush=True)
-            base = statistics.median(figures[sizes[0]]["replay"])
+            base = statistics.median(figures[sizes[0]]["replay"]) if sizes else 0.0
             for size in sizes:
                 med = {key: statistics.median(values) for key, values in figures[size].items()}
                 print(f"  {size:>6} runs (+{args.new * args.rounds} replayed): replay {med['replay']:6.1f} s "
