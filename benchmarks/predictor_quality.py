@@ -11,7 +11,7 @@ Usage::
 
 The data:
 
-- CPU (`benchmarks/data/cpu_runs.parquet`): real pytest-hwbench runs on this machine's CPU, the
+- CPU (`benchmarks/data/cpu_runs.parquet`): real pytest-hwbench runs on a 2-thread AMD EPYC runner, the
   14 quick-tier models at batch sizes 1-32 and seven full-size models (ResNet-50, BERT-base,
   T5-small, ViT-base, GPT-2, Whisper-tiny, Wav2Vec2-base) at batches 1-4, on torch, ONNX Runtime
   and OpenVINO in fp32/bf16/int8 (`SESSIONS` says exactly how).

@@ -29,7 +29,7 @@ from pytest_hwbench.record import MAX_LATENCY_MS, MIN_LATENCY_MS
 from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from .query import Query
-from .specs import device_key
+from .specs import CPU_CEILING, device_key, spec_for
 
 if TYPE_CHECKING:
     from .specs import DeviceSpec
@@ -70,11 +70,12 @@ class Floor:
 
 def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
     """The physical lower bounds of `q` (resolved: hardware and device filled in) on `spec`
-    (default: `hwsel.specs.spec_for` of its hardware and device)."""
+    (default: `hwsel.specs.spec_for` of its hardware and device); a CPU whose spec is not known
+    (any CPU known only by name) is bounded by `hwsel.specs.CPU_CEILING`, the fastest CPU."""
     if spec is None:
-        from .specs import spec_for
-
         spec = spec_for(q.hardware, q.device_name)
+    if spec.kind == "cpu" and not spec.known:
+        spec = CPU_CEILING
     m = q.model
     nbytes = float(bytes_per_element(q.precision))
     weights = max(0.0, float(m.param_count)) * nbytes
@@ -91,8 +92,6 @@ def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
 
 def floors(queries: Sequence[Query]) -> list[Floor]:
     """`floor_of` for many queries (each device's spec looked up once)."""
-    from .specs import spec_for
-
     specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
     return [floor_of(q, specs[q.hardware, q.device_name]) for q in queries]
 

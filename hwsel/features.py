@@ -38,7 +38,7 @@ from .resolution import (  # noqa: F401  (re-exported: the feature names and the
     resolve_model,
 )
 from .roofline import RooflineEstimate, roofline, roofline_arrays
-from .specs import DeviceSpec, local_cpu_spec, spec_for
+from .specs import DeviceSpec, spec_for
 
 # --- features ---------------------------------------------------------------------------------
 
@@ -337,11 +337,6 @@ def roofline_frame(rows: pd.DataFrame) -> pd.DataFrame:
         },
         index=rows.index,
     )
-
-
-def local_cpu_name() -> str:
-    """This machine's CPU spec name (what `device` says for local CPU rows)."""
-    return local_cpu_spec().name
 
 
 __all__ = [

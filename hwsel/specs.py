@@ -6,12 +6,15 @@ roofline estimate in `hwsel.roofline`.
 
 Figures are vendors' dense (no sparsity) datasheet numbers; tensor-core rates for fp16/bf16/int8,
 plain FP32 (not TF32) for fp32, since eager PyTorch runs fp32 matmuls in full FP32 by default
-(``torch.backends.cuda.matmul.allow_tf32`` is False). The CPU spec is derived from
-`pytest_hwbench.hardware.detect_hardware()`: cores x FMA lanes x clock.
+(``torch.backends.cuda.matmul.allow_tf32`` is False). A CPU's spec comes from its name alone
+(`cpu_spec`): records carry a CPU's name, not its cores or vector units, and the machine hwsel runs
+on is seldom the one that measured, so a spec read from this host would give the same records
+different features on different hosts.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import re
 from collections.abc import Mapping
@@ -153,64 +156,56 @@ def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_g
 
 
 def _clock_ghz(model: str) -> float:
+    """The clock a CPU's name states (``... @ 2.20GHz``), else 2.5 GHz."""
     match = re.search(r"@\s*([0-9.]+)\s*ghz", model.lower())
-    if match:
-        return float(match.group(1))
-    try:
-        with open("/proc/cpuinfo", encoding="utf-8", errors="replace") as fh:
-            for line in fh:
-                if line.startswith("cpu MHz"):
-                    return float(line.split(":", 1)[1]) / 1e3
-    except (OSError, ValueError):
-        pass
-    return 2.5
+    return float(match.group(1)) if match else 2.5
 
 
-@functools.cache
-def local_cpu_spec() -> DeviceSpec:
-    """The spec of this machine's CPU, from `detect_hardware()` (generic if detection fails)."""
-    try:
-        from pytest_hwbench.hardware import detect_hardware
+#: Cores a CPU spec assumes: a name does not say how many a record's process could use (its
+#: ``threads`` feature does).
+GENERIC_CPU_CORES = 8
 
-        cpu = detect_hardware(targets=("cpu",))["cpu"]  # the CPU probe only: no browser, no GPU runtime
-        details = dict(cpu.details)
-        model = str(details.get("model") or "cpu")
-        cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
-        flags = frozenset(details.get("flags") or ())
-        memory_gb = float(details.get("memory_mb") or 16 * 1024) / 1024
-    except Exception:  # detection is best effort here: the spec only feeds features
+
+def generic_cpu_spec() -> DeviceSpec:
+    """A CPU we know nothing about: 8 AVX2 cores at 2.5 GHz."""
+    return _cpu_spec("cpu-generic", GENERIC_CPU_CORES, frozenset({"avx2"}), 2.5, 32.0, known=False)
+
+
+@functools.lru_cache(maxsize=256)
+def cpu_spec(device_name: str = "") -> DeviceSpec:
+    """The spec of the CPU called `device_name` (``cpu:`` prefix and case optional), the same on
+    every host: the generic CPU's 8 AVX2 cores and 32 GB at the clock the name states (else
+    2.5 GHz), named ``cpu:<model in lower case>``; `generic_cpu_spec` for a name-less CPU.
+    ``known`` is False: a name says nothing of cores or vector units, so physical floors take
+    `CPU_CEILING` instead."""
+    model = " ".join((device_name or "").split()).lower()
+    model = model.removeprefix("cpu:").strip()
+    if model in {"", "cpu", "cpu-generic"}:
         return generic_cpu_spec()
-    return _cpu_spec(f"cpu:{model}", cores, flags, _clock_ghz(model), memory_gb)
+    return _cpu_spec(f"cpu:{model}", GENERIC_CPU_CORES, frozenset({"avx2"}), _clock_ghz(model), 32.0, known=False)
 
+
+#: The fastest CPU a record may come from (two 192-core sockets with AVX-512 and AMX at 3.7 GHz,
+#: 12 DDR5 channels each): the device of a CPU's physical floors when its spec is not known, so
+#: that a floor is never above what the CPU that measured can do.
+CPU_CEILING = dataclasses.replace(
+    _cpu_spec("cpu-ceiling", 384, frozenset({"avx512f", "amx_bf16", "amx_int8", "avx512_fp16"}), 3.7, 6144.0,
+              known=False),
+    memory_bandwidth_gbs=1600.0)
 
 #: Threads onnxruntime-web gives the WebAssembly provider by default: half the cores, at most 4.
 WASM_MAX_THREADS = 4
 
 
 def wasm_spec(device_name: str = "") -> DeviceSpec:
-    """The WebAssembly provider of onnxruntime-web on a CPU: 128-bit SIMD (4 fp32 lanes, whatever
-    AVX the CPU has), half the cores up to `WASM_MAX_THREADS`, 4 GiB of memory (wasm32). This
-    machine's CPU when `device_name` is empty or names it, else a generic 8-core CPU."""
-    try:
-        local = not device_name or _same_as_local_cpu(device_name)
-        if local:
-            from pytest_hwbench.hardware import detect_hardware
-
-            details = dict(detect_hardware(targets=("cpu",))["cpu"].details)
-            model = str(details.get("model") or "cpu")
-            cores = int(details.get("usable_cores") or details.get("logical_cores") or 1)
-        else:
-            model, cores = device_name, 8
-    except Exception:  # detection is best effort here: the spec only feeds features
-        model, cores, local = "cpu", 8, False
-    threads = max(1, min(WASM_MAX_THREADS, -(-cores // 2)))
-    base = _cpu_spec(f"wasm:{model}", threads, frozenset(), _clock_ghz(model) if local else 2.5, 4.0, known=local)
-    return DeviceSpec(base.name, {"fp32": base.peak_tflops["fp32"]}, base.memory_bandwidth_gbs, 4.0, local, "cpu")
-
-
-def generic_cpu_spec() -> DeviceSpec:
-    """A CPU we know nothing about: 8 AVX2 cores at 2.5 GHz."""
-    return _cpu_spec("cpu-generic", 8, frozenset({"avx2"}), 2.5, 32.0, known=False)
+    """The WebAssembly provider of onnxruntime-web on the CPU called `device_name`: 128-bit SIMD
+    (4 fp32 lanes, whatever AVX the CPU has), half of `GENERIC_CPU_CORES` up to
+    `WASM_MAX_THREADS`, 4 GiB of memory (wasm32), at the clock the name states (else 2.5 GHz),
+    named ``wasm:<CPU name in lower case>``."""
+    model = " ".join((device_name or "").split()).lower() or "cpu"
+    threads = max(1, min(WASM_MAX_THREADS, -(-GENERIC_CPU_CORES // 2)))
+    base = _cpu_spec(f"wasm:{model}", threads, frozenset(), _clock_ghz(model), 4.0, known=False)
+    return DeviceSpec(base.name, {"fp32": base.peak_tflops["fp32"]}, base.memory_bandwidth_gbs, 4.0, False, "cpu")
 
 
 _BY_NAME: dict[str, DeviceSpec] = {spec.name: spec for spec in KNOWN_DEVICES}
@@ -235,19 +230,19 @@ def _is_cpu_name(device_name: str) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
-    """The `DeviceSpec` for a hardware target and (optional) device name.
+    """The `DeviceSpec` for a hardware target and (optional) device name, the same on every host.
 
-    ``cpu`` (and the CPU devices of ``onnxruntime``/``openvino``) is this machine's CPU when the
-    name is empty or names this CPU, else a generic CPU spec. Accelerators match `KNOWN_DEVICES`
-    by name; no match gives a generic spec of the target's kind with ``known=False``.
+    ``cpu`` (and the CPU devices of ``onnxruntime``/``openvino``), and any CPU name, get `cpu_spec`
+    of the name; ``wasm`` gets `wasm_spec`. Accelerators match `KNOWN_DEVICES` by name; no match
+    gives a generic spec of the target's kind with ``known=False``.
     """
     hardware = (hardware or "cpu").lower()
     name = (device_name or "").strip()
     if hardware == "wasm":
         return wasm_spec(name)
     on_host = hardware in facts.target_set(host_cpu=True)
-    if on_host and (not name or _is_cpu_name(name) or _same_as_local_cpu(name)):
-        return local_cpu_spec() if not name or _same_as_local_cpu(name) else generic_cpu_spec()
+    if on_host and (not name or _is_cpu_name(name)):
+        return cpu_spec(name)
     if name:
         found = _match(name)
         if found is not None:
@@ -255,7 +250,7 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
     if hardware in _GENERIC:
         return _GENERIC[hardware]
     if on_host or _is_cpu_name(name):
-        return local_cpu_spec() if _same_as_local_cpu(name) else generic_cpu_spec()
+        return cpu_spec(name)
     return _GENERIC["cuda"] if hardware.startswith("cuda") else generic_cpu_spec()
 
 
@@ -297,17 +292,10 @@ def known_device_names() -> tuple[str, ...]:
 def knows_device(hardware: str, device_name: str) -> bool:
     """Whether `device_name` is a device on `hardware` without any record of it: it matches a spec
     of `KNOWN_DEVICES`, it names no device (`device_key` ""; the kind's generic spec), or
-    `hardware` runs on the host CPU (a target row `on_host_cpu`), where any name is a CPU: names differ from
-    host to host, and one that is not this machine's gets the generic CPU spec."""
+    `hardware` runs on the host CPU (a target row `on_host_cpu`), where any name is a CPU (`cpu_spec`)."""
     return (hardware or "").lower() in facts.target_set(host_cpu=True) or not device_key(hardware, device_name) \
         or _match(" ".join(device_name.split())) is not None
 
 
-def _same_as_local_cpu(device_name: str) -> bool:
-    local = local_cpu_spec().name.removeprefix("cpu:").strip().lower()
-    text = device_name.strip().lower().removeprefix("cpu:").strip()
-    return bool(local) and (text == local or text.endswith(local))
-
-
-__all__ = ["KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "device_key", "generic_cpu_spec", "known_device_names",
-           "knows_device", "local_cpu_spec", "spec_for", "wasm_spec"]
+__all__ = ["CPU_CEILING", "GENERIC_CPU_CORES", "KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "cpu_spec", "device_key",
+           "generic_cpu_spec", "known_device_names", "knows_device", "spec_for", "wasm_spec"]

@@ -119,7 +119,7 @@ def test_a_far_extrapolation_says_so_and_blends_towards_the_roofline(runs) -> No
                     flops_per_item=2.0 * 12 * 256 * 8192**2 * 128, num_layers=256, hidden_size=8192,
                     sequence_length=128)
     p = predictor.predict(big, "cpu")["cpu"]
-    # the roofline of the device the answer is for (the records' CPU: this host's spec only where it is this CPU)
+    # the roofline of the device the answer is for (the records' CPU)
     roof = Predictor(layers=("roofline",), detect=False).predict(big, "cpu", device=p.device)["cpu"]
     assert p.source == "registered"
     assert "extrapolates" in p.detail and "decade(s) outside the training models'" in p.detail

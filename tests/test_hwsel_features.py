@@ -17,7 +17,7 @@ import pytest
 from hwsel.data import load_runs, training_table
 from hwsel.estimators import RegimeRegressor
 from hwsel.evaluation import conformal_band, error_metrics
-from hwsel.features import feature_frame, query_row, resolve_model
+from hwsel.features import feature_frame, query_frame, query_row, resolve_model
 from pytest_hwbench.models import load_model_set, spec_from_config
 
 DATA = Path(__file__).resolve().parent / "data"
@@ -152,3 +152,38 @@ def test_conformal_band_covers_new_draws_at_its_level() -> None:
     assert conformal_band(np.array([]), 0.9) == (0.0, 0.0)
     # few residuals: the band widens to the extremes rather than under-cover
     assert conformal_band(np.array([-0.1, 0.2, 0.05]), 0.9) == (-0.1, 0.2)
+
+
+def test_a_cpus_features_come_from_its_name_and_are_the_same_on_every_host() -> None:
+    """The records of a CPU get one set of features wherever hwsel runs: this host's own CPU gets
+    the same physics as any other CPU name, every spelling of one CPU gets one spec, and the clock
+    is the one the name states."""
+    from hwsel.specs import GENERIC_CPU_CORES, cpu_spec, spec_for
+    from pytest_hwbench.hardware import detect_hardware
+
+    here = str(dict(detect_hardware(targets=("cpu",))["cpu"].details).get("model") or "cpu")
+    base = resolve_model("bert-base")
+    rows = {name: query_frame(base, hardware="cpu", backend="torch", precision="fp32", batch_size=8, device_name=name,
+                              threads=2).iloc[0] for name in (here, "AMD EPYC")}
+    physics = ["log_peak_tflops", "log_memory_bandwidth_gbs", "device_memory_gb", "spec_known", "log_roofline_ms"]
+    assert rows[here][physics].tolist() == rows["AMD EPYC"][physics].tolist()
+    assert rows[here]["device"] == f"cpu:{' '.join(here.split()).lower()}" and rows["AMD EPYC"]["device"] == "cpu:amd epyc"
+    assert spec_for("cpu", "AMD EPYC") == spec_for("onnxruntime", "cpu:amd  EPYC") == cpu_spec("Amd Epyc")
+    clocked = spec_for("cpu", "Intel(R) Xeon(R) CPU E5-2686 v4 @ 2.30GHz")
+    assert clocked.tflops("fp32") == pytest.approx(GENERIC_CPU_CORES * 8 * 2 * 2 * 2.3 / 1e3)
+    assert spec_for("cpu", "") == spec_for("cpu", None) and spec_for("cpu").name == "cpu-generic"
+
+
+def test_no_cpu_record_is_below_its_floor() -> None:
+    """A CPU known by name is bounded by the fastest CPU (`hwsel.specs.CPU_CEILING`), so no real
+    record of the committed CPU snapshot lies below its physical floor, whatever host asks."""
+    from hwsel.bounds import floor_of
+    from hwsel.query import Query
+
+    runs = training_table(load_runs(SNAPSHOT))
+    assert len(runs) > 100
+    models = {name: resolve_model(name) for name in runs["model"].unique()}
+    for row in runs.itertuples():
+        q = Query(models[row.model], "cpu", row.precision, int(row.batch_size), row.mode, row.backend, row.device_name)
+        floor = floor_of(q)
+        assert floor.device_spec == "cpu-ceiling" and row.latency_ms >= floor.latency_ms, row

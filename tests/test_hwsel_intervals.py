@@ -166,8 +166,8 @@ def test_training_stores_a_roofline_band_that_the_roofline_layer_serves(trained:
     champion = load_champion("latency", uri)
     assert champion is not None
     band = champion.intervals.layer_band("roofline")
-    # a fitted band: the roofline of the snapshot's CPU (this host's spec, or the generic CPU spec on
-    # another host) may err to one side only, so its lower quantile may be the answer itself
+    # a fitted band: the roofline of the snapshot's CPU (`hwsel.specs.cpu_spec` of its name) may err
+    # to one side only, so its lower quantile may be the answer itself
     assert band is not None and band.n > 0 and band.q_low <= 0 < band.q_high
     # the blended answers of fewer than MIN_LAYER_MODELS models get no band of their own
     metrics = MlflowClient(uri).get_run(champion.run_id).data.metrics
