@@ -70,11 +70,6 @@ class DistributedConfig:
     explanation: str
     steps: tuple[str, ...] = field(default=())
 
-    @property
-    def gradient_checkpointing(self) -> bool:
-        """The Hugging Face name of activation checkpointing."""
-        return self.activation_checkpointing
-
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready, in the predecessor's shape."""
         return {

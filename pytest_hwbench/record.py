@@ -181,12 +181,6 @@ class BenchmarkRecord:
         return self.hardware in target_set(host_cpu=True)
 
     @property
-    def host_speed_text(self) -> str:
-        """`host_speed` for people: ``0.82x`` or ``unknown``."""
-        speed = self.host_speed
-        return "unknown" if speed is None else f"{speed:.2f}x"
-
-    @property
     def run_name(self) -> str:
         """Readable name, e.g. ``bert-base/cuda/fp16/b64``."""
         return f"{self.model}/{self.hardware}/{self.backend}/{self.precision}/b{self.batch_size}"
