@@ -573,7 +573,7 @@ def layer_answers(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> dict[
         distance = lomo_distances(frame, part)
         if name == "blended":
             # as `hwsel train` stores it: a band of its own only from the blended answers of
-            # MIN_LAYER_MODELS other models or more, else the trained and roofline bands spanned
+            # MIN_LAYER_MODELS other models or more, else the trained and roofline bands blended by its weight
             low, high = (np.zeros(len(part)) for _ in range(2))
             model = frame["model"].to_numpy()[part["row"].to_numpy()]
             resid = (part["y_true"] - part["y_pred"]).to_numpy()
@@ -590,7 +590,7 @@ def layer_answers(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> dict[
                     kk = k[here]
                     low[here], high[here] = span_offsets(
                         (t["low"].to_numpy()[kk], t["high"].to_numpy()[kk]), (f["low"].to_numpy()[kk], f["high"].to_numpy()[kk]),
-                        t["y_pred"].to_numpy()[kk], f["y_pred"].to_numpy()[kk], part["weight"].to_numpy()[here])
+                        part["weight"].to_numpy()[here])
         else:
             low, high = lomo_offsets(frame, part, level)
         out[name] = pd.DataFrame({"row": part["row"].to_numpy(), "resid": (part["y_true"] - part["y_pred"]).to_numpy(),

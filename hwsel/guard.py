@@ -18,15 +18,15 @@ from .query import Prediction
 def blend(p: Prediction, roof: Prediction, weight: float, reasons: Sequence[str],
            band: tuple[float, float] | None = None) -> Prediction:
     """`p` moved `weight` of the way towards the roofline answer `roof` (log space); the interval
-    is the blended layer's calibrated `band` (log offsets) around the blend, else the union of
-    both answers' intervals."""
+    is the blended layer's calibrated `band` (log offsets) around the blend, else both answers'
+    intervals (relative to their answers) blended by `weight` as the answers are."""
     latency = blend_log(p.latency_ms, roof.latency_ms, weight)
     memory = blend_log(p.memory_mb, roof.memory_mb, weight)
     if band is not None:
         lo, hi = min(latency * math.exp(band[0]), latency), max(latency * math.exp(band[1]), latency)
-    else:  # the union of both bands (`hwsel.intervals.span_offsets` says why)
-        lo = min(p.interval[0], roof.interval[0], latency)
-        hi = max(p.interval[1], roof.interval[1], latency)
+    else:  # both answers' bands blended by `weight` (`hwsel.intervals.span_offsets` says why)
+        lo = min(latency * blend_log(p.interval[0] / p.latency_ms, roof.interval[0] / roof.latency_ms, weight), latency)
+        hi = max(latency * blend_log(p.interval[1] / p.latency_ms, roof.interval[1] / roof.latency_ms, weight), latency)
     note = f"extrapolates ({'; '.join(reasons)}): blended {weight:.0%} towards the roofline"
     return dataclasses.replace(p, latency_ms=latency, throughput=p.batch_size / latency * 1e3, memory_mb=memory,
                                interval=(lo, hi), detail=f"{p.detail}; {note}" if p.detail else note)

@@ -245,18 +245,14 @@ def calibratable(frame: pd.DataFrame, part: pd.DataFrame) -> bool:
 
 
 def span_offsets(trained: tuple[np.ndarray, np.ndarray], roofline: tuple[np.ndarray, np.ndarray],
-                 y_trained: np.ndarray, y_roofline: np.ndarray, weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+                 weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) log offsets around blended answers where no blended band was calibrated: the
-    union of the trained and roofline bands (log offsets around their log answers `y_trained`,
-    `y_roofline`), as `hwsel.predict.Predictor` serves them. A blended answer's model lies outside
-    what the champion learned from, where the trained band may be optimistic; the roofline band,
-    calibrated on every model's roofline errors, holds whatever the champion extrapolates, and
-    the union covers whenever either band does."""
+    trained and roofline bands (log offsets around their own answers) blended with the answers'
+    own `weight` (0: the trained band, 1: the roofline band), as `hwsel.guard.blend` serves them.
+    The band moves with the answer, from the trained band inside the champion's coverage to the
+    roofline band, calibrated on every model's roofline errors, far outside it."""
     w = np.asarray(weight, dtype=float)
-    y = (1 - w) * y_trained + w * y_roofline
-    lo = np.minimum.reduce([y_trained + trained[0], y_roofline + roofline[0], y])
-    hi = np.maximum.reduce([y_trained + trained[1], y_roofline + roofline[1], y])
-    return lo - y, hi - y
+    return (1 - w) * trained[0] + w * roofline[0], (1 - w) * trained[1] + w * roofline[1]
 
 
 def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:

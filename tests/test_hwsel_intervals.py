@@ -220,23 +220,26 @@ def test_measured_band_is_calibrated_on_repeats_in_other_sessions() -> None:
     assert answer is not None and "interval not calibrated" in answer.detail
 
 
-def test_a_blended_answer_carries_its_band_or_the_union_of_both() -> None:
-    """Without a blended band of its own, a blended answer's interval is the union of the
-    registered and roofline intervals (the roofline band holds whatever the champion
-    extrapolates); with one, that band around the blend."""
+def test_a_blended_answer_carries_its_band_or_both_bands_blended_as_the_answers_are() -> None:
+    """Without a blended band of its own, a blended answer's interval is the registered and
+    roofline intervals (relative to their answers) blended by the answer's own weight: the
+    registered band at weight 0, the roofline band at 1; with a band, that band around the blend."""
     import dataclasses
 
     from hwsel.guard import blend
     from hwsel.intervals import span_offsets
 
     p = Predictor(layers=("rules",), detect=False).predict("bert-tiny", "cpu", batch_size=4)["cpu"]
-    reg = dataclasses.replace(p, latency_ms=10.0, interval=(8.0, 12.0))
-    roof = dataclasses.replace(p, latency_ms=40.0, interval=(5.0, 200.0))
+    reg = dataclasses.replace(p, latency_ms=10.0, interval=(8.0, 12.0))  # 0.8x-1.2x
+    roof = dataclasses.replace(p, latency_ms=40.0, interval=(5.0, 200.0))  # 0.125x-5x
     out = blend(reg, roof, 0.5, ["far"])
-    assert out.latency_ms == pytest.approx(20.0) and out.interval == pytest.approx((5.0, 200.0))
+    assert out.latency_ms == pytest.approx(20.0)
+    assert out.interval == pytest.approx((20.0 * math.sqrt(0.8 * 0.125), 20.0 * math.sqrt(1.2 * 5.0)))
+    near, far = blend(reg, roof, 0.01, ["near"]), blend(reg, roof, 0.99, ["far"])
+    assert near.interval[1] / near.latency_ms == pytest.approx(1.2, rel=0.03)
+    assert far.interval[0] / far.latency_ms == pytest.approx(0.125, rel=0.03)
     banded = blend(reg, roof, 0.5, ["far"], (-0.5, 0.5))
     assert banded.interval == pytest.approx((20.0 * math.exp(-0.5), 20.0 * math.exp(0.5)))
     # the benchmark's log-space rule is the same
-    low, high = span_offsets((np.log([0.8]), np.log([1.2])), (np.log([5 / 40]), np.log([5.0])),
-                             np.log([10.0]), np.log([40.0]), np.array([0.5]))
-    assert (20.0 * math.exp(low[0]), 20.0 * math.exp(high[0])) == pytest.approx((5.0, 200.0))
+    low, high = span_offsets((np.log([0.8]), np.log([1.2])), (np.log([5 / 40]), np.log([5.0])), np.array([0.5]))
+    assert (20.0 * math.exp(low[0]), 20.0 * math.exp(high[0])) == pytest.approx(out.interval)
