@@ -341,6 +341,17 @@ def test_records_reach_the_xdist_controller(bench):
                    for r in records), [(r.threads, r.cpu_affinity, r.tries, r.noise_reason) for r in records]
 
 
+def test_loadgroup_keeps_the_batch_sizes_of_one_loaded_model_on_one_worker(bench):
+    # Both cases load one model (bert-tiny, torch, cpu, fp32): one xdist_group, so one worker runs both.
+    result = bench.runpytest_subprocess("-n", "2", "--dist", "loadgroup", "-v", "-m", "cpu", *FAST, *FP32,
+                                        "--hwbench-progress-interval", "0", timeout=300)
+    assert result.ret == pytest.ExitCode.OK, result.stdout.str()
+    result.assert_outcomes(passed=2)
+    result.stdout.fnmatch_lines(["*PASSED test_bench.py::test_bench?bert-tiny-cpu-torch-fp32-b1?@*"])
+    records = [BenchmarkRecord.from_dict(line["record"]) for line in _records(bench)]
+    assert len(records) == 2 and len({r.worker for r in records}) == 1, [r.worker for r in records]
+
+
 # --- (h): the hwbench marker -----------------------------------------------------------------
 
 NARROWED = """
