@@ -328,6 +328,9 @@ def test_team_server_killed_mid_session_then_replayed(
     store = pytester.path / "store"
     monkeypatch.setenv("MLFLOW_TRACKING_URI", team_server.uri)
     monkeypatch.setenv("HWBENCH_EXPERIMENT", experiment)
+    # A killed server refuses at once; without MLflow's retries each refused call is over at once
+    # instead of after its backoff (1 + 2 s), which is not what this test is about.
+    monkeypatch.setenv("MLFLOW_HTTP_REQUEST_MAX_RETRIES", "0")
 
     seen: dict[str, Any] = {}
 
