@@ -43,7 +43,7 @@ def trained_table(result_path: Path) -> pd.DataFrame:
 def test_train_from_the_server_mirrors_each_night_once(team_server: TeamServer, team_experiment: str,
                                                        tmp_path: Path) -> None:
     uri, reference = team_server.uri, tmp_path / "reference.duckdb"
-    first = sum(log_night(uri, team_experiment, reference, night) for night in range(3))
+    first = sum(log_night(uri, team_experiment, reference, night) for night in range(2))
     mirror, registry = tmp_path / "mirror.duckdb", f"sqlite:///{tmp_path / 'registry.db'}"
 
     one = train(uri, tracking_uri=registry, experiment=team_experiment, trials=1, progress=False,
@@ -57,7 +57,7 @@ def test_train_from_the_server_mirrors_each_night_once(team_server: TeamServer, 
     assert one.n_records == len(runs) and one.n_rows == len(old)
     same_table(history_table([reference]).table, old)  # the DuckDB file written alongside agrees
 
-    added = log_night(uri, team_experiment, reference, 3)
+    added = log_night(uri, team_experiment, reference, 2)
     two = train(uri, tracking_uri=registry, experiment=team_experiment, trials=1, progress=False,
                 snapshot_dir=tmp_path / "snap2", mirror_file=mirror, timeout=120)
     assert two.mirrored == added  # the second night's training reads that night only
@@ -65,7 +65,7 @@ def test_train_from_the_server_mirrors_each_night_once(team_server: TeamServer, 
         runs = load_runs(uri, experiment=team_experiment)
     same_table(trained_table(two.snapshot_path), training_table(runs).drop(columns=["extra", "cpu_affinity",
                                                                                      "interference"]))
-    assert int(trained_table(two.snapshot_path)["repeats"].max()) == 4
+    assert int(trained_table(two.snapshot_path)["repeats"].max()) == 3
 
     # the newest two sessions per configuration, asked of the mirror
     windowed = train(uri, tracking_uri=registry, experiment=team_experiment, trials=1, progress=False,
