@@ -38,7 +38,8 @@ import pandas as pd
 from hwsel._quiet import quiet_mlflow
 from pytest_hwbench.sinks import redact_uri
 
-TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
+#: What the registry holds a champion for: the metrics hwsel predicts.
+PREDICTED_METRICS: tuple[str, ...] = ("latency", "throughput", "memory")
 MODEL_NAMES: dict[str, str] = {"latency": "hwsel-latency", "throughput": "hwsel-throughput",
                                "memory": "hwsel-memory"}
 ALIAS = "champion"
@@ -283,10 +284,10 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     Loaded pipelines are cached per (store, version).
 
     Raises:
-        ValueError: `target` is not one of `TARGETS`.
+        ValueError: `target` is not one of `PREDICTED_METRICS`.
     """
     if target not in MODEL_NAMES:
-        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(TARGETS)}")
+        raise ValueError(f"unknown target {target!r}; choose one of {', '.join(PREDICTED_METRICS)}")
     from hwsel.data import default_source
 
     uri = tracking_uri or default_source()
@@ -364,7 +365,7 @@ __all__ = [
     "ALIAS",
     "LOCK_MODEL",
     "MODEL_NAMES",
-    "TARGETS",
+    "PREDICTED_METRICS",
     "UNITS",
     "ChampionModel",
     "champion_version",

@@ -471,7 +471,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
 
         versions: dict[str, str] = {}
         cvs: dict[str, Mapping[str, Mapping[str, float]]] = {}
-        for target in registry.TARGETS:
+        for target in registry.PREDICTED_METRICS:
             model, study, sub, Xs, ys, target_folds = fitted[target]
             cv = cvs[target] = scheme_metrics(study.oof)
             # The interval: a nominal 90% split-conformal band from the residuals on models the
@@ -495,7 +495,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
                             {target: (fitted[target][0], fitted[target][1].score, *fitted[target][3:6])
                              for target in LEARNED})
 
-        for target in registry.TARGETS:
+        for target in registry.PREDICTED_METRICS:
             study = fitted[target][1]
             version = versions[target]
             moved, before, champ_score, reason = decisions[target]

@@ -25,7 +25,7 @@ from hwsel.features import (
     resolve_model,
     roofline,
 )
-from hwsel.registry import MODEL_NAMES, TARGETS, load_champion
+from hwsel.registry import MODEL_NAMES, PREDICTED_METRICS, load_champion
 from hwsel.specs import spec_for
 from hwsel.train import train
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
@@ -86,34 +86,34 @@ def test_load_runs_from_mlflow_matches_the_snapshot(store: str, snapshot_runs: p
 
 def test_train_registers_champions_and_keeps_them_on_a_rerun(store: str, tmp_path: Path) -> None:
     first = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
-    assert first.versions == {t: "1" for t in TARGETS}
+    assert first.versions == {t: "1" for t in PREDICTED_METRICS}
     assert all(first.alias_moved.values())
     assert first.snapshot_path.exists()
     assert pd.read_parquet(first.snapshot_path).shape[0] == first.n_rows
-    for target in TARGETS:
+    for target in PREDICTED_METRICS:
         assert set(first.cv[target]) == {"heldout_batch", "heldout_model"}
         assert 0 < first.cv[target]["heldout_model"]["mape"] < 10
 
     from mlflow.tracking import MlflowClient
 
     client = MlflowClient(tracking_uri=store)
-    for target in TARGETS:
+    for target in PREDICTED_METRICS:
         mv = client.get_model_version_by_alias(MODEL_NAMES[target], "champion")
         assert str(mv.version) == "1"
         assert mv.tags["hwsel.data_sha256"] == first.data_digest
         assert client.list_artifacts(first.run_id, "data")  # the snapshot travels with the run
 
     second = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
-    assert second.versions == {t: "2" for t in TARGETS}
+    assert second.versions == {t: "2" for t in PREDICTED_METRICS}
     assert second.data_digest == first.data_digest
     # Same data, same seed: the same recipe scores the same, so the champion stays.
     assert not any(second.alias_moved.values()), {t: r.reason for t, r in second.targets.items()}
-    for target in TARGETS:
+    for target in PREDICTED_METRICS:
         assert str(client.get_model_version_by_alias(MODEL_NAMES[target], "champion").version) == "1"
         assert second.targets[target].champion_score == pytest.approx(second.targets[target].score)
 
     # Champions predict positive, finite values in natural units; throughput agrees with latency.
-    latency, throughput, memory = (load_champion(t, tracking_uri=store) for t in TARGETS)
+    latency, throughput, memory = (load_champion(t, tracking_uri=store) for t in PREDICTED_METRICS)
     assert latency is not None and throughput is not None and memory is not None
     assert latency.version == "1" and "heldout_model.mape" in latency.metrics
     queries = pd.concat([

@@ -33,8 +33,6 @@ from .rules import rules_estimate
 
 log = logging.getLogger("hwsel")
 
-#: What the registry holds a champion for.
-TARGETS: tuple[str, ...] = ("latency", "throughput", "memory")
 #: Batch sizes the registered models score for every case key they are asked about; batch
 #: sizes between them interpolate (log-log), larger ones are scored as asked.
 GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
@@ -310,7 +308,7 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     from .._quiet import quiet_mlflow
 
     champions = {}
-    for target in TARGETS:
+    for target in registry.PREDICTED_METRICS:
         try:
             with quiet_mlflow():
                 champion = registry.load_champion(target, tracking_uri)
@@ -325,7 +323,6 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
 
 __all__ = [
     "GRID_BATCH_SIZES",
-    "TARGETS",
     "RegisteredLayer",
     "champion_domain",
     "champion_summary",
