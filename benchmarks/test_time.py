@@ -19,6 +19,7 @@ slowest tests over both tiers (setup, call and teardown together) with their tie
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import os
 import subprocess
 import sys
@@ -60,7 +61,7 @@ def _run_tier(tier: str, workdir: Path, out: Path, coverage: bool) -> tuple[floa
     print(f"test time: {tier} tier: {' '.join(cmd[2:])} (in {workdir})", flush=True)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
     wall = time.monotonic() - began
-    last = [ln for ln in proc.stdout.splitlines() if ln.strip()][-1:] or ["(no output)"]
+    last = [ln for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()][-1:] or ["(no output)"]
     print(f"  exit {proc.returncode} in {wall:.0f} s: {last[0]}", flush=True)
     return wall, proc.returncode, _durations(junit) if junit.exists() else {}
 
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tiers if t not in TIERS]
     if unknown:
         parser.error(f"--tiers: {', '.join(unknown)} unknown; accepted: {', '.join(TIERS)}")
+    if args.coverage and importlib.util.find_spec("coverage") is None:
+        parser.error("--coverage needs coverage>=7.10 in this environment: pip install -e '.[test]'")
 
     with tempfile.TemporaryDirectory(prefix="hwbench-test-time-") as tmp:
         out = Path(tmp)
