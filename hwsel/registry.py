@@ -40,8 +40,8 @@ from pytest_hwbench.sinks import redact_uri
 
 #: What the registry holds a champion for: the metrics hwsel predicts.
 PREDICTED_METRICS: tuple[str, ...] = ("latency", "throughput", "memory")
-MODEL_NAMES: dict[str, str] = {"latency": "hwsel-latency", "throughput": "hwsel-throughput",
-                               "memory": "hwsel-memory"}
+#: The registered model name of each metric's champion.
+MODEL_NAMES: dict[str, str] = {metric: f"hwsel-{metric}" for metric in PREDICTED_METRICS}
 ALIAS = "champion"
 UNITS: dict[str, str] = {"latency": "ms", "throughput": "items/s", "memory": "MiB"}
 
