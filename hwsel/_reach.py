@@ -57,28 +57,17 @@ _INSTEAD = {"--source": "or pass --source a .duckdb, .parquet or .jsonl file",
 
 def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None:
     """Raise `HwselUnreachable` naming the option of the first store among `stores` (``(uri,
-    option)`` pairs) that does not answer: an ``http(s)://`` server's ``/health`` within
-    ``min(2, timeout)`` seconds, an SQL store's ``SELECT 1`` within
-    `pytest_hwbench.sinks.reach.PING_TIMEOUT_S` (one that refuses the login or the database
-    raises ValueError naming the option, as do a server that refuses the credentials and an
-    SQLite file that SQLite cannot read); other stores pass."""
-    from pytest_hwbench.sinks.mlflow_uri import REFUSED_CREDENTIALS
-    from pytest_hwbench.sinks.reach import check_sqlite, is_sql, sql_problem
+    option)`` pairs) that does not answer (`pytest_hwbench.sinks.reach.require_answer`, an
+    ``http(s)://`` server within ``min(2, timeout)`` seconds); ValueError where it refuses the
+    credentials or is no database."""
+    from pytest_hwbench.sinks.reach import require_answer
 
     for uri, option in stores:
-        if isinstance(uri, str) and uri.lower().startswith("sqlite:///"):
-            check_sqlite(uri, option)
-            continue
-        if is_http(uri):
-            why = reach(str(uri), timeout=min(2.0, timeout))
-        elif uri is not None and is_sql(str(uri)):
-            why = sql_problem(str(uri), option)
-        else:
-            continue
-        if why is not None and REFUSED_CREDENTIALS in why:
-            raise ValueError(f"{option} {redact_uri(str(uri))}: {why}")
-        if why is not None:
-            raise HwselUnreachable(f"{option}: {why}; start the tracking server, {_INSTEAD.get(option, 'or name another')}")
+        try:
+            require_answer(None if uri is None else str(uri), option, timeout=min(2.0, timeout),
+                           fix=f"start the tracking server, {_INSTEAD.get(option, 'or name another')}")
+        except ConnectionError as exc:
+            raise HwselUnreachable(str(exc)) from None
 
 
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = "the other layers answer") -> _T:

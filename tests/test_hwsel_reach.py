@@ -229,13 +229,13 @@ def test_train_and_next_stop_at_once_naming_a_server_that_does_not_answer(silent
     for args in (("train", "--tracking-uri", store, "--trials", "1"), ("next", "--budget", "2")):
         out = _hwsel(*args, "--source", uri, "--timeout", "10", cwd=tmp_path, timeout=120)
         assert out.returncode == 1, out.stdout + out.stderr
-        assert f"hwsel {args[0]}: failed: HwselUnreachable: --source: cannot reach {uri}/health within 2 s" in out.stderr, \
+        assert f"hwsel {args[0]}: failed: HwselUnreachable: --source {uri}: cannot reach {uri}/health within 2 s" in out.stderr, \
             out.stderr
         assert "start the tracking server, or pass --source a .duckdb, .parquet or .jsonl file" in out.stderr
         assert "Retrying" not in out.stderr  # MLflow's own retries (30 s each) never start
     out = _hwsel("train", "--source", str(SNAPSHOT), "--tracking-uri", uri, "--trials", "1", cwd=tmp_path, timeout=120)
     assert out.returncode == 1, out.stdout + out.stderr
-    assert "HwselUnreachable: --tracking-uri: cannot reach" in out.stderr, out.stderr
+    assert f"HwselUnreachable: --tracking-uri {uri}: cannot reach" in out.stderr, out.stderr
     assert "or pass --tracking-uri another store" in out.stderr
 
 

@@ -17,12 +17,14 @@ PING_TIMEOUT_S = 5.0
 _SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
 
 
-def require_answer(uri: str | None, what: str) -> None:
-    """Raise ConnectionError (exit 3) naming `what` when `uri` is an ``http(s)://`` tracking server
-    whose ``/health`` or tracking API does not answer, or an SQL store (PostgreSQL, MySQL, SQL
-    Server) that does not answer ``SELECT 1``, within `PING_TIMEOUT_S`; ValueError (exit 2) when
-    the server refuses the credentials, or the SQL store the user, the password or the database
-    (or its driver is not installed); other stores pass."""
+def require_answer(uri: str | None, what: str, *, timeout: float = PING_TIMEOUT_S,
+                   fix: str = "check the address and that the server runs") -> None:
+    """Raise ConnectionError (exit 3) naming `what` and saying `fix` when `uri` is an ``http(s)://``
+    tracking server whose ``/health`` or tracking API does not answer within `timeout` seconds, or
+    an SQL store (PostgreSQL, MySQL, SQL Server) that does not answer ``SELECT 1`` within
+    `PING_TIMEOUT_S`; ValueError (exit 2) when the server refuses the credentials, the SQL store the
+    user, the password or the database (or its driver is not installed), or an SQLite file is not a
+    database; other stores pass."""
     from .mlflow_uri import REFUSED_CREDENTIALS, ping
 
     if uri is None:
@@ -30,7 +32,7 @@ def require_answer(uri: str | None, what: str) -> None:
     parts = urlsplit(uri)
     base = parts.scheme.lower().split("+", 1)[0]
     if base in ("http", "https"):
-        problem = ping(uri, timeout=PING_TIMEOUT_S)
+        problem = ping(uri, timeout=timeout)
     elif is_sql(uri):
         problem = sql_problem(uri, what)
     elif base == "sqlite":
@@ -41,7 +43,7 @@ def require_answer(uri: str | None, what: str) -> None:
     if problem is not None and REFUSED_CREDENTIALS in problem:
         raise ValueError(f"{what} {redact_uri(uri)}: {problem}")
     if problem is not None:
-        raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; check the address and that the server runs")
+        raise ConnectionError(f"{what} {redact_uri(uri)}: {problem}; {fix}")
 
 
 def check_sqlite(uri: str, what: str) -> None:
