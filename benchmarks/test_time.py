@@ -11,7 +11,9 @@ a browser or another process; the README's ``pytest tests`` leaves them out (``-
     python benchmarks/test_time.py --tiers fast    # only the README's command
 
 Printed: per tier its wall time, the number of tests by outcome and the summed test time; the 20
-slowest tests over both tiers (setup, call and teardown together) with their tier; with
+slowest tests over both tiers (setup, call and teardown together) with their tier; the xdist
+groups with the most summed test time (a group runs on one worker, so the longest one bounds the
+tier's wall time); with
 ``--coverage``, the line coverage of ``pytest_hwbench`` and ``hwsel`` over the tiers run
 (subprocesses included: coverage's ``patch = subprocess``).
 """
@@ -57,6 +59,10 @@ def _run_tier(tier: str, workdir: Path, out: Path, coverage: bool) -> tuple[floa
     if coverage:
         cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={out / 'coveragerc'}", "-m", *cmd[2:]]
     env = {k: v for k, v in os.environ.items() if k not in ("PYTEST_ADDOPTS", "MLFLOW_TRACKING_URI")}
+    if workdir != ROOT:
+        # This venv's editable install finds the packages in ROOT after sys.path: the clone's come
+        # first for every process, the nested sessions in temporary folders included.
+        env["PYTHONPATH"] = os.pathsep.join(x for x in (str(workdir), env.get("PYTHONPATH")) if x)
     began = time.monotonic()
     print(f"test time: {tier} tier: {' '.join(cmd[2:])} (in {workdir})", flush=True)
     proc = subprocess.run(cmd, cwd=workdir, env=env, capture_output=True, text=True)
@@ -109,6 +115,15 @@ def main(argv: list[str] | None = None) -> int:
         print(f"\nthe {args.slowest} slowest tests (setup + call + teardown):")
         for seconds, name, tier in sorted(every, reverse=True)[: args.slowest]:
             print(f"  {seconds:7.1f} s  {tier:>4}  {name}")
+        groups: dict[str, float] = defaultdict(float)
+        for seconds, name, tier in every:
+            if "--dist" in TIERS[tier] and "@" in name:  # xdist writes the group after the last @
+                groups[f"{tier} {name.rsplit('@', 1)[1]}"] += seconds
+        if groups:
+            print("\nthe xdist groups with the most test time (each runs on one worker; the longest bounds "
+                  "its tier's wall time):")
+            for name, seconds in sorted(groups.items(), key=lambda kv: -kv[1])[:8]:
+                print(f"  {seconds:7.1f} s  {name}")
         if args.coverage:
             rc = ["--rcfile", str(out / "coveragerc")]
             subprocess.run([sys.executable, "-m", "coverage", "combine", "-q", *rc], cwd=workdir, check=False)
