@@ -511,17 +511,6 @@ def lomo_table(ds: Dataset, oof: pd.DataFrame, folds: list[Fold], aims: Aims) ->
           f"{aims.check(f'{name} LOMO nearest-zoo/model MAPE', ratios[strong], NEAREST_RATIO_AIM, at_most=False, fmt='x')}")
 
 
-def adaptive_bands(ds: Dataset, oof: pd.DataFrame, level: float = LEVEL) -> pd.DataFrame:
-    """Each held-out model's rows with their adaptive (low, high) log offsets
-    (`hwsel.intervals.lomo_offsets`, the calibration `hwsel train` stores with the champion):
-    calibrated on the other models' out-of-fold residuals, every distance measured against
-    models other than the held-out one."""
-    from hwsel.intervals import lomo_offsets, novelty_frame
-
-    low, high = lomo_offsets(novelty_frame(ds.table, ds.X), oof, level)
-    return oof.assign(low=low, high=high, resid=(oof["y_true"] - oof["y_pred"]).to_numpy())
-
-
 #: A layer's coverage aim is judged where it answers at least this many rows.
 LAYER_MIN_ROWS = 20
 
