@@ -129,10 +129,6 @@ def check_mode(mode: Any, where: str = "") -> str:
     return name
 
 
-def check_modes(modes: Any) -> list[str]:
-    """`check_mode` of each, by their one names, each once (``train`` and ``training`` are one mode)."""
-    return list(dict.fromkeys(check_mode(m) for m in modes))
-
 
 def _number(where: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
     if isinstance(value, bool) or not isinstance(value, int | float) or not math.isfinite(value):
@@ -530,6 +526,5 @@ __all__ = [
     "Thresholds",
     "Weights",
     "check_mode",
-    "check_modes",
     "load_config",
 ]

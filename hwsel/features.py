@@ -324,21 +324,6 @@ def query_frame(
     return feature_frame(pd.DataFrame([row]))
 
 
-def roofline_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """Roofline latency_ms, throughput and memory_mb for rows with record fields (vectorised)."""
-    feats = feature_frame(rows)
-    batch = feats["batch_size"].to_numpy(dtype=float)
-    latency = np.exp(feats["log_roofline_ms"].to_numpy(dtype=float))
-    return pd.DataFrame(
-        {
-            "latency_ms": latency,
-            "throughput": batch / latency * 1e3,
-            "memory_mb": np.exp(feats["log_roofline_memory_mb"].to_numpy(dtype=float)),
-        },
-        index=rows.index,
-    )
-
-
 __all__ = [
     "ALIASES",
     "EXTRAPOLATE_ABOVE",
@@ -356,5 +341,4 @@ __all__ = [
     "query_row",
     "resolve_model",
     "roofline",
-    "roofline_frame",
 ]

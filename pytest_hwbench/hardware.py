@@ -553,12 +553,6 @@ def probed_hardware() -> HardwareInfo:
     return HardwareInfo({name: done[name] for name in order})
 
 
-def forget_detection() -> None:
-    """Drop what was probed, so the next `detect_hardware` probes again (tests, long-lived services)."""
-    with _FOUND_LOCK:
-        _FOUND.clear()
-
-
 __all__ = [
     "PRECISIONS",
     "DeviceInfo",
@@ -566,7 +560,6 @@ __all__ = [
     "TargetInfo",
     "TorchFacts",
     "detect_hardware",
-    "forget_detection",
     "gather_torch_facts",
     "not_available",
     "probed_hardware",
