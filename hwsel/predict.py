@@ -322,11 +322,6 @@ class Predictor:
         self.answers_: dict[Query, Prediction] = {}
 
     @property
-    def _domain(self) -> frozenset[tuple[str, str, str, str]] | None:
-        """(hardware, backend, precision, mode) the champions answer for (None: any)."""
-        return self.built().registered_.domain
-
-    @property
     def scored_rows(self) -> int:
         """Rows the registered models have scored so far (each grid point once)."""
         return self.built().registered_.scored_rows

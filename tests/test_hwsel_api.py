@@ -371,7 +371,7 @@ def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path
     for batch in list(Predictor.GRID_BATCH_SIZES) + [3, 5, 6, 7, 12, 100, 1000]:
         select_hardware("bert-tiny", batch_size=batch, available_hardware=["cpu", "cuda"], predictor=predictor)
     assert predictor.scored_rows == scored
-    registered = Predictor(champions=predictor.champions, champion_domain=predictor._domain,
+    registered = Predictor(champions=predictor.champions, champion_domain=predictor.built().registered_.domain,
                            layers=("registered", "rules"))  # no measured answers at the grid points
     two, three, four = (registered.predict("gpt2-tiny", "cuda", batch_size=b)["cuda"] for b in (2, 3, 4))
     assert {two.source, four.source} == {"registered"}
