@@ -46,7 +46,6 @@ from .select import (
     available_hardware,
     detect_hardware,
     select_hardware,
-    select_hardware_for_task,
     select_precision,
     selection_map,
 )
@@ -88,7 +87,6 @@ __all__ = [
     "predict_performance",
     "prediction_matrix",
     "select_hardware",
-    "select_hardware_for_task",
     "select_precision",
     "selection_map",
     "suggest_measurements",

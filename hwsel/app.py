@@ -65,7 +65,7 @@ from .rest_models import (
     RecommendationResponse,
     SelectRequest,
 )
-from .select import analyze_model, detect_hardware, select_hardware, select_hardware_for_task, selection_map
+from .select import analyze_model, detect_hardware, select_hardware, selection_map
 
 log = logging.getLogger("hwsel.app")
 
@@ -287,14 +287,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
         info = _bounded_model(req.model_name, req.config, family=req.model_family,
                               sequence_length=req.sequence_length)
         available = _hardware(pred, "available_hardware", req.available_hardware)  # the request's field
-        if req.task_type:
-            rec = select_hardware_for_task(req.task_type, info, batch_size=req.batch_size, precision=req.precision,
-                                           available_hardware=available, backend=req.backend,
-                                           device=req.device, predictor=pred)
-        else:
-            rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
-                                  available_hardware=available, backend=req.backend, device=req.device,
-                                  predictor=pred)
+        rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
+                              available_hardware=available, task_type=req.task_type, backend=req.backend,
+                              device=req.device, predictor=pred)
         return _plain(rec.to_dict())
 
     @app.post("/hardware/batch", response_model=dict[str, BatchEntry])

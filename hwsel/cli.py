@@ -170,21 +170,13 @@ def _tie_line(tie: Sequence[str]) -> str:
 
 
 def cmd_select(args: argparse.Namespace) -> int:
-    from .select import select_hardware, select_hardware_for_task
+    from .select import select_hardware
 
-    if args.task_type and args.mode != "inference":
-        raise UsageError(f"--task {args.task_type} sets the mode itself; --mode {args.mode} would be ignored: give one "
-                         "of them")
     predictor = _predictor(args)
     model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
-    if args.task_type:
-        rec = select_hardware_for_task(args.task_type, model, batch_size=args.batch_size, precision=args.precision,
-                                       available_hardware=args.available_hardware, backend=args.backend, device=_devices(args),
-                                       predictor=predictor)
-    else:
-        rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
-                              available_hardware=args.available_hardware, backend=args.backend, device=_devices(args),
-                              predictor=predictor)
+    rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
+                          available_hardware=args.available_hardware, task_type=args.task_type, backend=args.backend,
+                          device=_devices(args), predictor=predictor)
     absent = {hw: _absent_here(hw, s.prediction) for hw, s in rec.all_scores.items() if s.prediction is not None}
 
     def named(hw: str | None) -> str:

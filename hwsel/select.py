@@ -28,6 +28,7 @@ from .config import (
     ModeKeyed,
     SelectionConfig,
     Weights,
+    check_mode,
     load_config,
 )
 from .precision import PrecisionChoice, rank_precisions
@@ -292,46 +293,39 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
 
 
 def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
-                    available_hardware: Sequence[str] | str | None = None, *, backend: str | None = None,
-                    device: str | Mapping[str, str] | None = None,
+                    available_hardware: Sequence[str] | str | None = None, *, task_type: str | None = None,
+                    backend: str | None = None, device: str | Mapping[str, str] | None = None,
                     predictor: Predictor | None = None, source: str | os.PathLike[str] | None = None,
                     tracking_uri: str | None = None,
                     config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
     """The best hardware for `model` (a zoo name, hub-style alias or ModelInfo) at this batch size.
 
-    `available_hardware` defaults to what `detect_hardware()` finds here. `device` names the
-    device of one target (``"NVIDIA H100 80GB HBM3"``, ``"h100"``) or maps targets to devices;
-    the others get `Predictor.default_device`. `backend` defaults to eager ``torch``. Predictions
-    come from the shared predictor for (source, tracking_uri, config) unless `predictor` is
-    given. Invalid input raises ValueError (bad value) or KeyError (unknown model), naming what
+    `available_hardware` defaults to what `detect_hardware()` finds here. `task_type` names a task
+    profile (classification, generation, embedding, speech_recognition, fine_tuning, training, or
+    one from the config) whose mode and weights replace `mode` and the mode's weights; `mode` then
+    stays at its default or names the task's own mode. `device` names the device of one target
+    (``"NVIDIA H100 80GB HBM3"``, ``"h100"``) or maps targets to devices; the others get
+    `Predictor.default_device`. `backend` defaults to eager ``torch``. Predictions come from the
+    shared predictor for (source, tracking_uri, config) unless `predictor` is given. Invalid input
+    raises `QuestionError` (a ValueError naming the field) or KeyError (unknown model), naming what
     is accepted.
     """
     p = predictor_for(predictor, source, tracking_uri, config)
     cfg = p.config_ if config is None or predictor is None else load_config(config)
+    weights = None
+    if task_type is not None:
+        if task_type not in cfg.tasks:
+            raise QuestionError(f"unknown task {task_type!r}; accepted: {', '.join(cfg.tasks)} (add one under "
+                                "[tasks] in the config)", "task_type")
+        profile = cfg.tasks[task_type]
+        if check_mode(mode) not in ("inference", profile.mode):
+            raise QuestionError(f"task {task_type} sets the mode itself ({profile.mode}); mode {mode} would be "
+                                "ignored: give one of them", "mode")
+        mode, weights = profile.mode, profile.weights
     hardware = available_hardware if available_hardware is not None else _detected(cfg)
     queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
                   device=device)
-    return _select(p, cfg, queries, weights=cfg.weights[queries[0].mode], task=None)
-
-
-def select_hardware_for_task(task: str, model: ModelRef, batch_size: int = 1, precision: str = "fp32",
-                             available_hardware: Sequence[str] | str | None = None, *,
-                             backend: str | None = None, device: str | Mapping[str, str] | None = None,
-                             predictor: Predictor | None = None,
-                             source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
-                             config: SelectionConfig | str | os.PathLike[str] | None = None) -> Recommendation:
-    """Like `select_hardware`, with the mode and weights of a task profile (classification,
-    generation, embedding, speech_recognition, fine_tuning, training, or one from the config)."""
-    p = predictor_for(predictor, source, tracking_uri, config)
-    cfg = p.config_ if config is None or predictor is None else load_config(config)
-    if task not in cfg.tasks:
-        raise QuestionError(f"unknown task {task!r}; accepted: {', '.join(cfg.tasks)} (add one under [tasks] in the "
-                            "config)", "task")
-    profile = cfg.tasks[task]
-    hardware = available_hardware if available_hardware is not None else _detected(cfg)
-    queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=profile.mode,
-                  backend=backend, device=device)
-    return _select(p, cfg, queries, weights=profile.weights, task=task)
+    return _select(p, cfg, queries, weights=weights or cfg.weights[queries[0].mode], task=task_type)
 
 
 def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
@@ -484,7 +478,6 @@ __all__ = [
     "available_hardware",
     "detect_hardware",
     "select_hardware",
-    "select_hardware_for_task",
     "select_precision",
     "selection_map",
 ]

@@ -267,7 +267,7 @@ def test_hwsel_select_refuses_a_mode_that_its_task_would_override(capsys: pytest
 
     assert hwsel_main(["select", "--model", "bert-tiny", "--task", "classification", "--mode", "train",
                        "--hardware", "cpu"]) == 2
-    assert "--task classification sets the mode itself; --mode train would be ignored" in capsys.readouterr().err
+    assert "task classification sets the mode itself (inference); mode train would be ignored" in capsys.readouterr().err
 
 
 def test_import_mlflow_names_a_missing_store_or_experiment_and_makes_neither(

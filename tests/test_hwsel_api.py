@@ -30,7 +30,6 @@ from hwsel import (
     predict_performance,
     prediction_matrix,
     select_hardware,
-    select_hardware_for_task,
     selection_map,
 )
 from hwsel.cli import main as cli_main
@@ -418,7 +417,7 @@ def test_invalid_input_names_the_value_and_what_is_accepted(empty_cwd: Path, kwa
 def test_invalid_task_layer_and_distributed_input(empty_cwd: Path) -> None:
     predictor = Predictor.load(layers=("rules",))
     with pytest.raises(ValueError, match="unknown task 'dance'.*classification"):
-        select_hardware_for_task("dance", "bert-tiny", available_hardware=["cpu"], predictor=predictor)
+        select_hardware("bert-tiny", available_hardware=["cpu"], task_type="dance", predictor=predictor)
     with pytest.raises(ValueError, match="unknown layer 'oracle'.*measured, registered, roofline, rules"):
         Predictor(layers=("oracle",))
     with pytest.raises(ValueError, match="gpus must be.*got 0"):
@@ -576,9 +575,14 @@ def test_selection_map_analysis_and_task(empty_cwd: Path, duckdb_file: Path) -> 
     assert report["inference"]["performance"]["1"]["cpu"]["source"] == "measured"
     assert report["training"]["performance"]["16"]["cuda"]["source"] == "roofline"
 
-    rec = select_hardware_for_task("fine_tuning", "bert-tiny", batch_size=4, available_hardware=["cpu", "cuda"],
-                                   predictor=predictor)
+    rec = select_hardware("bert-tiny", batch_size=4, available_hardware=["cpu", "cuda"], task_type="fine_tuning",
+                          predictor=predictor)
     assert rec.mode == "train" and rec.task_type == "fine_tuning" and "task fine_tuning" in rec.explanation
+    # a task sets the mode: naming its own mode is the same question, another one is refused
+    assert select_hardware("bert-tiny", batch_size=4, mode="training", available_hardware=["cpu", "cuda"],
+                           task_type="fine_tuning", predictor=predictor).to_dict() == rec.to_dict()
+    with pytest.raises(ValueError, match=r"task classification sets the mode itself \(inference\); mode train would"):
+        select_hardware("bert-tiny", mode="train", task_type="classification", predictor=predictor)
 
 
 def test_public_api_is_declared() -> None:
