@@ -1,8 +1,8 @@
 """A real `mlflow server` for tests: start on a free port, kill its process group, restart.
 
-Same recipe as tests/test_sinks.py (which keeps its own copy): SQLite backend and artifact root
-in a temporary directory, one uvicorn worker, the GenAI job runner off, and a new session so that
-the server and its workers form one process group that a test can signal as a whole.
+SQLite backend (or another `backend_uri`) and artifact root in a temporary directory, one uvicorn
+worker, the GenAI job runner off, and a new session so that the server and its workers form one
+process group that a test can signal as a whole.
 """
 
 from __future__ import annotations

@@ -6,25 +6,22 @@ session and copied per test, which turns a ~10 s setup into a file copy.
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
 import datetime as dt
 import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
 import subprocess
 import sys
 import time
-import urllib.request
 import uuid
 from collections.abc import Callable, Iterator, Mapping
 from pathlib import Path
 
 import pytest
+from _mlflow_server import MlflowServer, free_port
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import PARAM_FIELDS, BenchmarkRecord, SessionInfo
@@ -48,8 +45,6 @@ from pytest_hwbench.sinks import (
 )
 from pytest_hwbench.sinks._duckdb_schema import SCHEMA_VERSION, upgrade
 from pytest_hwbench.sinks._fields import FIELDS, NONE_TEXT, from_text, to_text
-
-MLFLOW_BIN = Path(sys.executable).with_name("mlflow")
 
 
 # -- realistic hand-built records ----------------------------------------------------------------
@@ -556,65 +551,23 @@ def test_recorder_catches_up_in_session_once_the_file_is_free(
 
 
 # -- MLflow over HTTP, server killed mid-way ----------------------------------------------------
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return int(sock.getsockname()[1])
-
-
-def start_server(db: Path, artifacts: Path, port: int, log: Path) -> subprocess.Popen[bytes]:
-    cmd = [
-        str(MLFLOW_BIN), "server", "--host", "127.0.0.1", "--port", str(port),
-        "--backend-store-uri", f"sqlite:///{db}", "--default-artifact-root", str(artifacts), "--workers", "1",
-    ]  # fmt: skip
-    # The job runner (7 huey consumer processes) is for GenAI jobs; tracking does not need it,
-    # and on a small machine it doubles start and stop times.
-    env = {**os.environ, "MLFLOW_SERVER_ENABLE_JOB_EXECUTION": "false"}
-    with log.open("ab") as out:
-        proc = subprocess.Popen(cmd, stdout=out, stderr=subprocess.STDOUT, start_new_session=True, env=env)
-    deadline = time.monotonic() + 60
-    while time.monotonic() < deadline:
-        if proc.poll() is not None:
-            raise RuntimeError(f"mlflow server exited with {proc.returncode}: {log.read_text()[-2000:]}")
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/health", timeout=1) as response:
-                if response.status == 200:
-                    return proc
-        except OSError:
-            time.sleep(0.25)
-    stop_server(proc)
-    raise RuntimeError(f"mlflow server did not answer /health in 60 s: {log.read_text()[-2000:]}")
-
-
-def stop_server(proc: subprocess.Popen[bytes]) -> None:
-    if proc.poll() is None:
-        proc.send_signal(signal.SIGTERM)  # stops its workers too (FACTS.md)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=10)
-    # Sweep what is left of the process group this test started (start_new_session: pgid == pid).
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)
-
-
 @pytest.fixture
-def servers() -> Iterator[list[subprocess.Popen[bytes]]]:
-    started: list[subprocess.Popen[bytes]] = []
+def servers() -> Iterator[list[MlflowServer]]:
+    started: list[MlflowServer] = []
     yield started
-    for proc in started:
-        stop_server(proc)
+    for server in started:
+        server.kill()
 
 
 def test_mlflow_server_killed_mid_session_then_replayed(
-    tmp_path: Path, mlflow_template: Path, servers: list[subprocess.Popen[bytes]]
+    tmp_path: Path, mlflow_template: Path, servers: list[MlflowServer]
 ) -> None:
-    db, artifacts, log = tmp_path / "m.db", tmp_path / "art", tmp_path / "server.log"
+    db = tmp_path / "m.db"
     shutil.copy(mlflow_template, db)
-    port = free_port()
-    uri = f"http://127.0.0.1:{port}"
-    servers.append(start_server(db, artifacts, port, log))
+    server = MlflowServer(db, tmp_path / "art", tmp_path / "server.log")
+    servers.append(server)
+    server.start(timeout=60)
+    uri = server.uri
     assert ping(uri) is None
 
     session = make_session()
@@ -627,7 +580,7 @@ def test_mlflow_server_killed_mid_session_then_replayed(
     recorder.start(session)
     for record in records[:4]:
         recorder.emit(record)
-    stop_server(servers[0])
+    server.kill()
     assert ping(uri, timeout=1.0) is not None
 
     began = time.monotonic()
@@ -641,7 +594,7 @@ def test_mlflow_server_killed_mid_session_then_replayed(
     assert report.pending == {"mlflow": 5, "duckdb": 0}
     assert "mlflow" in report.errors and "duckdb" not in report.errors
 
-    servers.append(start_server(db, artifacts, port, log))
+    server.start(timeout=60)  # same port, same database
     assert replay(spool, [MlflowSink(uri), DuckDBSink(duck)]) == {"mlflow": 5, "duckdb": 0}
     assert replay(spool, [MlflowSink(uri), DuckDBSink(duck)]) == {"mlflow": 0, "duckdb": 0}
     runs = child_runs(uri)
