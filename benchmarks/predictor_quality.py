@@ -75,21 +75,11 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from hwsel.data import CONFIG_KEYS, RUN_COLUMNS, load_runs, snapshot, training_table  # noqa: E402
+from hwsel.estimators import ThroughputFromLatency, build_estimator, one_thread  # noqa: E402
+from hwsel.evaluation import Fold, cv_folds, error_metrics, out_of_fold, scheme_metrics  # noqa: E402
 from hwsel.features import feature_frame  # noqa: E402
-from hwsel.train import (  # noqa: E402
-    LEARNED,
-    Fold,
-    StudyResult,
-    ThroughputFromLatency,
-    build_estimator,
-    conformal_band,
-    cv_folds,
-    error_metrics,
-    one_thread,
-    out_of_fold,
-    run_study,
-    scheme_metrics,
-)
+from hwsel.intervals import conformal_band  # noqa: E402
+from hwsel.train import LEARNED, StudyResult, run_study  # noqa: E402
 
 DEFAULT_DATA = ROOT / "benchmarks" / "data" / "cpu_runs.parquet"
 DEFAULT_H100 = ROOT / "benchmarks" / "data" / "h100_runs.parquet"

@@ -22,8 +22,10 @@ log = logging.getLogger("hwsel.mlflow")
 #: MLflow loggers whose records inside `quiet_mlflow` go to debug: the pickle caution on save and
 #: the store's "Creating initial MLflow database tables" on first use of a SQLite store.
 _LOGGERS = ("mlflow.sklearn", "mlflow.store.db.utils", "mlflow.models.model")
-#: MLflow's switch for the run links it prints to stdout (read on every `set_terminated`).
-_SUPPRESS_URL = "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT"
+#: MLflow settings `quiet_mlflow` makes where the user made none: no artifact progress bars (read
+#: on every download), no "View run ... at: http://user:PASSWORD@host/..." lines on stdout after
+#: every `set_terminated` against a server (off, as the harness's MLflow sink has them).
+_SETTINGS = {"MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR": "false", "MLFLOW_SUPPRESS_PRINTING_URL_TO_STDOUT": "true"}
 #: Warnings from MLflow's own calls that tell the user nothing they can act on.
 _WARNING_MESSAGES = (r".*``noload`` loader strategy is deprecated.*", r".*pickle or cloudpickle.*")
 
@@ -41,22 +43,8 @@ class _ToDebug(logging.Filter):
 @contextlib.contextmanager
 def quiet_mlflow() -> Iterator[None]:
     """MLflow's progress bars, run links, pickle cautions and deprecation warnings to debug, inside the block."""
-    progress = "MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR"
-    try:  # mlflow's handle on its own setting (read on every download); plain environment otherwise
-        from mlflow.environment_variables import MLFLOW_ENABLE_ARTIFACTS_PROGRESS_BAR as setting
-    except ImportError:
-        setting = None
-    added = progress not in os.environ
-    if added:
-        if setting is not None:
-            setting.set("false")
-        else:
-            os.environ[progress] = "false"
-    # MLflow's "View run ... at: http://user:PASSWORD@host/..." lines on stdout after every
-    # set_terminated against a server: off, as the harness's MLflow sink has them.
-    url_added = _SUPPRESS_URL not in os.environ
-    if url_added:
-        os.environ[_SUPPRESS_URL] = "true"
+    added = {name: value for name, value in _SETTINGS.items() if name not in os.environ}
+    os.environ.update(added)
     demote = _ToDebug()
     loggers = [logging.getLogger(name) for name in _LOGGERS]
     for logger in loggers:
@@ -69,10 +57,8 @@ def quiet_mlflow() -> Iterator[None]:
     finally:
         for logger in loggers:
             logger.removeFilter(demote)
-        if added:
-            os.environ.pop(progress, None)
-        if url_added:
-            os.environ.pop(_SUPPRESS_URL, None)
+        for name in added:
+            os.environ.pop(name, None)
 
 
 __all__ = ["quiet_mlflow"]

@@ -46,10 +46,8 @@ def kv_cache_bytes(q: Query) -> float:
     if q.mode != "generate":
         return 0.0
     m = q.model
-    layers = int(m.num_layers or 0)
-    hidden = int(m.hidden_size or 0)
-    tokens = int(m.sequence_length or 0)
-    return 2.0 * layers * hidden * tokens * q.batch_size * bytes_per_element(q.precision)
+    return (2.0 * int(m.num_layers or 0) * int(m.hidden_size or 0) * int(m.sequence_length or 0) * q.batch_size
+            * bytes_per_element(q.precision))
 
 
 @dataclass(frozen=True)

@@ -1,5 +1,4 @@
-"""Benchmark runs in, one training table out (over 500 lines because each store's reader and the one
-rule for which records can train are read together).
+"""Benchmark runs in, one training table out.
 
 `load_runs` reads the records pytest-hwbench wrote, from any of its stores:
 
@@ -24,6 +23,7 @@ from __future__ import annotations
 import hashlib
 import os
 import typing
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -54,21 +54,11 @@ HOST_SPEED_BOUNDS: tuple[float, float] = (0.5, 1.2)
 #: Record fields that hold lists or mappings: not training data, and not storable as Parquet columns.
 NESTED_COLUMNS: tuple[str, ...] = ("extra", "cpu_affinity", "timings_ms", "interference")
 
-#: Target columns `training_table` adds, in natural units.
-TARGET_COLUMNS: dict[str, str] = {"latency": "latency_ms", "throughput": "throughput", "memory": "memory_mb"}
 
-
-def _field_types() -> dict[str, str]:
-    """Record field -> "int" | "float" | "str", from the record's own type hints."""
-    hints = typing.get_type_hints(BenchmarkRecord)
-    out = {}
-    for name in PARAM_FIELDS + METRIC_FIELDS:
-        text = str(hints[name])
-        out[name] = "int" if "int" in text and "float" not in text else "float" if "float" in text else "str"
-    return out
-
-
-FIELD_TYPES: dict[str, str] = _field_types()
+#: Record field -> "int" | "float" | "str", from the record's own type hints.
+FIELD_TYPES: dict[str, str] = {
+    name: "int" if "int" in (text := str(hint)) and "float" not in text else "float" if "float" in text else "str"
+    for name, hint in typing.get_type_hints(BenchmarkRecord).items() if name in PARAM_FIELDS + METRIC_FIELDS}
 
 
 def default_source() -> str:
@@ -134,24 +124,6 @@ def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
     return out.loc[:, list(RUN_COLUMNS) + extra].reset_index(drop=True)
 
 
-def _from_mlflow(uri: str, experiment: str) -> pd.DataFrame:
-    """The records of an MLflow experiment, read through the MLflow sink's reader."""
-    from hwsel._quiet import quiet_mlflow
-    from pytest_hwbench.sinks import read_records, records_frame
-
-    with quiet_mlflow():
-        records = read_records(uri, experiment=experiment)
-        if not records:
-            from mlflow.tracking import MlflowClient
-
-            if MlflowClient(tracking_uri=uri).get_experiment_by_name(experiment) is None:
-                raise LookupError(
-                    f"MLflow store {redact_uri(str(uri))} has no experiment {experiment!r}; run the bench suite "
-                    "first (pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
-                )
-    return records_frame(records)
-
-
 Source = str | os.PathLike[str]
 
 
@@ -174,7 +146,9 @@ def describe_sources(source: Source | Sequence[Source] | None) -> str:
 
 
 def _load_one(text: str, experiment: str) -> pd.DataFrame:
-    """One source as a frame: a Parquet snapshot here, everything else through the sinks' reader."""
+    """One source as a frame: a Parquet snapshot here, everything else through the sinks' reader
+    (an MLflow store's records of `experiment`)."""
+    from hwsel._quiet import quiet_mlflow
     from pytest_hwbench.sinks import read_records, records_frame, source_kind
 
     if text.lower().endswith(".parquet"):
@@ -182,9 +156,19 @@ def _load_one(text: str, experiment: str) -> pd.DataFrame:
         if not path.exists():
             raise FileNotFoundError(f"Parquet snapshot {path} does not exist")
         return pd.read_parquet(path)
-    if source_kind(text) == "mlflow":
-        return _from_mlflow(text, experiment)
-    return records_frame(read_records(text))
+    if source_kind(text) != "mlflow":
+        return records_frame(read_records(text))
+    with quiet_mlflow():
+        records = read_records(text, experiment=experiment)
+        if not records:
+            from mlflow.tracking import MlflowClient
+
+            if MlflowClient(tracking_uri=text).get_experiment_by_name(experiment) is None:
+                raise LookupError(
+                    f"MLflow store {redact_uri(text)} has no experiment {experiment!r}; run the bench suite "
+                    "first (pytest bench_suites -m cpu ...) or pass another source (a .duckdb or .parquet path)"
+                )
+    return records_frame(records)
 
 
 def load_runs(
@@ -205,7 +189,7 @@ def load_runs(
         include_noisy: keep records that were interfered with (``noise == "noisy"``: other processes
             on their cores, stolen time, the host changing speed during the case); by default they
             are left out, counted in ``frame.attrs["noisy"]`` and by reason in
-            ``frame.attrs["noisy_reasons"]`` (`left_out_text` says it in one line): their figures
+            ``frame.attrs["noisy_reasons"]`` (`usable_rows_text` says it in one line): their figures
             are the load's, not the configuration's. Records older than the verdict are kept. A
             steadily slow host is no interference: its records are clean and carry ``host_speed``,
             which `training_table` corrects for.
@@ -228,10 +212,7 @@ def load_runs(
     if dropped:
         _warn_dropped(dropped, describe_sources(sources))
     why = left_out_reasons(frame, passed_only=passed_only, include_noisy=include_noisy)
-    reasons: dict[str, int] = {}
-    for text in why[why.str.startswith(NOISY)]:
-        reason = text.removeprefix(NOISY)
-        reasons[reason] = reasons.get(reason, 0) + 1
+    reasons = Counter(text.removeprefix(NOISY) for text in why[why.str.startswith(NOISY)])
     frame = frame.loc[(why == "").to_numpy()].reset_index(drop=True)
     frame.attrs["dropped"] = dropped
     frame.attrs["noisy"] = sum(reasons.values())
@@ -316,28 +297,18 @@ class RecordCounts:
                    {str(mode): int(n) for mode, n in other.items()})
 
 
-def left_out_text(runs: pd.DataFrame | RecordCounts) -> str:
-    """One line on the interfered records `load_runs` left out, how many and why, and the flag
-    that keeps them; "" when none were."""
-    counts = RecordCounts.of(runs)
-    total = counts.noisy
-    if not total:
-        return ""
-    why = ", ".join(f"{n} {reason}" for reason, n in counts.noisy_reasons.items()) or "interfered with"
-    return (f"left out {total} interfered record{'s' if total != 1 else ''} ({why}); --include-noisy "
-            "keeps them")
-
-
 def usable_rows_text(runs: pd.DataFrame | RecordCounts, rows: int) -> str:
-    """``found N usable rows``, with what was left out and why where anything was (never a bare 0)."""
+    """``found N usable rows``, with what was left out and why where anything was (never a bare 0):
+    the interfered records, how many of each kind and the flag that keeps them, and the dropped ones."""
     counts = RecordCounts.of(runs)
     parts = [f"found {rows} usable row{'s' if rows != 1 else ''}"]
-    noisy = left_out_text(counts)
-    if noisy:
-        parts.append(noisy)
+    if counts.noisy:
+        why = ", ".join(f"{n} {reason}" for reason, n in counts.noisy_reasons.items()) or "interfered with"
+        parts.append(f"left out {counts.noisy} interfered record{'s' if counts.noisy != 1 else ''} ({why}); "
+                     "--include-noisy keeps them")
     if counts.dropped:
         parts.append(dropped_text(dict(counts.dropped)))
-    if rows == 0 and not noisy and not counts.dropped:
+    if rows == 0 and not counts.noisy and not counts.dropped:
         parts.append("the source holds no passed record with a latency; run the benchmarks first")
     return "; ".join(parts)
 
@@ -356,11 +327,7 @@ def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     bad = np.array([p is not None for p in problems], dtype=bool)
     if not bad.any():
         return frame, {}
-    counts: dict[str, int] = {}
-    for problem in problems:
-        if problem is not None:
-            reason = problem.split(" (", 1)[0]
-            counts[reason] = counts.get(reason, 0) + 1
+    counts = Counter(p.split(" (", 1)[0] for p in problems if p is not None)
     return frame.loc[~bad], dict(sorted(counts.items(), key=lambda kv: (-kv[1], kv[0])))
 
 
@@ -389,21 +356,19 @@ CONFIG_KEYS: tuple[str, ...] = (
 def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFrame:
     """Runs plus the targets, in natural units.
 
-    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine),
-      corrected for host speed where the record carries it and computed on the host's CPU
-      (a target row `on_host_cpu`; an accelerator's latency does not move with a CPU kernel): ``latency x host_speed`` (what it
-      would have been with the host at its recent best; latency taken to move as the reference
-      kernel does), the speed clipped to `HOST_SPEED_BOUNDS`; ``host_speed_corrected`` says
-      which rows were. Predictions are therefore for the host at its recent best (host speed 1.0);
-    - ``throughput``: ``batch_size / latency_ms * 1000`` items/s, derived so the two always agree
-      (the runner reports throughput at the median too);
+    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine); where
+      the record carries a host speed and computes on the host's CPU (a target row `on_host_cpu`;
+      an accelerator's latency does not move with a CPU kernel), ``latency x host_speed``, the
+      speed clipped to `HOST_SPEED_BOUNDS` (``host_speed_corrected`` says which rows were):
+      predictions are for the host at its recent best (host speed 1.0);
+    - ``throughput``: ``batch_size / latency_ms * 1000`` items/s, derived so the two always agree;
     - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
 
-    With `aggregate`, repeated measurements of one configuration (`CONFIG_KEYS`, the device by
-    its identity `hwsel.specs.device_key`; e.g. the same suite run in two sessions) become one row whose latency is the median over the repeats (the
-    repeat nearest that median gives the row's other fields). Not the fastest repeat: one
-    record at 1e-9 ms would speak for the whole configuration; a median needs more than half the repeats wrong to move. ``repeats`` counts them
-    and ``latency_spread`` is slowest / fastest median. Memory is the median over the repeats.
+    With `aggregate`, the repeats of one configuration (`CONFIG_KEYS`, the device by its identity
+    `hwsel.specs.device_key`) become one row: latency and memory are their medians (not the
+    fastest repeat: a median needs more than half the repeats wrong to move), the repeat nearest
+    the median gives the other fields, ``repeats`` counts them and ``latency_spread`` is slowest /
+    fastest.
 
     Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
     the row). Modes keep the harness's names (``training`` from older snapshots reads as
@@ -512,7 +477,6 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "HOST_SPEED_BOUNDS",
     "RUN_COLUMNS",
-    "TARGET_COLUMNS",
     "default_source",
     "describe_sources",
     "drop_impossible",
@@ -522,7 +486,6 @@ __all__ = [
     "NOISY",
     "RecordCounts",
     "left_out_reasons",
-    "left_out_text",
     "load_runs",
     "noise_kind",
     "rows_text",

@@ -138,11 +138,8 @@ class RegimeRegressor(RegressorMixin, BaseEstimator):
         models = X["log_param_count"].round(6).to_numpy() if "log_param_count" in X else np.zeros(len(X))
         self.coefs_: list[dict[tuple[Any, ...], np.ndarray]] = []
         for pool in REGIME_POOLS:
-            rows: dict[tuple[Any, ...], list[int]] = {}
-            for i, key in enumerate(self._keys(X, pool)):
-                rows.setdefault(key, []).append(i)
             fitted = {}
-            for key, idx in rows.items():
+            for key, idx in _rows_by(self._keys(X, pool)).items():
                 if len(idx) < self.min_rows or len(np.unique(models[idx])) < self.min_models:
                     continue
                 design = terms[idx] / value[idx, None]
@@ -202,13 +199,12 @@ def config_keys(X: pd.DataFrame) -> list[tuple[Any, ...]]:
     return [tuple(None if isinstance(v, float) and math.isnan(v) else v for v in row) for row in zip(*columns, strict=True)]
 
 
-def fit_fixed_and_per_item(batch: np.ndarray, value: np.ndarray) -> tuple[float, float]:
-    """(a, b) >= 0 with ``a + b * batch`` closest to `value` in relative error (NNLS)."""
-    from scipy.optimize import nnls
-
-    design = np.column_stack([1.0 / value, batch / value])
-    (a, b), _ = nnls(design, np.ones(len(value)))
-    return float(a), float(b)
+def _rows_by(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]]:
+    """key -> the indexes of the rows that have it."""
+    rows: dict[tuple[Any, ...], list[int]] = {}
+    for i, key in enumerate(keys):
+        rows.setdefault(key, []).append(i)
+    return rows
 
 
 class BatchCurveRegressor(RegressorMixin, BaseEstimator):
@@ -228,18 +224,18 @@ class BatchCurveRegressor(RegressorMixin, BaseEstimator):
         self.floor = floor
 
     def fit(self, X: pd.DataFrame, y: Any) -> BatchCurveRegressor:
+        from scipy.optimize import nnls
+
         y = np.asarray(y, dtype=float)
         self.general_ = clone(self.general).fit(X, y)
         value = np.exp(y)
         batch = X["batch_size"].to_numpy(dtype=float)
-        rows: dict[tuple[Any, ...], list[int]] = {}
-        for i, key in enumerate(config_keys(X)):
-            rows.setdefault(key, []).append(i)
         curves: dict[tuple[Any, ...], tuple[float, float]] = {}
         shifts: dict[tuple[Any, ...], float] = {}
-        for key, idx in rows.items():
+        for key, idx in _rows_by(config_keys(X)).items():
             if len(np.unique(batch[idx])) >= 2:
-                a, b = fit_fixed_and_per_item(batch[idx], value[idx])
+                # (a, b) >= 0 with a + b * batch closest to the values in relative error
+                (a, b), _ = nnls(np.column_stack([1.0 / value[idx], batch[idx] / value[idx]]), np.ones(len(idx)))
                 scale = float(np.min(value[idx]))  # both terms stay positive
                 curves[key] = (max(a, self.floor * scale), max(b, self.floor * scale / float(np.max(batch[idx]))))
             else:
@@ -314,10 +310,8 @@ def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int 
 #: Offsets the search may choose: the roofline column, the calibrated regime model (latency only,
 #: `RegimeRegressor`) or none.
 OFFSETS: tuple[str, ...] = ("roofline", "regime", "none")
-#: Latency always learns on top of the calibrated regime. On the CPU snapshot a study cannot tell
-#: it from the roofline offset (mean |log error| 0.243 vs 0.235), but only the regime carries
-#: over to a device the data never held: CPU-only training predicting the H100 records is off
-#: by MAPE 26.6% with it and 79.2% with the roofline offset (same trees).
+#: Latency always learns on top of the calibrated regime: on the data it scores as the roofline
+#: offset does, but only the regime carries over to a device the data never held.
 LATENCY_OFFSETS: tuple[str, ...] = ("regime",)
 
 
@@ -358,8 +352,7 @@ def one_thread() -> Iterator[None]:
     """Run OpenMP/BLAS code (HistGradientBoosting, Ridge) on one thread inside the block.
 
     The tables are small (hundreds to thousands of rows), so threads buy little, and on a shared
-    2-core machine HistGradientBoosting's OpenMP threads stall: 11 CV folds took 109 s with the
-    default threads and 5 s with one.
+    2-core machine HistGradientBoosting's OpenMP threads stall.
     """
     from threadpoolctl import threadpool_limits
 
@@ -382,7 +375,6 @@ __all__ = [
     "ThroughputFromLatency",
     "build_estimator",
     "config_keys",
-    "fit_fixed_and_per_item",
     "one_thread",
     "suggest",
 ]

@@ -1,8 +1,8 @@
 """How the predictors are scored: grouped folds, out-of-fold predictions, errors and intervals.
 
 Two questions, two grouped cross-validations: *held-out batch sizes* (GroupKFold over batch size)
-and *held-out models* (GroupKFold over model). `conformal_band` turns the held-out-model
-residuals into a split-conformal prediction interval.
+and *held-out models* (GroupKFold over model); `hwsel.intervals.conformal_band` turns the
+held-out-model residuals into a split-conformal prediction interval.
 """
 
 from __future__ import annotations
@@ -34,13 +34,14 @@ class Fold:
     test: np.ndarray
 
 
-def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
+def cv_folds(table: pd.DataFrame) -> list[Fold]:
     """Grouped folds: held-out batch sizes (one group per batch size), held-out models and, when
     the table holds several devices, held-out devices (a recipe must carry over to hardware the
     data does not hold).
 
     Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
-    same folds. A scheme with fewer than two groups is skipped.
+    same folds. At most 8 folds for batch sizes (each held out once on its own), 5 for the
+    others; a scheme with fewer than two groups is skipped.
     """
     folds: list[Fold] = []
     groups = {
@@ -56,11 +57,8 @@ def cv_folds(table: pd.DataFrame, *, max_folds: int = 5) -> list[Fold]:
         n_groups = len(np.unique(group))
         if n_groups < 2:
             continue
-        # One fold per batch size (up to 8): each batch size is held out once on its own.
-        limit = 8 if scheme == "heldout_batch" else max(2, max_folds)
-        splitter = GroupKFold(n_splits=min(limit, n_groups))
-        for i, (train_idx, test_idx) in enumerate(splitter.split(table, groups=group)):
-            folds.append(Fold(scheme, i, train_idx, test_idx))
+        splitter = GroupKFold(n_splits=min(8 if scheme == "heldout_batch" else 5, n_groups))
+        folds += [Fold(scheme, i, tr, te) for i, (tr, te) in enumerate(splitter.split(table, groups=group))]
     if not folds:
         raise ValueError("cannot cross-validate: the data has a single model and a single batch size")
     return folds
@@ -138,24 +136,6 @@ def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
     }
 
 
-def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
-    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
-
-    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
-    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
-    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
-    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
-    """
-    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
-    n = len(r)
-    if n == 0:
-        return 0.0, 0.0
-    tail = (1.0 - level) / 2.0
-    hi_rank = min(n, math.ceil((n + 1) * (1.0 - tail)))
-    lo_rank = max(1, math.floor((n + 1) * tail))
-    return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
-
-
 def interval_residuals(oof: pd.DataFrame) -> np.ndarray:
     """Log residuals (measured - predicted) of the held-out-model folds, else of all folds."""
     part = oof[oof["scheme"] == "heldout_model"]
@@ -172,7 +152,6 @@ def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
 __all__ = [
     "SCHEMES",
     "Fold",
-    "conformal_band",
     "cv_folds",
     "error_metrics",
     "interval_residuals",

@@ -56,8 +56,7 @@ def clamp(p: Prediction, floor: Floor) -> Prediction:
     if not memory >= floor.memory_mb:
         memory = floor.memory_mb
         notes.append(f"memory {p.memory_mb:.4g} MiB raised to the weights' {memory:.4g} MiB")
-    lo, hi = p.interval
-    lo, hi = min(max(lo, floor.latency_ms), latency), max(min(hi, MAX_LATENCY_MS), latency)
+    lo, hi = min(max(p.interval[0], floor.latency_ms), latency), max(min(p.interval[1], MAX_LATENCY_MS), latency)
     if floor.latency_ms > MAX_LATENCY_MS:
         notes.append(f"the physical floor alone is {floor.latency_ms / 86_400_000:.3g} days")
     note = "; ".join(notes)

@@ -21,10 +21,11 @@ from __future__ import annotations
 import datetime as _dt
 import hashlib
 import os
+from collections import Counter
 from collections.abc import Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 import pandas as pd
@@ -132,13 +133,13 @@ def _maybe_impossible() -> str:
     return "status = 'passed' AND (" + " OR ".join(f"coalesce({t}, false)" for t in terms) + ")"
 
 
-def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -> pd.DataFrame:
+def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pd.DataFrame:
     import warnings
 
     with warnings.catch_warnings():
         # duckdb's DataFrame conversion calls drop(inplace=True), which pandas deprecates
         warnings.filterwarnings("ignore", message="The inplace keyword", category=Warning)
-        return con.execute(sql, list(args)).df()
+        return con.execute(sql).df()
 
 
 def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFrame:
@@ -248,12 +249,11 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
                  WHEN {noisy} THEN 'noisy'
                  ELSE '' END AS _why
         FROM hist_base WHERE NOT _suspect OR record_id NOT IN (SELECT record_id FROM hist_bad)""")
-    noisy_reasons: dict[str, int] = {}
+    kinds: Counter[str] = Counter()
     for reason, n in con.execute(
             "SELECT noise_reason, count(*) FROM hist_why WHERE _why = 'noisy' GROUP BY noise_reason").fetchall():
-        kind = noise_kind(reason)
-        noisy_reasons[kind] = noisy_reasons.get(kind, 0) + int(n)
-    noisy_reasons = dict(sorted(noisy_reasons.items(), key=lambda kv: (-kv[1], kv[0])))
+        kinds[noise_kind(reason)] += int(n)
+    noisy_reasons = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
 
     # 3. keys: the mode in its one spelling, the device by its identity
     modes = [m for (m,) in con.execute("SELECT DISTINCT mode FROM hist_why WHERE _why = '' AND mode IS NOT NULL").fetchall()]
@@ -279,8 +279,7 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
     # 4. targets per record: host-speed-corrected latency, memory
     low, high = HOST_SPEED_BOUNDS
     host_cpu = _sql_text(sorted(facts.target_set(host_cpu=True)))
-    keys = [k if k not in ("mode", "device_name") else {"mode": "_mode", "device_name": "_device"}[k]
-            for k in CONFIG_KEYS]
+    keys = [{"mode": "_mode", "device_name": "_device"}.get(k, k) for k in CONFIG_KEYS]
     key_list = ", ".join(keys)
     con.execute(f"""
         CREATE TEMP TABLE hist_rows AS
@@ -317,6 +316,7 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
         return (f"CASE WHEN {n} = 0 THEN NULL WHEN {n} % 2 = 1 THEN {values}[{n} // 2 + 1] "
                 f"ELSE ({values}[{n} // 2] + {values}[{n} // 2 + 1]) / 2 END")
 
+    order = _ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")
     stats = _frame(con, f"""
         WITH agg AS (
             SELECT _gid, count(*) AS repeats, max(_lat) / min(_lat) AS latency_spread,
@@ -327,8 +327,8 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
                        {median('_mems')} AS _memory FROM agg)
         SELECT r._src, r.record_id, m.repeats, m.latency_spread, m._median, m._memory
         FROM {rows} r JOIN med m USING (_gid)
-        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, {_ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")}) = 1
-        ORDER BY {_ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")}""")
+        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, {order}) = 1
+        ORDER BY {order}""")
     con.register("hist_reps", stats[["_src", "record_id"]])
     frame = _normalize(_records_frame(
         con, _whole("hist_reps", files)))

@@ -13,7 +13,7 @@ predictive inference for regression", section 5.2, locally weighted conformal). 
 largest distance the calibration held (``d_max``) coverage is unknown, so the difficulty grows
 further, by one scale per unit of distance beyond it.
 
-Each answering layer has its own band, fit on that layer's own held-out residuals (`LAYERS`):
+Each answering layer has its own band, fit on that layer's own held-out residuals:
 ``trained`` (the registered model, leave-one-model-out), ``roofline`` (the roofline layer's
 answers, calibrated with each model's rows held out of its own band), ``blended`` (registered
 answers moved towards the roofline because their model lies outside what the champion learned
@@ -44,8 +44,6 @@ MIN_GROUP_ROWS = 10
 #: A layer's band is fit on its own residuals only when they come from this many models (fewer
 #: are not exchangeable with the next one: the blended answers of two models tell little about a third).
 MIN_LAYER_MODELS = 5
-#: The answering layers that carry a calibrated band, in the order `hwsel.predict.Predictor` asks.
-LAYERS: tuple[str, ...] = ("measured", "trained", "blended", "roofline")
 #: Distance buckets coverage is reported per (`novelty`: log FLOPs to the nearest measured model,
 #: +1 for an unseen model type, +1 for an unseen family, `UNSEEN_CONFIG` for an unseen configuration).
 DISTANCE_BUCKETS: tuple[tuple[float, float], ...] = ((0.0, 0.25), (0.25, 1.0), (1.0, 2.0), (2.0, math.inf))
@@ -63,15 +61,13 @@ def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
     configuration holds no other model.
     """
     out = np.full(len(rows), UNSEEN_CONFIG, dtype=float)
-    key_k = known["hardware"].astype(str) + "|" + known["backend"].astype(str) + "|" + known["precision"].astype(str)
-    key_r = rows["hardware"].astype(str) + "|" + rows["backend"].astype(str) + "|" + rows["precision"].astype(str)
-    groups = {k: g for k, g in known.assign(_key=key_k.to_numpy()).groupby("_key", sort=False)}
+    groups = {k: g for k, g in known.assign(_key=config_groups(known)).groupby("_key", sort=False)}
     model_r = rows["model"].astype(str).to_numpy()
     flops_r = rows["log_flops_per_item"].to_numpy(dtype=float)
     type_r = rows["model_type"].astype(str).to_numpy()
     fam_r = rows["family"].astype(str).to_numpy()
     cache: dict[tuple[str, str], float] = {}
-    for i, key in enumerate(key_r.to_numpy()):
+    for i, key in enumerate(config_groups(rows)):
         group = groups.get(key)
         if group is None:
             continue
@@ -92,6 +88,24 @@ def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
                 d += FAMILY_STEP
         out[i] = cache[memo] = d
     return out
+
+
+def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
+    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
+
+    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
+    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
+    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
+    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
+    """
+    r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
+    n = len(r)
+    if n == 0:
+        return 0.0, 0.0
+    tail = (1.0 - level) / 2.0
+    hi_rank = min(n, math.ceil((n + 1) * (1.0 - tail)))
+    lo_rank = max(1, math.floor((n + 1) * tail))
+    return float(min(r[lo_rank - 1], 0.0)), float(max(r[hi_rank - 1], 0.0))
 
 
 @dataclass(frozen=True)
@@ -116,10 +130,9 @@ class AdaptiveBand:
     def fit(cls, residuals: Sequence[float], distances: Sequence[float], level: float = 0.9,
             groups: Sequence[str] | None = None) -> AdaptiveBand:
         """Calibrate on out-of-fold log residuals (measured - predicted) of held-out models, their
-        `novelty` and (optionally) their groups. Group scales are the median ``|residual|`` per
-        group of at least `MIN_GROUP_ROWS` rows (at least a fifth of the overall one); the slope
-        is the least-squares slope of the scaled ``|residual|`` on distance (>= 0); the quantiles
-        are those of the scaled residuals with the finite-sample correction ``ceil((n + 1) q) / n``.
+        `novelty` and (optionally) their groups: group scales are median ``|residual|`` (at least a
+        fifth of the overall one), the slope is that of the scaled ``|residual|`` on distance (>= 0),
+        the quantiles are `conformal_band`'s of the scaled residuals.
 
         Raises:
             ValueError: fewer than 2 finite residuals.
@@ -139,14 +152,9 @@ class AdaptiveBand:
         scaled = a / gs
         slope = float(np.polyfit(d, scaled, 1)[0]) if np.ptp(d) > 0 else 0.0
         slope = max(0.0, slope / max(float(np.median(scaled)), 1e-6))
-        s = np.sort(r / (gs * (1 + slope * d)))
-        n = len(s)
-        tail = (1.0 - level) / 2.0
-        hi = s[min(n, math.ceil((n + 1) * (1.0 - tail))) - 1]
-        lo = s[max(1, math.floor((n + 1) * tail)) - 1]
+        lo, hi = conformal_band(r / (gs * (1 + slope * d)), level)
         d_max = float(np.max(d)) if float(np.max(d)) > 0 else math.inf
-        return cls(base, slope, min(float(lo), 0.0), max(float(hi), 0.0), level, tuple(sorted(scales.items())),
-                   d_max, n)
+        return cls(base, slope, lo, hi, level, tuple(sorted(scales.items())), d_max, len(r))
 
     def offsets(self, distances: Sequence[float] | np.ndarray,
                 groups: Sequence[str] | None = None) -> tuple[np.ndarray, np.ndarray]:
@@ -172,29 +180,21 @@ class AdaptiveBand:
                    math.inf if d_max is None else float(d_max), int(b.get("n", 0)))
 
 
-def architecture_key(model_type: Any, log_flops_per_item: Any) -> str:
-    """One model architecture as a name: its type and log FLOPs per item (a served question is
-    the same model as a training one when its architecture is, whatever it is called)."""
-    try:
-        flops = float(log_flops_per_item)
-    except (TypeError, ValueError):
-        flops = math.nan
-    return f"{model_type}|{flops:.6f}" if math.isfinite(flops) else f"{model_type}|?"
+def architecture_keys(frame: pd.DataFrame) -> list[str]:
+    """Each row's model architecture as a name: its ``model_type`` and ``log_flops_per_item`` (a
+    served question is the same model as a training one when its architecture is, whatever it is called)."""
+    flops = pd.to_numeric(frame["log_flops_per_item"], errors="coerce").to_numpy(dtype=float)
+    return [f"{t}|{f:.6f}" if math.isfinite(f) else f"{t}|?" for t, f in zip(frame["model_type"], flops, strict=True)]
 
 
 def novelty_frame(table: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
     """`NOVELTY_COLUMNS` of a training table (``model``, ``hardware``, ``backend``, ``precision``)
     and its `hwsel.features.feature_frame` (``model_type``, ``family``, ``log_flops_per_item``),
     row for row."""
-    return pd.DataFrame({
-        "model": table["model"].astype(str).to_numpy(),
-        "model_type": features["model_type"].astype(str).to_numpy(),
-        "family": features["family"].astype(str).to_numpy(),
-        "hardware": table["hardware"].astype(str).to_numpy(),
-        "backend": table["backend"].astype(str).to_numpy(),
-        "precision": table["precision"].astype(str).to_numpy(),
-        "log_flops_per_item": features["log_flops_per_item"].to_numpy(dtype=float),
-    })
+    out = pd.DataFrame({c: (features if c in ("model_type", "family") else table)[c].astype(str).to_numpy()
+                        for c in NOVELTY_COLUMNS[:-1]})
+    out["log_flops_per_item"] = features["log_flops_per_item"].to_numpy(dtype=float)
+    return out
 
 
 def config_groups(frame: pd.DataFrame) -> np.ndarray:
@@ -315,7 +315,7 @@ class AdaptiveIntervals:
     `band` is the trained model's; `layers` holds the others by name (``roofline``,
     ``blended``; a layer without one keeps its own rule). `known` holds `NOVELTY_COLUMNS` of the
     training table, one row per (architecture, configuration), with ``model`` the
-    `architecture_key`.
+    `architecture_keys`.
     """
 
     band: AdaptiveBand
@@ -335,8 +335,7 @@ class AdaptiveIntervals:
                                     config_groups(frame)[part["row"].to_numpy()])
 
         extra = tuple((name, fit(part)) for name, part in sorted((layers or {}).items()) if calibratable(frame, part))
-        known = frame.assign(model=[architecture_key(t, f) for t, f in
-                                    zip(frame["model_type"], frame["log_flops_per_item"], strict=True)])
+        known = frame.assign(model=architecture_keys(frame))
         return cls(fit(oof), known.drop_duplicates().reset_index(drop=True), extra)
 
     def layer_band(self, layer: str) -> AdaptiveBand | None:
@@ -347,8 +346,7 @@ class AdaptiveIntervals:
         """The `novelty` of rows of `hwsel.features.feature_frame` against the known
         configurations; a row's own architecture never counts as its neighbour, as in calibration."""
         rows = pd.DataFrame({c: features[c].to_numpy() for c in NOVELTY_COLUMNS if c != "model"})
-        rows["model"] = [architecture_key(t, f) for t, f in
-                         zip(rows["model_type"], rows["log_flops_per_item"], strict=True)]
+        rows["model"] = architecture_keys(rows)
         return novelty(rows, self.known)
 
     def offsets(self, features: pd.DataFrame, layer: str = "trained") -> tuple[np.ndarray, np.ndarray]:
@@ -388,6 +386,6 @@ class AdaptiveIntervals:
         return cls(AdaptiveBand.from_dict(doc["band"]), known, layers)
 
 
-__all__ = ["DISTANCE_BUCKETS", "FAMILY_STEP", "LAYERS", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
-           "AdaptiveIntervals", "architecture_key", "blend_weights", "calibratable", "config_groups", "layer_oofs", "lomo_distances", "lomo_offsets",
+__all__ = ["DISTANCE_BUCKETS", "FAMILY_STEP", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
+           "AdaptiveIntervals", "architecture_keys", "blend_weights", "calibratable", "conformal_band", "config_groups", "layer_oofs", "lomo_distances", "lomo_offsets",
            "novelty", "novelty_frame", "span_offsets"]

@@ -1,16 +1,14 @@
 """Performance prediction with a layered fallback; every answer says where it came from (over 500
-lines because the Predictor's build, load, layers in order and per-process cache are one life
-cycle).
+lines because the Predictor's build, load, layers in order and per-process cache are one life cycle).
 
 For one case (model, hardware kind and device, precision, batch size, mode, backend) a `Predictor`
 answers from the first layer that can (`hwsel.layers`, each behind the `Layer` protocol):
 
-1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`), indexed once
-                  into a dict keyed by the case; the interval is where a repeat lands (a band
-                  calibrated on the cases measured in several sessions).
-2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), loaded once;
-                  only for (hardware, backend, precision, mode) combinations their training
-                  snapshot holds; the interval is the champion's (adaptive where it has them).
+1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`); the interval is
+                  where a repeat lands (a band calibrated on the cases measured in several sessions).
+2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), only for
+                  (hardware, backend, precision, mode) combinations their training snapshot holds;
+                  the interval is the champion's (adaptive where it has them).
 3. ``roofline``   a compute/memory-bound estimate from the device's peak FLOP/s and bandwidth
                   (`hwsel.features`' roofline) plus a launch overhead per forward; the interval is
                   the champion's calibrated roofline band where it has one.
@@ -18,27 +16,14 @@ answers from the first layer that can (`hwsel.layers`, each behind the `Layer` p
                   data, no scikit-learn, no MLflow.
 
 The question (`hwsel.query.Query`) names a device as well as a kind (``cuda`` + ``NVIDIA H100
-80GB HBM3``, or a spec name from `hwsel.specs` such as ``h100``): the measured layer answers from
-that device's records (or records that name no device), the others from its spec. With none
-given, the device is the one detected here when this machine has that kind of hardware, else the
-one most benchmark records of that kind hold (loaded data and the champion's training snapshot),
-else none (the kind's generic spec); every answer says which device it used and why
-(`Prediction.device`, `Prediction.device_source`). The backend is part of the question too: eager
-``torch`` unless one is asked for (``openvino`` on the openvino target, ``qai_hub`` on qnn); the
-measured layer never answers with another backend's numbers. Modes are ``inference`` and
-``train`` (``training`` is accepted and read as ``train``).
+80GB HBM3``, or a spec name from `hwsel.specs` such as ``h100``), else `Predictor.default_device`
+chooses one; every answer says which device it used and why (`Prediction.device`,
+`Prediction.device_source`). The backend is the target's default (`hwsel.query.default_backend`)
+unless one is asked for; the measured layer never answers with another backend's numbers.
 
-Loading is the only step that touches MLflow or DuckDB. After it, predictions are dict lookups
-or in-memory arithmetic; many rows of one layer go to one vectorised call
-(`Predictor.predict_many`), and answers are cached by case. The registered layer scores each
-case at the batch sizes of `Predictor.GRID_BATCH_SIZES` once and interpolates between them.
-
-A `Predictor` follows scikit-learn's estimator rule: ``__init__`` only stores (and checks) its
-parameters; what is built from them (the loaded config, the measured index, the layers, their
-status) ends in ``_`` and is built by `Predictor.build`, which `Predictor.load` calls after
-reading the data and a predictor built by hand calls on first use. This module holds the
-`Predictor` and the process's shared ones (`get_predictor`); the questions come from
-`hwsel.query.ask`, the Python API's functions live in `hwsel.performance`, `hwsel.select` and
+Loading is the only step that touches MLflow or DuckDB; after it, answers are dict lookups or
+vectorised arithmetic (`Predictor.predict_many`), cached by case. The questions come from
+`hwsel.query.ask`; the Python API's functions live in `hwsel.performance`, `hwsel.select` and
 `hwsel.matrix`.
 """
 
@@ -50,6 +35,7 @@ import gc
 import logging
 import os
 import warnings
+from collections import Counter
 from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
@@ -122,11 +108,8 @@ class Predictor:
     out by the measured index, and every answer says which records of its case were left out and
     why (`hwsel.layers.measured.MeasuredIndex.left_out_note`).
 
-    A question's backend must be one `pytest_hwbench.facts` or the data (records, the
-    champions' training snapshot) knows, and its device one `hwsel.specs` or the data knows, or
-    the one detected here; otherwise `resolve_target` raises `QuestionError` listing the known
-    ones. Devices are compared by their identity `hwsel.specs.device_key` (``h100`` is the
-    ``NVIDIA H100 80GB HBM3`` of the records).
+    A question's backend and device must be known (see `resolve_target`); devices are compared by
+    their identity `hwsel.specs.device_key` (``h100`` is the ``NVIDIA H100 80GB HBM3`` of the records).
 
     Parameters are stored as given (``layers`` as a tuple, checked: a typo fails here, not at
     the first question). Built state, by `build`: ``config_`` (the `SelectionConfig`),
@@ -202,31 +185,30 @@ class Predictor:
         settings = load_config(config)
         notes: dict[str, str] = {}
         runs = None
+
+        def off(layer: str, what: str, why: object) -> None:
+            warnings.warn(f"{what} not loaded: {why}", HwselWarning, stacklevel=3)
+            notes[layer] = f"{what} not loaded: {why}"
+
         # A server is asked first, in a second at most, before anything heavy (MLflow) is imported:
         # one that does not answer turns its layer off at once. Credentials travel as MLflow sends them.
-        unreachable = {u: why for u in {*_http_sources(source), tracking_uri} if is_http(u)
+        servers = [u for u in (source if isinstance(source, list | tuple) else [source]) if is_http(u)]
+        unreachable = {u: why for u in {*servers, tracking_uri} if is_http(u)
                        for why in [reach(str(u), timeout=min(2.0, timeout))] if why is not None}
-        if "measured" in layers and any(u in unreachable for u in _http_sources(source)):
-            why = next(unreachable[u] for u in _http_sources(source) if u in unreachable)
-            warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=2)
-            notes["measured"] = f"benchmark data not loaded: {why}"
-            skip_measured = True
-        else:
-            skip_measured = False
-        if "measured" in layers and not skip_measured:
+        down = next((unreachable[u] for u in servers if u in unreachable), None)
+        if "measured" in layers and down is not None:
+            off("measured", "benchmark data", down)
+        elif "measured" in layers:
             optional_module("data")  # imported here: the deadline is the store's, not the import's
             try:
                 runs, notes["measured"] = bounded(lambda: load_measured(source, experiment), timeout,
                                                   f"the benchmark records ({source or 'the default store'})")
             except HwselTimeout as exc:
-                warnings.warn(f"benchmark data not loaded: {exc}", HwselWarning, stacklevel=2)
-                notes["measured"] = f"benchmark data not loaded: {exc}"
+                off("measured", "benchmark data", exc)
         champions: dict[str, Any] = {}
-        domain, devices, modes, coverage = None, None, None, None
+        frame = None  # the latency champion's training snapshot (`snapshot_frame`)
         if "registered" in layers and tracking_uri in unreachable:
-            why = unreachable[tracking_uri]
-            warnings.warn(f"registered models not loaded: {why}", HwselWarning, stacklevel=2)
-            notes["registered"] = f"registered models not loaded: {why}"
+            off("registered", "registered models", unreachable[tracking_uri])
         elif "registered" in layers:
             def champions_and_snapshot() -> tuple[dict[str, Any], str, Any]:
                 found, note = load_champions(tracking_uri)
@@ -238,22 +220,15 @@ class Predictor:
                 champions, notes["registered"], frame = bounded(
                     champions_and_snapshot, timeout, f"the registered models ({tracking_uri or 'the default store'})")
             except HwselTimeout as exc:
-                warnings.warn(f"registered models not loaded: {exc}", HwselWarning, stacklevel=2)
-                champions, notes["registered"], frame = {}, f"registered models not loaded: {exc}", None
-            if "latency" in champions:
-                domain, devices, modes = snapshot_domain(frame), snapshot_devices(frame), snapshot_mode_names(frame)
-                coverage = snapshot_coverage(frame)
+                off("registered", "registered models", exc)
         return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
-                   champion_domain=domain, training_devices=devices, detect=detect, champion_modes=modes,
-                   champion_coverage=coverage, include_noisy=include_noisy).build()
+                   champion_domain=snapshot_domain(frame), training_devices=snapshot_devices(frame), detect=detect,
+                   champion_modes=snapshot_mode_names(frame), champion_coverage=snapshot_coverage(frame),
+                   include_noisy=include_noisy).build()
 
     def build(self) -> Predictor:
         """Build the layers from the parameters (the measured index, the champions' domain, each
         layer's status); returns self. Raises ValueError when no layer can answer."""
-        self._build()
-        return self
-
-    def _build(self) -> None:
         config = load_config(self.config)
         notes = dict(self.notes or {})
         index = MeasuredIndex(self.runs if "measured" in self.layers else None, include_noisy=self.include_noisy)
@@ -272,11 +247,10 @@ class Predictor:
         if champions and coverage is None and self.runs is not None and len(self.runs):
             coverage = snapshot_coverage(index.usable(self.runs))
         # hardware -> device name -> records: the loaded data's and the champion's training rows
-        counts: dict[str, dict[str, int]] = {}
+        counts: dict[str, Counter[str]] = {}
         for source in (index.devices, self.training_devices or {}):
             for hw, per in source.items():
-                for name, n in per.items():
-                    counts.setdefault(hw, {})[name] = counts.setdefault(hw, {}).get(name, 0) + int(n)
+                counts.setdefault(hw, Counter()).update({name: int(n) for name, n in per.items()})
         left_out = index.left_out_summary()
         unused = notes.get("measured") or (f"no benchmark record to answer from: {left_out}" if left_out
                                            else "no usable benchmark rows")
@@ -320,6 +294,7 @@ class Predictor:
         }
         self.default_devices_: dict[str, tuple[str | None, str]] = {}
         self.answers_: dict[Query, Prediction] = {}
+        return self
 
     @property
     def scored_rows(self) -> int:
@@ -341,34 +316,27 @@ class Predictor:
         hold (loaded data plus the champion's training snapshot), else None: the generic spec.
         """
         cache = self.built().default_devices_
-        found = cache.get(hardware)
-        if found is None:
-            found = cache[hardware] = self._default_device(hardware)
-        return found
-
-    def _default_device(self, hardware: str) -> tuple[str | None, str]:
-        if self.detect:
-            name = _detected_device(hardware)
-            if name:
-                return name, "detected"
+        if hardware in cache:
+            return cache[hardware]
+        found: tuple[str | None, str] = (None, "none")
+        detected = _detected_device(hardware) if self.detect else None
         counts = self.record_devices_.get(hardware)
-        if counts:
+        if detected:
+            found = (detected, "detected")
+        elif counts:
             # one device by any of its names: the device with the most records, by the name most of them give
-            per_device: dict[str, int] = {}
+            per_device: Counter[str] = Counter()
             for name, n in counts.items():
-                key = device_key(hardware, name)
-                per_device[key] = per_device.get(key, 0) + n
+                per_device[device_key(hardware, name)] += n
             best = max(sorted(per_device), key=per_device.__getitem__)
-            return max(sorted(n for n in counts if device_key(hardware, n) == best), key=counts.__getitem__), "records"
-        return None, "none"
+            found = (max(sorted(n for n in counts if device_key(hardware, n) == best), key=counts.__getitem__), "records")
+        cache[hardware] = found
+        return found
 
     def resolve(self, q: Query) -> Query:
         """`q` with its backend and device filled in (see `default_backend`, `default_device`)."""
-        if q.device_source and q.backend is not None:
-            return q
         if q.device_source:
-            backend = q.backend if q.backend is not None else default_backend(q.hardware)
-            return dataclasses.replace(q, backend=backend)
+            return q if q.backend is not None else dataclasses.replace(q, backend=default_backend(q.hardware))
         backend, name, source = self.resolve_target(q.hardware, q.backend, q.device_name)
         return dataclasses.replace(q, backend=backend, device_name=name, device_source=source)
 
@@ -384,24 +352,21 @@ class Predictor:
         """
         cache = self.built().targets_
         key = (hardware, backend, device_name)
-        found = cache.get(key)
-        if found is None:
+        if key not in cache:
+            if backend is not None and backend not in self.backends_:
+                raise QuestionError(f"unknown backend {backend!r}; known: {', '.join(sorted(self.backends_))} (the "
+                                    "backends of pytest_hwbench.facts and of the loaded records and champions)",
+                                    "backend")
             if len(cache) > 10_000:
                 cache.clear()
-            found = cache[key] = self._resolve_target(hardware, backend, device_name)
-        return found
-
-    def _resolve_target(self, hardware: str, backend: str | None,
-                        device_name: str | None) -> tuple[str, str | None, str]:
-        if backend is not None and backend not in self.backends_:
-            raise QuestionError(f"unknown backend {backend!r}; known: {', '.join(sorted(self.backends_))} (the "
-                                "backends of pytest_hwbench.facts and of the loaded records and champions)", "backend")
-        backend = backend if backend is not None else default_backend(hardware)
-        if device_name:
-            name = check_device(device_name)
-            self._check_device(hardware, name)
-            return backend, name, "asked"
-        return (backend, *self.default_device(hardware))
+            chosen = backend if backend is not None else default_backend(hardware)
+            if device_name:
+                name = check_device(device_name)
+                self._check_device(hardware, name)
+                cache[key] = (chosen, name, "asked")
+            else:
+                cache[key] = (chosen, *self.default_device(hardware))
+        return cache[key]
 
     def _check_device(self, hardware: str, name: str) -> None:
         """QuestionError unless `name` is a device on `hardware` that hwsel knows (see `resolve_target`)."""
@@ -449,33 +414,30 @@ class Predictor:
         registered models score all of theirs in one ``predict`` call per target). Answers are
         cached by query.
         """
-        self.built()
+        cache = self.built().answers_
         with bulk(len(queries)):
-            return self._predict_many(queries)
-
-    def _predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
-        queries = [self.resolve(q) for q in queries]
-        cache = self.answers_
-        out: list[Prediction | None] = [cache.get(q) for q in queries]
-        todo = [i for i, p in enumerate(out) if p is None]
-        if not todo:
+            queries = [self.resolve(q) for q in queries]
+            out: list[Prediction | None] = [cache.get(q) for q in queries]
+            todo = [i for i, p in enumerate(out) if p is None]
+            if not todo:
+                return out  # type: ignore[return-value]
+            work = [queries[i] for i in todo]
+            preds = self._run_layers(work)
+            if len(cache) > 100_000:
+                cache.clear()
+            cache.update(zip(work, preds, strict=True))
+            for i, p in zip(todo, preds, strict=False):
+                out[i] = p
             return out  # type: ignore[return-value]
-        work = [queries[i] for i in todo]
-        preds = self._run_layers(work)
-        if len(cache) > 100_000:
-            cache.clear()
-        for q, p in zip(work, preds, strict=True):
-            cache[q] = p
-        for i, p in zip(todo, preds, strict=False):
-            out[i] = p
-        return out  # type: ignore[return-value]
 
     def _run_layers(self, queries: Sequence[Query]) -> list[Prediction]:
         out: list[Prediction | None] = [None] * len(queries)
         todo = list(range(len(queries)))
         for name, layer in self.layers_.items():
             if todo and self.status_[name].available:
-                todo = self._fill(out, todo, layer.answer([queries[i] for i in todo]))
+                for i, pred in zip(todo, layer.answer([queries[i] for i in todo]), strict=True):
+                    out[i] = pred
+                todo = [i for i in todo if out[i] is None]
         if todo:  # only when the rules layer is off
             q = queries[todo[0]]
             raise ValueError(f"no enabled layer can predict {q.model.name} on {q.hardware}; "
@@ -518,22 +480,6 @@ class Predictor:
                     out[i] = blend(out[i], r, weight, reasons,
                                     None if band is None else (float(band[0][k]), float(band[1][k])))
         return [clamp(p, f) for p, f in zip(out, floors(queries), strict=True)]
-
-    @staticmethod
-    def _fill(out: list[Prediction | None], todo: list[int], answered: Sequence[Prediction | None]) -> list[int]:
-        rest = []
-        for i, pred in zip(todo, answered, strict=True):
-            if pred is None:
-                rest.append(i)
-            else:
-                out[i] = pred
-        return rest
-
-
-def _http_sources(source: Any) -> list[str]:
-    """The ``http(s)://`` tracking URIs among `source` (one or several)."""
-    items = source if isinstance(source, list | tuple) else [source]
-    return [str(s) for s in items if is_http(s)]
 
 
 def _detected_device(hardware: str) -> str | None:

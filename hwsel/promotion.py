@@ -22,16 +22,13 @@ from hwsel.evaluation import Fold, out_of_fold, score_oof
 SCORE_TOLERANCE = 1e-9
 #: (move the alias?, the champion's version before, its score on this data, why)
 Decision = tuple[bool, str | None, float | None, str]
-#: A learned target's new model, its score, and the table, targets and folds it was scored on.
-Candidate = tuple[Any, float, pd.DataFrame, np.ndarray, Sequence[Fold]]
+#: A learned target's new model's score, and the table, targets and folds it was scored on.
+Candidate = tuple[float, pd.DataFrame, np.ndarray, Sequence[Fold]]
 
 
-def decide(
-    client: Any, target: str, model: Any, score: float, digest: str, X: pd.DataFrame, y: np.ndarray,
-    folds: Sequence[Fold],
-) -> Decision:
-    """Whether `model` (score `score` on `folds` of `X`, `y`) should take `target`'s @champion: the
-    champion's recipe, as read now, is cross-validated on the same folds."""
+def decide(client: Any, target: str, score: float, X: pd.DataFrame, y: np.ndarray, folds: Sequence[Fold]) -> Decision:
+    """Whether a new model (score `score` on `folds` of `X`, `y`) should take `target`'s @champion:
+    the champion's recipe, as read now, is cross-validated on the same folds."""
     from hwsel import registry
 
     current = registry.champion_version(client, target)
@@ -102,12 +99,11 @@ def promote(client: Any, run_id: str, digest: str, versions: Mapping[str, str],
 
     # Each learned target's champion, as read now, scored on this data (outside the lock:
     # cross-validating its recipe takes as long as a trial).
-    decisions = {target: decide(client, target, *candidate[:2], digest, *candidate[2:])
-                 for target, candidate in candidates.items()}
+    decisions = {target: decide(client, target, *candidate) for target, candidate in candidates.items()}
     # Then move the aliases, compare-and-set against the champion as read, under the lock.
     with registry.promotion_lock(client, f"training run {run_id}"):
         for target, candidate in candidates.items():
-            decisions[target] = compare_and_set(client, target, versions[target], candidate[1], digest,
+            decisions[target] = compare_and_set(client, target, versions[target], candidate[0], digest,
                                                 decisions[target])
             if target == "latency":
                 # Throughput is the latency model seen through batch / latency: its champion

@@ -10,10 +10,8 @@ Each version carries tags saying what it learned from: ``hwsel.training_run_id``
 ``hwsel.data_sha256``, ``hwsel.snapshot`` (the Parquet artifact of the training table),
 ``hwsel.params``, the cross-validated ``hwsel.score``, the residual quantiles
 (``hwsel.residual_q10``/``q90``: one band for every answer) and, for latency, ``hwsel.intervals``:
-the artifact of its adaptive intervals (`hwsel.intervals.AdaptiveIntervals`, calibrated on
-leave-one-model-out folds), which `ChampionModel.interval` uses when present; beside the trained
-model's band it holds the roofline layer's (and, where enough models calibrate one, the blended
-answers'), which `hwsel.predict.Predictor` serves with those answers.
+the artifact of its adaptive intervals (`hwsel.intervals.AdaptiveIntervals`: the trained model's
+band, the roofline layer's and the blended answers'), which `ChampionModel.interval` uses when present.
 
 All calls go through an explicit `MlflowClient`; models are saved locally and uploaded with
 `log_artifacts`, so no fluent run is ever started (mlflow #159, #9235).
@@ -37,6 +35,7 @@ import pandas as pd
 
 from hwsel._quiet import quiet_mlflow
 from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.sinks.mlflow_uri import sqlite_path
 
 #: What the registry holds a champion for: the metrics hwsel predicts.
 PREDICTED_METRICS: tuple[str, ...] = ("latency", "throughput", "memory")
@@ -76,8 +75,7 @@ def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
         return str(found.experiment_id)
     location = None
     if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
-        location = (db.resolve().parent / "artifacts").as_uri()
+        location = (sqlite_path(tracking_uri).resolve().parent / "artifacts").as_uri()
     try:
         return str(client.create_experiment(name, artifact_location=location))
     except MlflowException:
@@ -105,11 +103,9 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
             metadata={"target": target, "units": UNITS[target], "predicts": f"log({UNITS[target]})"},
         )
         client.log_artifacts(run_id, str(path), f"{target}/model")
-    try:
+    with contextlib.suppress(MlflowException):  # already registered
         client.create_registered_model(
             name, description=f"hwsel {target} predictor: log({UNITS[target]}) from hwsel.features.FEATURE_COLUMNS")
-    except MlflowException:
-        pass  # already registered
     artifact_uri = client.get_run(run_id).info.artifact_uri
     version = client.create_model_version(name, f"{artifact_uri}/{target}/model", run_id=run_id,
                                           tags=dict(tags or {}))
@@ -298,7 +294,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
 
         if reach(uri, timeout=2.0) is not None:  # credentials in the URI sent as MLflow sends them
             return None
-        if uri.startswith("sqlite:///") and not Path(uri[len("sqlite:///"):].split("?", 1)[0]).exists():
+        if uri.startswith("sqlite:///") and not sqlite_path(uri).exists():
             return None  # do not create an empty store just by asking
         client = MlflowClient(tracking_uri=uri)
         mv = champion_version(client, target)
@@ -316,11 +312,10 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
                       stacklevel=2)
         return None
     tags = dict(mv.tags or {})
-    metrics: dict[str, float] = {}
     try:
-        run = client.get_run(mv.run_id)
         prefix = f"{target}."
-        metrics = {k[len(prefix):]: float(v) for k, v in run.data.metrics.items() if k.startswith(prefix)}
+        metrics = {k[len(prefix):]: float(v) for k, v in client.get_run(mv.run_id).data.metrics.items()
+                   if k.startswith(prefix)}
     except Exception:
         metrics = {}
     return ChampionModel(

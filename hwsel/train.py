@@ -1,21 +1,13 @@
-"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory (over 500 lines
-because the steps of one training run (table, studies, intervals, registration) share that run's
-state).
+"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory.
 
 One `train()` call:
 
 1. loads runs (`hwsel.data.load_runs`) and builds the training table; snapshots it to Parquet and
    logs the snapshot with the training run (experiment ``hwsel-training``), with its SHA-256;
-2. per learned target (latency, memory) runs a seeded TPE study that picks the estimator
-   (histogram gradient-boosted trees, random forest, or Ridge over log roofline terms and the
-   other features) and its hyperparameters. Every target is learned in log space; each
-   estimator may predict the residual against the roofline estimate (``offset="roofline"``),
-   which lets trees generalise to models of sizes they have not seen, and may be wrapped in a
-   `BatchCurveRegressor` (``batch_curves``): a configuration measured at two or more batch sizes
-   then answers from its own fitted ``a + b * batch`` curve. The objective is the mean
-   absolute log error over two grouped cross-validations, the questions users ask:
-   *held-out batch sizes* (GroupKFold over batch size) and *held-out models* (GroupKFold over
-   model). Trials report after each fold and are pruned (MedianPruner) when behind;
+2. per learned target (latency, memory) runs a seeded TPE study over the recipes of
+   `hwsel.estimators` (log targets), scored by the mean absolute log error over the grouped
+   cross-validations of `hwsel.evaluation.cv_folds` (held-out batch sizes, models, devices), the
+   questions users ask; trials behind after a fold are pruned (MedianPruner);
 3. throughput is not learned separately: ``log throughput = log(1000 * batch) - log latency``
    (`ThroughputFromLatency`), so the two predictions always agree;
 4. fits the winner on all rows, evaluates out-of-fold (MAPE, median/p90 error, share within
@@ -24,19 +16,10 @@ One `train()` call:
    artifact of the run named by the version's ``hwsel.intervals`` tag), logs study and
    evaluation, registers a new version of ``hwsel-latency``, ``hwsel-throughput`` and
    ``hwsel-memory`` (`hwsel.registry`);
-5. moves each model's ``champion`` alias only when the new version wins on the same
-   evaluation (`hwsel.promotion`). The current champion's *recipe* (its estimator and
-   hyperparameters, cloned from the registered pipeline) is cross-validated on the new table
-   with the same splits; its already-fitted weights are not scored, as they may have been
-   trained on the held-out rows. The new version wins only when its score is lower by more than
-   `hwsel.promotion.SCORE_TOLERANCE`; a tie keeps the champion, newer data or not (newer data
-   may be poisoned records). Training twice on the same data with the same seed therefore
-   leaves the alias where it is. The move is a compare-and-set
-   under the registry's promotion lock (`hwsel.registry.promotion_lock`): the alias moves only
-   if it still points where it did when the champion was read; when another training run moved
-   it meanwhile, the new version wins only if both were trained on the same data and its score
-   beats the other's on the same folds, and otherwise says it lost. ``hwsel-throughput``
-   follows ``hwsel-latency`` (same model, moved together), so the two champions agree.
+5. moves each model's ``champion`` alias only when the new version beats the current champion's
+   *recipe* (its estimator and hyperparameters, not its fitted weights, which may have seen the
+   held-out rows) on the same folds (`hwsel.promotion`): training twice on the same data with the
+   same seed leaves the alias where it is.
 
 Records that cannot be measurements are dropped on read (`hwsel.data.drop_impossible`); the
 counts by reason come back in `TrainResult.dropped` and are logged with the run.
@@ -73,31 +56,17 @@ from hwsel.data import (
     training_table,
     usable_rows_text,
 )
-
-# The estimator classes stay importable here: champions pickled before they moved to
-# hwsel.estimators name them as hwsel.train.<class>.
 from hwsel.estimators import (
-    ESTIMATORS,
     LATENCY_OFFSETS,
-    OFFSETS,
-    REGIME_POOLS,
-    REGIME_TERMS,
     STARTING_RECIPES,
-    BatchCurveRegressor,
-    OffsetRegressor,
-    RegimeRegressor,
-    ResidualRegressor,
     ThroughputFromLatency,
     build_estimator,
     one_thread,
     suggest,
 )
 from hwsel.evaluation import (
-    SCHEMES,
     Fold,
-    conformal_band,
     cv_folds,
-    error_metrics,
     interval_residuals,
     out_of_fold,
     scheme_metrics,
@@ -105,6 +74,7 @@ from hwsel.evaluation import (
 )
 from hwsel.features import FEATURE_COLUMNS, feature_frame
 from hwsel.history import Window, history_table, mirror, mirror_path
+from hwsel.intervals import conformal_band
 from hwsel.promotion import promote
 from hwsel.training_log import flatten, log_decision, log_intervals, log_roofline_baseline, log_study
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
@@ -253,13 +223,6 @@ class TrainResult:
 
 # --- train ----------------------------------------------------------------------------------
 
-def _default_snapshot_dir(tracking_uri: str) -> Path:
-    if tracking_uri.startswith("sqlite:///"):
-        db = Path(tracking_uri[len("sqlite:///"):].split("?", 1)[0])
-        return db.resolve().parent / "hwsel-snapshots"
-    return Path("mlruns") / "hwsel-snapshots"
-
-
 def train(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     *,
@@ -300,9 +263,8 @@ def train(
             training reads one night); default: one file per store and experiment under
             ``hwsel-mirrors`` next to the snapshot folder.
 
-    DuckDB and MLflow sources are asked in SQL (`hwsel.history.history_table`: one row per
-    configuration comes back, whatever the number of records); Parquet snapshots and JSON-lines
-    records are read whole (`hwsel.data.load_runs`) and aggregated in pandas.
+    DuckDB and MLflow sources are aggregated in SQL (`hwsel.history.history_table`), others in
+    pandas (`hwsel.data.training_table`).
 
     Raises:
         HwselUnreachable: a tracking server named does not answer (before any training).
@@ -311,7 +273,8 @@ def train(
 
     from hwsel._quiet import quiet_mlflow
     from hwsel.data import default_source, describe_sources, source_list
-    from pytest_hwbench.sinks.mlflow_uri import validate_tracking_uri
+    from pytest_hwbench.sinks import source_kind
+    from pytest_hwbench.sinks.mlflow_uri import sqlite_path, validate_tracking_uri
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
@@ -322,8 +285,9 @@ def train(
         require_reachable([*((s, "--source") for s in sources), (uri, "--tracking-uri")], timeout)
 
     window = window or Window()
-    snap_dir = Path(snapshot_dir) if snapshot_dir is not None else _default_snapshot_dir(uri)
-    kinds = [_source_kind(s) for s in sources]
+    snap_dir = Path(snapshot_dir) if snapshot_dir is not None else \
+        (sqlite_path(uri).resolve().parent if uri.startswith("sqlite:///") else Path("mlruns")) / "hwsel-snapshots"
+    kinds = ["parquet" if os.fspath(s).lower().endswith(".parquet") else source_kind(s) for s in sources]
     asked = all(kind in ("duckdb", "mlflow") for kind in kinds)
     if not asked and not window.empty:
         raise ValueError(f"{window.text()}: a window needs DuckDB files or MLflow stores as sources, got {where}; "
@@ -336,12 +300,11 @@ def train(
         files = []
         for source_, kind in zip(sources, kinds, strict=True):
             text = _unprefixed(os.fspath(source_))
-            if kind == "duckdb":
-                files.append(Path(text))
-                continue
-            file = Path(mirror_file) if mirror_file is not None else \
-                mirror_path(text, experiment, snap_dir.parent / "hwsel-mirrors")
-            mirrored += mirror(text, experiment, file)
+            file = Path(text)
+            if kind != "duckdb":
+                file = Path(mirror_file) if mirror_file is not None else \
+                    mirror_path(text, experiment, snap_dir.parent / "hwsel-mirrors")
+                mirrored += mirror(text, experiment, file)
             files.append(file)
         found = history_table(list(dict.fromkeys(files)), include_noisy=include_noisy, window=window)
         if found.counts.dropped:
@@ -360,8 +323,6 @@ def train(
                                                               then="hwsel train stops")
     read_s = time.perf_counter() - began
     dropped = dict(counts.dropped)
-    noisy_left_out = counts.noisy
-    how = rows_text(counts, table)
     if table["model"].nunique() < 2 and table["batch_size"].nunique() < 2:
         raise ValueError(f"{where}: need runs of at least two models or two batch sizes, "
                          f"{usable_rows_text(counts, len(table))}")
@@ -369,20 +330,11 @@ def train(
                               kind="mergesort").reset_index(drop=True)
     digest = frame_digest(table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns]))
     snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
-    X = feature_frame(table)
     with quiet_mlflow():
-        result = _train_and_register(table, X, digest, snap_path, uri=uri, where=where, experiment=experiment,
+        result = _train_and_register(table, digest, snap_path, uri=uri, where=where, experiment=experiment,
                                      trials=trials, seed=seed, progress=progress, dropped=dropped)
-    return dataclasses.replace(result, dropped=dropped, noisy_left_out=noisy_left_out, n_records=counts.records,
-                               rows_text=how, mirrored=mirrored, read_s=read_s)
-
-
-def _source_kind(source: str | os.PathLike[str]) -> str:
-    """``parquet`` for a Parquet snapshot, else what `pytest_hwbench.sinks.source_kind` says."""
-    from pytest_hwbench.sinks import source_kind
-
-    text = os.fspath(source)
-    return "parquet" if text.lower().endswith(".parquet") else source_kind(text)
+    return dataclasses.replace(result, dropped=dropped, noisy_left_out=counts.noisy, n_records=counts.records,
+                               rows_text=rows_text(counts, table), mirrored=mirrored, read_s=read_s)
 
 
 def _unprefixed(text: str) -> str:
@@ -392,10 +344,8 @@ def _unprefixed(text: str) -> str:
 
 
 def open_client(uri: str, client_class: Any) -> Any:
-    """An MLflow client on `uri`; a new SQLite store is created and migrated by one process at a
-    time, with the harness's migration guard (`pytest_hwbench.sinks.mlflow_migration`: a lock on the
-    store's folder, and retries while a migration race shows), so two trainings that start together
-    on a new store both succeed."""
+    """An MLflow client on `uri`; a new SQLite store is created and migrated by one process at a time
+    (`pytest_hwbench.sinks.mlflow_migration`), so two trainings that start together on it both succeed."""
     if not uri.startswith("sqlite:///"):
         return client_class(tracking_uri=uri)
     from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
@@ -407,19 +357,18 @@ def open_client(uri: str, client_class: Any) -> Any:
         return retry_migration(lambda: client_class(tracking_uri=uri))
 
 
-def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
-                        experiment: str, trials: int, seed: int, progress: bool,
-                        dropped: Mapping[str, int] | None = None) -> TrainResult:
+def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
+                        experiment: str, trials: int, seed: int, progress: bool, dropped: Mapping[str, int]) -> TrainResult:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
     from hwsel import registry
 
+    X = feature_frame(table)
     client = open_client(uri, MlflowClient)
     exp_id = registry.ensure_experiment(client, uri, TRAINING_EXPERIMENT)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
-    run = client.create_run(exp_id, run_name=f"train {stamp}", tags={"hwsel.kind": "training"})
-    run_id = run.info.run_id
+    run_id = client.create_run(exp_id, run_name=f"train {stamp}", tags={"hwsel.kind": "training"}).info.run_id
     status = "FAILED"
     results: dict[str, TargetResult] = {}
     try:
@@ -433,7 +382,7 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             Param("n_rows", str(len(table))),
             Param("n_models", str(table["model"].nunique())),
             Param("data_sha256", digest),
-            Param("n_dropped", str(sum((dropped or {}).values()))),
+            Param("n_dropped", str(sum(dropped.values()))),
             Param("sklearn_version", sklearn.__version__),
             Param("feature_columns", ",".join(FEATURE_COLUMNS)[:6000]),
         ], tags=[RunTag("hwsel.data_sha256", digest)]
@@ -458,14 +407,12 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             fitted[target] = (model, study, sub, Xs, ys, target_folds)
             log_study(client, run_id, target, study.params, study.trials, study.oof, sub, now)
             if target == "latency":
-                tp_oof = study.oof.copy()
-                log_items = _LOG_1000 + Xs["log_batch_size"].to_numpy()[tp_oof["row"].to_numpy()]
-                tp_oof["y_true"] = log_items - tp_oof["y_true"]
-                tp_oof["y_pred"] = log_items - tp_oof["y_pred"]
-                tp_study = dataclasses.replace(study, oof=tp_oof)
-                fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), tp_study, sub, Xs,
-                                        _LOG_1000 + Xs["log_batch_size"].to_numpy() - ys, target_folds)
-                log_roofline_baseline(client, run_id, sub, Xs, study.oof, now)
+                log_items = _LOG_1000 + Xs["log_batch_size"].to_numpy()
+                at = log_items[study.oof["row"].to_numpy()]
+                tp_oof = study.oof.assign(y_true=at - study.oof["y_true"], y_pred=at - study.oof["y_pred"])
+                fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), dataclasses.replace(study, oof=tp_oof),
+                                        sub, Xs, log_items - ys, target_folds)
+                log_roofline_baseline(client, run_id, Xs, study.oof, now)
                 intervals_uri = log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now,
                                               INTERVAL_LEVEL)
 
@@ -492,16 +439,13 @@ def _train_and_register(table: pd.DataFrame, X: pd.DataFrame, digest: str, snap_
             )
 
         decisions = promote(client, run_id, digest, versions,
-                            {target: (fitted[target][0], fitted[target][1].score, *fitted[target][3:6])
-                             for target in LEARNED})
+                            {target: (fitted[target][1].score, *fitted[target][3:6]) for target in LEARNED})
 
         for target in registry.PREDICTED_METRICS:
             study = fitted[target][1]
-            version = versions[target]
-            moved, before, champ_score, reason = decisions[target]
-            log_decision(client, run_id, target, version, decisions[target], now)
-            results[target] = TargetResult(target, registry.MODEL_NAMES[target], version, study.score, cvs[target],
-                                           dict(study.params), moved, before, champ_score, reason)
+            log_decision(client, run_id, target, versions[target], decisions[target], now)
+            results[target] = TargetResult(target, registry.MODEL_NAMES[target], versions[target], study.score,
+                                           cvs[target], dict(study.params), *decisions[target])
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
@@ -517,35 +461,5 @@ def rows_by_device(table: pd.DataFrame) -> dict[str, int]:
     return {str(k): int(v) for k, v in sorted(counts.items())}
 
 
-__all__ = [
-    "ESTIMATORS",
-    "SCHEMES",
-    "STARTING_RECIPES",
-    "TRAINING_EXPERIMENT",
-    "BatchCurveRegressor",
-    "Fold",
-    "OffsetRegressor",
-    "StudyResult",
-    "TargetResult",
-    "ThroughputFromLatency",
-    "TrainResult",
-    "INTERVAL_LEVEL",
-    "OFFSETS",
-    "REGIME_POOLS",
-    "REGIME_TERMS",
-    "RegimeRegressor",
-    "ResidualRegressor",
-    "build_estimator",
-    "conformal_band",
-    "interval_residuals",
-    "cv_folds",
-    "error_metrics",
-    "one_thread",
-    "out_of_fold",
-    "rows_by_device",
-    "run_study",
-    "scheme_metrics",
-    "score_oof",
-    "suggest",
-    "train",
-]
+__all__ = ["INTERVAL_LEVEL", "LEARNED", "TRAINING_EXPERIMENT", "StudyResult", "TargetResult", "TrainResult",
+           "rows_by_device", "run_study", "train"]

@@ -40,10 +40,9 @@ def log_study(client: Any, run_id: str, target: str, params: Mapping[str, Any], 
     with tempfile.TemporaryDirectory(prefix="hwsel-train-") as tmp:
         trials_path = Path(tmp) / f"{target}_trials.csv"
         trials.to_csv(trials_path, index=False)
-        oof = oof.copy()
         rows = oof["row"].to_numpy()
-        for col in ("model", "backend", "hardware", "precision", "batch_size"):
-            oof[col] = sub[col].to_numpy()[rows]
+        oof = oof.assign(**{c: sub[c].to_numpy()[rows] for c in ("model", "backend", "hardware", "precision",
+                                                                 "batch_size")})
         oof_path = Path(tmp) / f"{target}_oof.parquet"
         oof.to_parquet(oof_path, index=False)
         client.log_artifact(run_id, str(trials_path), "study")
@@ -105,8 +104,7 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
     return f"runs:/{run_id}/intervals/latency_intervals.json"
 
 
-def log_roofline_baseline(client: Any, run_id: str, sub: pd.DataFrame, Xs: pd.DataFrame,
-                          oof: pd.DataFrame, now: int) -> None:
+def log_roofline_baseline(client: Any, run_id: str, Xs: pd.DataFrame, oof: pd.DataFrame, now: int) -> None:
     """Log the roofline estimate's own cross-validated latency errors (``roofline_latency.*``), the
     baseline a learned model has to beat."""
     from mlflow.entities import Metric

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import importlib
 import logging
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
@@ -64,6 +64,21 @@ class DeviceFields:
         return found
 
 
+def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | None = None) -> Any:
+    """`hwsel.features.FEATURE_COLUMNS` of many queries in one `feature_frame` call (as training
+    used); `mode_names` maps a mode to the spelling the champion was trained with."""
+    import pandas as pd
+
+    from ..features import feature_frame, query_row
+    from ..query import default_backend
+
+    names = dict(mode_names or {})
+    return feature_frame(pd.DataFrame([
+        query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware), precision=q.precision,
+                  batch_size=q.batch_size, mode=names.get(q.mode, q.mode), device_name=q.device_name)
+        for q in queries]))
+
+
 def optional_module(module: str) -> Any | None:
     """Our sibling module ``hwsel.<module>``, or None when it (or what it needs) is not installed."""
     try:
@@ -73,4 +88,4 @@ def optional_module(module: str) -> Any | None:
         return None
 
 
-__all__ = ["DeviceFields", "Layer", "LayerStatus", "optional_module"]
+__all__ = ["DeviceFields", "Layer", "LayerStatus", "optional_module", "query_features"]

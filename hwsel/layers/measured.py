@@ -1,23 +1,21 @@
 """The ``measured`` layer: exact matches in the benchmark data, indexed once.
 
-Rows of `hwsel.data.load_runs` go into a dict keyed by the case (model, hardware, precision,
-batch, mode), then backend, then device; a query is a dict lookup. The interval says where a second
-measurement (another session) lands: a conformal band (`hwsel.intervals.AdaptiveBand`) fit on
-the leave-one-session-out residuals of every case measured in several sessions
-(`session_residuals`: each session's median against the median of the other sessions' records),
-scaled per configuration. With fewer than `MIN_SESSION_RESIDUALS` such residuals nothing
-calibrates it: the band is then the runs' own spread (fastest iteration .. p95) widened to the
-case's session medians and to `_session_spread`, and the answer says it is not calibrated. Records of another backend, or of another
-named device, never answer; nor do records that failed, that have no latency, that cannot be
-measurements, or that were interfered with (unless the index includes noisy records):
-`hwsel.data.left_out_reasons`. The index keeps what it left out per case, so an answer can say
-which records of its case did not speak for it and why (`MeasuredIndex.left_out_note`).
+A query is a dict lookup by case (model, hardware, precision, batch, mode), backend and device.
+Records of another backend, or of another named device, never answer; nor do records that failed,
+have no latency, cannot be measurements or were interfered with (unless the index includes noisy
+records): `hwsel.data.left_out_reasons`. The index keeps those per case, so an answer can say
+which records of its case did not speak for it and why (`MeasuredIndex.left_out_note`). The
+interval says where a second measurement (another session) lands: a conformal band
+(`hwsel.intervals.AdaptiveBand`) fit on `session_residuals`, scaled per configuration; with fewer
+than `MIN_SESSION_RESIDUALS` of them, the runs' own spread (fastest iteration .. p95) widened to
+the case's session medians and to `_session_spread`, and the answer says it is not calibrated.
 """
 
 from __future__ import annotations
 
 import math
 import warnings
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -93,7 +91,6 @@ class MeasuredIndex:
         #: why -> records left out for it
         self.left_out_counts: dict[str, int] = {}
         self.rows = 0
-        self.hardware: frozenset[str] = frozenset()
         self.backends: frozenset[str] = frozenset()
         self.devices: dict[str, dict[str, int]] = {}
         #: 90% quantile of |log(session i / session j)| over cases measured in several sessions
@@ -148,7 +145,6 @@ class MeasuredIndex:
                     self.left_out.setdefault((key[0], hw, *key[2:5]), []).append(LeftOut(key[5], dkey, name, why))
                     continue
                 groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
-        hardware = set()
         spread = self.session_spread = _session_spread(groups.values())
         resid, config, _ = session_residuals(groups)
         if len(resid) >= MIN_SESSION_RESIDUALS:
@@ -160,14 +156,12 @@ class MeasuredIndex:
             band = None if self.band is None else \
                 tuple(float(v[0]) for v in self.band.offsets([0.0], [f"{hw}|{backend}|{prec}"]))
             per_backend[dkey] = self._summarise(rows, batch, backend, hw if dkey else None, spread, band)
-            hardware.add(hw)
         self.rows = usable
-        self.hardware, self.backends, self.devices = frozenset(hardware), frozenset(backends), devices
+        self.backends, self.devices = frozenset(backends), devices
 
     @staticmethod
     def _summarise(rows: Sequence[Mapping[str, Any]], batch: int, backend: str, hardware: str | None,
                    spread: float = 0.0, band: tuple[float, ...] | None = None) -> Measured:
-        import collections
         import statistics
 
         lat = [v for r in rows if (v := _finite(r.get("latency_ms_median")))]
@@ -184,7 +178,7 @@ class MeasuredIndex:
                                                      "latency_ms_median"))) is not None]
         # Between sessions: the case's own session medians, and at least the spread a second
         # session shows across every case measured in several (`session_spread`).
-        sessions = _session_medians(rows)
+        sessions = [statistics.median(v) for v in _sessions(rows).values()]
         between = [median * math.exp(-spread), median * math.exp(spread), *sessions]
         return Measured(
             latency_ms=median,
@@ -194,7 +188,7 @@ class MeasuredIndex:
             high=median * math.exp(band[1]) if band else max(highs + [median] + between),
             backend=backend,
             runs=len(rows),
-            device=collections.Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
+            device=Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
             if hardware is not None else None,
             energy_j_per_item=statistics.median(energy) if energy else None,
             noisy=sum(1 for r in rows if r.get("noise") == "noisy"),
@@ -230,10 +224,7 @@ class MeasuredIndex:
         case = (model, hardware, precision, batch_size, normalise_mode(mode))
         backend = backend or default_backend(hardware)
         key = device_key(hardware, device)
-        counts: dict[str, int] = {}
-        for r in self.left_out.get(case, ()):
-            if r.backend == backend and r.device_key in (key, ""):
-                counts[r.why] = counts.get(r.why, 0) + 1
+        counts = Counter(r.why for r in self.left_out.get(case, ()) if r.backend == backend and r.device_key in (key, ""))
         parts = [(n, _why_text(why)) for why, n in counts.items()]
         if not answered:
             for be, per_device in self._index.get(case, {}).items():
@@ -258,10 +249,6 @@ class MeasuredIndex:
         frame = pd.DataFrame(runs)
         return frame.loc[(left_out_reasons(frame, include_noisy=self.include_noisy) == "").to_numpy()]
 
-    def cases(self) -> list[tuple[str, str, str, int, str]]:
-        """Every indexed case key."""
-        return list(self._index)
-
     def domain(self) -> frozenset[tuple[str, str, str, str]]:
         """(hardware, backend, precision, mode) of every indexed case, each record under its own
         hardware only (an openvino record also indexed as hardware "openvino" counts as its cpu)."""
@@ -270,16 +257,14 @@ class MeasuredIndex:
                          for be in per if not (hw in as_hardware and hw == be))
 
 
-def _session_medians(rows: Sequence[Mapping[str, Any]]) -> list[float]:
-    """The median latency of each session among `rows` (rows without a session are one each)."""
-    import statistics
-
+def _sessions(rows: Sequence[Mapping[str, Any]]) -> dict[str, list[float]]:
+    """session -> the latencies of its records among `rows` (rows without a session are one each)."""
     per: dict[str, list[float]] = {}
     for i, r in enumerate(rows):
         v = _finite(r.get("latency_ms_median"))
         if v:
             per.setdefault(str(r.get("session_id") or f"row-{i}"), []).append(v)
-    return [statistics.median(v) for v in per.values()]
+    return per
 
 
 #: Quantile of |log(session i / session j)| that `_session_spread` reports, and the nominal
@@ -302,11 +287,7 @@ def session_residuals(groups: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any
     config: list[str] = []
     model: list[str] = []
     for key, rows in groups.items():
-        per: dict[str, list[float]] = {}
-        for i, r in enumerate(rows):
-            v = _finite(r.get("latency_ms_median"))
-            if v:
-                per.setdefault(str(r.get("session_id") or f"row-{i}"), []).append(v)
+        per = _sessions(rows)
         if len(per) < 2:
             continue
         for session, values in per.items():
@@ -321,9 +302,11 @@ def _session_spread(groups: Any) -> float:
     """The `SESSION_SPREAD_LEVEL` quantile of ``|log(median of session i / median of session j)|``
     over the session pairs of every case measured in two or more sessions (0 when none was): how
     far a second session's measurement lands from a first one's."""
+    import statistics
+
     gaps: list[float] = []
     for rows in groups:
-        sessions = _session_medians(rows)
+        sessions = [statistics.median(v) for v in _sessions(rows).values()]
         gaps += [abs(math.log(a / b)) for i, a in enumerate(sessions) for b in sessions[i + 1:]]
     if not gaps:
         return 0.0

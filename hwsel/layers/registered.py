@@ -3,13 +3,9 @@
 Champions are loaded once; they answer only for (hardware, backend, precision, mode)
 combinations their training snapshot holds (a regression extrapolated to an unseen device or
 precision is worse than the roofline estimate). Each (model, hardware, backend, precision, mode,
-device) is scored at the batch sizes of `GRID_BATCH_SIZES` once, in one call with the other rows
-asked for (a forest costs as much for 300 rows as for one); any batch size between answers by
-interpolating log latency and log memory linearly in log batch size between its two grid
-neighbours, so later questions never score again. The interval is the champion's: its adaptive
-intervals (`hwsel.intervals.AdaptiveIntervals`, each answer as wide as its configuration's
-typical error and its distance to the measured models make it) when the version has them, else
-its fixed residual band.
+device) is scored once at the batch sizes of `GRID_BATCH_SIZES`, in one call with the other rows
+asked for (a forest costs as much for 300 rows as for one); batch sizes between interpolate. The
+interval is the champion's (`hwsel.registry.ChampionModel.log_offsets`).
 """
 
 from __future__ import annotations
@@ -19,7 +15,6 @@ import logging
 import math
 import warnings
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
 from typing import Any
 
 from pytest_hwbench.record import MAX_DEVICE_FLOPS, MIN_LATENCY_MS
@@ -28,7 +23,7 @@ from pytest_hwbench.vocabulary import normalise_mode
 
 from ..bounds import Coverage
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import DeviceFields, optional_module
+from .base import DeviceFields, optional_module, query_features
 from .rules import rules_estimate
 
 log = logging.getLogger("hwsel")
@@ -36,33 +31,6 @@ log = logging.getLogger("hwsel")
 #: Batch sizes the registered models score for every case key they are asked about; batch
 #: sizes between them interpolate (log-log), larger ones are scored as asked.
 GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024)
-
-
-@dataclass(frozen=True)
-class _GridRow:
-    """Registered-model outputs in log space for a run of rows (log latency, interval, memory)."""
-
-    latency: Any
-    low: Any
-    high: Any
-    memory: Any | None
-
-    def slice(self, start: int, stop: int) -> _GridRow:
-        return _GridRow(self.latency[start:stop], self.low[start:stop], self.high[start:stop],
-                        None if self.memory is None else self.memory[start:stop])
-
-    def at(self, j: int) -> tuple[float, float, float, float | None]:
-        return (float(self.latency[j]), float(self.low[j]), float(self.high[j]),
-                None if self.memory is None else float(self.memory[j]))
-
-    def interpolate(self, log_grid: Any, log_batch: float) -> tuple[float, float, float, float | None]:
-        """Values at `log_batch`, linear in log batch between the grid neighbours (exact on the grid)."""
-        import numpy as np
-
-        def at(values: Any) -> float:
-            return float(np.interp(log_batch, log_grid, values))
-
-        return (at(self.latency), at(self.low), at(self.high), None if self.memory is None else at(self.memory))
 
 
 class RegisteredLayer:
@@ -81,37 +49,27 @@ class RegisteredLayer:
         self.domain = domain
         self.where = where or DeviceFields()
         self.mode_names = dict(mode_names or {})
-        #: (model, hardware, precision, mode, backend, device) -> registered predictions on the grid
-        self._grid: dict[tuple[Any, ...], _GridRow] = {}
+        #: (model, hardware, precision, mode, backend, device) -> `_score`'s rows on the grid
+        self._grid: dict[tuple[Any, ...], Any] = {}
         #: rows the registered models have scored so far (each grid point once)
         self.scored_rows = 0
-
-    def _frame(self, queries: Sequence[Query]) -> Any:
-        """`FEATURE_COLUMNS` for many queries: one `feature_frame` call (as training used)."""
-        import pandas as pd
-
-        from ..features import feature_frame, query_row
-
-        rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware),
-                          precision=q.precision, batch_size=q.batch_size, mode=self.mode_names.get(q.mode, q.mode),
-                          device_name=q.device_name) for q in queries]
-        return feature_frame(pd.DataFrame(rows))
 
     @staticmethod
     def _grid_key(q: Query) -> tuple[Any, ...]:
         return (q.model, q.hardware, q.precision, q.mode, q.backend, q.device_name)
 
-    def _score(self, queries: Sequence[Query]) -> _GridRow:
-        """The champions' log latency, log interval and log memory for `queries` (one call each)."""
+    def _score(self, queries: Sequence[Query]) -> Any:
+        """The champions' log latency, log interval (low, high) and log memory (NaN without a memory
+        champion) for `queries` (one call each), as the rows of one array."""
         import numpy as np
 
-        sub = self._frame(queries)
+        sub = query_features(queries, self.mode_names)
         lat_log = _champion_log(self.champions["latency"], sub)
         with np.errstate(divide="ignore", invalid="ignore"):
             low, high = (np.log(v) for v in _champion_interval(self.champions["latency"], sub, lat_log))
-        mem = _champion_log(self.champions["memory"], sub) if "memory" in self.champions else None
+        mem = _champion_log(self.champions["memory"], sub) if "memory" in self.champions else np.full(len(sub), np.nan)
         self.scored_rows += len(queries)
-        return _GridRow(lat_log, low, high, mem)
+        return np.vstack([lat_log, low, high, mem])
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
         import numpy as np
@@ -135,7 +93,7 @@ class RegisteredLayer:
                 if len(self._grid) > 100_000:
                     self._grid.clear()
                 for k, key in enumerate(missing):
-                    self._grid[key] = scored.slice(k * len(grid), (k + 1) * len(grid))
+                    self._grid[key] = scored[:, k * len(grid):(k + 1) * len(grid)]
             far = self._score([queries[i] for i in beyond]) if beyond else None
         except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
             warnings.warn(redact_uri(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer"),
@@ -148,15 +106,15 @@ class RegisteredLayer:
             q = queries[i]
             if i in position:
                 assert far is not None
-                values = far.at(position[i])
-            else:
-                values = self._grid[self._grid_key(q)].interpolate(log_grid, math.log(q.batch_size))
-            lat_log, low_log, high_log, mem_log = values
+                values = far[:, position[i]]
+            else:  # linear in log batch between the grid neighbours (exact on the grid)
+                values = [np.interp(math.log(q.batch_size), log_grid, row) for row in self._grid[self._grid_key(q)]]
+            lat_log, low_log, high_log, mem_log = map(float, values)
             latency = math.exp(lat_log) if math.isfinite(lat_log) else math.nan
             if not _possible(latency, q):
                 continue  # no device runs it that fast (or slow): the next layer answers
             throughput = q.batch_size / latency * 1e3  # derived, as hwsel.train derives it
-            memory = math.exp(mem_log) if mem_log is not None and math.isfinite(mem_log) else math.nan
+            memory = math.exp(mem_log) if math.isfinite(mem_log) else math.nan
             detail = ""
             if not (math.isfinite(memory) and memory > 0):
                 memory, detail = rules_estimate(q)[2], "; memory estimated by rules"
@@ -287,15 +245,6 @@ def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
     return {normalise_mode(m): m for m in spelt if normalise_mode(m) != m}
 
 
-def champion_domain(champion: Any, tracking_uri: str | None = None) -> frozenset[tuple[str, str, str, str]] | None:
-    """(hardware, backend, precision, mode) combinations in a champion's training snapshot.
-
-    Read once at load from the Parquet artifact the version's ``hwsel.snapshot`` tag names;
-    None when it cannot be read (the caller then falls back to the loaded data).
-    """
-    return snapshot_domain(snapshot_frame(champion, tracking_uri))
-
-
 def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     """(target -> champion, why none) from the registry at `tracking_uri` (None: the default store,
     when there is one here); an unreadable champion gives an `HwselWarning` and is left out."""
@@ -324,7 +273,6 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
 __all__ = [
     "GRID_BATCH_SIZES",
     "RegisteredLayer",
-    "champion_domain",
     "champion_summary",
     "load_champions",
     "snapshot_devices",

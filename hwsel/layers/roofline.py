@@ -19,7 +19,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
-from .base import DeviceFields
+from .base import DeviceFields, query_features
 from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runtime_mb
 
 
@@ -70,16 +70,7 @@ def calibrated_offsets(intervals: Any, layer: str, queries: Sequence[Query],
     for `queries`; None without intervals or without a band for that layer."""
     if intervals is None or intervals.layer_band(layer) is None or not queries:
         return None
-    import pandas as pd
-
-    from ..features import feature_frame, query_row
-    from ..query import default_backend
-
-    names = dict(mode_names or {})
-    rows = [query_row(q.model, hardware=q.hardware, backend=q.backend or default_backend(q.hardware),
-                      precision=q.precision, batch_size=q.batch_size, mode=names.get(q.mode, q.mode),
-                      device_name=q.device_name) for q in queries]
-    result: tuple[Any, Any] = intervals.offsets(feature_frame(pd.DataFrame(rows)), layer)
+    result: tuple[Any, Any] = intervals.offsets(query_features(queries, mode_names), layer)
     return result
 
 
