@@ -1,9 +1,7 @@
 """Reaching a tracking server: credentials passed as MLflow passes them, waits bounded and announced.
 
-`reach` asks an ``http(s)://`` tracking URI's ``/health`` endpoint. Credentials in the URI
-(``http://user:password@host``) are taken out of the URL and sent as HTTP basic auth, as MLflow's
-client does with them (and with ``MLFLOW_TRACKING_USERNAME`` / ``MLFLOW_TRACKING_PASSWORD``, or
-``MLFLOW_TRACKING_TOKEN`` as a bearer token); no message ever holds the password
+`reach` asks an ``http(s)://`` tracking URI's ``/health`` endpoint, with the credentials MLflow's
+client would send (`pytest_hwbench.sinks.mlflow_uri.ping`); no message ever holds the password
 (`pytest_hwbench.sinks.redact_uri`).
 
 `bounded` runs one slow step (reading records, loading champions) in a daemon thread: after

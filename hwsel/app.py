@@ -6,15 +6,11 @@ Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
 ``POST /analysis/model``, and ``POST /measure/next`` (which configurations to measure next, from
 the records of `create_app`'s `source`). ``/hardware/select`` and ``/performance/predict`` take a
 model outside the zoo as ``config``: the contents of its Hugging Face config.json (then
-``model_name`` is optional; a config hwsel cannot read answers 422 naming ``config``). Bad input answers 4xx with ``{"status": "error", "message": ...}``:
-422 for a bad value (batch size 0 or ``true``, unknown hardware or precision, a sequence longer
-than the model's position limit), naming the field, 404 for an unknown model. Request sizes are
-bounded so that no request can run for long: a body over `MAX_REQUEST_BYTES` answers 413, a
-``config`` of more than `MAX_CONFIG_LAYERS` layers or `MAX_CONFIG_PARAMS` parameters 422, each
-naming the limit; a deep stack of identical layers is derived from two shallow builds.
-Requests about hardware take a ``device`` (one name for one target, or hardware -> name) and a
-``backend``; every prediction says which device (``device``, ``device_source``, ``device_spec``)
-and backend it is for.
+``model_name`` is optional). Bad input answers 4xx with ``{"status": "error", "message": ...}``:
+422 for a bad value, naming the field, 404 for an unknown model, 413 for a body over
+`MAX_REQUEST_BYTES`; a ``config`` is bounded too (`MAX_CONFIG_LAYERS`, `MAX_CONFIG_PARAMS`), so
+that no request runs for long. Requests about hardware take a ``device`` and a ``backend``; every
+prediction says which device and backend it is for.
 
 The request and response models are `hwsel.rest_models`'. Serve with ``hwsel serve`` (binds
 127.0.0.1 by default) or any ASGI server.
@@ -89,12 +85,13 @@ _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "
 
 # --- helpers --------------------------------------------------------------------------------------
 
-def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None) -> JSONResponse:
+def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
+           headers: Mapping[str, str] | None = None) -> JSONResponse:
     # A store error may quote a tracking URI with its password: never into a response body.
     body: dict[str, Any] = {"status": "error", "message": redact_uri(message)}
     if errors is not None:
         body["errors"] = errors
-    return JSONResponse(status_code=status, content=body)
+    return JSONResponse(status_code=status, content=body, headers=headers)
 
 
 def _plain(value: Any) -> Any:
@@ -109,8 +106,6 @@ def _plain(value: Any) -> Any:
         return {str(k): _plain(v) for k, v in value.items()}
     if isinstance(value, list | tuple):
         return [_plain(v) for v in value]
-    if isinstance(value, str):
-        return redact_uri(value)
     if isinstance(value, int | bool) or value is None:
         return value
     return redact_uri(value)
@@ -126,10 +121,9 @@ def _config_layers(config: Any) -> int:
     total = 0
     if isinstance(config, Mapping):
         for key, value in config.items():
-            if key in _LAYER_KEYS and isinstance(value, int) and not isinstance(value, bool):
-                total += max(value, 0)
-            elif key in _LAYER_KEYS and isinstance(value, list):
-                total += sum(v for v in value if isinstance(v, int) and not isinstance(v, bool) and v > 0)
+            if key in _LAYER_KEYS and isinstance(value, int | list):  # a count, or one per stack
+                total += sum(v for v in (value if isinstance(value, list) else [value])
+                             if isinstance(v, int) and not isinstance(v, bool) and v > 0)
             elif isinstance(value, Mapping):
                 total += _config_layers(value)
     return total
@@ -179,8 +173,7 @@ class _BodyLimit:
             return
         length = dict(scope.get("headers") or ()).get(b"content-length")
         if length is not None and length.isdigit() and int(length) > self.limit:
-            await JSONResponse(status_code=413, content={"status": "error", "message": self._message()})(
-                scope, receive, send)
+            await _error(413, self._message())(scope, receive, send)
             return
         seen = 0
 
@@ -239,8 +232,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.exception_handler(StarletteHTTPException)
     async def _http(request: Request, exc: StarletteHTTPException) -> JSONResponse:
         # unknown paths, wrong methods, bodies that are not UTF-8 JSON: our error shape too
-        return JSONResponse(status_code=exc.status_code, content={"status": "error", "message": redact_uri(exc.detail)},
-                            headers=getattr(exc, "headers", None))
+        return _error(exc.status_code, exc.detail, headers=exc.headers)
 
     @app.exception_handler(QuestionError)
     async def _bad_question(request: Request, exc: QuestionError) -> JSONResponse:

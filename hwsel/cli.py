@@ -139,10 +139,6 @@ def _fmt_pred(hw: str, p: Any, mark: str = "") -> str:
             + f"\n  {'':<9} device: {p.device_text()}; backend: {p.backend}")
 
 
-#: Targets whose detection starts a browser: never probed just to mark a selection's lines.
-_BROWSER_TARGETS = ("webgpu", "webnn", "wasm")
-
-
 def _absent_here(hardware: str, prediction: Any) -> str:
     """``not on this machine: roofline for h100`` when this machine lacks `hardware`, else ""
     (only this target is probed, `pytest_hwbench.hardware.detect_hardware`; a web target is
@@ -150,7 +146,7 @@ def _absent_here(hardware: str, prediction: Any) -> str:
     try:
         from pytest_hwbench.hardware import detect_hardware, probed_hardware
 
-        if hardware in _BROWSER_TARGETS:
+        if hardware in facts.target_set("web"):  # detection starts a browser: never just to mark a line
             target = probed_hardware().targets.get(hardware)
             if target is None:
                 return ""
@@ -251,19 +247,24 @@ def _devices_text(devices: dict[str, Any]) -> str:
                      f"backend: {d['backend']}" for hw, d in devices.items())
 
 
+def _write_grid(data: dict[str, Any], args: argparse.Namespace, what: str) -> int:
+    """Write a map or matrix to --output; say `what` was written where, and to which devices it answers."""
+    where = _write(data, args.output)
+    if args.json and args.output != "-":
+        print(_json(data))
+    elif args.output != "-":
+        print(f"{what} written to {where}")
+        print(_devices_text(data["devices"]))
+    return EXIT_OK
+
+
 def cmd_map(args: argparse.Namespace) -> int:
     from .select import selection_map
 
     data = selection_map(args.model_families, args.batch_sizes, args.hardware_platforms, args.modes, args.precision,
                          device=_devices(args), backend=args.backend, predictor=_predictor(args))
-    where = _write(data, args.output)
-    if args.json and args.output != "-":
-        print(_json(data))
-    elif args.output != "-":
-        print(f"selection map for {len(data['model_families'])} families x {len(data['batch_sizes'])} batch sizes "
-              f"x {len(data['modes'])} modes written to {where}")
-        print(_devices_text(data["devices"]))
-    return EXIT_OK
+    return _write_grid(data, args, f"selection map for {len(data['model_families'])} families x "
+                       f"{len(data['batch_sizes'])} batch sizes x {len(data['modes'])} modes")
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
@@ -271,14 +272,8 @@ def cmd_matrix(args: argparse.Namespace) -> int:
 
     data = prediction_matrix(args.models, args.hardware_platforms, args.batch_sizes, args.precisions, args.mode, args.backend,
                              device=_devices(args), predictor=_predictor(args))
-    where = _write(data, args.output)
-    if args.json and args.output != "-":
-        print(_json(data))
-    elif args.output != "-":
-        sources = ", ".join(f"{k} {v}" for k, v in data["sources"].items())
-        print(f"{data['configurations']} predictions ({sources}) written to {where}")
-        print(_devices_text(data["devices"]))
-    return EXIT_OK
+    sources = ", ".join(f"{k} {v}" for k, v in data["sources"].items())
+    return _write_grid(data, args, f"{data['configurations']} predictions ({sources})")
 
 
 def cmd_distributed(args: argparse.Namespace) -> int:

@@ -87,16 +87,6 @@ def _store_options(p: argparse.ArgumentParser) -> None:
                         "(default: $HWSEL_CONFIG, else built-in)")
 
 
-def _case_options(p: argparse.ArgumentParser, fields: tuple[Field, ...], *, hardware_help: str | None = None) -> None:
-    _model_options(p)
-    add_fields(p, fields)
-    _backend_option(p)
-    if hardware_help:
-        p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
-    _device_option(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-
-
 def _model_options(p: argparse.ArgumentParser) -> None:
     p.add_argument("--model", default=None,
                    help="zoo name or hub-style alias (bert-base-uncased, gpt2, ...); with --config, the name to "
@@ -106,19 +96,22 @@ def _model_options(p: argparse.ArgumentParser) -> None:
                         "holding one, or a model-set TOML/JSON")
 
 
-def _backend_option(p: argparse.ArgumentParser) -> None:
+def _answer_options(p: argparse.ArgumentParser, *, hardware_help: str | None = None,
+                    json_help: str = "print JSON") -> None:
+    """What a question about hardware takes besides its fields: the backend, the device, --json and the store."""
     p.add_argument("--backend", default=None,
                    help="runtime the question is about (torch, torch-compile, onnxruntime, openvino, ...); "
                         "default: eager torch (openvino on the openvino target, qai_hub on qnn); answers "
                         "never come from another backend's measurements")
-
-
-def _device_option(p: argparse.ArgumentParser) -> None:
+    if hardware_help:
+        p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
     p.add_argument("--device", action="append", default=None, metavar="[HW=]DEVICE",
                    help="the device asked about: a device name ('NVIDIA H100 80GB HBM3') or a spec name (h100, "
                         "a100, l4, ...) for the one --hardware target, or HW=DEVICE per target (repeatable); "
                         "default: the device detected here, else the one most benchmark records of that "
                         "hardware hold")
+    p.add_argument("--json", action="store_true", help=json_help)
+    _store_options(p)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -162,8 +155,9 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("select", help="recommend hardware for a model",
                        description="Score each hardware target on predicted latency, throughput, memory "
                                    "and compatibility; print the best, the fallbacks and why.")
-    _case_options(p, SELECT)
-    _store_options(p)
+    _model_options(p)
+    add_fields(p, SELECT)
+    _answer_options(p)
 
     p = sub.add_parser("precision", help="choose the precision for a model on one target",
                        description="Predict each precision on one target and choose: the fastest, or, where "
@@ -176,35 +170,27 @@ def build_parser() -> argparse.ArgumentParser:
                    help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
                         f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
     add_fields(p, tuple(f for f in PREDICT if f.name != "precision"))
-    _backend_option(p)
-    _device_option(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _store_options(p)
+    _answer_options(p)
 
     p = sub.add_parser("predict", help="predict latency, throughput and memory",
                        description="Predict performance of one case on each hardware target, with the "
                                    "source of each prediction and a latency interval.")
-    _case_options(p, PREDICT, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
-    _store_options(p)
+    _model_options(p)
+    add_fields(p, PREDICT)
+    _answer_options(p, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
 
     p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",
                        description="Recommendations for every model family, size category, batch size and "
                                    "mode, as JSON.")
     p.add_argument("--output", default="selection_map.json", help="JSON file to write ('-' for stdout)")
     add_fields(p, MAP)
-    _backend_option(p)
-    _device_option(p)
-    p.add_argument("--json", action="store_true", help="print the map as JSON as well")
-    _store_options(p)
+    _answer_options(p, json_help="print the map as JSON as well")
 
     p = sub.add_parser("matrix", help="write a prediction matrix (model x hardware x batch x precision)",
                        description="Predicted throughput, latency and memory for every combination, as JSON.")
     p.add_argument("--output", default="matrix.json", help="JSON file to write ('-' for stdout)")
     add_fields(p, MATRIX)
-    _backend_option(p)
-    _device_option(p)
-    p.add_argument("--json", action="store_true", help="print the matrix as JSON as well")
-    _store_options(p)
+    _answer_options(p, json_help="print the matrix as JSON as well")
 
     p = sub.add_parser("distributed", help="plan distributed training (DDP/FSDP, memory)",
                        description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
@@ -216,10 +202,7 @@ def build_parser() -> argparse.ArgumentParser:
     p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
     _model_options(p)
     add_fields(p, ANALYZE)
-    _backend_option(p)
-    _device_option(p)
-    p.add_argument("--json", action="store_true", help="print JSON")
-    _store_options(p)
+    _answer_options(p)
 
     p = sub.add_parser("next", help="which configurations to measure next, as bench-suite command lines",
                        description="Rank the configurations not measured yet (models, hardware, backends and "

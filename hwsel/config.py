@@ -32,8 +32,6 @@ argument, or in the ``HWSEL_CONFIG`` environment variable) overrides any part of
 The predecessor's spellings (``latency_weight``, ``selection_criteria``, ``hardware_preferences``,
 ``batch_size_thresholds``, ``model_size_categories``) are accepted as well. Every error names the
 bad key or value and what is accepted. Validation never has side effects.
-
-Length: about 500 lines, the settings schema (five tables, their defaults and checks) kept in one place.
 """
 
 from __future__ import annotations
@@ -73,12 +71,7 @@ MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
 #: Every spelling of a mode a question may use: `MODES` and their older names (``training``,
 #: ``fine_tuning``), which `check_mode` reads as the mode. The REST models accept exactly these.
 ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASES.items() if mode in MODES)
-#: The hardware hwsel selects among is `pytest_hwbench.facts.fallback_order()` (ties go to the
-#: earlier one): the targets with a ``fallback_rank``, every kind the harness detects but
-#: onnxruntime, which runs on the CPU (ask for it with backend=). The web targets
-#: (`facts.target_set("web")`, onnxruntime-web in a browser) come last: a deployment choice rather
-#: than this machine's hardware, so selection considers them when a question names them, not by
-#: default (`hwsel.select.available_hardware`).
+#: The prediction layers, in the order they answer.
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
 RATINGS: Mapping[str, float] = MappingProxyType({"high": 1.0, "medium": 0.6, "low": 0.3, "none": 0.0})
 CRITERIA: tuple[str, ...] = ("latency", "throughput", "memory", "compatibility")
@@ -107,14 +100,6 @@ class ModeKeyed(dict[str, _V]):
         return self[key] if key in self else default
 
 
-def _mode_table(table: Mapping[str, _V], where: str) -> Mapping[str, _V]:
-    """`table` keyed by the modes' one names, read-only; ValueError naming an unknown mode."""
-    out: ModeKeyed[_V] = ModeKeyed()
-    for mode, value in table.items():
-        out[check_mode(mode, where)] = value
-    return MappingProxyType(out)
-
-
 def check_mode(mode: Any, where: str = "") -> str:
     """`mode` by its one name; else ValueError naming it and listing `MODES`.
 
@@ -127,7 +112,6 @@ def check_mode(mode: Any, where: str = "") -> str:
         prefix = f"{where}: " if where else ""
         raise ValueError(f"{prefix}unknown mode {mode!r}; accepted: {', '.join(MODES)}")
     return name
-
 
 
 def _number(where: str, value: Any, *, minimum: float = 0.0, strict: bool = False) -> float:
@@ -252,14 +236,13 @@ class Thresholds:
 
 
 def _default_weights() -> Mapping[str, Weights]:
-    return _mode_table({
-        "inference": Weights(latency=0.4, throughput=0.3, memory=0.2, compatibility=0.1),
-        TRAIN_MODE: Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1),
-    }, "weights")
+    return {"inference": Weights(latency=0.4, throughput=0.3, memory=0.2, compatibility=0.1),
+            TRAIN_MODE: Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1)}
 
 
 def _default_hardware() -> Mapping[str, HardwarePreference]:
-    # A common device of each kind (the facts table's `memory_gb`); `hwsel.specs` or a config file refines it.
+    # `facts.fallback_order()` (ties go to the earlier one; the web targets last, selected among only when
+    # named: `hwsel.select.available_hardware`), each with a common device's `memory_gb`.
     return MappingProxyType({hw: HardwarePreference(memory_gb=facts.target_facts(hw).memory_gb)
                              for hw in facts.fallback_order()})
 
@@ -289,16 +272,6 @@ def _default_tasks() -> Mapping[str, TaskProfile]:
     })
 
 
-def _precision_support() -> Mapping[str, tuple[str, ...]]:
-    """Precisions each target runs (the facts table's); outside these a target is incompatible."""
-    return MappingProxyType({row.name: row.precisions for row in facts.target_rows()})
-
-
-def _inference_only() -> tuple[str, ...]:
-    """Targets that cannot train (the facts table's ``trains=False``)."""
-    return tuple(row.name for row in facts.target_rows() if not row.trains)
-
-
 @dataclass(frozen=True)
 class SelectionConfig:
     """All selection settings. Build with `load_config`; every field is validated."""
@@ -308,16 +281,19 @@ class SelectionConfig:
     compatibility: Mapping[str, Mapping[str, str]] = field(default_factory=_default_compatibility)
     tasks: Mapping[str, TaskProfile] = field(default_factory=_default_tasks)
     thresholds: Thresholds = field(default_factory=Thresholds)
-    #: hardware -> precisions it runs (a hardware missing here runs all of them).
-    precision_support: Mapping[str, tuple[str, ...]] = field(default_factory=_precision_support)
-    #: hardware that cannot train (inference runtimes).
-    inference_only: tuple[str, ...] = field(default_factory=_inference_only)
+    #: hardware -> precisions it runs (the facts table's; a hardware missing here runs all of them).
+    precision_support: Mapping[str, tuple[str, ...]] = field(
+        default_factory=lambda: MappingProxyType({row.name: row.precisions for row in facts.target_rows()}))
+    #: hardware that cannot train (inference runtimes: the facts table's ``trains=False``).
+    inference_only: tuple[str, ...] = field(
+        default_factory=lambda: tuple(row.name for row in facts.target_rows() if not row.trains))
     #: where the settings came from ("defaults" or a file path).
     origin: str = "defaults"
 
     def __post_init__(self) -> None:
         # keyed by the modes' one names ("training" given is "train"), answering to the old ones too
-        object.__setattr__(self, "weights", _mode_table(self.weights, "weights"))
+        object.__setattr__(self, "weights", MappingProxyType(ModeKeyed(
+            {check_mode(mode, "weights"): weights for mode, weights in self.weights.items()})))
         missing = [m for m in MODES if m not in self.weights]
         if missing:
             raise ValueError(f"weights: missing mode {missing[0]!r}; give all of {', '.join(MODES)}")
@@ -371,9 +347,7 @@ class SelectionConfig:
             "hardware": {hw: {f.name: getattr(p, f.name) for f in fields(p)} for hw, p in self.hardware.items()},
             "compatibility": {fam: dict(row) for fam, row in self.compatibility.items()},
             "tasks": {t: {"mode": p.mode, **p.weights.as_dict()} for t, p in self.tasks.items()},
-            "thresholds": {"batch_size": dict(self.thresholds.batch_size),
-                           "model_size": dict(self.thresholds.model_size),
-                           "interval_factor": dict(self.thresholds.interval_factor)},
+            "thresholds": {f.name: dict(getattr(self.thresholds, f.name)) for f in fields(Thresholds)},
         }
 
 
@@ -390,12 +364,11 @@ def _table(where: str, value: Any) -> Mapping[str, Any]:
     return value
 
 
-def _weights(where: str, raw: Any, base: Weights | None = None, extra: tuple[str, ...] = ()) -> Weights:
+def _weights(where: str, raw: Any, base: Weights, extra: tuple[str, ...] = ()) -> Weights:
     table = {k.removesuffix("_weight"): v for k, v in _table(where, raw).items() if k not in extra}
     _unknown(where, table, CRITERIA)
-    start = base.as_dict() if base else {}
     try:
-        return Weights(**(start | table))
+        return Weights(**(base.as_dict() | table))
     except ValueError as exc:
         raise ValueError(f"{where}: {exc}") from None
 
@@ -406,8 +379,7 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> SelectionConfig:
         if alias in data:
             value = data.pop(alias)
             if isinstance(target, tuple):
-                data.setdefault(target[0], {})
-                data[target[0]] = dict(_table(target[0], data[target[0]])) | {target[1]: value}
+                data[target[0]] = dict(_table(target[0], data.get(target[0], {}))) | {target[1]: value}
             else:
                 data[target] = value
     data.pop("model_families", None)  # predecessor's per-family importance notes: informational only
@@ -421,7 +393,7 @@ def _from_mapping(data: Mapping[str, Any], origin: str) -> SelectionConfig:
             mode = check_mode(given, "weights")  # [weights.training] is [weights.train]
             # the predecessor's training criteria had a convergence weight; we have no such signal
             weights[mode] = _weights(f"weights.{mode}", raw, weights[mode], extra=("convergence_weight",))
-        changes["weights"] = _mode_table(weights, "weights")
+        changes["weights"] = weights
 
     if "hardware" in data:
         hardware = dict(cfg.hardware)

@@ -16,7 +16,7 @@ If nothing fits, the plan says so and names the memory needed.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from pytest_hwbench.vocabulary import TRAIN_MODE
@@ -71,29 +71,10 @@ class DistributedConfig:
     steps: tuple[str, ...] = field(default=())
 
     def to_dict(self) -> dict[str, Any]:
-        """JSON-ready, in the predecessor's shape."""
-        return {
-            "model_name": self.model_name,
-            "model_family": self.model_family,
-            "param_count": self.param_count,
-            "distributed_strategy": self.distributed_strategy,
-            "gpu_count": self.gpu_count,
-            "per_gpu_batch_size": self.per_gpu_batch_size,
-            "micro_batch_size": self.micro_batch_size,
-            "gradient_accumulation_steps": self.gradient_accumulation_steps,
-            "global_batch_size": self.global_batch_size,
-            "mixed_precision": self.mixed_precision,
-            "precision": self.precision,
-            "gradient_checkpointing": self.activation_checkpointing,
-            "activation_checkpointing": self.activation_checkpointing,
-            "cpu_offload": self.cpu_offload,
-            "sharding_strategy": self.sharding_strategy,
-            "fits": self.fits,
-            "max_memory_gb": self.max_memory_gb,
-            "estimated_memory": self.estimated_memory.to_dict(),
-            "explanation": self.explanation,
-            "steps": list(self.steps),
-        }
+        """JSON-ready, in the predecessor's shape (with Hugging Face's name gradient_checkpointing)."""
+        return {**{f.name: getattr(self, f.name) for f in fields(self)},
+                "estimated_memory": self.estimated_memory.to_dict(), "steps": list(self.steps),
+                "gradient_checkpointing": self.activation_checkpointing}
 
 
 def _check_gpus(gpus: Any) -> int:
@@ -128,12 +109,9 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
         bd = memory_breakdown(info, batch_size=micro, precision=precision, mode=TRAIN_MODE, checkpointing=ckpt)
         states = (bd.parameters_mb + bd.gradients_mb + bd.optimizer_mb) / gib
         if strategy == "FSDP":  # FULL_SHARD; on one GPU it only helps through CPU offload
-            if offload:
-                # parameters and optimizer states live on the CPU; a GPU holds its gradient shard
-                # and the gathered parameters of the layer being computed
-                states = bd.gradients_mb / gib / gpus
-            else:
-                states /= gpus
+            # with offload, parameters and optimizer states live on the CPU; a GPU holds its gradient
+            # shard and the gathered parameters of the layer being computed
+            states = (bd.gradients_mb / gib if offload else states) / gpus
             layers = max(1, int(info.num_layers or 12))
             states += 2 * bd.parameters_mb / gib / layers  # one layer all-gathered (and the prefetched next)
         return states + bd.activations_mb / gib + RUNTIME_GB, bd
@@ -150,19 +128,15 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
     attempts += [(sharded, m, True, False) for m in micro_sizes()]
     attempts += [("FSDP", m, True, True) for m in [batch_size, *micro_sizes()]]
     steps: list[str] = []
-    plan = None
-    for attempt in attempts:
-        strategy, micro, ckpt, offload = attempt
+    fits = False
+    for strategy, micro, ckpt, offload in attempts:  # the last one stands when none fits
         need, bd = per_gpu(strategy, micro, ckpt, offload)
         if need <= budget:
-            plan = attempt
+            fits = True
             break
         label = " + ".join(x for x, on in ((strategy, True), ("activation checkpointing", ckpt),
                                              ("CPU offload", offload)) if on)
         steps.append(f"{label} at micro-batch {micro}: {need:.3g} GiB per GPU > {budget:.3g} GiB usable")
-    fits = plan is not None
-    strategy, micro, ckpt, offload = plan or attempts[-1]
-    need, bd = per_gpu(strategy, micro, ckpt, offload)
     accumulation = batch_size // micro
     replica_gb = (bd.parameters_mb + bd.gradients_mb + bd.optimizer_mb) / gib
     estimate = MemoryEstimate(
@@ -170,7 +144,6 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
         optimizer_gb=bd.optimizer_mb / gib, activations_gb=bd.activations_mb / gib,
         total_gb=replica_gb * (1 if strategy == "FSDP" else gpus) + (bd.activations_mb / gib + RUNTIME_GB) * gpus,
         per_gpu_gb=need)
-    mixed = precision in ("fp16", "bf16")
     if fits:
         what = {"single": "one GPU holds the model", "DDP": "each GPU holds a full replica (DDP)",
                 "FSDP": "parameters, gradients and optimizer states are sharded over the GPUs (FSDP)"}[strategy]
@@ -186,9 +159,9 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
         model_name=info.name, model_family=info.family, param_count=int(info.param_count),
         distributed_strategy=strategy, gpu_count=gpus, per_gpu_batch_size=batch_size, micro_batch_size=micro,
         gradient_accumulation_steps=accumulation, global_batch_size=micro * accumulation * gpus,
-        mixed_precision=mixed, precision=precision, activation_checkpointing=ckpt, cpu_offload=offload,
-        sharding_strategy="FULL_SHARD" if strategy == "FSDP" else None, fits=fits, max_memory_gb=budget_total,
-        estimated_memory=estimate, explanation=explanation, steps=tuple(steps))
+        mixed_precision=precision in ("fp16", "bf16"), precision=precision, activation_checkpointing=ckpt,
+        cpu_offload=offload, sharding_strategy="FULL_SHARD" if strategy == "FSDP" else None, fits=fits,
+        max_memory_gb=budget_total, estimated_memory=estimate, explanation=explanation, steps=tuple(steps))
 
 
 __all__ = ["DistributedConfig", "MemoryEstimate", "distributed_training_config"]

@@ -19,6 +19,7 @@ from __future__ import annotations
 import math
 import os
 from collections.abc import Iterable
+from dataclasses import fields
 from typing import Any
 
 import numpy as np
@@ -95,36 +96,11 @@ NUMERIC_FEATURES: tuple[str, ...] = (
 #: What the predictors take, in this order.
 FEATURE_COLUMNS: tuple[str, ...] = CATEGORICAL_FEATURES + NUMERIC_FEATURES
 
-#: Record fields `feature_frame` reads (architecture fields are looked up by model name if absent).
-INPUT_FIELDS: tuple[str, ...] = (
-    "model",
-    "family",
-    "model_type",
-    "param_count",
-    "flops_per_forward",
-    "batch_size",
-    "sequence_length",
-    "image_size",
-    "audio_samples",
-    "launches_per_forward",
-    "num_attention_heads",
-    "num_key_value_heads",
-    "precision",
-    "backend",
-    "hardware",
-    "device_name",
-    "mode",
-    "threads",
-)
-
 
 def _default_threads(hardware: str) -> float:
     """Threads a CPU run uses when the row does not say: this machine's usable cores."""
-    if hardware in facts.target_set(host_cpu=True):
-        try:
-            return float(len(os.sched_getaffinity(0)))
-        except AttributeError:
-            return float(os.cpu_count() or 1)
+    if hardware in facts.target_set(host_cpu=True) and hasattr(os, "sched_getaffinity"):
+        return float(len(os.sched_getaffinity(0)))
     return float(os.cpu_count() or 1)
 
 
@@ -164,12 +140,11 @@ def _floats(values: Iterable[Any]) -> np.ndarray:
 
 
 def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """`FEATURE_COLUMNS` for rows holding record fields (see `INPUT_FIELDS`).
+    """`FEATURE_COLUMNS` for rows holding record fields (those `query_row` writes).
 
-    Missing architecture fields (`num_layers`, `hidden_size`, and any of `INPUT_FIELDS` that is
-    null) are filled from the model's `ModelInfo` when its name resolves; `flops_per_forward` is
-    per forward (FLOPs per item x batch), as in records. Rows keep their index. Row-wise work
-    runs on plain lists (about 1 ms for ten rows, 50 ms for 10,000).
+    Null architecture fields are filled from the model's `ModelInfo` when its name resolves;
+    `flops_per_forward` is per forward (FLOPs per item x batch), as in records. Rows keep their
+    index.
     """
     if len(rows) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CATEGORICAL_FEATURES else float)
@@ -268,6 +243,11 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     return pd.DataFrame({name: columns[name] for name in FEATURE_COLUMNS}, index=rows.index)
 
 
+#: `ModelInfo` fields a record holds by the same name (its name is the record's ``model``, its FLOPs
+#: per item the record's ``flops_per_forward`` over the batch).
+_RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelInfo) if f.name not in ("name", "flops_per_item"))
+
+
 def query_row(
     model: ModelInfo,
     *,
@@ -285,18 +265,8 @@ def query_row(
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     return {
         "model": model.name,
-        "family": model.family,
-        "model_type": model.model_type,
-        "param_count": model.param_count,
+        **{name: getattr(model, name) for name in _RECORD_FIELDS},
         "flops_per_forward": float(model.flops_per_item) * batch_size,
-        "num_layers": model.num_layers,
-        "hidden_size": model.hidden_size,
-        "sequence_length": model.sequence_length,
-        "image_size": model.image_size,
-        "audio_samples": model.audio_samples,
-        "launches_per_forward": model.launches_per_forward,
-        "num_attention_heads": model.num_attention_heads,
-        "num_key_value_heads": model.num_key_value_heads,
         "batch_size": int(batch_size),
         "precision": precision,
         "backend": backend,
@@ -307,21 +277,9 @@ def query_row(
     }
 
 
-def query_frame(
-    model: ModelInfo,
-    *,
-    hardware: str,
-    backend: str,
-    precision: str,
-    batch_size: int,
-    mode: str = "inference",
-    device_name: str | None = None,
-    threads: int | None = None,
-) -> pd.DataFrame:
-    """One row of `FEATURE_COLUMNS` for a configuration (measured or not)."""
-    row = query_row(model, hardware=hardware, backend=backend, precision=precision, batch_size=batch_size,
-                    mode=mode, device_name=device_name, threads=threads)
-    return feature_frame(pd.DataFrame([row]))
+def query_frame(model: ModelInfo, **case: Any) -> pd.DataFrame:
+    """One row of `FEATURE_COLUMNS` for a configuration (measured or not); `case` as in `query_row`."""
+    return feature_frame(pd.DataFrame([query_row(model, **case)]))
 
 
 __all__ = [
@@ -329,7 +287,6 @@ __all__ = [
     "EXTRAPOLATE_ABOVE",
     "CATEGORICAL_FEATURES",
     "FEATURE_COLUMNS",
-    "INPUT_FIELDS",
     "NUMERIC_FEATURES",
     "ModelInfo",
     "RooflineEstimate",

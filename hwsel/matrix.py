@@ -5,14 +5,16 @@ All rows go to one `Predictor.predict_many` call, so each layer scores its rows 
 
 from __future__ import annotations
 
+import datetime as _dt
 import os
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .config import SelectionConfig
 from .predict import Predictor, bulk, predictor_for
-from .query import Query, ask_grid
-from .resolution import ModelInfo
+from .query import Prediction, Query, ask_grid
+from .ranking import device_table
 
 #: The full-tier zoo models: the matrix's default rows.
 DEFAULT_MATRIX_MODELS: tuple[str, ...] = ("bert-base", "gpt2", "t5-small", "vit-base", "resnet-50", "whisper-tiny",
@@ -41,49 +43,28 @@ def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[st
     queries = [Query(info, hw, prec, b, mode, backend_name, name, why)
                for info in infos for hw, (backend_name, name, why) in resolved.items() for b in batches for prec in precs]
     with bulk(len(queries)):
-        return _matrix(p, infos, hws, batches, precs, mode, queries)
+        preds = p.predict_many(queries)
+        cells = iter(preds)
+        out = {info.name: {"name": info.name, "category": info.family, "param_count": int(info.param_count),
+                           "predictions": {hw: {str(b): {prec: _cell(next(cells)) for prec in precs} for b in batches}
+                                           for hw in hws}}
+               for info in infos}
+        return {
+            "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
+            "mode": mode,
+            "devices": device_table(resolved),
+            "models": out,
+            "hardware_platforms": list(hws),
+            "batch_sizes": batches,
+            "precision_options": precs,
+            "sources": dict(Counter(pred.source for pred in preds)),
+            "configurations": len(queries),
+        }
 
 
-def _matrix(p: Predictor, infos: Sequence[ModelInfo], hws: Sequence[str], batches: Sequence[int], precs: Sequence[str],
-            mode: str, queries: Sequence[Query]) -> dict[str, Any]:
-    import datetime as _dt
-
-    preds = iter(p.predict_many(queries))
-    out: dict[str, Any] = {}
-    sources: dict[str, int] = {}
-    for info in infos:
-        table: dict[str, Any] = {}
-        for hw in hws:
-            per_batch: dict[str, Any] = {}
-            for b in batches:
-                per_prec: dict[str, Any] = {}
-                for prec in precs:
-                    pred = next(preds)
-                    sources[pred.source] = sources.get(pred.source, 0) + 1
-                    per_prec[prec] = {"throughput": pred.throughput, "latency_mean": pred.latency_ms,
-                                      "memory_usage": pred.memory_mb, "source": pred.source,
-                                      "interval": list(pred.interval), "backend": pred.backend}
-                per_batch[str(b)] = per_prec
-            table[hw] = per_batch
-        out[info.name] = {"name": info.name, "category": info.family, "param_count": int(info.param_count),
-                          "predictions": table}
-    from .specs import spec_for
-
-    first = {q.hardware: q for q in reversed(queries)}
-    devices = {hw: {"device": q.device_name, "device_source": q.device_source,
-                    "device_spec": spec_for(hw, q.device_name).name, "backend": q.backend}
-               for hw, q in first.items()}
-    return {
-        "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
-        "mode": mode,
-        "devices": {hw: devices[hw] for hw in hws},
-        "models": out,
-        "hardware_platforms": list(hws),
-        "batch_sizes": batches,
-        "precision_options": precs,
-        "sources": sources,
-        "configurations": len(queries),
-    }
+def _cell(pred: Prediction) -> dict[str, Any]:
+    return {"throughput": pred.throughput, "latency_mean": pred.latency_ms, "memory_usage": pred.memory_mb,
+            "source": pred.source, "interval": list(pred.interval), "backend": pred.backend}
 
 
 __all__ = ["DEFAULT_MATRIX_MODELS", "prediction_matrix"]

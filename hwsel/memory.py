@@ -16,14 +16,12 @@ from .resolution import ModelInfo
 
 def _tokens(m: ModelInfo) -> int:
     if m.sequence_length:
-        tokens = int(m.sequence_length)
-    elif m.image_size:
-        tokens = max(1, (int(m.image_size) // 16) ** 2)
-    elif m.audio_samples:
-        tokens = max(1, int(m.audio_samples) // 320)
-    else:
-        tokens = 128
-    return max(1, tokens)
+        return max(1, int(m.sequence_length))
+    if m.image_size:
+        return max(1, (int(m.image_size) // 16) ** 2)
+    if m.audio_samples:
+        return max(1, int(m.audio_samples) // 320)
+    return 128
 
 
 def _shape(m: ModelInfo) -> tuple[int, int, int]:
@@ -69,8 +67,8 @@ def memory_breakdown(model: ModelInfo, *, batch_size: int, precision: str = "fp3
     heads = max(1, hidden // 64)
     scale = nbytes / 2  # the formula is for 16-bit activations
     per_layer = tokens * hidden * (34 + 5 * heads * tokens / hidden) * scale
+    weights = params * nbytes
     if normalise_mode(mode) == TRAIN_MODE:
-        weights = params * nbytes
         grads = params * nbytes
         optimizer = params * (8 + (4 if nbytes < 4 else 0))
         if checkpointing:
@@ -78,7 +76,7 @@ def memory_breakdown(model: ModelInfo, *, batch_size: int, precision: str = "fp3
         else:
             acts = batch_size * layers * per_layer
     else:
-        weights, grads, optimizer = params * nbytes, 0.0, 0.0
+        grads, optimizer = 0.0, 0.0
         acts = batch_size * per_layer / 2
     return MemoryBreakdown(weights / mib, grads / mib, optimizer / mib, acts / mib, runtime_mb)
 

@@ -1,29 +1,15 @@
 """What to measure next: the configurations whose measurement would most shrink the predictors'
 uncertainty (over 500 lines because the ensemble, the candidate grid and the ranking are one method).
 
-`suggest_measurements` reads the benchmark records, builds a target grid (the models, hardware,
-backends and precisions in the records plus zoo models of the same tiers, at the batch sizes the
-records hold, minus what is already measured), and ranks it by disagreement within an ensemble
-of latency regressors:
-
-1. *Uncertainty.* K regressors with one fixed recipe (`LATENCY_PARAMS`: a random forest on the
-   residual against the roofline estimate, `hwsel.train.build_estimator`), each fit on a
-   bootstrap resample *over models* of the training table (a model's rows are drawn together,
-   since the question that matters is a model the predictors have not seen). A candidate's
-   uncertainty is the standard deviation of the K log-latency predictions: about the relative
-   spread, 0.1 meaning roughly +-10%.
-2. *Greedy pick with diversity.* The most uncertain candidate goes first; then every remaining
-   candidate of the same model has its score multiplied by `SAME_MODEL_FACTOR`, and those that
-   also share hardware and backend by `SAME_RUNTIME_FACTOR` on top, since one measurement
-   teaches the predictors most about its neighbours. So N picks spread over models and runtimes
-   instead of N batch sizes of one configuration.
-
-Only (hardware, device, backend, precision, mode) combinations that appear in the records are
-proposed, so each suggestion is something a runner has already shown it can run (and a model the
-records hold on a device only on the runtimes it ran there: records keep no skips); each comes with
-the ``pytest bench_suites/...`` command line that measures it. Everything is deterministic for a
-seed. `rank_candidates` runs steps 1-2 on any training table and candidate frame (no store), for
-benchmarks (``benchmarks/next_vs_random.py``).
+`suggest_measurements` reads the benchmark records, builds a target grid (`candidate_grid`: the
+models, hardware, backends and precisions in the records plus zoo models of the same tiers, at the
+batch sizes the records hold, minus what is already measured), ranks it by the disagreement of an
+ensemble of latency regressors (`ensemble_predictions`) and picks greedily, discounting the
+neighbours of each pick (`greedy_order`), so that the picks spread over models and runtimes. Only
+runtimes the records hold are proposed (something a runner has shown it can run), each with the
+``pytest bench_suites/...`` command line that measures it; everything is deterministic for a seed.
+`rank_candidates` ranks any training table and candidate frame (no store), for benchmarks
+(``benchmarks/next_vs_random.py``).
 """
 
 from __future__ import annotations
@@ -42,10 +28,8 @@ from hwsel.data import Source
 from pytest_hwbench.vocabulary import normalise_mode
 
 #: The ensemble's recipe, fixed (no study per call): a random forest on the residual against the
-#: roofline estimate, from `hwsel.train.suggest`'s space. Of the recipes tried on the CPU snapshot
-#: (this, hgb with squared or absolute loss, ridge), its held-out-model error fell the most as
-#: measurements were added (MAPE 44.8% -> 37.8% from 20% to all of the other models' rows, mean of
-#: 6 splits; squared-loss hgb went 40.3% -> 43.5%): a recipe that does not gain from more data
+#: roofline estimate, from `hwsel.train.suggest`'s space; of the recipes tried, its held-out-model
+#: error fell the most as measurements were added: a recipe that does not gain from more data
 #: cannot say which data would help.
 LATENCY_PARAMS: Mapping[str, Any] = {
     "estimator": "rf",
@@ -145,16 +129,10 @@ def bench_command(*, model: str, hardware: str, backend: str, precision: str, ba
 
 # --- checks -----------------------------------------------------------------------------------------
 
-def _check_budget(budget: Any) -> int:
-    if isinstance(budget, bool) or not isinstance(budget, int | np.integer) or not 1 <= budget <= MAX_BUDGET:
-        raise ValueError(f"budget must be a whole number from 1 to {MAX_BUDGET}, got {budget!r}")
-    return int(budget)
-
-
-def _check_ensemble(ensemble: Any) -> int:
-    if isinstance(ensemble, bool) or not isinstance(ensemble, int | np.integer) or not 2 <= ensemble <= MAX_ENSEMBLE:
-        raise ValueError(f"ensemble must be a whole number from 2 to {MAX_ENSEMBLE}, got {ensemble!r}")
-    return int(ensemble)
+def _whole(name: str, value: Any, low: int, high: int) -> int:
+    if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
+        raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
+    return int(value)
 
 
 def _chosen(what: str, values: Iterable[Any] | None, accepted: Iterable[str]) -> list[str] | None:
@@ -256,18 +234,14 @@ def candidate_grid(
         tiers = {MODELS[m].tier for m in in_zoo} or {"quick"}  # a cold start begins with the quick tier
         names = sorted(set(in_zoo) | {m for m, spec in MODELS.items() if spec.tier in tiers})
 
-    runtime_keys = ["hardware", "device_name", "backend", "precision", "mode"]
+    runtime_keys = list(CANDIDATE_COLUMNS[1:6])
     runtimes = frame[runtime_keys].drop_duplicates()
-    if hw is not None:
-        runtimes = runtimes.loc[runtimes["hardware"].isin(hw)]
-    if be is not None:
-        runtimes = runtimes.loc[runtimes["backend"].isin(be)]
-    if pr is not None:
-        runtimes = runtimes.loc[runtimes["precision"].isin(pr)]
+    for column, chosen in (("hardware", hw), ("backend", be), ("precision", pr)):
+        if chosen is not None:
+            runtimes = runtimes.loc[runtimes[column].isin(chosen)]
     # threads: what the records of that device ran with (the predictions are for that machine)
-    threads: dict[tuple[str, str], float] = {}
-    for key, values in frame.groupby(["hardware", "device_name"])["threads"]:
-        threads[key] = float(values.mode().iloc[0]) if values.notna().any() else math.nan
+    threads = {key: float(values.mode().iloc[0]) if values.notna().any() else math.nan
+               for key, values in frame.groupby(["hardware", "device_name"])["threads"]}
     observed = {key: sorted({int(b) for b in values}) for key, values in frame.groupby(["hardware", "mode"])["batch_size"]}
     measured = set(frame[["model", *runtime_keys, "batch_size"]].itertuples(index=False, name=None))
     # A model measured on a device but never through one of its runtimes was most likely skipped
@@ -291,9 +265,7 @@ def candidate_grid(
                 key = (model, rt.hardware, rt.device_name, rt.backend, rt.precision, rt.mode, int(batch))
                 if key not in measured:
                     rows.append((*key, threads.get((rt.hardware, rt.device_name), math.nan)))
-    columns = ["model", *runtime_keys, "batch_size", "threads"]
-    out = pd.DataFrame(rows, columns=columns)
-    return out.loc[:, list(CANDIDATE_COLUMNS)].reset_index(drop=True)
+    return pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
 
 
 # --- uncertainty and the greedy pick ------------------------------------------------------------------
@@ -321,12 +293,13 @@ def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensem
     """Log-latency predictions, shape (ensemble, len(candidates)), of K group-bootstrapped regressors.
 
     Each regressor is `LATENCY_PARAMS` fit on the rows of `len(models)` models drawn with
-    replacement from `table`'s models (a model drawn twice counts twice).
+    replacement from `table`'s models (a model drawn twice counts twice): a model's rows are drawn
+    together, since the question that matters is a model the predictors have not seen.
     """
     from .estimators import one_thread
     from .features import feature_frame
 
-    ensemble = _check_ensemble(ensemble)
+    ensemble = _whole("ensemble", ensemble, 2, MAX_ENSEMBLE)
     latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
     keep = np.isfinite(latency) & (latency > 0)
     table = table.loc[keep].reset_index(drop=True)
@@ -377,7 +350,7 @@ def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, 
     `candidates` has record fields (at least model, hardware, backend, precision, mode,
     batch_size; device_name and threads where known). Rows keep `candidates`' index.
     """
-    budget = _check_budget(budget)
+    budget = _whole("budget", budget, 1, MAX_BUDGET)
     if not len(candidates):
         return candidates.assign(uncertainty=pd.Series(dtype=float), predicted_ms=pd.Series(dtype=float))
     if _measured_models(table) < 2:
@@ -421,8 +394,7 @@ def cold_start_table() -> pd.DataFrame:
                 rows.append({"model": "", "hardware": kind, "device_name": device, "backend": "torch",
                              "precision": precision, "mode": "inference", "batch_size": batch,
                              "threads": np.nan, "latency_ms": np.nan})
-    return pd.DataFrame(rows, columns=["model", "hardware", "device_name", "backend", "precision", "mode",
-                                       "batch_size", "threads", "latency_ms"])
+    return pd.DataFrame(rows, columns=[*CANDIDATE_COLUMNS, "latency_ms"])
 
 
 def suggest_measurements(
@@ -462,8 +434,8 @@ def suggest_measurements(
     """
     from .data import describe_sources, existing_store, load_runs, source_list, training_table
 
-    budget = _check_budget(budget)
-    _check_ensemble(ensemble)
+    budget = _whole("budget", budget, 1, MAX_BUDGET)
+    _whole("ensemble", ensemble, 2, MAX_ENSEMBLE)
     if table is None:
         # no source named: the store here, if there is one (looking creates none)
         chosen = source if source is not None else existing_store()

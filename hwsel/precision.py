@@ -7,7 +7,7 @@ left out with its reason.
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
@@ -48,10 +48,8 @@ class PrecisionChoice:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        return {"model_name": self.model_name, "hardware": self.hardware, "batch_size": self.batch_size,
-                "mode": self.mode, "backend": self.backend, "primary": self.primary, "ranked": list(self.ranked),
-                "tie": list(self.tie), "rule": self.rule, "explanation": self.explanation,
-                "incompatible": dict(self.incompatible),
+        return {**{f.name: getattr(self, f.name) for f in fields(self)}, "ranked": list(self.ranked),
+                "tie": list(self.tie), "incompatible": dict(self.incompatible),
                 "predictions": {k: p.to_dict() for k, p in self.predictions.items()}}
 
 

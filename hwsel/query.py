@@ -76,25 +76,8 @@ class Prediction:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; also carries the predecessor's names (latency, memory_usage)."""
-        return {
-            "hardware": self.hardware,
-            "latency_ms": self.latency_ms,
-            "throughput": self.throughput,
-            "memory_mb": self.memory_mb,
-            "source": self.source,
-            "interval": list(self.interval),
-            "backend": self.backend,
-            "precision": self.precision,
-            "batch_size": self.batch_size,
-            "mode": self.mode,
-            "detail": self.detail,
-            "device": self.device,
-            "device_source": self.device_source,
-            "device_spec": self.device_spec,
-            "energy_j_per_item": self.energy_j_per_item,
-            "latency": self.latency_ms,
-            "memory_usage": self.memory_mb,
-        }
+        return {**dataclasses.asdict(self), "interval": list(self.interval), "latency": self.latency_ms,
+                "memory_usage": self.memory_mb}
 
 
 @dataclass(frozen=True)
@@ -268,12 +251,9 @@ def model_info(model: ModelRef,
                config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ModelInfo:
     """A `ModelInfo` for a zoo name, a hub-style alias, or a `ModelInfo` (returned as is).
 
-    With `config` (a ``config.json``, a folder holding one, its parsed contents, or a model-set
-    file), `model` may be None: the name then comes from the config
-    (`hwsel.resolution.resolve_model`). A config that describes no model (a size below 1, an
-    unknown model type, a file that cannot be read) raises `QuestionError` (a ValueError, field
-    ``config``) naming the model or the file, and the field. Unknown names raise KeyError listing
-    close matches and how to describe a model of your own; anything else raises TypeError.
+    `model` and `config` as in `hwsel.resolution.resolve_model`, whose KeyError for an unknown name
+    this raises too; a config that describes no model raises `QuestionError` (field ``config``),
+    anything else TypeError.
     """
     if isinstance(model, ModelInfo):
         return model
@@ -285,22 +265,6 @@ def model_info(model: ModelRef,
         return resolve_model(model, config)
     except ValueError as exc:  # only a config raises it: the model it describes is not one
         raise QuestionError(str(exc), "config") from None
-
-
-def with_sequence_length(info: ModelInfo, sequence_length: int | None) -> ModelInfo:
-    """`info` at another sequence length (FLOPs scaled linearly), renamed ``name@seqN``.
-
-    The new name keeps measured data of the default length from answering for it.
-    """
-    if sequence_length is None or sequence_length == info.sequence_length:
-        return info
-    length = check_batch_size(sequence_length, "sequence_length")
-    old = info.sequence_length
-    if not old:
-        raise QuestionError(f"sequence_length does not apply to {info.name}: its input is not a token sequence",
-                            "sequence_length")
-    return dataclasses.replace(info, name=f"{info.name}@seq{length}", sequence_length=length,
-                               flops_per_item=float(info.flops_per_item) * length / old)
 
 
 def _position_limit(info: ModelInfo) -> int | None:
@@ -366,7 +330,14 @@ def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | M
         if limit is not None and length > limit:
             raise QuestionError(f"{info.name} takes at most {limit} tokens (its config's position limit), "
                                 f"got {length}", "sequence_length")
-        info = with_sequence_length(info, length)
+        old = info.sequence_length
+        if length != old:
+            if not old:
+                raise QuestionError(f"sequence_length does not apply to {info.name}: its input is not a token "
+                                    "sequence", "sequence_length")
+            # the new name keeps measured data of the default length from answering for it
+            info = dataclasses.replace(info, name=f"{info.name}@seq{length}", sequence_length=length,
+                                       flops_per_item=float(info.flops_per_item) * length / old)
     if family is not None and family != info.family:
         raise QuestionError(f"model {info.name!r} is a {info.family} model, not {family}; drop model_family or fix it",
                             "model_family")
@@ -508,5 +479,4 @@ __all__ = [
     "device_map",
     "error_text",
     "model_info",
-    "with_sequence_length",
 ]

@@ -56,13 +56,13 @@ def _batch_sizes(default: tuple[int, ...]) -> Field:
 
 
 _PRECISION = Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS)
+_MODE = Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES)
 _MODES = Field("modes", "--modes", str, MODES, "modes", many=len(MODES), choices=ACCEPTED_MODES)
 
 _CASE = (Field("batch_size", "--batch-size", int, 1, "items per forward", ge=1, le=MAX_REQUEST_BATCH_SIZE),
          Field("sequence_length", "--seq-length", int, None, "tokens per item, for text models; at most the model's "
                                                           "position limit (default: the zoo model's)", ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH),
-         Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS),
-         Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES))
+         _PRECISION, _MODE)
 #: `hwsel predict` and ``POST /performance/predict`` (besides the model and hardware): one case.
 PREDICT = _CASE
 #: `hwsel select` and ``POST /hardware/select`` (besides the model): the targets to choose among.
@@ -77,8 +77,7 @@ MAP = _grid(Field("model_families", "--families", str, None, "model families (de
 #: `hwsel matrix` and ``POST /performance/matrix``: predictions for every combination.
 MATRIX = _grid(Field("models", "--models", str, None, "zoo models (default: the full-tier zoo models)", many=16),
                _batch_sizes((1, 8, 32)),
-               Field("precisions", "--precisions", str, ("fp32", "fp16"), "precisions", many=4, choices=PRECISIONS),
-               Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES))
+               Field("precisions", "--precisions", str, ("fp32", "fp16"), "precisions", many=4, choices=PRECISIONS), _MODE)
 #: `hwsel analyze` and ``POST /analysis/model`` (besides the model): one model across the grid.
 ANALYZE = _grid(_batch_sizes((1, 8, 32)), _MODES, _PRECISION)
 

@@ -8,8 +8,8 @@ from __future__ import annotations
 
 import functools
 import math
-from collections.abc import Callable, Sequence
-from typing import TypeVar
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any, TypeVar
 
 from pytest_hwbench.vocabulary import TRAIN_MODE
 
@@ -36,13 +36,22 @@ def tie_for_first(ranked: Sequence[T], prediction: Callable[[T], Prediction | No
 
     def rule(o: T) -> tuple[float, float, int]:
         p = prediction(o)
-        energy = p.energy_j_per_item if p is not None else None
-        memory = p.memory_mb if p is not None else math.inf
-        return (float(round(memory)), energy if energy is not None else math.inf, position[name(o)])
+        assert p is not None  # every tied option has one
+        energy = p.energy_j_per_item
+        return (float(round(p.memory_mb)), energy if energy is not None else math.inf, position[name(o)])
 
     first = sorted(tied, key=rule)
     names = {name(o) for o in first}
     return first + [o for o in ranked if name(o) not in names], tuple(name(o) for o in first)
+
+
+def device_table(resolved: Mapping[str, tuple[str, str | None, str]]) -> dict[str, dict[str, Any]]:
+    """hardware -> the device, why, its spec and the backend answers for it are for, from each
+    target's (backend, device, why) as `hwsel.predict.Predictor.resolve_target` gives them."""
+    from .specs import spec_for
+
+    return {hw: {"device": name, "device_source": why, "device_spec": spec_for(hw, name).name, "backend": backend}
+            for hw, (backend, name, why) in resolved.items()}
 
 
 def fmt_ms(ms: float) -> str:
@@ -89,4 +98,4 @@ def too_big(cfg: SelectionConfig, hw: str, p: Prediction) -> str:
             "batch size or precision")
 
 
-__all__ = ["capacity_gb", "fmt_ms", "incompatibility", "tie_for_first", "too_big"]
+__all__ = ["capacity_gb", "device_table", "fmt_ms", "incompatibility", "tie_for_first", "too_big"]

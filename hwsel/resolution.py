@@ -123,9 +123,9 @@ def _fingerprint(spec: Any) -> str:
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
-def _measure_spec(spec: Any, name: str | None = None) -> ModelInfo:
+def _measure_spec(spec: Any) -> ModelInfo:
     """ModelInfo of a zoo `ModelSpec` from a meta-device build (imports torch and transformers)."""
-    return ModelInfo.from_architecture(spec.architecture, name=name or spec.name, family=spec.family,
+    return ModelInfo.from_architecture(spec.architecture, name=spec.name, family=spec.family,
                                        shape=spec.input_shape())
 
 
@@ -262,21 +262,17 @@ def _normal(name: str) -> str:
     return name.strip().lower()
 
 
-def _candidates() -> list[str]:
+def _unknown(name: str) -> KeyError:
     from pytest_hwbench.models import MODELS
 
-    return sorted(set(MODELS) | set(ALIASES))
-
-
-def _unknown(name: str, extra: str = "") -> KeyError:
-    names = _candidates()
+    names = sorted(set(MODELS) | set(ALIASES))
     bare = _normal(name).rsplit("/", 1)[-1]
     close = difflib.get_close_matches(bare, names, n=5, cutoff=0.5) or difflib.get_close_matches(
         _normal(name), names, n=5, cutoff=0.4
     )
     hint = f" Close matches: {', '.join(close)}." if close else ""
     return KeyError(
-        f"unknown model {name!r}.{hint}{extra} For a model outside the zoo pass its architecture: "
+        f"unknown model {name!r}.{hint} For a model outside the zoo pass its architecture: "
         "--config PATH (CLI) or config=PATH (Python), PATH being a directory with a config.json "
         "(transformers) or a model-set TOML/JSON file (see `hwbench models` and README)."
     )
@@ -376,12 +372,6 @@ def _dump_zoo() -> dict[str, dict[str, Any]]:
     return table
 
 
-def _check_table(table: Mapping[str, Mapping[str, Any]]) -> None:
-    for name, entry in table.items():
-        if not math.isfinite(float(entry["flops_per_item"])):
-            raise ValueError(f"{name}: non-finite FLOPs")
-
-
 __all__ = [
     "ALIASES",
     "EXTRAPOLATE_ABOVE",
@@ -405,5 +395,7 @@ def _write_table(table: Mapping[str, Mapping[str, Any]]) -> str:
 
 if __name__ == "__main__":  # python -m hwsel.resolution: rewrite hwsel/_zoo_table.py for the current zoo
     _table = _dump_zoo()
-    _check_table(_table)
+    for _name, _entry in _table.items():
+        if not math.isfinite(float(_entry["flops_per_item"])):
+            raise ValueError(f"{_name}: non-finite FLOPs")
     Path(__file__).with_name("_zoo_table.py").write_text(_write_table(_table), encoding="utf-8")

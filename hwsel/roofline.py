@@ -8,7 +8,7 @@ frame and the roofline layer. Imports numpy, not pandas.
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, fields
 
 import numpy as np
 
@@ -90,13 +90,7 @@ def roofline(
         np.array([spec.tflops(precision)]),
         np.array([spec.memory_bandwidth_gbs]),
     )
-    return RooflineEstimate(
-        latency_ms=float(out["latency_ms"][0]),
-        throughput=float(out["throughput"][0]),
-        memory_mb=float(out["memory_mb"][0]),
-        compute_ms=float(out["compute_ms"][0]),
-        memory_ms=float(out["memory_ms"][0]),
-    )
+    return RooflineEstimate(**{f.name: float(out[f.name][0]) for f in fields(RooflineEstimate)})
 
 
 __all__ = ["RooflineEstimate", "roofline", "roofline_arrays"]

@@ -43,7 +43,7 @@ from .query import (
     ask_grid,
     model_info,
 )
-from .ranking import capacity_gb, fmt_ms, incompatibility, tie_for_first, too_big
+from .ranking import capacity_gb, device_table, fmt_ms, incompatibility, tie_for_first, too_big
 from .representatives import FAMILY_BASE_MODELS, representative_models
 from .resolution import ModelInfo
 
@@ -87,15 +87,7 @@ class HardwareScore:
         """JSON-ready; ``predictions`` keeps the predecessor's keys (latency, throughput, memory_usage)."""
         p = self.prediction
         return {
-            "hardware": self.hardware,
-            "compatible": self.compatible,
-            "score": self.score,
-            "latency_score": self.latency_score,
-            "throughput_score": self.throughput_score,
-            "memory_score": self.memory_score,
-            "compatibility_score": self.compatibility_score,
-            "preference_factor": self.preference_factor,
-            "reason": self.reason,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self) if f.name != "prediction"},
             "source": p.source if p else None,
             "predictions": {"latency": p.latency_ms, "throughput": p.throughput, "memory_usage": p.memory_mb,
                             "interval": list(p.interval)} if p else None,
@@ -136,28 +128,14 @@ class Recommendation:
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict in the predecessor's shape (plus our extra fields)."""
         return {
-            "model_name": self.model_name,
-            "model_family": self.model_family,
-            "model_size": self.model_size,
-            "model_size_category": self.model_size_category,
-            "batch_size": self.batch_size,
-            "batch_size_category": self.batch_size_category,
-            "sequence_length": self.sequence_length,
-            "mode": self.mode,
-            "precision": self.precision,
-            "task_type": self.task_type,
-            "backend": self.backend,
-            "primary_recommendation": self.primary_recommendation,
+            **{f.name: getattr(self, f.name) for f in dataclasses.fields(self)},
             "fallback_options": list(self.fallback_options),
             "compatible_hardware": list(self.compatible_hardware),
             "all_scores": {hw: s.to_dict() for hw, s in self.all_scores.items()},
-            "explanation": self.explanation,
-            "prediction_source": self.prediction_source,
             "prediction_sources": dict(self.prediction_sources),
             "weights": dict(self.weights),
             "devices": {hw: dict(d) for hw, d in self.devices.items()},
             "tie": list(self.tie),
-            "tie_rule": self.tie_rule,
         }
 
 
@@ -166,12 +144,6 @@ TIE_RULE = ("a target ties with the best-scored one when their latency intervals
             "difference lies inside their intervals) and the configuration prefers neither (the same "
             "availability / cost factor); tied targets are ranked by predicted memory (less first, "
             "in whole MiB), then by measured energy per item (less first; unmeasured last), then by score")
-
-
-def _break_ties(ranked: Sequence[HardwareScore]) -> tuple[list[HardwareScore], tuple[str, ...]]:
-    """(`ranked` with a tie for first ordered by `TIE_RULE`, the tied targets; empty when decided)."""
-    return tie_for_first(ranked, lambda s: s.prediction, lambda s: s.hardware,
-                          lambda a, b: a.preference_factor == b.preference_factor)
 
 
 def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[str, Prediction],
@@ -243,12 +215,6 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
     return " ".join(parts)
 
 
-def _device_table(preds: Mapping[str, Prediction]) -> dict[str, dict[str, Any]]:
-    """hardware -> the device, why, its spec and the backend its answer is for."""
-    return {hw: {"device": p.device, "device_source": p.device_source, "device_spec": p.device_spec,
-                 "backend": p.backend} for hw, p in preds.items()}
-
-
 def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query], *, weights: Weights,
             task: str | None) -> Recommendation:
     """The recommendation among `queries`: one question (model, batch, precision, mode, backend)
@@ -264,7 +230,8 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     scores = _score(cfg, weights, info.family, preds, reasons)
     order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
     ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
-    ranked, tie = _break_ties(ranked)
+    ranked, tie = tie_for_first(ranked, lambda s: s.prediction, lambda s: s.hardware,  # by `TIE_RULE`
+                                lambda a, b: a.preference_factor == b.preference_factor)
     primary = ranked[0].hardware if ranked else None
     return Recommendation(
         model_name=info.name,
@@ -286,10 +253,18 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
         backend=backend or (preds[primary].backend if primary else DEFAULT_BACKEND),
         sequence_length=info.sequence_length,
         weights=MappingProxyType(weights.as_dict()),
-        devices=MappingProxyType(_device_table(preds)),
+        devices=MappingProxyType({hw: {"device": p.device, "device_source": p.device_source,
+                                       "device_spec": p.device_spec, "backend": p.backend} for hw, p in preds.items()}),
         tie=tie,
         tie_rule=TIE_RULE,
     )
+
+
+def _predictor_config(predictor: Predictor | None, source: str | os.PathLike[str] | None, tracking_uri: str | None,
+                      config: SelectionConfig | str | os.PathLike[str] | None) -> tuple[Predictor, SelectionConfig]:
+    """The predictor a selection asks and the settings it selects by (`config`, else the predictor's)."""
+    p = predictor_for(predictor, source, tracking_uri, config)
+    return p, p.config_ if config is None or predictor is None else load_config(config)
 
 
 def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference", precision: str = "fp32",
@@ -310,8 +285,7 @@ def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference
     raises `QuestionError` (a ValueError naming the field) or KeyError (unknown model), naming what
     is accepted.
     """
-    p = predictor_for(predictor, source, tracking_uri, config)
-    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     weights = None
     if task_type is not None:
         if task_type not in cfg.tasks:
@@ -345,8 +319,7 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
     """
     if isinstance(precisions, str) or not precisions:
         raise QuestionError(f"precisions must be a non-empty list of precisions, got {precisions!r}", "precisions")
-    p = predictor_for(predictor, source, tracking_uri, config)
-    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     queries = [ask(cfg, model, hardware, batch_size=batch_size, precision=prec, mode=mode, backend=backend,
                    device=device)[0] for prec in dict.fromkeys(precisions)]
     return rank_precisions(cfg, queries, p.predict_many(queries), on_this_machine=device is None)
@@ -373,8 +346,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     says which device and backend each target's answers are for (`device`, `backend` as in
     `select_hardware`).
     """
-    p = predictor_for(predictor, source, tracking_uri, config)
-    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     grid = ask_grid(cfg, what="selection_map", families=list(families) if families is not None else list(FAMILIES),
                     hardware=hardware, batch_sizes=batch_sizes, modes=modes, precisions=[precision], backend=backend,
                     device=device)
@@ -409,22 +381,10 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         "batch_sizes": batches,
         "modes": mode_list,
         "precision": precision,
-        "devices": _resolved_devices(p, hws, grid.devices, backend),
+        "devices": device_table({hw: p.resolve_target(hw, backend, grid.devices.get(hw)) for hw in hws}),
         "prediction_layers": p.describe(),
         "model_families": families_out,
     }
-
-
-def _resolved_devices(p: Predictor, hws: Sequence[str], devices: Mapping[str, str],
-                      backend: str | None) -> dict[str, dict[str, Any]]:
-    """hardware -> the device, why, its spec and the backend answers for it are for."""
-    from .specs import spec_for
-
-    out = {}
-    for hw in hws:
-        chosen, name, why = p.resolve_target(hw, backend, devices.get(hw))
-        out[hw] = {"device": name, "device_source": why, "device_spec": spec_for(hw, name).name, "backend": chosen}
-    return out
 
 
 def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hardware: Sequence[str] | None = None,
@@ -441,8 +401,7 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
     primary and fallbacks. `hardware` defaults to every configured target; ``devices`` says which
     device and backend each target's answers are for (`device`, `backend` as in `select_hardware`).
     """
-    p = predictor_for(predictor, source, tracking_uri, config)
-    cfg = p.config_ if config is None or predictor is None else load_config(config)
+    p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     grid = ask_grid(cfg, what="analyze_model", models=[model], hardware=hardware, batch_sizes=batch_sizes,
                     modes=modes, precisions=[precision], backend=backend, device=device)
     info, batches, mode_list, hws = grid.models[0], list(grid.batch_sizes), list(grid.modes), grid.hardware
@@ -450,7 +409,7 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
     out: dict[str, Any] = ModeKeyed({
         "model_name": info.name, "model_family": info.family, "model_size": int(info.param_count),
         "hardware_platforms": list(hws), "batch_sizes": batches, "precision": precision,
-        "devices": _resolved_devices(p, hws, grid.devices, backend),
+        "devices": device_table({hw: p.resolve_target(hw, backend, grid.devices.get(hw)) for hw in hws}),
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
     })
     for mode in mode_list:

@@ -21,7 +21,6 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 
 from pytest_hwbench import facts
-from pytest_hwbench.vocabulary import PRECISIONS
 
 
 @dataclass(frozen=True)
@@ -56,11 +55,7 @@ class DeviceSpec:
 
 def _gpu(name: str, fp32: float, fp16: float, bf16: float | None, int8: float | None, bw: float, mem: float,
          *aliases: str, kind: str = "gpu") -> DeviceSpec:
-    peaks = {"fp32": fp32, "fp16": fp16}
-    if bf16 is not None:
-        peaks["bf16"] = bf16
-    if int8 is not None:
-        peaks["int8"] = int8
+    peaks = {k: v for k, v in (("fp32", fp32), ("fp16", fp16), ("bf16", bf16), ("int8", int8)) if v is not None}
     return DeviceSpec(name, peaks, bw, mem, True, kind, aliases)
 
 
@@ -131,12 +126,7 @@ def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_g
     (VDPBF16PS) and reaches 8x with AMX; int8 is 4x fp32 with VNNI, 16x with AMX.
     Memory bandwidth is a rough per-core share of a server socket (~8 GB/s/core, capped).
     """
-    if "avx512f" in flags:
-        lanes = 16
-    elif "avx2" in flags:
-        lanes = 8
-    else:
-        lanes = 4
+    lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
     fp32 = cores * lanes * 2 * 2 * ghz / 1e3  # TFLOP/s
     peaks = {"fp32": fp32}
     if flags & {"amx_bf16", "amx_tile"}:
@@ -145,12 +135,7 @@ def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_g
         peaks["bf16"] = 2 * fp32
     if flags & {"amx_fp16", "avx512_fp16", "asimdhp", "fphp"}:
         peaks["fp16"] = 2 * fp32
-    if flags & {"amx_int8"}:
-        peaks["int8"] = 16 * fp32
-    elif flags & {"avx512_vnni", "avx_vnni", "i8mm"}:
-        peaks["int8"] = 4 * fp32
-    else:
-        peaks["int8"] = 2 * fp32
+    peaks["int8"] = (16 if "amx_int8" in flags else 4 if flags & {"avx512_vnni", "avx_vnni", "i8mm"} else 2) * fp32
     bandwidth = min(8.0 * cores, 300.0) + 10.0
     return DeviceSpec(name, peaks, bandwidth, memory_gb, known, "cpu")
 
@@ -166,23 +151,17 @@ def _clock_ghz(model: str) -> float:
 GENERIC_CPU_CORES = 8
 
 
-def generic_cpu_spec() -> DeviceSpec:
-    """A CPU we know nothing about: 8 AVX2 cores at 2.5 GHz."""
-    return _cpu_spec("cpu-generic", GENERIC_CPU_CORES, frozenset({"avx2"}), 2.5, 32.0, known=False)
-
-
 @functools.lru_cache(maxsize=256)
 def cpu_spec(device_name: str = "") -> DeviceSpec:
     """The spec of the CPU called `device_name` (``cpu:`` prefix and case optional), the same on
     every host: the generic CPU's 8 AVX2 cores and 32 GB at the clock the name states (else
-    2.5 GHz), named ``cpu:<model in lower case>``; `generic_cpu_spec` for a name-less CPU.
+    2.5 GHz), named ``cpu:<model in lower case>``; ``cpu-generic`` for a name-less CPU.
     ``known`` is False: a name says nothing of cores or vector units, so physical floors take
     `CPU_CEILING` instead."""
     model = " ".join((device_name or "").split()).lower()
     model = model.removeprefix("cpu:").strip()
-    if model in {"", "cpu", "cpu-generic"}:
-        return generic_cpu_spec()
-    return _cpu_spec(f"cpu:{model}", GENERIC_CPU_CORES, frozenset({"avx2"}), _clock_ghz(model), 32.0, known=False)
+    name = "cpu-generic" if model in {"", "cpu", "cpu-generic"} else f"cpu:{model}"
+    return _cpu_spec(name, GENERIC_CPU_CORES, frozenset({"avx2"}), _clock_ghz(model), 32.0, known=False)
 
 
 #: The fastest CPU a record may come from (two 192-core sockets with AVX-512 and AMX at 3.7 GHz,
@@ -243,15 +222,13 @@ def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
     on_host = hardware in facts.target_set(host_cpu=True)
     if on_host and (not name or _is_cpu_name(name)):
         return cpu_spec(name)
-    if name:
-        found = _match(name)
-        if found is not None:
-            return found
+    if name and (found := _match(name)) is not None:
+        return found
     if hardware in _GENERIC:
         return _GENERIC[hardware]
     if on_host or _is_cpu_name(name):
         return cpu_spec(name)
-    return _GENERIC["cuda"] if hardware.startswith("cuda") else generic_cpu_spec()
+    return _GENERIC["cuda"] if hardware.startswith("cuda") else cpu_spec()
 
 
 #: Device names that name no device: what records hold when the harness did not know the device.
@@ -278,9 +255,7 @@ def device_key(hardware: str, device_name: str | None) -> str:
     if low in _UNNAMED or low == (hardware or "").lower():
         return ""
     found = _match(name)
-    if found is not None:
-        return found.name
-    return low.removeprefix("cpu:").strip()
+    return found.name if found is not None else low.removeprefix("cpu:").strip()
 
 
 def known_device_names() -> tuple[str, ...]:
@@ -297,5 +272,5 @@ def knows_device(hardware: str, device_name: str) -> bool:
         or _match(" ".join(device_name.split())) is not None
 
 
-__all__ = ["CPU_CEILING", "GENERIC_CPU_CORES", "KNOWN_DEVICES", "PRECISIONS", "DeviceSpec", "cpu_spec", "device_key",
-           "generic_cpu_spec", "known_device_names", "knows_device", "spec_for", "wasm_spec"]
+__all__ = ["CPU_CEILING", "GENERIC_CPU_CORES", "KNOWN_DEVICES", "DeviceSpec", "cpu_spec", "device_key",
+           "known_device_names", "knows_device", "spec_for", "wasm_spec"]
