@@ -180,11 +180,9 @@ class TrackingConfig:
         `flags`: how the store folder and the DuckDB file are named in messages (pytest's options,
         or a command's ``--store``/``--db``)."""
         store_flag, db_flag = flags
-        store = Path(store_dir) if store_dir else root / DEFAULT_STORE_DIR
-        store = store if store.is_absolute() else (root / store)
+        store = root / (store_dir or DEFAULT_STORE_DIR)  # an absolute store_dir stays as it is
         uri = validate_tracking_uri(resolve_tracking_uri(mlflow_uri, store))
-        db = Path(db_path) if db_path else store / "hwbench.duckdb"
-        db = db if db.is_absolute() else Path.cwd() / db
+        db = Path.cwd() / (db_path or store / "hwbench.duckdb")  # relative to the working directory
         if db.is_dir():
             raise ValueError(f"{db_flag} {db} is a directory; give a file path such as {db / 'hwbench.duckdb'}")
         if db_path:  # else the file goes in the store's folder, checked next
@@ -229,15 +227,11 @@ def _status(exitstatus: int) -> str:
 class Tracker:
     """Controller-side plugin: session start -> records -> finish, spool first, sinks between cases.
 
-    A serial session hands its records to a `SinkWriter` process (for the sinks that can travel
-    there, ours do): it writes each record while pytest tears the case down and sets up the next,
-    and it is idle (`SinkWriter.wait_idle`) before every timed window of a case
-    (`pytest_hwbench_timing_starts`), so no sink I/O runs while a case is timed. It is started
-    once the first hwbench case is collected, so that its start-up runs beside collection and the
-    first model's load; sessions without hwbench cases start nothing. The pytest
-    process spools every record before handing it over and never imports the sinks' libraries.
-    Sinks that cannot travel (a conftest's) and an xdist controller's sinks (it measures nothing)
-    are written in this process as each record arrives.
+    A serial session's sinks that can travel (ours) are written by a `SinkWriter` process, started
+    once the first hwbench case is collected (beside collection and the first model's load) and
+    idle before every timed window (`pytest_hwbench_timing_starts`); sessions without hwbench
+    cases start nothing. Sinks that cannot travel (a conftest's) and an xdist controller's (it
+    measures nothing) are written in this process as each record arrives.
     """
 
     def __init__(self, config: TrackingConfig) -> None:
@@ -398,18 +392,15 @@ class Tracker:
         if self.writer is not None:
             self.writer.stop()  # a session that never opened (every case deselected), or ended early
 
-    def writer_overlaps(self) -> int:
-        """Timed windows during which the writer reported work (0 is the promise)."""
-        busy = self.writer.busy if self.writer is not None else []
-        return sum(any(b < end and began < e for b, e in busy) for began, end in self.timed_windows)
-
     def writer_summary(self) -> str:
-        """One line on the writer against the timed cases (shown with ``-v``)."""
+        """One line on the writer against the timed cases (shown with ``-v``): the timed windows
+        during which it reported work (0 is the promise), and its CPU time in them."""
         writer = self.writer
         assert writer is not None
+        overlaps = sum(any(b < end and began < e for b, e in writer.busy) for began, end in self.timed_windows)
         cpu = "unknown" if self.writer_cpu_in_windows is None else f"{self.writer_cpu_in_windows * 1e3:.0f} ms"
         return (f"sink writer (pid {writer.proc.pid if writer.proc else '-'}): busy during "
-                f"{self.writer_overlaps()} of {len(self.timed_windows)} timed windows, CPU used while they ran "
+                f"{overlaps} of {len(self.timed_windows)} timed windows, CPU used while they ran "
                 f"{cpu}; the cases waited {writer.waited_s:.2f} s for it in all")
 
     def _replay_hint(self) -> str:
@@ -426,13 +417,6 @@ class Tracker:
             experiment=None if config.experiment == DEFAULT_EXPERIMENT else config.experiment,
         )
 
-    def _write_runs_link(self, write: Any) -> None:
-        """The MLflow UI address of the session's runs table."""
-        for link in self._links:
-            if link:
-                write(f"hwbench: {link}")
-                return
-
     @pytest.hookimpl(optionalhook=True)  # under the run's hwbench summary, the last lines on the console
     def pytest_hwbench_terminal_summary(self, config: pytest.Config, terminalreporter: Any) -> None:
         report = self.report
@@ -441,7 +425,9 @@ class Tracker:
         write = terminalreporter.write_line
         write(f"hwbench: MLflow {redact_uri(self.config.mlflow_uri)} (experiment {self.config.experiment!r}), "
               f"DuckDB {self.config.db_path}")
-        self._write_runs_link(write)
+        link = next((link for link in self._links if link), None)  # the MLflow UI's runs table
+        if link:
+            write(f"hwbench: {link}")
         if self.writer is not None and terminalreporter.config.option.verbose > 0:
             write(f"hwbench: {self.writer_summary()}")
         if report.refused:

@@ -65,23 +65,29 @@ def _db(args: argparse.Namespace) -> str:
     return str(path)
 
 
-def _session_id(db: str, wanted: str | None) -> str:
+def _match(ids: Sequence[str], wanted: str, where: str) -> str:
+    """The one of `ids` (newest first) that `wanted` names: 'latest', a full id or a unique prefix;
+    ValueError when it matches no session or several."""
+    if wanted == "latest":
+        return ids[0]
+    matches = [i for i in ids if i.startswith(wanted)] if wanted else []
+    if len(matches) != 1:
+        what = "matches no" if not matches else f"matches {len(matches)}"
+        raise ValueError(f"session {wanted!r} {what} session in {where}; `hwbench sessions` lists them")
+    return matches[0]
+
+
+def _session_id(db: str, wanted: str) -> str:
     """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
     from .sinks._duckdb_read import session_ids
 
     ids = session_ids(db)
     if not ids:
         raise ValueError(f"{db} holds no sessions; run the benchmarks first")
-    if wanted in (None, "latest"):
-        return str(ids[0])
     if not wanted.strip():
         raise ValueError("the session is empty; give a session id, a unique prefix of one, 'latest' or 'all' "
                          "(`hwbench sessions` lists them)")
-    matches = [i for i in ids if i.startswith(wanted)]
-    if len(matches) != 1:
-        what = "matches no" if not matches else f"matches {len(matches)}"
-        raise ValueError(f"session {wanted!r} {what} session in {db}; `hwbench sessions` lists them")
-    return str(matches[0])
+    return _match(ids, wanted, db)
 
 
 def _request_timeout_arg(parser: argparse.ArgumentParser) -> None:
@@ -172,16 +178,15 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
     try:
         check_readable(path)
     except DuckDBFileError as exc:
-        if exc.kind != "corrupt":
-            return None
-        aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
-        path.rename(aside)
-        wal = path.with_name(path.name + ".wal")
-        if wal.exists():
-            wal.rename(aside.with_name(aside.name + ".wal"))
-        return aside
+        if exc.kind == "corrupt":
+            aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
+            path.rename(aside)
+            wal = path.with_name(path.name + ".wal")
+            if wal.exists():
+                wal.rename(aside.with_name(aside.name + ".wal"))
+            return aside
     except Exception:  # noqa: BLE001 - not corrupt in the way we can tell: let the replay say what it is
-        return None
+        pass
     return None
 
 
@@ -312,17 +317,7 @@ def _chosen(ids: Sequence[str], wanted: str, where: str) -> list[str] | None:
         raise ValueError(f"{where} holds no records; run the benchmarks first")
     if wanted == "all":
         return None
-    chosen: list[str] = []
-    for part in (p.strip() for p in wanted.split(",")):
-        if part == "latest":
-            chosen.append(ids[0])
-            continue
-        matches = [i for i in ids if i.startswith(part)] if part else []
-        if len(matches) != 1:
-            what = "matches no" if not matches else f"matches {len(matches)}"
-            raise ValueError(f"session {part!r} {what} session in {where}; `hwbench sessions` lists them")
-        chosen.append(matches[0])
-    return chosen
+    return [_match(ids, part.strip(), where) for part in wanted.split(",")]
 
 
 def _session_parts(wanted: str) -> list[str]:
@@ -337,13 +332,11 @@ def _session_parts(wanted: str) -> list[str]:
 def _duckdb_file(args: argparse.Namespace, source: str | None) -> str | None:
     """The DuckDB file a side reads: the store's (no source), or a source that is a DuckDB file's
     path; None for any other source."""
-    from .sinks.readers import source_kind
+    from .sinks.readers import is_local_path, source_kind
 
     if source is None:
         return _db(args)
-    prefix, sep, _ = source.partition(":")
-    local = not sep or len(prefix) == 1  # a path (a Windows drive letter too), not NAME:TARGET or a URI
-    if local and Path(source).exists() and source_kind(source) == "duckdb":
+    if is_local_path(source) and Path(source).exists() and source_kind(source) == "duckdb":
         return source
     return None
 
@@ -515,10 +508,10 @@ def _import_mlflow(args: argparse.Namespace) -> int:
     return EXIT_OK
 
 
-def _guarded(run: Command) -> Command:
-    """`run` under its ``--timeout`` per MLflow request (where it has one), with a DuckDB file that
-    cannot be used turned into its exit code: locked (the store is unreachable for now) 3, corrupt
-    (bad input) 2, the message saying what to do."""
+def _register(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None], run: Command) -> None:
+    """Register `run` under its ``--timeout`` per MLflow request (where it has one), with a DuckDB
+    file that cannot be used turned into its exit code: locked (the store is unreachable for now)
+    3, corrupt (bad input) 2, the message saying what to do."""
 
     def guarded(args: argparse.Namespace) -> int:
         try:
@@ -528,11 +521,7 @@ def _guarded(run: Command) -> Command:
             print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
             return EXIT_STORE if exc.kind == "locked" else EXIT_USAGE
 
-    return guarded
-
-
-def _register(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None], run: Command) -> None:
-    register_command(name, help, add_args, _guarded(run))
+    register_command(name, help, add_args, guarded)
 
 
 _register("replay", "push spooled records that a sink could not take, each sink on its own (idempotent)",

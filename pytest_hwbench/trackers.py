@@ -19,7 +19,7 @@ import math
 import time
 import warnings
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from contextlib import AbstractContextManager, contextmanager
+from contextlib import AbstractContextManager, contextmanager, suppress
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Protocol, runtime_checkable
@@ -235,17 +235,11 @@ class LatencyTracker:
 
 # --- memory ----------------------------------------------------------------------------------
 
-_CLEAR_REFS = Path("/proc/self/clear_refs")
-_STATUS = Path("/proc/self/status")
-
-
 def _read_hwm_mb() -> float | None:
-    try:
-        for line in _STATUS.read_text().splitlines():
+    with suppress(OSError):
+        for line in Path("/proc/self/status").read_text().splitlines():
             if line.startswith("VmHWM:"):
                 return int(line.split()[1]) / 1024
-    except OSError:
-        pass
     import resource
     import sys
 
@@ -255,10 +249,8 @@ def _read_hwm_mb() -> float | None:
 
 def _reset_hwm() -> None:
     # Writing 5 resets the peak-RSS high-water mark (Linux >= 4.0, proc(5) clear_refs).
-    try:
-        _CLEAR_REFS.write_text("5")
-    except OSError:
-        pass
+    with suppress(OSError):
+        Path("/proc/self/clear_refs").write_text("5")
 
 
 @dataclass(frozen=True)

@@ -46,14 +46,10 @@ class DuckDBFileError(RuntimeError):
         super().__init__(message)
 
 
-def classify_error(exc: BaseException, path: Path) -> DuckDBFileError | None:
+def classify_error(exc: duckdb.Error, path: Path) -> DuckDBFileError | None:
     """`exc` as a `DuckDBFileError` when it says the file at `path` is locked or corrupt, else None."""
     import duckdb
 
-    if isinstance(exc, DuckDBFileError):
-        return exc
-    if not isinstance(exc, duckdb.Error):
-        return None
     text = str(exc).lower()
     if isinstance(exc, duckdb.IOException) and "lock" in text:
         return DuckDBFileError(path, "locked", exc)

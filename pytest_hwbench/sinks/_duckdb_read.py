@@ -55,15 +55,13 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -
         parts = [cursor.fetch_df_chunk(FRAME_VECTORS)]
         while not parts[-1].empty:
             parts.append(cursor.fetch_df_chunk(FRAME_VECTORS))
-    if len(parts) == 2:
+    if len(parts) <= 2:  # one part, or only the empty end (which keeps the columns)
         return parts[0]
-    return pd.concat(parts[:-1] if len(parts) > 1 else parts, ignore_index=True)
+    return pd.concat(parts[:-1], ignore_index=True)
 
 
 def _parse_json(text: Any) -> Any:
-    if text is None or (isinstance(text, float) and text != text):
-        return {}
-    try:
+    try:  # a NULL cell (None, NaN) is a TypeError too
         return json.loads(text)
     except (TypeError, ValueError):
         return {}

@@ -44,8 +44,6 @@ def _kind_of(name: str, hint: Any) -> FieldKind:
         origin = typing.get_origin(hint)
     if hint is str or origin is Literal:
         return FieldKind(name, "str", optional)
-    if hint is bool:
-        raise TypeError(f"BenchmarkRecord.{name}: bool fields are not supported by the sinks yet")
     if hint is int:
         return FieldKind(name, "int", optional)
     if hint is float:
@@ -114,22 +112,17 @@ def from_text(name: str, text: str | None) -> Any:
     return text
 
 
-def epoch_ms(iso: str | None, default: int | None = None) -> int | None:
-    """Milliseconds since the epoch of an ISO-8601 timestamp (naive means UTC); `default` if unparsable."""
+def epoch_ms(iso: str | None) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 timestamp (naive means UTC); None if unparsable."""
     if not iso:
-        return default
+        return None
     try:
         stamp = _dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
     except ValueError:
-        return default
+        return None
     if stamp.tzinfo is None:
         stamp = stamp.replace(tzinfo=_dt.timezone.utc)
     return int(stamp.timestamp() * 1000)
-
-
-def utc_now_iso() -> str:
-    """Now, as an ISO-8601 string in UTC."""
-    return _dt.datetime.now(_dt.timezone.utc).isoformat()
 
 
 def truncate(text: str, limit: int) -> str:
@@ -140,4 +133,4 @@ def truncate(text: str, limit: int) -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
-__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "to_text", "truncate", "utc_now_iso"]
+__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "to_text", "truncate"]

@@ -1,5 +1,4 @@
-"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay` (over 500 lines
-because spooling, per-sink failure, retry and replay are one policy, each step reading the others' state).
+"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay`.
 
 Failure policy of the recorder, per sink:
 
@@ -17,11 +16,9 @@ Failure policy of the recorder, per sink:
   session, and reports what is still pending. Pending records are in the spool; `replay` (the
   ``hwbench replay`` command) pushes them later and is idempotent.
 
-With ``defer=True`` the sinks see nothing until `finish`, which writes every record in one batch
-per sink. The pytest plug-in writes as records arrive instead (between cases): in a serial
-session through the sink writer process (`pytest_hwbench.sinks.writer`, which runs its own
-`Recorder` and is idle whenever a case is timed), on an xdist controller (which measures
-nothing) in its own process.
+The pytest plug-in writes as records arrive (between cases): in a serial session through the
+sink writer process (`pytest_hwbench.sinks.writer`, which runs its own `Recorder` and is idle
+whenever a case is timed), on an xdist controller (which measures nothing) in its own process.
 
 Bounded waiting: with ``deadline_s`` set, each sink has that many seconds per
 session to spend on calls that fail or do not answer. Every call runs in a helper thread; when a
@@ -46,6 +43,7 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -58,8 +56,8 @@ from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool, refusal
 from pytest_hwbench.vocabulary import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY
 
-#: Records per sink call when writing many (deferred flush, replay): small enough that one call
-#: stays well inside the deadline, large enough that DuckDB inserts frames, not rows.
+#: Records per sink call when replaying: small enough that one call stays well inside the
+#: deadline, large enough that DuckDB inserts frames, not rows.
 _CHUNK = 25
 
 _T = TypeVar("_T")
@@ -94,6 +92,12 @@ def _describe(exc: BaseException) -> str:
     # Sink errors may quote a store URI with its password (MLflow's do): masked before they are
     # kept in the report, warned about or printed.
     return truncate(redact_uri(f"{type(exc).__name__}: {exc}"), 1000)
+
+
+def _where(name: str, sink: Sink) -> str:
+    """The sink and its store, for messages (credentials masked)."""
+    target = sink.where()
+    return f"sink {name!r}" + (f" ({redact_uri(target)})" if target else "")
 
 
 def unique_names(sinks: Iterable[Sink]) -> list[str]:
@@ -152,12 +156,6 @@ class _SinkState:
     #: True once the sink spent its time: no further call this session
     given_up: bool = False
 
-    @property
-    def where(self) -> str:
-        """The sink and its store, for messages (credentials masked)."""
-        target = self.sink.where()
-        return f"sink {self.name!r}" + (f" ({redact_uri(target)})" if target else "")
-
 
 class Recorder:
     """Spools every record, then hands it to each healthy sink; sink failures never raise.
@@ -172,7 +170,6 @@ class Recorder:
         sinks: Sequence[Sink],
         *,
         retry_every: int = DEFAULT_RETRY_EVERY,
-        defer: bool = False,
         deadline_s: float | None = None,
         notify: Callable[[str], None] | None = None,
     ) -> None:
@@ -198,8 +195,6 @@ class Recorder:
         self._records = 0
         self._spool_error: str | None = None
         self._finished = False
-        self.defer = defer
-        self._deferred: list[BenchmarkRecord] = []
 
     @property
     def session(self) -> SessionInfo | None:
@@ -220,12 +215,6 @@ class Recorder:
             self.spool.append_session(session)
         except OSError as exc:
             self._spool_failed(exc)
-        if not self.defer:  # deferred sinks open at finish, off the measurement path
-            self._open_all()
-
-    def _open_all(self) -> None:
-        session = self._session
-        assert session is not None
 
         def open_one(state: _SinkState) -> None:
             try:
@@ -234,32 +223,19 @@ class Recorder:
             except Exception as exc:
                 self._mark_failed(state, exc, "open_session")
 
-        self._each([s for s in self._states if not (s.opened or s.failed)], open_one)
+        self._each(open_one)
 
-    @staticmethod
-    def _each(states: Sequence[_SinkState], work: Callable[[_SinkState], None]) -> None:
-        """`work(state)` for every state, side by side (one thread each where there are several),
+    def _each(self, work: Callable[[_SinkState], None]) -> None:
+        """`work(state)` for every sink's state, side by side (one thread each where there are several),
         returning once all are done. `work` handles its sink's errors; anything else it raises is
         raised here, after the others finished."""
-        if len(states) <= 1:
-            for state in states:
+        if len(self._states) <= 1:
+            for state in self._states:
                 work(state)
             return
-        errors: list[BaseException] = []
-
-        def run(state: _SinkState) -> None:
-            try:
-                work(state)
-            except BaseException as exc:  # handed to the caller's thread
-                errors.append(exc)
-
-        threads = [threading.Thread(target=run, args=(s,), name=f"hwbench-sink {s.name}") for s in states]
-        for thread in threads:
-            thread.start()
-        for thread in threads:
-            thread.join()
-        if errors:
-            raise errors[0]
+        with ThreadPoolExecutor(len(self._states), thread_name_prefix="hwbench-sink") as pool:
+            for done in [pool.submit(work, state) for state in self._states]:
+                done.result()
 
     def emit(self, record: BenchmarkRecord) -> None:
         """Spool `record`, then write it to each healthy sink. Raises only on misuse."""
@@ -280,9 +256,6 @@ class Recorder:
             self.spool.append(record)
         except OSError as exc:
             self._spool_failed(exc)
-        if self.defer:
-            self._deferred.append(record)
-            return
 
         def write_one(state: _SinkState) -> None:
             if state.failed:
@@ -298,7 +271,7 @@ class Recorder:
                 state.pending.append(record)
                 self._mark_failed(state, exc, "write")
 
-        self._each(self._states, write_one)
+        self._each(write_one)
 
     def finish(self, status: str = "finished") -> RecorderReport:
         """Retry failed sinks once, close every open sink with `status`, spool the end; report."""
@@ -307,7 +280,6 @@ class Recorder:
             raise RuntimeError("Recorder.finish called without start()")
         if not self._finished:
             self._finished = True
-            self._flush_deferred()
 
             def close_one(state: _SinkState) -> None:
                 if state.failed and self.retry_every:
@@ -319,7 +291,7 @@ class Recorder:
                         self._mark_failed(state, exc, "close")
                     state.opened = False
 
-            self._each(self._states, close_one)
+            self._each(close_one)
             try:
                 self.spool.append_session_end(self._session.session_id, canonical)
             except OSError as exc:
@@ -350,11 +322,11 @@ class Recorder:
     def _call(self, state: _SinkState, during: str, fn: Callable[..., Any], *args: Any) -> Any:
         """`fn(*args)` of `state`'s sink, within what is left of its session's time."""
         if state.given_up:
-            raise SinkTimeout(f"{state.where} was given up earlier in this session")
+            raise SinkTimeout(f"{_where(state.name, state.sink)} was given up earlier in this session")
         if self.deadline_s is None:
             return fn(*args)
         budget = self.deadline_s - state.waited
-        waiting = f"{state.where} to answer {during}"
+        waiting = f"{_where(state.name, state.sink)} to answer {during}"
         try:
             return sink_call(lambda: fn(*args), budget, waiting, self.notify)
         except SinkTimeout:
@@ -366,38 +338,11 @@ class Recorder:
                 state.given_up = True
             raise
 
-    def _flush_deferred(self) -> None:
-        if not self.defer:
-            return
-        batch, self._deferred = self._deferred, []
-        self._open_all()
-
-        def flush_one(state: _SinkState) -> None:
-            if state.failed:
-                state.pending.extend(batch)
-                return
-            # In chunks, so that each call has a bounded size against the deadline (an MLflow run
-            # costs about 130 ms on SQLite: 300 records in one call would take 40 s).
-            for start in range(0, len(batch), _CHUNK):
-                chunk = batch[start : start + _CHUNK]
-                try:
-                    self._call(state, "write", state.sink.write, chunk)
-                    state.written += len(chunk)
-                except Exception as exc:
-                    # A batch write may have stored part of the batch; replay skips what is there.
-                    state.pending.extend(batch[start:])
-                    self._mark_failed(state, exc, "write")
-                    break
-
-        self._each(self._states, flush_one)
-
     def _mark_failed(self, state: _SinkState, exc: BaseException, during: str) -> None:
-        first = state.error is None
-        if first:
-            state.error = f"{during}: {_describe(exc)}"
         state.failed = True
         state.since_failure = 0
-        if first:
+        if state.error is None:  # the first error, which is usually the cause
+            state.error = f"{during}: {_describe(exc)}"
             later = (
                 "given up for this session (its time, --hwbench-sink-timeout, is spent)"
                 if state.given_up
@@ -460,8 +405,7 @@ def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sess
                 statuses: Mapping[str, str], deadline_s: float | None,
                 notify: Callable[[str], None] | None) -> SinkReplay:
     written = 0
-    target = sink.where()
-    where = f"sink {name!r}" + (f" ({redact_uri(target)})" if target else "")
+    where = _where(name, sink)
 
     def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
         if deadline_s is None:

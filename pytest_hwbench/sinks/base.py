@@ -20,22 +20,13 @@ from typing import Any, Protocol, runtime_checkable
 from pytest_hwbench._plugins import SINKS_GROUP, Registry, missing_members
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
-#: Entry-point group every sink module is listed under, ours included.
-ENTRY_POINT_GROUP = SINKS_GROUP
-
 #: Session statuses every sink understands, and the words that mean them.
 SESSION_STATUSES: tuple[str, ...] = ("finished", "failed", "killed")
 _STATUS_ALIASES: dict[str, str] = {
-    "finished": "finished",
-    "passed": "finished",
-    "ok": "finished",
-    "success": "finished",
-    "failed": "failed",
-    "failure": "failed",
-    "error": "failed",
-    "killed": "killed",
-    "interrupted": "killed",
-    "aborted": "killed",
+    word: status
+    for status, words in {"finished": ("passed", "ok", "success"), "failed": ("failure", "error"),
+                          "killed": ("interrupted", "aborted")}.items()
+    for word in (status, *words)
 }
 
 
@@ -226,7 +217,6 @@ def read_sink(uri_or_name: str, **options: Any) -> list[BenchmarkRecord]:
 
 
 __all__ = [
-    "ENTRY_POINT_GROUP",
     "SESSION_STATUSES",
     "SINKS",
     "SessionSource",

@@ -22,7 +22,7 @@ from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._duckdb_file import classify_error, open_file
 from pytest_hwbench.sinks._duckdb_read import is_missing, list_sessions, load_records
 from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, rounds_of, upgrade
-from pytest_hwbench.sinks._fields import FIELDS
+from pytest_hwbench.sinks._fields import FIELDS, to_text
 from pytest_hwbench.sinks.base import SessionSource, Sink, normalize_status, open_sink, register_sink
 from pytest_hwbench.sinks.transfer import ImportResult, copy_sessions
 from pytest_hwbench.vocabulary import DEFAULT_STORE_DIR
@@ -50,18 +50,11 @@ def _results_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
     for name, _ in RESULT_COLUMNS:
         values = [getattr(record, name) for record in records]
         kind = FIELDS[name].kind
-        if kind == "int":
-            data[name] = pd.array([None if v is None else int(v) for v in values], dtype="Int64")
-        elif kind == "float":
-            data[name] = pd.array([None if v is None else float(v) for v in values], dtype="Float64")
-        elif kind in ("int_tuple", "float_tuple"):
-            data[name] = pd.array([json.dumps(list(v)) for v in values], dtype=object)
-        elif kind == "mapping":
-            data[name] = pd.array(
-                [json.dumps(dict(v), sort_keys=True, default=str) for v in values], dtype=object
-            )
-        else:
-            data[name] = pd.array([None if v is None else str(v) for v in values], dtype=object)
+        if kind in ("int", "float"):
+            cast, dtype = (int, "Int64") if kind == "int" else (float, "Float64")
+            data[name] = pd.array([None if v is None else cast(v) for v in values], dtype=dtype)
+        else:  # text; tuples and mappings as JSON text
+            data[name] = pd.array([None if v is None else to_text(name, v) for v in values], dtype=object)
     return pd.DataFrame(data)
 
 
@@ -69,15 +62,10 @@ def _timings_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
     import numpy as np
     import pandas as pd
 
-    ids: list[str] = []
-    iterations: list[np.ndarray] = []
-    for record in records:
-        ids.extend([record.record_id] * len(record.timings_ms))
-        iterations.append(np.arange(len(record.timings_ms), dtype=np.int32))
     return pd.DataFrame(
         {
-            "record_id": pd.array(ids, dtype=object),
-            "iteration": np.concatenate(iterations) if iterations else np.array([], dtype=np.int32),
+            "record_id": pd.array([r.record_id for r in records for _ in r.timings_ms], dtype=object),
+            "iteration": np.fromiter((i for r in records for i in range(len(r.timings_ms))), dtype=np.int32),
             "ms": np.fromiter((t for r in records for t in r.timings_ms), dtype=np.float64),
         }
     )
@@ -87,13 +75,8 @@ def _sessions_frame(session: SessionInfo) -> pd.DataFrame:
     import pandas as pd
 
     row = {
-        "session_id": session.session_id,
+        **session.to_dict(),
         "started_at": session.started_at or None,
-        "host": session.host,
-        "git_commit": session.git_commit,
-        "git_branch": session.git_branch,
-        "runner_label": session.runner_label,
-        "hardware_summary": session.hardware_summary,
         "package_versions": json.dumps(dict(session.package_versions), sort_keys=True),
         "extra": json.dumps(dict(session.extra), sort_keys=True, default=str),
         "status": None,

@@ -54,6 +54,8 @@ SESSION_STATUS = {v: k for k, v in RUN_STATUS.items()}
 CASE_RUN_STATUS = {"passed": "FINISHED", "failed": "FAILED", "crashed": "KILLED"}
 CASE_STATUS = {run: case for case, run in CASE_RUN_STATUS.items()}
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
+#: The session's text fields, each a parent run tag ``hwbench.<field>``.
+_SESSION_TEXT = ("started_at", "host", "git_commit", "git_branch", "runner_label", "hardware_summary")
 
 
 def session_run_name(session: SessionInfo) -> str:
@@ -86,15 +88,8 @@ def run_duration_ms(record: BenchmarkRecord) -> int:
 def session_tags(session: SessionInfo) -> dict[str, str]:
     """A parent run's tags: its kind, the session's id and fields, package versions, git source."""
     tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
-    plain = {
-        "started_at": session.started_at,
-        "host": session.host,
-        "git_commit": session.git_commit,
-        "git_branch": session.git_branch,
-        "runner_label": session.runner_label,
-        "hardware_summary": session.hardware_summary,
-    }
-    for key, value in plain.items():
+    for key in _SESSION_TEXT:
+        value = getattr(session, key)
         if value:
             tags[f"hwbench.{key}"] = truncate(str(value), TAG_VALUE_LIMIT)
     if session.package_versions:
@@ -151,12 +146,7 @@ def _json_or(text: str | None, default: Any) -> Any:
 def session_from_tags(tags: Mapping[str, str]) -> SessionInfo:
     return SessionInfo(
         session_id=tags.get(SESSION_TAG, ""),
-        started_at=tags.get("hwbench.started_at", ""),
-        host=tags.get("hwbench.host", ""),
-        git_commit=tags.get("hwbench.git_commit", ""),
-        git_branch=tags.get("hwbench.git_branch", ""),
-        runner_label=tags.get("hwbench.runner_label", ""),
-        hardware_summary=tags.get("hwbench.hardware_summary", ""),
+        **{key: tags.get(f"hwbench.{key}", "") for key in _SESSION_TEXT},
         package_versions=_json_or(tags.get("hwbench.package_versions"), {}),
         extra=_json_or(tags.get("hwbench.extra"), {}),
     )

@@ -125,10 +125,10 @@ class MlflowSink(Sink):
         """The tracking URI with its credentials masked: the only form to print or log."""
         return redact_uri(self.tracking_uri)
 
-    def runs_table_url(self) -> str | None:
+    def browse(self) -> str | None:
         """Where a person sees this sink's runs: the experiment's runs table in MLflow's UI, once
-        the experiment is known (None before). For a local store, the address of
-        ``mlflow ui --backend-store-uri URI`` with its defaults.
+        the experiment is known (None before). For a local store, how to start
+        ``mlflow ui --backend-store-uri URI``, then the address it has with its defaults.
 
         MLflow 3.17's UI opens every experiment on its GenAI overview unless the address asks
         for the model-training view (``workflowType=machine_learning``; the UI's own toggle,
@@ -142,7 +142,9 @@ class MlflowSink(Sink):
             return None
         base = self.shown_uri.rstrip("/") if self._is_http else "http://127.0.0.1:5000"
         sessions = quote(f"tags.`{KIND_TAG}` = 'session'", safe="")
-        return f"{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning&searchFilter={sessions}"
+        how = "" if self._is_http else f"`mlflow ui --backend-store-uri {self.shown_uri}`, then "
+        return (f"runs table: {how}{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"
+                f"&searchFilter={sessions}")
 
     def where(self) -> str:
         """The store, credentials masked; a local store not created yet says so, so that the wait
@@ -152,14 +154,6 @@ class MlflowSink(Sink):
             if not path.exists():
                 return f"a new store at {path}, first use: creating its tables"
         return self.shown_uri
-
-    def browse(self) -> str | None:
-        """The runs table (`runs_table_url`), after how to start the UI for a local store."""
-        link = self.runs_table_url()
-        if not link:
-            return None
-        how = "" if self._is_http else f"`mlflow ui --backend-store-uri {self.shown_uri}`, then "
-        return f"runs table: {how}{link}"
 
     # -- plumbing ---------------------------------------------------------------------------
     def _mlflow_env(self) -> contextlib.AbstractContextManager[None]:
@@ -250,17 +244,14 @@ class MlflowSink(Sink):
             client = self._client()
             experiment_id = self._experiment()
             assert experiment_id is not None
-            found = self._session_parent(sid)
-            if found is not None:
-                run_id = found
-            else:
-                run = client.create_run(
+            run_id = self._session_parent(sid)
+            if run_id is None:
+                run_id = client.create_run(
                     experiment_id,
                     start_time=epoch_ms(session.started_at),
                     tags=session_tags(session),
                     run_name=session_run_name(session),
-                )
-                run_id = run.info.run_id
+                ).info.run_id
         self._parent_run_id = run_id
         self._session_id = sid
         self._written = []
@@ -327,7 +318,6 @@ class MlflowSink(Sink):
             sessions = dict.fromkeys(record_ids, self._session_id)
         if not sessions:
             return set()
-        wanted = set(sessions)
         by_session = sorted({sid for sid in sessions.values() if sid})
         alone = sorted(rid for rid, sid in sessions.items() if not sid)
         filters = [records_filter(sid) for sid in by_session]
@@ -340,7 +330,7 @@ class MlflowSink(Sink):
             for runs in self._search_each(filters):
                 for run in runs:
                     record_id = run.data.tags.get(RECORD_TAG)
-                    if record_id not in wanted:
+                    if record_id not in sessions:
                         continue
                     if run.info.status in TERMINAL:
                         found.add(record_id)
@@ -399,8 +389,7 @@ class MlflowSink(Sink):
                 from .mlflow_copies import keep_one_copy
 
                 try:
-                    keep_one_copy(client, self._search, session_id, kind_tag=KIND_TAG, session_tag=SESSION_TAG,
-                                  record_tag=RECORD_TAG, parent_tag=PARENT_TAG, artifact_dir=RECORDS_ARTIFACT_DIR)
+                    keep_one_copy(client, self._search, session_id)
                     if written and target is not None and client.get_run(target).info.lifecycle_stage == "deleted":
                         # deleted after our part landed, perhaps after its artifacts were copied:
                         # the kept parent gets the part too (readers key the records by id)
@@ -415,13 +404,9 @@ class MlflowSink(Sink):
     # -- reading back -----------------------------------------------------------------------
     def read_sessions(self) -> list[tuple[SessionInfo, str]]:
         """(session, status) for every parent run; status is finished/failed/killed/running."""
-        out: list[tuple[SessionInfo, str]] = []
         with self._mlflow_env():
-            for run in self._search(f"tags.`{KIND_TAG}` = 'session'"):
-                out.append(
-                    (session_from_tags(run.data.tags), SESSION_STATUS.get(run.info.status, "running"))
-                )
-        return out
+            return [(session_from_tags(run.data.tags), SESSION_STATUS.get(run.info.status, "running"))
+                    for run in self._search(f"tags.`{KIND_TAG}` = 'session'")]
 
     def read_records(self, *, with_timings: bool = True,
                      session_ids: Iterable[str] | None = None) -> list[BenchmarkRecord]:
@@ -448,13 +433,11 @@ class MlflowSink(Sink):
                 full = self._artifact_records({parent for _, parent in rows if parent})
         records: list[BenchmarkRecord] = []
         for data, _ in rows:
-            original = full.get(data["record_id"])
-            if original is not None:
+            original = full.get(data["record_id"], {})
+            if original:
                 data["timings_ms"] = original.get("timings_ms") or ()
-                if data.get("extra") is None:  # the tag was cut at TAG_VALUE_LIMIT
-                    data["extra"] = original.get("extra") or {}
-            if data.get("extra") is None:
-                data["extra"] = {}
+            if data.get("extra") is None:  # the tag was cut at TAG_VALUE_LIMIT (or is missing)
+                data["extra"] = original.get("extra") or {}
             try:
                 records.append(BenchmarkRecord.from_dict(data))
             except (TypeError, ValueError) as exc:
@@ -504,13 +487,11 @@ def _reader(target: str | None, /, *, experiment: str | None = None, with_timing
         raise FileNotFoundError(f"{redact_uri(target)}: {sqlite_path(target)} does not exist; name an existing "
                                 "store (a session writes one)")
     sink = MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options)
-    if choose is None:
-        return sink.read_records(with_timings=with_timings)
-    sessions = sorted(sink.read_sessions(), key=lambda item: (item[0].started_at, item[0].session_id), reverse=True)
-    chosen = choose(list(dict.fromkeys(info.session_id for info, _ in sessions)))
-    if chosen is None:
-        return sink.read_records(with_timings=with_timings)
-    return sink.read_records(with_timings=with_timings, session_ids=chosen) if chosen else []
+    chosen = None
+    if choose is not None:
+        sessions = sorted(sink.read_sessions(), key=lambda item: (item[0].started_at, item[0].session_id), reverse=True)
+        chosen = choose(list(dict.fromkeys(info.session_id for info, _ in sessions)))
+    return sink.read_records(with_timings=with_timings, session_ids=chosen)
 
 
 register_sink(

@@ -15,7 +15,7 @@ import os
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Sequence
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
@@ -50,7 +50,7 @@ def source_kind(source: str | os.PathLike[str]) -> str:
         ) from None
 
 
-def _is_local_path(text: str) -> bool:
+def is_local_path(text: str) -> bool:
     """Whether `text` names a file by its path alone (no ``NAME:`` prefix, no URI scheme)."""
     prefix, sep, _ = text.partition(":")
     return not sep or len(prefix) == 1  # a Windows drive letter is a path
@@ -79,7 +79,7 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
     """
     text = os.fspath(source)
     path = Path(text)
-    if _is_local_path(text) and not path.exists():
+    if is_local_path(text) and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     kind = source_kind(source)
     if kind == "jsonl":
@@ -101,7 +101,7 @@ def read_chosen(source: str | os.PathLike[str], choose: Callable[[Sequence[str]]
     import inspect
 
     text = os.fspath(source)
-    if _is_local_path(text) and not Path(text).exists():
+    if is_local_path(text) and not Path(text).exists():
         raise FileNotFoundError(f"{text} does not exist")
     kind = source_kind(source)
     reader = READERS.get(kind)
@@ -131,15 +131,10 @@ def records_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
     """One row per record, one column per record field (``extra`` as a dict, timings left out)."""
     import pandas as pd
 
-    rows: list[dict[str, Any]] = []
-    for record in records:
-        row = record.to_dict()
-        row.pop("timings_ms", None)
-        rows.append(row)
-    frame = pd.DataFrame(rows)
+    frame = pd.DataFrame([{k: v for k, v in record.to_dict().items() if k != "timings_ms"} for record in records])
     if len(frame):
         frame["created_at"] = pd.to_datetime(frame["created_at"], utc=True, errors="coerce")
     return frame
 
 
-__all__ = ["read_all", "read_chosen", "read_records", "records_frame", "source_kind"]
+__all__ = ["is_local_path", "read_all", "read_chosen", "read_records", "records_frame", "source_kind"]

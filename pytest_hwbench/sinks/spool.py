@@ -11,6 +11,7 @@ Only one process writes a spool (the controller under xdist). Lines are written 
 
 from __future__ import annotations
 
+import datetime
 import json
 import os
 import shlex
@@ -22,12 +23,8 @@ from typing import Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo, measurement_problem
-from pytest_hwbench.sinks._fields import utc_now_iso
 from pytest_hwbench.sinks.base import Sink
 from pytest_hwbench.sinks.redact import redact_uri
-
-RECORDS_FILE = "records.jsonl"
-SESSIONS_FILE = "sessions.jsonl"
 
 
 def _append_line(path: Path, line: str) -> None:
@@ -61,39 +58,19 @@ def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
     if not path.exists():
         return
     with path.open("r", encoding="utf-8", errors="replace") as handle:
-        # Streamed with one line of look-ahead, so only the last line counts as a cut-off tail.
-        previous: str | None = None
-        number = 0
-        for raw in handle:
-            if previous is not None:
-                parsed = _parse_line(path, number, previous, last=False)
-                if parsed is not None:
-                    yield number, parsed
-            previous = raw
-            number += 1
-        if previous is not None:
-            parsed = _parse_line(path, number, previous, last=True)
-            if parsed is not None:
-                yield number, parsed
-
-
-def _parse_line(path: Path, number: int, raw: str, *, last: bool) -> dict[str, Any] | None:
-    text = raw.strip()
-    if not text:
-        return None
-    try:
-        data = json.loads(text)
-        if not isinstance(data, dict):
-            raise ValueError(f"expected a JSON object, got {type(data).__name__}")
-    except ValueError as exc:
-        if not (last and not raw.endswith("\n")):
-            warnings.warn(
-                f"hwbench: skipping unreadable line {number} of {path}: {exc}",
-                HwbenchWarning,
-                stacklevel=4,
-            )
-        return None
-    return data
+        for number, raw in enumerate(handle, 1):
+            if not raw.strip():
+                continue
+            try:
+                data = json.loads(raw)
+                if not isinstance(data, dict):
+                    raise ValueError(f"expected a JSON object, got {type(data).__name__}")
+            except ValueError as exc:
+                if raw.endswith("\n"):  # only the last line can lack one: a cut-off tail
+                    warnings.warn(f"hwbench: skipping unreadable line {number} of {path}: {exc}", HwbenchWarning,
+                                  stacklevel=3)
+                continue
+            yield number, data
 
 
 def refusal(record: BenchmarkRecord) -> str | None:
@@ -103,7 +80,6 @@ def refusal(record: BenchmarkRecord) -> str | None:
         return None
     problem = measurement_problem(record)
     return None if problem is None else f"record {record.record_id} ({record.case_id}): {problem}"
-
 
 
 class Spool:
@@ -121,12 +97,12 @@ class Spool:
     @property
     def records_path(self) -> Path:
         """The records journal, ``<directory>/records.jsonl``."""
-        return self.directory / RECORDS_FILE
+        return self.directory / "records.jsonl"
 
     @property
     def sessions_path(self) -> Path:
         """The sessions journal, ``<directory>/sessions.jsonl``."""
-        return self.directory / SESSIONS_FILE
+        return self.directory / "sessions.jsonl"
 
     def append(self, record: BenchmarkRecord) -> None:
         """Write `record` as one line; durable (fsynced) when this returns.
@@ -146,7 +122,8 @@ class Spool:
 
     def append_session_end(self, session_id: str, status: str) -> None:
         """Write the end line of a session with its final status."""
-        line = {"event": "end", "session_id": session_id, "status": status, "ended_at": utc_now_iso()}
+        ended = datetime.datetime.now(datetime.timezone.utc).isoformat()
+        line = {"event": "end", "session_id": session_id, "status": status, "ended_at": ended}
         _append_line(self.sessions_path, json.dumps(line, sort_keys=True))
 
     def records(self) -> Iterator[BenchmarkRecord]:
@@ -258,4 +235,4 @@ class ReplayProgress(Sink):
         self.sink.close(status)
 
 
-__all__ = ["RECORDS_FILE", "SESSIONS_FILE", "ReplayProgress", "Spool", "refusal", "replay_command"]
+__all__ = ["ReplayProgress", "Spool", "refusal", "replay_command"]

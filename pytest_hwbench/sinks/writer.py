@@ -33,6 +33,7 @@ a sink defined in a conftest is written in the pytest process, between cases, by
 from __future__ import annotations
 
 import base64
+import contextlib
 import json
 import os
 import pickle
@@ -47,6 +48,7 @@ from pathlib import Path
 from typing import IO, Any
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks._recorder import Recorder, _stderr_line
 from pytest_hwbench.sinks.base import Sink
 
 #: Seconds the parent waits for a writer whose sinks have no deadline (``--hwbench-sink-timeout 0``)
@@ -189,8 +191,7 @@ class SinkWriter:
                 pending={name: self._records - self._written.get(name, 0) for name in self.names},
                 errors=errors, links=[None] * len(self.names),
             )
-        return WriterReport(written=report["written"], pending=report["pending"], errors=report["errors"],
-                            links=report["links"])
+        return WriterReport(**report)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Close the writer's input and wait for it to end (kill it when it does not)."""
@@ -210,10 +211,8 @@ class SinkWriter:
         """End the writer's input: it writes what it was sent, then exits."""
         stdin = self.proc.stdin if self.proc is not None else None
         if stdin is not None and not stdin.closed:
-            try:
+            with contextlib.suppress(OSError):
                 stdin.close()
-            except OSError:
-                pass
 
     def _wait_limit(self) -> float | None:
         if self.deadline_s is None:
@@ -274,10 +273,6 @@ class SinkWriter:
         return message
 
 
-def _stderr_line(line: str) -> None:
-    print(line, file=sys.stderr, flush=True)
-
-
 # -- the writer process -------------------------------------------------------------------------
 
 class _NoSpool:
@@ -300,8 +295,6 @@ def serve(stdin: IO[bytes] | None = None) -> int:
     """The writer's loop: read messages until ``finish`` or the end of input, answer each one."""
     import warnings
 
-    from pytest_hwbench.sinks._recorder import Recorder
-
     signal.signal(signal.SIGINT, signal.SIG_IGN)  # the parent decides when the session ends
     # Answers go to a copy of stdout; stdout itself goes to the log, so that a library's print()
     # cannot break the protocol.
@@ -311,10 +304,9 @@ def serve(stdin: IO[bytes] | None = None) -> int:
     warnings.simplefilter("default")
 
     def send(message: dict[str, Any]) -> None:
-        try:
+        # A broken pipe: the parent died; what it sent is still written, and the session ends as killed.
+        with contextlib.suppress(BrokenPipeError):
             out.write(json.dumps(message).encode() + b"\n")
-        except BrokenPipeError:
-            pass  # the parent died: what it sent is still written, and the session ends as killed
 
     recorder: Recorder | None = None
     seq = 0
@@ -378,19 +370,15 @@ def main() -> None:
     code = serve()
     logging.shutdown()
     for stream in (sys.stdout, sys.stderr):
-        try:
+        with contextlib.suppress(OSError, ValueError):
             stream.flush()
-        except (OSError, ValueError):
-            pass
     os._exit(code)
 
 
 def _close(out: IO[bytes]) -> None:
     """Close the answer pipe, whose reader may be gone."""
-    try:
+    with contextlib.suppress(BrokenPipeError):
         out.close()
-    except BrokenPipeError:
-        pass
 
 
 __all__ = ["SinkWriter", "WriterReport", "main", "serve", "shippable"]
