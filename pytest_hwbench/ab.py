@@ -32,7 +32,6 @@ Exit codes: 0 no regression, 1 a regression in B, 2 bad usage, 3 a side's worker
 from __future__ import annotations
 
 import argparse
-import math
 import os
 import shlex
 import sys
@@ -44,7 +43,8 @@ from typing import Any
 
 from .ab_worker import DEFAULT_SIDE, DEFAULT_SIDE_TIMEOUT_S, Side, SideEnvironment, SideWorker
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
-from .record import BenchmarkRecord
+from .record import BenchmarkRecord, SessionInfo
+from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, PairVerdict, paired_verdict
 from .vocabulary import DEFAULT_DEADLINE_S
 
 #: `--hwbench-*` options a side's option set may hold: (option, worker setting, type).
@@ -54,26 +54,9 @@ SIDE_OPTIONS: dict[str, tuple[str, type]] = {
     "--hwbench-min-time": ("min_time_s", float),
     "--hwbench-noise-retries": ("noise_retries", int),
 }
-#: Rounds, the change that counts and the paired test's significance, unless the command says.
+#: Rounds unless the command says (the change that counts and the paired test's significance:
+#: `verdict.DEFAULT_THRESHOLD`, `verdict.DEFAULT_ALPHA`).
 DEFAULT_ROUNDS = 18
-DEFAULT_THRESHOLD = 0.05
-DEFAULT_ALPHA = 0.05
-
-
-@dataclass(frozen=True)
-class PairVerdict:
-    """One case over all rounds: the per-round ratios B / A, their geometric mean change and its
-    interval [`low`, `high`], the paired test's p-value and the verdict (`verdict.judge_interval`:
-    regression, improvement, unchanged, inconclusive)."""
-
-    case_id: str
-    ratios: tuple[float, ...]
-    change: float | None
-    p_value: float | None
-    verdict: str
-    note: str = ""
-    low: float | None = None
-    high: float | None = None
 
 
 def parse_side_options(text: str) -> dict[str, Any]:
@@ -113,25 +96,6 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
     return out
 
 
-def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
-                   alpha: float = DEFAULT_ALPHA) -> PairVerdict:
-    """The verdict on one case's per-round ratios B / A: their geometric mean change and its
-    1 - `alpha` Student-t interval (`verdict.paired_interval`), judged by the contract every
-    comparison shares (`verdict.judge_interval`): a regression or improvement where the interval
-    excludes no change and the change passes `threshold`, unchanged where the whole interval lies
-    inside +-`threshold`, else inconclusive (more rounds would tell)."""
-    from .verdict import judge_interval, paired_interval
-
-    result = paired_interval(ratios, alpha)
-    if result is None:
-        usable = sum(1 for r in ratios if r > 0 and math.isfinite(r))
-        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive", f"{usable} paired rounds; need 3")
-    change, low, high, p = result
-    verdict, why = judge_interval(change, low, high, threshold)
-    return PairVerdict(case_id, tuple(ratios), change, p, verdict, f"{why}; more rounds would tell" if why else "",
-                       low, high)
-
-
 class SideFailed(RuntimeError):
     """A side's worker did not start, did not answer a case within its time, or died: `label`
     names the side, `result` holds the complete rounds measured before (None if none ran)."""
@@ -139,7 +103,6 @@ class SideFailed(RuntimeError):
     def __init__(self, label: str, side: Side, what: str, result: AbResult | None = None) -> None:
         self.label, self.side, self.result = label, side, result
         super().__init__(f"side {label} ({side.describe()}) {what}")
-
 
 
 @dataclass(frozen=True)
@@ -266,8 +229,6 @@ def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[],
 
     reports = {}
     for label, side in (("A", a), ("B", b)):
-        from .record import SessionInfo
-
         env = result.environments[label]
         info = SessionInfo(session_id=result.sessions[label],
                            started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(), host=socket.gethostname(),
@@ -362,10 +323,10 @@ def _sides(args: argparse.Namespace) -> tuple[Side, Side]:
     for label in ("a", "b"):
         options = getattr(args, f"{label}_options")
         python = getattr(args, f"{label}_python")
-        if python is not None and not (os.path.isfile(python) and os.access(python, os.X_OK)):
+        if not (os.path.isfile(python) and os.access(python, os.X_OK)):
             raise ValueError(f"--{label}-python {python}: not an executable file; give a Python interpreter, e.g. "
                              "another venv's bin/python")
-        sides.append(Side(label.upper(), getattr(args, f"{label}_python"), parse_env(getattr(args, f"{label}_env")),
+        sides.append(Side(label.upper(), python, parse_env(getattr(args, f"{label}_env")),
                           parse_side_options(options), options))
     return sides[0], sides[1]
 
@@ -382,14 +343,9 @@ def _cases(args: argparse.Namespace) -> list[Any]:
         raise ValueError(f"--batch-sizes {args.batch_sizes!r}: give integers joined by commas, e.g. 1,8") from None
     cases = [BenchCase(m, be, hw, p, bs) for m in split(args.models) for be in split(args.backends)
              for hw in split(args.hardware) for p in split(args.precisions) for bs in sizes]
-    from .models import get_model
+    from .models import MODELS
 
-    unknown = []
-    for name in sorted({c.model for c in cases}):
-        try:
-            get_model(name)
-        except KeyError:
-            unknown.append(name)
+    unknown = sorted({c.model for c in cases} - MODELS.keys())
     if unknown:
         raise ValueError(f"--models: {', '.join(unknown)} not in the model zoo; `hwbench models` lists them")
     runnable = []
@@ -457,5 +413,5 @@ def _run(args: argparse.Namespace) -> int:
 register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
                  _args, _run)
 
-__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "PairVerdict", "SideFailed", "format_verdicts",
-           "format_versions", "paired_verdict", "parse_env", "parse_side_options", "record_pair", "run_ab"]
+__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "SideFailed", "format_verdicts", "format_versions",
+           "parse_env", "parse_side_options", "record_pair", "run_ab"]

@@ -19,24 +19,17 @@ uncertainty holding every source of spread the data shows:
 
 - the rounds: each side's robust relative spread (1.4826 x MAD / median), combined;
 - between runs: two sessions of the same code on the same host differ by more than one record's
-  rounds show. Learned from the compared cases (`learn_run_spread`): for cases clean on both
-  sides, 1.4826 x the MAD of their log changes around their median (a change that moves every
-  case alike, the regression a gate is for, does not widen it); for cases with an interfered side
-  (``noise == "noisy"``), 1.4826 x the median of their size around zero. Each needs at least
-  `MIN_RUN_CASES` cases of its kind. Where a side holds several sessions (a baseline history),
-  the case's own spread across sessions (the standard deviation of the session medians' logs, so
-  a bimodal history counts in full) scaled to the difference of the means, where it is larger.
-  A case with no between-run spread at all (too few cases, no history) is never ``unchanged``;
-- host speed: a record of schema 4 carries the time of a fixed reference kernel beside its case
-  (``interference["reference_us"]``). The kernel runs on the host's CPU, so it speaks for cases
-  that compute there (`BenchmarkRecord.host_bound`), not an accelerator's. ``h = reference_B /
-  reference_A``. How this host's models move against the kernel (latency ~ ``h ** k``) is learned
-  from the records compared (`learn_host_model`), and B is corrected only where that is
-  established (`HostModel.established`: at least `MIN_LEARNING_CASES` cases whose host speed
-  differs by `MIN_HOST_CHANGE` or more, and an interval of ``k`` that excludes zero); the
-  correction then adds ``|log h| x sd(k)``. Otherwise the raw change is judged and the host-speed
-  difference widens the interval by ``|log h| x`` `UNPROVEN_ELASTICITY_SD`. Host speeds further
-  apart than `MAX_HOST_RATIO` are inconclusive, and no corrected figure is given.
+  rounds show: the spread learned from the compared cases (`learn_run_spread`, from at least
+  `MIN_RUN_CASES` cases of a kind), or the case's own spread across a baseline history's sessions
+  (`_history_spread`) where larger. A case with no between-run spread at all (too few cases, no
+  history) is never ``unchanged``;
+- host speed: a record of schema 4 carries the time of a fixed reference kernel on the host's CPU
+  beside its case (``interference["reference_us"]``), which speaks for the cases that compute there
+  (`BenchmarkRecord.host_bound`). B is corrected for the host's change of speed only where the
+  records establish how latency follows the kernel (`learn_host_model`, `HostModel.established`),
+  the correction's own spread added; otherwise the host-speed difference widens the interval
+  (`UNPROVEN_ELASTICITY_SD`). Host speeds further apart than `MAX_HOST_RATIO` are inconclusive,
+  and no corrected figure is given.
 
 Also inconclusive: fewer than `MIN_ROUNDS` rounds on a side, different thread counts or devices,
 an interfered side among fewer than `MIN_RUN_CASES` such cases.
@@ -87,7 +80,7 @@ from .verdict import (
     judge_interval,
     mannwhitney,
     median_of,
-    paired_interval,
+    paired_verdict,
 )
 
 
@@ -142,8 +135,6 @@ class Comparison:
         return {**dataclasses.asdict(self), "judged_change": self.judged_change}
 
 
-
-
 def _missing_note(side_a: Side | None, side_b: Side | None) -> str:
     parts = []
     for label, side in (("A", side_a), ("B", side_b)):
@@ -160,10 +151,6 @@ def _noisy_note(a: Side, b: Side) -> str:
     """Which side was measured under interference, and why, or ""."""
     return "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", a), ("B", b))
                      if side.noise == "noisy")
-
-
-
-
 
 
 def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
@@ -189,12 +176,16 @@ def compare_cases(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side], *, t
     the side's records): a store that computes the sides itself (``case_summaries`` of the DuckDB
     file) hands them here without building a record."""
     check_verdict_settings(threshold, alpha)
-    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
+    pairs = _pairs(sides_a, sides_b)
     host = learn_host_model(pairs)
     runs = learn_run_spread(pairs, host)
     order = list(sides_a) + [c for c in sides_b if c not in sides_a]
     return [_compare_case(case, sides_a.get(case), sides_b.get(case), threshold, alpha, host, runs)
             for case in order]
+
+
+def _pairs(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> list[tuple[Side, Side]]:
+    return [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
 
 
 def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> HostModel:
@@ -204,15 +195,12 @@ def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) ->
 
 def host_model_of_sides(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> HostModel:
     """The `HostModel` that `compare_cases` learns from `sides_a` and `sides_b`."""
-    return learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
-
-
+    return learn_host_model(_pairs(sides_a, sides_b))
 
 
 def run_spread_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> RunSpread:
     """The `RunSpread` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    sides_a, sides_b = sides_of(a), sides_of(b)
-    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
+    pairs = _pairs(sides_of(a), sides_of(b))
     return learn_run_spread(pairs, learn_host_model(pairs))
 
 
@@ -277,9 +265,7 @@ def _what_decides(between: float | None, spread: float, host_sd: float, history:
 
 
 def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, threshold: float,
-                  alpha: float, host: HostModel | None = None, runs: RunSpread | None = None) -> Comparison:
-    host = host or HostModel()
-    runs = runs or RunSpread()
+                  alpha: float, host: HostModel, runs: RunSpread) -> Comparison:
     med_a = side_a.median if side_a else None
     med_b = side_b.median if side_b else None
     n_a = len(side_a.rounds) if side_a else 0
@@ -344,9 +330,9 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
 
 def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
                   alpha: float = 0.05) -> list[Comparison]:
-    """The two sides of an interleaved pair (`hwbench ab`), judged as `hwbench ab` judges them: per
-    case, the per-round ratios B / A of the records that share ``extra["ab_round"]``, their
-    geometric mean change and its Student-t interval (`paired_interval`), then `judge_interval`."""
+    """The two sides of an interleaved pair (`hwbench ab`), judged as `hwbench ab` judges them
+    (`paired_verdict`): per case, the per-round ratios B / A of the records that share
+    ``extra["ab_round"]``."""
     check_verdict_settings(threshold, alpha)
 
     def by_round(records: Sequence[BenchmarkRecord]) -> dict[str, dict[Any, BenchmarkRecord]]:
@@ -367,15 +353,9 @@ def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *,
             out.append(Comparison(case, med_a, med_b, None, None, "missing", len(side_a), len(side_b),
                                   "absent or failed in " + ("A" if med_a is None else "B")))
             continue
-        result = paired_interval(ratios, alpha)
-        if result is None:
-            out.append(Comparison(case, med_a, med_b, med_b / med_a - 1, None, "inconclusive", len(ratios),
-                                  len(ratios), f"{len(ratios)} paired rounds; need 3"))
-            continue
-        change, low, high, p_value = result
-        verdict, why = judge_interval(change, low, high, threshold)
-        out.append(Comparison(case, med_a, med_b, change, p_value, verdict, len(ratios), len(ratios),
-                              f"{why}; more rounds would tell" if why else "", low=low, high=high))
+        v = paired_verdict(case, ratios, threshold=threshold, alpha=alpha)
+        out.append(Comparison(case, med_a, med_b, med_b / med_a - 1 if v.change is None else v.change, v.p_value,
+                              v.verdict, len(ratios), len(ratios), v.note, low=v.low, high=v.high))
     return out
 
 
@@ -450,8 +430,8 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
             for part in c.note.split("; "):
                 why[part.split(":")[0]] += 1
         parts = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items(), key=lambda kv: -kv[1]))
-        lines.append(_fit(f"{len(missing)} missing ({parts}); --all lists them", width) if not verbose
-                     else f"{len(missing)} missing ({parts}); --all lists them")
+        text = f"{len(missing)} missing ({parts}); --all lists them"
+        lines.append(text if verbose else _fit(text, width))
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     decided, total = decisiveness(comparisons)
     share = f"{decided / total:.0%}" if total else "-"

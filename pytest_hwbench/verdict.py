@@ -1,7 +1,8 @@
 """The one verdict contract every comparison shares, and the statistics it rests on: a change
 and its interval judged against a threshold (`judge_interval`), the paired interval of per-round
-ratios (`paired_interval`, for `hwbench ab`), the robust spread of rounds, Mann-Whitney U on
-rounds, and the check of the threshold and significance level a comparison is asked with.
+ratios and its verdict (`paired_interval`, `paired_verdict`, for `hwbench ab`), the robust spread
+of rounds, Mann-Whitney U on rounds, and the check of the threshold and significance level a
+comparison is asked with.
 """
 
 from __future__ import annotations
@@ -9,6 +10,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections.abc import Sequence
+from dataclasses import dataclass
 from typing import Any, Literal
 
 import numpy as np
@@ -61,6 +63,45 @@ def paired_interval(ratios: Sequence[float], alpha: float) -> tuple[float, float
         half = float(student.ppf(1 - alpha / 2, n - 1)) * se
     return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), p
 
+
+#: The change that counts and the paired test's significance unless asked otherwise (`hwbench ab`).
+DEFAULT_THRESHOLD = 0.05
+DEFAULT_ALPHA = 0.05
+
+
+@dataclass(frozen=True)
+class PairVerdict:
+    """One case over all rounds: the per-round ratios B / A, their geometric mean change and its
+    interval [`low`, `high`], the paired test's p-value and the verdict (`judge_interval`:
+    regression, improvement, unchanged, inconclusive)."""
+
+    case_id: str
+    ratios: tuple[float, ...]
+    change: float | None
+    p_value: float | None
+    verdict: str
+    note: str = ""
+    low: float | None = None
+    high: float | None = None
+
+
+def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
+                   alpha: float = DEFAULT_ALPHA) -> PairVerdict:
+    """The verdict on one case's per-round ratios B / A: their geometric mean change and its
+    1 - `alpha` Student-t interval (`paired_interval`), judged by the contract every
+    comparison shares (`judge_interval`): a regression or improvement where the interval
+    excludes no change and the change passes `threshold`, unchanged where the whole interval lies
+    inside +-`threshold`, else inconclusive (more rounds would tell)."""
+    result = paired_interval(ratios, alpha)
+    if result is None:
+        usable = sum(1 for r in ratios if r > 0 and math.isfinite(r))
+        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive", f"{usable} paired rounds; need 3")
+    change, low, high, p = result
+    verdict, why = judge_interval(change, low, high, threshold)
+    return PairVerdict(case_id, tuple(ratios), change, p, verdict, f"{why}; more rounds would tell" if why else "",
+                       low, high)
+
+
 def relative_spread(values: Sequence[float]) -> float:
     """1.4826 x MAD / median: a robust relative standard deviation (0 for fewer than 2 values)."""
     if len(values) < 2:
@@ -95,5 +136,6 @@ def check_verdict_settings(threshold: float, alpha: float, *, prefix: str = "") 
         raise ValueError(f"{prefix}alpha must be in (0, 1), e.g. 0.05, got {alpha!r}")
 
 
-__all__ = ["INTERVAL_Z", "MIN_ROUNDS", "VERDICTS", "Verdict", "check_verdict_settings", "judge_interval",
-           "mannwhitney", "median_of", "paired_interval", "relative_spread"]
+__all__ = ["DEFAULT_ALPHA", "DEFAULT_THRESHOLD", "INTERVAL_Z", "MIN_ROUNDS", "VERDICTS", "PairVerdict", "Verdict",
+           "check_verdict_settings", "judge_interval", "mannwhitney", "median_of", "paired_interval",
+           "paired_verdict", "relative_spread"]

@@ -17,8 +17,9 @@ from pathlib import Path
 
 import pytest
 
-from pytest_hwbench.ab import format_versions, paired_verdict, parse_env, parse_side_options
+from pytest_hwbench.ab import format_versions, parse_env, parse_side_options
 from pytest_hwbench.ab_worker import SideEnvironment
+from pytest_hwbench.verdict import paired_verdict
 
 #: Their verdicts rest on how fast this machine measures: one at a time under `--dist loadgroup`.
 pytestmark = pytest.mark.xdist_group("timing")

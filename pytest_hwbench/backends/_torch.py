@@ -156,20 +156,14 @@ class TorchModel(LoadedModel):
 # --- torch.compile -----------------------------------------------------------------------------
 
 
+def _on_path(*names: str | None) -> str | None:
+    """The first of `names` found on PATH (None entries skipped), or None."""
+    return next((name for name in names if name and shutil.which(name)), None)
+
+
 def _cxx_compiler() -> str | None:
     """The C++ compiler inductor's CPU code generation will use: $CXX, g++, clang++ or c++."""
-    for name in (os.environ.get("CXX"), "g++", "clang++", "c++"):
-        if name and shutil.which(name):
-            return name
-    return None
-
-
-def _c_compiler() -> str | None:
-    """The C compiler triton builds its GPU kernel launchers with: $CC, gcc or clang."""
-    for name in (os.environ.get("CC"), "gcc", "clang"):
-        if name and shutil.which(name):
-            return name
-    return None
+    return _on_path(os.environ.get("CXX"), "g++", "clang++", "c++")
 
 
 @functools.cache
@@ -198,7 +192,7 @@ def toolchain_missing(hardware: str) -> str | None:
 
     if importlib.util.find_spec("triton") is None:
         return f"triton: torch.compile on {hardware} generates triton kernels; this torch has no triton"
-    if _c_compiler() is None:
+    if _on_path(os.environ.get("CC"), "gcc", "clang") is None:
         return ("C compiler: triton builds its kernel launchers with $CC, gcc or clang and none is on "
                 "PATH; install one (apt-get install gcc) or set CC")
     return None

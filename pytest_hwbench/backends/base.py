@@ -17,8 +17,6 @@ from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..trackers import LocalCall, MeasuredElsewhere, Measurement, RemoteMeasurement
 
-ENTRY_POINT_GROUP = BACKENDS_GROUP
-
 
 @dataclass(frozen=True)
 class LoadedModel:
@@ -81,7 +79,7 @@ class LoadedModel:
         return ()
 
 
-@dataclass(frozen=True)
+@dataclass(frozen=True, kw_only=True)
 class WrappedModel(LoadedModel):
     """`inner` with each call it prepares passed through `wrap`: the same device, precision,
     timer, threads and details, and `inner`'s sync, close, thread setting and processes.
@@ -90,8 +88,8 @@ class WrappedModel(LoadedModel):
     prepared call); its calls are timed in this process. Build one with `WrappedModel.around`.
     """
 
-    inner: LoadedModel | None = None
-    wrap: Callable[[Callable[[], Any]], Callable[[], Any]] | None = None
+    inner: LoadedModel
+    wrap: Callable[[Callable[[], Any]], Callable[[], Any]]
 
     @classmethod
     def around(cls, inner: LoadedModel, wrap: Callable[[Callable[[], Any]], Callable[[], Any]]) -> WrappedModel:
@@ -99,27 +97,30 @@ class WrappedModel(LoadedModel):
         return cls(inner.precision, inner.device_name, inner.device_kind, inner.device_index, inner.threads,
                    inner.details, inner.timer, inner=inner, wrap=wrap)
 
-    def _inner(self) -> LoadedModel:
-        if self.inner is None or self.wrap is None:
-            raise TypeError("WrappedModel needs an inner model and a wrap: build it with WrappedModel.around(inner, wrap)")
-        return self.inner
-
     def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
-        call = self._inner().prepare(inputs)
-        assert self.wrap is not None
-        return self.wrap(call)
+        return self.wrap(self.inner.prepare(inputs))
 
     def sync(self) -> None:
-        self._inner().sync()
+        self.inner.sync()
 
     def close(self) -> None:
-        self._inner().close()
+        self.inner.close()
 
     def set_threads(self, count: int) -> int | None:
-        return self._inner().set_threads(count)
+        return self.inner.set_threads(count)
 
     def own_pids(self) -> tuple[int, ...]:
-        return self._inner().own_pids()
+        return self.inner.own_pids()
+
+
+@dataclass(frozen=True, kw_only=True)
+class FedModel(LoadedModel):
+    """A runtime's session whose `prepare` is `feed`: inputs in, the zero-argument call out."""
+
+    feed: Callable[[dict[str, Any]], Callable[[], Any]]
+
+    def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
+        return self.feed(inputs)
 
 
 @runtime_checkable
@@ -153,8 +154,9 @@ class Backend(Protocol):
         return (hardware,)
 
     def markers(self, hardware: str) -> tuple[str, ...]:
-        """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``)."""
-        ...
+        """pytest markers for a case on `hardware` (the hardware marker, and e.g. ``openvino``):
+        the hardware marker alone by default."""
+        return (hardware,)
 
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         """Precisions to run by default here: fp32 plus those the hardware runs natively."""

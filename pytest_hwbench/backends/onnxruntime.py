@@ -13,8 +13,8 @@ provider's and should not share a label with them.
 from __future__ import annotations
 
 import importlib.util
+import math
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -22,7 +22,8 @@ from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ._onnx_export import ExportedModel, cache_root, cached_variant, export_onnx, summarize_error
-from .base import Backend, LoadedModel, register_backend
+from ._torch import device_name
+from .base import Backend, FedModel, LoadedModel, register_backend
 
 #: Share of the MatMul/Conv weights that must be int8 before we call a quantized graph int8.
 INT8_MIN_COVERAGE = 0.5
@@ -58,11 +59,8 @@ def graph_precision(path: str | Path) -> tuple[str, dict[str, float]]:
             init = inits.get(name)
             if init is None or len(init.dims) < 2:  # biases, scales and zero points are not weights
                 continue
-            count = 1
-            for d in init.dims:
-                count *= int(d)
             kind = "int8" if node.op_type in _INT8_OPS else _ONNX_DTYPES.get(init.data_type, str(init.data_type))
-            weights[kind] += count
+            weights[kind] += math.prod(int(d) for d in init.dims)
     if not weights:  # no weighted op found: fall back on every float initializer
         for init in graph.initializer:
             if init.data_type in (1, 10, 16):
@@ -123,12 +121,6 @@ def _onnx_missing() -> str | None:
     return None
 
 
-def _cpu_name() -> str:
-    from ..hardware import detect_hardware
-
-    return str(detect_hardware(["cpu"])["cpu"].details.get("model", "cpu"))
-
-
 def _cuda_name(index: int) -> str:
     from ..hardware import detect_hardware
 
@@ -152,9 +144,6 @@ class OnnxRuntimeBackend(Backend):
         "cuda": "CUDAExecutionProvider",
         "openvino": "OpenVINOExecutionProvider",
     }
-
-    def markers(self, hardware: str) -> tuple[str, ...]:
-        return (hardware,)
 
     def _precisions_for(self, hardware: str) -> tuple[str, ...]:
         return {"cpu": ("fp32", "fp16", "int8"), "cuda": ("fp32", "fp16"), "openvino": ("fp32",)}[hardware]
@@ -226,8 +215,6 @@ class OnnxRuntimeBackend(Backend):
         import onnxruntime as ort
         import torch
 
-        if hardware not in self.hardware:
-            raise UnsupportedCase(f"{self.name}: no hardware target {hardware!r}")
         exported = export_onnx(spec)
         path = self._model_file(exported, spec, precision)
         graph, shares = graph_precision(path)
@@ -256,9 +243,9 @@ class OnnxRuntimeBackend(Backend):
         if ran != precision:
             raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the session runs {ran} "
                                     f"(weights by precision: {shares})")
-        return _OrtModel(
+        return FedModel(
             precision=ran,
-            device_name=_cuda_name(device_index) if hardware == "cuda" else _cpu_name(),
+            device_name=_cuda_name(device_index) if hardware == "cuda" else device_name("cpu"),
             timer="wall",  # session.run returns after the device finished (outputs copied or bound)
             device_kind="cuda" if hardware == "cuda" else "cpu",
             device_index=device_index,
@@ -266,8 +253,7 @@ class OnnxRuntimeBackend(Backend):
             details={"provider": used[0], "exporter": exported.exporter, "opset": exported.opset,
                      "onnx_file": str(path), "onnxruntime_version": ort.__version__,
                      **{f"weights_{k}": v for k, v in shares.items()}},
-            session=session,
-            hardware=hardware,
+            feed=_preparer(session, hardware, device_index),
         )
 
 
@@ -316,21 +302,6 @@ def _preparer(session: Any, hardware: str, device_index: int) -> Any:
         return call
 
     return prepare
-
-
-@dataclass(frozen=True, kw_only=True)
-class _OrtModel(LoadedModel):
-    """An ONNX Runtime session on one provider; `prepare` feeds it the inputs."""
-
-    session: Any
-    hardware: str
-    _prepare: Any = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_prepare", _preparer(self.session, self.hardware, self.device_index))
-
-    def prepare(self, inputs: dict[str, Any]) -> Any:
-        return self._prepare(inputs)
 
 
 class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):

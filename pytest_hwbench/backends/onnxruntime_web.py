@@ -27,7 +27,9 @@ once per process, about twice the footprint).
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
+import itertools
 import sys
 import threading
 from dataclasses import dataclass
@@ -114,12 +116,10 @@ class _PageModel:
     def load(self, device_type: str | None) -> dict[str, Any]:
         driver = self._driver
         url = driver.add_blob(self.path)
-        from ..env_settings import env_setting
-
         try:
             value = driver.call("load", bundle=self.bundle, timeout_s=_seconds(TIMEOUT_ENV), key=self.key,
                                 model=url, executionProviders=self.providers(device_type),
-                                numThreads=int(env_setting(THREADS_ENV) or 0))
+                                numThreads=int(_seconds(THREADS_ENV)))
         except _web().PageError as exc:
             hint = _wasm_load_hint(str(exc))
             if hint:
@@ -190,17 +190,15 @@ class _PageModel:
             {**self.details,
                 "web_memory": MEMORY_KIND, "web_memory_doc": MEMORY_DOC,
                 "web_warmup_iterations": value.get("warmupIterations"),
-
                 "web_warmup_ms": round(float(value.get("warmupMs") or 0.0), 1), "web_output_types": types,
                 "timer": "performance.now() in the page"})
 
     def release(self) -> None:
         driver = self._driver
         if driver.running() and driver.launches == self._launches:
-            try:
+            # a browser that cannot release is killed at the next failure or exit
+            with contextlib.suppress(Exception):
                 driver.call("release", bundle=self.bundle, timeout_s=30.0, key=self.key)
-            except Exception:  # noqa: BLE001 - a browser that cannot release is killed at the next failure or exit
-                pass
 
     input_names: tuple[str, ...] = ()
 
@@ -211,12 +209,9 @@ class OnnxRuntimeWebBackend(Backend):
     name = "onnxruntime-web"
     hardware: tuple[str, ...] = ("wasm", "webgpu", "webnn")
     precisions: tuple[str, ...] = ("fp32", "fp16")
-    def __init__(self) -> None:
-        self._counter = 0
-        self._lock = threading.Lock()
 
-    def markers(self, hardware: str) -> tuple[str, ...]:
-        return (hardware,)
+    def __init__(self) -> None:
+        self._loads = itertools.count(1)  # next() on it is atomic: keys stay unique across threads
 
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         return ("fp32",)
@@ -247,8 +242,6 @@ class OnnxRuntimeWebBackend(Backend):
         from ..hardware import detect_hardware
         from .onnxruntime import convert_fp16, graph_precision
 
-        if hardware not in self.hardware:
-            raise UnsupportedCase(f"{self.name}: no hardware target {hardware!r}")
         exported = export_onnx(spec)
         path = convert_fp16(exported, spec.name) if precision == "fp16" else exported.path
         graph, shares = graph_precision(path)
@@ -261,9 +254,7 @@ class OnnxRuntimeWebBackend(Backend):
         target = detect_hardware().targets.get(hardware)
         target_details = dict(target.details) if target is not None else {}
         device_type = target_details.get("device_type") if hardware == "webnn" else None
-        with self._lock:
-            self._counter += 1
-            key = f"{spec.name}-{hardware}-{precision}-{self._counter}"
+        key = f"{spec.name}-{hardware}-{precision}-{next(self._loads)}"
         model = _PageModel(spec, hardware, precision, path, key)
         value = model.load(device_type)
         model.input_names = tuple(value.get("inputNames") or exported.input_names)

@@ -12,15 +12,15 @@ from __future__ import annotations
 
 import importlib.util
 from collections import Counter
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import DeviceInfo, HardwareInfo
 from ..models import ModelSpec
+from . import _torch
 from ._onnx_export import ExportedModel, cached_variant, export_onnx, summarize_error
-from .base import Backend, LoadedModel, register_backend
+from .base import Backend, FedModel, LoadedModel, register_backend
 
 #: our hardware name -> OpenVINO device family.
 _DEVICES = {"cpu": "CPU", "gpu": "GPU", "npu": "NPU"}
@@ -138,8 +138,6 @@ class OpenVinoBackend(Backend):
 
         from ..hardware import detect_hardware
 
-        if hardware not in self.hardware:
-            raise UnsupportedCase(f"openvino: no hardware target {hardware!r}")
         devices = _ov_devices(hardware, detect_hardware())
         if device_index >= len(devices):
             raise UnsupportedCase(f"openvino: no {_DEVICES[hardware]} device with index {device_index}")
@@ -163,14 +161,12 @@ class OpenVinoBackend(Backend):
             raise PrecisionMismatch(f"{spec.name}: asked OpenVINO {device} for {precision}, it compiled {ran} "
                                     f"(compute layers by precision: {layers})")
         if hardware == "cpu":
-            device_name = str(detect_hardware(["cpu"])["cpu"].details.get("model", "cpu"))
+            device_name = _torch.device_name("cpu")
             threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
         else:
             device_name = str(core.get_property(device, "FULL_DEVICE_NAME"))
-        return _OvModel(
-            compiled=compiled,
-            input_names=exported.input_names,
-            output_names=exported.output_names,
+        return FedModel(
+            feed=_preparer(compiled, exported.input_names, exported.output_names),
             precision=ran,
             device_name=device_name,
             timer="wall",  # infer() is synchronous
@@ -243,22 +239,6 @@ def _preparer(compiled: Any, input_names: tuple[str, ...], output_names: tuple[s
         return call
 
     return prepare
-
-
-@dataclass(frozen=True, kw_only=True)
-class _OvModel(LoadedModel):
-    """A model compiled for one OpenVINO device, with one infer request; `prepare` feeds it."""
-
-    compiled: Any
-    input_names: tuple[str, ...]
-    output_names: tuple[str, ...]
-    _prepare: Any = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        object.__setattr__(self, "_prepare", _preparer(self.compiled, self.input_names, self.output_names))
-
-    def prepare(self, inputs: dict[str, Any]) -> Any:
-        return self._prepare(inputs)
 
 
 BACKEND = register_backend(OpenVinoBackend())

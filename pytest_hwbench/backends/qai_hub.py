@@ -351,17 +351,15 @@ class _RemoteCall:
                                  on_this_host=False)
 
 
-@dataclass
-class _Session:
-    """One loaded model: the export, the client, the device, and a profile per input shape."""
+@dataclass(frozen=True, kw_only=True)
+class _HubModel(LoadedModel):
+    """A model on an AI Hub device: each input shape is profiled there (once), and the profile is
+    its measurement (`RemoteCall`)."""
 
     spec: ModelSpec
-    precision: str
     exported: ExportedModel
-    hub: Any
     client: Any
     device: Any
-    details: dict[str, Any]
     profiles: dict[tuple[Any, ...], RemoteProfile] = field(default_factory=dict)
 
     def prepare(self, inputs: dict[str, Any]) -> _RemoteCall:
@@ -371,9 +369,16 @@ class _Session:
             self.profiles[key] = self._measure(inputs, specs)
         profile = self.profiles[key]
         # The runner copies details after prepare: these entries describe the case prepared last.
+        assert self.details is not None
         self.details.update(profile.details())
         self.details["qai_hub_compile_options"] = compile_options(self.precision, specs)
         return _RemoteCall(profile)
+
+    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
+        return RemoteCall(self.prepare(inputs))
+
+    def close(self) -> None:
+        self.profiles.clear()
 
     def _measure(self, inputs: dict[str, Any], specs: dict[str, tuple[tuple[int, ...], str]]) -> RemoteProfile:
         batch = next(iter(specs.values()))[0][0] if specs else 0
@@ -422,9 +427,6 @@ class QaiHubBackend(Backend):
     hardware: tuple[str, ...] = ("qnn",)
     precisions: tuple[str, ...] = ("fp16", "int8")
 
-    def markers(self, hardware: str) -> tuple[str, ...]:
-        return ("qnn",)
-
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         return self.precisions
 
@@ -451,8 +453,6 @@ class QaiHubBackend(Backend):
         return None
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
-        if hardware not in self.hardware:
-            raise UnsupportedCase(f"{self.name}: no hardware target {hardware!r}")
         if precision not in COMPILE_OPTIONS:
             raise UnsupportedCase(f"{precision}: {self.name} runs {', '.join(COMPILE_OPTIONS)} on qnn")
         try:
@@ -471,7 +471,6 @@ class QaiHubBackend(Backend):
             "opset": exported.opset,
             "onnx_file": str(exported.path),
         }
-        session = _Session(spec, precision, exported, hub, client, device, details)
         return _HubModel(
             precision=precision,  # what the compile options ask for; AI Hub reports no per-layer dtype
             device_name=device_name,
@@ -480,25 +479,11 @@ class QaiHubBackend(Backend):
             device_index=0,
             threads=None,
             details=details,
-            session=session,
+            spec=spec,
+            exported=exported,
+            client=client,
+            device=device,
         )
-
-
-@dataclass(frozen=True, kw_only=True)
-class _HubModel(LoadedModel):
-    """A model on an AI Hub device: each input shape is profiled there, and the profile is its
-    measurement (`RemoteCall`)."""
-
-    session: _Session
-
-    def prepare(self, inputs: dict[str, Any]) -> _RemoteCall:
-        return self.session.prepare(inputs)
-
-    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        return RemoteCall(self.prepare(inputs))
-
-    def close(self) -> None:
-        self.session.profiles.clear()
 
 
 BACKEND = register_backend(QaiHubBackend())

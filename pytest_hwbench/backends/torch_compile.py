@@ -109,9 +109,6 @@ class TorchCompileBackend(Backend):
         self.name = compiler.name
         self.mode = compiler.mode
 
-    def markers(self, hardware: str) -> tuple[str, ...]:
-        return (hardware,)
-
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         if hardware == "cpu":
             # Inductor compiles C++ per shape: a cold compile of a quick-tier model takes 10-100 s
@@ -140,24 +137,16 @@ class TorchCompileBackend(Backend):
             return None
         return target.unsupported_precision(precision)
 
-    def missing(self, hardware: str) -> str | None:
-        """What this mode lacks on `hardware` (CUDA graphs, a compiler toolchain): a skip reason, or None."""
-        return self.compiler.missing(hardware)
-
-    def compile_kwargs(self, hardware: str) -> dict[str, Any]:
-        """Keyword arguments of ``torch.compile`` for this mode on `hardware` (besides ``dynamic``)."""
-        return self.compiler.compile_kwargs(hardware)
-
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         import torch
 
-        missing = self.missing(hardware)
+        missing = self.compiler.missing(hardware)
         if missing:
             raise UnsupportedCase(missing)
         # TF32 off on cuda/rocm as in torch eager; inductor reads the same flags when it
         # generates matmul kernels, so fp32 stays fp32.
         model = load_model(spec, hardware, precision, device_index)
-        compiled = torch.compile(model, dynamic=False, **self.compile_kwargs(hardware))
+        compiled = torch.compile(model, dynamic=False, **self.compiler.compile_kwargs(hardware))
         details: dict[str, Any] = {"compile_mode": self.mode}
         return CompiledModel(**torch_fields(hardware, device_index, precision, details), compiled=True,
                              compiled_fn=compiled, backend=self.name, model_name=spec.name, mode=self.mode,

@@ -49,9 +49,6 @@ class TorchEagerBackend(Backend):
     hardware = torch_targets()
     precisions = ("fp32", "fp16", "bf16", "int8")
 
-    def markers(self, hardware: str) -> tuple[str, ...]:
-        return (hardware,)
-
     def _precisions_for(self, hardware: str) -> tuple[str, ...]:
         return self.precisions if hardware == "cpu" else ("fp32", "fp16", "bf16")
 

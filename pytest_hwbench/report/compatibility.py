@@ -23,6 +23,7 @@ from __future__ import annotations
 import datetime as _dt
 import json
 import math
+from collections import Counter
 from collections.abc import Mapping, Sequence
 from pathlib import Path
 from typing import Any
@@ -50,10 +51,7 @@ def _rating(relative: float | None) -> str:
 
 
 def _failure_summary(rows: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
-    counts: dict[str, int] = {}
-    for message in rows["error"]:
-        key = short(message, limit)
-        counts[key] = counts.get(key, 0) + 1
+    counts = Counter(short(message, limit) for message in rows["error"])
     return [{"message": m, "count": n} for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 

@@ -150,10 +150,7 @@ def _memory_table(fam: pd.DataFrame, configs: list[str]) -> list[str] | None:
         row = [model, str(batch)]
         for config in configs:
             key = (model, batch, config)
-            if key not in rss:
-                row.append("–")
-            else:
-                row.append(f"{fmt(rss.get(key))} / {fmt(dev.get(key))}")
+            row.append(f"{fmt(rss.get(key))} / {fmt(dev.get(key))}" if key in rss else "–")
         rows.append(row)
     return _md_table(["model", "batch", *configs], rows)
 
@@ -195,13 +192,12 @@ def _aggregated_cells(df: pd.DataFrame) -> list[str]:
     counts = counts[counts["records"] > 1]
     if counts.empty:
         return []
-    cells = counts.index
     described = []
     for (mode, model, batch, config), row in counts.iterrows():
         why = [f"{row[column]} {label}" for column, label in columns if row[column] > 1]
         described.append(f"{model} b{batch} {config} ({mode}): {row['records']} records, "
                          + (", ".join(why) if why else "repeats of one case"))
-    lines = [f"- {len(cells)} table cell(s) aggregate several passed records: the median of their values"]
+    lines = [f"- {len(counts)} table cell(s) aggregate several passed records: the median of their values"]
     lines += [f"  - {text}" for text in described[:_AGGREGATES_SHOWN]]
     if len(described) > _AGGREGATES_SHOWN:
         lines.append(f"  - and {len(described) - _AGGREGATES_SHOWN} more")
@@ -301,10 +297,8 @@ def _noise_section(df: pd.DataFrame) -> list[str]:
               "inconclusive and `hwsel train` leaves them out.", ""]
     rows = []
     for _, row in noisy.sort_values(["family", "model", "config", "batch_size"]).iterrows():
-        tries = row.get("tries")
         rows.append([f"`{row['case_id']}`", fmt(row.get("latency_ms_median")),
-                     "–" if tries is None or pd.isna(tries) else str(int(tries)),
-                     "–" if row.get("threads") is None or pd.isna(row.get("threads")) else str(int(row["threads"])),
+                     *("–" if pd.isna(row.get(k)) else str(int(row[k])) for k in ("tries", "threads")),
                      short(row.get("noise_reason") or "", _ERROR_CHARS_MD)])
     return [*lines, *_md_table(["case", "median (ms)", "tries", "threads", "why noisy"], rows), ""]
 

@@ -56,9 +56,8 @@ def _colors(configs: Iterable[str]) -> dict[str, str]:
 
 
 def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]], *,
-                  colors: Mapping[str, str], fmt: Any = fmt, ylabel: str, title: str) -> bool:
+                  colors: Mapping[str, str], fmt: Any = fmt, ylabel: str, title: str) -> None:
     """Bars grouped by model, one series per config, each bar labelled with its value."""
-    drawn = False
     n = max(len(series), 1)
     width = 0.8 / n
     values_all = [v for vals in series.values() for v in vals if not math.isnan(v) and v > 0]
@@ -68,7 +67,6 @@ def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]]
         bars = ax.bar(xs, heights, width, label=label, color=colors.get(label))
         ax.bar_label(bars, labels=["" if math.isnan(v) else fmt(v) for v in values],
                      fontsize=7, rotation=90 if n * len(models) > 8 else 0, padding=2)
-        drawn = drawn or any(not math.isnan(v) for v in values)
     ax.set_xticks(range(len(models)), models, rotation=20 if len(models) > 3 else 0, ha="right" if len(models) > 3 else "center")
     ax.set_ylabel(ylabel)
     ax.set_title(title, y=1.0)  # a fixed place: placing it by the tick labels measures them all again
@@ -79,7 +77,6 @@ def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]]
         ax.set_ylim(0, max(values_all or [1.0]) * 1.2)
     ax.minorticks_off()  # a log axis's unlabelled minor ticks: dozens of artists each, no values
     ax.legend(fontsize=7)
-    return drawn
 
 
 def _bar_series(cells: Mapping[tuple[str, int, str], float], models: list[str], configs: list[str],

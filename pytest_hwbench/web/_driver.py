@@ -25,6 +25,7 @@ when this one was killed.
 from __future__ import annotations
 
 import atexit
+import contextlib
 import itertools
 import json
 import mimetypes
@@ -101,12 +102,11 @@ class BrowserTimeout(WebError):
 
 def _child_setup() -> None:  # pragma: no cover - runs in the forked child
     # Die with the parent even when it is SIGKILLed (no atexit then): PR_SET_PDEATHSIG = 1.
-    try:
+    # Best effort: atexit and close() still kill the group.
+    with contextlib.suppress(Exception):
         import ctypes
 
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL, 0, 0, 0)
-    except Exception:  # noqa: BLE001 - best effort; atexit and close() still kill the group
-        pass
 
 
 class _Server(ThreadingHTTPServer):
@@ -372,14 +372,7 @@ class WebDriver:
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
-        self._drain()
-
-    def _drain(self) -> None:
-        while True:
-            try:
-                self._inbox.get_nowait()
-            except queue.Empty:
-                break
+        self._inbox = queue.Queue()  # what the dead browser posted last is nobody's answer
 
     def close(self) -> None:
         """End the browser and the server."""
@@ -516,13 +509,10 @@ def _exit_status(code: int | None) -> str:
 
 def _oom_kills() -> int | None:
     """The kernel's count of out-of-memory kills since boot (``/proc/vmstat`` ``oom_kill``)."""
-    try:
-        with open("/proc/vmstat") as stats:
-            for line in stats:
-                if line.startswith("oom_kill "):
-                    return int(line.split()[1])
-    except (OSError, ValueError):
-        return None
+    with contextlib.suppress(OSError, ValueError), open("/proc/vmstat") as stats:
+        for line in stats:
+            if line.startswith("oom_kill "):
+                return int(line.split()[1])
     return None
 
 
@@ -536,26 +526,19 @@ def _oom_note(before: int | None) -> str:
 
 def _kill_tree(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the browser's process group and any descendant that left it, then reap."""
-    victims: list[Any] = []
     try:
         import psutil
 
-        victims = psutil.Process(process.pid).children(recursive=True)
+        victims: list[Any] = psutil.Process(process.pid).children(recursive=True)
     except Exception:  # noqa: BLE001 - already gone, or psutil cannot see it
         victims = []
-    try:
+    with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
-    except (ProcessLookupError, PermissionError):
-        pass
     for child in victims:
-        try:
+        with contextlib.suppress(Exception):  # gone already
             child.kill()
-        except Exception:  # noqa: BLE001 - gone already
-            pass
-    try:
+    with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
-    except subprocess.TimeoutExpired:
-        pass
     if victims:  # wait until they are gone, so a count right after close() sees none
         import psutil
 

@@ -10,6 +10,7 @@ keyed by the file's path, size and modification time.
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import json
 import os
@@ -73,10 +74,8 @@ def _ask_version(path: str) -> tuple[str, bool]:
     try:
         out, _ = process.communicate(timeout=VERSION_TIMEOUT_S)
     except subprocess.TimeoutExpired:
-        try:
+        with contextlib.suppress(OSError):
             os.killpg(process.pid, signal.SIGKILL)
-        except OSError:
-            pass
         process.communicate()
         return f"unknown (no answer to --version within {VERSION_TIMEOUT_S:g} s)", False
     line = next((ln.strip() for ln in out.decode(errors="replace").splitlines() if ln.strip()), "")
@@ -105,14 +104,18 @@ def browser_version(path: str) -> str:
         return str(entry.get("version"))
     version, read = _ask_version(path)
     known[key] = {"version": version, "read": read, "at": time.time()}
-    try:
-        store.parent.mkdir(parents=True, exist_ok=True)
-        tmp = store.with_name(f".{store.name}.{os.getpid()}")
-        tmp.write_text(json.dumps(known))
-        tmp.replace(store)
-    except OSError:  # a read-only cache costs the next process a --version, nothing more
-        pass
+    write_cache(store, known)
     return version
+
+
+def write_cache(path: Path, data: object) -> None:
+    """`data` as JSON in `path`, whole or not at all (parallel workers may write at once); a
+    read-only cache costs the next process a new look, nothing more."""
+    with contextlib.suppress(OSError):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        tmp = path.with_name(f".{path.name}.{os.getpid()}")
+        tmp.write_text(json.dumps(data))
+        tmp.replace(path)
 
 
 def find_browser() -> tuple[Browser | None, str]:

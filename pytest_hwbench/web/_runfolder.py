@@ -15,6 +15,7 @@ bytes), the browser's ``TMPDIR`` is a second run folder of the same kind under /
 from __future__ import annotations
 
 import atexit
+import contextlib
 import fcntl
 import os
 import shutil
@@ -69,15 +70,20 @@ def browser_tmp() -> Path:
     return Path(tempfile.mkdtemp(prefix="t", dir=folder))
 
 
+def _old(folder: Path) -> bool:
+    """Whether `folder` was made more than `CREATING_S` ago."""
+    try:
+        return time.time() - folder.stat().st_mtime > CREATING_S
+    except OSError:
+        return False
+
+
 def _stale(folder: Path) -> bool:
     """Whether `folder` is a run folder whose process is gone (its lock is free)."""
     try:
         fd = os.open(folder / "lock", os.O_RDWR)
-    except FileNotFoundError:
-        try:  # no lock yet: being made now, or a crash between mkdtemp and open
-            return time.time() - folder.stat().st_mtime > CREATING_S
-        except OSError:
-            return False
+    except FileNotFoundError:  # no lock yet: being made now, or a crash between mkdtemp and open
+        return _old(folder)
     except OSError:
         return False
     try:
@@ -88,12 +94,7 @@ def _stale(folder: Path) -> bool:
         os.close(fd)  # closing drops a lock this call took
     # Free: the pid file is written after the lock is taken, so a folder with a pid file is dead;
     # one without is being made (taken lock, pid not written yet) unless it is old.
-    if (folder / "pid").exists():
-        return True
-    try:
-        return time.time() - folder.stat().st_mtime > CREATING_S
-    except OSError:
-        return False
+    return (folder / "pid").exists() or _old(folder)
 
 
 def sweep_stale_runs() -> list[Path]:
@@ -120,10 +121,8 @@ def _remove_mine() -> None:
         for folder, fd in _MINE.values():
             if folder.name.startswith(f"{RUN_PREFIX}{os.getpid()}-"):
                 shutil.rmtree(folder, ignore_errors=True)
-            try:
+            with contextlib.suppress(OSError):
                 os.close(fd)
-            except OSError:
-                pass
         _MINE.clear()
 
 

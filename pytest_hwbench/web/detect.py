@@ -28,7 +28,7 @@ from typing import Any
 from ..facts import target_names
 from ..hardware import DeviceInfo, TargetInfo, register_probe
 from ..vocabulary import cache_dir
-from ._locate import find_browser, find_ort_web
+from ._locate import find_browser, find_ort_web, write_cache
 
 #: Seconds the probe may take, the browser's start included (about 1 s here; 30 s unless set,
 #: `pytest_hwbench.env_settings`). A browser that hangs at start costs this once: the failure is
@@ -158,14 +158,7 @@ def _cached_probe(key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str] |
 
 
 def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any] | None, error: str = "") -> None:
-    path = _probe_file()
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        tmp = path.with_name(f".{path.name}.{os.getpid()}")
-        tmp.write_text(json.dumps({"key": key, "at": time.time(), "probe": probe, "error": error}))
-        tmp.replace(path)  # whole or not at all: parallel workers may write at once
-    except OSError:  # a read-only cache costs the next process a probe, nothing more
-        pass
+    write_cache(_probe_file(), {"key": key, "at": time.time(), "probe": probe, "error": error})
 
 
 def is_software_adapter(adapter: Mapping[str, Any]) -> bool:
