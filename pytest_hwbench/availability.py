@@ -95,15 +95,10 @@ def _gib(mb: float) -> str:
 def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
     """None when `case` fits in memory here, else a skip reason naming the figures.
 
-    Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports:
-    - the device: weights at the case's precision plus peak activations at its batch size
-      (`ModelSpec.estimated_memory_mb`) against host RAM (cpu) or the accelerator's memory;
-    - the host: every backend builds the seeded model in fp32 on the host before it casts,
-      moves or exports it, so fp32 weights must fit in host RAM whatever the target.
-    The quick tier is tiny by contract (CI smoke on any machine) and is not estimated: the
-    estimate builds the model on the meta device, which imports torch and transformers at
-    collection. A model that cannot be built or measured is not skipped here: its run fails
-    with the error.
+    Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports: the case's
+    weights and peak activations (`ModelSpec.estimated_memory_mb`) against its device, and the
+    fp32 weights, which every backend builds on the host first, against host RAM. The quick
+    tier (tiny by contract) and models that cannot be built are not estimated.
     """
     try:
         spec = case.spec()

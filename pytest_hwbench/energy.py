@@ -8,13 +8,11 @@ thread samples ``nvmlDeviceGetPowerUsage`` (milliwatts) every 20 ms and integrat
 
 Both read the whole board: another process on the same GPU adds its energy. The counter ticks
 about every 10 ms (gpuopenanalytics/pynvml#18), so a window of about a second, the default,
-keeps that granularity near 1%. The unit conversions and the integration are pure functions
-below, tested on recorded figures.
+keeps that granularity near 1%.
 
-NVML is initialised once per process, on first use, and shut down at exit. Torch device
-indices differ from NVML's whenever ``CUDA_VISIBLE_DEVICES`` is set or CUDA orders devices
-fastest-first (its default) while NVML orders them by PCI bus: the device is found by the UUID
-torch reports, else its PCI address, and by index only where both orders must agree.
+Torch device indices differ from NVML's whenever ``CUDA_VISIBLE_DEVICES`` is set or CUDA orders
+devices fastest-first while NVML orders them by PCI bus: the device is found by the UUID torch
+reports, else its PCI address, and by index only where both orders must agree.
 """
 
 from __future__ import annotations
@@ -277,11 +275,8 @@ def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_s
     reason = energy_unavailable(device_kind, device_index)
     if reason is not None:
         raise EnergyUnavailable(reason)
-    pynvml, _ = _nvml()
-    handle, _ = _handle(device_index)
-    method, reason = _method(pynvml, handle)
-    if method is None:
-        raise EnergyUnavailable(reason)
+    pynvml, handle = nvml_handle(device_index)
+    method, _ = _method(pynvml, handle)
     sync()
     sampler = _PowerSampler(lambda: pynvml.nvmlDeviceGetPowerUsage(handle)) if method == "power" else None
     try:

@@ -1,16 +1,8 @@
 """One table of facts about hardware targets and backends, and the names derived from it.
 
-A target row (`TargetFacts`) says what kind of target it is (``cpu``: a runtime on the host CPU;
-``accelerator``: a GPU runtime on this host; ``web``: a browser; ``remote``: a device elsewhere),
-whether its device is the host CPU, its pytest marker and that marker's doc, the ``torch``
-submodule that drives it (if any), the timer kind that times its calls, and what a predictor
-needs: its place in the default fallback order, the backend a question about it means, and the
-cost of one operator launch. A backend row (`BackendFacts`) holds facts per backend: the share of
-launch cost its runtime keeps, and whether its records also count as hardware of its name.
-
-Built-in rows are in `TARGETS` and `BACKENDS` below; a plug-in declares its own with
-`register_target` / `register_backend_facts` when its probe or backend module is imported (a
-later row of a name replaces the earlier one). The functions below (`target_names`, `target_set`,
+A target row is a `TargetFacts`, a backend row a `BackendFacts`. Built-in rows are in `TARGETS`
+and `BACKENDS` below; a plug-in declares its own with `register_target` / `register_backend_facts`
+when its probe or backend module is imported (a later row of a name replaces the earlier one). The functions below (`target_names`, `target_set`,
 `marker_docs`, `torch_modules`, `torch_runtimes`, `timer_kinds`, `fallback_order`...) read the
 rows at each call and return plain tuples, sets and dicts: a row registered later shows in the
 next call's answer. Importing this module loads nothing but the standard library, so the

@@ -15,7 +15,6 @@ tested on facts recorded on machines that have the hardware.
 
 from __future__ import annotations
 
-import importlib
 import os
 import platform
 import threading
@@ -159,19 +158,7 @@ def detect_cpu() -> TargetInfo:
     return TargetInfo("cpu", True, "", (device,), precisions, details)
 
 
-def _torch() -> Any | None:
-    try:
-        return importlib.import_module("torch")
-    except ImportError:
-        return None
-
-
 # --- torch GPU runtimes: recorded facts in, TargetInfo out ------------------------------------
-#
-# Detection of cuda, rocm, mps and xpu is split in two: `gather_torch_facts` asks torch what it
-# sees and interprets nothing; `target_from_facts` turns those facts into a `TargetInfo` and
-# touches no runtime. Facts recorded on real machines (tests/data/runtimes/*.json) pin the
-# interpretation for hardware a CI runner does not have.
 
 #: `torch.cuda.get_device_properties(i)` fields worth recording, named as torch names them.
 #: ``pci_*`` exist from torch 2.8; on CUDA builds ``gcnArchName`` repeats ``name``
@@ -313,8 +300,9 @@ def gather_torch_facts(runtime: str) -> TorchFacts:
     if runtime not in torch_runtimes():
         raise ValueError(f"runtime {runtime!r} is not one of {torch_runtimes()}")
     env = {name: os.environ[name] for name in VISIBILITY_ENV[runtime] if name in os.environ}
-    torch = _torch()
-    if torch is None:
+    try:
+        import torch
+    except ImportError:
         return TorchFacts(runtime, torch_installed=False, extra={"env": env})
     facts: dict[str, Any] = {
         "runtime": runtime,

@@ -19,13 +19,10 @@ A fixed reference kernel is timed before and after the loop (`reference_us`). Tw
   machine whose physical cores are shared with a neighbour runs multi-threaded code slower while
   every counter above stays quiet; that is *host speed*, carried with the record so comparisons
   and predictors can correct for it. A steady slow host is not interference: its records are clean.
-  A reading taken while other processes held the kernel's cores joins no baseline: it times the
-  crowding, not the host.
+  A reading taken while other processes held the kernel's cores joins no baseline.
 - the kernel before against after: when they disagree by more than `MAX_REFERENCE_CHANGE` and the
   timed loop itself slowed down or sped up the same way (its last round against its first,
-  `MAX_TREND`), the host changed speed *during* the case, and the record is noisy. On the
-  project's shared 2-core runner the host changes speed by up to 2x in regimes of a few seconds;
-  a change the loop does not show did not reach it.
+  `MAX_TREND`), the host changed speed *during* the case, and the record is noisy.
 
 Also read: the 1-minute load average, the CPU clock where the kernel exposes it, and on NVIDIA
 GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reasons and the other
@@ -63,14 +60,6 @@ GPU_SLOWDOWN_REASONS: dict[int, str] = {
     0x20: "software thermal slowdown",
     0x40: "hardware thermal slowdown",
     0x80: "power brake slowdown",
-}
-#: Reasons NVML reports that are the case's own doing or a setting, kept as information only.
-GPU_INFO_REASONS: dict[int, str] = {
-    0x1: "idle",
-    0x2: "applications clocks setting",
-    0x4: "software power cap",
-    0x10: "sync boost",
-    0x100: "display clock setting",
 }
 
 #: A record is noisy when the reference kernel timed after the loop and the one timed before
@@ -192,11 +181,8 @@ def reference_us(repeats: int = 7) -> float:
     intra-op threads (the CPU), now.
 
     Why: on a virtual machine, a neighbour on the same physical cores slows multi-threaded code
-    by 20-80 % without showing in ``/proc/stat`` or steal time. Seen on this project's 2-core
-    runner, in regimes of tens of seconds with every counter quiet: onnxruntime bert-tiny 0.100
-    -> 0.178 ms and this kernel 0.45 -> 0.59 ms at the same instants, while a single-threaded
-    product barely moved (so the slowdown is in the threads working together, and a single-thread
-    kernel cannot see it). A known kernel timed beside the case shows it.
+    without showing in ``/proc/stat`` or steal time, and a single-threaded kernel does not feel
+    it. A known multi-threaded kernel timed beside the case shows it.
     """
     import torch
 
@@ -225,12 +211,10 @@ def _host_key() -> str:
 class ReferenceBaseline:
     """This host's recent reference-kernel times and the baseline drawn from them.
 
-    The readings live in this process and, across runs, in ``cache_dir("reference")/baseline.json``
-    (one list per host key: node, CPU, cores allowed and torch's thread count), the last
-    `keep` of them. The baseline is their `BASELINE_PERCENTILE` percentile: the fast end of how
-    this host has run lately, not the fastest it ever ran (an all-time best made an hour in a
-    slower regime look like an hour of interference). `path` None keeps the readings in memory only.
-    A file in an older form (one all-time best per host) holds no recent readings and is ignored.
+    The readings live in this process and, across runs, in `path` (one list per host key: node,
+    CPU, cores allowed and torch's thread count), the last `keep` of them; `path` None keeps
+    them in memory only. The baseline is their `BASELINE_PERCENTILE` percentile: the fast end of
+    how this host has run lately, not the fastest it ever ran.
     """
 
     def __init__(self, path: Path | None = None, keep: int = RECENT_READINGS) -> None:
@@ -258,13 +242,9 @@ class ReferenceBaseline:
     @property
     def baseline_us(self) -> float | None:
         """The `BASELINE_PERCENTILE` percentile of the recent readings (None before the first)."""
-        if not self.recent:
-            return None
-        ordered = sorted(self.recent)
-        position = (len(ordered) - 1) * BASELINE_PERCENTILE / 100.0
-        low = int(position)
-        high = min(low + 1, len(ordered) - 1)
-        return ordered[low] + (ordered[high] - ordered[low]) * (position - low)
+        import numpy as np
+
+        return float(np.percentile(self.recent, BASELINE_PERCENTILE)) if self.recent else None
 
     def host_speed(self, measured_us: float, *, remember: bool = True) -> float | None:
         """The baseline over `measured_us`: 1.0 at the host's recent best, below 1 when the host
@@ -371,10 +351,6 @@ def gpu_readings(device_index: int) -> dict[str, Any]:
     return out
 
 
-def _own_pids() -> set[int]:
-    return {os.getpid()}
-
-
 def tick_error(readings: Mapping[str, Any]) -> float:
     """How far `other_cores` may be off from the counters' granularity alone: ``/proc/stat``
     counts whole clock ticks (10 ms), so each core's share can be off by two ticks per window.
@@ -417,7 +393,7 @@ def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: s
     reasons = cpu_crowded(readings, threads)
     pids = readings.get("gpu_process_pids")
     if pids:
-        others = sorted(set(pids) - (own_pids if own_pids is not None else _own_pids()))
+        others = sorted(set(pids) - (own_pids if own_pids is not None else {os.getpid()}))
         if others:
             shown = ", ".join(str(p) for p in others[:5])
             reasons.append(f"{len(others)} other process{'es' if len(others) > 1 else ''} on the GPU (pid {shown})")
@@ -494,7 +470,7 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
     value += 0.1 * (reference_change(readings) - 1.0)
     if any(bit & int(readings.get("gpu_clock_event_reasons") or 0) for bit in GPU_SLOWDOWN_REASONS):
         value += 1.0
-    if set(readings.get("gpu_process_pids") or ()) - _own_pids():
+    if set(readings.get("gpu_process_pids") or ()) - {os.getpid()}:
         value += 1.0
     return value
 
@@ -550,7 +526,6 @@ class InterferenceMonitor:
 
 
 __all__ = [
-    "GPU_INFO_REASONS",
     "GPU_SLOWDOWN_REASONS",
     "BASELINE_PERCENTILE",
     "MAX_OTHER_CORES",

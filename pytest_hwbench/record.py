@@ -24,53 +24,6 @@ SCHEMA_VERSION = 4
 Status = Literal["passed", "failed", "crashed"]
 STATUSES: tuple[str, ...] = ("passed", "failed", "crashed")
 
-#: Params: what a case *is*. Same names and types for every case (MLflow compares runs by them).
-PARAM_FIELDS: tuple[str, ...] = (
-    "model",
-    "family",
-    "model_type",
-    "backend",
-    "hardware",
-    "device_name",
-    "precision",
-    "mode",
-    "batch_size",
-    "sequence_length",
-    "image_size",
-    "audio_samples",
-    "param_count",
-    "flops_per_forward",
-    "threads",
-    "new_tokens",
-)
-
-#: Metrics: what a case *measured*. Missing values are None (e.g. device memory on CPU).
-METRIC_FIELDS: tuple[str, ...] = (
-    "latency_ms_mean",
-    "latency_ms_median",
-    "latency_ms_min",
-    "latency_ms_max",
-    "latency_ms_stddev",
-    "latency_ms_iqr",
-    "latency_ms_p90",
-    "latency_ms_p95",
-    "latency_ms_p99",
-    "iterations",
-    "throughput_items_per_s",
-    "load_time_s",
-    "cold_latency_ms",
-    "peak_host_rss_mb",
-    "peak_device_memory_mb",
-    "achieved_tflops",
-    "compile_time_s",
-    "ttft_ms",
-    "decode_ms_per_token",
-    "tokens_per_s",
-    "energy_j_per_item",
-    "avg_power_w",
-)
-
-
 @dataclass(frozen=True)
 class BenchmarkRecord:
     """One benchmark case's parameters, measurements and context.
@@ -242,7 +195,13 @@ class SessionInfo:
         return cls(**{k: v for k, v in data.items() if k in known and k != "extra"}, extra=extra)
 
 
-_FIELD_NAMES = frozenset(f.name for f in dataclasses.fields(BenchmarkRecord))
+_FIELD_NAMES = tuple(f.name for f in dataclasses.fields(BenchmarkRecord))
+#: Params, the record's "params" section: what a case *is*. Same names and types for every case
+#: (MLflow compares runs by them).
+PARAM_FIELDS = _FIELD_NAMES[_FIELD_NAMES.index("model"):_FIELD_NAMES.index("latency_ms_mean")]
+#: Metrics, its "metrics" section: what a case *measured*. Missing values are None (e.g. device
+#: memory on CPU).
+METRIC_FIELDS = _FIELD_NAMES[_FIELD_NAMES.index("latency_ms_mean"):_FIELD_NAMES.index("timings_ms")]
 
 
 def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
@@ -252,13 +211,9 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     older spelling becomes its one name (``training`` -> ``train``).
     """
     out = dict(data)
-    # Version 2 added new_tokens and the compile/generation/energy metrics: all optional, so a
-    # version-1 record reads as one that measured none of them. Version 3 added the interference
-    # fields (noise, noise_reason, tries, interference): an older record reads as not judged
-    # (noise None), never as clean. Version 4 added ``host_speed`` to the interference readings
-    # and stopped judging host speed as noise: an older record's reference ratio (against an
-    # all-time best) is no host speed, so its host speed reads as unknown. Later versions add
-    # steps here.
+    # Fields added since version 1 are optional: an older record measured none of them and was
+    # not judged (noise None). Before version 4 the reference ratio was against an all-time best,
+    # no host speed: it reads as unknown.
     try:
         version = int(out.get("schema_version") or 1)
     except (TypeError, ValueError):
@@ -293,9 +248,8 @@ __all__ = [
 
 
 # --- what can be a measurement at all -------------------------------------------------------------
-# A passed record carries numbers some other program measured; a NaN, a zero or a latency of
-# 1e12 ms (31 years) is no measurement, and one such record made a model 17x worse the @champion.
-# The bounds are physical, wide enough that no real run meets them:
+# A NaN, a zero or a latency of 31 years is no measurement. The bounds are physical, wide enough
+# that no real run meets them:
 
 #: Fastest forward any record may claim: 100 ns, the cost of a few hundred instructions; a
 #: framework's dispatch of one operator alone takes longer (and `perf_counter` itself ~50 ns).
@@ -328,18 +282,13 @@ def _number(value: Any) -> float | None:
 
 
 def measurement_problem(record: BenchmarkRecord | Mapping[str, Any]) -> str | None:
-    """Why `record` cannot be a measurement, or None when it can.
+    """Why `record` (a `BenchmarkRecord` or a mapping of its fields, e.g. a frame row) cannot be
+    a measurement, or None when it can; only ``passed`` records are judged.
 
-    Only ``passed`` records are judged (a failed or crashed case measured nothing). The answer
-    starts with a short reason that is the same for every record with that fault (e.g.
+    The answer starts with a reason that is the same for every record with that fault (e.g.
     ``"latency_ms_median not finite"``), then the value in parentheses, so callers can count
-    records by reason. Checks: the median latency is there, finite and within `MIN_LATENCY_MS`
-    .. `MAX_LATENCY_MS`, and not faster than `MAX_DEVICE_FLOPS` allows for its FLOPs; the other
-    latency statistics, throughput and memory, where present, are finite and in range, and
-    min <= median <= max; raw timings are finite and positive. A NaN in an optional field reads
-    as missing (a frame's empty cell is NaN); an infinity does not.
-
-    Takes a `BenchmarkRecord` or a mapping of its fields (a record dict, a frame row).
+    records by reason. A NaN in an optional field reads as missing (a frame's empty cell); an
+    infinity does not.
     """
     import math
 

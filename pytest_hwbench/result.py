@@ -16,6 +16,8 @@ if TYPE_CHECKING:
 
 #: `CaseResult.forwards_per_iteration` when not given: ask the case's scenario.
 FROM_SCENARIO: float = float("-inf")
+#: `Latency` statistics recorded as ``latency_ms_<stat>``.
+_LATENCY_STATS = ("mean", "median", "min", "max", "stddev", "iqr", "p90", "p95", "p99")
 
 
 @dataclass(frozen=True)
@@ -65,15 +67,7 @@ class CaseResult:
             device_name=self.device_name,
             precision=self.precision,
             threads=self.threads,
-            latency_ms_mean=lat.mean,
-            latency_ms_median=lat.median,
-            latency_ms_min=lat.min,
-            latency_ms_max=lat.max,
-            latency_ms_stddev=lat.stddev,
-            latency_ms_iqr=lat.iqr,
-            latency_ms_p90=lat.p90,
-            latency_ms_p95=lat.p95,
-            latency_ms_p99=lat.p99,
+            **{f"latency_ms_{stat}": getattr(lat, stat) for stat in _LATENCY_STATS},
             iterations=lat.iterations,
             throughput_items_per_s=self.throughput,
             load_time_s=self.load_time_s,

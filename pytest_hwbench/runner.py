@@ -87,15 +87,11 @@ class Runner:
 
     `energy_min_time_s` > 0 measures energy per item on devices with a readable energy counter
     (NVML on NVIDIA GPUs) in a loop of that length after the timed one; 0 turns it off.
-    A case whose measurement was interfered with (`pytest_hwbench.interference.judge`: other
-    processes on its cores, stolen time, the host changing speed during the case, a throttled or
-    shared GPU) is measured again after `noise_wait_s`, up to `noise_retries` more times, with its
-    intra-op threads sized to the cores left free where the runtime can change them. Retries stop
-    as soon as one is clean or agrees with the try before it (`_Try.agrees_with`: the interference
-    is steady, and another try would measure the same). Host speed alone (a steadily slow host)
-    is never retried: it is measured (`reference`, the host's recent baseline) and recorded as
-    ``host_speed``. The cleanest try is kept and the result says how many ran. Each try's
-    timed window (cold call, warm-up, timed loop) runs inside `timed_window(case)`.
+    A case whose measurement was interfered with (`pytest_hwbench.interference.judge`) is
+    measured again after `noise_wait_s`, up to `noise_retries` more times, on the cores left
+    free, until a try is clean or agrees with the one before (`_Try.agrees_with`); the cleanest
+    try is kept. Host speed alone is never retried: it is recorded (`reference`, the host's
+    recent baseline). Each try's timed window runs inside `timed_window(case)`.
     """
 
     def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,

@@ -26,10 +26,9 @@ MODE_DOCS: dict[str, str] = {
     "generate": "text generation cases: time to first token, per-token decode, tokens/s (mode generate)",
     "train": "training-step cases: forward, backward, optimizer step (mode train)",
 }
-#: The modes of `MODES` whose cases make tokens, so carry a number of new tokens.
-TOKEN_MODES: frozenset[str] = frozenset({"generate"})
-#: ... and those of scenarios registered since with a ``new_tokens`` option.
-_TOKEN_MODES: set[str] = set(TOKEN_MODES)
+#: The modes whose cases make tokens, so carry a number of new tokens: ``generate``, and those of
+#: scenarios registered since with a ``new_tokens`` option.
+_TOKEN_MODES: set[str] = {"generate"}
 
 
 def register_token_mode(mode: str) -> None:
@@ -78,14 +77,6 @@ def normalise_mode(mode: str) -> str:
     return MODE_ALIASES.get(text, text)
 
 
-def check_mode(mode: object, accepted: tuple[str, ...] = MODES, *, name: str = "mode") -> str:
-    """`mode` normalised, or ValueError naming the value and the accepted modes."""
-    text = normalise_mode(str(mode)) if isinstance(mode, str) else None
-    if text not in accepted:
-        raise ValueError(f"{name} {mode!r} is not one of {', '.join(accepted)}")
-    return text
-
-
 def check_precision(precision: object, accepted: tuple[str, ...] = PRECISIONS, *, name: str = "precision") -> str:
     """`precision` lower-cased, or ValueError naming the value and the accepted precisions."""
     text = precision.strip().lower() if isinstance(precision, str) else None
@@ -121,11 +112,9 @@ __all__ = [
     "NOISE_VERDICTS",
     "PRECISIONS",
     "TORCH_DTYPES",
-    "TOKEN_MODES",
     "TRAIN_MODE",
     "bytes_per_element",
     "cache_dir",
-    "check_mode",
     "check_precision",
     "normalise_mode",
     "register_token_mode",

@@ -17,49 +17,25 @@ Importing the package imports neither torch nor transformers.
 
 from __future__ import annotations
 
-from .sets import (
-    SIZE_KEYS,
-    check_model_spec,
-    is_hf_config,
-    load_model_set,
-    nonpositive_size,
-    spec_from_config,
-)
-from .spec import (
-    ACTIVATION_BYTES,
-    FAMILIES,
-    MODALITIES,
-    TIERS,
-    WEIGHT_BYTES,
-    ModelArchitecture,
-    ModelSpec,
-    achieved_tflops,
-    flops_per_item,
-)
+from .sets import load_model_set, spec_from_config
+from .spec import FAMILIES, MODALITIES, TIERS, ModelArchitecture, ModelSpec, achieved_tflops
 from .trace import dense_flops_estimate
 from .zoo import KEY_MODELS, MODELS, ZOO_NAMES, ZOO_SPECS, get_model, register_model
 
 __all__ = [
-    "ACTIVATION_BYTES",
     "FAMILIES",
     "KEY_MODELS",
     "MODALITIES",
     "MODELS",
-    "SIZE_KEYS",
     "TIERS",
-    "WEIGHT_BYTES",
     "ZOO_NAMES",
     "ZOO_SPECS",
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",
-    "check_model_spec",
     "dense_flops_estimate",
-    "flops_per_item",
     "get_model",
-    "is_hf_config",
     "load_model_set",
-    "nonpositive_size",
     "register_model",
     "spec_from_config",
 ]

@@ -72,14 +72,16 @@ def _spec_from_dir(path: Path) -> ModelSpec:
     except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
     model_type = config.get("model_type") if isinstance(config, dict) else None
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(
-            f"{path}/config.json: model_type {model_type!r} has no default family; known: "
-            f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead."
-        )
-    family, modality, auto = _MODEL_TYPES[model_type]
-    gaps = LLAVA_GAPS if model_type == "llava" else {}
+    family, modality, auto, gaps = _model_type_row(model_type, f"{path}/config.json")
     return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
+
+
+def _model_type_row(model_type: Any, where: str) -> tuple[str, str, str, Mapping[str, str]]:
+    """(family, modality, auto class, backend gaps) of a config.json's `model_type`."""
+    if model_type not in _MODEL_TYPES:
+        raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
+                         f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+    return (*_MODEL_TYPES[model_type], LLAVA_GAPS if model_type == "llava" else {})
 
 
 #: config.json keys that describe the file, not the architecture.
@@ -104,22 +106,18 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
         raise ValueError(f"{where}: expected a JSON object (the contents of a config.json), got "
                          f"{type(config).__name__}")
     model_type = config.get("model_type")
-    if model_type not in _MODEL_TYPES:
-        raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
-                         f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+    family, modality, auto, gaps = _model_type_row(model_type, where)
     import transformers
 
     config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
     kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
-    problem = _size_problem(kwargs, "")
-    if problem is not None:
-        raise ValueError(f"{where}: {problem}")
+    found = nonpositive_size(kwargs)
+    if found is not None:
+        raise ValueError(f"{where}: field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}")
     if not name:
         origin = config.get("_name_or_path")
         name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
         name = name or f"{model_type}-custom"
-    family, modality, auto = _MODEL_TYPES[model_type]
-    gaps = LLAVA_GAPS if model_type == "llava" else {}
     spec = ModelSpec(name, family, config_class, modality, config_kwargs=kwargs, auto_class=auto, backend_gaps=gaps)
     try:
         return check_model_spec(spec)
@@ -163,13 +161,6 @@ def nonpositive_size(config: Mapping[str, Any], prefix: str = "") -> tuple[str, 
                 if isinstance(v, int | float) and not isinstance(v, bool) and (not v >= 1 or v != int(v)):
                     return name, value
     return None
-
-
-def _size_problem(config: Mapping[str, Any], prefix: str) -> str | None:
-    found = nonpositive_size(config, prefix)
-    if found is None:
-        return None
-    return f"field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}"
 
 
 def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
@@ -356,7 +347,6 @@ def _check_zoo_name(spec: ModelSpec, where: str) -> None:
     raise ValueError(f"{where}: field 'name': {spec.name!r} is a built-in zoo model ({zoo.config_class}) and this "
                      f"entry describes another architecture ({spec.config_class}({_kwargs_text(spec.config_kwargs)})); "
                      "give it its own name, or set replace = true to take the zoo name over")
-
 
 
 __all__ = ["SIZE_KEYS", "check_model_spec", "is_hf_config", "load_model_set", "nonpositive_size",

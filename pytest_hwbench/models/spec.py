@@ -146,15 +146,10 @@ class ModelSpec:
         return self.architecture.param_count * _bytes(WEIGHT_BYTES, precision) / 2**20
 
     def activation_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
-        """MiB of activations alive at the peak of one forward over `batch_size` items.
-
-        The peak is measured once, at batch 1 in fp32, on the meta device: the most bytes that
-        op outputs of the forward held at one time, the returned outputs (logits, KV cache)
-        included, weights and inputs excluded. It is scaled linearly in the batch and by
-        `ACTIVATION_BYTES` / 4 for the precision. Runtime overhead (CUDA context, allocator
-        slack, a second copy while exporting) is not in it. 0 when the forward cannot run on
-        the meta device.
-        """
+        """MiB of activations alive at the peak of one forward over `batch_size` items: the
+        meta-device peak at batch 1 in fp32 (outputs included, weights and inputs excluded),
+        scaled by the batch and by `ACTIVATION_BYTES` / 4; runtime overhead is not in it. 0 when
+        the forward cannot run on the meta device."""
         per_item = self.architecture.activation_bytes_per_item or 0.0
         return per_item * _bytes(ACTIVATION_BYTES, precision) / 4 * batch_size / 2**20
 
@@ -168,12 +163,6 @@ def _bytes(table: Mapping[str, int], precision: str) -> int:
         return table[precision]
     except KeyError:
         raise ValueError(f"precision {precision!r} is not one of {', '.join(table)}") from None
-
-
-
-def flops_per_item(spec: ModelSpec) -> float:
-    """Forward FLOPs for one item (batch 1)."""
-    return spec.architecture.flops_per_item
 
 
 def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float) -> float | None:
@@ -192,5 +181,4 @@ __all__ = [
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",
-    "flops_per_item",
 ]

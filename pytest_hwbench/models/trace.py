@@ -44,7 +44,6 @@ class ModelArchitecture:
     num_key_value_heads: int | None = None
 
 
-
 def _first_attr(config: Any, names: Iterable[str]) -> int | None:
     for cfg in (config, getattr(config, "text_config", None), getattr(config, "vision_config", None)):
         if cfg is None:
@@ -61,20 +60,12 @@ def _first_attr(config: Any, names: Iterable[str]) -> int | None:
 
 @functools.cache
 def _meta_run_mode() -> type:
-    """A dispatch mode for a meta-device forward: records peak activation bytes, reads checks as true.
+    """A dispatch mode for a meta-device forward: records peak activation bytes (each new
+    storage live until freed) and launches (each op that computes), and reads checks as true.
 
-    Peak: every op output with storage of its own (not a view, not an in-place result) is live
-    from its creation until its storage is freed (a weakref on the storage, so views keep it
-    alive, as they do in a real run). Meta storages have sizes, not data.
-
-    Launches: every op that computes (not a view) counts once, about one kernel launch in an
-    eager run.
-
-    Checks: transformers reads booleans out of tensors (`padding_mask.all()` in its mask
-    helpers, LLaVA's image-token count check), which a meta tensor cannot give. A boolean
-    scalar read on meta answers True: the zoo's inputs are valid and its masks all ones, so the
-    checks hold. Other scalar reads still raise, and the caller falls back to estimates.
-    Defined on first use: this module imports torch lazily.
+    Why: transformers reads booleans out of tensors (`padding_mask.all()` in its mask helpers,
+    LLaVA's image-token count check), which a meta tensor cannot give; the zoo's inputs are
+    valid and its masks all ones, so a boolean scalar read answers True.
     """
     import weakref
 

@@ -7,20 +7,6 @@ fixture measures a case. Each finished case becomes a `BenchmarkRecord` attached
 report, so under pytest-xdist it streams to the controller with the report, and
 `pytest_hwbench_record` fires there (or in the serial process).
 
-The package, in the order a run meets it:
-
-- `options`: ``--hwbench-*`` options and their strict parsers, the markers, the checks that
-  need the zoo and the registries (``pytest_addhooks``, ``pytest_addoption``).
-- `grid`: the case grid without pytest: `Selection` (what the command line asks for),
-  marker values, `generate_cases`, `case_from_id`.
-- `collection`: ``pytest_generate_tests`` (Selection + markers -> grid -> params) and the
-  capability skips of ``pytest_collection_modifyitems``.
-- `fixtures`: ``hwbench_case``, ``hwbench`` (`Hwbench`), the record on the test report.
-- `state`: ``pytest_configure``, the per-process `HwbenchState` (session start/finish,
-  records to hooks, xdist workers and crashes, summary); `session`: what a session is (its
-  `SessionInfo`, package versions) and where each xdist worker runs; `progress`: the progress
-  lines and their estimate of what remains.
-
 pytest registers this module object and pluggy looks hooks and fixtures up as its attributes,
 so every module-level hook and fixture of the submodules is imported here.
 """

@@ -52,13 +52,11 @@ class Hwbench:
             result = state.runner.run(case, placement.device_index)
         except UnsupportedCase as exc:
             pytest.skip(str(exc))
-        except OutOfMemory as exc:
-            self.record = failed_record(case, state.session_id, exc, **common)
-            node.stash[_RECORD] = self.record
-            pytest.xfail(f"{case.id}: {exc} (recorded as a failed case)")
         except Exception as exc:
             self.record = failed_record(case, state.session_id, exc, **common)
             node.stash[_RECORD] = self.record
+            if isinstance(exc, OutOfMemory):
+                pytest.xfail(f"{case.id}: {exc} (recorded as a failed case)")
             raise
         self.result = result
         self.record = result.to_record(state.session_id, **common)

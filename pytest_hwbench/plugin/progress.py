@@ -5,6 +5,7 @@ plan (`planned`)."""
 from __future__ import annotations
 
 import time
+from statistics import fmean
 from typing import Any
 
 from ..case import BenchCase
@@ -33,33 +34,12 @@ class Progress:
     elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
     case). Runs without benchmark cases (`has_cases` False) print none.
 
-    The estimate prices each remaining test by what the grid knows of it (`plan`: nodeid -> its
-    `BenchCase`, None for a plain test, in run order) as two parts:
-
-    - its model's load, where the runner will load one: the remaining cases are walked in order
-      through a cache of `cache_size` loaded models, as the runner keeps them, and each load is
-      priced by the loads seen so far (same model and backend; else same backend; else any);
-    - the rest of the case (warm-up, timed loop): one measurement by the tests of the same kind
-      so far (same mode, model, backend and precision; else same mode, backend and precision;
-      else same mode and backend; else same mode), each divided by the measurements it took (a
-      skipped test's few milliseconds price the cases of its kind that will skip alike; a case
-      whose model has a known gap on its backend is planned as a skip); a mode not seen yet
-      costs an inference case's worth (the mean of the measurements seen, each divided by
-      `MODE_COST` of its mode, and never less than `min_time_s`, the timed loop's minimum) times
-      its own `MODE_COST`; a plain test a tenth of that;
-    - retries: one measurement times the measurements a case has taken on average so far in
-      this run, `TRIES_PRIOR` cases measured once counted in (a retried case is not a dearer
-      kind: the host was busy, and may be again);
-    - a backend's first case in the run also starts its runtime (imports, an export cache):
-      it prices nothing else, and the first case of each backend still to come costs the mean
-      of the first cases seen.
-
-    The end of the run (`END_COST_S`) is added to every estimate. A finished case's load time
-    and measurement count come with it (`done_one`'s `load_s`, 0 for a model taken from the
-    cache, and `tries`); without them the whole time counts as one measurement. Without a plan
-    every test costs the average so far. Times between reports are the wall time per finished
-    test, so parallel workers are priced as they run. Each price is a mean: what is estimated is
-    a sum (a first case's one-time costs are kept apart above).
+    The estimate prices each remaining test of the `plan` (nodeid -> its `BenchCase`, None for
+    a plain test, in run order) by the finished tests most like it: its model's load where the
+    runner's cache of `cache_size` models will not hold it, one measurement times the mean
+    measurements per case so far, and a backend's first case (its runtime's start) apart; a mode
+    not seen yet costs an inference case's worth times its `MODE_COST`. Without a plan every
+    test costs the average so far; the end of the run (`END_COST_S`) is added to every estimate.
     """
 
     #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
@@ -70,8 +50,7 @@ class Progress:
     #: warm the host) do not price every remaining case as retried.
     TRIES_PRIOR = 10
     #: Seconds from the last case to the process's exit: the sinks closed, the summary, the
-    #: interpreter's teardown (3.6 s after 19 cases, 6.1 s after the quick tier's 278 tests,
-    #: measured on the project's 2-core runner).
+    #: interpreter's teardown.
     END_COST_S = 5.0
 
     def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,
@@ -115,22 +94,15 @@ class Progress:
         return (("model", case.model, case.backend), ("backend", case.backend), ("any",))
 
     @staticmethod
-    def _mean(times: list[float]) -> float:
-        return sum(times) / len(times)
+    def _first_mean(seen: dict[tuple[str, ...], list[float]], kinds: tuple[tuple[str, ...], ...]) -> float | None:
+        """The mean time of the first of `kinds` seen, None where none is."""
+        return next((fmean(seen[kind]) for kind in kinds if seen.get(kind)), None)
 
     def _price(self, case: BenchCase | None, fallback: float) -> float:
-        for kind in self._kinds(case):
-            times = self._seen.get(kind)
-            if times:
-                return self._mean(times)
+        price = self._first_mean(self._seen, self._kinds(case))
+        if price is not None:
+            return price
         return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
-
-    def _price_load(self, case: BenchCase) -> float:
-        for kind in self._load_kinds(case):
-            times = self._loads.get(kind)
-            if times:
-                return self._mean(times)
-        return 0.0
 
     @staticmethod
     def _use(cached: list[tuple[str, ...]], key: tuple[str, ...], size: int) -> bool:
@@ -153,7 +125,7 @@ class Progress:
         # an inference case's worth: each case's time over its mode's cost, the mean of those
         units = sorted(t / self.MODE_COST.get(kind[0], 1.0) for kind, times in self._seen.items()
                        if len(kind) == 1 and kind != ("test",) for t in times)
-        typical = self._mean(units) if units else elapsed / max(self.done, 1)
+        typical = fmean(units) if units else elapsed / max(self.done, 1)
         typical = max(typical, self.min_time_s)  # a timed loop lasts at least the minimum time
         # the mean measurements per case so far, starting from TRIES_PRIOR cases measured once
         tries = (sum(self._tries) + self.TRIES_PRIOR) / (len(self._tries) + self.TRIES_PRIOR)
@@ -162,11 +134,11 @@ class Progress:
         for case in self._left.values():
             if case is not None and case.backend not in backends and self._firsts:
                 backends.add(case.backend)
-                priced += self._mean(self._firsts)  # a backend's first case: its start included
+                priced += fmean(self._firsts)  # a backend's first case: its start included
             else:
                 priced += self._price(case, typical) * (tries if case is not None else 1.0)
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
-                priced += self._price_load(case)
+                priced += self._first_mean(self._loads, self._load_kinds(case)) or 0.0
         unplanned = max(0, remaining - len(self._left))
         return priced + unplanned * typical * 0.1 + self.END_COST_S
 

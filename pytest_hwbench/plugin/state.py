@@ -61,13 +61,9 @@ def _freeze_gc() -> bool:
     """Move what the heap holds at the session's end out of the cyclic collector's sight
     (`gc.freeze`), until the state's `pytest_unconfigure` moves it back; True when it froze.
 
-    After a case ran, the heap holds torch's and transformers' millions of objects, and each full
-    collection walks them all (0.3 s on the CI runner). pytest's unraisable-exception check
-    collects once in its `pytest_unconfigure` and once more in its cleanup, which runs after every
-    plug-in's unconfigure. The first pass then skips the frozen heap; the second, after the heap
-    is back, collects whatever the first skipped, while pytest's unraisable hook still reports it.
-    Nothing is collected later than without the freeze, and the interpreter's own shutdown sees an
-    unfrozen heap."""
+    Why: pytest's unraisable-exception check collects twice at the end, and each full collection
+    walks torch's and transformers' millions of objects; the first pass now skips them, the
+    second, after the heap is back, collects whatever the first skipped."""
     if gc.get_freeze_count():  # someone else froze it: theirs to undo
         return False
     gc.freeze()
@@ -314,11 +310,9 @@ class HwbenchState:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
-        """The hwbench section comes last, after every other plugin's summary (pytest-benchmark's
-        table) and pytest's short test summary: it is what a benchmark run's reader looks for. It
-        prints also when another plug-in's summary raises (pytest-benchmark's
-        ``--benchmark-compare-fail`` raises ``PerformanceRegression``), naming what it raised,
-        which then goes on."""
+        """The hwbench section comes last, after every other plugin's summary and pytest's short
+        test summary; it prints also when another plug-in's summary raises (pytest-benchmark's
+        ``--benchmark-compare-fail``), naming what it raised, which then goes on."""
         try:
             result = yield
         except BaseException as exc:

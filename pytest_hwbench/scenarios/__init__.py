@@ -21,7 +21,6 @@ if TYPE_CHECKING:
     from ..hardware import HardwareInfo
     from ..models import ModelSpec
 
-ENTRY_POINT_GROUP = SCENARIOS_GROUP
 #: mode -> scenario, filled by `register_scenario` as the entry-point modules are imported.
 _SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario")
 
@@ -102,7 +101,6 @@ def get_scenario(mode: str) -> Scenario:
         return scenarios[mode]
     except KeyError:
         raise KeyError(f"unknown mode {mode!r}; modes: {', '.join(scenarios)}") from None
-
 
 
 __all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "foreign_scenarios", "get_scenario", "register_scenario",

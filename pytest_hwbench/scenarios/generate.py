@@ -1,12 +1,9 @@
 """The ``generate`` scenario: one fixed-length ``generate()`` call per iteration, on torch eager
 and, with the decode step compiled, on the torch.compile backends.
 
-Every iteration does the same work: greedy decoding (``do_sample=False``, ``num_beams=1``) with
-the KV cache, ``min_new_tokens == max_new_tokens == N``, so a random-weight model that would
-emit its end-of-sequence token early still makes exactly N tokens per sequence (the
-min-new-tokens logits processor masks EOS until N tokens exist; the length limit then stops).
-The first call (the runner's cold call, before any timed one) counts the decoding steps and
-raises if they differ from N or if a sequence finished early.
+Every iteration does the same work: greedy decoding with the KV cache and
+``min_new_tokens == max_new_tokens == N``, so a random-weight model makes exactly N tokens per
+sequence; the first call (the runner's cold call) checks that it did.
 
 What is measured (medians, over the batch):
 
@@ -18,23 +15,16 @@ What is measured (medians, over the batch):
   or when the full call's median is not above the prefill's);
 - ``tokens_per_s``: ``batch * N / full``, generated tokens per second.
 
-Which models generate is read from the transformers config, not the name (`generation_class`):
-encoder-decoder configs with a speech or text seq2seq head (Whisper, T5, BART), decoders with an
-image-text-to-text head (LLaVA) or a causal-LM head (GPT-2, LLaMA, Qwen2). Encoders that merely
-offer a causal-LM head on top of their masked-LM pretraining (BERT, RoBERTa) do not count.
-The model is built with that head from the zoo's seed (`ModelSpec.build_model`), so every
-generate case of a model runs the same weights.
+Which models generate is read from the transformers config, not the name (`generation_class`).
+The model is built with that head from the zoo's seed, so every generate case of a model runs
+the same weights.
 
 Compiled decoding (backends ``torch-compile`` and ``torch-compile-ro``) is the one transformers
-documents: a static KV cache (``cache_implementation="static"``) and a ``CompileConfig``, with
-which ``generate()`` runs the prefill eagerly and every decode step through
-``torch.compile(model.__call__, fullgraph=True, dynamic=False, mode=...)``; ``torch-compile-ro``
-is mode ``reduce-overhead`` (CUDA graphs), ``torch-compile`` the default mode (on the CPU too,
-where transformers compiles only when told to). ``prepare()`` makes the first calls, which
-compile (and record the CUDA graphs): their seconds are ``compile_time_s``, apart from the
-latency, and a timed call that would compile again raises instead (`_torch.no_recompile`).
-The token-count check is the same as eager's. Time to first token is the eager prefill in both,
-so compiled and eager differ in the decode steps only.
+documents: a static KV cache and a ``CompileConfig``, with which ``generate()`` runs the prefill
+eagerly and compiles every decode step. ``prepare()`` makes the first calls, which compile:
+their seconds are ``compile_time_s``, apart from the latency, and a timed call that would
+compile again raises instead (`_torch.no_recompile`). Time to first token is the eager prefill
+in both, so compiled and eager differ in the decode steps only.
 """
 
 from __future__ import annotations
@@ -87,15 +77,10 @@ _DECODER_INPUTS = ("decoder_input_ids", "decoder_attention_mask")
 
 
 def generation_class(spec: ModelSpec) -> str | None:
-    """The transformers auto class that builds `spec` with a generation head, or None when the
-    model does not generate tokens (encoders, vision and audio backbones, DETR, CLIP...).
-
-    Read from the config: ``is_encoder_decoder`` picks between seq2seq heads and decoder heads,
-    then the first auto class whose mapping holds the config class wins. A config that also maps
-    to a masked LM is an encoder (BERT's ``BertLMHeadModel`` is a causal-LM head on an
-    encoder) and gets None. A config that cannot be built gets None: its inference cases
-    record the error.
-    """
+    """The transformers auto class that builds `spec` with a generation head: a seq2seq head
+    (Whisper, T5, BART), an image-text-to-text head (LLaVA) or a causal-LM head (GPT-2, LLaMA);
+    None when the model does not generate tokens, encoders with a causal-LM head on their
+    masked-LM pretraining (BERT) included, or when its config cannot be built."""
     if spec.modality not in GENERATE_MODALITIES:
         return None
     try:
@@ -118,9 +103,7 @@ def generation_class(spec: ModelSpec) -> str | None:
 
 class _LengthClashFilter(logging.Filter):
     """Drops transformers' "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been
-    set" warning and its ``min_`` twin. Whisper's generate() fills the global defaults
-    (``max_length=20``, ``min_length=0``) into the config it hands to GenerationMixin.generate,
-    which then warns on every call that our max/min_new_tokens take precedence, as we intend
+    set" warning and its ``min_`` twin, which Whisper's generate() raises on every call
     (transformers 5.23, ``GenerationMixin._prepare_generated_length``). Other messages pass."""
 
     PREFIXES = ("Both `max_new_tokens`", "Both `min_new_tokens`")
@@ -447,21 +430,14 @@ class GenerateModel(TorchModel):
         if self.compiler is None:
             return call
         shapes = tuple(sorted((k, tuple(v.shape)) for k, v in moved.items()))
-        # generate() sizes the static cache for the longest prompt + new tokens any earlier call
-        # of this model had, so that shorter ones reuse its graph (transformers 5.23,
-        # GenerationMixin._get_static_cache). Cases of other prompt lengths share this loaded
-        # model: without this reset, a case would decode over a cache sized by the case run
-        # before it. Its own length compiles here, or reuses its graph from an earlier prepare().
+        # generate() sizes the static cache for the longest prompt any earlier call of this model
+        # had (transformers 5.23, GenerationMixin._get_static_cache): each case gets its own.
         vars(self.model).pop("_previous_max_cache_length", None)
         before = graphs_compiled()
-        # The first call compiles (and checks the token count); reduce-overhead's second
-        # records the CUDA graphs. Each new batch size or prompt length compiles its own graph.
         assert self.details is not None
         warm_up(call, mode=self.compiler.mode, sync=self.sync, details=self.details, name=name)
         # No new graph is fine when dynamo reuses one compiled for an earlier model of the same
-        # architecture (its guards do not pin the module instance); the compiled path is then
-        # told by the compiled call transformers keeps on the model (PreTrainedModel.
-        # get_compiled_call, transformers 5.23).
+        # architecture; transformers then keeps the compiled call on the model (transformers 5.23).
         if shapes not in self.warm and graphs_compiled() == before and "_compiled_call" not in vars(self.model):
             raise RuntimeError(
                 f"generate on {self.backend}: {name}'s generate() compiled no graph for its decode steps "

@@ -18,9 +18,6 @@ The loss, by what the zoo's head offers (`loss_kind`):
   outputs (``last_hidden_state``, ``pooler_output``, ``logits``, ``pred_boxes``...). Summing
   every output rather than taking the first one sends a gradient into every head, so the
   backward and the optimizer step cover the parameters a real fine-tune would.
-
-The step returns the loss detached, without ``.item()`` (which would sync a GPU every step; the
-runner syncs), so no autograd graph outlives the step.
 """
 
 from __future__ import annotations
@@ -164,7 +161,7 @@ class TrainStep:
 
     def __call__(self) -> Any:
         """zero_grad, forward and loss under autocast, backward (scaled at fp16), optimizer step;
-        returns the loss, detached."""
+        returns the loss detached, without ``.item()``, which would sync a GPU every step."""
         t = self._trainer
         if t.model is None:
             raise RuntimeError("train: this case's model was closed; prepare the inputs of a fresh load")
