@@ -8,6 +8,7 @@ a browser or another process; the README's ``pytest tests`` leaves them out (``-
     python benchmarks/test_time.py                 # both tiers on a fresh clone of HEAD, this venv
     python benchmarks/test_time.py --here          # this working tree instead of a clone
     python benchmarks/test_time.py --coverage      # also line coverage of pytest_hwbench and hwsel
+    python benchmarks/test_time.py --coverage --missed missed.txt   # and the lines no test ran
     python benchmarks/test_time.py --tiers fast    # only the README's command
 
 Printed: per tier its wall time, the number of tests by outcome and the summed test time; the 20
@@ -77,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--here", action="store_true", help="time this working tree instead of a fresh clone")
     parser.add_argument("--coverage", action="store_true",
                         help="measure line coverage of pytest_hwbench and hwsel (needs coverage>=7.10)")
+    parser.add_argument("--missed", type=Path, metavar="FILE",
+                        help="with --coverage: write the lines no test ran, file by file, to FILE")
     parser.add_argument("--tiers", default="fast,e2e", help="comma-separated tiers to run (default fast,e2e)")
     parser.add_argument("--slowest", type=int, default=20, help="how many of the slowest tests to list (default 20)")
     args = parser.parse_args(argv)
@@ -84,6 +87,8 @@ def main(argv: list[str] | None = None) -> int:
     unknown = [t for t in tiers if t not in TIERS]
     if unknown:
         parser.error(f"--tiers: {', '.join(unknown)} unknown; accepted: {', '.join(TIERS)}")
+    if args.missed and not args.coverage:
+        parser.error("--missed needs --coverage")
     if args.coverage and importlib.util.find_spec("coverage") is None:
         parser.error("--coverage needs coverage>=7.10 in this environment: pip install -e '.[test]'")
 
@@ -131,6 +136,11 @@ def main(argv: list[str] | None = None) -> int:
                                     cwd=workdir, capture_output=True, text=True)
             print(f"\nline coverage of pytest_hwbench and hwsel over tiers {','.join(tiers)}: "
                   f"{report.stdout.strip() or report.stderr.strip()}%")
+            if args.missed:
+                missed = subprocess.run([sys.executable, "-m", "coverage", "report", *rc, "-m", "--skip-covered"],
+                                        cwd=workdir, capture_output=True, text=True)
+                args.missed.write_text(missed.stdout + missed.stderr)
+                print(f"lines no test ran, file by file: {args.missed}")
     return 0 if all(code == 0 for _, code, _ in results.values()) else 1
 
 
