@@ -6,13 +6,13 @@ pure functions are imported (importing registers nothing).
 
 from __future__ import annotations
 
-import importlib.util
 import statistics
 import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from _scripts import script_module
 
 #: Every test here starts another process, a server or a training: the end-to-end tier.
 pytestmark = pytest.mark.e2e
@@ -22,14 +22,8 @@ SCRIPT = Path(__file__).resolve().parents[1] / "benchmarks" / "fidelity.py"
 
 @pytest.fixture(scope="module")
 def fidelity():
-    spec = importlib.util.spec_from_file_location("hwbench_fidelity_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
+    with script_module(SCRIPT, "hwbench_fidelity_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 def test_import_registers_no_backend(fidelity):

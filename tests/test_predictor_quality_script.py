@@ -4,13 +4,12 @@ snapshot of real runs (two sessions of the quick tier on torch). Nothing is mock
 
 from __future__ import annotations
 
-import importlib.util
 import math
-import sys
 from pathlib import Path
 
 import numpy as np
 import pytest
+from _scripts import script_module
 
 ROOT = Path(__file__).resolve().parents[1]
 SCRIPT = ROOT / "benchmarks" / "predictor_quality.py"
@@ -22,14 +21,8 @@ MODELS = ("bert-tiny", "gpt2-tiny", "resnet-tiny", "vit-tiny", "t5-tiny", "whisp
 
 @pytest.fixture(scope="module")
 def pq():
-    spec = importlib.util.spec_from_file_location("hwbench_predictor_quality_script", SCRIPT)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up while the class is built
-    try:
-        spec.loader.exec_module(module)
+    with script_module(SCRIPT, "hwbench_predictor_quality_script") as module:
         yield module
-    finally:
-        sys.modules.pop(spec.name, None)
 
 
 @pytest.fixture(scope="module")

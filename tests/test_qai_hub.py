@@ -12,7 +12,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import importlib.util
 import json
 import os
 import sys
@@ -21,6 +20,7 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from _scripts import script_module
 
 from pytest_hwbench.backends import qai_hub as qh
 from pytest_hwbench.backends._onnx_export import ExportedModel
@@ -120,16 +120,13 @@ def test_details_are_flat_and_json_ready():
 def test_recorded_shapes_match_the_installed_client():
     """Rebuild the fixtures with the installed qai-hub's converter: a schema change shows here."""
     pytest.importorskip("qai_hub")
-    spec = importlib.util.spec_from_file_location("make_profiles", DATA / "make_profiles.py")
-    assert spec and spec.loader
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
     from qai_hub.client import _profile_pb_to_python_dict
 
-    for name, make in (("bert_tiny_qnn_context_binary_v1_2", module.bert_tiny_qnn_v1_2),
-                       ("mobilenet_tflite_v1_1", module.mobilenet_tflite_v1_1), ("legacy_v0", module.legacy_v0)):
-        fresh = json.loads(json.dumps(_profile_pb_to_python_dict(make())))
-        assert fresh == _profile(name), name
+    with script_module(DATA / "make_profiles.py", "make_profiles") as module:
+        for name, make in (("bert_tiny_qnn_context_binary_v1_2", module.bert_tiny_qnn_v1_2),
+                           ("mobilenet_tflite_v1_1", module.mobilenet_tflite_v1_1), ("legacy_v0", module.legacy_v0)):
+            fresh = json.loads(json.dumps(_profile_pb_to_python_dict(make())))
+            assert fresh == _profile(name), name
 
 
 # --- availability -----------------------------------------------------------------------------

@@ -23,6 +23,7 @@ from typing import Any
 
 import psutil
 import pytest
+from _scripts import script_module
 
 from pytest_hwbench.hardware import detect_hardware
 from pytest_hwbench.web import (
@@ -595,16 +596,11 @@ def test_hwbench_web_status_and_help():
 # --- suites, nox, CI, fidelity ------------------------------------------------------------------
 
 def test_the_ci_grid_keeps_a_few_quick_web_cases():
-    import importlib.util
-
     from pytest_hwbench.case import BenchCase
 
-    path = Path(__file__).resolve().parents[1] / "bench_suites" / "conftest.py"
-    spec = importlib.util.spec_from_file_location("bench_suites_conftest", path)
-    module = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = module  # dataclasses look their module up
-    spec.loader.exec_module(module)
-    in_ci_grid = module.in_ci_grid
+    with script_module(Path(__file__).resolve().parents[1] / "bench_suites" / "conftest.py",
+                       "bench_suites_conftest") as module:
+        in_ci_grid = module.in_ci_grid
 
     def case(model: str, hardware: str, batch: int) -> BenchCase:
         return BenchCase(model, "onnxruntime-web", hardware, "fp32", batch)
