@@ -23,7 +23,7 @@ The data:
   inference records: eager torch over 28 models at fp32/fp16/bf16 and batch 1/8/32/128, and
   `torch-compile` / `torch-compile-ro` at fp16 for some (so top-1 includes the backend choice).
 
-For each data set separately, from one recipe (the Optuna study's best on `hwsel.train.cv_folds`,
+For each data set separately, from one recipe (the Optuna study's best on `hwsel.evaluation.cv_folds`,
 the folds `hwsel train` uses), it prints:
 
 - held-out batch sizes (each batch size predicted by a model that never saw it): MAPE, median

@@ -28,7 +28,7 @@ from hwsel.data import Source
 from pytest_hwbench.vocabulary import normalise_mode
 
 #: The ensemble's recipe, fixed (no study per call): a random forest on the residual against the
-#: roofline estimate, from `hwsel.train.suggest`'s space; of the recipes tried, its held-out-model
+#: roofline estimate, from `hwsel.estimators.suggest`'s space; of the recipes tried, its held-out-model
 #: error fell the most as measurements were added: a recipe that does not gain from more data
 #: cannot say which data would help.
 LATENCY_PARAMS: Mapping[str, Any] = {
