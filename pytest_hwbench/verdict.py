@@ -8,12 +8,11 @@ comparison is asked with.
 from __future__ import annotations
 
 import math
+import statistics
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
 from typing import Any, Literal
-
-import numpy as np
 
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
 VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclusive", "missing")
@@ -106,13 +105,15 @@ def relative_spread(values: Sequence[float]) -> float:
     """1.4826 x MAD / median: a robust relative standard deviation (0 for fewer than 2 values)."""
     if len(values) < 2:
         return 0.0
+    import numpy as np  # not at import: `hwbench` loads this module for every command
+
     arr = np.asarray(values, dtype=float)
     median = float(np.median(arr))
     return 1.4826 * float(np.median(np.abs(arr - median))) / median if median > 0 else 0.0
 
 def median_of(values: Sequence[Any]) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
-    return float(np.median(numbers)) if numbers else None
+    return float(statistics.median(numbers)) if numbers else None
 
 def mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
     if len(a) < 2 or len(b) < 2:

@@ -53,6 +53,20 @@ def test_an_unrelated_pytest_run_imports_nothing_heavy(tmp_path, args):
     assert found["probed"] == []
 
 
+def test_the_hwbench_command_line_imports_nothing_heavy_to_parse(tmp_path):
+    """`hwbench --help` builds the parser of every command, each command module imported."""
+    found = _fresh(f"""
+        import contextlib, io, json, sys
+        from pytest_hwbench.cli import main
+        with contextlib.redirect_stdout(io.StringIO()) as out, contextlib.suppress(SystemExit):
+            main(["--help"])
+        print(json.dumps({{"heavy": [m for m in {HEAVY!r} if m in sys.modules],
+                          "ab": "pytest_hwbench.ab" in sys.modules, "said": "ab" in out.getvalue()}}))
+    """, tmp_path)
+    assert found["ab"] and found["said"], "every command's module must be loaded for this test to mean anything"
+    assert found["heavy"] == []
+
+
 def test_our_markers_are_registered_although_the_registries_stay_unloaded(tmp_path):
     """Every marker our backends and scenarios bring is registered at configure, without loading
     their registries: a ``--strict-markers`` run of a module that uses each of them passes, and

@@ -167,7 +167,8 @@ class Backend(Protocol):
         ...
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
-        """Build, convert and load the model; raise `UnsupportedCase` for a known gap."""
+        """Build, convert and load the model for a case that `unavailable` passed (callers ask it
+        first); raise `UnsupportedCase` for a known gap."""
         ...
 
 

@@ -43,7 +43,6 @@ import sys
 import threading
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
-from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
@@ -233,9 +232,23 @@ class Recorder:
             for state in self._states:
                 work(state)
             return
-        with ThreadPoolExecutor(len(self._states), thread_name_prefix="hwbench-sink") as pool:
-            for done in [pool.submit(work, state) for state in self._states]:
-                done.result()
+        errors: list[BaseException] = []
+
+        # Plain threads, not a pool: a warning `work` gives is attributed to this module, and an
+        # interrupt of the joins returns at once.
+        def run(state: _SinkState) -> None:
+            try:
+                work(state)
+            except BaseException as exc:  # handed to the caller's thread
+                errors.append(exc)
+
+        threads = [threading.Thread(target=run, args=(s,), name=f"hwbench-sink {s.name}") for s in self._states]
+        for thread in threads:
+            thread.start()
+        for thread in threads:
+            thread.join()
+        if errors:
+            raise errors[0]
 
     def emit(self, record: BenchmarkRecord) -> None:
         """Spool `record`, then write it to each healthy sink. Raises only on misuse."""
