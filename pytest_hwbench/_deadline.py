@@ -1,11 +1,5 @@
 """One slow call with a deadline: how the sinks (a tracking server, a locked DuckDB file) and hwsel
-(records and champions behind a tracking server) wait for what may never answer.
-
-`call_with_deadline` runs the call in a daemon thread, says once what it waits for when the wait
-has used `NOTICE_FRACTION` of its budget (10 s of the default 30: a first write that creates a
-local store takes a few seconds and is not announced), and gives up at the deadline, leaving the thread to finish or block on
-its own (a socket stuck in ``recv`` cannot be interrupted from Python).
-"""
+(records and champions behind a tracking server) wait for what may never answer."""
 
 from __future__ import annotations
 

@@ -1,16 +1,7 @@
-"""The recording plug-in (``pytest11`` entry point ``hwbench-recording``): every record to the
-spool first, then to the default sinks (the store's MLflow tracking URI and DuckDB file) and
-``--hwbench-sink``, on the controller or the serial process.
-
-The base plugin measures and fires ``pytest_hwbench_session_start``, ``pytest_hwbench_record`` and
-``pytest_hwbench_session_finish``; the `Tracker` here implements them, as a third party's
-recorder would. This plug-in calls one hook of its own, declared here (`RecordingHooks`, added in
-its ``pytest_addhooks``): the sinks come from ``pytest_hwbench_default_sinks`` (ours is
-``trylast``: a conftest that answers it replaces MLflow and DuckDB and keeps the spool).
-`TrackingConfig.resolve` validates the store settings before any case runs; `TrackingConfig.store_sinks`
-names the store's sinks, which ``hwbench replay`` also reads. ``-p no:hwbench-recording``
-records nothing. Of the base plugin it uses `pytest_hwbench.plugin_api` only.
-"""
+"""The recording plug-in (``pytest11`` entry point ``hwbench-recording``): on the controller or the
+serial process, every record to the spool first, then to the default sinks (the store's MLflow
+tracking URI and DuckDB file, or what ``pytest_hwbench_default_sinks`` gives) and ``--hwbench-sink``.
+``-p no:hwbench-recording`` records nothing."""
 
 from __future__ import annotations
 
@@ -342,16 +333,14 @@ class Tracker:
         self._open()
 
     def pytest_hwbench_record(self, record: BenchmarkRecord) -> None:
-        from .sinks.spool import refusal
-
         assert self._session is not None and self._pytest_config is not None, \
             "pytest_hwbench_session_start must come first"
         self._make_sinks(self._pytest_config)
         self._has_cases = True
         self._open()
         assert self.recorder is not None
-        self.recorder.emit(record)  # spooled first; then the sinks written here
-        if self.writer is not None and refusal(record) is None:
+        accepted = self.recorder.emit(record)  # spooled first; then the sinks written here
+        if self.writer is not None and accepted:
             self.writer.record(record)
 
     def _open_extra(self, spec: str) -> Sink:
@@ -378,7 +367,7 @@ class Tracker:
         if self._closing is not None and self.writer is not None:
             away = self.writer.finish(self._closing)
             self._closing = None
-            self._links = [*away.links, *self._links]
+            self._links = [*self.writer.links, *self._links]
             report = self._report
             assert report is not None
             self._report = dataclasses.replace(

@@ -2,13 +2,8 @@
 ``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow`` (over 500 lines because
 the six commands, each with its arguments and its errors, are one plug-in).
 
-They belong to the recording side: the store is what the recording plug-in writes (the spool,
-then `TrackingConfig.store_sinks`: the MLflow tracking URI and the DuckDB file). ``replay`` and
-``export --to`` build every sink through the registry (`open_sink`), so a sink a third party
-registers in the ``pytest_hwbench.sinks`` entry-point group is replayed and exported to like
-ours. ``sessions``, ``report``, ``compare`` and ``export --parquet`` read the DuckDB file; a DuckDB
-file that is locked exits 3, one that is corrupt exits 2 (`hwbench replay --sinks duckdb
---move-corrupt` rebuilds it).
+Sinks are built through the registry (`open_sink`), so a third party's registered sink is replayed
+and exported to like ours. A DuckDB file that is locked exits 3, one that is corrupt exits 2.
 """
 
 from __future__ import annotations
@@ -191,7 +186,7 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
 
 
 def _replay(args: argparse.Namespace) -> int:
-    from .sinks.spool import ReplayProgress, Spool, replay_command
+    from .sinks.spool import Spool, replay_command
 
     cfg = tracking(args)
     chosen = chosen_sinks("--sinks", args.sinks, cfg)
@@ -215,9 +210,8 @@ def _replay(args: argparse.Namespace) -> int:
     def say(line: str) -> None:
         print(line, file=sys.stderr, flush=True)
 
-    # Progress per sink (written of N, rate); a replay run again resumes where this one stopped.
-    progress = [ReplayProgress(sink.open(), lambda line: say(f"hwbench replay: {line}")) for sink in wanted]
-    results = replay_each(spool, progress, deadline_s=args.timeout or None, notify=say)
+    results = replay_each(spool, [sink.open() for sink in wanted], deadline_s=args.timeout or None, notify=say,
+                          progress=lambda line: say(f"hwbench replay: {line}"))
     for result in results:
         if result.ok:
             print(f"  {result.name}: {result.written} records written")

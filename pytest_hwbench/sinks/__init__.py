@@ -1,10 +1,8 @@
 """Where records go: the spool first, then MLflow, DuckDB or any registered sink.
 
-Importing this package imports no sink: each sink module (listed under the
-``pytest_hwbench.sinks`` entry points, ours too) registers itself with `register_sink` when the
-registry loads them; the names below are imported on first use.
-
-Typical use (what the pytest plugin does)::
+Importing this package imports no sink: each sink module registers itself (`register_sink`) when
+the registry loads the ``pytest_hwbench.sinks`` entry points; the names below are imported on
+first use. Typical use (what the pytest plugin does)::
 
     recorder = Recorder(Spool("mlruns/spool"), [open_sink("mlflow"), open_sink("duckdb")])
     recorder.start(session)
@@ -61,7 +59,6 @@ _EXPORTS: dict[str, str] = {
     "records_frame": "readers",
     "source_kind": "readers",
     "redact_uri": "redact",
-    "ReplayProgress": "spool",
     "Spool": "spool",
     "replay_command": "spool",
     "ImportResult": "transfer",

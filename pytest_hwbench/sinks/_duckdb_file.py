@@ -1,10 +1,6 @@
 """Opening the DuckDB file: a lock held for milliseconds is waited out (`open_file`), a file that
-stays locked or is corrupt is told apart from other errors (`classify_error`) and raised as a
-`DuckDBFileError` that says what to do; readers open it at the current schema (`read_connection`).
-
-DuckDB lets one process hold a file (FACTS.md: a second one gets ``IOException: Could not set
-lock``), so every connection is opened per call and closed at once.
-"""
+stays locked or is corrupt raises a `DuckDBFileError` that says what to do (`classify_error`,
+`checked`); readers open it at the current schema (`read_connection`)."""
 
 from __future__ import annotations
 
@@ -79,34 +75,16 @@ def open_file(path: Path, **kwargs: Any) -> duckdb.DuckDBPyConnection:
 
 
 @contextmanager
-def read_connection(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A read-only connection to the file at `path` at the current schema (an older file is
-    upgraded in place first), closed on exit; a locked or corrupt file raises `DuckDBFileError`."""
+def checked(path: Path, **kwargs: Any) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the file at `path` (`open_file` with `kwargs`), closed on exit; a DuckDB
+    error inside that says the file is locked or corrupt is raised as `DuckDBFileError`."""
     import duckdb
 
-    file = Path(path).expanduser()
-    if not file.exists():
-        raise FileNotFoundError(
-            f"no hwbench DuckDB file at {file}; run benchmarks with --hwbench-db {file} first"
-        )
-    con = open_file(file, read_only=True)
+    con = open_file(path, **kwargs)
     try:
-        version = schema_version(con)
-        if 0 < version < SCHEMA_VERSION:
-            # An older file: upgrade it in place (adds columns only), then read it.
-            con.close()
-            with open_file(file) as writer:
-                upgrade(writer, file)
-            con = open_file(file, read_only=True)
-            version = schema_version(con)
-        if version != SCHEMA_VERSION:
-            raise RuntimeError(
-                f"{file} has hwbench DuckDB schema version {version}, this hwbench reads {SCHEMA_VERSION}; "
-                "open it once with DuckDBSink (which upgrades it) or use a matching pytest-hwbench"
-            )
         yield con
     except duckdb.Error as exc:  # a corrupt block shows when a query reads it
-        problem = classify_error(exc, file)
+        problem = classify_error(exc, path)
         if problem is None:
             raise
         raise problem from None
@@ -114,9 +92,36 @@ def read_connection(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyCon
         con.close()
 
 
+@contextmanager
+def read_connection(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A read-only connection to the file at `path` at the current schema (an older file is
+    upgraded in place first), closed on exit; a locked or corrupt file raises `DuckDBFileError`."""
+    file = Path(path).expanduser()
+    if not file.exists():
+        raise FileNotFoundError(
+            f"no hwbench DuckDB file at {file}; run benchmarks with --hwbench-db {file} first"
+        )
+    with checked(file, read_only=True) as con:
+        version = schema_version(con)
+        if version == SCHEMA_VERSION:
+            yield con
+            return
+    if 0 < version < SCHEMA_VERSION:  # an older file: upgrade it in place (adds columns only), then read it
+        with checked(file) as writer:
+            upgrade(writer, file)
+        with checked(file, read_only=True) as con:
+            yield con
+            return
+    raise RuntimeError(
+        f"{file} has hwbench DuckDB schema version {version}, this hwbench reads {SCHEMA_VERSION}; "
+        "open it once with DuckDBSink (which upgrades it) or use a matching pytest-hwbench"
+    )
+
+
 __all__ = [
     "LOCK_WAIT_S",
     "DuckDBFileError",
+    "checked",
     "classify_error",
     "open_file",
     "read_connection",

@@ -1,14 +1,8 @@
-"""Reading the DuckDB file back: the results as a frame (`load_results`), raw timings
-(`load_timings`), sessions with their record counts (`list_sessions`), whole records
-(`load_records`), every table as Parquet (`export_parquet`), and a full read that finds a corrupt
-block anywhere (`check_readable`).
-
-``duckdb`` and ``pandas`` are imported inside the functions that need them.
-"""
+"""Reading the DuckDB file back: results as a frame, raw timings, sessions, whole records, what a
+comparison needs of each case, every table as Parquet. Imports ``duckdb`` and ``pandas`` lazily."""
 
 from __future__ import annotations
 
-import json
 import math
 import os
 import warnings
@@ -19,7 +13,7 @@ from typing import TYPE_CHECKING, Any
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks._duckdb_file import read_connection
 from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS
-from pytest_hwbench.sinks._fields import FIELDS
+from pytest_hwbench.sinks._fields import FIELDS, parse_json
 from pytest_hwbench.vocabulary import normalise_mode
 
 if TYPE_CHECKING:
@@ -58,13 +52,6 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -
     if len(parts) <= 2:  # one part, or only the empty end (which keeps the columns)
         return parts[0]
     return pd.concat(parts[:-1], ignore_index=True)
-
-
-def _parse_json(text: Any) -> Any:
-    try:  # a NULL cell (None, NaN) is a TypeError too
-        return json.loads(text)
-    except (TypeError, ValueError):
-        return {}
 
 
 def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
@@ -128,7 +115,7 @@ def typed_results(frame: pd.DataFrame) -> pd.DataFrame:
     into today's; changed in place and returned."""
     for name in frame.columns:
         if name in FIELDS and FIELDS[name].kind == "mapping":  # extra, interference: JSON text in the file
-            frame[name] = [_parse_json(v) for v in frame[name]]
+            frame[name] = [parse_json(v) for v in frame[name]]
     if "cpu_affinity" in frame.columns:
         frame["cpu_affinity"] = [() if is_missing(v) else tuple(int(c) for c in v) for v in frame["cpu_affinity"]]
     if "mode" in frame.columns:
@@ -152,9 +139,6 @@ def records_from_results(frame: pd.DataFrame,
                 data[name] = int(value)
             elif value is not None and FIELDS[name].kind == "float":
                 data[name] = float(value)
-        data["extra"] = data.get("extra") or {}
-        data["interference"] = data.get("interference") or {}
-        data["noise_reason"] = data.get("noise_reason") or ""
         data["timings_ms"] = (timings or {}).get(data["record_id"], [])
         records.append(BenchmarkRecord.from_dict(data))
     return records
@@ -188,8 +172,8 @@ def list_sessions(path: str | os.PathLike[str]) -> pd.DataFrame:
             "LEFT JOIN results r ON r.session_id = s.session_id "
             "GROUP BY ALL ORDER BY s.started_at DESC NULLS LAST, s.session_id",
         )
-    frame["package_versions"] = [_parse_json(v) for v in frame["package_versions"]]
-    frame["extra"] = [_parse_json(v) for v in frame["extra"]]
+    frame["package_versions"] = [parse_json(v) for v in frame["package_versions"]]
+    frame["extra"] = [parse_json(v) for v in frame["extra"]]
     return frame
 
 

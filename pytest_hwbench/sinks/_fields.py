@@ -1,9 +1,6 @@
-"""What each `BenchmarkRecord` field holds, derived once from the dataclass.
-
-Sinks that store records as text (MLflow params and tags) or as typed columns (DuckDB) need the
-same answer to "is this an int, a float, a string, a tuple or a mapping, and may it be None?".
-Deriving it from the record's own type hints keeps the sinks in step with `record.py`.
-"""
+"""What each `BenchmarkRecord` field holds (int, float, text, tuple or mapping, and whether it may
+be None), derived once from the record's type hints, so that MLflow's text and DuckDB's typed
+columns stay in step with `record.py`."""
 
 from __future__ import annotations
 
@@ -59,13 +56,9 @@ def _kind_of(name: str, hint: Any) -> FieldKind:
     raise TypeError(f"BenchmarkRecord.{name}: no sink mapping for type {hint!r}")
 
 
-def _derive() -> dict[str, FieldKind]:
-    hints = typing.get_type_hints(BenchmarkRecord)
-    return {f.name: _kind_of(f.name, hints[f.name]) for f in dataclasses.fields(BenchmarkRecord)}
-
-
+_HINTS = typing.get_type_hints(BenchmarkRecord)
 #: Every record field, in dataclass order.
-FIELDS: dict[str, FieldKind] = _derive()
+FIELDS: dict[str, FieldKind] = {f.name: _kind_of(f.name, _HINTS[f.name]) for f in dataclasses.fields(BenchmarkRecord)}
 
 
 def to_text(name: str, value: Any) -> str:
@@ -112,17 +105,29 @@ def from_text(name: str, text: str | None) -> Any:
     return text
 
 
-def epoch_ms(iso: str | None) -> int | None:
-    """Milliseconds since the epoch of an ISO-8601 timestamp (naive means UTC); None if unparsable."""
+def utc_stamp(iso: str | None) -> _dt.datetime | None:
+    """An ISO-8601 timestamp as an aware UTC datetime (naive means UTC); None if empty or unparsable."""
     if not iso:
         return None
     try:
         stamp = _dt.datetime.fromisoformat(str(iso).replace("Z", "+00:00"))
     except ValueError:
         return None
-    if stamp.tzinfo is None:
-        stamp = stamp.replace(tzinfo=_dt.timezone.utc)
-    return int(stamp.timestamp() * 1000)
+    return stamp.replace(tzinfo=_dt.timezone.utc) if stamp.tzinfo is None else stamp.astimezone(_dt.timezone.utc)
+
+
+def epoch_ms(iso: str | None) -> int | None:
+    """Milliseconds since the epoch of an ISO-8601 timestamp (naive means UTC); None if unparsable."""
+    stamp = utc_stamp(iso)
+    return None if stamp is None else int(stamp.timestamp() * 1000)
+
+
+def parse_json(text: Any) -> Any:
+    """`text` parsed as JSON; {} for a NULL cell (None, NaN), empty or unparsable text."""
+    try:  # a NULL cell (None, NaN) is a TypeError too
+        return json.loads(text)
+    except (TypeError, ValueError):
+        return {}
 
 
 def truncate(text: str, limit: int) -> str:
@@ -133,4 +138,5 @@ def truncate(text: str, limit: int) -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
-__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "to_text", "truncate"]
+__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "parse_json", "to_text", "truncate",
+           "utc_stamp"]

@@ -1,46 +1,11 @@
-"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay`.
-
-Failure policy of the recorder, per sink:
-
-- A sink whose `open_session` or `write` raises is marked failed; the error is kept (the first
-  one, which is usually the cause) and an `HwbenchWarning` is issued once.
-- Every record emitted while it is failed is spooled as usual and counted as pending for it.
-- After each further `retry_every` records (default 20) the recorder tries once to bring it back:
-  open the session if that had failed, then write the pending records one at a time (so a sink
-  that fails half-way through does not get the first ones twice). ``retry_every=0`` never
-  retries during the session. Why not retry on every record: a dead MLflow server costs a
-  connection attempt (and a timeout when a host does not answer) per call, on the benchmark's
-  critical path; once per 20 records bounds that cost while a briefly restarted server still
-  catches up before the session ends.
-- `finish` tries once more (unless ``retry_every=0``), closes the sinks that have an open
-  session, and reports what is still pending. Pending records are in the spool; `replay` (the
-  ``hwbench replay`` command) pushes them later and is idempotent.
-
-The pytest plug-in writes as records arrive (between cases): in a serial session through the
-sink writer process (`pytest_hwbench.sinks.writer`, which runs its own `Recorder` and is idle
-whenever a case is timed), on an xdist controller (which measures nothing) in its own process.
-
-Bounded waiting: with ``deadline_s`` set, each sink has that many seconds per
-session to spend on calls that fail or do not answer. Every call runs in a helper thread; when a
-call has not answered after a few seconds a line says which sink and what it waits for, and once
-the sink's time is spent it is given up for the session: its records stay in the spool and no
-later call (retry, close) waits on it again. Calls that succeed spend nothing, so a long session
-to a healthy server is never cut short; a server that accepts connections and never answers
-costs the deadline, not MLflow's 30 s timeout times its tries per call.
-
-A record that cannot be a measurement (`refusal`: a passed record with a non-finite median) is
-refused: neither spooled nor sent, with a warning; `replay` skips such lines of older spools.
-
-The recorder is used from one thread of one process (the controller under xdist). Within a
-call it works on its sinks side by side, one thread per sink: a record costs the
-slowest sink's write, not the sum of them (MLflow 70 ms and DuckDB 100 ms a record on SQLite here).
-"""
+"""`Recorder` (spool first, then the sinks, never raising for a sink) and `replay`."""
 
 from __future__ import annotations
 
 import dataclasses
 import sys
 import threading
+import time
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
@@ -58,6 +23,8 @@ from pytest_hwbench.vocabulary import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY
 #: Records per sink call when replaying: small enough that one call stays well inside the
 #: deadline, large enough that DuckDB inserts frames, not rows.
 _CHUNK = 25
+#: Seconds between two progress lines of one sink's replay.
+PROGRESS_EVERY_S = 2.0
 
 _T = TypeVar("_T")
 
@@ -94,7 +61,6 @@ def _describe(exc: BaseException) -> str:
 
 
 def _where(name: str, sink: Sink) -> str:
-    """The sink and its store, for messages (credentials masked)."""
     target = sink.where()
     return f"sink {name!r}" + (f" ({redact_uri(target)})" if target else "")
 
@@ -159,8 +125,14 @@ class _SinkState:
 class Recorder:
     """Spools every record, then hands it to each healthy sink; sink failures never raise.
 
-    See the module docstring for the failure policy. Call `start` once, `emit` per record,
-    `finish` once.
+    A sink whose call raises is marked failed (its first error kept, one `HwbenchWarning`); the
+    records it misses stay in the spool and count as pending. After every `retry_every` further
+    records (0: never during the session) and at `finish`, a failed sink gets one attempt to
+    reopen and write its pending records one at a time. With `deadline_s`, each sink may spend
+    that many seconds per session on calls that fail or hang (calls that succeed spend nothing),
+    then it is given up for the session. A passed record without a finite median (`refusal`) is
+    neither spooled nor sent. Used from one thread; each call works on the sinks side by side,
+    one thread per sink. Call `start` once, `emit` per record, `finish` once.
     """
 
     def __init__(
@@ -250,8 +222,9 @@ class Recorder:
         if errors:
             raise errors[0]
 
-    def emit(self, record: BenchmarkRecord) -> None:
-        """Spool `record`, then write it to each healthy sink. Raises only on misuse."""
+    def emit(self, record: BenchmarkRecord) -> bool:
+        """Spool `record`, then write it to each healthy sink; False when it is refused (`refusal`).
+        Raises only on misuse."""
         if self._session is None or self._finished:
             raise RuntimeError("Recorder.emit needs start() first and no finish() yet")
         if record.session_id != self._session.session_id:
@@ -263,7 +236,7 @@ class Recorder:
         if problem is not None:
             self._refused += 1
             warnings.warn(f"hwbench: record refused, not stored: {problem}", HwbenchWarning, stacklevel=2)
-            return
+            return False
         self._records += 1
         try:
             self.spool.append(record)
@@ -274,6 +247,8 @@ class Recorder:
             if state.failed:
                 state.pending.append(record)
                 state.since_failure += 1
+                # Not on every record: a dead server costs a connection attempt (or a timeout) per
+                # call, on the benchmark's critical path.
                 if self.retry_every and state.since_failure >= self.retry_every:
                     self._recover(state)
                 return
@@ -285,6 +260,7 @@ class Recorder:
                 self._mark_failed(state, exc, "write")
 
         self._each(write_one)
+        return True
 
     def finish(self, status: str = "finished") -> RecorderReport:
         """Retry failed sinks once, close every open sink with `status`, spool the end; report."""
@@ -416,7 +392,7 @@ class SinkReplay:
 
 def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sessions: dict[str, SessionInfo],
                 statuses: Mapping[str, str], deadline_s: float | None,
-                notify: Callable[[str], None] | None) -> SinkReplay:
+                notify: Callable[[str], None] | None, progress: Callable[[str], None]) -> SinkReplay:
     written = 0
     where = _where(name, sink)
 
@@ -427,6 +403,10 @@ def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sess
 
     try:
         have = call("existing_ids", sink.existing_ids, records) if records else set()
+        total = len(records) - len(have)
+        if records:
+            progress(f"{name}: {len(have)} of {len(records)} records already there; {total} to write")
+        began = last = time.monotonic()
         by_session: dict[str, list[BenchmarkRecord]] = {}
         for record in records.values():
             if record.record_id not in have:
@@ -440,6 +420,11 @@ def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sess
                 batch = missing[start : start + _CHUNK]
                 call("write", sink.write, batch)
                 written += len(batch)
+                now = time.monotonic()
+                if now - last >= PROGRESS_EVERY_S or written >= total:
+                    last, elapsed = now, max(now - began, 1e-9)
+                    progress(f"{name}: {written} of {total} records written ({written / elapsed:.1f} records/s, "
+                             f"{elapsed:.0f} s)")
             call("close", sink.close, statuses.get(session_id, "killed"))
     except Exception as exc:
         return SinkReplay(name, written, _describe(exc))
@@ -452,16 +437,17 @@ def replay_each(
     *,
     deadline_s: float | None = None,
     notify: Callable[[str], None] | None = None,
+    progress: Callable[[str], None] | None = None,
 ) -> list[SinkReplay]:
     """Push every spooled record each sink does not hold yet, each sink on its own.
 
-    A sink that fails, or leaves one call unanswered for `deadline_s` seconds (None: no limit),
-    gets its error in its `SinkReplay`; the other sinks are replayed all the same (with MLflow
-    down, DuckDB is still rebuilt). Idempotent: what a sink already has (by
-    record id, via `Sink.existing_ids`) is skipped, so a second replay writes nothing. Records
-    are grouped by session: the sink opens the session (resuming it where it exists), writes the
-    missing records and closes it with the spooled final status (``killed`` if the session never
-    spooled an end). Spooled records that `refusal` rejects go to no sink (counted in each result).
+    A sink that fails, or leaves a call unanswered for `deadline_s` seconds (None: no limit), gets
+    its error in its `SinkReplay`; the others go on. What a sink holds (by record id) is skipped: a
+    second replay writes nothing. Each session is opened (resumed where it exists), given its
+    missing records and closed with its spooled final status (``killed`` without one). Records
+    `refusal` rejects go to no sink (counted in each result). `progress` gets each sink's records
+    to write, then those written and the rate, at most every `PROGRESS_EVERY_S` seconds and once
+    at the end.
     """
     records: dict[str, BenchmarkRecord] = {}
     refused = 0
@@ -478,7 +464,8 @@ def replay_each(
         sessions.setdefault(info.session_id, info)
     statuses = spool.session_statuses()
     return [
-        dataclasses.replace(_replay_one(name, sink, records, sessions, statuses, deadline_s, notify), refused=refused)
+        dataclasses.replace(_replay_one(name, sink, records, sessions, statuses, deadline_s, notify,
+                                        progress or (lambda line: None)), refused=refused)
         for name, sink in zip(unique_names(sinks), sinks, strict=True)
     ]
 

@@ -1,13 +1,8 @@
 """The `Sink` protocol, the sink registry and `open_sink`.
 
-A sink stores finished `BenchmarkRecord`s somewhere durable (MLflow, DuckDB, ...). Sink modules
-register themselves here with `register_sink`; this module never names an implementation.
-Sink modules import their heavy library (mlflow, duckdb, pandas) inside functions, so importing
-the registry, or a sink module, costs nothing until a sink is used.
-
 Every sink module, ours and third parties', is listed under the entry-point group
-``pytest_hwbench.sinks`` and calls `register_sink` when imported; one that can be read back
-registers a reader too (`read_sink`).
+``pytest_hwbench.sinks`` and calls `register_sink` when imported (with a reader where it can be
+read back, `read_sink`); this module never names an implementation.
 """
 
 from __future__ import annotations

@@ -1,13 +1,6 @@
 """DuckDB sink: sessions, results and raw timings in one local file, in the tables that
-`_duckdb_schema` describes; it reads them back through `_duckdb_read`.
-
-DuckDB lets one process hold a file, so the sink connects per call and closes at once
-(`_duckdb_file`): the file is free between batches. A held file makes `write` raise; the recorder
-spools the record and `replay` writes it later. Rows go in as pandas frames
-(``INSERT ... SELECT ... FROM df``), never row by row (10 s vs 30 ms for 10,000 rows).
-
-``duckdb`` and ``pandas`` are imported inside the functions that need them.
-"""
+`_duckdb_schema` describes, connected per call so the file is free between batches (a held file
+makes `write` raise; the record stays spooled). Imports ``duckdb`` and ``pandas`` lazily."""
 
 from __future__ import annotations
 
@@ -19,7 +12,7 @@ from pathlib import Path
 from typing import TYPE_CHECKING, Any
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks._duckdb_file import classify_error, open_file
+from pytest_hwbench.sinks._duckdb_file import checked
 from pytest_hwbench.sinks._duckdb_read import is_missing, list_sessions, load_records
 from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, rounds_of, upgrade
 from pytest_hwbench.sinks._fields import FIELDS, to_text
@@ -32,6 +25,8 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_PATH = Path(DEFAULT_STORE_DIR) / "hwbench.duckdb"
+#: The sessions columns that hold `SessionInfo`'s text fields.
+_SESSION_TEXT = ("session_id", "started_at", "host", "git_commit", "git_branch", "runner_label", "hardware_summary")
 
 
 def _cast_list(columns: tuple[tuple[str, str], ...]) -> str:
@@ -86,6 +81,8 @@ def _sessions_frame(session: SessionInfo) -> pd.DataFrame:
 
 
 def _default_path(path: str | os.PathLike[str] | None) -> Path:
+    if isinstance(path, str) and path.startswith("//"):
+        path = path[2:]  # duckdb:///abs/path -> /abs/path
     return Path(path if path is not None else DEFAULT_PATH).expanduser().resolve()
 
 
@@ -111,25 +108,15 @@ class DuckDBSink(Sink):
 
     @contextmanager
     def _connect(self) -> Iterator[duckdb.DuckDBPyConnection]:
-        """A connection at the current schema, closed on exit (duckdb.IOException if held)."""
-        import duckdb
-
+        """A connection at the current schema, closed on exit (`_duckdb_file.checked`)."""
         self.path.parent.mkdir(parents=True, exist_ok=True)
         # One thread: these are tiny inserts, and idle worker threads are one more thing running
         # next to the benchmark.
-        con = open_file(self.path, config={"threads": 1})
-        try:
+        with checked(self.path, config={"threads": 1}) as con:
             if not self._ready:
                 upgrade(con, self.path)
                 self._ready = True
             yield con
-        except duckdb.Error as exc:
-            problem = classify_error(exc, self.path)
-            if problem is None:
-                raise
-            raise problem from None
-        finally:
-            con.close()
 
     def open_session(self, session: SessionInfo) -> None:
         """Insert the session row (kept as is if the session is already there, e.g. on replay)."""
@@ -179,13 +166,10 @@ class DuckDBSink(Sink):
         for row in list_sessions(self.path).to_dict("records"):
             text = {name: ("" if is_missing(row[name]) else row[name]) for name, _ in SESSION_COLUMNS}
             started = text["started_at"]
-            out.append((SessionInfo(
-                session_id=str(row["session_id"]),
-                started_at=started.isoformat() if hasattr(started, "isoformat") else str(started),
-                host=str(text["host"]), git_commit=str(text["git_commit"]), git_branch=str(text["git_branch"]),
-                runner_label=str(text["runner_label"]), hardware_summary=str(text["hardware_summary"]),
-                package_versions=dict(row["package_versions"] or {}), extra=dict(row["extra"] or {})),
-                str(text["status"]) or "running"))
+            text["started_at"] = started.isoformat() if hasattr(started, "isoformat") else str(started)
+            fields = {name: str(text[name]) for name in _SESSION_TEXT}
+            out.append((SessionInfo(**fields, package_versions=dict(row["package_versions"] or {}),
+                                    extra=dict(row["extra"] or {})), str(text["status"]) or "running"))
         return out
 
     def read_records(self, *, with_timings: bool = True,
@@ -226,14 +210,10 @@ class DuckDBSink(Sink):
 
 
 def _factory(target: str | None, /, **options: Any) -> DuckDBSink:
-    if target is not None and target.startswith("//"):
-        target = target[2:]  # duckdb:///abs/path -> /abs/path
     return DuckDBSink(target, **options)
 
 
 def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:
-    if target is not None and target.startswith("//"):
-        target = target[2:]
     return load_records(_default_path(target), options.get("session_id"))
 
 

@@ -1,7 +1,5 @@
-"""The surroundings of our MLflow calls: some of MLflow's environment variables set for our calls
-only (`call_env`), and an error that quoted credentials raised again with them masked
-(`MlflowStoreError`). Imports no ``mlflow``.
-"""
+"""The surroundings of our MLflow calls: some of MLflow's variables set for our calls only
+(`call_env`), and errors that quoted credentials raised again masked (`MlflowStoreError`)."""
 
 from __future__ import annotations
 

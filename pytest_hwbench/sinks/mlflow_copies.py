@@ -1,14 +1,6 @@
-"""One copy of each run in an MLflow store that several writers fill with the same session at once.
-
-MLflow has no unique key on a tag, so two replays of one spool (or a replay beside another) that
-start together each find no parent run for the session and no child run for its records, and
-each creates its own. `keep_one_copy` settles it after a writer is done: of the session's parent
-runs and of each record's finished child runs, the one with the smallest run id is kept, the
-others it sees are deleted (a parent only once finished: a writer still running logs to its
-own), the kept children are moved under the kept parent, and the records artifacts of a deleted
-parent are copied to the kept one. Every writer applies the same rule, and the last one to finish
-sees every copy, so one of each remains whatever the interleaving.
-"""
+"""One copy of each run in an MLflow store that several writers fill with the same session at once:
+MLflow has no unique key on a tag, so two writers starting together each create their own runs
+(`keep_one_copy` settles it after each writer, whatever the interleaving)."""
 
 from __future__ import annotations
 

@@ -22,13 +22,12 @@ Plain values in and out: imports no ``mlflow``.
 
 from __future__ import annotations
 
-import datetime
 import json
 from collections.abc import Mapping
 from typing import Any
 
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks._fields import FIELDS, from_text, to_text, truncate
+from pytest_hwbench.sinks._fields import FIELDS, from_text, parse_json, to_text, truncate, utc_stamp
 
 KIND_TAG = "hwbench.kind"
 SESSION_TAG = "hwbench.session_id"
@@ -66,15 +65,8 @@ def session_run_name(session: SessionInfo) -> str:
     suite = str(extra.get("suite") or "").strip()
     markers = str(extra.get("markers") or "").strip()
     what = " ".join(part for part in (suite, f"-m {markers}" if markers else "") if part)
-    when = ""
-    if session.started_at:
-        try:
-            stamp = datetime.datetime.fromisoformat(str(session.started_at).replace("Z", "+00:00"))
-            if stamp.tzinfo is not None:
-                stamp = stamp.astimezone(datetime.timezone.utc)
-            when = stamp.strftime("%Y-%m-%d %H:%M UTC")
-        except ValueError:
-            when = str(session.started_at)[:16]
+    stamp = utc_stamp(session.started_at)
+    when = stamp.strftime("%Y-%m-%d %H:%M UTC") if stamp else str(session.started_at or "")[:16]
     parts = [what or "hwbench", session.host, session.git_commit[:8] if session.git_commit else "", when]
     return truncate(" · ".join(p for p in parts if p), 240)
 
@@ -134,21 +126,12 @@ def records_filter(session_id: str) -> str:
 
 
 
-def _json_or(text: str | None, default: Any) -> Any:
-    if not text:
-        return default
-    try:
-        return json.loads(text)
-    except ValueError:
-        return default
-
-
 def session_from_tags(tags: Mapping[str, str]) -> SessionInfo:
     return SessionInfo(
         session_id=tags.get(SESSION_TAG, ""),
         **{key: tags.get(f"hwbench.{key}", "") for key in _SESSION_TEXT},
-        package_versions=_json_or(tags.get("hwbench.package_versions"), {}),
-        extra=_json_or(tags.get("hwbench.extra"), {}),
+        package_versions=parse_json(tags.get("hwbench.package_versions")),
+        extra=parse_json(tags.get("hwbench.extra")),
     )
 
 

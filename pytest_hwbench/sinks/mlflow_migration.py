@@ -1,10 +1,6 @@
-"""Two processes opening one new local MLflow store: one creates and migrates it, the next finds it
-migrated (`store_init_lock` on the store's folder), and a migration race with a process that takes
-no lock is tried again (`retry_migration`).
-
-MLflow creates and migrates a new SQLite store when a client is first made for it, without a lock
-of its own; the harness's sink and hwsel's training both open stores through these.
-"""
+"""Two processes opening one new local MLflow store (which MLflow creates and migrates without a
+lock of its own): one creates and migrates it, the next finds it migrated (`store_init_lock`), and
+a race with a process that takes no lock is tried again (`retry_migration`)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,9 @@
-"""MLflow sink: one parent run per session, one child run per record, in the layout that
-`mlflow_layout` describes, written and read back (over 500 lines because the session's parent run,
-each record's child run and their tags are one layout, written and read back in one place).
+"""MLflow sink: one parent run per session, one child run per record, in the layout of
+`mlflow_layout`, written and read back.
 
-Everything goes through one `MlflowClient` with explicit run ids; the fluent API's global active
-run is never touched (mlflow #159, #9235: hidden global state breaks under concurrency and when a
-user's own code has a run open).
-
-Per record the critical path is create_run + one log_batch + set_terminated on a cached client
-and experiment id; searches happen only in `open_session` (once) and `existing_ids` (replay).
-
-``mlflow`` is imported inside the methods that need it; the URI rules are `mlflow_uri`'s.
+Everything goes through one `MlflowClient` with explicit run ids: the fluent API's global active
+run breaks under concurrency and beside a user's own run (mlflow #159, #9235). ``mlflow`` is
+imported lazily.
 """
 
 from __future__ import annotations
@@ -126,21 +120,16 @@ class MlflowSink(Sink):
         return redact_uri(self.tracking_uri)
 
     def browse(self) -> str | None:
-        """Where a person sees this sink's runs: the experiment's runs table in MLflow's UI, once
-        the experiment is known (None before). For a local store, how to start
-        ``mlflow ui --backend-store-uri URI``, then the address it has with its defaults.
-
-        MLflow 3.17's UI opens every experiment on its GenAI overview unless the address asks
-        for the model-training view (``workflowType=machine_learning``; the UI's own toggle,
-        kept per browser): the experiment's kind tag alone does not change where it lands. The
-        table is filtered to the session runs (``searchFilter``): a session's records are its
-        child runs, so a year of nights reads as one row per night instead of 469 per night.
-        """
+        """Where a person sees this sink's runs: the experiment's runs table (session runs only) in
+        MLflow's UI, once the experiment is known (None before); for a local store, how to start
+        ``mlflow ui`` first."""
         from urllib.parse import quote
 
         if self._experiment_id is None:
             return None
         base = self.shown_uri.rstrip("/") if self._is_http else "http://127.0.0.1:5000"
+        # MLflow 3.17's UI opens an experiment on its GenAI overview unless the address asks for the
+        # model-training view; a session's records are its child runs: one row per night, not 469.
         sessions = quote(f"tags.`{KIND_TAG}` = 'session'", safe="")
         how = "" if self._is_http else f"`mlflow ui --backend-store-uri {self.shown_uri}`, then "
         return (f"runs table: {how}{base}/#/experiments/{self._experiment_id}?workflowType=machine_learning"

@@ -73,11 +73,11 @@ def validate_tracking_uri(uri: str) -> str:
     hint = f"accepted forms: {ACCEPTED_FORMS}"
     if not text:
         raise ValueError(f"MLflow tracking URI is empty; {hint}")
-    if text.lower() == "databricks":  # MLflow's name for the workspace in the environment
-        return text
     parsed = urlsplit(text)
     scheme = parsed.scheme.lower()
     base = scheme.split("+", 1)[0]
+    if base == "databricks" or text.lower() == "databricks":  # alone: the workspace in the environment
+        return text
     if base == "sqlite":
         if not text.lower().startswith("sqlite:///") or not sqlite_path(text).name or ":memory:" in text:
             raise ValueError(
@@ -101,8 +101,6 @@ def validate_tracking_uri(uri: str) -> str:
     if base in _SQL_SCHEMES:
         if not parsed.netloc:
             raise ValueError(f"MLflow tracking URI {shown!r} has no host; {hint}")
-        return text
-    if base == "databricks":
         return text
     if base in ("", "file") or len(scheme) == 1:  # "" or a Windows drive letter: a plain path
         path = parsed.path if base == "file" else text

@@ -25,17 +25,15 @@ def require_answer(uri: str | None, what: str, *, timeout: float = PING_TIMEOUT_
     `PING_TIMEOUT_S`; ValueError (exit 2) when the server refuses the credentials, the SQL store the
     user, the password or the database (or its driver is not installed), or an SQLite file is not a
     database; other stores pass."""
-    from .mlflow_uri import REFUSED_CREDENTIALS, ping
+    from .mlflow_uri import REFUSED_CREDENTIALS, is_http, ping
 
     if uri is None:
         return
-    parts = urlsplit(uri)
-    base = parts.scheme.lower().split("+", 1)[0]
-    if base in ("http", "https"):
+    if is_http(uri):
         problem = ping(uri, timeout=timeout)
     elif is_sql(uri):
         problem = sql_problem(uri, what)
-    elif base == "sqlite":
+    elif _scheme(uri) == "sqlite":
         check_sqlite(uri, what)
         return
     else:
@@ -68,30 +66,28 @@ def check_sqlite(uri: str, what: str) -> None:
                          "from a copy, or move it aside and replay the spool into a new store") from None
 
 
+def _scheme(uri: str) -> str:
+    return urlsplit(str(uri)).scheme.lower().split("+", 1)[0]  # postgresql+psycopg2 -> postgresql
+
+
 def is_sql(uri: str) -> bool:
     """Whether `uri` names an SQL store with a host (PostgreSQL, MySQL, SQL Server)."""
-    parts = urlsplit(str(uri))
-    return parts.scheme.lower().split("+", 1)[0] in _SQL_PORTS and bool(parts.hostname)
+    return _scheme(uri) in _SQL_PORTS and bool(urlsplit(str(uri)).hostname)
 
 
 def sql_problem(uri: str, what: str) -> str | None:
     """Why the SQL store at `uri` takes no connection or does not answer ``SELECT 1`` within
     `PING_TIMEOUT_S`, or None; ValueError naming `what` when it refuses the login or the database
     or its driver is missing (a usage error: another URI or an install fixes it, not waiting)."""
-    parts = urlsplit(uri)
-    port = parts.port or _SQL_PORTS[parts.scheme.lower().split("+", 1)[0]]
-    return _connect_problem(str(parts.hostname), port) or _query_problem(uri, what)
-
-
-def _connect_problem(host: str, port: int) -> str | None:
-    """Why a TCP connection to `host`:`port` cannot be made within `PING_TIMEOUT_S`, or None."""
     import socket
 
+    parts = urlsplit(uri)
+    host, port = str(parts.hostname), parts.port or _SQL_PORTS[_scheme(uri)]
     try:
-        with socket.create_connection((host, port), timeout=PING_TIMEOUT_S):
-            return None
+        socket.create_connection((host, port), timeout=PING_TIMEOUT_S).close()
     except OSError as exc:
         return f"cannot connect to {host}:{port} within {PING_TIMEOUT_S:g} s: {exc.strerror or exc}"
+    return _query_problem(uri, what)
 
 
 #: Words of an SQL server's refusal of the login or the database (PostgreSQL, MySQL, SQL Server).
@@ -108,7 +104,7 @@ def _query_problem(uri: str, what: str) -> str | None:
     shown = redact_uri(uri)
     timeout = int(PING_TIMEOUT_S)
     driver_args = {"postgresql": {"connect_timeout": timeout}, "mysql": {"connect_timeout": timeout},
-                   "mssql": {"timeout": timeout}}.get(urlsplit(uri).scheme.lower().split("+", 1)[0], {})
+                   "mssql": {"timeout": timeout}}.get(_scheme(uri), {})
 
     def ask() -> None:
         engine = sqlalchemy.create_engine(uri, connect_args=driver_args, poolclass=sqlalchemy.pool.NullPool)

@@ -1,26 +1,18 @@
-"""The one way to read records back, whatever holds them.
-
-`read_records(source)` takes what a user names as a source: a spool (a directory holding
-``records.jsonl``, or any JSON-lines file of records such as the GPU evidence files) or anything
-a readable sink takes (a DuckDB file, an MLflow tracking URI...), and returns `BenchmarkRecord`s,
-upgraded from older schema versions on the way (`pytest_hwbench.record.normalize_record`, which
-also gives modes their one name: ``training`` reads as ``train``). `read_chosen` reads only the sessions a caller picks. `records_frame` turns records into a frame with one column per record field. Reports and
-hwsel read through these, so tag names, casts and table layouts stay with the sinks that own them.
-"""
+"""The one way to read records back, whatever holds them: a spool, a JSON-lines file of records
+or anything a readable sink takes, upgraded from older schema versions on the way
+(`pytest_hwbench.record.normalize_record`). Reports and hwsel read through these, so tag names,
+casts and table layouts stay with the sinks that own them."""
 
 from __future__ import annotations
 
-import json
 import os
-import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks.base import READERS, accepted_forms, read_sink, registered_sinks, resolve_sink
-from pytest_hwbench.sinks.spool import Spool
+from pytest_hwbench.sinks.spool import Spool, read_records_file
 
 if TYPE_CHECKING:
     import pandas as pd
@@ -56,18 +48,6 @@ def is_local_path(text: str) -> bool:
     return not sep or len(prefix) == 1  # a Windows drive letter is a path
 
 
-def _jsonl_records(path: Path) -> Iterator[BenchmarkRecord]:
-    with path.open(encoding="utf-8") as lines:
-        for number, line in enumerate(lines, 1):
-            if not line.strip():
-                continue
-            try:
-                yield BenchmarkRecord.from_dict(json.loads(line))
-            except (json.JSONDecodeError, TypeError, ValueError) as exc:
-                warnings.warn(f"hwbench: line {number} of {path} is not a valid record: {exc}", HwbenchWarning,
-                              stacklevel=3)
-
-
 def read_records(source: str | os.PathLike[str], *, experiment: str | None = None,
                  with_timings: bool = False) -> list[BenchmarkRecord]:
     """Every record `source` holds (see `source_kind`); `experiment` names the MLflow experiment
@@ -83,7 +63,7 @@ def read_records(source: str | os.PathLike[str], *, experiment: str | None = Non
         raise FileNotFoundError(f"{path} does not exist")
     kind = source_kind(source)
     if kind == "jsonl":
-        return list(_jsonl_records(path))
+        return list(read_records_file(path))
     if kind == "spool":
         return list(Spool(path).records())
     return read_sink(text, experiment=experiment, with_timings=with_timings)

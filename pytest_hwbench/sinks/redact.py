@@ -1,11 +1,6 @@
-"""`redact_uri`: the one place that hides credentials in store URIs before they are shown.
-
-A tracking URI may carry a password (``http://alice:SECRET@host:5000``,
-``postgresql://user:pass@db/mlflow``) or a token in its query (``?password=...``). MLflow puts
-the URI it was given into its own error messages ("API request to http://alice:SECRET@... failed"),
-so every URI or message that hwbench prints, logs, warns with, stores as a param or tag, or puts
-into an error goes through `redact_uri` first. The real URI is kept for connecting.
-"""
+"""`redact_uri`, the one place that hides credentials in store URIs (user-info, secret query
+values) before a URI or a message quoting one (MLflow's errors do) is shown, logged or stored; the
+real URI is kept for connecting."""
 
 from __future__ import annotations
 

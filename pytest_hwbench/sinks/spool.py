@@ -1,13 +1,6 @@
-"""The spool: an append-only JSONL journal written before any sink sees a record.
-
-Every record goes here first, one ``record.to_json()`` per line of ``records.jsonl``, flushed and
-fsynced before `append` returns, so a crash or an unreachable sink loses nothing: `replay` pushes
-the spooled records to the sinks later. Sessions go to ``sessions.jsonl`` (a start line with the
-`SessionInfo`, an end line with the final status).
-
-Only one process writes a spool (the controller under xdist). Lines are written with one
-``write`` on an ``O_APPEND`` descriptor, so a reader never sees two records interleaved.
-"""
+"""The spool: an append-only JSONL journal of records and sessions, written (and fsynced) before
+any sink sees a record, so that `replay` can send later what a sink missed. One process writes a
+spool; each line is one ``write`` on an ``O_APPEND`` descriptor, so no two records interleave."""
 
 from __future__ import annotations
 
@@ -15,15 +8,13 @@ import datetime
 import json
 import os
 import shlex
-import time
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Sequence
+from collections.abc import Iterator, Sequence
 from pathlib import Path
 from typing import Any
 
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo, measurement_problem
-from pytest_hwbench.sinks.base import Sink
 from pytest_hwbench.sinks.redact import redact_uri
 
 
@@ -71,6 +62,17 @@ def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
                                   stacklevel=3)
                 continue
             yield number, data
+
+
+def read_records_file(path: Path) -> Iterator[BenchmarkRecord]:
+    """Every record of the JSON-lines file at `path`, in order (old schema versions upgraded);
+    a line that is no record is skipped with an `HwbenchWarning` (a cut-off last line silently)."""
+    for number, data in _read_lines(path):
+        try:
+            yield BenchmarkRecord.from_dict(data)
+        except (TypeError, ValueError) as exc:
+            warnings.warn(f"hwbench: line {number} of {path} is not a valid record: {exc}", HwbenchWarning,
+                          stacklevel=2)
 
 
 def refusal(record: BenchmarkRecord) -> str | None:
@@ -128,15 +130,7 @@ class Spool:
 
     def records(self) -> Iterator[BenchmarkRecord]:
         """Every spooled record, in the order written (old schema versions upgraded on read)."""
-        for number, data in _read_lines(self.records_path):
-            try:
-                yield BenchmarkRecord.from_dict(data)
-            except (TypeError, ValueError) as exc:
-                warnings.warn(
-                    f"hwbench: line {number} of {self.records_path} is not a valid record: {exc}",
-                    HwbenchWarning,
-                    stacklevel=2,
-                )
+        return read_records_file(self.records_path)
 
     def sessions(self) -> Iterator[SessionInfo]:
         """Every spooled session start, in the order written."""
@@ -180,59 +174,4 @@ def replay_command(store_dir: str | os.PathLike[str], *, db_path: str | os.PathL
     return shlex.join(parts)
 
 
-class ReplayProgress(Sink):
-    """Wraps a sink during replay and reports how far it got: after `existing_ids` it knows how
-    many records are missing (N), and after each `write` it tells `notify` "NAME: W of N records
-    written (R records/s)", at most every `every_s` seconds and once at the end. Everything else
-    is the wrapped sink's; a replay that stops and is run again resumes where it stopped, since
-    `existing_ids` skips what the sink already holds."""
-
-    def __init__(self, sink: Sink, notify: Callable[[str], None], *, every_s: float = 2.0) -> None:
-        self.sink = sink
-        self.name = sink.name
-        self.notify = notify
-        self.every_s = every_s
-        self.total = 0
-        self.written = 0
-        self._began = 0.0
-        self._last = 0.0
-
-    def __repr__(self) -> str:
-        return f"ReplayProgress({self.sink!r})"
-
-    def where(self) -> str:
-        return self.sink.where()
-
-    def browse(self) -> str | None:
-        return self.sink.browse()
-
-    def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
-        ids = record_ids if isinstance(record_ids, dict) else list(record_ids)
-        found = self.sink.existing_ids(ids)
-        self.total = len(ids) - len(found)
-        self._began = self._last = time.monotonic()
-        self.notify(f"{self.name}: {len(found)} of {len(ids)} records already there; {self.total} to write")
-        return found
-
-    def open_session(self, session: SessionInfo) -> None:
-        self.sink.open_session(session)
-
-    def write(self, records: Sequence[BenchmarkRecord]) -> None:
-        self.sink.write(records)
-        self.written += len(records)
-        now = time.monotonic()
-        if now - self._last >= self.every_s or self.written >= self.total:
-            self._last = now
-            self.notify(self.line())
-
-    def line(self) -> str:
-        """The progress so far: records written of those to write, and the rate."""
-        elapsed = max(time.monotonic() - self._began, 1e-9)
-        return (f"{self.name}: {self.written} of {self.total} records written "
-                f"({self.written / elapsed:.1f} records/s, {elapsed:.0f} s)")
-
-    def close(self, status: str) -> None:
-        self.sink.close(status)
-
-
-__all__ = ["ReplayProgress", "Spool", "refusal", "replay_command"]
+__all__ = ["Spool", "read_records_file", "refusal", "replay_command"]

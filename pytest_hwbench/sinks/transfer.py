@@ -1,12 +1,6 @@
-"""Copying one store into another through the sink protocol (`hwbench import-mlflow` and
-`hwbench export --to` use it): a source is a sink that lists its sessions (`SessionSource`); so is
-a target that can say which sessions it holds.
-
-The import is incremental: it lists the source's sessions and fetches the records of only those
-sessions the target does not hold with the same final status (for MLflow: one bounded search per
-such session). A second import of an unchanged server therefore reads the session list and
-nothing else.
-"""
+"""Copying one store into another through the sink protocol (`hwbench import-mlflow`, `hwbench
+export --to`), incrementally: only the sessions the target lacks, or holds with another status, are
+fetched."""
 
 from __future__ import annotations
 

@@ -1,39 +1,24 @@
-"""The sink writer: a child process that writes records to the sinks between cases.
+"""The sink writer: a child process that writes records to the sinks between cases, so that the
+pytest process never imports a sink's library and a run killed midway has its finished cases in
+the stores.
 
-A serial benchmark session measures in the pytest process and hands each finished record to
-this process, which writes it to MLflow, DuckDB, ... while pytest tears the case down and sets
-up the next one. The pytest process therefore never imports the sinks' libraries (MLflow alone
-costs about 1.5 s of imports and run creation, and more again at interpreter teardown), and a
-run that is killed midway has its finished cases in the stores, not only in the spool.
+The pytest process spools every record before handing it over, so a writer that fails, hangs or
+dies loses nothing: what it did not acknowledge is pending, for ``hwbench replay``. The writer is
+idle, blocked on its input, whenever a case is timed (`SinkWriter.wait_idle`); it applies
+`Recorder`'s failure policy and deadlines; it runs in its own session, so a Ctrl-C reaches pytest
+only, and it closes the session as ``killed`` when its input ends without ``finish``. Only sinks
+whose class lives in a package module travel (`shippable`); the others are written in pytest.
 
-Rules that keep the measurements and the records safe:
-
-- The spool stays the source of truth: the pytest process appends every record to it *before*
-  handing it over. A writer that fails, hangs or dies loses nothing: the records it did not
-  acknowledge are counted pending and ``hwbench replay`` sends them.
-- The writer is idle whenever a case is timed: `SinkWriter.wait_idle` returns once every message
-  sent so far is acknowledged, and the recording plug-in calls it before each timed window.
-  While idle the writer blocks on a read of its input pipe: it uses no CPU.
-- Sink failures follow `Recorder`'s policy (first error kept, retries, ``deadline_s`` per sink),
-  applied in the writer: each sink's own time bounds how long the pytest process can wait.
-- The writer has its own session (``start_new_session``), so a Ctrl-C in the terminal reaches
-  pytest, which then finishes the writer's session as ``killed``, and not the writer half-way
-  through a write. When the pytest process dies (SIGKILL), the writer reads the end of its input,
-  writes what it received and closes the session as ``killed``.
-
-Protocol (one JSON object per line): the parent sends ``hello`` (pickled sinks and the
-recorder's settings), ``open`` (the session), ``record`` (one per case) and ``finish`` (the
-session's status); the writer answers every message with ``{"ack": n, ...}`` in order, and may
-send ``{"notify": line}`` lines (a sink that keeps the run waiting) at any time.
-
-Only sinks whose class lives in an importable package module travel to the writer (ours do);
-a sink defined in a conftest is written in the pytest process, between cases, by `Recorder`.
+Protocol, one JSON object per line: ``hello`` (pickled sinks, the recorder's settings), ``open``,
+``record`` per case and ``finish``, each answered in order with ``{"ack": n, ...}``; a
+``{"notify": line}`` (a sink that keeps the run waiting) may come at any time.
 """
 
 from __future__ import annotations
 
 import base64
 import contextlib
+import dataclasses
 import json
 import os
 import pickle
@@ -43,12 +28,11 @@ import subprocess
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass, field
 from pathlib import Path
 from typing import IO, Any
 
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
-from pytest_hwbench.sinks._recorder import Recorder, _stderr_line
+from pytest_hwbench.sinks._recorder import Recorder, RecorderReport, _stderr_line
 from pytest_hwbench.sinks.base import Sink
 
 #: Seconds the parent waits for a writer whose sinks have no deadline (``--hwbench-sink-timeout 0``)
@@ -69,17 +53,6 @@ def shippable(sink: Sink) -> bool:
     except Exception:  # noqa: BLE001 - any pickling failure means: write it here
         return False
     return True
-
-
-@dataclass
-class WriterReport:
-    """What the writer stored per sink, and what it did not (pending, with the first error)."""
-
-    written: dict[str, int] = field(default_factory=dict)
-    pending: dict[str, int] = field(default_factory=dict)
-    errors: dict[str, str] = field(default_factory=dict)
-    #: where a person sees each sink's runs (`Sink.browse`), in sink order, None where none
-    links: list[str | None] = field(default_factory=list)
 
 
 class SinkWriter:
@@ -110,6 +83,10 @@ class SinkWriter:
         self._written: dict[str, int] = dict.fromkeys(self.names, 0)
         self._opened = False
         self._finishing = False
+        #: the writer's answer to ``finish``: its `RecorderReport` as a dict
+        self._final: dict[str, Any] | None = None
+        #: where a person sees each sink's runs (`Sink.browse`), in sink order, None where none
+        self.links: list[str | None] = [None] * len(self.names)
         #: (begin, end) monotonic seconds of each message the writer handled (comparable across
         #: processes on Linux), as it reported them
         self.busy: list[tuple[float, float]] = []
@@ -137,10 +114,9 @@ class SinkWriter:
         return self.proc is not None and self.failed is None
 
     def open(self, session: SessionInfo) -> None:
-        """Open the session on every sink (in the writer)."""
-        if not self._opened:
-            self._opened = True
-            self._send({"op": "open", "session": session.to_dict()})
+        """Open the session on every sink (in the writer); once per writer."""
+        self._opened = True
+        self._send({"op": "open", "session": session.to_dict()})
 
     def record(self, record: BenchmarkRecord) -> None:
         """Hand over one record, already spooled; returns at once."""
@@ -151,9 +127,12 @@ class SinkWriter:
         """Return once the writer has answered every message sent (it is then idle), or has
         failed (it is then stopped)."""
         began = time.monotonic()
+        self._drain()
+        self.waited_s += time.monotonic() - began
+
+    def _drain(self) -> None:
         while self.alive and self._acked < self._sent:
             self._read_one(self._wait_limit())
-        self.waited_s += time.monotonic() - began
 
     def cpu_seconds(self) -> float | None:
         """CPU time (user + system) the writer process has used so far; None where unknown
@@ -173,25 +152,22 @@ class SinkWriter:
             self._finishing = True
             self._send({"op": "finish", "status": status})
 
-    def finish(self, status: str) -> WriterReport:
+    def finish(self, status: str) -> RecorderReport:
         """Close the session on every sink with `status` (unless `send_finish` asked already);
         what each sink has and lacks. The writer then ends on its own; `stop` waits for it."""
-        report: dict[str, Any] | None = None
         if self.alive and self._opened:
             self.send_finish(status)
-            while self.alive and self._acked < self._sent:
-                answer = self._read_one(self._wait_limit())
-                if answer is not None and "report" in answer:
-                    report = answer["report"]
+            self._drain()
         self._close_input()
+        report = self._final
         if report is None:
             errors = {name: f"writer: {self.failed}" for name in self.names} if self.failed else {}
-            return WriterReport(
-                written=dict(self._written),
+            return RecorderReport(
+                records=self._records, written=dict(self._written),
                 pending={name: self._records - self._written.get(name, 0) for name in self.names},
-                errors=errors, links=[None] * len(self.names),
+                errors=errors, spool_dir=str(self.spool_dir),
             )
-        return WriterReport(**report)
+        return RecorderReport(**report)
 
     def stop(self, timeout: float = 30.0) -> None:
         """Close the writer's input and wait for it to end (kill it when it does not)."""
@@ -239,9 +215,9 @@ class SinkWriter:
             return
         self._sent += 1
 
-    def _read_one(self, limit_s: float | None) -> dict[str, Any] | None:
-        """Read one line from the writer (a notice is shown and None returned); fail the writer
-        when it ends or says nothing for `limit_s` seconds."""
+    def _read_one(self, limit_s: float | None) -> None:
+        """Read one line from the writer (a notice is shown); fail the writer when it ends or says
+        nothing for `limit_s` seconds."""
         assert self.proc is not None and self.proc.stdout is not None
         fd = self.proc.stdout.fileno()
         began = time.monotonic()
@@ -249,7 +225,7 @@ class SinkWriter:
             waited = time.monotonic() - began
             if limit_s is not None and waited >= limit_s:
                 self._fail(f"no answer for {limit_s:.0f} s")
-                return None
+                return
             step = _POLL_S if limit_s is None else min(_POLL_S, limit_s - waited)
             ready, _, _ = select.select([fd], [], [], step)
             if not ready:
@@ -257,20 +233,21 @@ class SinkWriter:
             chunk = os.read(fd, 65536)
             if not chunk:
                 self._fail(f"the writer process ended (exit status {self.proc.wait()}; its log: {self.log_path})")
-                return None
+                return
             self._buffer += chunk
         line, self._buffer = self._buffer.split(b"\n", 1)
         message: dict[str, Any] = json.loads(line)
         if "notify" in message:
             (self.notify or _stderr_line)(str(message["notify"]))
-            return None
+            return
         self._acked = int(message["ack"])
         self._written = dict(message.get("written", self._written))
         if "busy" in message:
             self.busy.append(tuple(message["busy"]))  # type: ignore[arg-type]
+        self._final = message.get("report", self._final)
+        self.links = message.get("links", self.links)
         if "error" in message:
             self._fail(f"the writer failed: {message['error']} (its log: {self.log_path})")
-        return message
 
 
 # -- the writer process -------------------------------------------------------------------------
@@ -341,8 +318,7 @@ def serve(stdin: IO[bytes] | None = None) -> int:
                     except Exception:  # noqa: BLE001 - a link is a courtesy
                         links.append(None)
                 send({"ack": seq, "written": dict(report.written), "busy": [began, time.monotonic()],
-                      "report": {"written": dict(report.written), "pending": dict(report.pending),
-                                 "errors": dict(report.errors), "links": links}})
+                      "report": dataclasses.asdict(report), "links": links})
                 _close(out)
                 return 0
             else:
@@ -360,11 +336,10 @@ def serve(stdin: IO[bytes] | None = None) -> int:
 
 
 def main() -> None:
-    """The writer process: `serve`, then end. Once `serve` returns, every sink has answered and
-    closed its session (the writes are synchronous), so the process ends without its
-    interpreter's teardown: the exit handlers its libraries registered (MLflow's telemetry, the
-    modules' finalizers) hold nothing of ours and take about a second, which the pytest process
-    would spend waiting. Logging and the standard streams are flushed first."""
+    """The writer process: `serve`, then end without the interpreter's teardown (logging and the
+    standard streams flushed first)."""
+    # Once `serve` returns every sink has closed its session; the exit handlers its libraries
+    # registered (MLflow's telemetry, finalizers) hold nothing of ours and take about a second.
     import logging
 
     code = serve()
@@ -381,4 +356,4 @@ def _close(out: IO[bytes]) -> None:
         out.close()
 
 
-__all__ = ["SinkWriter", "WriterReport", "main", "serve", "shippable"]
+__all__ = ["SinkWriter", "main", "serve", "shippable"]
