@@ -16,13 +16,9 @@ exact match in the benchmark data), ``registered`` (the MLflow-registered champi
         s.command, s.uncertainty, s.predicted_ms
 
 A question names a hardware kind and a device (a device name or a `hwsel.specs` name such as
-``h100``); without one, the device detected here, else the one most benchmark records of that
-kind hold, and every answer says which it took. The backend is eager ``torch`` unless asked.
-
-Data and models are loaded once per (source, tracking_uri, config) and kept: after that a
-selection is in-memory arithmetic. Build a `Predictor` yourself to choose the source or the
-layers; every function that answers from it (selection, prediction, maps, matrices, analysis) takes
-``predictor=``.
+``h100``; default: the one detected here, else the one most records of that kind hold), and every
+answer says which device and backend it is for. Data and models are loaded once per (source,
+tracking_uri, config); every function that answers takes ``predictor=`` to choose another.
 """
 
 from __future__ import annotations

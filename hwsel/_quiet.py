@@ -1,13 +1,5 @@
-"""Keep MLflow's noise off the user's terminal while hwsel calls it.
-
-With mlflow 3.17 / SQLAlchemy 2, every ``hwsel train`` prints three
-``mlflow.sklearn`` warnings that pickled models run code when loaded (we save with cloudpickle on
-purpose, see `hwsel.registry.SERIALIZATION`) and SQLAlchemy's deprecation of ``noload`` from
-MLflow's own store, and every load of a champion draws a "Downloading artifacts" progress bar.
-Inside `quiet_mlflow()` those go to the ``hwsel`` logger at debug level instead; everything else
-(our own `HwselWarning`s included) passes as usual, and a progress-bar setting the user made is
-left alone.
-"""
+"""Keep MLflow's noise (pickle cautions, SQLAlchemy deprecations, progress bars, run links) off
+the user's terminal while hwsel calls it: `quiet_mlflow` sends it to the ``hwsel.mlflow`` logger."""
 
 from __future__ import annotations
 

@@ -1,15 +1,5 @@
-"""Reaching a tracking server: credentials passed as MLflow passes them, waits bounded and announced.
-
-`reach` asks an ``http(s)://`` tracking URI's ``/health`` endpoint, with the credentials MLflow's
-client would send (`pytest_hwbench.sinks.mlflow_uri.ping`); no message ever holds the password
-(`pytest_hwbench.sinks.redact_uri`).
-
-`bounded` runs one slow step (reading records, loading champions) in a daemon thread: after
-`NOTICE_FRACTION` of its time without an answer it prints one line to stderr saying what it waits for and for
-how long at most, and at the deadline it gives up with `HwselTimeout`, so the caller answers from
-the other layers (a question) or stops naming the store (`hwsel train`, `hwsel next`, which
-`require_reachable` lets fail at once on a server that does not answer).
-"""
+"""Reaching a tracking server: credentials passed as MLflow passes them, no password in any
+message, waits bounded and announced (`bounded`, `HwselTimeout`)."""
 
 from __future__ import annotations
 
@@ -69,9 +59,9 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
 
 
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = "the other layers answer") -> _T:
-    """`fn()`, waiting at most `budget_s` seconds (see the module docstring); `waiting` says what
-    for (redacted before it is shown), `then` what happens at the deadline. Raises `HwselTimeout`
-    at the deadline, else what `fn` raised."""
+    """`fn()` in a daemon thread, waiting at most `budget_s` seconds: after `NOTICE_FRACTION` of them
+    one line on stderr says what it waits for (`waiting`, redacted) and what happens at the deadline
+    (`then`). Raises `HwselTimeout` at the deadline, else what `fn` raised."""
     shown = redact_uri(waiting)
 
     def waited(left: float) -> None:

@@ -1,19 +1,8 @@
-"""The REST API: ``create_app()`` returns a FastAPI app over one loaded `Predictor`.
-
-Endpoints (the predecessor's): ``GET /health``, ``GET /hardware/detect``,
-``POST /hardware/select``, ``POST /hardware/batch``, ``POST /hardware/map``,
-``POST /performance/predict``, ``POST /performance/matrix``, ``POST /training/distributed``,
-``POST /analysis/model``, and ``POST /measure/next`` (which configurations to measure next, from
-the records of `create_app`'s `source`). ``/hardware/select`` and ``/performance/predict`` take a
-model outside the zoo as ``config``: the contents of its Hugging Face config.json (then
-``model_name`` is optional). Bad input answers 4xx with ``{"status": "error", "message": ...}``:
-422 for a bad value, naming the field, 404 for an unknown model, 413 for a body over
-`MAX_REQUEST_BYTES`; a ``config`` is bounded too (`MAX_CONFIG_LAYERS`, `MAX_CONFIG_PARAMS`), so
-that no request runs for long. Requests about hardware take a ``device`` and a ``backend``; every
-prediction says which device and backend it is for.
-
-The request and response models are `hwsel.rest_models`'. Serve with ``hwsel serve`` (binds
-127.0.0.1 by default) or any ASGI server.
+"""The REST API: ``create_app()`` returns a FastAPI app over one loaded `Predictor`, its
+endpoints the predecessor's plus ``POST /measure/next``; the request and response models are
+`hwsel.rest_models`'. Bad input answers 4xx with ``{"status": "error", "message": ...}``: 422 for
+a bad value naming the field, 404 for an unknown model, 413 for a body over `MAX_REQUEST_BYTES`;
+a ``config`` is bounded too (`MAX_CONFIG_LAYERS`, `MAX_CONFIG_PARAMS`), so no request runs long.
 """
 
 from __future__ import annotations
@@ -30,14 +19,15 @@ from fastapi.exceptions import RequestValidationError
 from fastapi.responses import JSONResponse
 from starlette.exceptions import HTTPException as StarletteHTTPException
 
-from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
 
 from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, require_reachable
 from .config import SelectionConfig
-from .data import default_source, describe_sources, load_runs, source_list, training_table
+from .data import describe_sources, load_runs, source_list, training_table
 from .distributed import distributed_training_config
 from .matrix import prediction_matrix
 from .next import Suggestion, suggest_measurements
+from .performance import prediction_report
 from .predict import Predictor
 from .query import QuestionError, UnknownModelError, describe_model, error_text
 from .rest_models import (
@@ -73,8 +63,7 @@ VERSION = "0.1.0"
 #: (about 40 KB with a 1,000-class label map).
 MAX_REQUEST_BYTES = 256 * 1024
 #: Most layers a `config` may describe over all its stacks (the deepest published models have
-#: about 130), answered 422 beyond. With a deep stack of identical layers extrapolated from two
-#: shallow builds (`hwsel.resolution.EXTRAPOLATE_ABOVE`), this bounds what is built whole.
+#: about 130), answered 422 beyond.
 MAX_CONFIG_LAYERS = 256
 #: Most parameters a `config` may derive (the largest published models have about 2e12).
 MAX_CONFIG_PARAMS = 10**13
@@ -95,11 +84,8 @@ def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None
 
 
 def _plain(value: Any) -> Any:
-    """JSON-safe: non-finite floats become None (JSON has no NaN; a NaN must not become a 500).
-
-    Every text goes through `redact_uri`: a layer's note or a device's source may quote a
-    tracking URI, and no password may reach a response body.
-    """
+    """JSON-safe: non-finite floats become None, and every text goes through `redact_uri` (a
+    layer's note may quote a tracking URI, and no password may reach a response body)."""
     if isinstance(value, float):
         return value if math.isfinite(value) else None
     if isinstance(value, dict):
@@ -131,9 +117,8 @@ def _config_layers(config: Any) -> int:
 
 def _bounded_model(name: str | None, config: Mapping[str, Any] | None = None, *, family: str | None = None,
                    sequence_length: int | None = None) -> Any:
-    """`hwsel.query.describe_model` within what one request may cost: a `config` of at most
-    `MAX_CONFIG_LAYERS` layers (checked before anything is built) and `MAX_CONFIG_PARAMS`
-    parameters. Everything else about the model is the question builder's to check."""
+    """`hwsel.query.describe_model` of a `config` of at most `MAX_CONFIG_LAYERS` layers (checked
+    before anything is built) and `MAX_CONFIG_PARAMS` parameters."""
     if config is not None:
         layers = _config_layers(config)
         if layers > MAX_CONFIG_LAYERS:
@@ -195,13 +180,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                tracking_uri: str | None = None,
                config: SelectionConfig | str | os.PathLike[str] | None = None,
                timeout: float | None = None, include_noisy: bool = False) -> FastAPI:
-    """A FastAPI app answering from `predictor` (default: `Predictor.load(source, ...)`, loaded now,
-    waiting at most `timeout` seconds per store, answering from interfered records too with
-    `include_noisy`: `hwsel.predict.Predictor.load`).
-
-    ``/measure/next`` reads the records of `source` (default `hwsel.data.default_source()`) on its
-    first request, within `timeout` seconds (default `hwsel._reach.DEFAULT_TIMEOUT_S`): a source
-    that does not answer in time, refuses or holds no records answers 503 naming it.
+    """A FastAPI app answering from `predictor` (default: `hwsel.predict.Predictor.load` of the
+    other arguments, now). ``/measure/next`` reads the records of `source` on its first request,
+    within `timeout` seconds; a source that does not answer in time or holds no records answers 503.
     """
     pred = predictor.built() if predictor is not None else Predictor.load(
         source, tracking_uri=tracking_uri, config=config, include_noisy=include_noisy,
@@ -211,9 +192,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                   responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
     app.state.predictor = pred
     app.add_middleware(_BodyLimit, limit=MAX_REQUEST_BYTES)
-    # /measure/next reads the records itself (a Predictor keeps an index, not the table): once,
-    # on first use, and keeps each answer (they are deterministic for a request).
-    next_source = source if source is not None else default_source()
+    # a Predictor keeps an index, not the table: /measure/next reads the records once, on first use
+    next_source = source if source is not None else resolve_tracking_uri()
     next_timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     next_lock = threading.Lock()
     next_table: list[Any] = []
@@ -315,12 +295,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                               sequence_length=req.sequence_length)
         preds = pred.predict(info, req.hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
                              backend=req.backend, device=req.device)
-        backends = {p.backend for p in preds.values()}
-        return _plain({"model_name": info.name, "model_family": info.family, "batch_size": req.batch_size,
-                       "sequence_length": info.sequence_length, "mode": req.mode, "precision": req.precision,
-                       "backend": backends.pop() if len(backends) == 1 else None,
-                       "devices": {hw: p.device for hw, p in preds.items()},
-                       "predictions": {hw: p.to_dict() for hw, p in preds.items()}})
+        return _plain(prediction_report(info, preds, batch_size=req.batch_size, precision=req.precision, mode=req.mode))
 
     @app.post("/performance/matrix", response_model=MatrixResponse)
     def matrix(req: MatrixRequest) -> dict[str, Any]:

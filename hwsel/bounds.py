@@ -1,20 +1,7 @@
-"""Physical bounds every answer respects, and how far a question lies from what the data covers.
-
-No layer may answer below what physics allows on the answer's device (`hwsel.specs` peaks):
-
-- memory is at least the weights' bytes at the asked precision (plus gradients for a training
-  step, plus the KV cache when generating);
-- latency is at least the larger of the FLOPs over the device's peak FLOP/s and the weights'
-  bytes over its peak memory bandwidth (a forward reads every weight once), and at least
-  `pytest_hwbench.record.MIN_LATENCY_MS`; no answer is slower than the harness's own ceiling
-  `pytest_hwbench.record.MAX_LATENCY_MS` (one day) unless the floor itself is longer.
-
-`Floors.of` computes them for many queries at once; `hwsel.predict.Predictor` clamps every
-answer to them and says so in its ``detail``.
-
-`Coverage` describes what a registered model learned from (model sizes, families, devices);
-`Coverage.distance` says how far a question lies outside it, and `blend_weight` turns that into
-the share of the roofline estimate an answer is blended with.
+"""Physical bounds every answer respects (`Floor`, `floor_of`: no memory below the weights' bytes,
+no latency below the compute or weight traffic at the device's peaks, nor beyond the harness's
+ceiling unless the floor is), and how far a question lies from what a registered model learned
+(`Coverage.distance`, `blend_log`).
 """
 
 from __future__ import annotations
@@ -102,11 +89,8 @@ def within(latency_ms: float, memory_mb: float, floor: Floor, *, slack: float = 
 
 @dataclass(frozen=True)
 class Coverage:
-    """What a model learned from: the size range (parameters), families and devices of its rows.
-
-    `devices` holds device identities (`hwsel.specs.device_key`), so a question that names a
-    training device by any of its names (``h100``, ``NVIDIA H100 80GB HBM3``) is inside it.
-    """
+    """What a model learned from: the size range (parameters), families and devices (identities,
+    `hwsel.specs.device_key`) of its rows."""
 
     min_params: float
     max_params: float

@@ -1,11 +1,7 @@
 """``hwsel``: train predictors, select hardware, predict performance, plan distributed training, serve.
 
-Exit codes: 0 ok, 1 failure while running (a store that breaks mid-way, a port in use, a
-training plan that does not fit), 2 bad input (unknown model, hardware or precision, a batch
-size of 0, a bad config file, a data source that does not exist or has no runs), 3 a DuckDB
-file held by another process (run again later; as for hwbench).
-
-The parser is `hwsel.cli_parser`'s; this module runs the command it parses.
+Exit codes: 0 ok, 1 failure while running, 2 bad input (a question, a config file or a data
+source), 3 a DuckDB file held by another process (as for hwbench). The parser is `hwsel.cli_parser`'s.
 """
 
 from __future__ import annotations
@@ -140,21 +136,12 @@ def _fmt_pred(hw: str, p: Any, mark: str = "") -> str:
 
 
 def _absent_here(hardware: str, prediction: Any) -> str:
-    """``not on this machine: roofline for h100`` when this machine lacks `hardware`, else ""
-    (only this target is probed, `pytest_hwbench.hardware.detect_hardware`; a web target is
-    judged only if this process already probed it: asking must not start a browser)."""
-    try:
-        from pytest_hwbench.hardware import detect_hardware, probed_hardware
+    """``not on this machine: roofline for h100`` when this machine lacks `hardware`
+    (`hwsel.ranking.probed_target`), else ""."""
+    from .ranking import probed_target
 
-        if hardware in facts.target_set("web"):  # detection starts a browser: never just to mark a line
-            target = probed_hardware().targets.get(hardware)
-            if target is None:
-                return ""
-        else:
-            target = detect_hardware(targets=(hardware,)).targets.get(hardware)
-    except Exception:  # a target the harness does not probe: not here
-        target = None
-    if target is not None and target.available:
+    target = probed_target(hardware)
+    if target is None or target.available:
         return ""
     device = prediction.device or prediction.device_spec or f"a generic {hardware}"
     return f"not on this machine: {prediction.source} for {device}"
@@ -219,6 +206,7 @@ def cmd_precision(args: argparse.Namespace) -> int:
 
 
 def cmd_predict(args: argparse.Namespace) -> int:
+    from .performance import prediction_report
     from .query import ask
 
     predictor = _predictor(args)
@@ -227,14 +215,9 @@ def cmd_predict(args: argparse.Namespace) -> int:
                   sequence_length=args.sequence_length)
     model = queries[0].model
     preds = {q.hardware: p for q, p in zip(queries, predictor.predict_many(queries), strict=True)}
-    backends = {p.backend for p in preds.values()}
-    backend = backends.pop() if len(backends) == 1 else None
-    data = {"model_name": model.name, "model_family": model.family, "batch_size": args.batch_size,
-            "precision": args.precision, "mode": args.mode, "sequence_length": model.sequence_length,
-            "backend": backend, "devices": {hw: p.device for hw, p in preds.items()},
-            "predictions": {hw: p.to_dict() for hw, p in preds.items()}}
+    data = prediction_report(model, preds, batch_size=args.batch_size, precision=args.precision, mode=args.mode)
     lines = [f"{model.name}, batch {args.batch_size}, {args.precision}, {args.mode}"
-             + (f", backend {backend}:" if backend else ":")]
+             + (f", backend {data['backend']}:" if data["backend"] else ":")]
     lines += [_fmt_pred(hw, p) for hw, p in preds.items()]
     _emit(data, "\n".join(lines), args.json)
     return EXIT_OK

@@ -13,8 +13,7 @@ from typing import Any
 from pytest_hwbench import facts
 
 from ._reach import DEFAULT_TIMEOUT_S
-from .config import DEFAULT_PRECISION_CHOICES, PRECISIONS
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT, Field
+from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PRECISION_CHOICE, PREDICT, SELECT, Field
 
 
 def _checked(f: Field) -> Callable[[str], Any]:
@@ -164,12 +163,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the difference lies inside the latency intervals, a tie ranked by memory, "
                                    "then measured energy per item.")
     _model_options(p)
-    p.add_argument("--hardware", default="cpu", metavar="HW",
-                   help=f"the target (default cpu); known: {', '.join(facts.fallback_order())}")
-    p.add_argument("--precisions", nargs="+", default=list(DEFAULT_PRECISION_CHOICES), metavar="PRECISION",
-                   help=f"precisions to choose among, of {', '.join(PRECISIONS)} "
-                        f"(default {' '.join(DEFAULT_PRECISION_CHOICES)})")
-    add_fields(p, tuple(f for f in PREDICT if f.name != "precision"))
+    add_fields(p, PRECISION_CHOICE)
     _answer_options(p)
 
     p = sub.add_parser("predict", help="predict latency, throughput and memory",

@@ -1,12 +1,9 @@
-"""Selection settings: criteria weights, hardware preferences, compatibility and thresholds (over
-500 lines because every setting is checked where it is declared, so an error names the setting and
-what it accepts).
+"""Selection settings: criteria weights, hardware preferences, compatibility and thresholds, each
+with a default and checked where it is declared (an error names the setting and what it accepts).
 
-Everything has a validated default, so no file is needed. A TOML or JSON file (path given as an
-argument, or in the ``HWSEL_CONFIG`` environment variable) overrides any part of it::
+A TOML or JSON file (path given as an argument, or in ``$HWSEL_CONFIG``) overrides any part::
 
-    [weights.inference]          # per mode (inference, train; "training" is read as train);
-                                 # need not sum to 1 (they are normalised)
+    [weights.inference]          # per mode (inference, train); need not sum to 1 (normalised)
     latency = 0.5
     throughput = 0.2
     memory = 0.2
@@ -30,8 +27,7 @@ argument, or in the ``HWSEL_CONFIG`` environment variable) overrides any part of
     interval_factor = { roofline = 2.0, rules = 3.0 }
 
 The predecessor's spellings (``latency_weight``, ``selection_criteria``, ``hardware_preferences``,
-``batch_size_thresholds``, ``model_size_categories``) are accepted as well. Every error names the
-bad key or value and what is accepted. Validation never has side effects.
+``batch_size_thresholds``, ``model_size_categories``) are accepted as well.
 """
 
 from __future__ import annotations
@@ -65,11 +61,9 @@ ENV_VAR = "HWSEL_CONFIG"
 #: The precisions `hwsel.select_precision` chooses among by default.
 DEFAULT_PRECISION_CHOICES: tuple[str, ...] = ("fp32", "fp16", "bf16")
 
-#: The modes hwsel selects and predicts for (`pytest_hwbench.vocabulary`'s names; ``training`` is
-#: accepted as ``train`` wherever a mode is read). ``generate`` records are not a selection mode.
+#: The modes hwsel selects and predicts for (``generate`` records are not a selection mode).
 MODES: tuple[str, ...] = (DEFAULT_MODE, TRAIN_MODE)
-#: Every spelling of a mode a question may use: `MODES` and their older names (``training``,
-#: ``fine_tuning``), which `check_mode` reads as the mode. The REST models accept exactly these.
+#: Every spelling of a mode a question may use: `MODES` and their older names (``training``).
 ACCEPTED_MODES: tuple[str, ...] = MODES + tuple(old for old, mode in MODE_ALIASES.items() if mode in MODES)
 #: The prediction layers, in the order they answer.
 SOURCES: tuple[str, ...] = ("measured", "registered", "roofline", "rules")
@@ -101,12 +95,8 @@ class ModeKeyed(dict[str, _V]):
 
 
 def check_mode(mode: Any, where: str = "") -> str:
-    """`mode` by its one name; else ValueError naming it and listing `MODES`.
-
-    hwsel's one reading of a mode, for the Python API, the CLI, REST and config files alike: the
-    older spellings (``training``, ``fine_tuning``) are `pytest_hwbench.vocabulary.normalise_mode`'s
-    and are read as ``train`` here and nowhere else. `where` prefixes the message (a config table).
-    """
+    """`mode` by its one name (hwsel's one reading of a mode: ``training`` is ``train``); else
+    ValueError naming it and listing `MODES`, prefixed by `where` (a config table)."""
     name = normalise_mode(mode) if isinstance(mode, str) else None
     if name not in MODES:
         prefix = f"{where}: " if where else ""

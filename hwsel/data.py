@@ -1,21 +1,6 @@
-"""Benchmark runs in, one training table out.
-
-`load_runs` reads the records pytest-hwbench wrote, from any of its stores:
-
-- an MLflow tracking URI (default: `pytest_hwbench.sinks.resolve_tracking_uri`, i.e.
-  ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``):
-  the child runs of experiment ``hwbench`` (one per case, tag ``hwbench.record_id``), params cast
-  back from strings (``none`` is None) with the record schema's types, metrics as logged;
-- a DuckDB file (``*.duckdb``): the ``results`` table;
-- a Parquet snapshot (``*.parquet``): what `snapshot` wrote, or any frame with record fields;
-- a JSON-lines records file (``*.jsonl``, e.g. GPU evidence spool files) or a spool directory,
-  read by `pytest_hwbench.sinks.read_records`.
-
-Several sources (e.g. the committed CPU snapshot and a GPU host's spool) load as their union.
-
-`training_table` adds the targets (latency, throughput derived from it, memory) and drops rows
-that cannot teach anything. `snapshot` writes that table to Parquet with a content digest, so a
-registered model can say exactly what it learned from.
+"""Benchmark runs in, one training table out: `load_runs` reads any store pytest-hwbench writes
+(an MLflow URI, ``.duckdb``, ``.parquet``, ``.jsonl`` or a spool directory; several load as their
+union), `training_table` adds the targets, and `snapshot` writes it to Parquet with a digest.
 """
 
 from __future__ import annotations
@@ -39,6 +24,9 @@ from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR, nor
 from .config import MODES
 from .specs import device_key
 
+if typing.TYPE_CHECKING:
+    import duckdb
+
 #: Identity and context columns kept next to params and metrics.
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error",
                                 "noise", "noise_reason")
@@ -61,24 +49,15 @@ FIELD_TYPES: dict[str, str] = {
     for name, hint in typing.get_type_hints(BenchmarkRecord).items() if name in PARAM_FIELDS + METRIC_FIELDS}
 
 
-def default_source() -> str:
-    """The harness's tracking URI (`pytest_hwbench.sinks.resolve_tracking_uri`): ``$MLFLOW_TRACKING_URI``,
-    else the local store ``sqlite:///<cwd>/mlruns/mlflow.db``."""
-    return resolve_tracking_uri()
-
-
 def existing_store(tracking_uri: str | None = None) -> str | None:
-    """The store to read when none is named, or None when there is none here.
-
-    `tracking_uri` when given; else ``$MLFLOW_TRACKING_URI`` or the local ``mlruns/mlflow.db``
-    (`default_source`) when that is set or exists, else the DuckDB file ``mlruns/hwbench.duckdb``
-    when it exists. We never create a store just by looking (opening a SQLite URI would).
-    """
+    """The store to read when none is named, or None when there is none here: `tracking_uri`,
+    else the harness's tracking URI when ``$MLFLOW_TRACKING_URI`` is set or ``mlruns/mlflow.db``
+    exists, else ``mlruns/hwbench.duckdb`` when it exists (looking never creates a store)."""
     if tracking_uri:
         return tracking_uri
     store = Path(DEFAULT_STORE_DIR)
     if os.environ.get("MLFLOW_TRACKING_URI") or (store / "mlflow.db").exists():
-        return default_source()
+        return resolve_tracking_uri()
     duckdb_file = store / "hwbench.duckdb"
     return str(duckdb_file) if duckdb_file.exists() else None
 
@@ -183,26 +162,22 @@ def load_runs(
     Args:
         source: MLflow tracking URI, a ``.duckdb`` file, a ``.parquet`` snapshot, a ``.jsonl``
             records file or a spool directory, or a list of those (their union; a record held by
-            two sources counts once, the later source's copy); None means `default_source()`.
+            two sources counts once, the later source's copy); None means the harness's tracking URI
+            (`pytest_hwbench.sinks.resolve_tracking_uri`).
         experiment: MLflow experiment holding the records.
         passed_only: keep passed cases with a positive latency only.
-        include_noisy: keep records that were interfered with (``noise == "noisy"``: other processes
-            on their cores, stolen time, the host changing speed during the case); by default they
-            are left out, counted in ``frame.attrs["noisy"]`` and by reason in
-            ``frame.attrs["noisy_reasons"]`` (`usable_rows_text` says it in one line): their figures
-            are the load's, not the configuration's. Records older than the verdict are kept. A
-            steadily slow host is no interference: its records are clean and carry ``host_speed``,
-            which `training_table` corrects for.
+        include_noisy: keep records that were interfered with (``noise == "noisy"``); by default
+            they are left out, counted in ``frame.attrs["noisy"]`` and by reason in
+            ``frame.attrs["noisy_reasons"]`` (`usable_rows_text` says it in one line).
 
-    Passed records that cannot be measurements (`drop_impossible`) are dropped whatever
-    `passed_only` says, with an `HwselWarning` counting them by reason; the counts are in
-    ``frame.attrs["dropped"]``.
+    Passed records that cannot be measurements (`drop_impossible`) are dropped, counted by reason
+    in an `HwselWarning` and ``frame.attrs["dropped"]``.
 
     Raises:
         FileNotFoundError: a file source that does not exist.
         LookupError: an MLflow store without the experiment.
     """
-    sources = source_list(source) or [default_source()]
+    sources = source_list(source) or [resolve_tracking_uri()]
     frames = [_normalize(_load_one(os.fspath(s), experiment)) for s in sources]
     frames = [f for f in frames if len(f)] or frames[:1]
     frame = frames[0] if len(frames) == 1 else _normalize(pd.concat(frames, ignore_index=True))
@@ -225,14 +200,9 @@ NOISY = "noisy: "
 
 
 def left_out_reasons(frame: pd.DataFrame, *, passed_only: bool = True, include_noisy: bool = False) -> pd.Series:
-    """Per record, why it cannot answer for its configuration; "" for a record that can.
-
-    With `passed_only`: its status where it did not pass (``failed``, ``crashed``; a record
-    without a status counts as passed), else ``no latency`` where it has no positive median
-    latency. Without `include_noisy`: ``noisy: <kind>`` (`NOISY`, `noise_kind`) for a record
-    that was interfered with. The one rule `load_runs` and the measured layer
-    (`hwsel.layers.measured.MeasuredIndex`) leave records out by.
-    """
+    """Per record, why it cannot answer for its configuration ("" where it can): with
+    `passed_only` its status where it did not pass (none counts as passed), else ``no latency``;
+    without `include_noisy`, ``noisy: <kind>`` (`NOISY`, `noise_kind`) where it was interfered with."""
     why = pd.Series("", index=frame.index, dtype=object)
     if not include_noisy and "noise" in frame.columns:
         noisy = (frame["noise"] == "noisy").to_numpy()
@@ -267,14 +237,10 @@ def noise_kind(reason: object) -> str:
 
 @dataclass(frozen=True)
 class RecordCounts:
-    """What became of a source's records on their way to the training table.
-
-    `records`: usable records (passed, with a latency, not left out as interfered); `dropped`:
-    records that cannot be measurements, by reason (`drop_impossible`); `noisy`: interfered
-    records left out, and `noisy_reasons` how many of each kind (`noise_kind`); `other_modes`: usable records of modes
-    hwsel does not learn, by mode; `outside`: usable records a window left out (the newest N
-    sessions per configuration, `hwsel.history.Window`).
-    """
+    """What became of a source's records on their way to the training table: `records` usable,
+    `dropped` by reason (`drop_impossible`), `noisy` interfered ones left out (`noisy_reasons`:
+    how many of each kind), `other_modes` usable ones of modes hwsel does not learn, and `outside`
+    usable ones a window left out (`hwsel.history.Window`)."""
 
     records: int
     dropped: Mapping[str, int] = field(default_factory=dict)
@@ -314,13 +280,9 @@ def usable_rows_text(runs: pd.DataFrame | RecordCounts, rows: int) -> str:
 
 
 def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
-    """`frame` without the passed records that cannot be measurements, and reason -> count.
-
-    The check is the harness's own (`pytest_hwbench.record.measurement_problem`): a NaN, zero,
-    negative or absurd latency (beyond one day, or faster than any device could run the
-    record's FLOPs) would train a model many times worse. Reasons are the
-    problem's text before its value, e.g. ``latency_ms_median not finite``.
-    """
+    """`frame` without the passed records that cannot be measurements
+    (`pytest_hwbench.record.measurement_problem`), and reason -> count (the problem's text before
+    its value, e.g. ``latency_ms_median not finite``)."""
     if not len(frame):
         return frame, {}
     problems = [measurement_problem(row) for row in frame.to_dict("records")]
@@ -353,86 +315,125 @@ CONFIG_KEYS: tuple[str, ...] = (
 )
 
 
-def training_table(runs: pd.DataFrame, *, aggregate: bool = True) -> pd.DataFrame:
-    """Runs plus the targets, in natural units.
+def training_table(runs: pd.DataFrame) -> pd.DataFrame:
+    """Runs plus the targets, in natural units, one row per configuration.
 
-    - ``latency_ms``: the median latency of a forward (robust to a noisy, shared machine); where
-      the record carries a host speed and computes on the host's CPU (a target row `on_host_cpu`;
-      an accelerator's latency does not move with a CPU kernel), ``latency x host_speed``, the
-      speed clipped to `HOST_SPEED_BOUNDS` (``host_speed_corrected`` says which rows were):
-      predictions are for the host at its recent best (host speed 1.0);
+    - ``latency_ms``: the median latency of a forward; for a record computing on the host's CPU
+      with a host speed, ``latency x host_speed`` (clipped to `HOST_SPEED_BOUNDS`;
+      ``host_speed_corrected`` says which rows were): answers are for the host at its best;
     - ``throughput``: ``batch_size / latency_ms * 1000`` items/s, derived so the two always agree;
-    - ``memory_mb``: peak device memory where the device reports it, else peak host RSS.
+    - ``memory_mb``: the median peak device memory where the device reports it, else host RSS
+      (NaN where neither is known).
 
-    With `aggregate`, the repeats of one configuration (`CONFIG_KEYS`, the device by its identity
-    `hwsel.specs.device_key`) become one row: latency and memory are their medians (not the
-    fastest repeat: a median needs more than half the repeats wrong to move), the repeat nearest
-    the median gives the other fields, ``repeats`` counts them and ``latency_spread`` is slowest /
-    fastest.
-
-    Rows without a positive latency are dropped; a missing memory stays NaN (that target skips
-    the row). Modes keep the harness's names (``training`` from older snapshots reads as
-    ``train``); ``generate`` rows (whose latency is a whole ``generate()`` call of `new_tokens`
-    tokens, not one forward) are left out.
+    A configuration is `CONFIG_KEYS`, the device by its identity (`hwsel.specs.device_key`); the
+    repeat nearest the median gives the other fields, ``repeats`` counts the repeats and
+    ``latency_spread`` is slowest / fastest. Rows without a positive latency, and ``generate``
+    rows (a whole ``generate()`` call, not one forward), are left out; ``training`` reads as ``train``.
     """
+    import duckdb
+
     table = runs.reset_index(drop=True)
     if "mode" in table.columns:
         table["mode"] = table["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
-        table = table.loc[table["mode"].isin(MODES) | table["mode"].isna()].reset_index(drop=True)
-    latency = pd.to_numeric(table["latency_ms_median"], errors="coerce").astype(float)
-    batch = pd.to_numeric(table["batch_size"], errors="coerce").astype(float)
-    keep = np.isfinite(latency) & (latency > 0) & np.isfinite(batch) & (batch >= 1)
-    table = table.loc[keep].copy()
-    speed = pd.to_numeric(table["host_speed"], errors="coerce").astype(float) if "host_speed" in table.columns \
-        else pd.Series(np.nan, index=table.index)
-    # The reference kernel runs on the host's CPU: it speaks for cases that compute there only.
-    host_bound = table["hardware"].isin(facts.target_set(host_cpu=True)) if "hardware" in table.columns \
-        else pd.Series(False, index=table.index)
-    known = np.isfinite(speed) & (speed > 0) & host_bound
-    factor = speed.clip(*HOST_SPEED_BOUNDS).where(known, 1.0)
-    table["host_speed_corrected"] = known
-    latency = latency * factor.reindex(latency.index, fill_value=1.0)
-    table["latency_ms"] = latency[keep]
-    table["throughput"] = batch[keep] / latency[keep] * 1e3
-    device = pd.to_numeric(table["peak_device_memory_mb"], errors="coerce").astype(float)
-    host = pd.to_numeric(table["peak_host_rss_mb"], errors="coerce").astype(float)
-    memory = device.where(device > 0, host)
-    table["memory_mb"] = memory.where(memory > 0)
-    table["repeats"] = 1
-    table["latency_spread"] = 1.0
-    if aggregate and len(table):
-        keys = [k for k in CONFIG_KEYS if k in table.columns]
-        # groupby drops None keys unless told; text keys as str keep None and NaN apart from values.
-        key_frame = table[keys].astype(str)
-        if "device_name" in key_frame.columns and "hardware" in table.columns:
-            # one device by any of its names (`hwsel.specs.device_key`): H100 and NVIDIA H100 80GB HBM3
-            key_frame["device_name"] = [device_key(str(hw), name if isinstance(name, str) else None)
-                                        for hw, name in zip(table["hardware"], table["device_name"], strict=True)]
-        groups = table.groupby([key_frame[k] for k in keys], sort=False, dropna=False)
-        median = groups["latency_ms"].transform("median")
-        stats = pd.DataFrame({
-            "repeats": groups["latency_ms"].transform("size"),
-            "latency_spread": groups["latency_ms"].transform("max") / groups["latency_ms"].transform("min"),
-            "memory_mb": groups["memory_mb"].transform("median"),
-        })
-        table[["repeats", "latency_spread", "memory_mb"]] = stats
-        # the representative: the repeat nearest the median (ties: the faster, then the first)
-        nearest = (table["latency_ms"] - median).abs().rename("_distance")
-        order = pd.concat([nearest, table["latency_ms"]], axis=1).sort_values(
-            ["_distance", "latency_ms"], kind="mergesort").index
-        first = ~key_frame.loc[order].duplicated(keep="first")
-        table = table.loc[order[first.to_numpy()]].copy()
-        table["latency_ms"] = median.loc[table.index]
-        table["throughput"] = batch.loc[table.index] / table["latency_ms"] * 1e3
-        table = table.sort_index(kind="mergesort")
-    return table.reset_index(drop=True)
+    inputs = table.reindex(columns=list(TARGET_INPUTS)).assign(
+        _src=0, _row=np.arange(len(table)), _speed=table["host_speed"] if "host_speed" in table.columns else np.nan)
+    with duckdb.connect() as con:
+        con.register("runs_frame", inputs)
+        _target_rows(con, "runs_frame", "runs_rows")
+        stats = _configuration_stats(con, "runs_rows")
+    return _with_targets(table.iloc[stats["_row"].to_numpy()], stats)
+
+
+#: The record fields `_target_rows` reads.
+TARGET_INPUTS: tuple[str, ...] = ("record_id", "session_id", "created_at", *CONFIG_KEYS, "latency_ms_median",
+                                  "peak_device_memory_mb", "peak_host_rss_mb")
+
+
+def _sql_text(values: Sequence[str]) -> str:
+    return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
+
+
+def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pd.DataFrame:
+    import warnings
+
+    with warnings.catch_warnings():
+        # duckdb's DataFrame conversion calls drop(inplace=True), which pandas deprecates
+        warnings.filterwarnings("ignore", message="The inplace keyword", category=Warning)
+        return con.execute(sql).df()
+
+
+def _target_rows(con: duckdb.DuckDBPyConnection, relation: str, into: str) -> None:
+    """Table `into`: the records of `relation` (`TARGET_INPUTS`, ``_src``, ``_row`` and the host
+    speed ``_speed``) that can train, with their configuration ``_gid`` (its mode's one spelling
+    also in table ``mode_names``), corrected latency ``_lat`` (``_corrected``) and memory ``_mem``."""
+    modes = [m for (m,) in con.execute(f"SELECT DISTINCT mode FROM {relation} WHERE mode IS NOT NULL").fetchall()]
+    con.register("mode_names", pd.DataFrame({"raw": pd.array(modes, dtype=object),
+                                             "norm": pd.array([normalise_mode(m) for m in modes], dtype=object)}))
+    devices = con.execute(f"SELECT DISTINCT hardware, device_name FROM {relation}").fetchall()
+    con.register("device_keys", pd.DataFrame({
+        "hardware": pd.array([h for h, _ in devices], dtype=object),
+        "device_name": pd.array([d for _, d in devices], dtype=object),
+        "device": pd.array([device_key(str(h), d if isinstance(d, str) else None) for h, d in devices], dtype=object)}))
+    low, high = HOST_SPEED_BOUNDS
+    keys = ", ".join({"mode": "_mode", "device_name": "_device"}.get(k, k) for k in CONFIG_KEYS)
+    con.execute(f"""
+        CREATE TEMP TABLE {into} AS
+        WITH keyed AS (
+            SELECT r.*, m.norm AS _mode, d.device AS _device, coalesce(isfinite(_speed) AND _speed > 0
+                       AND r.hardware IN ({_sql_text(sorted(facts.target_set(host_cpu=True)))}), false) AS _corrected
+            FROM {relation} r
+            LEFT JOIN mode_names m ON r.mode = m.raw
+            LEFT JOIN device_keys d ON r.hardware IS NOT DISTINCT FROM d.hardware
+                                   AND r.device_name IS NOT DISTINCT FROM d.device_name
+            WHERE (m.norm IN ({_sql_text(MODES)}) OR m.norm IS NULL) AND r.batch_size >= 1
+                  AND coalesce(isfinite(r.latency_ms_median) AND r.latency_ms_median > 0, false))
+        SELECT _src, _row, record_id, session_id, created_at, _corrected, {keys},
+            latency_ms_median * CASE WHEN _corrected THEN least(greatest(_speed, {low!r}), {high!r}) ELSE 1.0 END AS _lat,
+            CASE WHEN NOT isnan(peak_device_memory_mb) AND peak_device_memory_mb > 0 THEN peak_device_memory_mb
+                 WHEN NOT isnan(peak_host_rss_mb) AND peak_host_rss_mb > 0 THEN peak_host_rss_mb END AS _mem,
+            dense_rank() OVER (ORDER BY {keys}) AS _gid
+        FROM keyed""")
+
+
+def _configuration_stats(con: duckdb.DuckDBPyConnection, rows: str) -> pd.DataFrame:
+    """Per configuration of `rows` (`_target_rows`' columns), in ``_row`` order: its representative
+    (the repeat nearest the median; ties: the faster, then the first), ``repeats``,
+    ``latency_spread``, and the medians ``_median`` (latency) and ``_memory``, as pandas computes them."""
+    def median(values: str) -> str:
+        n = f"len({values})"
+        return (f"CASE WHEN {n} = 0 THEN NULL WHEN {n} % 2 = 1 THEN {values}[{n} // 2 + 1] "
+                f"ELSE ({values}[{n} // 2] + {values}[{n} // 2 + 1]) / 2 END")
+
+    return _frame(con, f"""
+        WITH agg AS (
+            SELECT _gid, count(*) AS repeats, max(_lat) / min(_lat) AS latency_spread,
+                   list_sort(list(_lat)) AS _lats,
+                   list_sort(list(_mem) FILTER (WHERE _mem IS NOT NULL)) AS _mems
+            FROM {rows} GROUP BY _gid),
+        med AS (SELECT _gid, repeats, latency_spread, {median('_lats')} AS _median,
+                       {median('_mems')} AS _memory FROM agg)
+        SELECT r._src, r._row, r.record_id, r._corrected, m.repeats, m.latency_spread, m._median, m._memory
+        FROM {rows} r JOIN med m USING (_gid)
+        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, r._row) = 1
+        ORDER BY r._row""")
+
+
+def _with_targets(rows: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
+    """The representative records `rows` with the targets of their configurations (`stats`, row for row)."""
+    table = rows.reset_index(drop=True)
+    table["host_speed_corrected"] = stats["_corrected"].to_numpy(dtype=bool)
+    table["latency_ms"] = stats["_median"].to_numpy(dtype=float)
+    table["throughput"] = pd.to_numeric(table["batch_size"]).astype(float) / table["latency_ms"] * 1e3
+    table["memory_mb"] = pd.to_numeric(stats["_memory"], errors="coerce").to_numpy(dtype=float)
+    table["repeats"] = stats["repeats"].to_numpy(dtype=np.int64)
+    table["latency_spread"] = stats["latency_spread"].to_numpy(dtype=float)
+    return table
 
 
 def rows_text(runs: pd.DataFrame | RecordCounts, table: pd.DataFrame) -> str:
     """How the records `runs` (a `load_runs` frame, or their `RecordCounts`) became the rows of
     their `training_table`, in one line: ``192 records became 188 rows: the 8 records of 4
-    configurations measured in several sessions are one row each (their median)``, and the
-    records no row holds, by mode."""
+    configurations measured in several sessions are one row each (their median)``, ..."""
     counts = RecordCounts.of(runs)
     repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1).astype(int) if "repeats" in table.columns \
         else pd.Series(1, index=table.index)
@@ -477,7 +478,6 @@ __all__ = [
     "DEFAULT_EXPERIMENT",
     "HOST_SPEED_BOUNDS",
     "RUN_COLUMNS",
-    "default_source",
     "describe_sources",
     "drop_impossible",
     "dropped_text",

@@ -1,16 +1,6 @@
-"""Distributed training configuration: DDP or FSDP, and what to turn on when memory is short.
-
-The plan is built from a memory estimate per GPU (`hwsel.memory.memory_breakdown`):
-parameters, gradients, optimizer states (AdamW) and activations. In order, until it fits in
-`max_memory_gb` (less a 10% reserve for the allocator and communication buffers):
-
-1. DDP: every GPU holds a full replica.
-2. FSDP (full shard): parameters, gradients and optimizer states split over the GPUs.
-3. Activation checkpointing: keep only each layer's input, recompute the rest in backward.
-4. Gradient accumulation: smaller micro-batches, same batch per optimizer step.
-5. CPU offload of parameters and optimizer states (FSDP ``CPUOffload``).
-
-If nothing fits, the plan says so and names the memory needed.
+"""Distributed training configuration: DDP or FSDP, and what to turn on when memory is short
+(activation checkpointing, gradient accumulation, CPU offload, in that order), from a memory
+estimate per GPU (`hwsel.memory.memory_breakdown`); a plan that cannot fit says so.
 """
 
 from __future__ import annotations

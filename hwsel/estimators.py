@@ -1,11 +1,5 @@
-"""The regressors hwsel trains: scikit-learn estimators over `hwsel.features` columns, log targets.
-
-`build_estimator` turns a recipe (a dict an Optuna trial draws with `suggest`) into an unfitted
-pipeline: histogram gradient-boosted trees, a random forest or ridge, optionally on the residual
-against an offset (the roofline column, or `RegimeRegressor`'s calibrated launch/compute/memory
-model) and optionally wrapped in `BatchCurveRegressor` (each measured configuration's own batch
-curve). `ThroughputFromLatency` derives throughput from a latency model, so the two agree.
-"""
+"""The regressors hwsel trains: scikit-learn estimators over `hwsel.features` columns, log targets;
+`build_estimator` turns a recipe an Optuna trial draws (`suggest`) into an unfitted one."""
 
 from __future__ import annotations
 
@@ -33,12 +27,9 @@ _LOG_1000 = math.log(1000.0)
 # --- estimators (scikit-learn rules: __init__ stores, fit returns self, fitted state ends in _) ---
 
 class OffsetRegressor(RegressorMixin, BaseEstimator):
-    """Fits `estimator` to ``y - X[offset]`` and adds the offset back when predicting.
-
-    With ``offset="log_roofline_ms"`` the inner model learns log(measured / roofline), an
-    efficiency that varies far less across model sizes than latency itself does. ``offset=None``
-    is a plain pass-through.
-    """
+    """Fits `estimator` to ``y - X[offset]`` and adds the offset back when predicting (``offset=None``:
+    none); on the roofline column it learns an efficiency, which varies far less across model
+    sizes than latency does."""
 
     def __init__(self, estimator: Any = None, offset: str | None = None) -> None:
         self.estimator = estimator
@@ -59,26 +50,23 @@ class OffsetRegressor(RegressorMixin, BaseEstimator):
 
 
 class ThroughputFromLatency(RegressorMixin, BaseEstimator):
-    """Log throughput (items/s) from a log-latency (ms) regressor: log(1000 * batch) - log latency.
-
-    `fit` takes log throughput, turns it into log latency and fits a clone of `latency`.
-    `from_fitted` wraps an already fitted latency model, so both registered models give
-    ``throughput == batch / latency`` exactly.
-    """
+    """Log throughput (items/s) from a log-latency (ms) regressor: log(1000 * batch) - log latency;
+    `from_fitted` wraps a fitted latency model, so ``throughput == batch / latency`` exactly."""
 
     def __init__(self, latency: Any = None) -> None:
         self.latency = latency
 
     @staticmethod
-    def _log_items(X: pd.DataFrame) -> np.ndarray:
+    def log_items(X: pd.DataFrame) -> np.ndarray:
+        """log(1000 * batch size) of each row: log throughput plus log latency (ms)."""
         return _LOG_1000 + np.asarray(X["log_batch_size"], dtype=float)
 
     def fit(self, X: pd.DataFrame, y: Any) -> ThroughputFromLatency:
-        self.latency_ = clone(self.latency).fit(X, self._log_items(X) - np.asarray(y, dtype=float))
+        self.latency_ = clone(self.latency).fit(X, self.log_items(X) - np.asarray(y, dtype=float))
         return self
 
     def predict(self, X: pd.DataFrame) -> np.ndarray:
-        return self._log_items(X) - np.asarray(self.latency_.predict(X), dtype=float)
+        return self.log_items(X) - np.asarray(self.latency_.predict(X), dtype=float)
 
     @classmethod
     def from_fitted(cls, latency: Any) -> ThroughputFromLatency:
@@ -104,16 +92,9 @@ REGIME_POOLS: tuple[tuple[str, ...], ...] = (
 
 
 class RegimeRegressor(RegressorMixin, BaseEstimator):
-    """latency ~ a * launch floor + b * compute time + c * memory time, calibrated per pool.
-
-    The three terms are a model's eager launch floor (operators x launch cost), its roofline
-    compute time and memory time on the device's peaks; (a, b, c) >= 0 are fitted by
-    non-negative least squares on relative error, per pool of rows (`REGIME_POOLS`: the same
-    device, backend, precision and mode first). A configuration takes the coefficients of the
-    most specific pool with at least `min_rows` rows from at least `min_models` models, so a
-    device with few records borrows efficiencies from its kind, and a model never measured
-    gets its own launches, FLOPs and bytes weighed by what other models showed. Log targets.
-    """
+    """latency ~ a * launch floor + b * compute time + c * memory time (`REGIME_TERMS`), (a, b, c)
+    >= 0 per pool of rows: a configuration takes the coefficients of the most specific pool
+    (`REGIME_POOLS`) with at least `min_rows` rows from at least `min_models` models. Log targets."""
 
     def __init__(self, min_rows: int = 6, min_models: int = 2) -> None:
         self.min_rows = min_rows
@@ -210,13 +191,9 @@ def _rows_by(keys: Sequence[tuple[Any, ...]]) -> dict[tuple[Any, ...], list[int]
 class BatchCurveRegressor(RegressorMixin, BaseEstimator):
     """A measured configuration's own batch curve, `general` for everything else (log targets).
 
-    Latency (and peak memory) of one configuration grows as ``a + b * batch``: a fixed cost per
-    call (launches, weight traffic) plus a cost per item. Every configuration (rows equal in
-    all batch-independent features, `config_keys`) measured at two or more batch sizes gets its
-    own (a, b) by non-negative least squares on relative error, so a batch size it was not
-    measured at is inter- or extrapolated along its own curve. A configuration measured at one
-    batch size takes `general`'s curve shifted through its measurement; configurations never
-    measured (other models, devices, precisions) get `general`'s prediction.
+    A configuration (`config_keys`) measured at two or more batch sizes gets its own ``a + b *
+    batch`` (a, b >= 0); one measured at one batch size takes `general`'s curve shifted through
+    its measurement; others get `general`'s prediction.
     """
 
     def __init__(self, general: Any = None, floor: float = 1e-3) -> None:
@@ -258,7 +235,7 @@ class BatchCurveRegressor(RegressorMixin, BaseEstimator):
         return out
 
 
-def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> OffsetRegressor:
+def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> BaseEstimator:
     """The unfitted log-target regressor that `params` (an Optuna trial's choice) describes."""
     kind = params["estimator"]
     onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False)
@@ -304,7 +281,7 @@ def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int 
         general: Any = ResidualRegressor(RegimeRegressor(), pipeline)
     else:
         general = OffsetRegressor(pipeline, offset=offset_column if offset == "roofline" else None)
-    return OffsetRegressor(BatchCurveRegressor(general), offset=None) if params.get("batch_curves") else general
+    return BatchCurveRegressor(general) if params.get("batch_curves") else general
 
 
 #: Offsets the search may choose: the roofline column, the calibrated regime model (latency only,
@@ -349,11 +326,8 @@ def suggest(trial: Any, offsets: Sequence[str] = OFFSETS) -> dict[str, Any]:
 
 @contextlib.contextmanager
 def one_thread() -> Iterator[None]:
-    """Run OpenMP/BLAS code (HistGradientBoosting, Ridge) on one thread inside the block.
-
-    The tables are small (hundreds to thousands of rows), so threads buy little, and on a shared
-    2-core machine HistGradientBoosting's OpenMP threads stall.
-    """
+    """Run OpenMP/BLAS code (HistGradientBoosting, Ridge) on one thread inside the block: the
+    tables are small, and on a shared 2-core machine HistGradientBoosting's OpenMP threads stall."""
     from threadpoolctl import threadpool_limits
 
     with threadpool_limits(limits=1):

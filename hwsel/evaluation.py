@@ -1,9 +1,5 @@
-"""How the predictors are scored: grouped folds, out-of-fold predictions, errors and intervals.
-
-Two questions, two grouped cross-validations: *held-out batch sizes* (GroupKFold over batch size)
-and *held-out models* (GroupKFold over model); `hwsel.intervals.conformal_band` turns the
-held-out-model residuals into a split-conformal prediction interval.
-"""
+"""How the predictors are scored: grouped folds (held-out batch sizes, models, devices), out-of-fold
+predictions and their errors."""
 
 from __future__ import annotations
 
@@ -35,14 +31,9 @@ class Fold:
 
 
 def cv_folds(table: pd.DataFrame) -> list[Fold]:
-    """Grouped folds: held-out batch sizes (one group per batch size), held-out models and, when
-    the table holds several devices, held-out devices (a recipe must carry over to hardware the
-    data does not hold).
-
-    Deterministic (GroupKFold without shuffling), so two trainings on the same table use the very
-    same folds. At most 8 folds for batch sizes (each held out once on its own), 5 for the
-    others; a scheme with fewer than two groups is skipped.
-    """
+    """Grouped folds, deterministic (two trainings on one table use the same ones): held-out batch
+    sizes (at most 8 folds), held-out models and held-out devices (at most 5 each); a scheme with
+    fewer than two groups is skipped."""
     folds: list[Fold] = []
     groups = {
         "heldout_batch": table["batch_size"].astype(int).to_numpy(),
@@ -136,13 +127,6 @@ def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:
     }
 
 
-def interval_residuals(oof: pd.DataFrame) -> np.ndarray:
-    """Log residuals (measured - predicted) of the held-out-model folds, else of all folds."""
-    part = oof[oof["scheme"] == "heldout_model"]
-    part = part if len(part) else oof
-    return (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
-
-
 def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
     """`error_metrics` per scheme of an out-of-fold frame."""
     return {scheme: error_metrics(g["y_true"].to_numpy(), g["y_pred"].to_numpy())
@@ -154,7 +138,6 @@ __all__ = [
     "Fold",
     "cv_folds",
     "error_metrics",
-    "interval_residuals",
     "lomo_folds",
     "out_of_fold",
     "scheme_metrics",

@@ -1,18 +1,8 @@
 """Features from architecture, not names: what the predictors see of a benchmark case.
 
-A case is described by its model's architecture numbers (`ModelInfo`: family, model type,
-parameter count, FLOPs per item, layers, hidden size, input shape), the workload (batch size,
-precision, mode, threads), where it runs (backend, hardware, the device's `DeviceSpec`: peak
-FLOP/s and memory bandwidth) and a roofline estimate built from those. The model's name is used
-only to look its architecture up; it is never a feature, so a model the predictors have not seen
-gets a prediction from what it is made of.
-
-`feature_frame` turns rows with `BenchmarkRecord` fields into `FEATURE_COLUMNS`; `query_frame`
-builds the same row for a configuration that was never measured. Both go through one function,
-so training and prediction cannot drift apart. The model lookup is `hwsel.resolution`'s and the
-roofline `hwsel.roofline`'s; their names (`ModelInfo`, `resolve_model`, `roofline`, ...) are
-importable from here too.
-"""
+`feature_frame` (records) and `query_frame` (a configuration never measured) share one function,
+so training and prediction cannot drift apart; a model's name only looks its architecture up
+(`hwsel.resolution`, whose names are importable from here too)."""
 
 from __future__ import annotations
 
@@ -46,10 +36,7 @@ from .specs import DeviceSpec, spec_for
 
 def launch_floor_ms(hardware: str, backend: str) -> float:
     """Host time one dispatched operator costs on `hardware` through `backend` (ms): the target's
-    ``launch_cost_ms`` times the backend's ``launch_share`` (`pytest_hwbench.facts`; graph runtimes
-    and compilers fuse and batch launches, unknown backends count as eager). The launch floor of a
-    forward is about launches x this; a starting point only, the predictors learn the rest per
-    hardware and backend from the records."""
+    ``launch_cost_ms`` times the backend's ``launch_share`` (`pytest_hwbench.facts`)."""
     return facts.launch_cost_ms(hardware) * facts.backend_facts(backend).launch_share
 
 CATEGORICAL_FEATURES: tuple[str, ...] = (
@@ -140,12 +127,8 @@ def _floats(values: Iterable[Any]) -> np.ndarray:
 
 
 def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
-    """`FEATURE_COLUMNS` for rows holding record fields (those `query_row` writes).
-
-    Null architecture fields are filled from the model's `ModelInfo` when its name resolves;
-    `flops_per_forward` is per forward (FLOPs per item x batch), as in records. Rows keep their
-    index.
-    """
+    """`FEATURE_COLUMNS` for rows holding record fields (those `query_row` writes), index kept; null
+    architecture fields come from the model's `ModelInfo` when its name resolves."""
     if len(rows) == 0:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CATEGORICAL_FEATURES else float)
                              for c in FEATURE_COLUMNS})
@@ -166,10 +149,8 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
     batch = _floats(_values(rows, "batch_size"))
     batch = np.where(np.isfinite(batch) & (batch >= 1), batch, 1.0)
     params = _floats(filled("param_count"))
-    # FLOPs come from the architecture lookup when the name resolves, the record otherwise: the
-    # count a record carries depends on the process that made it (bench sessions logged 10.8 M
-    # FLOPs per item for bert-tiny where a plain process counts 4.7 M), and a query must see the
-    # same number the training rows saw.
+    # FLOPs from the architecture lookup where the name resolves: a record's count depends on the
+    # process that made it, and a query must see the number the training rows saw.
     flops_forward = _floats(_values(rows, "flops_per_forward"))
     arch_flops = _floats(from_arch("flops_per_item"))
     flops_item = np.where(np.isfinite(arch_flops) & (arch_flops > 0), arch_flops, flops_forward / batch)

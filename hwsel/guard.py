@@ -1,7 +1,5 @@
-"""What `hwsel.predict.Predictor` does to an answer before it leaves: a registered answer about a
-model outside what its champion learned from is blended towards the roofline (`blend`), and every
-answer is held within its device's physical floors and the one-day ceiling (`clamp`).
-"""
+"""What `hwsel.predict.Predictor` does to an answer before it leaves: `blend` a registered answer
+outside its champion's coverage towards the roofline, and `clamp` every answer to physics."""
 
 from __future__ import annotations
 

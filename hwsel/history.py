@@ -1,19 +1,6 @@
-"""The training table asked of DuckDB: one row per configuration, computed where the records are.
-
-`history_table` answers what ``training_table(load_runs(source))`` answers (`hwsel.data`), for
-DuckDB files, in SQL: the same records left out (impossible measurements, failed and interfered
-records, modes hwsel does not learn), the same configuration keys (the device by
-`hwsel.specs.device_key`), the same host-speed correction, the same median, repeat count, spread
-and representative record. Python only sees the per-configuration answer (and the few records
-whose values might be impossible, judged by `pytest_hwbench.record.measurement_problem` itself),
-so time and memory grow with the configurations, not with the records.
-
-`mirror` brings a DuckDB copy of an MLflow experiment up to date incrementally
-(`pytest_hwbench.sinks.import_mlflow_sessions`: only sessions the copy lacks are fetched), so
-training from a tracking server reads each night once.
-
-A `Window` narrows the history: records created since a date, and/or the newest N sessions of
-each configuration.
+"""The training table asked of DuckDB files: what ``training_table(load_runs(paths))`` answers
+(`hwsel.data`), aggregated where the records are, so time and memory grow with the configurations,
+not the records; a `Window` narrows it, and `mirror` keeps a DuckDB copy of an MLflow experiment.
 """
 
 from __future__ import annotations
@@ -27,10 +14,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import TYPE_CHECKING
 
-import numpy as np
 import pandas as pd
 
-from pytest_hwbench import facts
 from pytest_hwbench.record import (
     _DISPERSIONS,
     _LATENCIES,
@@ -41,19 +26,20 @@ from pytest_hwbench.record import (
     MIN_LATENCY_MS,
 )
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.vocabulary import normalise_mode
 
 from .config import MODES
 from .data import (
-    CONFIG_KEYS,
-    HOST_SPEED_BOUNDS,
+    TARGET_INPUTS,
     RecordCounts,
+    _configuration_stats,
+    _frame,
     _normalize,
+    _sql_text,
+    _target_rows,
+    _with_targets,
     drop_impossible,
     noise_kind,
-    training_table,
 )
-from .specs import device_key
 
 if TYPE_CHECKING:
     import duckdb
@@ -61,12 +47,8 @@ if TYPE_CHECKING:
 
 @dataclass(frozen=True)
 class Window:
-    """Which records of the history to learn from.
-
-    `since`: records created at or after this instant only (a date means its midnight, UTC).
-    `sessions`: the newest N sessions of each configuration only (sessions ordered by their
-    newest usable record of that configuration). None: no limit.
-    """
+    """Which records of the history to learn from: those created at or after `since`, and/or those of
+    the newest `sessions` sessions of each configuration (by their newest usable record); None: no limit."""
 
     since: _dt.datetime | None = None
     sessions: int | None = None
@@ -112,10 +94,6 @@ class History:
     counts: RecordCounts
 
 
-def _sql_text(values: Sequence[str]) -> str:
-    return ", ".join("'" + v.replace("'", "''") + "'" for v in values) or "NULL"
-
-
 def _maybe_impossible() -> str:
     """A SQL condition true for every passed record `measurement_problem` might reject (and a
     few more): those are judged in Python by the harness's own check."""
@@ -133,15 +111,6 @@ def _maybe_impossible() -> str:
     return "status = 'passed' AND (" + " OR ".join(f"coalesce({t}, false)" for t in terms) + ")"
 
 
-def _frame(con: duckdb.DuckDBPyConnection, sql: str) -> pd.DataFrame:
-    import warnings
-
-    with warnings.catch_warnings():
-        # duckdb's DataFrame conversion calls drop(inplace=True), which pandas deprecates
-        warnings.filterwarnings("ignore", message="The inplace keyword", category=Warning)
-        return con.execute(sql).df()
-
-
 def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFrame:
     """The records of `relation` (results rows plus ``_src``), as `load_runs` frames them (through
     `BenchmarkRecord`, so every field reads as the record reader reads it), in `load_runs`'s order."""
@@ -154,8 +123,7 @@ def _records_frame(con: duckdb.DuckDBPyConnection, relation: str) -> pd.DataFram
 
 #: The ``results`` columns the aggregation reads (the rest stays in the file; whole records are
 #: read for the suspects and the representatives only).
-_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "created_at", "status", "noise", "noise_reason",
-                             *CONFIG_KEYS, "latency_ms_median", "peak_device_memory_mb", "peak_host_rss_mb")
+_COLUMNS: tuple[str, ...] = ("status", "noise", "noise_reason", *TARGET_INPUTS)
 
 #: A record's host speed as `hwsel.data` reads it: ``interference.host_speed`` when a positive
 #: number in a record of schema 4 or later (`pytest_hwbench.record.normalize_record` drops older ones).
@@ -173,11 +141,9 @@ def _table(i: int) -> str:
 
 
 def _attach(con: duckdb.DuckDBPyConnection, paths: Sequence[Path], since: _dt.datetime | None) -> None:
-    """``hist_base``: the columns the aggregation needs of the records of every file of `paths`
-    (the first is `con`'s own) created since `since`, each record once (the last file's copy, as
-    `load_runs` keeps it), with ``_src`` (its file), ``_speed`` and ``_suspect`` (it might be no
-    measurement, `_maybe_impossible`). A view: each question reads the file again, which costs
-    less than holding every record."""
+    """View ``hist_base``: the columns the aggregation needs of the records of every file of `paths`
+    (the first is `con`'s own) created since `since`, each record once (the last file's copy), with
+    ``_src`` (its file), ``_speed`` and ``_suspect`` (`_maybe_impossible`)."""
     parts = []
     for i, path in enumerate(paths):
         if i:
@@ -204,10 +170,8 @@ def history_table(
     include_noisy: bool = False,
     window: Window | None = None,
 ) -> History:
-    """The training table of the DuckDB files at `paths` (their union; a record in two files
-    counts once, the later file's copy), aggregated in DuckDB: what
-    ``training_table(load_runs(paths, include_noisy=...))`` returns (`hwsel.data`), one row per
-    configuration, narrowed to `window` (None: every record).
+    """What ``training_table(load_runs(paths, include_noisy=...))`` returns (`hwsel.data`) for the
+    DuckDB files at `paths`, aggregated in DuckDB and narrowed to `window` (None: every record).
 
     Raises:
         FileNotFoundError: a file that does not exist.
@@ -255,45 +219,16 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
         kinds[noise_kind(reason)] += int(n)
     noisy_reasons = dict(sorted(kinds.items(), key=lambda kv: (-kv[1], kv[0])))
 
-    # 3. keys: the mode in its one spelling, the device by its identity
-    modes = [m for (m,) in con.execute("SELECT DISTINCT mode FROM hist_why WHERE _why = '' AND mode IS NOT NULL").fetchall()]
-    con.register("hist_modes", pd.DataFrame({"raw": pd.array(modes, dtype=object),
-                                             "norm": pd.array([normalise_mode(m) for m in modes], dtype=object)}))
-    devices = con.execute("SELECT DISTINCT hardware, device_name FROM hist_why WHERE _why = ''").fetchall()
-    con.register("hist_devices", pd.DataFrame({
-        "hardware": pd.array([h for h, _ in devices], dtype=object),
-        "device_name": pd.array([d for _, d in devices], dtype=object),
-        "device": pd.array([device_key(str(h), d if isinstance(d, str) else None) for h, d in devices], dtype=object)}))
-    con.execute("""
-        CREATE TEMP VIEW hist_usable AS SELECT w.*, m.norm AS _mode, d.device AS _device
-        FROM hist_why w
-        LEFT JOIN hist_modes m ON w.mode = m.raw
-        LEFT JOIN hist_devices d ON w.hardware IS NOT DISTINCT FROM d.hardware
-                                AND w.device_name IS NOT DISTINCT FROM d.device_name
-        WHERE w._why = ''""")
+    # 3. the usable records, in the order `load_runs` reads them, and what each can teach
+    con.execute(f"CREATE TEMP VIEW hist_usable AS SELECT *, row_number() OVER (ORDER BY {_ORDER}) AS _row "
+                "FROM hist_why WHERE _why = ''")
     records = int(con.execute("SELECT count(*) FROM hist_usable").fetchone()[0])  # type: ignore[index]
+    _target_rows(con, "hist_usable", "hist_rows")
     other_modes = {str(mode): int(n) for mode, n in con.execute(
-        f"SELECT _mode, count(*) FROM hist_usable WHERE _mode IS NOT NULL AND _mode NOT IN ({_sql_text(MODES)}) "
-        "GROUP BY _mode ORDER BY count(*) DESC, _mode").fetchall()}
+        f"SELECT m.norm, count(*) FROM hist_usable u JOIN mode_names m ON u.mode = m.raw "
+        f"WHERE m.norm NOT IN ({_sql_text(MODES)}) GROUP BY m.norm ORDER BY count(*) DESC, m.norm").fetchall()}
 
-    # 4. targets per record: host-speed-corrected latency, memory
-    low, high = HOST_SPEED_BOUNDS
-    host_cpu = _sql_text(sorted(facts.target_set(host_cpu=True)))
-    keys = [{"mode": "_mode", "device_name": "_device"}.get(k, k) for k in CONFIG_KEYS]
-    key_list = ", ".join(keys)
-    con.execute(f"""
-        CREATE TEMP TABLE hist_rows AS
-        WITH speeds AS (SELECT * FROM hist_usable
-                        WHERE (_mode IN ({_sql_text(MODES)}) OR _mode IS NULL) AND batch_size >= 1)
-        SELECT _src, record_id, session_id, created_at, {key_list},
-            latency_ms_median * CASE WHEN isfinite(_speed) AND _speed > 0 AND hardware IN ({host_cpu})
-                                     THEN least(greatest(_speed, {low!r}), {high!r}) ELSE 1.0 END AS _lat,
-            CASE WHEN NOT isnan(_dev) AND _dev > 0 THEN _dev
-                 WHEN NOT isnan(_host) AND _host > 0 THEN _host END AS _mem,
-            dense_rank() OVER (ORDER BY {key_list}) AS _gid
-        FROM (SELECT *, peak_device_memory_mb AS _dev, peak_host_rss_mb AS _host FROM speeds)""")
-
-    # 5. the window's newest sessions per configuration
+    # 4. the window's newest sessions per configuration
     outside = 0
     if window.sessions is not None:
         con.execute(f"""
@@ -309,40 +244,13 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
     else:
         rows = "hist_rows"
 
-    # 6. per configuration: the median (as pandas computes it), repeats, spread, memory median,
-    #    and the representative: the repeat nearest the median (ties: the faster, then the first)
-    def median(values: str) -> str:
-        n = f"len({values})"
-        return (f"CASE WHEN {n} = 0 THEN NULL WHEN {n} % 2 = 1 THEN {values}[{n} // 2 + 1] "
-                f"ELSE ({values}[{n} // 2] + {values}[{n} // 2 + 1]) / 2 END")
-
-    order = _ORDER.replace("_src", "r._src").replace("created_at", "r.created_at").replace("record_id", "r.record_id")
-    stats = _frame(con, f"""
-        WITH agg AS (
-            SELECT _gid, count(*) AS repeats, max(_lat) / min(_lat) AS latency_spread,
-                   list_sort(list(_lat)) AS _lats,
-                   list_sort(list(_mem) FILTER (WHERE _mem IS NOT NULL)) AS _mems
-            FROM {rows} GROUP BY _gid),
-        med AS (SELECT _gid, repeats, latency_spread, {median('_lats')} AS _median,
-                       {median('_mems')} AS _memory FROM agg)
-        SELECT r._src, r.record_id, m.repeats, m.latency_spread, m._median, m._memory
-        FROM {rows} r JOIN med m USING (_gid)
-        QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, {order}) = 1
-        ORDER BY {order}""")
+    # 5. per configuration: medians, repeats, spread and the representative, whose record is read whole
+    stats = _configuration_stats(con, rows)
     con.register("hist_reps", stats[["_src", "record_id"]])
-    frame = _normalize(_records_frame(
-        con, _whole("hist_reps", files)))
-    frame = frame.set_index("record_id", drop=False).loc[stats["record_id"].to_numpy()].reset_index(drop=True)
-    table = training_table(frame, aggregate=False)
-    if len(table) != len(stats):
-        raise RuntimeError(f"history: {len(stats)} configurations but {len(table)} representative rows; "
-                           "the SQL and hwsel.data.training_table disagree on which records can train")
-    table["latency_ms"] = stats["_median"].to_numpy(dtype=float)
-    table["throughput"] = pd.to_numeric(table["batch_size"]).astype(float) / table["latency_ms"] * 1e3
-    table["memory_mb"] = pd.to_numeric(stats["_memory"], errors="coerce").to_numpy(dtype=float)
-    table["repeats"] = stats["repeats"].to_numpy(dtype=np.int64)
-    table["latency_spread"] = stats["latency_spread"].to_numpy(dtype=float)
-    return History(table, RecordCounts(records, dropped, sum(noisy_reasons.values()), noisy_reasons, other_modes, outside))
+    frame = _normalize(_records_frame(con, _whole("hist_reps", files)))
+    frame = frame.set_index("record_id", drop=False).loc[stats["record_id"].to_numpy()]
+    return History(_with_targets(frame, stats),
+                   RecordCounts(records, dropped, sum(noisy_reasons.values()), noisy_reasons, other_modes, outside))
 
 
 def mirror_path(source: str, experiment: str, directory: str | os.PathLike[str]) -> Path:
@@ -353,10 +261,9 @@ def mirror_path(source: str, experiment: str, directory: str | os.PathLike[str])
 
 
 def mirror(source: str, experiment: str, path: str | os.PathLike[str]) -> int:
-    """Bring the DuckDB file at `path` up to date with MLflow `source`'s `experiment`
-    (`pytest_hwbench.sinks.import_mlflow_sessions`: only sessions it lacks or holds unfinished
-    are fetched) and return how many records were added. Two trainings mirroring into one file
-    take turns (a lock on its folder).
+    """Bring the DuckDB file at `path` up to date with MLflow `source`'s `experiment` (only the
+    sessions it lacks or holds unfinished are fetched; two trainings take turns) and return how
+    many records were added.
 
     Raises:
         FileNotFoundError: a SQLite store that does not exist (nothing is created).

@@ -1,26 +1,7 @@
-"""Prediction intervals that adapt to the question: normalised split-conformal bands.
-
-A fixed band (one pair of residual quantiles for every answer) cannot tell a confident answer
-from a guess. Here each answer gets a difficulty ``s = base + slope * d``, where ``d`` is how far
-its model lies from the models the predictor learned from (`novelty`): the distance in log FLOPs
-per item to the nearest model measured in the same configuration (hardware, backend, precision),
-plus a step when no model of its type, and another when no model of its family, was measured
-there. The conformal scores are the log residuals divided by ``s``; their quantiles, calibrated
-on leave-one-model-out residuals, give ``pred * exp(q_low * s) .. pred * exp(q_high * s)``:
-narrow next to measured neighbours, wide where the answer extrapolates. With exchangeable
-calibration rows the band covers at least the nominal level (Lei et al. 2018, "Distribution-free
-predictive inference for regression", section 5.2, locally weighted conformal). Beyond the
-largest distance the calibration held (``d_max``) coverage is unknown, so the difficulty grows
-further, by one scale per unit of distance beyond it.
-
-Each answering layer has its own band, fit on that layer's own held-out residuals:
-``trained`` (the registered model, leave-one-model-out), ``roofline`` (the roofline layer's
-answers, calibrated with each model's rows held out of its own band), ``blended`` (registered
-answers moved towards the roofline because their model lies outside what the champion learned
-from, `hwsel.bounds.Coverage`) and ``measured`` (a measured case's median against a repeat of it in
-another session, `hwsel.layers.measured`). `AdaptiveIntervals` stores the first three with the
-latency champion; the measured layer calibrates its own from the records it loads.
-"""
+"""Prediction intervals that adapt to the question: normalised split-conformal bands (Lei et al.
+2018, "Distribution-free predictive inference for regression", 5.2, locally weighted conformal),
+wider the farther a model lies from the models learned from (`novelty`), one band per answering
+layer (``trained``, ``roofline``, ``blended``, ``measured``)."""
 
 from __future__ import annotations
 
@@ -53,13 +34,10 @@ NOVELTY_COLUMNS: tuple[str, ...] = ("model", "model_type", "family", "hardware",
 
 
 def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
-    """How far each of `rows` lies from the models of `known` (both with `NOVELTY_COLUMNS`).
-
-    For each row: among `known` rows of the same hardware, backend and precision and another
-    model, the smallest ``|log FLOPs per item|`` difference, plus `TYPE_STEP` when none has its
-    ``model_type`` and `FAMILY_STEP` when none has its family; `UNSEEN_CONFIG` when the
-    configuration holds no other model.
-    """
+    """How far each of `rows` lies from the models of `known` (both with `NOVELTY_COLUMNS`): the
+    smallest ``|log FLOPs per item|`` difference to another model of its configuration, plus
+    `TYPE_STEP` and `FAMILY_STEP` for an unseen model type and family; `UNSEEN_CONFIG` when the
+    configuration holds no other model."""
     out = np.full(len(rows), UNSEEN_CONFIG, dtype=float)
     groups = {k: g for k, g in known.assign(_key=config_groups(known)).groupby("_key", sort=False)}
     model_r = rows["model"].astype(str).to_numpy()
@@ -91,13 +69,9 @@ def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
 
 
 def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, float]:
-    """Split-conformal (low, high) offsets in log units for a nominal `level` interval.
-
-    `residuals` are out-of-fold ``log(measured) - log(predicted)`` of rows whose group (model)
-    the predictor had not seen; each tail gets ``(1 - level) / 2`` with the finite-sample
-    correction ``ceil((n + 1) q) / n``, so ``pred * exp(low) .. pred * exp(high)`` covers at
-    least `level` of exchangeable new cases. (0, 0) when there are no residuals.
-    """
+    """Split-conformal (low, high) offsets in log units for a nominal `level` interval, from
+    out-of-fold ``log(measured) - log(predicted)`` `residuals` ((0, 0) without any): ``pred *
+    exp(low) .. pred * exp(high)`` covers at least `level` of exchangeable new cases."""
     r = np.sort(np.asarray(residuals, dtype=float)[np.isfinite(residuals)])
     n = len(r)
     if n == 0:
@@ -110,12 +84,10 @@ def conformal_band(residuals: np.ndarray, level: float = 0.9) -> tuple[float, fl
 
 @dataclass(frozen=True)
 class AdaptiveBand:
-    """A fitted normalised conformal band. An answer's difficulty is ``g * (1 + slope * d) *
-    (1 + max(0, d - d_max))``: `g` the typical ``|residual|`` of its group (configuration: hardware,
-    backend, precision; `base` for a group the calibration held fewer than `MIN_GROUP_ROWS` rows
-    of), `d` its `novelty` and `d_max` the largest distance calibrated (beyond it the band widens
-    by one more scale per unit of distance); `q_low` (<= 0) and `q_high` (>= 0) are the quantiles of the residuals divided
-    by their difficulty, at the nominal `level`; `n` the calibration rows."""
+    """A fitted normalised conformal band: an answer's offsets are `q_low` (<= 0) and `q_high`
+    (>= 0) times its difficulty ``g * (1 + slope * d) * (1 + max(0, d - d_max))``, `g` its group's
+    scale (`base` for a group with fewer than `MIN_GROUP_ROWS` calibration rows), `d` its
+    `novelty`, `d_max` the largest distance calibrated; `n` the calibration rows."""
 
     base: float
     slope: float
@@ -130,9 +102,7 @@ class AdaptiveBand:
     def fit(cls, residuals: Sequence[float], distances: Sequence[float], level: float = 0.9,
             groups: Sequence[str] | None = None) -> AdaptiveBand:
         """Calibrate on out-of-fold log residuals (measured - predicted) of held-out models, their
-        `novelty` and (optionally) their groups: group scales are median ``|residual|`` (at least a
-        fifth of the overall one), the slope is that of the scaled ``|residual|`` on distance (>= 0),
-        the quantiles are `conformal_band`'s of the scaled residuals.
+        `novelty` and (optionally) their groups.
 
         Raises:
             ValueError: fewer than 2 finite residuals.
@@ -217,10 +187,7 @@ def lomo_distances(frame: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
 
 def lomo_offsets(frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) log offsets of each out-of-fold row of `oof` (columns ``row``, ``y_true``,
-    ``y_pred``; rows index `frame`, a `novelty_frame`): each model's rows get the band calibrated
-    on the other models' rows, every distance measured against models other than that one, so no
-    interval has seen the model it is scored on. Any layer's answers calibrate this way: `oof`'s
-    ``y_pred`` is that layer's prediction.
+    ``y_pred``, rows indexing `frame`, a `novelty_frame`) from a band that has not seen its model.
 
     Raises:
         ValueError: some model's rows have fewer than 2 other rows to calibrate on.
@@ -247,10 +214,8 @@ def calibratable(frame: pd.DataFrame, part: pd.DataFrame) -> bool:
 def span_offsets(trained: tuple[np.ndarray, np.ndarray], roofline: tuple[np.ndarray, np.ndarray],
                  weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
     """(low, high) log offsets around blended answers where no blended band was calibrated: the
-    trained and roofline bands (log offsets around their own answers) blended with the answers'
-    own `weight` (0: the trained band, 1: the roofline band), as `hwsel.guard.blend` serves them.
-    The band moves with the answer, from the trained band inside the champion's coverage to the
-    roofline band, calibrated on every model's roofline errors, far outside it."""
+    trained and roofline bands blended with the answers' own `weight` (0: the trained band, 1:
+    the roofline band), as `hwsel.guard.blend` serves them."""
     w = np.asarray(weight, dtype=float)
     return (1 - w) * trained[0] + w * roofline[0], (1 - w) * trained[1] + w * roofline[1]
 
@@ -288,10 +253,8 @@ def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
 def layer_oofs(table: pd.DataFrame, features: pd.DataFrame, oof: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The held-out answers of the ``roofline`` and ``blended`` layers beside the trained model's
     leave-one-model-out `oof` (columns ``row``, ``y_true``, ``y_pred``, rows indexing `table` and
-    its `features`): the roofline layer's answer (`hwsel.layers.roofline.layer_log_ms`) for every
-    row, and for the rows whose model lies outside the other models' coverage (`blend_weights` >
-    0) the trained answer blended that far towards it, as `hwsel.predict.Predictor` serves them
-    (column ``weight``). No blended rows where `table` lacks the coverage columns."""
+    its `features`), as `hwsel.predict.Predictor` serves them; blended rows (column ``weight``)
+    only where `table` has the coverage columns."""
     from .layers.roofline import layer_log_ms
 
     roof = layer_log_ms(features)
@@ -308,15 +271,9 @@ def layer_oofs(table: pd.DataFrame, features: pd.DataFrame, oof: pd.DataFrame) -
 
 @dataclass(frozen=True)
 class AdaptiveIntervals:
-    """An `AdaptiveBand` per answering layer with the configurations its distances are measured
-    against: what a registered model (and the roofline and blended answers beside it) need to
-    give each answer its own interval.
-
-    `band` is the trained model's; `layers` holds the others by name (``roofline``,
-    ``blended``; a layer without one keeps its own rule). `known` holds `NOVELTY_COLUMNS` of the
-    training table, one row per (architecture, configuration), with ``model`` the
-    `architecture_keys`.
-    """
+    """An `AdaptiveBand` per answering layer: `band` the trained model's, `layers` the others by
+    name (``roofline``, ``blended``); `known` the `NOVELTY_COLUMNS` distances are measured against,
+    one row per (architecture, configuration), ``model`` being the `architecture_keys`."""
 
     band: AdaptiveBand
     known: pd.DataFrame = field(repr=False, compare=False)

@@ -1,7 +1,4 @@
-"""The prediction matrix: every model x hardware x batch size x precision, in the predecessor's shape.
-
-All rows go to one `Predictor.predict_many` call, so each layer scores its rows in one batch.
-"""
+"""The prediction matrix: every model x hardware x batch size x precision, in the predecessor's shape."""
 
 from __future__ import annotations
 
@@ -31,8 +28,7 @@ def prediction_matrix(models: Sequence[Any] | None = None, hardware: Sequence[st
 
     ``models[name]["predictions"][hardware][str(batch)][precision]`` holds throughput,
     latency_mean, memory_usage, source, interval and backend; ``devices[hardware]`` says which
-    device each target's answers are for and why (`device` as in `predict_performance`). All rows
-    are predicted in one `predict_many` call, so each layer scores its rows in one batch.
+    device each target's answers are for and why (`device` as in `predict_performance`).
     """
     p = predictor_for(predictor, source, tracking_uri, config)
     grid = ask_grid(p.config_, what="prediction_matrix",

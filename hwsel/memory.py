@@ -1,8 +1,4 @@
-"""Memory one replica of a model needs, from its parameter count and shape (no data, no weights).
-
-Used by the rules and roofline layers (`hwsel.layers`) and by the distributed-training planner
-(`hwsel.distributed`).
-"""
+"""Memory one replica of a model needs, from its parameter count and shape (no data, no weights)."""
 
 from __future__ import annotations
 

@@ -1,15 +1,7 @@
-"""What to measure next: the configurations whose measurement would most shrink the predictors'
-uncertainty (over 500 lines because the ensemble, the candidate grid and the ranking are one method).
-
-`suggest_measurements` reads the benchmark records, builds a target grid (`candidate_grid`: the
-models, hardware, backends and precisions in the records plus zoo models of the same tiers, at the
-batch sizes the records hold, minus what is already measured), ranks it by the disagreement of an
-ensemble of latency regressors (`ensemble_predictions`) and picks greedily, discounting the
-neighbours of each pick (`greedy_order`), so that the picks spread over models and runtimes. Only
-runtimes the records hold are proposed (something a runner has shown it can run), each with the
-``pytest bench_suites/...`` command line that measures it; everything is deterministic for a seed.
-`rank_candidates` ranks any training table and candidate frame (no store), for benchmarks
-(``benchmarks/next_vs_random.py``).
+"""What to measure next (`suggest_measurements`): the unmeasured configurations of the records'
+runtimes and tiers (`candidate_grid`) on which an ensemble of latency regressors disagrees most,
+spread over models and runtimes, each with the ``pytest bench_suites/...`` line that measures it;
+deterministic for a seed. `rank_candidates` ranks any table and candidates (no store).
 """
 
 from __future__ import annotations
@@ -27,10 +19,9 @@ from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import Source
 from pytest_hwbench.vocabulary import normalise_mode
 
-#: The ensemble's recipe, fixed (no study per call): a random forest on the residual against the
-#: roofline estimate, from `hwsel.estimators.suggest`'s space; of the recipes tried, its held-out-model
-#: error fell the most as measurements were added: a recipe that does not gain from more data
-#: cannot say which data would help.
+#: The ensemble's recipe, fixed (no study per call): of the recipes tried, its held-out-model error
+#: fell the most as measurements were added, and one that does not gain from data cannot say which
+#: data would help.
 LATENCY_PARAMS: Mapping[str, Any] = {
     "estimator": "rf",
     "offset": "roofline",
@@ -98,12 +89,18 @@ class Suggestion:
                 f"{self.predicted_ms:.4g} ms")
 
 
+def _measured(table: pd.DataFrame) -> tuple[pd.DataFrame, np.ndarray]:
+    """The rows of `table` with a positive latency, and their log latencies."""
+    latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
+    keep = np.isfinite(latency) & (latency > 0)
+    return table.loc[keep].reset_index(drop=True), np.log(latency[keep])
+
+
 def _measured_models(table: pd.DataFrame) -> int:
     """How many models `table` holds a positive latency of."""
     if not len(table) or "latency_ms" not in table:
         return 0
-    measured = pd.to_numeric(table["latency_ms"], errors="coerce") > 0
-    return int(_text(table.loc[measured, "model"]).nunique())
+    return int(_text(_measured(table)[0]["model"]).nunique())
 
 
 def _number(value: Any) -> float | None:
@@ -156,15 +153,13 @@ def _zoo_name(name: str) -> str:
     """A zoo name for `name` (a zoo name or a hub-style alias); ValueError listing the zoo."""
     from pytest_hwbench.models import MODELS
 
-    from .resolution import ALIASES
+    from .resolution import zoo_name
 
-    text = str(name).strip()
-    key = text.lower()
-    for candidate in (text, ALIASES.get(key), ALIASES.get(key.rsplit("/", 1)[-1])):
-        if candidate in MODELS:
-            return str(candidate)
-    raise ValueError(f"unknown model {name!r}: suggestions are zoo models the suite runs by name; "
-                     f"accepted: {', '.join(sorted(MODELS))}")
+    found = zoo_name(str(name))
+    if found is None:
+        raise ValueError(f"unknown model {name!r}: suggestions are zoo models the suite runs by name; "
+                         f"accepted: {', '.join(sorted(MODELS))}")
+    return found
 
 
 def _batch_sizes(values: Iterable[Any] | None) -> list[int] | None:
@@ -195,13 +190,10 @@ def candidate_grid(
     precisions: Sequence[str] | None = None,
     batch_sizes: Sequence[int] | None = None,
 ) -> pd.DataFrame:
-    """Unmeasured configurations worth asking about, one row each (`CANDIDATE_COLUMNS`).
-
-    Models: `models`, else the zoo models in `table` plus every zoo model of the same tiers.
-    Runtimes: the (hardware, device, backend, precision, mode) combinations `table` holds,
-    narrowed by `hardware`, `backends` and `precisions`. Batch sizes: those `table` holds for the
-    hardware and mode; `batch_sizes` replaces them for inference (the training suite runs its own
-    batch sizes, so for ``train`` only those in `table` are kept). Rows already measured are left out.
+    """Unmeasured configurations worth asking about, one row each (`CANDIDATE_COLUMNS`): `models`
+    (else the zoo models in `table` and the rest of their tiers) on the runtimes `table` holds,
+    narrowed by `hardware`, `backends` and `precisions`, at the batch sizes `table` holds for the
+    hardware and mode (`batch_sizes` replaces them for inference, narrows them for ``train``).
 
     Raises:
         ValueError: a filter value the records (or, for models, the zoo) do not hold.
@@ -282,28 +274,21 @@ def fit_latency(table: pd.DataFrame, *, seed: int = 0) -> Any:
     from .estimators import one_thread
     from .features import feature_frame
 
-    latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
-    keep = np.isfinite(latency) & (latency > 0)
+    rows, y = _measured(table)
     with one_thread():
-        return _fit(feature_frame(table.loc[keep]), np.log(latency[keep]), seed)
+        return _fit(feature_frame(rows), y, seed)
 
 
 def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensemble: int = 8,
                          seed: int = 0) -> np.ndarray:
-    """Log-latency predictions, shape (ensemble, len(candidates)), of K group-bootstrapped regressors.
-
-    Each regressor is `LATENCY_PARAMS` fit on the rows of `len(models)` models drawn with
-    replacement from `table`'s models (a model drawn twice counts twice): a model's rows are drawn
-    together, since the question that matters is a model the predictors have not seen.
-    """
+    """Log-latency predictions, shape (ensemble, len(candidates)), of `ensemble` regressors each
+    fit on a bootstrap of `table`'s models (a model's rows drawn together: the question that
+    matters is a model the predictors have not seen)."""
     from .estimators import one_thread
     from .features import feature_frame
 
     ensemble = _whole("ensemble", ensemble, 2, MAX_ENSEMBLE)
-    latency = pd.to_numeric(table["latency_ms"], errors="coerce").to_numpy(dtype=float)
-    keep = np.isfinite(latency) & (latency > 0)
-    table = table.loc[keep].reset_index(drop=True)
-    y = np.log(latency[keep])
+    table, y = _measured(table)
     groups = _text(table["model"]).to_numpy()
     unique = np.unique(groups)
     if len(unique) < 2:
@@ -376,12 +361,8 @@ def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, 
 
 
 def cold_start_table() -> pd.DataFrame:
-    """An empty training table whose runtimes are this machine's: for a grid before any record.
-
-    One placeholder row per (hardware, precision) that detection finds available among the
-    kinds eager ``torch`` runs on, with ``latency_ms`` NaN so that nothing is learned from it;
-    `candidate_grid` then proposes the quick-tier zoo there at batch sizes 1, 8 and 32.
-    """
+    """A training table of this machine's eager-torch runtimes and no latency: what `candidate_grid`
+    proposes the quick-tier zoo on before any record."""
     from pytest_hwbench.hardware import detect_hardware
 
     rows = []
@@ -417,7 +398,7 @@ def suggest_measurements(
         budget: how many configurations to suggest (fewer come back when fewer are unmeasured).
         source: the benchmark records, as every hwsel command takes them (an MLflow URI, a
             ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a list; default
-            `hwsel.data.default_source()`).
+            `pytest_hwbench.sinks.resolve_tracking_uri()`).
         models, hardware, backends, precisions, batch_sizes: narrow the target grid (see
             `candidate_grid`); hardware, backends and precisions must appear in the records.
         seed: seeds the bootstrap and the regressors; the same seed gives the same answer.

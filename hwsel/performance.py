@@ -1,17 +1,16 @@
-"""`predict_performance`: the Python API's one-case prediction (the CLI's ``hwsel predict``).
-
-The question is built by `hwsel.query.ask` and answered by a `hwsel.predict.Predictor`; the many-
-case view is `hwsel.matrix.prediction_matrix`, selection is `hwsel.select`.
-"""
+"""One case predicted on each hardware target: `predict_performance` for the Python API, and
+`prediction_report`, the answer of ``hwsel predict`` and ``POST /performance/predict``."""
 
 from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from .config import SelectionConfig
 from .predict import Predictor, predictor_for
 from .query import ModelRef, Prediction
+from .resolution import ModelInfo
 
 
 def predict_performance(model: ModelRef, hardware: str | Sequence[str] | None = None, batch_size: int = 1,
@@ -21,22 +20,30 @@ def predict_performance(model: ModelRef, hardware: str | Sequence[str] | None = 
                         tracking_uri: str | None = None,
                         config: SelectionConfig | str | os.PathLike[str] | None = None,
                         seq_length: int | None = None) -> dict[str, Prediction]:
-    """hardware -> `Prediction` (latency_ms, throughput, memory_mb, source, interval) for one case.
+    """hardware -> `Prediction` for one case, each saying which device and backend it is for.
 
-    `hardware` defaults to every configured target: prediction is for hardware you may not have.
-    `device` names the device (``"NVIDIA H100 80GB HBM3"`` or a spec name such as ``"h100"``) for
-    one target, or maps targets to devices; otherwise each target gets `Predictor.default_device`.
-    `backend` defaults to eager ``torch`` (`hwsel.query.default_backend`). Each `Prediction` says
-    which device and backend it is for. `seq_length` asks about another input length in tokens
-    (default: the model's own, e.g. 128 for the zoo's text models; at most its position limit):
-    FLOPs scale with it and the answer's model is named ``<name>@seq<N>``, so measurements at
-    the default length never answer for it (the CLI's ``--seq-length``, REST's
-    ``sequence_length``). Bad input raises `hwsel.query.QuestionError` (a ValueError;
-    `UnknownModelError`, also a KeyError, for an unknown model) naming the field.
+    `hardware` defaults to every configured target. `device` names the device (``"NVIDIA H100
+    80GB HBM3"`` or a spec name such as ``"h100"``) for one target, or maps targets to devices.
+    `backend` defaults to the target's (`hwsel.query.default_backend`). `seq_length` asks about
+    another input length in tokens (at most the model's position limit; the answer's model is
+    named ``<name>@seq<N>``). Bad input raises `hwsel.query.QuestionError` naming the field
+    (`UnknownModelError`, also a KeyError, for an unknown model).
     """
     p = predictor_for(predictor, source, tracking_uri, config)
     return p.predict(model, hardware, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
                      device=device, sequence_length=seq_length)
 
 
-__all__ = ["predict_performance"]
+def prediction_report(model: ModelInfo, predictions: Mapping[str, Prediction], *, batch_size: int, precision: str,
+                      mode: str) -> dict[str, Any]:
+    """`model`'s case and its `predictions` (hardware -> answer), JSON-ready; ``backend`` is the one
+    backend every answer is for (None when the targets' differ)."""
+    backends = {p.backend for p in predictions.values()}
+    return {"model_name": model.name, "model_family": model.family, "batch_size": batch_size, "precision": precision,
+            "mode": mode, "sequence_length": model.sequence_length,
+            "backend": backends.pop() if len(backends) == 1 else None,
+            "devices": {hw: p.device for hw, p in predictions.items()},
+            "predictions": {hw: p.to_dict() for hw, p in predictions.items()}}
+
+
+__all__ = ["predict_performance", "prediction_report"]

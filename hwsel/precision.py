@@ -1,7 +1,5 @@
-"""Selecting the precision to run a model at on one target (`hwsel.select.select_precision` asks
-the questions): `PrecisionChoice`, ranked by `PRECISION_RULE` (the fastest predicted, unless the
-intervals overlap: a tie ranked by memory, then energy), each precision that cannot run there
-left out with its reason.
+"""Selecting the precision to run a model at on one target: `PrecisionChoice`, ranked by
+`PRECISION_RULE`, each precision that cannot run there left out with its reason.
 """
 
 from __future__ import annotations
@@ -11,11 +9,9 @@ from dataclasses import dataclass, fields
 from types import MappingProxyType
 from typing import Any
 
-from pytest_hwbench import facts
-
 from .config import SelectionConfig
 from .query import Prediction, Query
-from .ranking import fmt_ms, incompatibility, tie_for_first, too_big
+from .ranking import fmt_ms, incompatibility, probed_target, tie_for_first, too_big
 
 #: How a precision is chosen, and how a tie is ranked.
 PRECISION_RULE = ("the precision with the lowest predicted latency is first; another ties with it when their "
@@ -72,20 +68,6 @@ def _explain_precision(ranked: Sequence[str], preds: Mapping[str, Prediction], t
     return " ".join(parts)
 
 
-def _target_here(hardware: str) -> Any:
-    """This machine's `hardware` target when it is here (probing that target alone; never a web
-    target, whose probe starts a browser), else None."""
-    if hardware in facts.target_set("web"):
-        return None
-    from pytest_hwbench.hardware import detect_hardware as _detect
-
-    try:
-        target = _detect(targets=(hardware,)).targets.get(hardware)
-    except Exception:  # a target the harness does not probe
-        return None
-    return target if target is not None and target.available else None
-
-
 def rank_precisions(cfg: SelectionConfig, queries: Sequence[Query], predictions: Sequence[Prediction], *,
                     on_this_machine: bool) -> PrecisionChoice:
     """The `PrecisionChoice` among `queries` (one question per precision, on one target) given
@@ -94,7 +76,8 @@ def rank_precisions(cfg: SelectionConfig, queries: Sequence[Query], predictions:
     target's is left out with its reason."""
     first = queries[0]
     preds = {q.precision: pred for q, pred in zip(queries, predictions, strict=True)}
-    here = _target_here(first.hardware) if on_this_machine else None
+    target = probed_target(first.hardware) if on_this_machine else None
+    here = target if target is not None and target.available else None
     incompatible = {q.precision: why for q in queries
                     if (why := incompatibility(cfg, first.model.family, first.hardware, q.precision, first.mode)
                         or (here.unsupported_precision(q.precision) if here is not None else None)

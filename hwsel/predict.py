@@ -1,30 +1,6 @@
-"""Performance prediction with a layered fallback; every answer says where it came from (over 500
-lines because the Predictor's build, load, layers in order and per-process cache are one life cycle).
-
-For one case (model, hardware kind and device, precision, batch size, mode, backend) a `Predictor`
-answers from the first layer that can (`hwsel.layers`, each behind the `Layer` protocol):
-
-1. ``measured``   an exact match in the benchmark data (`hwsel.data.load_runs`); the interval is
-                  where a repeat lands (a band calibrated on the cases measured in several sessions).
-2. ``registered`` the registered champion models (`hwsel.registry.load_champion`), only for
-                  (hardware, backend, precision, mode) combinations their training snapshot holds;
-                  the interval is the champion's (adaptive where it has them).
-3. ``roofline``   a compute/memory-bound estimate from the device's peak FLOP/s and bandwidth
-                  (`hwsel.features`' roofline) plus a launch overhead per forward; the interval is
-                  the champion's calibrated roofline band where it has one.
-4. ``rules``      plain heuristics (a table of effective FLOP/s and overheads per hardware); no
-                  data, no scikit-learn, no MLflow.
-
-The question (`hwsel.query.Query`) names a device as well as a kind (``cuda`` + ``NVIDIA H100
-80GB HBM3``, or a spec name from `hwsel.specs` such as ``h100``), else `Predictor.default_device`
-chooses one; every answer says which device it used and why (`Prediction.device`,
-`Prediction.device_source`). The backend is the target's default (`hwsel.query.default_backend`)
-unless one is asked for; the measured layer never answers with another backend's numbers.
-
-Loading is the only step that touches MLflow or DuckDB; after it, answers are dict lookups or
-vectorised arithmetic (`Predictor.predict_many`), cached by case. The questions come from
-`hwsel.query.ask`; the Python API's functions live in `hwsel.performance`, `hwsel.select` and
-`hwsel.matrix`.
+"""Performance prediction with a layered fallback, every answer saying where it came from: the
+`Predictor` asks `hwsel.layers` in order (measured, registered, roofline, rules) and the first
+that can answers, for the device asked about or `Predictor.default_device`.
 """
 
 from __future__ import annotations
@@ -32,6 +8,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import gc
+import importlib
 import logging
 import os
 import warnings
@@ -46,7 +23,7 @@ from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, is_http, reach
 from .bounds import Coverage, floors
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .guard import blend, clamp
-from .layers.base import DeviceFields, Layer, LayerStatus, optional_module
+from .layers.base import DeviceFields, Layer, LayerStatus
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
     GRID_BATCH_SIZES,
@@ -69,12 +46,9 @@ log = logging.getLogger("hwsel")
 
 @contextlib.contextmanager
 def bulk(size: int) -> Iterator[None]:
-    """Pause the cyclic GC while building many small objects.
-
-    With torch's object graph in memory, the generation-2 collections that 10,000 new results
-    trigger cost up to a second (seen on a loaded 2-core machine); none of these objects form
-    cycles, so pausing loses nothing.
-    """
+    """Pause the cyclic GC while building many small objects (`size` of them): with torch's object
+    graph in memory, the collections 10,000 new results trigger cost up to a second, and none of
+    these objects form cycles."""
     if size < 1000 or not gc.isenabled():
         yield
         return
@@ -94,10 +68,10 @@ def _check_layers(layers: Iterable[str]) -> tuple[str, ...]:
 
 
 class Predictor:
-    """Answers performance queries from the first layer that can (see the module docstring).
+    """Answers performance queries from the first layer that can.
 
     Build with `Predictor.load(...)` (reads data and champions once) or directly from a runs
-    DataFrame and champion objects. `layers` limits which layers may answer;
+    DataFrame and champion objects. `layers` limits which layers may answer (checked here);
     `training_devices` (hardware -> device name -> rows) adds devices the champion was trained on
     to those of `runs` when choosing a default device, and `detect` False leaves this machine's
     hardware out of that choice (see `default_device`). `champion_modes` maps a mode to the
@@ -105,19 +79,12 @@ class Predictor:
     `champion_domain` is the (hardware, backend, precision, mode) combinations the champions
     answer for (default: the loaded data's, else any). `runs` may hold every record: those that
     cannot answer (failed, without a latency, interfered with unless `include_noisy`) are left
-    out by the measured index, and every answer says which records of its case were left out and
-    why (`hwsel.layers.measured.MeasuredIndex.left_out_note`).
+    out, and each answer says which of its case were, and why.
 
-    A question's backend and device must be known (see `resolve_target`); devices are compared by
-    their identity `hwsel.specs.device_key` (``h100`` is the ``NVIDIA H100 80GB HBM3`` of the records).
-
-    Parameters are stored as given (``layers`` as a tuple, checked: a typo fails here, not at
-    the first question). Built state, by `build`: ``config_`` (the `SelectionConfig`),
-    ``index_`` (the measured index), ``status_`` (layer -> `LayerStatus`), ``record_devices_``
-    (hardware -> device -> records), ``backends_`` (the backends a question may name),
-    ``layers_`` (layer name -> `Layer`, in the order asked).
-    A predictor made by hand is built once by the first method that answers (`built`); no
-    attribute access builds anything.
+    Built state, by `build` (or by the first method that answers, `built`; never by reading an
+    attribute): ``config_``, ``index_`` (the measured index), ``status_`` (layer ->
+    `LayerStatus`), ``record_devices_`` (hardware -> device -> records), ``backends_`` (the
+    backends a question may name), ``layers_`` (layer name -> `Layer`, in the order asked).
     """
 
     #: Batch sizes the registered models score for every case key they are asked about; batch
@@ -144,12 +111,8 @@ class Predictor:
         self.include_noisy = include_noisy
 
     def built(self) -> Predictor:
-        """This predictor with its built state: `build` on the first call, self as is after.
-
-        Every method that answers (`predict`, `predict_many`, `query`, `resolve`, `describe`,
-        ...) calls it, so a predictor made by hand answers without an explicit `build`; reading
-        an attribute never builds (``config_`` of an unbuilt predictor is an AttributeError).
-        """
+        """This predictor with its built state: `build` on the first call, self as is after (every
+        method that answers calls it)."""
         if "layers_" not in self.__dict__:
             self.build()
         return self
@@ -168,18 +131,15 @@ class Predictor:
              config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
              experiment: str = DEFAULT_EXPERIMENT, detect: bool = True,
              timeout: float = DEFAULT_TIMEOUT_S, include_noisy: bool = False) -> Predictor:
-        """Read the benchmark data and the registered champions once; failures turn a layer off.
+        """A built predictor (``config`` the loaded `SelectionConfig`) from the benchmark data and
+        the registered champions, read once; failures turn a layer off with a note.
 
         `source` is an MLflow tracking URI, a ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a
-        list of those (their union). With neither a source nor a default store here (``mlruns/``),
-        the data layer is off and says so. `detect` False leaves this machine's hardware out of
-        the default device (answers then depend on the records alone, wherever they run).
-        `timeout`: seconds to wait for the records and for the champions each, imports aside (a
-        line on stderr says what is awaited after a few seconds); a store that does not answer in
-        time turns its layer off with a note, and the other layers answer. `include_noisy`: the
-        measured layer also answers from records that were interfered with (left out by default;
-        each answer says when its case had some).
-        Returns a built predictor whose ``config`` is the loaded `SelectionConfig`.
+        list of those (their union; None: the default store, if there is one here). `detect`
+        False leaves this machine's hardware out of the default device. `timeout`: seconds to wait
+        for the records and for the champions each, imports aside; a store that does not answer
+        in time turns its layer off. `include_noisy`: the measured layer also answers from
+        records that were interfered with.
         """
         layers = _check_layers(layers)
         settings = load_config(config)
@@ -199,7 +159,7 @@ class Predictor:
         if "measured" in layers and down is not None:
             off("measured", "benchmark data", down)
         elif "measured" in layers:
-            optional_module("data")  # imported here: the deadline is the store's, not the import's
+            importlib.import_module("hwsel.data")  # imported here: the deadline is the store's, not the import's
             try:
                 runs, notes["measured"] = bounded(lambda: load_measured(source, experiment), timeout,
                                                   f"the benchmark records ({source or 'the default store'})")
@@ -215,7 +175,7 @@ class Predictor:
                 frame = snapshot_frame(found["latency"], tracking_uri) if "latency" in found else None
                 return found, note, frame
 
-            optional_module("registry")  # MLflow imported here: the deadline is the server's, not the import's
+            importlib.import_module("hwsel.registry")  # MLflow imported here: the deadline is the server's, not the import's
             try:
                 champions, notes["registered"], frame = bounded(
                     champions_and_snapshot, timeout, f"the registered models ({tracking_uri or 'the default store'})")
@@ -235,9 +195,7 @@ class Predictor:
         champions = {t: c for t, c in (self.champions or {}).items() if c is not None} \
             if "registered" in self.layers else {}
         # Champions answer only for (hardware, backend, precision, mode) combinations their training
-        # data had: a regression extrapolated to an unseen device or precision is worse than the
-        # roofline estimate. The domain comes from the training snapshot (`champion_domain`, see
-        # `Predictor.load`), else from the loaded benchmark data; with neither it is open.
+        # data had: a regression extrapolated to an unseen device or precision is worse than the roofline.
         domain = None if self.champion_domain is None else frozenset(self.champion_domain)
         if champions and domain is None and index.rows:
             domain = index.domain()
@@ -309,12 +267,9 @@ class Predictor:
     # -- devices -------------------------------------------------------------------------------
 
     def default_device(self, hardware: str) -> tuple[str | None, str]:
-        """(device name or None, why) for a question about `hardware` that names no device.
-
-        The device detected here when this machine has that kind of hardware
-        (`pytest_hwbench.detect_hardware`), else the device most benchmark records of that kind
-        hold (loaded data plus the champion's training snapshot), else None: the generic spec.
-        """
+        """(device name or None, why) for a question about `hardware` that names no device: the one
+        detected here, else the one most records of that kind hold (loaded data and the champion's
+        training snapshot), else None (the generic spec)."""
         cache = self.built().default_devices_
         if hardware in cache:
             return cache[hardware]
@@ -345,10 +300,9 @@ class Predictor:
         """(backend, device name or None, why that device) a question about `hardware` means:
         `backend` or the hardware's default, the device asked for or `default_device`.
 
-        Raises `QuestionError` naming the field for a backend neither `pytest_hwbench.facts` nor
-        the data knows, and for a device that no `hwsel.specs` entry matches, that the data does
-        not hold for `hardware` under any of its names (`hwsel.specs.device_key`) and that is
-        not the one detected here; the message lists the known ones.
+        Raises `QuestionError` naming the field and the known ones for a backend neither
+        `pytest_hwbench.facts` nor the data knows, and for a device no `hwsel.specs` entry, record
+        or detection here knows (devices compared by `hwsel.specs.device_key`).
         """
         cache = self.built().targets_
         key = (hardware, backend, device_name)
@@ -408,12 +362,8 @@ class Predictor:
         return {q.hardware: p for q, p in zip(queries, self.predict_many(queries), strict=True)}
 
     def predict_many(self, queries: Sequence[Query]) -> list[Prediction]:
-        """Predictions for many validated queries, each from the first layer that can answer.
-
-        Each layer gets the rows the layers before it left, in one `Layer.answer` call (the
-        registered models score all of theirs in one ``predict`` call per target). Answers are
-        cached by query.
-        """
+        """Predictions for many validated queries, each from the first layer that can answer (one
+        `Layer.answer` call per layer); answers are cached by query."""
         cache = self.built().answers_
         with bulk(len(queries)):
             queries = [self.resolve(q) for q in queries]
@@ -458,10 +408,8 @@ class Predictor:
         return out
 
     def _guard(self, queries: Sequence[Query], out: list[Prediction]) -> list[Prediction]:
-        """Every estimate within physics (`hwsel.bounds`): a registered answer to a question outside
-        what its champion learned from is blended towards the roofline, then every estimate is
-        clamped to its device's floors (and the one-day ceiling); a measurement below a floor is
-        kept and flagged. Each says so in its detail."""
+        """Every estimate within physics (`hwsel.guard`): a registered answer outside its champion's
+        coverage blended towards the roofline, then every one clamped, each saying so."""
         coverage = self.coverage_
         far: list[tuple[int, float, list[str]]] = []
         if coverage is not None:

@@ -1,9 +1,7 @@
-"""Whether a newly trained version takes a target's @champion: the champion's recipe, as read
-when training ends, is cross-validated on the new data's folds and keeps its title unless the new
-version scores lower by more than `SCORE_TOLERANCE` (a tie keeps it, newer data or not: newer data
-may be poisoned records); the alias then moves compare-and-set under the registry's promotion lock
-(`hwsel.registry.promotion_lock`), and ``hwsel-throughput`` follows ``hwsel-latency``.
-"""
+"""Whether a newly trained version takes a target's @champion: the champion's recipe is
+cross-validated on the new data's folds and keeps its title unless beaten by more than
+`SCORE_TOLERANCE`; the alias moves compare-and-set under `hwsel.registry.promotion_lock`, and
+``hwsel-throughput`` follows ``hwsel-latency``."""
 
 from __future__ import annotations
 
@@ -58,12 +56,8 @@ def decide(client: Any, target: str, score: float, X: pd.DataFrame, y: np.ndarra
 def compare_and_set(client: Any, target: str, version: str, score: float, digest: str,
                     decision: Decision) -> Decision:
     """Move `target`'s alias to `version` if `decision` says so and the alias still points where
-    `decide` read it; call under `hwsel.registry.promotion_lock`. Returns the final decision.
-
-    When another training run moved the alias meanwhile, `version` wins only if that run trained
-    on the same data (same digest, hence the same folds) and `score` beats its recorded score;
-    otherwise it is not promoted and the reason says who moved the alias.
-    """
+    `decide` read it, or where another run moved it on the same data (digest) with a worse score;
+    call under `hwsel.registry.promotion_lock`. Returns the final decision."""
     from hwsel import registry
 
     moved, before, champ_score, reason = decision
@@ -92,9 +86,8 @@ def compare_and_set(client: Any, target: str, version: str, score: float, digest
 
 def promote(client: Any, run_id: str, digest: str, versions: Mapping[str, str],
             candidates: Mapping[str, Candidate]) -> dict[str, Decision]:
-    """The decision for each target: for each learned target in `candidates`, whether its new
-    version (`versions`) takes @champion, which then moves, compare-and-set under the registry's
-    promotion lock; ``throughput`` follows ``latency``."""
+    """The decision for each target: whether its new version (`versions`) takes @champion, moved
+    compare-and-set under the registry's promotion lock; ``throughput`` follows ``latency``."""
     from hwsel import registry
 
     # Each learned target's champion, as read now, scored on this data (outside the lock:

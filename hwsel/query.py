@@ -1,19 +1,6 @@
-"""The question and its answer: `Query`, `Prediction`, and the checks every field of a question
-passes (over 500 lines because every field of a question is checked here, beside the question, so
-the API, the CLI and REST refuse the same values in the same words).
-
-A question names a model, a hardware kind and a device (``cuda`` + ``NVIDIA H100 80GB HBM3``, or
-a spec name from `hwsel.specs` such as ``h100``), a precision, a batch size, a mode and a backend.
-Modes and precisions are `pytest_hwbench.vocabulary`'s words: the selection modes are
-``inference`` and ``train`` (``training`` is accepted and read as ``train``).
-
-`ask` is the one question builder: the Python API (`hwsel.performance.predict_performance`,
-`hwsel.select.select_hardware`), the CLI and REST all turn what a user typed into `Query` values
-through it, the model built once per question, and every bad value raises one `QuestionError`
-naming the field, the value and what is accepted.
-
-Every layer of `hwsel.layers` and the `hwsel.predict.Predictor` speak these values; nothing
-here loads data, models or MLflow.
+"""The question and its answer (`Query`, `Prediction`), the checks every field of a question
+passes, and `ask`/`ask_grid`, the one question builder of the Python API, the CLI and REST: every
+bad value raises one `QuestionError` naming the field. Nothing here loads data, models or MLflow.
 """
 
 from __future__ import annotations
@@ -46,12 +33,9 @@ class HwselWarning(UserWarning):
 class Prediction:
     """Predicted (or measured) performance of one case on one hardware target.
 
-    `interval` is a (low, high) range for the latency in milliseconds: the measured spread, the
-    registered model's prediction interval, or a fixed factor around an estimate. `device` is the
-    device the answer is for (None: none known, the kind's generic spec), `device_source` why that
-    one (see `DEVICE_SOURCES`) and `device_spec` the `hwsel.specs` entry its numbers came from.
-    `energy_j_per_item` is the measured energy per item (measured answers whose records read a
-    device counter; None otherwise: no layer predicts energy).
+    `interval` is a (low, high) latency range in ms. `device` is the device the answer is for
+    (None: the kind's generic spec), `device_source` why that one (`DEVICE_SOURCES`), `device_spec`
+    the `hwsel.specs` entry of its numbers. `energy_j_per_item` is measured only (else None).
     """
 
     hardware: str
@@ -82,13 +66,8 @@ class Prediction:
 
 @dataclass(frozen=True)
 class Query:
-    """One case to predict.
-
-    `backend` None means the hardware's default (`default_backend`); `device_name` None means
-    the predictor's default device for the hardware (`Predictor.default_device`). `Predictor`
-    fills both in (`Predictor.resolve`) and sets `device_source`. A mode in an older spelling
-    (``training``) is stored by its one name (``train``).
-    """
+    """One case to predict. `backend` and `device_name` None mean the hardware's defaults, which
+    `Predictor.resolve` fills in (with `device_source`); a mode is stored by its one name."""
 
     model: ModelInfo
     hardware: str
@@ -116,8 +95,7 @@ DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
 #: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
 DEFAULT_BACKEND = "torch"
 def default_backend(hardware: str) -> str:
-    """The backend a question about `hardware` means when it names none (eager ``torch`` mostly;
-    a target's row in `pytest_hwbench.facts` says which)."""
+    """The backend a question about `hardware` means when it names none (its `pytest_hwbench.facts` row's)."""
     try:
         return facts.target_facts(hardware).default_backend
     except KeyError:
@@ -135,13 +113,9 @@ def describe_device(hardware: str, device: str | None, source: str, spec: str = 
 # --- errors ---------------------------------------------------------------------------------------
 
 class QuestionError(ValueError):
-    """A question that cannot be answered as asked: `field` names the input (``model``, ``config``,
-    ``hardware``, ``device``, ``batch_size``, ``sequence_length``, ``precision``, ``mode``,
-    ``backend``, ``model_family``), the message the bad value and what is accepted.
-
-    The one error `ask` raises. The CLI answers it with exit code 2, REST with 422 naming the
-    field (404 for `UnknownModelError`); Python callers may catch it as a ValueError.
-    """
+    """A question that cannot be answered as asked: `field` names the input (``model``,
+    ``hardware``, ``batch_size``, ...), the message the bad value and what is accepted. The CLI
+    answers it with exit code 2, REST with 422 (404 for `UnknownModelError`)."""
 
     def __init__(self, message: str, field: str = "") -> None:
         super().__init__(message)
@@ -163,8 +137,7 @@ def error_text(exc: BaseException) -> str:
 # --- validation ------------------------------------------------------------------------------------
 
 def check_device(device: Any, name: str = "device") -> str:
-    """A device name or spec name: a non-empty line of at most 200 characters (whether hwsel knows
-    the device is `hwsel.predict.Predictor.resolve_target`'s to say: it holds the records)."""
+    """A device name or spec name: a non-empty line of at most 200 characters; else QuestionError."""
     if not isinstance(device, str) or not device.strip() or len(device) > 200 or not device.isprintable():
         raise QuestionError(f"{name} must be a device name such as 'NVIDIA H100 80GB HBM3' or a spec name such as "
                             f"'h100' (hwsel.specs), got {device!r}", "device")
@@ -172,11 +145,8 @@ def check_device(device: Any, name: str = "device") -> str:
 
 
 def device_map(hardware: Sequence[str], device: str | Mapping[str, str] | None) -> dict[str, str]:
-    """hardware -> asked device, from one device name (one hardware target) or a mapping.
-
-    Raises QuestionError naming the fix: one name for several targets is ambiguous, and a mapping
-    may only name targets that are asked about.
-    """
+    """hardware -> asked device, from one device name (one hardware target) or a mapping of
+    targets asked about; else QuestionError naming the fix."""
     if device is None:
         return {}
     if isinstance(device, Mapping):
@@ -230,8 +200,7 @@ def check_train_precision(precision: str) -> str:
 
 
 def check_backend(backend: Any) -> str | None:
-    """None (the hardware's default) or a short backend name; else QuestionError. (Whether the
-    backend is known is `hwsel.predict.Predictor.resolve_target`'s to say: it holds the records.)"""
+    """None (the hardware's default) or a short backend name; else QuestionError."""
     if backend is None:
         return None
     if not isinstance(backend, str) or not backend or len(backend) > 64:
@@ -249,12 +218,9 @@ ModelRef = str | ModelInfo | None
 
 def model_info(model: ModelRef,
                config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ModelInfo:
-    """A `ModelInfo` for a zoo name, a hub-style alias, or a `ModelInfo` (returned as is).
-
-    `model` and `config` as in `hwsel.resolution.resolve_model`, whose KeyError for an unknown name
-    this raises too; a config that describes no model raises `QuestionError` (field ``config``),
-    anything else TypeError.
-    """
+    """A `ModelInfo` for a zoo name, a hub-style alias, or a `ModelInfo` (returned as is); `model`
+    and `config` as in `hwsel.resolution.resolve_model`, whose KeyError this raises too. A config
+    that describes no model raises `QuestionError` (field ``config``), any other input TypeError."""
     if isinstance(model, ModelInfo):
         return model
     if not isinstance(model, str) and (model is not None or config is None):
@@ -306,9 +272,7 @@ def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | M
     """The model part of a question, built once: a name, alias or ModelInfo, or a `config` (a
     config.json, a folder holding one, its parsed contents, or a model-set file), at
     `sequence_length` tokens (within the model's position limit), checked against `family`.
-
-    Raises `UnknownModelError` for a name nobody knows and `QuestionError` naming the field for
-    the rest (a config hwsel cannot read is the ``config``'s fault).
+    Raises `UnknownModelError` for an unknown name, else `QuestionError` naming the field.
     """
     if model is None and config is None:
         raise QuestionError("name the model: a zoo name or hub-style alias (CLI --model NAME, REST model_name), or "
@@ -351,16 +315,13 @@ def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] 
         device: str | Mapping[str, str] | None = None,
         model_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
         sequence_length: int | None = None, family: str | None = None) -> list[Query]:
-    """One `Query` per hardware target from what a user typed: the one question builder of the
-    Python API, the CLI and REST.
+    """One `Query` per hardware target from what a user typed.
 
-    `model` and `model_config`, `sequence_length`, `family` as in `describe_model` (the model is
-    built once, whatever the number of targets); `hardware` one target or several among
-    `config`'s (default: every configured target); `device` one device for one target or
-    hardware -> device; `mode` in any spelling `hwsel.config.check_mode` reads (``training`` is
-    ``train``). Backend and device defaults, and whether a backend or device named is known, are
-    left to `hwsel.predict.Predictor.resolve`.
-    Raises `QuestionError` (`UnknownModelError` for an unknown name) naming the field.
+    `model` and `model_config`, `sequence_length`, `family` as in `describe_model`; `hardware` one
+    target or several among `config`'s (default: all); `device` one device for one target or
+    hardware -> device; `mode` in any spelling `hwsel.config.check_mode` reads. Whether a backend
+    or device is known is `hwsel.predict.Predictor.resolve`'s to say. Raises `QuestionError`
+    (`UnknownModelError` for an unknown name) naming the field.
     """
     batch = check_batch_size(batch_size)
     prec = check_precision(precision)
@@ -383,8 +344,7 @@ def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] 
 @dataclass(frozen=True)
 class GridQuestion:
     """A checked grid of questions (`ask_grid`): every model x hardware target x batch size x mode
-    x precision, on one backend (None: each target's default), with the device asked for per
-    target (`devices`; the others get the predictor's default)."""
+    x precision, on one backend (None: each target's default), with the devices asked for."""
 
     models: tuple[ModelInfo, ...]
     hardware: tuple[str, ...]
@@ -419,16 +379,12 @@ def ask_grid(config: SelectionConfig, *, what: str, models: Sequence[Any] | None
              batch_sizes: Sequence[Any] = (1,), modes: Sequence[Any] = ("inference",),
              precisions: Sequence[Any] = ("fp32",), backend: Any = None,
              device: str | Mapping[str, str] | None = None) -> GridQuestion:
-    """A `GridQuestion` from what a user typed: the one builder of grid questions
-    (`hwsel.select.selection_map`, `hwsel.select.analyze_model`, `hwsel.matrix.prediction_matrix`).
+    """A `GridQuestion` from what a user typed (maps, analyses, matrices).
 
-    `models` (names, aliases, ModelInfos or mappings with a ``name``; None: the grid has none)
-    and `families` (None: none asked) are checked as `describe_model` and `FAMILIES` say;
-    `hardware` among `config`'s (default: every configured target); `batch_sizes`, `modes`
-    (each by its one name, once) and `precisions` each checked, and each list must hold one value
-    at least; `device` and `backend` as in `ask`. `what` names the caller in the message about an
-    empty list. Every bad value raises one `QuestionError` naming its field (the request field of
-    an empty list: ``models``, ``model_families``, ``batch_sizes``, ``modes``, ``precisions``).
+    `models` (names, aliases, ModelInfos or mappings with a ``name``; None: none) and `families`
+    (None: none) are checked as `describe_model` and `FAMILIES` say; `hardware`, `device` and
+    `backend` as in `ask`; each list must hold one value at least. `what` names the caller in
+    the message about an empty list. Every bad value raises one `QuestionError` naming its field.
     """
     fams = tuple(families) if families is not None else ()
     for fam in fams:

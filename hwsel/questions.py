@@ -1,10 +1,6 @@
-"""Each hwsel question's fields, declared once: name, type, default, bounds, choices and help.
-
-`hwsel.cli_parser` adds a subcommand's options from a question's fields (`add_fields`) and
-`hwsel.rest_models` builds its request model from them (`request_model`), so a field's help,
-type and bounds are typed here only. A field's ``name`` is the REST field and the CLI's ``dest``;
-``flag`` its CLI option. Choices are the REST schema's enum and the CLI's help; on the CLI the
-question builder checks them, with the message the Python API gives.
+"""Each hwsel question's fields, declared once: name (the REST field and the CLI's ``dest``), CLI
+flag, type, default, bounds, choices and help, from which `hwsel.cli_parser.add_fields` and
+`hwsel.rest_models.request_model` build the CLI options and the REST request models.
 """
 
 from __future__ import annotations
@@ -12,9 +8,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
+from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import PRECISIONS
 
-from .config import ACCEPTED_MODES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
+from .config import ACCEPTED_MODES, DEFAULT_PRECISION_CHOICES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
 from .query import TRAIN_PRECISIONS
 
 #: Largest batch size a question may ask about (keeps every request cheap).
@@ -70,6 +67,11 @@ SELECT = (*_CASE, Field("available_hardware", "--hardware", str, None, "targets 
                                                                       "detected here)", **_HARDWARE),
           Field("task_type", "--task", str, None, "task profile instead of mode: classification, generation, "
                                                   "embedding, speech_recognition, fine_tuning, training", max_length=64))
+#: `hwsel precision` (besides the model): the precisions to choose among on one target.
+PRECISION_CHOICE = (Field("hardware", "--hardware", str, "cpu", f"the target; known: {', '.join(facts.fallback_order())}"),
+                    Field("precisions", "--precisions", str, DEFAULT_PRECISION_CHOICES, "precisions to choose among",
+                          many=len(PRECISIONS), choices=PRECISIONS),
+                    *(f for f in _CASE if f.name != "precision"))
 
 #: `hwsel map` and ``POST /hardware/map``: a selection map (family x batch size x mode).
 MAP = _grid(Field("model_families", "--families", str, None, "model families (default: all)", many=len(FAMILIES),
@@ -106,4 +108,5 @@ DISTRIBUTED: tuple[Field, ...] = (
     Field("precision", "--precision", str, "bf16", "fp32, or fp16/bf16 mixed precision", choices=TRAIN_PRECISIONS),
 )
 
-__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "MAX_REQUEST_SEQUENCE_LENGTH", "NEXT", "PREDICT", "SELECT", "Field"]
+__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "MAX_REQUEST_SEQUENCE_LENGTH", "NEXT", "PRECISION_CHOICE", "PREDICT",
+           "SELECT", "Field"]

@@ -1,7 +1,6 @@
 """What selecting among targets and among precisions on one target share: whether an option can
-run a question (`incompatibility`: the config's family rating, the target's precision support,
-training on an inference-only runtime; `too_big`: the predicted memory against the target's
-capacity), which options tie for first (`tie_for_first`) and how a latency reads (`fmt_ms`).
+run a question (`incompatibility`, `too_big`), which options tie for first (`tie_for_first`),
+whether a target is on this machine (`probed_target`) and how a latency reads (`fmt_ms`).
 """
 
 from __future__ import annotations
@@ -11,6 +10,7 @@ import math
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any, TypeVar
 
+from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from .config import SelectionConfig
@@ -52,6 +52,21 @@ def device_table(resolved: Mapping[str, tuple[str, str | None, str]]) -> dict[st
 
     return {hw: {"device": name, "device_source": why, "device_spec": spec_for(hw, name).name, "backend": backend}
             for hw, (backend, name, why) in resolved.items()}
+
+
+def probed_target(hardware: str) -> Any:
+    """This machine's `hardware` target as detection finds it (its ``available`` says whether it
+    is here). Only that target is probed; None for a web target this process has not probed yet
+    (probing one starts a browser)."""
+    from pytest_hwbench.hardware import detect_hardware, not_available, probed_hardware
+
+    if hardware in facts.target_set("web"):
+        return probed_hardware().targets.get(hardware)
+    try:
+        found = detect_hardware(targets=(hardware,)).targets.get(hardware)
+    except Exception:  # a target the harness does not probe
+        found = None
+    return found or not_available(hardware, "the harness does not probe it")
 
 
 def fmt_ms(ms: float) -> str:
@@ -98,4 +113,5 @@ def too_big(cfg: SelectionConfig, hw: str, p: Prediction) -> str:
             "batch size or precision")
 
 
-__all__ = ["capacity_gb", "device_table", "fmt_ms", "incompatibility", "tie_for_first", "too_big"]
+__all__ = ["capacity_gb", "device_table", "fmt_ms", "incompatibility", "probed_target", "tie_for_first",
+           "too_big"]

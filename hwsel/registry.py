@@ -1,21 +1,11 @@
 """The MLflow Model Registry side: register predictors, find and load the champions.
 
-Three registered models, one per target: ``hwsel-latency`` (ms per forward), ``hwsel-throughput``
-(items/s) and ``hwsel-memory`` (peak MiB). Each version is an sklearn pipeline over
-`hwsel.features.FEATURE_COLUMNS` that predicts the *log* of its target; `ChampionModel` turns that
-back into natural units. The alias ``champion`` marks the version to serve; `hwsel.train` moves it
-only when a new version wins (see its module docstring).
-
-Each version carries tags saying what it learned from: ``hwsel.training_run_id``,
-``hwsel.data_sha256``, ``hwsel.snapshot`` (the Parquet artifact of the training table),
-``hwsel.params``, the cross-validated ``hwsel.score``, the residual quantiles
-(``hwsel.residual_q10``/``q90``: one band for every answer) and, for latency, ``hwsel.intervals``:
-the artifact of its adaptive intervals (`hwsel.intervals.AdaptiveIntervals`: the trained model's
-band, the roofline layer's and the blended answers'), which `ChampionModel.interval` uses when present.
-
-All calls go through an explicit `MlflowClient`; models are saved locally and uploaded with
-`log_artifacts`, so no fluent run is ever started (mlflow #159, #9235).
-"""
+One registered model per target (``hwsel-latency``, ``hwsel-throughput``, ``hwsel-memory``); each
+version predicts the log of its target from `hwsel.features.FEATURE_COLUMNS` (`ChampionModel`
+answers in natural units) and carries tags saying what it learned from (``hwsel.training_run_id``,
+``hwsel.data_sha256``, ``hwsel.snapshot``, ``hwsel.params``, ``hwsel.score``,
+``hwsel.residual_q10``/``q90`` and, for latency, ``hwsel.intervals``). No fluent run is started
+(mlflow #159, #9235)."""
 
 from __future__ import annotations
 
@@ -113,10 +103,7 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
 
 
 #: The registry's promotion lock: a registered model that exists while one training run moves
-#: aliases. Creating a registered model is atomic in every MLflow store (its name is unique in
-#: the database, and a server answers RESOURCE_ALREADY_EXISTS), so it works the same for a
-#: SQLite file shared by two processes and for a team server: of two concurrent ``hwsel train``
-#: runs, only one moves @champion at a time.
+#: aliases (creating one is atomic in every MLflow store, a SQLite file and a server alike).
 LOCK_MODEL = "hwsel-promotion-lock"
 #: How long a training run waits for the lock (moving aliases takes a few calls, well under 1 s).
 LOCK_WAIT_S = 90.0
@@ -272,11 +259,8 @@ class ChampionModel:
 
 
 def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel | None:
-    """The champion of `target` ("latency", "throughput" or "memory"), or None.
-
-    None (never an exception) when the store is unreachable, the model is not registered, it has
-    no ``champion`` alias, or the version cannot be loaded; the reason goes to an
-    `HwbenchWarning` only for the last case (the others are the normal state of a fresh setup).
+    """The champion of `target` ("latency", "throughput" or "memory"), or None (never an
+    exception) when there is none to load; an `HwbenchWarning` when its version cannot be loaded.
     Loaded pipelines are cached per (store, version).
 
     Raises:
@@ -284,9 +268,9 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     """
     if target not in MODEL_NAMES:
         raise ValueError(f"unknown target {target!r}; choose one of {', '.join(PREDICTED_METRICS)}")
-    from hwsel.data import default_source
+    from pytest_hwbench.sinks import resolve_tracking_uri
 
-    uri = tracking_uri or default_source()
+    uri = tracking_uri or resolve_tracking_uri()
     try:
         from mlflow.tracking import MlflowClient
 

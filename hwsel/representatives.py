@@ -1,7 +1,5 @@
-"""The models a selection map's rows stand for: per family its base zoo model
-(`FAMILY_BASE_MODELS`) and, per size category, a zoo model of that size or the base model scaled
-to it (`representative_models`).
-"""
+"""The models a selection map's rows stand for (`representative_models`): per family and size
+category a zoo model of that size, else the family's base model (`FAMILY_BASE_MODELS`) scaled."""
 
 from __future__ import annotations
 

@@ -1,11 +1,7 @@
 """Which model a question means: `ModelInfo`, hwsel's one description of a model, and the lookup
-that turns a zoo name, a hub-style alias, a ``config.json`` or a model-set file into one.
-
-A zoo model's architecture numbers come from the traced table (`hwsel._zoo_table`, checked by
-the fingerprint of the zoo's spec), so resolving one needs neither torch nor transformers; any
-other spec is traced on the meta device once and kept in memory and in a disk cache
-(`cache_path`). Names and families are the zoo's (`pytest_hwbench.models`). Imports neither
-numpy nor pandas.
+that turns a zoo name, a hub-style alias, a ``config.json`` or a model-set file into one (zoo
+models from the traced table `hwsel._zoo_table`, needing neither torch nor transformers).
+Imports neither numpy nor pandas.
 """
 
 from __future__ import annotations
@@ -30,14 +26,9 @@ from ._zoo_table import ZOO_ARCHITECTURES
 @dataclass(frozen=True)
 class ModelInfo:
     """hwsel's one description of a model: its name and family, its architecture numbers (no
-    weights) and the size of one item.
-
-    The architecture fields are `pytest_hwbench.models.ModelArchitecture`'s, by the same names
-    (`from_architecture` copies every one of them that hwsel keeps; `activation_bytes_per_item`
-    it does not use); the input shape fields say what one item is: tokens (`sequence_length`),
-    an image side (`image_size`) or audio samples. `flops_per_item` is forward FLOPs for one
-    item (batch 1). The field order is the constructor's, positional arguments included.
-    """
+    weights; `pytest_hwbench.models.ModelArchitecture`'s fields, by the same names) and what one
+    item is: tokens (`sequence_length`), an image side or audio samples. `flops_per_item` is
+    forward FLOPs for one item."""
 
     name: str
     family: str
@@ -69,8 +60,7 @@ class ModelInfo:
         return cls(name=name, family=family, **values, **{f: shape.get(f) for f in _SHAPE_FIELDS})
 
 
-#: `ModelInfo` fields that are `ModelArchitecture`'s, and those that say what one item is (the rest
-#: of them but the name and family): derived from the two classes, never listed by hand.
+#: `ModelInfo` fields that are `ModelArchitecture`'s, and those that say what one item is.
 _ARCHITECTURE_FIELDS: tuple[str, ...] = tuple(
     f.name for f in dataclasses.fields(ModelInfo) if f.name in {a.name for a in dataclasses.fields(ModelArchitecture)})
 _SHAPE_FIELDS: tuple[str, ...] = tuple(
@@ -110,16 +100,12 @@ ALIASES: dict[str, str] = {
     "xclip-base-patch32": "xclip-base-p32",
 }
 
+#: The `ModelSpec` fields a traced architecture depends on.
+_FINGERPRINT_FIELDS = ("family", "config_class", "modality", "config_kwargs", "auto_class", "sequence_length")
+
+
 def _fingerprint(spec: Any) -> str:
-    data = {
-        "family": spec.family,
-        "config_class": spec.config_class,
-        "modality": spec.modality,
-        "config_kwargs": spec.config_kwargs,
-        "auto_class": spec.auto_class,
-        "sequence_length": spec.sequence_length,
-    }
-    text = json.dumps(data, sort_keys=True, default=str)
+    text = json.dumps({k: getattr(spec, k) for k in _FINGERPRINT_FIELDS}, sort_keys=True, default=str)
     return hashlib.sha1(text.encode()).hexdigest()[:12]
 
 
@@ -131,11 +117,9 @@ def _measure_spec(spec: Any) -> ModelInfo:
 
 #: Config keys holding the depth of a model's stack of identical layers.
 _DEPTH_KEYS: tuple[str, ...] = ("num_hidden_layers", "n_layer", "num_layers")
-#: A stack deeper than this is built at depths 2 and 3 on the meta device and extrapolated:
-#: each identical layer adds the same parameters, FLOPs and launches, so the line through the
-#: two is exact (checked against whole builds of BERT, GPT-2, LLaMA, Qwen2, T5 and ViT configs in
-#: tests/test_hwsel_trust.py). A whole build costs ~8.6 ms per layer (43 s for a
-#: 5,000-layer config).
+#: A stack deeper than this is built at depths 2 and 3 on the meta device and extrapolated: each
+#: identical layer adds the same parameters, FLOPs and launches, so the line through the two is
+#: exact (tests/test_hwsel_trust.py), where a whole build costs ~8.6 ms per layer.
 EXTRAPOLATE_ABOVE = 8
 _PROBE_DEPTHS = (2, 3)
 #: Architectures kept in memory (configs sent over REST each add one; oldest dropped first).
@@ -231,13 +215,10 @@ def _write_disk(key: str, info: ModelInfo) -> None:
 
 
 def info_from_spec(spec: Any, name: str | None = None) -> ModelInfo:
-    """`ModelInfo` of a `pytest_hwbench.models.ModelSpec`.
+    """`ModelInfo` of a `pytest_hwbench.models.ModelSpec`, named `name` (default: the spec's).
 
-    Looked up by the spec's fingerprint in the traced zoo table (`hwsel._zoo_table`; the name
-    and family are the spec's), then this process's memory,
-    then the disk cache (`cache_path`); only a spec seen nowhere is built on the meta device
-    (seconds; imports torch and transformers), a deep stack of identical layers at two shallow
-    depths (`EXTRAPOLATE_ABOVE`).
+    Only a spec neither in the traced zoo table, this process's memory nor the disk cache
+    (`cache_path`) is built on the meta device (seconds; imports torch and transformers).
     """
     key = _fingerprint(spec)
     entry = ZOO_ARCHITECTURES.get(spec.name)
@@ -317,18 +298,29 @@ def _from_config(name: str | None, config: str | os.PathLike[str] | Mapping[str,
     )
 
 
-@functools.lru_cache(maxsize=1024)
-def _resolve_cached(name: str) -> ModelInfo:
+def zoo_name(name: str) -> str | None:
+    """The zoo model `name` stands for (a zoo name or hub-style alias, in any case, with or without
+    its organisation); None when it names none."""
     from pytest_hwbench.models import MODELS
 
     if name in MODELS:
-        return info_from_spec(MODELS[name])
+        return name
     text = _normal(name)
     for key in (text, text.rsplit("/", 1)[-1]):
         target = key if key in MODELS else ALIASES.get(key)
         if target in MODELS:
-            return info_from_spec(MODELS[target])
-    raise _unknown(name)
+            return target
+    return None
+
+
+@functools.lru_cache(maxsize=1024)
+def _resolve_cached(name: str) -> ModelInfo:
+    from pytest_hwbench.models import MODELS
+
+    found = zoo_name(name)
+    if found is None:
+        raise _unknown(name)
+    return info_from_spec(MODELS[found])
 
 
 def resolve_model(
@@ -352,10 +344,7 @@ def resolve_model(
     if not name:
         raise KeyError("no model given: pass a zoo name (see `hwbench models`) or config=PATH to a "
                        "config.json, a directory holding one, or a model-set TOML/JSON (CLI: --config PATH)")
-    try:
-        return _resolve_cached(name)
-    except KeyError as exc:
-        raise _unknown(name) from exc.__cause__
+    return _resolve_cached(name)
 
 
 def _dump_zoo() -> dict[str, dict[str, Any]]:
@@ -379,6 +368,7 @@ __all__ = [
     "cache_path",
     "info_from_spec",
     "resolve_model",
+    "zoo_name",
 ]
 
 

@@ -1,8 +1,5 @@
 """The REST API's request and response models (pydantic), one per endpoint body, and the field
-types they share; `hwsel.app` serves them.
-
-Requests are strict (`_Request`: no coercion, unknown fields refused); response models of a
-dataclass's ``to_dict()`` are derived from its fields (`_response_model`), so they cannot drift.
+types they share; requests are strict (no coercion, unknown fields refused).
 """
 
 from __future__ import annotations
@@ -24,18 +21,18 @@ from .select import HardwareScore, Recommendation
 
 # --- request fields ---------------------------------------------------------------------------------
 # One definition per kind of field, shared by every request model, so that an endpoint cannot
-# accept what another refuses. Requests are strict (`_Request`): ``true`` or ``"1"`` is not a
-# batch size. What depends on the model (its position limit, its family) or on the configured
-# hardware is checked by the question builder (`hwsel.query.ask`, `describe_model`), whose one
-# `QuestionError` answers 422 with the field's name like the rest (404 for an unknown model).
+# accept what another refuses; what depends on the model or the configured hardware is the
+# question builder's to check (`hwsel.query.ask`).
 
 
-ModelName = Annotated[str, Field(min_length=1, max_length=200, validation_alias=AliasChoices("model_name", "model"),
-                                 description="zoo name or hub-style alias, e.g. bert-base-uncased")]
+#: A model's or a device's name.
+Name = Annotated[str, Field(min_length=1, max_length=200)]
+ModelName = Annotated[Name, Field(validation_alias=AliasChoices("model_name", "model"),
+                                  description="zoo name or hub-style alias, e.g. bert-base-uncased")]
 #: Where a config may stand in for the name: null, or a name as above.
-OptionalModelName = Annotated[Annotated[str, Field(min_length=1, max_length=200)] | None, Field(validation_alias=AliasChoices("model_name", "model"),
-                                                description="zoo name or hub-style alias; with `config`, the name to "
-                                                            "give that model (default: the config's own)")]
+OptionalModelName = Annotated[Name | None, Field(validation_alias=AliasChoices("model_name", "model"),
+                                                 description="zoo name or hub-style alias; with `config`, the name to "
+                                                             "give that model (default: the config's own)")]
 #: The contents of a Hugging Face config.json: a model outside the zoo, its features derived from it.
 ModelConfig = Annotated[dict[str, Any], Field(min_length=1, max_length=1000,
                                               description="the contents of a Hugging Face config.json (a JSON "
@@ -44,18 +41,14 @@ Hardware = Annotated[str, Field(min_length=1, max_length=64)]
 #: A list of hardware targets: as long as the largest vocabulary a config may hold, no longer.
 HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
                                                description="hardware targets (see GET /health for the configured ones)")]
-# The words come from the vocabulary (`pytest_hwbench.vocabulary`, `hwsel.config`), never retyped
-# here or in `hwsel.questions`. A mode may be spelt the old way (``training``): `ACCEPTED_MODES`, and
-# `hwsel.config.check_mode`, behind the question builder, reads them as the mode, as it does for
-# the CLI and the Python API. Hardware stays a string checked against the configured targets, so
-# that a 422 names the unknown target and lists the accepted ones.
+# Hardware stays a string checked against the configured targets, so that a 422 names the
+# unknown target and lists the accepted ones.
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
 Backend = Annotated[str, Field(min_length=1, max_length=64,
                                 description="runtime asked about; default eager torch (openvino on the openvino "
                                             "target, qai_hub on qnn)")]
-DeviceName = Annotated[str, Field(min_length=1, max_length=200)]
 #: One device for a request about one hardware target, or hardware -> device.
-Device = Annotated[DeviceName | dict[Hardware, DeviceName],
+Device = Annotated[Name | dict[Hardware, Name],
                    Field(description="device asked about: a name ('NVIDIA H100 80GB HBM3') or spec name ('h100') "
                                      "for the one hardware target, or hardware -> device; default: detected here, "
                                      "else the device most benchmark records of that hardware hold")]
@@ -103,7 +96,7 @@ RecommendationResponse = _response_model(Recommendation, types={"all_scores": di
 
 
 class BatchModel(_Request):
-    name: Annotated[str, Field(min_length=1, max_length=200)]
+    name: Name
     family: Family | None = None
 
 
@@ -180,7 +173,7 @@ SelectRequest = request_model("SelectRequest", SELECT, **_MODEL, model_family=(
     Family | None, Field(None, description="checked against the model's family when given")), **_HARDWARE_QUESTION)
 #: ``POST /hardware/batch``: select's question for several models at once.
 BatchRequest = request_model("BatchRequest", tuple(f for f in SELECT if f.name not in {"sequence_length", "task_type"}),
-                             models=(list[BatchModel | Annotated[str, Field(min_length=1, max_length=200)]],
+                             models=(list[BatchModel | Name],
                                      Field(..., min_length=1, max_length=64)), **_HARDWARE_QUESTION)
 PredictRequest = request_model("PredictRequest", PREDICT, **_MODEL, model_family=(Family | None, None), hardware=(
     HardwareList | Hardware | None, Field(None, description="default: every configured target")), **_HARDWARE_QUESTION)

@@ -1,11 +1,7 @@
-"""Hardware selection: score each target on predicted latency, throughput, memory and compatibility.
-
-A target is first checked for compatibility (family rating, precision support, training on an
-inference-only runtime, memory capacity); the compatible ones are scored with the mode's (or
-task's) weights from `hwsel.config`, each criterion relative to the best candidate, and the
-score is multiplied by the target's availability / cost preference. The result says where each
-prediction came from (measured, registered, roofline, rules) and why, and which device and
-backend each target's answer is for (``device=`` names them; see `hwsel.predict`).
+"""Hardware selection: each target checked for compatibility, then scored on predicted latency,
+throughput, memory and compatibility with the mode's (or task's) weights, times its preference;
+every answer says where its predictions came from and which device and backend they are for.
+Also the selection map and the analysis of one model across the grid.
 """
 
 from __future__ import annotations
@@ -138,6 +134,11 @@ class Recommendation:
             "tie": list(self.tie),
         }
 
+    def summary(self) -> dict[str, Any]:
+        """The primary target, the fallbacks, where the primary's answer came from and the tie."""
+        return {"primary": self.primary_recommendation, "fallbacks": list(self.fallback_options),
+                "source": self.prediction_source, "tie": list(self.tie)}
+
 
 #: When targets tie and how a tie is ranked.
 TIE_RULE = ("a target ties with the best-scored one when their latency intervals overlap (the predicted "
@@ -148,13 +149,10 @@ TIE_RULE = ("a target ties with the best-scored one when their latency intervals
 
 def _score(cfg: SelectionConfig, weights: Weights, family: str, preds: Mapping[str, Prediction],
            reasons: dict[str, str]) -> dict[str, HardwareScore]:
-    """Scores in [0, 1] per criterion, weighted, times the hardware preference factor.
-
-    Latency and throughput are relative to the best candidate (1.0 = best). Memory is the share
-    of the target's memory left free (1 - need / capacity): memory figures differ in kind between
-    sources and targets (host RSS of a whole process on a CPU, allocator peaks on a GPU), so
-    they are compared with what each target has rather than with each other.
-    """
+    """Scores in [0, 1] per criterion (latency and throughput relative to the best candidate,
+    memory the share of the target's memory left free), weighted, times the preference factor."""
+    # Memory is not compared across targets: host RSS of a whole process on a CPU and allocator
+    # peaks on a GPU differ in kind.
     ok = {hw: p for hw, p in preds.items() if not reasons.get(hw)}
     scores: dict[str, HardwareScore] = {}
     if ok:
@@ -277,13 +275,11 @@ def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference
 
     `available_hardware` defaults to what `detect_hardware()` finds here. `task_type` names a task
     profile (classification, generation, embedding, speech_recognition, fine_tuning, training, or
-    one from the config) whose mode and weights replace `mode` and the mode's weights; `mode` then
-    stays at its default or names the task's own mode. `device` names the device of one target
-    (``"NVIDIA H100 80GB HBM3"``, ``"h100"``) or maps targets to devices; the others get
-    `Predictor.default_device`. `backend` defaults to eager ``torch``. Predictions come from the
-    shared predictor for (source, tracking_uri, config) unless `predictor` is given. Invalid input
-    raises `QuestionError` (a ValueError naming the field) or KeyError (unknown model), naming what
-    is accepted.
+    one from the config) whose mode and weights replace `mode`'s (`mode` then stays at its default
+    or names the task's mode). `device` names the device of one target (``"h100"``) or maps
+    targets to devices. Predictions come from the shared predictor for (source, tracking_uri,
+    config) unless `predictor` is given. Invalid input raises `QuestionError` naming the field
+    (`UnknownModelError`, a KeyError, for an unknown model).
     """
     p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     weights = None
@@ -308,14 +304,10 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
                      source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
                      config: SelectionConfig | str | os.PathLike[str] | None = None) -> PrecisionChoice:
     """The precision to run `model` (a zoo name, hub-style alias or ModelInfo) at on `hardware`,
-    among `precisions`, by `hwsel.precision.PRECISION_RULE`: the fastest predicted, unless the
-    difference lies inside the intervals, which is a tie ranked by memory, then energy.
+    among `precisions`, by `hwsel.precision.PRECISION_RULE` (`hwsel.precision.rank_precisions`).
 
-    A precision the target does not run (its configured precision support, or, when no `device`
-    is named and the target is on this machine, what was detected here) or whose predicted memory
-    exceeds the target's is left out with its reason. `backend`, `device`, `predictor`,
-    `source`, `tracking_uri` and `config` as in `select_hardware`. Invalid input raises
-    `QuestionError` naming the field.
+    `backend`, `device`, `predictor`, `source`, `tracking_uri` and `config` as in
+    `select_hardware`. Invalid input raises `QuestionError` naming the field.
     """
     if isinstance(precisions, str) or not precisions:
         raise QuestionError(f"precisions must be a non-empty list of precisions, got {precisions!r}", "precisions")
@@ -326,7 +318,7 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
 
 
 def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
-    """`available_hardware` (the selection functions' parameter of that name hides it)."""
+    # the selection functions' parameter `available_hardware` hides the function
     return available_hardware(cfg)
 
 
@@ -338,13 +330,10 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Recommendations per family x model size x batch size x mode, in the predecessor's shape.
 
-    Modes are keyed by their one names (``train``; ``["training"]`` finds it too).
     ``model_families[fam]["model_sizes"][size][mode]`` holds the primary and fallbacks at the
     first batch size and ``["batch_sizes"][b]`` per batch size; ``model_families[fam][mode]
-    ["batch_sizes"][b]`` holds the family's base zoo model per batch size. `hardware` defaults
-    to every configured target (a map is for planning, not only for this machine); ``devices``
-    says which device and backend each target's answers are for (`device`, `backend` as in
-    `select_hardware`).
+    ["batch_sizes"][b]`` the family's base zoo model's (a mode answers to its older spelling too).
+    `hardware` defaults to every configured target; `device`, `backend` as in `select_hardware`.
     """
     p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     grid = ask_grid(cfg, what="selection_map", families=list(families) if families is not None else list(FAMILIES),
@@ -355,9 +344,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     reps = representative_models(cfg, fams)
 
     def entry(info: ModelInfo, b: int, mode: str) -> dict[str, Any]:
-        rec = _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None)
-        return {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
-                "source": rec.prediction_source, "tie": list(rec.tie)}
+        return _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None).summary()
 
     families_out: dict[str, Any] = {}
     for fam in fams:
@@ -395,11 +382,10 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
                   config: SelectionConfig | str | os.PathLike[str] | None = None) -> dict[str, Any]:
     """Performance of one model on each target per batch size and mode, with the recommendation.
 
-    Modes are keyed by their one names (``train``; ``["training"]`` finds it too).
-    ``result[mode]["performance"][str(batch)][hardware]`` holds throughput, latency,
-    memory_usage, source and interval; ``result[mode]["recommendations"][str(batch)]`` the
-    primary and fallbacks. `hardware` defaults to every configured target; ``devices`` says which
-    device and backend each target's answers are for (`device`, `backend` as in `select_hardware`).
+    ``result[mode]["performance"][str(batch)][hardware]`` holds throughput, latency, memory_usage,
+    source and interval, ``result[mode]["recommendations"][str(batch)]`` the primary and
+    fallbacks (a mode answers to its older spelling too). `hardware`, `device`, `backend` as in
+    `selection_map`.
     """
     p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     grid = ask_grid(cfg, what="analyze_model", models=[model], hardware=hardware, batch_sizes=batch_sizes,
@@ -422,9 +408,7 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
                      "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
                      "interval": list(s.prediction.interval), "compatible": s.compatible, "reason": s.reason}
                 for hw, s in rec.all_scores.items() if s.prediction is not None}
-            recommendations[str(b)] = {"primary": rec.primary_recommendation,
-                                       "fallbacks": list(rec.fallback_options), "source": rec.prediction_source,
-                                       "tie": list(rec.tie)}
+            recommendations[str(b)] = rec.summary()
         out[mode] = {"performance": performance, "recommendations": recommendations}
     return out
 

@@ -1,15 +1,8 @@
 """Device specifications: peak FLOP/s per precision, memory bandwidth and memory, per device.
 
-Two uses: spec features for the learned predictors (a model trained on an H100 and an L4 can say
-something about an A100 because it sees FLOP/s and bandwidth, not only a name), and the
-roofline estimate in `hwsel.roofline`.
-
-Figures are vendors' dense (no sparsity) datasheet numbers; tensor-core rates for fp16/bf16/int8,
-plain FP32 (not TF32) for fp32, since eager PyTorch runs fp32 matmuls in full FP32 by default
-(``torch.backends.cuda.matmul.allow_tf32`` is False). A CPU's spec comes from its name alone
-(`cpu_spec`): records carry a CPU's name, not its cores or vector units, and the machine hwsel runs
-on is seldom the one that measured, so a spec read from this host would give the same records
-different features on different hosts.
+Figures are vendors' dense datasheet numbers (tensor-core rates for fp16/bf16/int8, plain FP32
+for fp32: eager PyTorch does not use TF32). A CPU's spec comes from its name alone (`cpu_spec`),
+so the same records get the same features on every host.
 """
 
 from __future__ import annotations
@@ -120,12 +113,8 @@ _GENERIC: dict[str, DeviceSpec] = {
 
 def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,
               known: bool = True) -> DeviceSpec:
-    """Peak FLOP/s of `cores` cores: FMA lanes x 2 FMA pipes x 2 FLOP x clock.
-
-    AVX-512: 16 fp32 lanes, AVX2: 8, Arm NEON: 4. bf16 doubles the fp32 rate with avx512_bf16
-    (VDPBF16PS) and reaches 8x with AMX; int8 is 4x fp32 with VNNI, 16x with AMX.
-    Memory bandwidth is a rough per-core share of a server socket (~8 GB/s/core, capped).
-    """
+    """The spec of `cores` cores with CPU `flags`: FMA lanes x 2 FMA pipes x 2 FLOP x clock for
+    fp32, bf16 and int8 by their instructions (VNNI, AMX), ~8 GB/s of bandwidth a core, capped."""
     lanes = 16 if "avx512f" in flags else 8 if "avx2" in flags else 4
     fp32 = cores * lanes * 2 * 2 * ghz / 1e3  # TFLOP/s
     peaks = {"fp32": fp32}
@@ -154,10 +143,8 @@ GENERIC_CPU_CORES = 8
 @functools.lru_cache(maxsize=256)
 def cpu_spec(device_name: str = "") -> DeviceSpec:
     """The spec of the CPU called `device_name` (``cpu:`` prefix and case optional), the same on
-    every host: the generic CPU's 8 AVX2 cores and 32 GB at the clock the name states (else
-    2.5 GHz), named ``cpu:<model in lower case>``; ``cpu-generic`` for a name-less CPU.
-    ``known`` is False: a name says nothing of cores or vector units, so physical floors take
-    `CPU_CEILING` instead."""
+    every host: 8 AVX2 cores and 32 GB at the clock the name states (else 2.5 GHz), named
+    ``cpu:<model in lower case>`` (``cpu-generic`` without a name), ``known`` False."""
     model = " ".join((device_name or "").split()).lower()
     model = model.removeprefix("cpu:").strip()
     name = "cpu-generic" if model in {"", "cpu", "cpu-generic"} else f"cpu:{model}"
@@ -177,10 +164,8 @@ WASM_MAX_THREADS = 4
 
 
 def wasm_spec(device_name: str = "") -> DeviceSpec:
-    """The WebAssembly provider of onnxruntime-web on the CPU called `device_name`: 128-bit SIMD
-    (4 fp32 lanes, whatever AVX the CPU has), half of `GENERIC_CPU_CORES` up to
-    `WASM_MAX_THREADS`, 4 GiB of memory (wasm32), at the clock the name states (else 2.5 GHz),
-    named ``wasm:<CPU name in lower case>``."""
+    """The WebAssembly provider of onnxruntime-web on the CPU called `device_name` (128-bit SIMD,
+    up to `WASM_MAX_THREADS` threads, 4 GiB), named ``wasm:<CPU name in lower case>``."""
     model = " ".join((device_name or "").split()).lower() or "cpu"
     threads = max(1, min(WASM_MAX_THREADS, -(-GENERIC_CPU_CORES // 2)))
     base = _cpu_spec(f"wasm:{model}", threads, frozenset(), _clock_ghz(model), 4.0, known=False)
@@ -209,12 +194,9 @@ def _is_cpu_name(device_name: str) -> bool:
 
 @functools.lru_cache(maxsize=256)
 def spec_for(hardware: str, device_name: str | None = None) -> DeviceSpec:
-    """The `DeviceSpec` for a hardware target and (optional) device name, the same on every host.
-
-    ``cpu`` (and the CPU devices of ``onnxruntime``/``openvino``), and any CPU name, get `cpu_spec`
-    of the name; ``wasm`` gets `wasm_spec`. Accelerators match `KNOWN_DEVICES` by name; no match
-    gives a generic spec of the target's kind with ``known=False``.
-    """
+    """The `DeviceSpec` for a hardware target and (optional) device name, the same on every host:
+    `cpu_spec` for a CPU, `wasm_spec` for wasm, a `KNOWN_DEVICES` match for an accelerator, else
+    a generic spec of the target's kind with ``known=False``."""
     hardware = (hardware or "cpu").lower()
     name = (device_name or "").strip()
     if hardware == "wasm":
@@ -241,14 +223,10 @@ _UNNAMED = frozenset({"", "none", "unknown", "default", "cpu", "gpu", "npu", "cu
 def device_key(hardware: str, device_name: str | None) -> str:
     """hwsel's one identity of a device: two names are the same device when their keys are equal.
 
-    Records, training rows (their aggregation and held-out folds), a champion's coverage, the
-    default device and every question (API, CLI, REST) compare devices by this key. A known
-    accelerator is its spec name, whatever it is called: the name torch reports, the marketing
-    name, the spec name, with or without its memory size, in any case (``NVIDIA H100 80GB HBM3``,
-    ``h100``, ``H100 SXM5`` and ``nvidia h100`` are all ``h100``; an ``H100 PCIe`` is
-    ``h100-pcie``); any other device is its name in lower case without a ``cpu:`` prefix (``CPU:
-    AMD EPYC`` from OpenVINO is the ``AMD EPYC`` of a torch record). Names that name no device
-    (empty, ``cpu``, ``cuda``, a generic spec) give "".
+    A known accelerator is its spec name, whatever it is called (``NVIDIA H100 80GB HBM3``,
+    ``h100`` and ``H100 SXM5`` are all ``h100``); any other device is its name in lower case
+    without a ``cpu:`` prefix; names that name no device (empty, ``cpu``, ``cuda``, a generic
+    spec) give "".
     """
     name = " ".join((device_name or "").split())
     low = name.lower()
@@ -259,15 +237,13 @@ def device_key(hardware: str, device_name: str | None) -> str:
 
 
 def known_device_names() -> tuple[str, ...]:
-    """The spec names of `KNOWN_DEVICES`, each of which a question may name (as may any name that
-    matches one of their patterns)."""
+    """The spec names of `KNOWN_DEVICES`, each of which a question may name."""
     return tuple(spec.name for spec in KNOWN_DEVICES)
 
 
 def knows_device(hardware: str, device_name: str) -> bool:
-    """Whether `device_name` is a device on `hardware` without any record of it: it matches a spec
-    of `KNOWN_DEVICES`, it names no device (`device_key` ""; the kind's generic spec), or
-    `hardware` runs on the host CPU (a target row `on_host_cpu`), where any name is a CPU (`cpu_spec`)."""
+    """Whether `device_name` is a device on `hardware` without any record of it: a `KNOWN_DEVICES`
+    match, no device at all (the kind's generic spec), or any name on a host-CPU target."""
     return (hardware or "").lower() in facts.target_set(host_cpu=True) or not device_key(hardware, device_name) \
         or _match(" ".join(device_name.split())) is not None
 

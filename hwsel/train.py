@@ -1,38 +1,13 @@
-"""Training: Optuna-tuned scikit-learn regressors for latency, throughput and memory.
-
-One `train()` call:
-
-1. loads runs (`hwsel.data.load_runs`) and builds the training table; snapshots it to Parquet and
-   logs the snapshot with the training run (experiment ``hwsel-training``), with its SHA-256;
-2. per learned target (latency, memory) runs a seeded TPE study over the recipes of
-   `hwsel.estimators` (log targets), scored by the mean absolute log error over the grouped
-   cross-validations of `hwsel.evaluation.cv_folds` (held-out batch sizes, models, devices), the
-   questions users ask; trials behind after a fold are pruned (MedianPruner);
-3. throughput is not learned separately: ``log throughput = log(1000 * batch) - log latency``
-   (`ThroughputFromLatency`), so the two predictions always agree;
-4. fits the winner on all rows, evaluates out-of-fold (MAPE, median/p90 error, share within
-   10%, roofline baseline), calibrates the latency model's adaptive intervals on
-   leave-one-model-out folds of the winning recipe (`hwsel.intervals.AdaptiveIntervals`, an
-   artifact of the run named by the version's ``hwsel.intervals`` tag), logs study and
-   evaluation, registers a new version of ``hwsel-latency``, ``hwsel-throughput`` and
-   ``hwsel-memory`` (`hwsel.registry`);
-5. moves each model's ``champion`` alias only when the new version beats the current champion's
-   *recipe* (its estimator and hyperparameters, not its fitted weights, which may have seen the
-   held-out rows) on the same folds (`hwsel.promotion`): training twice on the same data with the
-   same seed leaves the alias where it is.
-
-Records that cannot be measurements are dropped on read (`hwsel.data.drop_impossible`); the
-counts by reason come back in `TrainResult.dropped` and are logged with the run.
-
-Everything is logged through one `MlflowClient` with explicit run ids; no fluent active run.
-"""
+"""Training: Optuna-tuned scikit-learn regressors for latency and memory (throughput derives from
+latency), scored on grouped cross-validation (`hwsel.evaluation.cv_folds`), registered in MLflow
+with their training snapshot and intervals; @champion moves only for a version that beats the
+champion's recipe on the same folds (`hwsel.promotion`). Logged through one `MlflowClient`."""
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
 import json
-import math
 import os
 import time
 from collections.abc import Mapping, Sequence
@@ -67,7 +42,6 @@ from hwsel.estimators import (
 from hwsel.evaluation import (
     Fold,
     cv_folds,
-    interval_residuals,
     out_of_fold,
     scheme_metrics,
     score_oof,
@@ -82,7 +56,6 @@ from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 TRAINING_EXPERIMENT = "hwsel-training"
 #: Nominal coverage of the prediction intervals the registered models carry.
 INTERVAL_LEVEL = 0.9
-_LOG_1000 = math.log(1000.0)
 
 #: target -> (table column, roofline offset feature). Throughput derives from latency.
 LEARNED: dict[str, tuple[str, str]] = {
@@ -253,18 +226,13 @@ def train(
             else ``mlruns/hwsel-snapshots``); it is also logged as an artifact of the run.
         include_noisy: also train on records measured on a busy machine (left out by default,
             counted in `TrainResult.noisy_left_out`).
-        timeout: seconds to wait for the records, imports aside (a line on stderr says what is
-            awaited after a few seconds); a tracking server among the sources or at
-            `tracking_uri` must answer its ``/health`` within 2 s. None: no limit.
-        window: learn from the records created since a date and/or from the newest N sessions
-            of each configuration only (`hwsel.history.Window`); needs DuckDB or MLflow sources. None: every record.
+        timeout: seconds to wait for the records, imports aside; a tracking server among the
+            sources or at `tracking_uri` must answer its ``/health`` within 2 s. None: no limit.
+        window: which records to learn from (`hwsel.history.Window`; needs DuckDB or MLflow
+            sources). None: every record.
         mirror_file: the DuckDB file MLflow sources are mirrored into before training
-            (`hwsel.history.mirror`: only the sessions it lacks are fetched, so a nightly
-            training reads one night); default: one file per store and experiment under
+            (`hwsel.history.mirror`); default: one file per store and experiment under
             ``hwsel-mirrors`` next to the snapshot folder.
-
-    DuckDB and MLflow sources are aggregated in SQL (`hwsel.history.history_table`), others in
-    pandas (`hwsel.data.training_table`).
 
     Raises:
         HwselUnreachable: a tracking server named does not answer (before any training).
@@ -272,13 +240,13 @@ def train(
     """
 
     from hwsel._quiet import quiet_mlflow
-    from hwsel.data import default_source, describe_sources, source_list
-    from pytest_hwbench.sinks import source_kind
+    from hwsel.data import describe_sources, source_list
+    from pytest_hwbench.sinks import resolve_tracking_uri, source_kind
     from pytest_hwbench.sinks.mlflow_uri import sqlite_path, validate_tracking_uri
 
     if trials < 1:
         raise ValueError(f"trials must be >= 1, got {trials}")
-    uri = validate_tracking_uri(tracking_uri or default_source())
+    uri = validate_tracking_uri(tracking_uri or resolve_tracking_uri())
     sources = source_list(source) or [uri]
     where = describe_sources(sources)
     if timeout is not None:
@@ -407,7 +375,7 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
             fitted[target] = (model, study, sub, Xs, ys, target_folds)
             log_study(client, run_id, target, study.params, study.trials, study.oof, sub, now)
             if target == "latency":
-                log_items = _LOG_1000 + Xs["log_batch_size"].to_numpy()
+                log_items = ThroughputFromLatency.log_items(Xs)
                 at = log_items[study.oof["row"].to_numpy()]
                 tp_oof = study.oof.assign(y_true=at - study.oof["y_true"], y_pred=at - study.oof["y_pred"])
                 fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), dataclasses.replace(study, oof=tp_oof),
@@ -421,10 +389,11 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
         for target in registry.PREDICTED_METRICS:
             model, study, sub, Xs, ys, target_folds = fitted[target]
             cv = cvs[target] = scheme_metrics(study.oof)
-            # The interval: a nominal 90% split-conformal band from the residuals on models the
-            # fold had not seen (what a new model's answer risks); stored under the
-            # residual_q10/q90 tag names that `hwsel.registry.ChampionModel.interval` reads.
-            q10, q90 = conformal_band(interval_residuals(study.oof), INTERVAL_LEVEL)
+            # The fixed interval: a split-conformal band from the residuals on models the fold had
+            # not seen (what a new model's answer risks), read by `hwsel.registry.ChampionModel`.
+            held_out = study.oof[study.oof["scheme"] == "heldout_model"]
+            held_out = held_out if len(held_out) else study.oof
+            q10, q90 = conformal_band((held_out["y_true"] - held_out["y_pred"]).to_numpy(dtype=float), INTERVAL_LEVEL)
             metrics = {**flatten(target, cv), f"{target}.score": study.score,
                        f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
             client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])

@@ -1,8 +1,5 @@
-"""What a training run logs to MLflow beyond its parameters: each study's trials and out-of-fold
-predictions, the calibration of the latency model's adaptive intervals, the roofline baseline's
-errors and each target's champion decision. `hwsel.train` calls these with the run's client and
-run id.
-"""
+"""What a training run logs to MLflow besides its parameters: studies, the intervals' calibration,
+the roofline baseline and each champion decision."""
 
 from __future__ import annotations
 
@@ -28,37 +25,31 @@ def flatten(prefix: str, metrics: Mapping[str, Mapping[str, float]]) -> dict[str
 
 def log_study(client: Any, run_id: str, target: str, params: Mapping[str, Any], trials: pd.DataFrame,
               oof: pd.DataFrame, sub: pd.DataFrame, now: int) -> None:
-    """Log `target`'s study: each trial's value (`trials`, Optuna's table), the best recipe's
-    `params`, the trials table (``study/``) and the out-of-fold predictions `oof` with the cases
-    of `sub` they answer (``evaluation/``)."""
+    """Log `target`'s study: each trial's value, the best recipe's `params`, the `trials` table
+    (``study/``) and the out-of-fold predictions `oof` with the cases of `sub` (``evaluation/``)."""
     from mlflow.entities import Metric, Param
 
     values = trials["value"].to_numpy(dtype=float)
     client.log_batch(run_id, metrics=[Metric(f"{target}.trial_value", float(v), now, int(i))
                                       for i, v in enumerate(values) if math.isfinite(v)],
                      params=[Param(f"{target}.best.{k}", str(v)[:500]) for k, v in params.items()])
+    client.log_text(run_id, trials.to_csv(index=False), f"study/{target}_trials.csv")
+    rows = oof["row"].to_numpy()
+    oof = oof.assign(**{c: sub[c].to_numpy()[rows] for c in ("model", "backend", "hardware", "precision", "batch_size")})
     with tempfile.TemporaryDirectory(prefix="hwsel-train-") as tmp:
-        trials_path = Path(tmp) / f"{target}_trials.csv"
-        trials.to_csv(trials_path, index=False)
-        rows = oof["row"].to_numpy()
-        oof = oof.assign(**{c: sub[c].to_numpy()[rows] for c in ("model", "backend", "hardware", "precision",
-                                                                 "batch_size")})
         oof_path = Path(tmp) / f"{target}_oof.parquet"
         oof.to_parquet(oof_path, index=False)
-        client.log_artifact(run_id, str(trials_path), "study")
         client.log_artifact(run_id, str(oof_path), "evaluation")
 
 
 def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_col: str, seed: int,
                   sub: pd.DataFrame, Xs: pd.DataFrame, ys: np.ndarray, now: int, level: float) -> str | None:
     """Calibrate the latency model's adaptive intervals (`hwsel.intervals.AdaptiveIntervals`, of
-    nominal coverage `level`) on leave-one-model-out predictions of the chosen recipe, with a band
-    of their own for the roofline and blended answers (`hwsel.intervals.layer_oofs`), log them as
+    nominal coverage `level`) on leave-one-model-out predictions of the chosen recipe, log them as
     the run's artifact ``intervals/latency_intervals.json`` with each layer's nested
-    leave-one-model-out coverage and widths (``latency.lomo_interval_*`` for the trained model,
-    ``latency.<layer>_interval_*`` for the others, the rows of each, and the coverage per distance
-    bucket as ``..._coverage.d<low>-<high>``, `hwsel.intervals.DISTANCE_BUCKETS`), and return the
-    artifact's URI; None with fewer than two models."""
+    leave-one-model-out coverage and widths (``latency.lomo_interval_*``,
+    ``latency.<layer>_interval_*``, per distance bucket ``..._coverage.d<low>-<high>``), and return
+    the artifact's URI; None with fewer than two models."""
     from mlflow.entities import Metric
 
     from hwsel.intervals import (
@@ -97,10 +88,7 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
                         f"{prefix}_width_p90": float(np.quantile(width, 0.9)),
                         f"{prefix}_rows": float(len(part))})
     client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items() if math.isfinite(v)])
-    with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp:
-        path = Path(tmp) / "latency_intervals.json"
-        path.write_text(intervals.to_json(), encoding="utf-8")
-        client.log_artifact(run_id, str(path), "intervals")
+    client.log_text(run_id, intervals.to_json(), "intervals/latency_intervals.json")
     return f"runs:/{run_id}/intervals/latency_intervals.json"
 
 

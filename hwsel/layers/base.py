@@ -1,33 +1,20 @@
-"""What a prediction layer is: a name and one call that answers many queries at once.
-
-`hwsel.predict.Predictor` asks its layers in order (measured, registered, roofline, rules) and
-hands each one only the queries the layers before it left unanswered. A layer never sees
-another layer, the predictor's cache or its status.
-"""
+"""What a prediction layer is: a name and one call that answers many queries at once; a layer
+never sees another layer, the predictor's cache or its status."""
 
 from __future__ import annotations
 
-import importlib
-import logging
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..query import Prediction, Query
 
-log = logging.getLogger("hwsel")
-
 
 @runtime_checkable
 class Layer(Protocol):
-    """One source of answers.
-
-    `answer` is called with resolved queries (backend and device filled in, see
-    `hwsel.predict.Predictor.resolve`), many at a time, and returns one entry per query in the
-    same order: a `Prediction` whose ``source`` is the layer's `name`, or None where it cannot
-    answer (the next layer then gets that query). It must not change the queries. Anything
-    slow (loading data or models) happens before, when the layer is built.
-    """
+    """One source of answers: `answer` gets resolved queries (`hwsel.predict.Predictor.resolve`),
+    must not change them, and returns one entry per query in order, a `Prediction` whose ``source``
+    is the layer's `name` or None where it cannot answer. Anything slow happens when it is built."""
 
     #: ``measured``, ``registered``, ``roofline`` or ``rules`` (`hwsel.config.SOURCES`).
     name: str
@@ -79,13 +66,4 @@ def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | Non
         for q in queries]))
 
 
-def optional_module(module: str) -> Any | None:
-    """Our sibling module ``hwsel.<module>``, or None when it (or what it needs) is not installed."""
-    try:
-        return importlib.import_module(f"hwsel.{module}")
-    except ImportError as exc:
-        log.debug("hwsel.%s unavailable: %s", module, exc)
-        return None
-
-
-__all__ = ["DeviceFields", "Layer", "LayerStatus", "optional_module", "query_features"]
+__all__ = ["DeviceFields", "Layer", "LayerStatus", "query_features"]

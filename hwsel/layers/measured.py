@@ -1,15 +1,7 @@
-"""The ``measured`` layer: exact matches in the benchmark data, indexed once.
-
-A query is a dict lookup by case (model, hardware, precision, batch, mode), backend and device.
-Records of another backend, or of another named device, never answer; nor do records that failed,
-have no latency, cannot be measurements or were interfered with (unless the index includes noisy
-records): `hwsel.data.left_out_reasons`. The index keeps those per case, so an answer can say
-which records of its case did not speak for it and why (`MeasuredIndex.left_out_note`). The
-interval says where a second measurement (another session) lands: a conformal band
-(`hwsel.intervals.AdaptiveBand`) fit on `session_residuals`, scaled per configuration; with fewer
-than `MIN_SESSION_RESIDUALS` of them, the runs' own spread (fastest iteration .. p95) widened to
-the case's session medians and to `_session_spread`, and the answer says it is not calibrated.
-"""
+"""The ``measured`` layer: exact matches in the benchmark data, indexed once. Records of another
+backend or named device never answer, nor do those `hwsel.data.left_out_reasons` leaves out; an
+answer says which records of its case did not speak for it, and why. The interval is where a
+repeat in another session lands."""
 
 from __future__ import annotations
 
@@ -26,7 +18,7 @@ from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import DeviceFields, optional_module
+from .base import DeviceFields
 from .rules import rules_estimate
 
 
@@ -73,14 +65,10 @@ class LeftOut:
 
 
 class MeasuredIndex:
-    """Benchmark rows indexed by the exact case:
-    (model, hardware, precision, batch, mode) -> backend -> device key -> Measured.
-
-    Device keys are `hwsel.specs.device_key` ("" for records that name no device). `devices`
-    counts the records of each hardware kind per device name and `backends` names the backends
-    of the records, left-out ones included. Modes are indexed by their one name (``training``
-    rows as ``train``). Records that cannot answer (`hwsel.data.left_out_reasons` with
-    `include_noisy`, and `measurement_problem`) are kept apart per case in `left_out`.
+    """Benchmark rows indexed by the exact case: (model, hardware, precision, batch, mode) ->
+    backend -> device key (`hwsel.specs.device_key`, "" for none) -> Measured. `devices` counts
+    the records per hardware and device name and `backends` names their backends (left-out
+    records included); records that cannot answer are kept apart per case in `left_out`.
     """
 
     def __init__(self, runs: Any = None, *, include_noisy: bool = False) -> None:
@@ -215,10 +203,8 @@ class MeasuredIndex:
     def left_out_note(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
                       backend: str | None = None, device: str | None = None, *, answered: bool = False) -> str:
         """Which records of the exact case did not answer for the question, and why, in one line
-        ("" when none): those of its backend and device (or naming no device) that were left
-        out (failed, no latency, not a measurement, noisy), and, unless the case was `answered`
-        from the records, the usable ones of another device or another backend. Noisy ones come
-        with the flag that keeps them."""
+        ("" when none): its left-out ones and, unless the case was `answered` from the records,
+        the usable ones of another device or backend."""
         from ..specs import device_key
 
         case = (model, hardware, precision, batch_size, normalise_mode(mode))
@@ -276,11 +262,10 @@ MIN_SESSION_RESIDUALS = 10
 
 def session_residuals(groups: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any]]]
                       ) -> tuple[list[float], list[str], list[str]]:
-    """(residuals, configurations, models) of every case measured in two or more sessions:
-    ``log(median of one session) - log(median of the other sessions' records)``, one per session,
-    what a measured answer from the others would have missed a repeat by. `groups` maps
-    (model, hardware, precision, batch, mode, backend, ...) to the case's records; a
-    configuration is ``hardware|backend|precision`` (`hwsel.intervals.config_groups`)."""
+    """(residuals, configurations, models) of every case measured in two or more sessions, one
+    per session: ``log(median of one session) - log(median of the other sessions' records)``.
+    `groups` maps (model, hardware, precision, batch, mode, backend, ...) to the case's records;
+    a configuration is ``hardware|backend|precision`` (`hwsel.intervals.config_groups`)."""
     import statistics
 
     resid: list[float] = []
@@ -300,18 +285,16 @@ def session_residuals(groups: Mapping[tuple[Any, ...], Sequence[Mapping[str, Any
 
 def _session_spread(groups: Any) -> float:
     """The `SESSION_SPREAD_LEVEL` quantile of ``|log(median of session i / median of session j)|``
-    over the session pairs of every case measured in two or more sessions (0 when none was): how
-    far a second session's measurement lands from a first one's."""
+    over the session pairs of every case measured in several sessions (0 when none was)."""
     import statistics
+
+    import numpy as np
 
     gaps: list[float] = []
     for rows in groups:
         sessions = [statistics.median(v) for v in _sessions(rows).values()]
         gaps += [abs(math.log(a / b)) for i, a in enumerate(sessions) for b in sessions[i + 1:]]
-    if not gaps:
-        return 0.0
-    gaps.sort()
-    return gaps[min(len(gaps) - 1, int(math.ceil(SESSION_SPREAD_LEVEL * len(gaps))) - 1)]
+    return float(np.quantile(gaps, SESSION_SPREAD_LEVEL, method="inverted_cdf")) if gaps else 0.0
 
 
 def _why_text(why: str) -> str:
@@ -365,14 +348,10 @@ class MeasuredLayer:
 
 
 def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
-    """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`): every
-    record, failed and interfered ones included (`MeasuredIndex` leaves them out and says so).
+    """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`), every
+    record included; a failure turns the layer off with a note (and an `HwselWarning`)."""
+    from .. import data
 
-    Any failure turns the layer off with a note (and an `HwselWarning` for an unreadable store).
-    """
-    data = optional_module("data")
-    if data is None:
-        return None, "hwsel.data is not importable"
     if source is None:
         source = data.existing_store()
         if source is None:

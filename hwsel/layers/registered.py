@@ -1,12 +1,6 @@
-"""The ``registered`` layer: the champion models of the MLflow Model Registry (`hwsel.registry`).
-
-Champions are loaded once; they answer only for (hardware, backend, precision, mode)
-combinations their training snapshot holds (a regression extrapolated to an unseen device or
-precision is worse than the roofline estimate). Each (model, hardware, backend, precision, mode,
-device) is scored once at the batch sizes of `GRID_BATCH_SIZES`, in one call with the other rows
-asked for (a forest costs as much for 300 rows as for one); batch sizes between interpolate. The
-interval is the champion's (`hwsel.registry.ChampionModel.log_offsets`).
-"""
+"""The ``registered`` layer: the champion models of the MLflow Model Registry (`hwsel.registry`),
+answering only for the (hardware, backend, precision, mode) combinations their training snapshot
+holds, each case scored once on `GRID_BATCH_SIZES` (batch sizes between interpolate)."""
 
 from __future__ import annotations
 
@@ -23,7 +17,7 @@ from pytest_hwbench.vocabulary import normalise_mode
 
 from ..bounds import Coverage
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import DeviceFields, optional_module, query_features
+from .base import DeviceFields, query_features
 from .rules import rules_estimate
 
 log = logging.getLogger("hwsel")
@@ -36,9 +30,10 @@ GRID_BATCH_SIZES: tuple[int, ...] = (1, 2, 4, 8, 16, 32, 64, 128, 256, 512, 1024
 class RegisteredLayer:
     """Answers queries inside the champions' `domain` (None: open) from their predictions.
 
-    `champions` maps a target (``latency``, ``memory``) to a loaded champion; `mode_names` maps
-    a mode to the spelling the champion was trained with (``{"train": "training"}`` for one
-    trained on records of the older spelling), so its encoders see the categories they learned.
+    `champions` maps a target (``latency``, ``memory``) to its `hwsel.registry.ChampionModel`;
+    `mode_names` maps a mode to the spelling the champion was trained with (``{"train":
+    "training"}`` for one trained on records of the older spelling), so its encoders see the
+    categories they learned.
     """
 
     name = "registered"
@@ -64,12 +59,11 @@ class RegisteredLayer:
         import numpy as np
 
         sub = query_features(queries, self.mode_names)
-        lat_log = _champion_log(self.champions["latency"], sub)
-        with np.errstate(divide="ignore", invalid="ignore"):
-            low, high = (np.log(v) for v in _champion_interval(self.champions["latency"], sub, lat_log))
-        mem = _champion_log(self.champions["memory"], sub) if "memory" in self.champions else np.full(len(sub), np.nan)
+        lat_log = self.champions["latency"].predict_log(sub)
+        low, high = self.champions["latency"].log_offsets(sub)
+        mem = self.champions["memory"].predict_log(sub) if "memory" in self.champions else np.full(len(sub), np.nan)
         self.scored_rows += len(queries)
-        return np.vstack([lat_log, low, high, mem])
+        return np.vstack([lat_log, lat_log + low, lat_log + high, mem])
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
         import numpy as np
@@ -136,31 +130,6 @@ def _possible(latency_ms: float, q: Query) -> bool:
         return False
     flops = float(q.model.flops_per_item or 0) * q.batch_size
     return not (math.isfinite(flops) and flops > 0 and latency_ms < flops / MAX_DEVICE_FLOPS * 1e3)
-
-
-def _champion_log(champion: Any, features: Any) -> Any:
-    """Log-space prediction (`ChampionModel.predict_log`), or the log of `predict`."""
-    import numpy as np
-
-    if hasattr(champion, "predict_log"):
-        return np.asarray(champion.predict_log(features), dtype=float)
-    with np.errstate(divide="ignore", invalid="ignore"):
-        return np.log(np.asarray(champion.predict(features), dtype=float))
-
-
-def _champion_interval(champion: Any, features: Any, log_pred: Any) -> tuple[Any, Any]:
-    """The champion's (low, high) around `log_pred` (no second scoring): its `log_offsets`
-    (adaptive or fixed, `hwsel.registry.ChampionModel`), its residual quantiles, or its `interval`."""
-    import numpy as np
-
-    if hasattr(champion, "log_offsets"):
-        low, high = champion.log_offsets(features)
-        return np.exp(log_pred + np.asarray(low, dtype=float)), np.exp(log_pred + np.asarray(high, dtype=float))
-    q10, q90 = getattr(champion, "residual_q10", None), getattr(champion, "residual_q90", None)
-    if q10 is not None and q90 is not None:
-        return np.exp(log_pred + q10), np.exp(log_pred + q90)
-    low, high = champion.interval(features)
-    return np.asarray(low, dtype=float), np.asarray(high, dtype=float)
 
 
 def champion_summary(champion: Any) -> dict[str, Any]:
@@ -248,13 +217,12 @@ def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
 def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     """(target -> champion, why none) from the registry at `tracking_uri` (None: the default store,
     when there is one here); an unreadable champion gives an `HwselWarning` and is left out."""
-    registry = optional_module("registry")
-    if registry is None:
-        return {}, "hwsel.registry is not importable"
-    data = optional_module("data")
-    if data is None or data.existing_store(tracking_uri) is None:
-        return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
+    from .. import registry
     from .._quiet import quiet_mlflow
+    from ..data import existing_store
+
+    if existing_store(tracking_uri) is None:
+        return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
 
     champions = {}
     for target in registry.PREDICTED_METRICS:

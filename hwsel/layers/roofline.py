@@ -1,12 +1,6 @@
-"""The ``roofline`` layer: a compute/memory-bound estimate from the device's peaks.
-
-`hwsel.roofline` (peak FLOP/s and memory bandwidth of the device's `hwsel.specs`
-entry) plus a launch overhead per forward and the runtime's own memory; training steps count
-three forwards and hold gradients and optimizer states (`hwsel.memory`). The interval is the
-``roofline`` band of the latency champion's `hwsel.intervals.AdaptiveIntervals` where it has one
-(calibrated on the roofline's own errors over the training records, wider for configurations and
-models far from them), else a fixed factor either side.
-"""
+"""The ``roofline`` layer: a compute/memory-bound estimate from the device's peaks
+(`hwsel.roofline`) plus launch overhead and the runtime's memory; its interval is the latency
+champion's calibrated ``roofline`` band where there is one, else a fixed factor."""
 
 from __future__ import annotations
 
@@ -24,11 +18,8 @@ from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runti
 
 
 def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
-    """`hwsel.roofline` for many queries at once (arrays: latency_ms, memory_mb, ...).
-
-    Device specs are looked up once per (hardware, device name); the arithmetic is one
-    vectorised call of the same function `hwsel.roofline.roofline` uses, so the two never disagree.
-    """
+    """`hwsel.roofline` for many queries at once (arrays: latency_ms, memory_mb, ...), by the
+    vectorised function `hwsel.roofline.roofline` uses, so the two never disagree."""
     import numpy as np
 
     from ..roofline import roofline_arrays as arrays

@@ -1,8 +1,5 @@
-"""The ``rules`` layer, the last one: plain heuristics that always answer.
-
-A table of effective FLOP/s and launch overheads per hardware kind and the memory model of
-`hwsel.memory`; no data, no scikit-learn, no MLflow.
-"""
+"""The ``rules`` layer, the last one: plain heuristics that always answer (no data, no
+scikit-learn, no MLflow)."""
 
 from __future__ import annotations
 
