@@ -2,7 +2,7 @@
 
 Every check loads once and runs batch 1 and batch 4 from that load (the runner's contract).
 The reference is torch eager fp32 on the same weights: exports come from
-`build_seeded_model`, and the torch backend builds from the same seed here.
+`EXPORT_SEED`, and the torch backend builds from the same seed here.
 """
 
 from __future__ import annotations
@@ -14,7 +14,7 @@ from typing import Any
 
 import pytest
 
-from pytest_hwbench.backends._onnx_export import EXPORT_SEED, build_seeded_model, export_onnx
+from pytest_hwbench.backends._onnx_export import EXPORT_SEED, export_onnx
 from pytest_hwbench.backends.base import get_backend
 from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
@@ -45,7 +45,7 @@ def references() -> dict[str, Any]:
 
 def _reference(references: dict[str, Any], name: str) -> Any:
     if name not in references:
-        references[name] = build_seeded_model(MODELS[name])
+        references[name] = MODELS[name].build_model("cpu", seed=EXPORT_SEED)
     return references[name]
 
 

@@ -11,8 +11,8 @@ import re
 import pytest
 
 from pytest_hwbench import BenchCase, Runner, TimingConfig, detect_hardware, get_model
+from pytest_hwbench.backends._torch import graphs_compiled
 from pytest_hwbench.backends.base import get_backend
-from pytest_hwbench.backends.torch_compile import graphs_compiled
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.scenarios import get_scenario
 from pytest_hwbench.scenarios.generate import GenerateCall, generation_class

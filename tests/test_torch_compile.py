@@ -13,8 +13,8 @@ from typing import Any
 
 import pytest
 
+from pytest_hwbench.backends._torch import graphs_compiled
 from pytest_hwbench.backends.base import get_backend, registered_backends
-from pytest_hwbench.backends.torch_compile import graphs_compiled
 from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import detect_hardware

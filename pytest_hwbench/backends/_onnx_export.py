@@ -1,14 +1,10 @@
 """Export zoo models to ONNX once, into a cache shared by processes and backends.
 
-The onnxruntime and openvino backends both start from the file `export_onnx(spec)` returns:
-one graph with a dynamic batch dimension, so one load serves every batch size. Weights come
-from a seeded build (`build_seeded_model`), so a test can rebuild the exact torch model an
-export holds. Derived files (int8, fp16, OpenVINO IR) live beside it through `cached_variant`.
-
-Cache layout: ``$HWBENCH_CACHE_DIR/onnx/<model>-<key>/`` (default ``~/.cache/hwbench``), one
-directory per entry, written to a temporary directory and renamed into place, so concurrent
-processes (xdist workers) never see half a file. The key hashes the model config, the input
-shapes, the torch/transformers versions and `FORMAT_VERSION`; delete the folder to re-export.
+`export_onnx(spec)` gives one graph with a dynamic batch dimension, its weights built from
+`EXPORT_SEED`; derived files (int8, fp16, OpenVINO IR) live beside it (`cached_variant`). An entry
+is ``$HWBENCH_CACHE_DIR/onnx/<model>-<key>/``, renamed into place whole, so concurrent processes
+never see half a file; the key hashes the config, the inputs, the library versions and
+`FORMAT_VERSION`.
 """
 
 from __future__ import annotations
@@ -32,7 +28,7 @@ from ..vocabulary import cache_dir
 
 #: Bump to invalidate every cached export (a change in how we export).
 FORMAT_VERSION = 1
-#: Weights of exported models come from this seed (see `build_seeded_model`).
+#: Weights of exported models come from this seed (``spec.build_model("cpu", seed=EXPORT_SEED)``).
 EXPORT_SEED = 0
 #: Opset for the TorchScript (legacy) exporter: read by onnxruntime >= 1.14 and OpenVINO >= 2023.
 LEGACY_OPSET = 17
@@ -63,11 +59,6 @@ class ExportedModel:
     @property
     def directory(self) -> Path:
         return self.path.parent
-
-
-def build_seeded_model(spec: ModelSpec, seed: int = EXPORT_SEED) -> Any:
-    """`spec.build_model()` on the CPU from `seed`, leaving the caller's RNG untouched."""
-    return spec.build_model("cpu", seed=seed)
 
 
 def _tensor_outputs(output: Any) -> list[str]:
@@ -202,7 +193,7 @@ def export_onnx(spec: ModelSpec) -> ExportedModel:
     def build(tmp: Path) -> dict[str, Any]:
         import torch
 
-        model = build_seeded_model(spec)
+        model = spec.build_model("cpu", seed=EXPORT_SEED)
         example = spec.make_inputs(EXAMPLE_BATCH)
         with torch.inference_mode():
             outputs = _tensor_outputs(model(**example))
@@ -263,7 +254,6 @@ def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path]
 __all__ = [
     "EXPORT_SEED",
     "ExportedModel",
-    "build_seeded_model",
     "cache_root",
     "cached_variant",
     "export_onnx",

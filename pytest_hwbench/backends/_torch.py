@@ -1,10 +1,6 @@
 """What the torch backends and the torch scenarios share: the seeded model at a precision, the
-`TorchModel` every torch runtime loads as, and torch.compile's modes, warm-up and recompile
-guard.
-
-Device-level details (device strings, sync, TF32, memory counters) are `pytest_hwbench.torch_device`'s;
-this module adds what needs a model. The generate and train scenarios build on it, so no scenario
-imports a backend plug-in. torch is imported inside the functions that need it.
+`TorchModel` every torch runtime loads as, and torch.compile's modes, warm-up and recompile guard
+(device-level details are `pytest_hwbench.torch_device`'s). torch is imported inside functions.
 """
 
 from __future__ import annotations
@@ -15,12 +11,11 @@ import os
 import shutil
 import time
 from collections.abc import Callable, Iterator
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..torch_device import device_string, disable_tf32, sync_for, timer_for
-from ..trackers import LocalCall
 from ..vocabulary import TORCH_DTYPES
 from .base import LoadedModel
 
@@ -31,11 +26,9 @@ if TYPE_CHECKING:
 EAGER = "torch"
 #: Share of the weights dynamic int8 must cover before we call a model int8.
 INT8_MIN_COVERAGE = 0.5
-#: Dynamo keeps the graphs of one code object (shared by every model whose forward goes through
-#: the same transformers decorator) up to this many, then runs the code eagerly with a warning.
-#: Each prepared shape adds one until `close()` resets dynamo. With dynamo's default (8) a ninth
-#: batch size would run eager and be measured as compiled; a fresh `torch.compile` wrapper per
-#: shape does not help, the count is per code object (both seen on torch 2.13).
+#: Graphs dynamo keeps per code object (shared by every model whose forward goes through the same
+#: transformers decorator; each prepared shape adds one until `close()`) before it runs the code
+#: eagerly: with its default (8), a ninth batch size would be measured as compiled (torch 2.13).
 RECOMPILE_LIMIT = 256
 
 
@@ -66,13 +59,15 @@ def effective_precision(model: Any) -> str:
     return found[0] if len(found) == 1 else "mixed(" + ",".join(found) + ")"
 
 
-def load_model(spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> Any:
-    """The zoo model at `precision` on the device of `hardware`; raises `PrecisionMismatch` when
-    torch holds another precision than the one asked for."""
+def load_model(spec: ModelSpec, hardware: str, precision: str, device_index: int = 0,
+               auto_class: str | None = None) -> Any:
+    """The zoo model (with `auto_class`'s head, default the spec's) at `precision` on the device
+    of `hardware`, built from the zoo's seed on the CPU then cast, so its weights are the same
+    everywhere; raises `PrecisionMismatch` when torch holds another precision than asked for."""
     import torch
 
     disable_tf32(hardware)
-    model = spec.build_model("cpu")
+    model = spec.build_model("cpu", auto_class=auto_class)
     if precision == "int8":
         model = _quantize_int8(model, spec.name)
     elif precision != "fp32":
@@ -131,18 +126,10 @@ class TorchModel(LoadedModel):
     """
 
     compiled: bool = False
-    _sync: Callable[[], None] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
-        object.__setattr__(self, "_sync", sync_for(self.device_kind, self.device_index))
-
-    def sync(self) -> None:
-        self._sync()
-
-    def local(self, call: Callable[[], Any], foreign_mb: float | None = None,
-              more: Callable[..., Any] | None = None) -> LocalCall:
-        # The device's sync itself, so the timed loop makes no method call around it.
-        return LocalCall(call, self._sync, self.timer, self.device_kind, self.device_index, foreign_mb, more)
+        # `sync` is the device's sync itself, so the timed loop makes no method call around it.
+        object.__setattr__(self, "sync", sync_for(self.device_kind, self.device_index))
 
     def set_threads(self, count: int) -> int | None:
         if self.device_kind != "cpu" or self.compiled:
@@ -157,7 +144,6 @@ class TorchModel(LoadedModel):
 
 
 def _on_path(*names: str | None) -> str | None:
-    """The first of `names` found on PATH (None entries skipped), or None."""
     return next((name for name in names if name and shutil.which(name)), None)
 
 

@@ -1,9 +1,8 @@
 """The backend protocol, the loaded model and the backend registry.
 
-A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision.
-Base code never names an implementation: each backend module calls `register_backend` on
-import, and every backend module, ours included, is listed in the ``pytest_hwbench.backends``
-entry-point group (see `pytest_hwbench._plugins`).
+A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision; each
+backend module registers itself (`register_backend`) and is listed in the
+``pytest_hwbench.backends`` entry-point group.
 """
 
 from __future__ import annotations
@@ -15,7 +14,7 @@ from typing import Any, ClassVar, Protocol, runtime_checkable
 from .._plugins import BACKENDS_GROUP, Registry, missing_members
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import LocalCall, MeasuredElsewhere, Measurement, RemoteMeasurement
+from ..trackers import LocalCall, MeasuredElsewhere, Measurement, MeasuresMore, RemoteCall, RemoteMeasurement
 
 
 @dataclass(frozen=True)
@@ -27,11 +26,7 @@ class LoadedModel:
     `threads` the intra-op threads it runs with (None where it has no such setting); `details` go
     into the record's extra (entries named as record metrics become those metrics).
 
-    A backend subclasses it and implements `prepare`; the other methods have defaults:
-    `measurement` times the prepared call in this process (`LocalCall`); a model measured
-    elsewhere returns a `RemoteCall` instead; `sync` waits for the device; `close` frees the
-    model; `set_threads` changes the intra-op threads of later calls; `own_pids` names processes
-    that do the model's work besides this one.
+    A backend subclasses it and implements `prepare`; the other methods have defaults.
     """
 
     precision: str
@@ -48,10 +43,15 @@ class LoadedModel:
         raise NotImplementedError(f"{type(self).__name__} must implement prepare(inputs) -> a zero-argument call")
 
     def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        """How the runner measures the call `prepare(inputs)` gives: timed here (`local`) by default.
+        """How the runner measures the call `prepare(inputs)` gives: a `RemoteCall` of a
+        `MeasuredElsewhere` call, else timed here (`local`, with a `MeasuresMore` call's
+        `measure_more`).
 
         `foreign_mb` is device memory in use that this model does not own (kept out of its peak)."""
-        return self.local(self.prepare(inputs), foreign_mb)
+        call = self.prepare(inputs)
+        if isinstance(call, MeasuredElsewhere):
+            return RemoteCall(call)
+        return self.local(call, foreign_mb, call.measure_more if isinstance(call, MeasuresMore) else None)
 
     def local(self, call: Callable[[], Any], foreign_mb: float | None = None,
               more: Callable[..., Mapping[str, float]] | None = None) -> LocalCall:

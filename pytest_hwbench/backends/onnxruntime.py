@@ -1,13 +1,9 @@
 """ONNX Runtime backend: CPU, CUDA and OpenVINO execution providers, and TensorRT.
 
-One ONNX export per model (`_onnx_export`, dynamic batch), shared by every precision and
-process; int8 (dynamic quantization) and fp16 (converted graph) are cached files derived from
-it. The precision reported is read back from the graph the session loads and from the
-provider options the session holds, never taken from the request.
-
-TensorRT is its own backend name, ``onnxruntime-trt`` (hardware ``cuda``): it builds engines
-per input shape and picks kernels itself, so its numbers are a different thing from the CUDA
-provider's and should not share a label with them.
+One ONNX export per model (`_onnx_export`), with cached int8 (dynamic quantization) and fp16
+variants; the precision reported is read back from the loaded graph and the session's provider
+options. TensorRT is its own backend, ``onnxruntime-trt``: it picks kernels itself, so its numbers
+do not share a label with the CUDA provider's.
 """
 
 from __future__ import annotations
@@ -114,13 +110,6 @@ def convert_fp16(exported: ExportedModel, name: str) -> Path:
         raise UnsupportedCase(f"fp16: converting {name}'s ONNX graph to float16 failed: {summarize_error(exc)}") from exc
 
 
-def _onnx_missing() -> str | None:
-    for module, pip in (("onnxruntime", "onnxruntime"), ("onnx", "onnx")):
-        if importlib.util.find_spec(module) is None:
-            return f"onnxruntime backend needs {module} (pip install {pip}, or 'pytest-hwbench[onnx]')"
-    return None
-
-
 def _cuda_name(index: int) -> str:
     from ..hardware import detect_hardware
 
@@ -163,9 +152,8 @@ class OnnxRuntimeBackend(Backend):
         target = hw["onnxruntime"]
         if not target.available:
             return f"onnxruntime: {target.reason}"
-        missing = _onnx_missing()
-        if missing:
-            return missing
+        if importlib.util.find_spec("onnx") is None:  # the probe found onnxruntime itself
+            return "onnxruntime backend needs onnx (pip install onnx, or 'pytest-hwbench[onnx]')"
         provider = self.providers[hardware]
         providers = list(target.details.get("providers", ()))
         if provider not in providers:

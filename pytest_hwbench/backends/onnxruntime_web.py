@@ -1,28 +1,11 @@
 """onnxruntime-web backend: the shared ONNX export, run by onnxruntime-web in a headless Chromium.
 
-Hardware targets (one marker each): ``wasm`` (the WebAssembly execution provider, bundle
-``ort.wasm.min.mjs``), ``webgpu`` (the WebGPU provider, ``ort.webgpu.min.mjs``) and ``webnn``
-(``ort.min.mjs``). The model is `_onnx_export.export_onnx`'s file (the fp16 variant of the
-onnxruntime backend for fp16), served with the case's inputs by the driver's server on
-127.0.0.1 (`pytest_hwbench.web`).
-
-Timing happens in the page: ``performance.now()`` around each ``session.run``, a cold call,
-warm-up by count and by time (``$HWBENCH_WEB_WARMUP_S``), then the run's min iterations and min time. The first
-measurement in a fresh page warms up until steady: V8 keeps compiling the 14 MB wasm module in
-the background for seconds, so the page goes on until the medians of two consecutive
-`SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`, for at most ``$HWBENCH_WEB_SETTLE_S``. The call that `prepare` returns has
-``measure_remote(timing)``; the loaded model's measurement is a `RemoteCall` of it, and the page's
-per-iteration times become the record's timings. The device name is what the browser reports
-(the WebGPU adapter; a software adapter such as SwiftShader says so, and ``extra`` carries
-``web_software_adapter``); ``extra`` holds the browser and onnxruntime-web versions and bundle.
-
-Precision is read back: the graph's weights (`graph_precision`) and the output types the page saw.
-One browser per process, started at the first load and reused; `shutdown` (session end), a
-failure (the driver kills a crashed or hung browser, the next case starts a new one) and
-interpreter exit end it with its process group. Memory is the browser's real footprint: the
-peak of the proportional set size (PSS) summed over its processes while the page measures
-(shared pages counted once, split among the processes that share them; summed RSS counts them
-once per process, about twice the footprint).
+Hardware targets: ``wasm``, ``webgpu`` and ``webnn`` (one bundle each, `BUNDLES`). The page times
+each ``session.run`` with ``performance.now()`` (warm-up by count, by time and, in a fresh page,
+until two `SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`), so a loaded model's
+measurement is a `RemoteCall`. The precision is read back from the graph and the page's output
+types; memory is the peak PSS summed over the browser's processes. One browser per process,
+reused, ended by `shutdown`, a failure or interpreter exit.
 """
 
 from __future__ import annotations
@@ -39,7 +22,6 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import Measurement, RemoteCall
 from ._onnx_export import export_onnx
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
@@ -63,9 +45,8 @@ MEMORY_DOC = "peak proportional set size (PSS) summed over the browser's process
 TIMEOUT_ENV = "HWBENCH_WEB_TIMEOUT_S"
 #: wasm threads (``$HWBENCH_WEB_THREADS``); unset: onnxruntime-web's default (half the cores, at most 4).
 THREADS_ENV = "HWBENCH_WEB_THREADS"
-#: numpy dtype -> onnxruntime-web tensor type.
-_PAGE_DTYPES = {"float32": "float32", "float16": "float16", "int64": "int64", "int32": "int32", "bool": "bool",
-                "uint8": "uint8", "int8": "int8"}
+#: numpy dtypes the page can feed (onnxruntime-web's tensor types of the same names).
+_PAGE_DTYPES = frozenset({"float32", "float16", "int64", "int32", "bool", "uint8", "int8"})
 #: onnxruntime-web output tensor type -> our precision name.
 _OUTPUT_PRECISION = {"float32": "fp32", "float16": "fp16"}
 
@@ -82,13 +63,13 @@ def _web() -> Any:
     return web
 
 
+@dataclass(frozen=True)
 class _PageCall:
     """What `prepare` returns: `measure_remote` measures in the page; calling it refuses."""
 
-    def __init__(self, model: _PageModel, feeds: list[dict[str, Any]], blob: bytes) -> None:
-        self.model = model
-        self.feeds = feeds
-        self.blob = blob
+    model: _PageModel
+    feeds: list[dict[str, Any]]
+    blob: bytes
 
     def __call__(self) -> Any:
         raise RuntimeError("onnxruntime-web: this case runs in a browser page; its times come from "
@@ -108,17 +89,14 @@ class _PageModel:
         self._driver = _web().shared_driver()
         self._launches = -1
 
-    def providers(self, device_type: str | None) -> list[Any]:
-        if self.hardware == "webnn":
-            return [{"name": "webnn", "deviceType": device_type or "cpu"}]
-        return [self.hardware]
-
     def load(self, device_type: str | None) -> dict[str, Any]:
         driver = self._driver
+        providers = ([{"name": "webnn", "deviceType": device_type or "cpu"}] if self.hardware == "webnn"
+                     else [self.hardware])
         url = driver.add_blob(self.path)
         try:
             value = driver.call("load", bundle=self.bundle, timeout_s=_seconds(TIMEOUT_ENV), key=self.key,
-                                model=url, executionProviders=self.providers(device_type),
+                                model=url, executionProviders=providers,
                                 numThreads=int(_seconds(THREADS_ENV)))
         except _web().PageError as exc:
             hint = _wasm_load_hint(str(exc))
@@ -150,8 +128,8 @@ class _PageModel:
             if array.dtype.kind == "f":
                 array = array.astype(np.float16 if self.precision == "fp16" else np.float32)
             array = np.ascontiguousarray(array)
-            dtype = _PAGE_DTYPES.get(str(array.dtype))
-            if dtype is None:
+            dtype = str(array.dtype)
+            if dtype not in _PAGE_DTYPES:
                 raise UnsupportedCase(f"onnxruntime-web: input {name} has dtype {array.dtype}, which the page cannot feed")
             data = array.tobytes()
             feeds.append({"name": name, "dtype": dtype, "dims": list(array.shape), "offset": offset, "bytes": len(data)})
@@ -248,7 +226,7 @@ class OnnxRuntimeWebBackend(Backend):
         if graph != precision:
             raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the graph holds {graph} "
                                     f"(weights by precision: {shares})")
-        if path.with_name(path.name + ".data").exists() or any(path.parent.glob("*.data")):
+        if any(path.parent.glob("*.data")):
             raise UnsupportedCase(f"{self.name}: {spec.name}'s ONNX file keeps its weights in external data, "
                                   "which the page does not load")
         target = detect_hardware().targets.get(hardware)
@@ -280,16 +258,13 @@ class OnnxRuntimeWebBackend(Backend):
 
 @dataclass(frozen=True, kw_only=True)
 class _WebModel(LoadedModel):
-    """A session in a browser page: its calls are measured in the page (`RemoteCall`), and the
-    browser's CPU time is the case's own."""
+    """A session in a browser page: its calls are measured in the page, and the browser's CPU
+    time is the case's own."""
 
     page: _PageModel
 
     def prepare(self, inputs: dict[str, Any]) -> _PageCall:
         return self.page.prepare(inputs)
-
-    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        return RemoteCall(self.prepare(inputs))
 
     def close(self) -> None:
         self.page.release()
@@ -308,24 +283,10 @@ def _wasm_load_hint(message: str) -> str:
     return ""
 
 
-def browser_pss_mb(pid: int | None) -> float | None:
-    """The browser's footprint now: PSS (MiB) summed over its processes, None when none runs."""
-    import psutil
-
-    total = 0
-    for each in _browser_pids(pid):
-        try:
-            total += psutil.Process(each).memory_full_info().pss
-        except Exception:  # noqa: BLE001 - a process that just ended
-            continue
-    return total / 2**20 if total else None
-
-
 class _MemorySampler:
     """Peak PSS (MiB) summed over the browser's process tree, sampled while the page measures:
-    the renderer (wasm memory, onnxruntime-web's buffers), the GPU process and the rest. The page
-    has no prompt way to tell its own memory, so this is the case's memory figure (browser
-    overhead included)."""
+    the case's memory figure, browser overhead included (the page cannot tell its own memory).
+    PSS, not RSS: summed RSS counts shared pages once per process, about twice the footprint."""
 
     INTERVAL_S = 0.25
 
@@ -337,7 +298,15 @@ class _MemorySampler:
         self._thread.start()
 
     def _sample(self) -> None:
-        self.peak = max(self.peak, browser_pss_mb(self.pid) or 0.0)
+        import psutil
+
+        total = 0
+        for each in _browser_pids(self.pid):
+            try:
+                total += psutil.Process(each).memory_full_info().pss
+            except Exception:  # noqa: BLE001 - a process that just ended
+                continue
+        self.peak = max(self.peak, total / 2**20)
 
     def _run(self) -> None:
         while not self._stop.is_set():
@@ -365,4 +334,4 @@ def _browser_pids(pid: int | None) -> tuple[int, ...]:
 
 BACKEND = register_backend(OnnxRuntimeWebBackend())
 
-__all__ = ["BACKEND", "BUNDLES", "MEMORY_KIND", "OnnxRuntimeWebBackend", "browser_pss_mb"]
+__all__ = ["BACKEND", "BUNDLES", "MEMORY_KIND", "OnnxRuntimeWebBackend"]

@@ -1,11 +1,8 @@
-"""OpenVINO backend: CPU, GPU and NPU through OpenVINO's own runtime.
+"""OpenVINO backend: CPU, GPU and NPU through OpenVINO's own runtime, on the shared ONNX export.
 
-The model is the cached ONNX export the onnxruntime backend uses too (`_onnx_export`, dynamic
-batch), read by `Core.read_model`. Every compile pins PERFORMANCE_HINT=LATENCY and
-INFERENCE_PRECISION_HINT: without the hint OpenVINO runs bf16 on CPUs with avx512_bf16 while a
-harness would label it fp32 (FACTS.md). The precision reported is the compiled model's
-INFERENCE_PRECISION_HINT, cross-checked against the precision its MatMul/Convolution layers
-run at in the runtime (execution) graph. int8 is post-training quantization with nncf.
+Every compile pins PERFORMANCE_HINT=LATENCY and INFERENCE_PRECISION_HINT (without it OpenVINO runs
+bf16 on CPUs with avx512_bf16, FACTS.md); the precision reported is that hint, cross-checked with
+the runtime graph's MatMul/Convolution layers. int8 is nncf post-training quantization.
 """
 
 from __future__ import annotations
@@ -40,9 +37,8 @@ CALIBRATION_ITEMS = 4
 NNCF_MISSING = "openvino int8 needs nncf (pip install nncf)"
 
 
-def _type_name(value: Any) -> str:
-    name = value.get_type_name() if hasattr(value, "get_type_name") else str(value)
-    return _TYPES.get(str(name).lower(), str(name).lower())
+def _type_name(name: str) -> str:
+    return _TYPES.get(name.lower(), name.lower())
 
 
 def _ov_devices(hardware: str, hw: HardwareInfo) -> list[DeviceInfo]:
@@ -66,7 +62,7 @@ def runtime_precisions(compiled: Any) -> dict[str, int]:
         except (KeyError, RuntimeError, AttributeError):
             continue
         if layer in _COMPUTE_LAYERS:
-            counts[_TYPES.get(precision.lower(), precision.lower())] += 1
+            counts[_type_name(precision)] += 1
     return dict(sorted(counts.items()))
 
 
@@ -74,7 +70,7 @@ def _read_back(compiled: Any, precision: str) -> tuple[str, str, dict[str, int]]
     """(precision that runs, INFERENCE_PRECISION_HINT as compiled, compute layers by precision)."""
     raw = compiled.get_property("INFERENCE_PRECISION_HINT")
     raw_name = str(raw.get_type_name() if hasattr(raw, "get_type_name") else raw)
-    hint = _type_name(raw)
+    hint = _type_name(raw_name)
     layers = runtime_precisions(compiled)
     total = sum(layers.values())
     if precision == "int8":

@@ -1,23 +1,11 @@
 """Qualcomm AI Hub backend: compile the shared ONNX export for a hosted Snapdragon device, profile
-it there, and report AI Hub's own measurements (over 500 lines because the client's jobs, their
-cache per shape and the translation of its profiles make one remote measurement).
+it there, and report AI Hub's own measurements.
 
-Nothing runs on this machine but the export: AI Hub compiles the graph for the device named by
-``$HWBENCH_QAI_HUB_DEVICE`` (default `DEFAULT_DEVICE`), runs it there (100 profiler iterations by
-default) and returns a profile. So a `LoadedModel` from this backend cannot be timed with a local
-clock. Its ``timer`` is ``"remote"`` and `prepare(inputs)` submits a compile job and a profile job
-for the shape of `inputs` (cached per shape); the call it returns is `MeasuredElsewhere`: its
-``measure_remote()`` gives the device's per-iteration times and peak memory, and the loaded
-model's measurement is a `RemoteCall` of it, in place of a local loop and trackers. Calling it
-raises: a local clock would time nothing.
-
-`profile_to_measurement` turns a downloaded profile (the dict ``ProfileJob.download_profile()``
-returns) into a `RemoteProfile`. It is a pure function, tested on recorded profile shapes in
-``tests/data/qai_hub/``.
-
-The API token (``$QAI_HUB_API_TOKEN``, or ``~/.qai_hub/client.ini`` written by ``qai-hub
-configure``) only goes to `qai_hub.ClientConfig`. Every message that leaves this module from the
-client path goes through `scrub` first, and no detail, param or tag carries it.
+Nothing runs on this machine but the export: `prepare(inputs)` submits a compile job and a profile
+job for the shape of `inputs` (once per shape) on the device named by ``$HWBENCH_QAI_HUB_DEVICE``
+(default `DEFAULT_DEVICE`), and its call is `MeasuredElsewhere` (calling it raises).
+`profile_to_measurement` turns a downloaded profile into a `RemoteProfile`. The API token goes to
+`qai_hub.ClientConfig` only; every message from the client path goes through `scrub` first.
 """
 
 from __future__ import annotations
@@ -37,7 +25,6 @@ from typing import Any
 from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ..trackers import Measurement, RemoteCall
 from ._onnx_export import ExportedModel, cached_variant, export_onnx
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
@@ -59,11 +46,8 @@ NO_TOKEN = "no Qualcomm AI Hub token: run `qai-hub configure --api_token TOKEN` 
 
 #: AI Hub compile options per precision. ``qnn_context_binary`` runs on the Hexagon NPU (HTP)
 #: only, without a CPU fallback, so a profile of it is an NPU measurement. The NPU computes float
-#: graphs in fp16 (AI Hub Models calls that precision "float"); ``--quantize_full_type float16``
-#: states it explicitly: it is accepted with qnn_context_binary and precompiled_qnn_onnx in jobs
-#: we have seen published, and rejected with ``--target_runtime onnx`` (unverified here: no
-#: token). int8 is post-training quantization at compile time (``--quantize_full_type int8``
-#: with ``calibration_data``, as in qai-hub 0.56's own CLI tests); IO stays float/int.
+#: graphs in fp16, stated by ``--quantize_full_type float16``; int8 is post-training quantization
+#: at compile time (with ``calibration_data``, as in qai-hub 0.56's CLI tests); IO stays float/int.
 COMPILE_OPTIONS: dict[str, str] = {
     "fp16": "--target_runtime qnn_context_binary --quantize_full_type float16",
     "int8": "--target_runtime qnn_context_binary --quantize_full_type int8",
@@ -194,11 +178,9 @@ def profile_to_measurement(profile: Mapping[str, Any], *, compile_job_id: str = 
     """Translate a profile dict from ``ProfileJob.download_profile()`` into a `RemoteProfile`.
 
     The schema is qai-hub's ``_profile_pb_to_python_dict`` (0.56): ``execution_summary`` with
-    ``estimated_inference_time`` and ``all_inference_times`` in microseconds (the client divides
-    by 1000 to print ms), ``inference_memory_peak_range`` as (low, high) bytes (the client divides
-    ``estimated_inference_peak_memory`` by 1024*1024 to print MB), ``first_load_time`` and
-    ``warm_load_time`` in microseconds; ``execution_detail`` is a list of layers with
-    ``compute_unit`` NPU/GPU/CPU. Version-0 profiles fill the newer keys with None.
+    times in microseconds and ``inference_memory_peak_range`` as (low, high) bytes;
+    ``execution_detail`` lists layers with their ``compute_unit``. Version-0 profiles fill the
+    newer keys with None.
 
     Raises ValueError naming what is missing when the profile holds no inference time.
     """
@@ -333,12 +315,12 @@ def _submit_profile(client: Any, model: Any, device: Any, name: str) -> Any:
     return client.submit_profile_job(model, device, name=name)
 
 
+@dataclass(frozen=True)
 class _RemoteCall:
     """What `prepare` returns: the profile (`MeasuredElsewhere`), and a refusal to be timed on
     this machine."""
 
-    def __init__(self, profile: RemoteProfile) -> None:
-        self.profile = profile
+    profile: RemoteProfile
 
     def __call__(self) -> Any:
         raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times come from "
@@ -354,7 +336,7 @@ class _RemoteCall:
 @dataclass(frozen=True, kw_only=True)
 class _HubModel(LoadedModel):
     """A model on an AI Hub device: each input shape is profiled there (once), and the profile is
-    its measurement (`RemoteCall`)."""
+    its measurement."""
 
     spec: ModelSpec
     exported: ExportedModel
@@ -373,9 +355,6 @@ class _HubModel(LoadedModel):
         self.details.update(profile.details())
         self.details["qai_hub_compile_options"] = compile_options(self.precision, specs)
         return _RemoteCall(profile)
-
-    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        return RemoteCall(self.prepare(inputs))
 
     def close(self) -> None:
         self.profiles.clear()

@@ -1,22 +1,15 @@
 """torch.compile backends: ``torch-compile`` (mode "default") and ``torch-compile-ro``
 (mode "reduce-overhead", i.e. CUDA graphs), on cpu, cuda, rocm and xpu.
 
-Models compile with ``dynamic=False``: one graph per input shape, so every batch size gets a
-graph specialised to it, as a deployment that pads to fixed batch sizes runs. `prepare()`
-makes the first call of each shape, which compiles; its seconds go to
-``details["compile_time_s"]``, so the runner's latency is the steady state without compilation.
-A timed call that would compile again raises instead of measuring a compilation.
-``details["compile_cache_hits"]`` / ``["compile_cache_misses"]`` count inductor's on-disk FX
-graph cache for that compile: a hit takes a fraction of a cold compile's time.
-
-The generate scenario compiles its decode step through the same modes and helpers
-(`pytest_hwbench.backends._torch`: `CompileMode`, `warm_up`, `no_recompile`), so both modes
-compile, warm up and refuse recompiles alike.
+One graph per input shape (``dynamic=False``, as a deployment padding to fixed batch sizes runs),
+compiled in `prepare()` outside the timed loop: ``details`` get ``compile_time_s`` and the FX
+graph cache's ``compile_cache_hits``/``compile_cache_misses``; a timed call that would compile
+again raises.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ..errors import UnsupportedCase
@@ -26,10 +19,8 @@ from ..torch_device import device_string
 from ..vocabulary import TORCH_DTYPES
 from ._torch import (
     COMPILE_MODES,
-    RECOMPILE_LIMIT,
     CompileMode,
     TorchModel,
-    graphs_compiled,
     load_model,
     move_inputs,
     no_recompile,
@@ -45,24 +36,18 @@ class CompiledModel(TorchModel):
     """A model compiled by torch.compile in one `mode`: each `prepare` compiles (and warms up)
     the graph of its input shape; the call it returns refuses to recompile."""
 
+    #: the compiled function; None once closed
     compiled_fn: Any
     backend: str
     model_name: str
     mode: str
     dtype: Any
-    #: the compiled function while the model is open (`close` drops it)
-    _state: dict[str, Any] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        super().__post_init__()
-        object.__setattr__(self, "_state", {"compiled": self.compiled_fn})
-        object.__setattr__(self, "compiled_fn", None)  # held by the state only, so close() frees it
 
     def prepare(self, inputs: dict[str, Any]) -> Any:
         import torch
 
         moved = move_inputs(inputs, device_string(self.device_kind, self.device_index), self.dtype)
-        fn = self._state["compiled"]
+        fn = self.compiled_fn
         if fn is None:
             raise RuntimeError(f"{self.backend}: {self.model_name} was closed")
 
@@ -88,7 +73,7 @@ class CompiledModel(TorchModel):
         # compiles again in its next prepare(), where that time is counted.
         import torch
 
-        self._state["compiled"] = None
+        object.__setattr__(self, "compiled_fn", None)  # frozen, but the model's memory must go
         torch._dynamo.reset()
 
 
@@ -156,5 +141,4 @@ class TorchCompileBackend(Backend):
 COMPILE = register_backend(TorchCompileBackend(COMPILE_MODES["torch-compile"]))
 COMPILE_RO = register_backend(TorchCompileBackend(COMPILE_MODES["torch-compile-ro"]))
 
-__all__ = ["COMPILE", "COMPILE_RO", "RECOMPILE_LIMIT", "CompiledModel", "TorchCompileBackend", "graphs_compiled",
-           "no_recompile", "warm_up"]
+__all__ = ["COMPILE", "COMPILE_RO", "CompiledModel", "TorchCompileBackend"]

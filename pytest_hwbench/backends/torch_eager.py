@@ -10,15 +10,7 @@ from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..torch_device import device_string
 from ..vocabulary import TORCH_DTYPES
-from ._torch import (
-    EAGER,
-    TorchModel,
-    device_name,
-    effective_precision,
-    load_model,
-    move_inputs,
-    torch_fields,
-)
+from ._torch import EAGER, TorchModel, load_model, move_inputs, torch_fields
 from .base import Backend, LoadedModel, register_backend
 
 
@@ -86,4 +78,4 @@ class TorchEagerBackend(Backend):
 
 BACKEND = register_backend(TorchEagerBackend())
 
-__all__ = ["BACKEND", "EagerModel", "TorchEagerBackend", "device_name", "effective_precision"]
+__all__ = ["BACKEND", "EagerModel", "TorchEagerBackend"]

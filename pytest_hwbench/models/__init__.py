@@ -1,18 +1,9 @@
 """The model zoo and model sets: models built from transformers config classes, never downloaded.
 
-One job per module:
-
-- `spec`: `ModelSpec` (how to build one model and feed it), `ModelArchitecture`, and the words
-  a model is described in (`FAMILIES`, `MODALITIES`, `TIERS`, bytes per weight and activation);
-- `inputs`: the input builders, item sizes and text limits per modality;
-- `trace`: the shape-only (meta-device) trace: parameters, FLOPs, activation peak, operators
-  launched per forward, attention and KV heads, without allocating weights;
-- `zoo`: the built-in models in three tiers (`ZOO_SPECS`, `KEY_MODELS`) and the registry
-  (`MODELS`, `register_model`, `get_model`);
-- `sets`: user models from a TOML/JSON model-set file, a `config.json` file or a folder holding
-  one (`load_model_set`, `--hwbench-model-set`), checked once, errors naming the field.
-
-Importing the package imports neither torch nor transformers.
+`spec` (`ModelSpec`, the words models are described in), `inputs` (input builders per modality),
+`trace` (the meta-device trace: parameters, FLOPs, activations, launches), `zoo` (the built-in
+models and the registry), `sets` (user models from a model-set file or a `config.json`). Importing
+the package imports neither torch nor transformers.
 """
 
 from __future__ import annotations

@@ -1,8 +1,5 @@
-"""Inputs per modality: deterministic random forward() kwargs, the size of one item, the longest text.
-
-Each builder takes the spec's sequence length, the built transformers config, the batch size
-and a `torch.Generator`; torch is imported inside the builders, so this module imports nothing
-heavy. The tables are keyed by modality (`MODALITIES` in `spec`).
+"""Inputs per modality: deterministic random forward() kwargs, the size of one item, the longest
+text; tables keyed by modality (`MODALITIES` in `spec`). torch is imported inside the builders.
 """
 
 from __future__ import annotations

@@ -1,10 +1,7 @@
 """Model sets: user models from a TOML/JSON file, a Hugging Face `config.json` file or a folder with one.
 
-`load_model_set` (``--hwbench-model-set``) reads and checks every entry once (`check_model_spec`:
-the config is built and kept on the spec), so a bad set stops a run before any case; every error
-names the file, the entry or model, and the field. `spec_from_config` turns the contents of a
-`config.json` into a checked `ModelSpec`. Sizes (`SIZE_KEYS`) must be whole numbers >= 1, and an
-entry may take a built-in zoo name only for the same architecture.
+Every model is checked once, when read (`check_model_spec`), and every error names the file, the
+entry or model, and the field.
 """
 
 from __future__ import annotations
@@ -65,17 +62,6 @@ def _read_model_file(path: Path, what: str) -> str:
     return data.decode("utf-8")
 
 
-def _spec_from_dir(path: Path) -> ModelSpec:
-    config_file = path / "config.json"
-    try:
-        config = json.loads(_read_model_file(config_file, "config"))
-    except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
-        raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
-    model_type = config.get("model_type") if isinstance(config, dict) else None
-    family, modality, auto, gaps = _model_type_row(model_type, f"{path}/config.json")
-    return ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
-
-
 def _model_type_row(model_type: Any, where: str) -> tuple[str, str, str, Mapping[str, str]]:
     """(family, modality, auto class, backend gaps) of a config.json's `model_type`."""
     if model_type not in _MODEL_TYPES:
@@ -87,11 +73,6 @@ def _model_type_row(model_type: Any, where: str) -> tuple[str, str, str, Mapping
 #: config.json keys that describe the file, not the architecture.
 _CONFIG_METADATA = ("model_type", "architectures", "_name_or_path", "transformers_version", "torch_dtype", "dtype",
                     "auto_map", "_commit_hash")
-
-
-def is_hf_config(data: Any) -> bool:
-    """Whether parsed JSON is a Hugging Face ``config.json`` (a ``model_type``, no ``models`` list)."""
-    return isinstance(data, Mapping) and "model_type" in data and "models" not in data
 
 
 def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, where: str = "config") -> ModelSpec:
@@ -163,30 +144,34 @@ def nonpositive_size(config: Mapping[str, Any], prefix: str = "") -> tuple[str, 
     return None
 
 
-def _entry_spec(entry: Any) -> tuple[ModelSpec | None, str | None, str]:
-    """(spec, None, "") for a well-formed entry, else (None, field, problem)."""
+def _entry_spec(entry: Mapping[str, Any], where: str) -> ModelSpec:
+    """The spec of a model-set entry; ValueError naming `where` and the field when it is not well-formed."""
+
+    def bad(key: str, problem: str) -> ValueError:
+        return ValueError(f"{where}: field {key!r}: {problem}")
+
     unknown = [key for key in entry if key not in _ENTRY_FIELDS]
     if unknown:
-        return None, str(unknown[0]), f"unknown field; accepted: {', '.join(_ENTRY_FIELDS)}"
+        raise bad(str(unknown[0]), f"unknown field; accepted: {', '.join(_ENTRY_FIELDS)}")
     for key in _REQUIRED_FIELDS:
         if key not in entry:
-            return None, key, "missing (required: " + ", ".join(_REQUIRED_FIELDS) + ")"
+            raise bad(key, "missing (required: " + ", ".join(_REQUIRED_FIELDS) + ")")
     for key in ("family", "config_class", "modality", "auto_class", "tier"):
         if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
-            return None, key, f"expected a non-empty string, got {entry[key]!r}"
+            raise bad(key, f"expected a non-empty string, got {entry[key]!r}")
     for key, choices in _CHOICES.items():
         if key in entry and entry[key] not in choices:
-            return None, key, f"{entry[key]!r} is not one of {', '.join(choices)}"
+            raise bad(key, f"{entry[key]!r} is not one of {', '.join(choices)}")
     length = entry.get("sequence_length", 1)
     if isinstance(length, bool) or not isinstance(length, int) or length < 1:
-        return None, "sequence_length", f"expected a whole number >= 1, got {length!r}"
+        raise bad("sequence_length", f"expected a whole number >= 1, got {length!r}")
     for key in ("config_kwargs", "backend_gaps"):
         if key in entry and not isinstance(entry[key], Mapping):
-            return None, key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}"
+            raise bad(key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}")
     found = nonpositive_size(entry.get("config_kwargs") or {}, "config_kwargs.")
     if found is not None:
-        return None, found[0], f"a size must be a whole number >= 1, got {found[1]!r}"
-    return ModelSpec(**entry), None, ""
+        raise bad(found[0], f"a size must be a whole number >= 1, got {found[1]!r}")
+    return ModelSpec(**entry)
 
 
 def _stray_sub_config(config: Any, prefix: str = "config_kwargs.",
@@ -271,9 +256,16 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
     """
     path = Path(path)
     if path.is_dir():
-        if not (path / "config.json").exists():
+        config_file = path / "config.json"
+        if not config_file.exists():
             raise ValueError(f"model directory {path} has no config.json")
-        spec = _spec_from_dir(path)
+        try:
+            config = json.loads(_read_model_file(config_file, "config"))
+        except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
+            raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
+        model_type = config.get("model_type") if isinstance(config, dict) else None
+        family, modality, auto, gaps = _model_type_row(model_type, str(config_file))
+        spec = ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
         try:
             return [check_model_spec(spec)]
         except ValueError as exc:
@@ -293,7 +285,7 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
         raise ValueError(f"model set {path}: cannot be read ({exc})") from None
     except (tomllib.TOMLDecodeError, json.JSONDecodeError) as exc:
         raise ValueError(f"model set {path}: not valid {path.suffix[1:].upper()}: {exc}") from None
-    if is_hf_config(data):  # a transformers config.json file, named after its folder or itself
+    if isinstance(data, Mapping) and "model_type" in data and "models" not in data:  # a transformers config.json
         default = path.parent.name if path.name == "config.json" else path.stem
         return [spec_from_config(data, None if data.get("_name_or_path") else default, where=str(path))]
     entries = data.get("models") if isinstance(data, dict) else None
@@ -318,9 +310,7 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
         take_over = entry.pop("replace", False)
         if not isinstance(take_over, bool):
             raise ValueError(f"{where}: field 'replace': expected true or false, got {take_over!r}")
-        spec, field_name, problem = _entry_spec(entry)
-        if spec is None:
-            raise ValueError(f"{where}: field {field_name!r}: {problem}")
+        spec = _entry_spec(entry, where)
         try:
             specs.append(check_model_spec(spec))
         except ValueError as exc:
@@ -349,5 +339,4 @@ def _check_zoo_name(spec: ModelSpec, where: str) -> None:
                      "give it its own name, or set replace = true to take the zoo name over")
 
 
-__all__ = ["SIZE_KEYS", "check_model_spec", "is_hf_config", "load_model_set", "nonpositive_size",
-           "spec_from_config"]
+__all__ = ["SIZE_KEYS", "check_model_spec", "load_model_set", "nonpositive_size", "spec_from_config"]

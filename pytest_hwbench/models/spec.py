@@ -1,10 +1,7 @@
 """What a model is: `ModelSpec` (how to build and feed it) and the words it is described in.
 
-A `ModelSpec` names a transformers config class and its kwargs, the auto class that builds the
-model, and the modality whose input builder (`inputs`) feeds it. Its `architecture` (parameters,
-FLOPs per item, activation peak, launches, heads) comes from the meta-device trace (`trace`), so
-the numbers of a 7B model cost about a second and no weights are allocated. transformers and
-torch are imported only when a config, a model or inputs are built.
+A spec's `architecture` comes from the meta-device trace (`trace`); transformers and torch are
+imported only when a config, a model or inputs are built.
 """
 
 from __future__ import annotations
@@ -28,9 +25,6 @@ MODALITIES: tuple[str, ...] = (
 #: quick: tiny variants for CI; full: real sizes that fit a 24 GB CPU host in fp32; large: real
 #: sizes for GPU runners (their CPU cases skip on hosts without the memory).
 TIERS: tuple[str, ...] = ("full", "quick", "large")
-#: Bytes per weight at each precision. int8 is dynamic quantization of the Linear weights, so
-#: this is a floor: embeddings and norms stay fp32.
-WEIGHT_BYTES: Mapping[str, int] = BYTES_PER_PRECISION
 #: Bytes per activation value: dynamic int8 quantizes weights only and keeps fp32 activations.
 ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType({**BYTES_PER_PRECISION, "int8": 4})
 
@@ -65,7 +59,7 @@ class ModelSpec:
         """The transformers config object (no hub access)."""
         import transformers
 
-        if self.config_class.startswith("/") or self.config_class.startswith("."):
+        if self.config_class.startswith(("/", ".")):
             return transformers.AutoConfig.from_pretrained(self.config_class, local_files_only=True)
         try:
             cls = getattr(transformers, self.config_class)
@@ -142,8 +136,9 @@ class ModelSpec:
         return stored_architecture(cache_dir("architecture"), key, trace)
 
     def weights_memory_mb(self, precision: str = "fp32") -> float:
-        """MiB the weights take at `precision` (`WEIGHT_BYTES` per parameter)."""
-        return self.architecture.param_count * _bytes(WEIGHT_BYTES, precision) / 2**20
+        """MiB the weights take at `precision` (`BYTES_PER_PRECISION` per parameter; a floor at
+        int8, whose embeddings and norms stay fp32)."""
+        return self.architecture.param_count * _bytes(BYTES_PER_PRECISION, precision) / 2**20
 
     def activation_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
         """MiB of activations alive at the peak of one forward over `batch_size` items: the
@@ -177,7 +172,6 @@ __all__ = [
     "FAMILIES",
     "MODALITIES",
     "TIERS",
-    "WEIGHT_BYTES",
     "ModelArchitecture",
     "ModelSpec",
     "achieved_tflops",

@@ -1,14 +1,8 @@
 """The shape-only trace: one forward on the meta device, no weights allocated.
 
-From it come a model's FLOPs per item (`FlopCounterMode`), the peak bytes of activations, the
-operators launched per forward, and its shape numbers (layers, width, attention and KV heads),
-gathered in a `ModelArchitecture`. Where the forward cannot run on meta, FLOPs are estimated
-from the weights (`dense_flops_estimate`). torch is imported inside the functions.
-
-A trace takes 0.1 s for a tiny model and over a second for a 7B one, and its answer depends only
-on the model's config, its input and the code that traces it: `stored_architecture` keeps each
-answer in a folder (the zoo's: ``cache_dir("architecture")``), keyed by all of these and by the torch and transformers
-versions, so a new process (one case per invocation, a ``hwsel predict``) reads it instead.
+It gives a `ModelArchitecture`: FLOPs per item (`FlopCounterMode`, else `dense_flops_estimate`),
+peak activation bytes, operators launched per forward and shape numbers. `stored_architecture`
+keeps each answer on disk, keyed by the config, the input, the library versions and this code.
 """
 
 from __future__ import annotations
@@ -162,15 +156,11 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model
     heads = _first_attr(config, ("num_attention_heads", "n_head", "encoder_attention_heads"))
     kv_heads = _first_attr(config, ("num_key_value_heads",)) or heads
     live = _meta_run_mode()()
-    activations: float | None = None
-    launches: int | None = None
     try:
         counter = FlopCounterMode(display=False)
         with live, counter, torch.no_grad():
             model(**inputs)
         flops = float(counter.get_total_flops())
-        activations = float(live.peak)
-        launches = live.launches
     except _META_ERRORS:
         # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and
         # a model may not run on meta at all: estimate from the weights instead, and measure
@@ -180,18 +170,16 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model
         try:
             with live, torch.no_grad():
                 model(**inputs)
-            activations = float(live.peak)
-            launches = live.launches
         except _META_ERRORS:
-            activations = None
+            live = None
     return ModelArchitecture(
         model_type=str(getattr(config, "model_type", model_type)),
         param_count=int(params),
         flops_per_item=flops,
         num_layers=num_layers,
         hidden_size=hidden_size,
-        activation_bytes_per_item=activations,
-        launches_per_forward=launches,
+        activation_bytes_per_item=float(live.peak) if live is not None else None,
+        launches_per_forward=live.launches if live is not None else None,
         num_attention_heads=heads,
         num_key_value_heads=kv_heads,
     )

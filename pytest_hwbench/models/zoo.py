@@ -1,12 +1,9 @@
 """The built-in model zoo: config arguments of some 30 models in three tiers, and the zoo registry.
 
-The predecessor's key model set (BERT, CLAP, CLIP, DETR, LLaMA, LLaVA, Qwen2, T5, ViT, Wav2Vec2,
-Whisper, XCLIP; `KEY_MODELS`) comes in tiers: ``quick`` (two layers, hidden 64: CI smoke on any
-CPU), ``full`` (real sizes that fit a 24 GB CPU machine in fp32, e.g. TinyLlama-1.1B, Qwen2-0.5B)
-and ``large`` (real sizes for GPU runners: LLaMA-7B, Qwen2-7B, LLaVA-1.5-7B). Cases whose
-`ModelSpec.estimated_memory_mb` exceeds the target's memory are skipped. `MODELS` is the registry
-(`register_model` adds to it, `get_model` reads it); `ZOO_SPECS` and `ZOO_NAMES` are the built-in
-entries as written.
+The predecessor's key model set (`KEY_MODELS`) in tiers: ``quick`` (two layers, hidden 64: CI on
+any CPU), ``full`` (real sizes that fit a 24 GB CPU machine in fp32) and ``large`` (real sizes for
+GPU runners). `MODELS` is the registry (`register_model`, `get_model`); `ZOO_SPECS` and `ZOO_NAMES`
+are the built-in entries as written.
 """
 
 from __future__ import annotations
@@ -36,11 +33,8 @@ _CLIP_L336 = {"hidden_size": 1024, "intermediate_size": 4096, "num_hidden_layers
               "image_size": 336, "patch_size": 14, "projection_dim": 768}
 #: LLaVA-1.5 pads the LLaMA vocabulary to 32064 and puts <image> at 32000.
 _LLAVA = {"image_token_index": 32000, "vision_feature_layer": -2, "vision_feature_select_strategy": "default"}
-#: Seen with torch 2.13 / transformers 5.23: LlavaModel.get_image_features turns the image batch
-#: into a Python list (`list(image_features)`), so the TorchScript exporter bakes the example
-#: batch into a Split node (onnxruntime and OpenVINO then fail at any other batch size), and the
-#: dynamo exporter stops at transformers' shape check (`torch._check_tensor_all`), which has no
-#: ONNX function, or with TRANSFORMERS_DISABLE_TORCH_CHECK=1 gives a graph fixed at batch 2.
+#: Seen with torch 2.13 / transformers 5.23 (with TRANSFORMERS_DISABLE_TORCH_CHECK=1 the dynamo
+#: exporter gives a graph fixed at batch 2 too).
 _LLAVA_ONNX_GAP = ("no dynamic-batch ONNX export of LLaVA: transformers' LlavaModel.get_image_features "
                    "splits the image batch into a Python list, so the TorchScript exporter fixes the batch "
                    "at 2 (a Split node) and the dynamo exporter has no ONNX function for aten._is_all_true")

@@ -1,11 +1,6 @@
-"""Scenarios: what one timed iteration of a case does, by mode.
-
-Every mode is a `Scenario` that registers itself (``pytest_hwbench.scenarios`` entry points):
-``inference`` (one forward through any backend), ``generate`` (one ``generate()`` call of fixed
-length, plus time to first token and per-token decode; eager, or with the decode step compiled on
-the torch.compile backends) and ``train`` (one optimizer step). A scenario loads the model its
-mode needs (an LM head, trainable fp32 weights under autocast) and returns a `LoadedModel`, so
-caching, the measurement strategy and the runner's loop are the same for every mode.
+"""Scenarios: what one timed iteration of a case does, by mode (``inference``, ``generate``,
+``train``, or a third party's). Each `Scenario` registers itself (``pytest_hwbench.scenarios``
+entry points) and loads its model as a `LoadedModel`, so the runner treats every mode alike.
 """
 
 from __future__ import annotations
@@ -13,7 +8,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry, missing_members
-from ..trackers import MeasuresMore
 from ..vocabulary import DEFAULT_MODE, register_token_mode
 
 if TYPE_CHECKING:
@@ -60,9 +54,7 @@ class Scenario(Protocol):
         """Build the model for this mode. `backend` is the case's, one of `backends` (e.g.
         generate compiles its decode step on ``torch-compile``); `options` are the case's mode
         options (e.g. ``new_tokens``). ``LoadedModel.prepare(inputs)`` returns the call that one
-        timed iteration runs and ``LoadedModel.measurement(inputs)`` how it is measured; a call
-        that measures more than its latency (`MeasuresMore`, e.g. time to first token) is given
-        to ``LoadedModel.local(call, foreign_mb, call.measure_more)``."""
+        timed iteration runs, which may be `MeasuresMore` (e.g. time to first token)."""
         ...
 
 
@@ -103,5 +95,5 @@ def get_scenario(mode: str) -> Scenario:
         raise KeyError(f"unknown mode {mode!r}; modes: {', '.join(scenarios)}") from None
 
 
-__all__ = ["DEFAULT_MODE", "MeasuresMore", "Scenario", "foreign_scenarios", "get_scenario", "register_scenario",
+__all__ = ["DEFAULT_MODE", "Scenario", "foreign_scenarios", "get_scenario", "register_scenario",
            "registered_modes", "registered_scenarios"]

@@ -1,30 +1,18 @@
-"""The ``generate`` scenario: one fixed-length ``generate()`` call per iteration, on torch eager
-and, with the decode step compiled, on the torch.compile backends.
-
-Every iteration does the same work: greedy decoding with the KV cache and
-``min_new_tokens == max_new_tokens == N``, so a random-weight model makes exactly N tokens per
-sequence; the first call (the runner's cold call) checks that it did.
+"""The ``generate`` scenario: one fixed-length greedy ``generate()`` call per iteration (KV cache,
+``min_new_tokens == max_new_tokens == N``), on torch eager and, with the decode step compiled
+(static KV cache and a ``CompileConfig``, as transformers documents), on the torch.compile backends.
 
 What is measured (medians, over the batch):
 
-- ``latency_ms_*``: the whole ``generate()`` call of N tokens (encoder, prefill, N - 1 decode
-  steps); ``throughput_items_per_s`` is sequences per second;
-- ``ttft_ms``: time to first token, the same call with one new token: the prefill forward over
-  the prompt (and the encoder, for encoder-decoder models) and the first token;
-- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)``, each further token (absent when N is 1,
-  or when the full call's median is not above the prefill's);
-- ``tokens_per_s``: ``batch * N / full``, generated tokens per second.
+- ``latency_ms_*``: the whole call of N tokens; ``throughput_items_per_s`` is sequences per second;
+- ``ttft_ms``: time to first token, the same call with one new token (the eager prefill, with
+  the encoder of encoder-decoder models);
+- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)`` (absent when N is 1, or when the full
+  call's median is not above the prefill's);
+- ``tokens_per_s``: ``batch * N / full``.
 
-Which models generate is read from the transformers config, not the name (`generation_class`).
-The model is built with that head from the zoo's seed, so every generate case of a model runs
-the same weights.
-
-Compiled decoding (backends ``torch-compile`` and ``torch-compile-ro``) is the one transformers
-documents: a static KV cache and a ``CompileConfig``, with which ``generate()`` runs the prefill
-eagerly and compiles every decode step. ``prepare()`` makes the first calls, which compile:
-their seconds are ``compile_time_s``, apart from the latency, and a timed call that would
-compile again raises instead (`_torch.no_recompile`). Time to first token is the eager prefill
-in both, so compiled and eager differ in the decode steps only.
+Which models generate is read from the transformers config (`generation_class`); the first call
+checks that each sequence got exactly N tokens.
 """
 
 from __future__ import annotations
@@ -41,14 +29,15 @@ from ..backends._torch import (
     EAGER,
     CompileMode,
     TorchModel,
-    effective_precision,
     graphs_compiled,
+    load_model,
+    move_inputs,
     no_recompile,
     torch_fields,
     warm_up,
 )
-from ..errors import PrecisionMismatch, UnsupportedCase
-from ..torch_device import device_string, disable_tf32
+from ..errors import UnsupportedCase
+from ..torch_device import device_string
 from ..vocabulary import MODE_DOCS, TORCH_DTYPES
 from . import Scenario, register_scenario
 
@@ -56,7 +45,7 @@ if TYPE_CHECKING:
     from ..backends.base import LoadedModel
     from ..hardware import HardwareInfo
     from ..models import ModelSpec
-    from ..trackers import Latency, LatencyTracker, Measurement, TimingConfig
+    from ..trackers import Latency, LatencyTracker, TimingConfig
 
 #: Zoo modalities whose inputs are a generation prompt: token ids (decoders; T5's encoder),
 #: log-mel features (Whisper's encoder), an image and its placeholder tokens (LLaVA).
@@ -101,29 +90,25 @@ def generation_class(spec: ModelSpec) -> str | None:
     return None
 
 
-class _LengthClashFilter(logging.Filter):
-    """Drops transformers' "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been
-    set" warning and its ``min_`` twin, which Whisper's generate() raises on every call
-    (transformers 5.23, ``GenerationMixin._prepare_generated_length``). Other messages pass."""
-
-    PREFIXES = ("Both `max_new_tokens`", "Both `min_new_tokens`")
-
-    def filter(self, record: logging.LogRecord) -> bool:
-        return not (isinstance(record.msg, str) and record.msg.startswith(self.PREFIXES))
+#: Starts of the warning "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been set"
+#: and its min_ twin, which Whisper's generate() gives on every call (transformers 5.23,
+#: ``GenerationMixin._prepare_generated_length``).
+_LENGTH_CLASH = ("Both `max_new_tokens`", "Both `min_new_tokens`")
 
 
-_LENGTH_CLASH_FILTER = _LengthClashFilter()
+def _not_length_clash(record: logging.LogRecord) -> bool:
+    return not (isinstance(record.msg, str) and record.msg.startswith(_LENGTH_CLASH))
 
 
 @contextlib.contextmanager
 def _without_length_clash_warnings() -> Iterator[None]:
-    """Filters `_LengthClashFilter`'s messages out of generate()'s logger for one call only."""
+    """Filters `_not_length_clash`'s messages out of generate()'s logger for one call only."""
     logger = logging.getLogger("transformers.generation.utils")
-    logger.addFilter(_LENGTH_CLASH_FILTER)
+    logger.addFilter(_not_length_clash)
     try:
         yield
     finally:
-        logger.removeFilter(_LENGTH_CLASH_FILTER)
+        logger.removeFilter(_not_length_clash)
 
 
 @functools.cache
@@ -352,19 +337,10 @@ class GenerateScenario(Scenario):
         if reason:
             raise UnsupportedCase(reason)
         compiler = self._compiler(spec, backend, hardware, new_tokens)
-        auto_class = generation_class(spec)
         import torch
 
-        device = device_string(hardware, device_index)
-        disable_tf32(hardware)
-        model = spec.build_model("cpu", auto_class=auto_class)  # seed 0, then cast: same weights everywhere
+        model = load_model(spec, hardware, precision, device_index, auto_class=generation_class(spec))
         _set_special_tokens(model)
-        if precision != "fp32":
-            model = model.to(getattr(torch, TORCH_DTYPES[precision]))
-        model = model.to(device)
-        ran = effective_precision(model)
-        if ran != precision:
-            raise PrecisionMismatch(f"{spec.name}: asked for {precision}, torch holds {ran}")
         details: dict[str, Any] = {"generation_class": type(model).__name__}
         generate_kwargs: dict[str, Any] = {}
         if compiler is not None:
@@ -378,7 +354,7 @@ class GenerateScenario(Scenario):
             compile_config._compile_all_devices = True
             generate_kwargs = {"cache_implementation": "static", "compile_config": compile_config}
             details |= {"compile_mode": compiler.mode, "cache_implementation": "static"}
-        return GenerateModel(**torch_fields(hardware, device_index, ran, details), compiled=compiler is not None,
+        return GenerateModel(**torch_fields(hardware, device_index, precision, details), compiled=compiler is not None,
                              model=model, model_name=spec.name, backend=backend, compiler=compiler,
                              dtype=getattr(torch, TORCH_DTYPES[precision]), new_tokens=new_tokens,
                              eos_token_ids=_eos_ids(model.generation_config.eos_token_id),
@@ -405,20 +381,12 @@ class GenerateModel(TorchModel):
     #: input shapes whose decode graphs prepare() compiled
     warm: set[tuple[Any, ...]] = field(default_factory=set, repr=False, compare=False)
 
-    def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
-        call = self.prepare(inputs)
-        return self.local(call, foreign_mb, call.measure_more)
-
     def prepare(self, inputs: dict[str, Any]) -> GenerateCall:
-        device = device_string(self.device_kind, self.device_index)
-        encoder_decoder, new_tokens, limit, name = self.encoder_decoder, self.new_tokens, self.position_limit, \
-            self.model_name
-        moved = {
-            k: v.to(device=device, dtype=self.dtype) if v.is_floating_point() else v.to(device)
-            for k, v in inputs.items() if not (encoder_decoder and k in _DECODER_INPUTS)
-        }
+        new_tokens, limit, name = self.new_tokens, self.position_limit, self.model_name
+        kept = {k: v for k, v in inputs.items() if not (self.encoder_decoder and k in _DECODER_INPUTS)}
+        moved = move_inputs(kept, device_string(self.device_kind, self.device_index), self.dtype)
         # decoder-only: the prompt is the input ids; encoder-decoder: the decoder start token
-        prompt = 1 if encoder_decoder else int(moved["input_ids"].shape[-1])
+        prompt = 1 if self.encoder_decoder else int(moved["input_ids"].shape[-1])
         if limit is not None and prompt + new_tokens > limit:
             raise UnsupportedCase(
                 f"generate: {name}'s decoder has {limit} positions, a {prompt}-token prompt plus "

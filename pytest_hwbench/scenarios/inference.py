@@ -24,8 +24,6 @@ class InferenceScenario(Scenario):
 
     mode = DEFAULT_MODE
     description = MODE_DOCS["inference"]
-    #: FLOPs of one timed iteration, in forward passes.
-    forwards_per_iteration = 1.0
     precisions: tuple[str, ...] = PRECISIONS
 
     @property

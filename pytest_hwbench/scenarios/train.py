@@ -1,23 +1,9 @@
 """The ``train`` scenario: one optimizer step (forward, loss, backward, AdamW step) per iteration.
 
-Mixed precision is automatic mixed precision: the weights stay fp32 (the master copy the
-optimizer updates) and the forward and the loss run under ``torch.autocast`` at fp16 or bf16.
-fp16 scales the loss with ``torch.amp.GradScaler`` so small gradients survive the fp16 range;
-bf16 has fp32's range and needs no scaler. The record's precision is the autocast dtype (what
-the matmuls ran at); ``extra`` says ``amp``, ``grad_scaler``, the optimizer and its kernel.
-
-The loss, by what the zoo's head offers (`loss_kind`):
-
-- ``contrastive``: models whose forward takes ``return_loss`` (CLIP, CLAP, X-CLIP) compute their
-  own image/audio/video-text contrastive loss over the batch, which needs no labels;
-- ``causal_lm``: causal LMs (and image-text-to-text models such as LLaVA) are trained on their own
-  tokens, ``labels = input_ids`` (the model shifts them; image placeholder tokens are ignored);
-- ``seq2seq_lm``: encoder-decoder LMs (T5) get ``labels = decoder_input_ids``;
-- ``synthetic``: every other model (encoders, vision and audio backbones, DETR, whose loss needs
-  boxes and a Hungarian matcher) is trained on the sum of the means of its top-level floating
-  outputs (``last_hidden_state``, ``pooler_output``, ``logits``, ``pred_boxes``...). Summing
-  every output rather than taking the first one sends a gradient into every head, so the
-  backward and the optimizer step cover the parameters a real fine-tune would.
+Mixed precision is automatic mixed precision: fp32 master weights, the forward and the loss under
+``torch.autocast`` at fp16 (with a ``GradScaler``) or bf16. The record's precision is the autocast
+dtype; ``extra`` says ``amp``, ``grad_scaler``, the optimizer and its kernel, and the loss
+(`loss_kind`).
 """
 
 from __future__ import annotations
@@ -55,8 +41,15 @@ SEQ2SEQ_LM_CLASSES = frozenset({"AutoModelForSeq2SeqLM", "AutoModelForSpeechSeq2
 
 
 def loss_kind(spec: ModelSpec, model: Any) -> str:
-    """How a training step of `model` gets its loss: ``contrastive``, ``causal_lm``,
-    ``seq2seq_lm`` or ``synthetic`` (see the module docstring)."""
+    """How a training step of `model` gets its loss, by what the zoo's head offers:
+
+    - ``contrastive``: the model's own contrastive loss (its forward takes ``return_loss``: CLIP,
+      CLAP, X-CLIP), which needs no labels;
+    - ``causal_lm``: causal LMs and image-text-to-text models on their own tokens,
+      ``labels = input_ids`` (image placeholder tokens ignored);
+    - ``seq2seq_lm``: encoder-decoder LMs (T5), ``labels = decoder_input_ids``;
+    - ``synthetic``: every other model, `synthetic_loss` (DETR's own loss needs boxes).
+    """
     params = inspect.signature(model.forward).parameters
     if "return_loss" in params:
         return "contrastive"
@@ -88,7 +81,8 @@ def _loss_inputs(kind: str, model: Any, inputs: dict[str, Any]) -> dict[str, Any
 
 
 def synthetic_loss(outputs: Any) -> Any:
-    """The sum of the means of the top-level floating tensors of `outputs` that carry a gradient.
+    """The sum of the means of the top-level floating tensors of `outputs` that carry a gradient
+    (every output, not the first: the backward then reaches every head, as a real fine-tune).
 
     Raises `UnsupportedCase` when there is none: nothing to train on.
     """
@@ -224,8 +218,6 @@ class TrainScenario(Scenario):
         for, autocast on the device, and the batch-independent training memory (fp32 weights,
         gradients and AdamW moments, `TRAIN_BYTES_PER_PARAM`) for models beyond the quick tier.
         """
-        if backend not in self.backends:
-            return f"train: runs on {', '.join(self.backends)}; {backend} runs inference only"
         if precision not in self.precisions:
             return _precision_reason(precision)
         if precision != "fp32":
