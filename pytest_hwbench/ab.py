@@ -1,30 +1,11 @@
 """`hwbench ab`: a paired, interleaved A/B measurement of the same cases on one host.
 
-Two variants of the same cases run in one job: each side in a long-lived worker process (an
-execnet gateway, as pytest-xdist starts its workers; a side may run another environment's python;
-`pytest_hwbench.ab_worker`) that loads each model once and keeps it. The controller runs rounds; in each, every case is
-measured on A and on B back to back, the side that goes first alternating (A B, B A, ...), so a
-change of host speed or a busy neighbour hits both sides alike. A case's verdict is a paired test on its per-round ratios B / A (one-sample
-t-test on their logarithms): drift between rounds cancels, and only what differs between the
-variants remains.
-
-A variant is an option set (``--a-options "--hwbench-min-time 0.5"``: the measurement options
-`SIDE_OPTIONS`), an environment (``--b-env NAME=VALUE``) or another python (``--b-python
-/path/to/venv/bin/python``). A side imports its own interpreter's packages first; the controller's
-environment comes after them (its `sys.path` entries added as site directories), so what the side's
-venv lacks, pytest-hwbench included, comes from the controller's. Each worker reports what it runs
-(`ab_worker.SideEnvironment`: its python, the package versions a pytest session reports, its hardware
-summary); each side's session carries its own, and the verdict table starts with the versions
-that differ (`format_versions`).
-
-Both sides land in the sinks (the spool, then MLflow and DuckDB, through `pytest_hwbench.sinks.Recorder`)
-as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``, ``ab_variant``),
-written after the last round so no sink runs beside a measurement. ``hwbench compare pair:ID``
-compares the pair again later.
-
-A side whose worker does not start, or does not answer one case, within `--side-timeout`, or
-whose process dies, is named (`SideFailed`); the complete rounds measured before it are judged,
-printed and written to the sinks all the same.
+Each side (an option set, an environment or another python) runs in a long-lived worker
+(`ab_worker`); in every round each case runs on A and B back to back, the side going first
+alternating, and a case's verdict is a paired test on its per-round ratios B / A. Both sides land in
+the sinks as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``,
+``ab_variant``); a side that fails (`SideFailed`) keeps the complete rounds before it. README.md,
+"A/B on one host", tells the method.
 
 Exit codes: 0 no regression, 1 a regression in B, 2 bad usage, 3 a side's worker failed.
 """
@@ -44,7 +25,7 @@ from typing import Any
 from .ab_worker import DEFAULT_SIDE, DEFAULT_SIDE_TIMEOUT_S, Side, SideEnvironment, SideWorker
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
 from .record import BenchmarkRecord, SessionInfo
-from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, PairVerdict, paired_verdict
+from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, PairVerdict, check_verdict_settings, paired_verdict
 from .vocabulary import DEFAULT_DEADLINE_S
 
 #: `--hwbench-*` options a side's option set may hold: (option, worker setting, type).
@@ -146,48 +127,45 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     sides = {"A": a, "B": b}
     workers: dict[str, SideWorker] = {}
     records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
-    per_round: list[dict[str, dict[str, BenchmarkRecord]]] = []
+    # Complete rounds so far, and how many records each side has in them: both sides measure the
+    # same cases in the same order in a round, so A's and B's first `kept` records pair up.
+    done = kept = 0
 
     def call(label: str, fn: Callable[[], Any]) -> Any:
         """`fn()` on side `label`'s worker; its failure becomes `SideFailed` with the rounds so far."""
         try:
             return fn()
         except Exception as exc:  # noqa: BLE001 - execnet's errors, a timeout, a dead process
-            done = len(per_round)
             what = str(exc) if isinstance(exc, TimeoutError) else f"failed: {type(exc).__name__}: {exc}"
-            kept = None
+            result = None
             if done:
-                kept_records = {k: [r for got in per_round for r in got[k].values()] for k in ("A", "B")}
-                kept = AbResult(pair, sessions, {k: w.environment for k, w in workers.items()}, kept_records,
-                                judge_all())
+                result = AbResult(pair, sessions, {k: w.environment for k, w in workers.items()},
+                                  {k: v[:kept] for k, v in records.items()}, judge_all())
             raise SideFailed(label, sides[label], f"{what}; after {done} complete round{'s' if done != 1 else ''}",
-                             kept) from None
+                             result) from None
 
     def measure_round(index: int, which_cases: list[int]) -> None:
-        got: dict[str, dict[str, BenchmarkRecord]] = {"A": {}, "B": {}}
+        nonlocal done, kept
         for which in which_cases:
             # each case on both sides back to back; the side that goes first alternates (ABBA)
             order = ("A", "B") if (index + which) % 2 == 0 else ("B", "A")
             for label in order:
-                record = call(label, lambda label=label, which=which: workers[label].measure(index, which))
-                records[label].append(record)
-                got[label][cases[which].id] = record
-        per_round.append(got)
+                records[label].append(call(label, lambda label=label, which=which: workers[label].measure(index, which)))
+        done, kept = done + 1, len(records["A"])
 
     def judge_all() -> list[PairVerdict]:
+        ratios: dict[str, list[float]] = {case.id: [] for case in cases}
+        errors: dict[str, list[str]] = {case.id: [] for case in cases}
+        for ra, rb in zip(records["A"][:kept], records["B"][:kept], strict=True):
+            errors[ra.case_id] += [f"failed in {label}: {r.error.splitlines()[0][:120]}"
+                                   for label, r in (("A", ra), ("B", rb)) if r.error]
+            if ra.latency_ms_median and rb.latency_ms_median:
+                ratios[ra.case_id].append(rb.latency_ms_median / ra.latency_ms_median)
         verdicts = []
         for case in cases:
-            ratios = []
-            errors = []
-            for got in per_round:
-                ra, rb = got["A"].get(case.id), got["B"].get(case.id)
-                errors += [f"failed in {label}: {r.error.splitlines()[0][:120]}"
-                           for label, r in (("A", ra), ("B", rb)) if r is not None and r.error]
-                if ra and rb and ra.latency_ms_median and rb.latency_ms_median:
-                    ratios.append(rb.latency_ms_median / ra.latency_ms_median)
-            verdict = paired_verdict(case.id, ratios, threshold=threshold, alpha=alpha)
-            if errors and verdict.verdict == "inconclusive":
-                verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[0]}")
+            verdict = paired_verdict(case.id, ratios[case.id], threshold=threshold, alpha=alpha)
+            if errors[case.id] and verdict.verdict == "inconclusive":
+                verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[case.id][0]}")
             verdicts.append(verdict)
         return verdicts
 
@@ -366,8 +344,6 @@ def _run(args: argparse.Namespace) -> int:
         cases = _cases(args)
         if args.rounds < 3:
             raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
-        from .verdict import check_verdict_settings
-
         check_verdict_settings(args.threshold, args.alpha, prefix="--")
         if args.max_rounds is not None and args.max_rounds < args.rounds:
             raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")

@@ -13,17 +13,15 @@ from __future__ import annotations
 
 import os
 import sys
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, fields
 from typing import Any
 
 from .record import BenchmarkRecord
 
 #: Defaults of a side: a short timed loop per round, since every round measures each case again.
 #: Many short rounds beat few long ones for the same time: the two sides of a round run closer
-#: together, so more of the host's drift cancels, and the paired test gets more pairs. On the
-#: 2-core CI runner with one core busy, 18 rounds of 0.08-0.1 s found a planted 10 % slowdown in
-#: 6 of 6 cases in each of three runs, where 6 rounds of 0.25 s found it in 2 and 5 of 6, in the
-#: same wall time (`benchmarks/gate_quality.py`, run (d)).
+#: together, so more of the host's drift cancels, and the paired test gets more pairs
+#: (`benchmarks/gate_quality.py` measures it).
 DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, "noise_retries": 0}
 #: Seconds a side's worker may take to start (its python, imports and hardware detection) and to
 #: measure one case (the first loads the model): `--side-timeout`.
@@ -62,8 +60,7 @@ class SideEnvironment:
     @classmethod
     def from_hello(cls, hello: dict[str, Any]) -> SideEnvironment:
         """The environment a worker's hello message names."""
-        return cls(str(hello["python"]), str(hello["python_version"]), dict(hello["package_versions"]),
-                   str(hello["hardware_summary"]))
+        return cls(**{f.name: hello[f.name] for f in fields(cls)})
 
 
 def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self-contained
@@ -153,7 +150,7 @@ class SideWorker:
             subprocess.run([self.side.python, "-c", "pass"], stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL,
                            stderr=subprocess.DEVNULL, timeout=0.9 * self.timeout_s, check=True)
         except subprocess.TimeoutExpired:
-            raise TimeoutError(f"did not start within {self.timeout_s:g} s (--side-timeout)") from None
+            raise self._gave_up() from None
         self.group = execnet.Group()
         self.gateway = self.group.makegateway(f"popen//python={self.side.python}")
         # as source text: the worker function plus its call (execnet runs it with `channel` bound)

@@ -1,50 +1,13 @@
 """Compare two sets of benchmark records case by case: a change, its interval, and one verdict contract.
 
-The iterations of one run are not independent samples of "how fast is this case": load, clocks
-and thread placement shift a whole run at once. Here the unit is a *round*: the median of one
-consecutive block of a record's timed iterations (`ROUNDS` blocks per record). A side's figure
-for a case is the median of its rounds.
-
-Every verdict, here and in `hwbench ab` (`compare_pairs`, `paired_interval`), is one contract on a
-change and its interval (`judge_interval`):
-
-- ``regression`` / ``improvement``: the interval excludes no change and the change passes the
-  threshold (and here the rounds differ: Mann-Whitney U on rounds, p < `alpha`);
-- ``unchanged``: the whole interval lies inside +-threshold (an equivalence test);
-- ``inconclusive`` otherwise, with the reason and what would decide it;
-- ``missing``: no passed record on a side (the note says which and why).
-
-The interval is the change +- `INTERVAL_Z` combined uncertainties (log scale), the combined
-uncertainty holding every source of spread the data shows:
-
-- the rounds: each side's robust relative spread (1.4826 x MAD / median), combined;
-- between runs: two sessions of the same code on the same host differ by more than one record's
-  rounds show: the spread learned from the compared cases (`learn_run_spread`, from at least
-  `MIN_RUN_CASES` cases of a kind), or the case's own spread across a baseline history's sessions
-  (`_history_spread`) where larger. A case with no between-run spread at all (too few cases, no
-  history) is never ``unchanged``;
-- host speed: a record of schema 4 carries the time of a fixed reference kernel on the host's CPU
-  beside its case (``interference["reference_us"]``), which speaks for the cases that compute there
-  (`BenchmarkRecord.host_bound`). B is corrected for the host's change of speed only where the
-  records establish how latency follows the kernel (`learn_host_model`, `HostModel.established`),
-  the correction's own spread added; otherwise the host-speed difference widens the interval
-  (`UNPROVEN_ELASTICITY_SD`). Host speeds further apart than `MAX_HOST_RATIO` are inconclusive,
-  and no corrected figure is given.
-
-Also inconclusive: fewer than `MIN_ROUNDS` rounds on a side, different thread counts or devices,
-an interfered side among fewer than `MIN_RUN_CASES` such cases.
-
-**Decisiveness** is the share of the compared cases (those on both sides) with a verdict
-(regression, improvement or unchanged), reported beside the verdicts. Where it is low because
-separate runs differ by more than their rounds show, `advice` says so and names `hwbench ab`.
-
-Records come from anywhere `pytest_hwbench.sinks.read_records` reads (DuckDB, MLflow, spools and
-record files replayed from other machines). Noisy records are left out of a side when clean ones
-remain; records older than schema 3 carry no verdict and are used as they are; records older
-than schema 4 carry no host speed and are compared uncorrected.
-
-The contract and its statistics live in `pytest_hwbench.verdict`; what a side holds of a case, the
-host model and the between-run spread in `pytest_hwbench.compare_sides`.
+A side's figure for a case is the median of its rounds (medians of consecutive blocks of a record's
+timed iterations). Every verdict, here and in `hwbench ab`, is `verdict.judge_interval`'s on a change
+and its interval, which holds every spread the data shows: the rounds, the between-run spread of the
+compared cases or of a history's sessions, and the host's change of speed (corrected for only where
+the records establish it). Noisy records are left out of a side when clean ones remain; records
+older than schema 3 carry no noise verdict, older than schema 4 no host speed (compared
+uncorrected). README.md, "Comparing runs: verdicts that hold", tells the method; the statistics
+are in `verdict` and `compare_sides`.
 """
 
 from __future__ import annotations
@@ -59,7 +22,6 @@ from typing import Any
 import numpy as np
 
 from .compare_sides import (
-    MAX_HOST_RATIO,
     MIN_RUN_CASES,
     UNPROVEN_ELASTICITY_SD,
     HostModel,
@@ -161,7 +123,6 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
     `alpha`: significance level of the two-sided Mann-Whitney U test on the rounds.
     A side may hold several records of a case (repeats, several sessions): their rounds pool.
     """
-    check_verdict_settings(threshold, alpha)
     for name, records in (("a", a), ("b", b)):
         bad = [type(r).__name__ for r in records if not isinstance(r, BenchmarkRecord)]
         if bad:
@@ -212,8 +173,6 @@ def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
 
 #: How the note of a case whose interval cannot decide begins.
 _INSIDE_NOTE = "cannot tell"
-#: How the note of a case without a between-run spread to judge "unchanged" by begins.
-_UNKNOWN_RUNS_NOTE = "between-run spread unknown"
 #: Below this share of compared cases with a verdict, `advice` looks for why.
 DECISIVE_SHARE = 0.8
 
@@ -279,10 +238,6 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
     ratio = host_ratio(side_a, side_b)
     noisy = _noisy_note(side_a, side_b)
     reason = inconclusive_reason(side_a, side_b)
-    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
-        slower = "B" if ratio > 1 else "A"
-        reason = "; ".join(filter(None, [reason, f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {slower}: "
-                                         f"beyond the {MAX_HOST_RATIO:g}x a correction can carry"]))
     corrected = None
     host_sd = 0.0
     if ratio and not reason:
@@ -311,7 +266,7 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
     p_value = mannwhitney(side_a.rounds, [r / factor for r in side_b.rounds])
     verdict, why = judge_interval(judged, low, high, threshold)
     if verdict == "unchanged" and between is None:
-        verdict, why = "inconclusive", (f"{_UNKNOWN_RUNS_NOTE}: fewer than {MIN_RUN_CASES} cases compared and no "
+        verdict, why = "inconclusive", (f"between-run spread unknown: fewer than {MIN_RUN_CASES} cases compared and no "
                                         "history of sessions, so this interval holds the rounds' spread only; "
                                         "compare more cases at once, a history as A, or use `hwbench ab`")
     elif verdict in ("regression", "improvement") and (p_value is None or p_value >= alpha):

@@ -106,12 +106,6 @@ class Side:
         """The log of each session's median round."""
         return [math.log(v) for v in self.session_medians if v > 0]
 
-def record_rounds(record: BenchmarkRecord) -> list[float]:
-    rounds = round_medians(record.timings_ms)
-    if not rounds and record.latency_ms_median is not None and math.isfinite(record.latency_ms_median):
-        rounds = [float(record.latency_ms_median)]  # no raw timings kept (e.g. MLflow without artifacts)
-    return rounds
-
 def side_of(records: Sequence[BenchmarkRecord]) -> Side:
     passed = [r for r in records if r.status == "passed"]
     if not passed:
@@ -124,7 +118,9 @@ def side_of(records: Sequence[BenchmarkRecord]) -> Side:
     sessions: dict[str, list[float]] = defaultdict(list)
     rounds: list[float] = []
     for record in used:
-        mine = record_rounds(record)
+        mine = round_medians(record.timings_ms)
+        if not mine and record.latency_ms_median is not None and math.isfinite(record.latency_ms_median):
+            mine = [float(record.latency_ms_median)]  # no raw timings kept (e.g. MLflow without artifacts)
         rounds.extend(mine)
         sessions[record.session_id].extend(mine)
     return Side(
@@ -148,7 +144,8 @@ def side_of_summary(summary: Mapping[str, Any]) -> Side:
 
 
 def inconclusive_reason(a: Side, b: Side) -> str:
-    """Why the two sides measured different things and cannot be compared at all, or ""."""
+    """Why the two sides cannot be compared at all (different things measured, too few rounds, a
+    host speed beyond `MAX_HOST_RATIO`), or ""."""
     reasons: list[str] = []
     if a.threads and b.threads and not a.threads & b.threads:
         reasons.append(f"threads {'/'.join(map(str, sorted(a.threads)))} in A, "
@@ -158,6 +155,10 @@ def inconclusive_reason(a: Side, b: Side) -> str:
     short = [f"{len(side.rounds)} in {label}" for label, side in (("A", a), ("B", b)) if len(side.rounds) < MIN_ROUNDS]
     if short:
         reasons.append(f"too few rounds ({', '.join(short)}; need {MIN_ROUNDS})")
+    ratio = host_ratio(a, b)
+    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
+        reasons.append(f"the host ran {max(ratio, 1 / ratio):.1f}x slower in {'B' if ratio > 1 else 'A'}: "
+                       f"beyond the {MAX_HOST_RATIO:g}x a correction can carry")
     return "; ".join(reasons)
 
 #: Records on each side of a record, in its session's order, whose reference kernel readings are
@@ -238,13 +239,11 @@ def host_ratio(a: Side, b: Side) -> float | None:
 
 def corrected_log_change(a: Side, b: Side, host: HostModel) -> float | None:
     """log(B / A), B corrected for host speed where `host` is established, for a pair that can be
-    compared at all; else None."""
+    compared at all (`inconclusive_reason`); else None."""
     med_a, med_b = a.median, b.median
     if not (med_a and med_b and med_a > 0 and med_b > 0) or inconclusive_reason(a, b):
         return None
     ratio = host_ratio(a, b)
-    if ratio and max(ratio, 1 / ratio) > MAX_HOST_RATIO:
-        return None
     applied = host.elasticity * math.log(ratio) if ratio and host.established else 0.0
     return math.log(med_b / med_a) - applied
 
@@ -272,4 +271,4 @@ def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> Run
 __all__ = ["ELASTICITY_Z", "HOST_WINDOW", "MAX_HOST_RATIO", "MIN_ELASTICITY_SD", "MIN_HOST_CHANGE",
            "MIN_LEARNING_CASES", "MIN_RUN_CASES", "UNPROVEN_ELASTICITY_SD", "HostModel", "RunSpread", "Side",
            "corrected_log_change", "host_ratio", "inconclusive_reason", "learn_host_model", "learn_run_spread",
-           "record_rounds", "side_of", "side_of_summary", "sides_of", "smoothed_references"]
+           "side_of", "side_of_summary", "sides_of", "smoothed_references"]

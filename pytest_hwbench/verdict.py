@@ -12,10 +12,10 @@ import statistics
 import warnings
 from collections.abc import Sequence
 from dataclasses import dataclass
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 Verdict = Literal["regression", "improvement", "unchanged", "inconclusive", "missing"]
-VERDICTS: tuple[str, ...] = ("regression", "improvement", "unchanged", "inconclusive", "missing")
+VERDICTS: tuple[str, ...] = get_args(Verdict)
 
 #: Fewer rounds than this on a side: no test is possible (5 vs 5 rounds can reach p = 0.008).
 MIN_ROUNDS = 3
@@ -87,10 +87,8 @@ class PairVerdict:
 def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = DEFAULT_THRESHOLD,
                    alpha: float = DEFAULT_ALPHA) -> PairVerdict:
     """The verdict on one case's per-round ratios B / A: their geometric mean change and its
-    1 - `alpha` Student-t interval (`paired_interval`), judged by the contract every
-    comparison shares (`judge_interval`): a regression or improvement where the interval
-    excludes no change and the change passes `threshold`, unchanged where the whole interval lies
-    inside +-`threshold`, else inconclusive (more rounds would tell)."""
+    1 - `alpha` Student-t interval (`paired_interval`), judged by `judge_interval`; inconclusive
+    with fewer than 3 usable ratios."""
     result = paired_interval(ratios, alpha)
     if result is None:
         usable = sum(1 for r in ratios if r > 0 and math.isfinite(r))

@@ -1,8 +1,6 @@
 """``hwbench web install``: onnxruntime-web from npm into hwbench's cache folder, at the pinned
-version (`ORT_WEB_VERSION`); ``hwbench web status`` says what the web targets find.
-
-Registered through the ``pytest_hwbench.commands`` entry-point group. The browser is the
-system's (``apt-get install chromium``): the command says so when none is found.
+version (`ORT_WEB_VERSION`); ``hwbench web status``: what the web targets find. The browser is
+the system's (``apt-get install chromium``).
 """
 
 from __future__ import annotations

@@ -1,21 +1,11 @@
 """The compatibility matrix (``compatibility.json``): per family and target, what passed, what
 failed or crashed, and a performance rating.
 
-A **target** is ``hardware/backend`` (e.g. ``cuda/torch``). Precision is folded in: a target is
-compatible with a family when any of its precisions passed a case of that family. A record whose
-status is not ``passed`` (failed, or crashed with its process) counts as failed, and its error
-message joins the target's ``failures`` (distinct truncated messages with counts).
-
-Performance ratings, per family:
-
-1. For each (target, model, batch size) take the best throughput over the target's
-   precisions (the median when several records measured the same config).
-2. Keep the (model, batch size) cases that at least two targets passed; on each, divide every
-   target's throughput by the best target's throughput (the best gets 1.0).
-3. A target's ``relative_throughput`` is the median of its ratios; the rating is ``high`` when
-   it is >= 0.5, ``medium`` when >= 0.2, else ``low`` (see `RATING_THRESHOLDS`). A compatible
-   target that shares no case with another target is ``unrated``; an incompatible one is
-   ``none``.
+A target is compatible with a family when any of its precisions passed a case of that family. Its
+``relative_throughput`` is the median, over the (model, batch size) cases that two or more targets
+passed, of its throughput (at its best precision) over the best target's, rated by
+`RATING_THRESHOLDS` (else ``low``); ``unrated``: no case shared with another target; ``none``:
+nothing passed.
 """
 
 from __future__ import annotations
@@ -76,32 +66,21 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
         per_config = passed.groupby(["target", "precision", "model", "batch_size"])["throughput_items_per_s"].median()
         best_prec = per_config.groupby(level=["target", "model", "batch_size"]).max()
         # Step 2: ratios to the best target on cases that two or more targets passed.
-        ratios: dict[str, list[float]] = {}
-        if not best_prec.empty:
-            table = best_prec.unstack("target")
-            for _, row in table.iterrows():
-                measured = row.dropna()
-                if len(measured) < 2 or measured.max() <= 0:
-                    continue
-                top = measured.max()
-                for target, value in measured.items():
-                    ratios.setdefault(str(target), []).append(float(value) / float(top))
+        table = best_prec.unstack("target") if not best_prec.empty else pd.DataFrame()
+        shared = table[(table.count(axis=1) >= 2) & (table.max(axis=1) > 0)]
+        ratios = shared.div(shared.max(axis=1), axis=0)
         entries: dict[str, dict[str, Any]] = {}
         for target, rows in fam.groupby("target", sort=True):
             ok = passed_rows(rows)
             failed = rows[rows["status"] != "passed"]  # failed, or crashed with its process
             compatible = not ok.empty
-            target_ratios = ratios.get(str(target), [])
-            relative = float(pd.Series(target_ratios).median()) if target_ratios else None
+            target_ratios = ratios[target].dropna() if target in ratios else pd.Series(dtype=float)
+            relative = float(target_ratios.median()) if len(target_ratios) else None
             hardware, backend = str(target).split("/", 1)
-            results = []
-            for (model, precision, batch), cell in ok.groupby(["model", "precision", "batch_size"], sort=True):
-                results.append({
-                    "model": str(model), "precision": str(precision), "batch_size": int(batch),
-                    "records": len(cell),
-                    "latency_ms_median": _json_float(cell["latency_ms_median"].median()),
-                    "throughput_items_per_s": _json_float(cell["throughput_items_per_s"].median()),
-                })
+            results = [{"model": str(model), "precision": str(precision), "batch_size": int(batch), "records": len(cell),
+                        "latency_ms_median": _json_float(cell["latency_ms_median"].median()),
+                        "throughput_items_per_s": _json_float(cell["throughput_items_per_s"].median())}
+                       for (model, precision, batch), cell in ok.groupby(["model", "precision", "batch_size"], sort=True)]
             entries[str(target)] = {
                 "hardware": hardware,
                 "backend": backend,
@@ -121,12 +100,8 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
     return out
 
 
-def _json_float(value: Any) -> float | None:
-    try:
-        number = float(value)
-    except (TypeError, ValueError):
-        return None
-    return None if math.isnan(number) or math.isinf(number) else round(number, 6)
+def _json_float(value: float) -> float | None:
+    return round(float(value), 6) if math.isfinite(value) else None
 
 
 def _write_document(path: Path, matrix: Mapping[str, Mapping[str, Mapping[str, Any]]], sessions: Sequence[str],

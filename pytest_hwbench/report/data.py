@@ -1,14 +1,6 @@
-"""The report's rows: the checked, typed frame every section reads, and the cells its tables show.
-
-`prepare` turns the caller's DataFrame (one row per `BenchmarkRecord`, the record's field names
-as columns, e.g. from ``sinks.load_results`` or ``sinks.records_frame(sinks.read_records(...))``)
-into the frame the other modules use: numbers coerced, a missing mode read as the default mode,
-and the derived columns ``config`` (``hardware/backend/precision``), ``target``
-(``hardware/backend``), ``tokens`` and ``length`` (0 where a case has none). This package reads
-no store itself; loading records is the sinks' job.
-
-The helpers below group that frame into cells (model, batch size, config), speedups over
-`BASELINE` and compiled/eager pairs, and format numbers the way every table and plot prints them.
+"""The report's rows: the checked, typed frame every section reads (`prepare`: numbers coerced, a
+missing mode read as the default mode, and the derived columns ``config``, ``target``, ``tokens``
+and ``length``), the cells, speedups and compiled/eager pairs its tables show, and how numbers print.
 """
 
 from __future__ import annotations
@@ -167,10 +159,9 @@ def compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
     eager_values = eager.groupby(keys)[metric].median()
     grouped = compiled.groupby([*keys, "backend"]).agg(value=(metric, "median"), compile_s=("compile_time_s", "median"))
     pairs = []
-    for (*case, backend), row in grouped.iterrows():
+    for (*case, backend), row in grouped.iterrows():  # sorted by the case's keys, then the backend
         key = tuple(case)
         if key in eager_values.index:
             pairs.append({**dict(zip(keys, key, strict=True)), "backend": str(backend), "value": float(row["value"]),
                           "eager": float(eager_values[key]), "compile_s": float(row["compile_s"])})
-    return sorted(pairs, key=lambda p: (p["model"], p["hardware"], p["precision"], p["batch_size"], p["mode"],
-                                        p["tokens"], p["length"], p["backend"]))
+    return pairs

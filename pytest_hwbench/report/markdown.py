@@ -1,11 +1,6 @@
 """``report.md``: the Markdown report, and `write_report`, which writes it with its plots and
 ``compatibility.json``.
 
-Sections, in order: the records' summary, system information, available hardware, the
-compatibility matrix, per family the inference tables (latency, throughput, speedup over
-`BASELINE`, batch scaling, memory) with their plots, the generate and train tables, the
-inference extras (TFLOP/s, compile time, energy), "Compiled vs eager" (every compiled case
-slower than eager `EAGER_BACKEND` on the same case, a line each) and the failures.
 A table cell is the median of the passed records of that (model, batch size, config); a cell
 whose records all failed reads ``failed`` (``crashed`` when all crashed), one never run ``–``.
 """
@@ -92,37 +87,29 @@ def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]
 
 # --- tables and sections ----------------------------------------------------------------------
 
+def _by_model_and_batch(cells: Mapping[tuple[str, int, str], str], configs: Sequence[str],
+                        missing: str = "–") -> list[list[str]]:
+    """A row per (model, batch size) of `cells`, sorted: a cell per config, `missing` where it has none."""
+    return [[model, str(batch), *(cells.get((model, batch, config), missing) for config in configs)]
+            for model, batch in sorted({(m, b) for m, b, _ in cells})]
+
+
 def _value_table(fam: pd.DataFrame, metric: str, configs: list[str]) -> list[str]:
-    cells = cell_medians(fam, metric)
-    keys = [fam["model"], fam["batch_size"], fam["config"]]
-    passed = (fam["status"] == "passed").groupby(keys).any()
-    crashed = (fam["status"] == "crashed").groupby(keys).all()
-    rows = []
-    pairs = fam[["model", "batch_size"]].drop_duplicates()
-    for model, batch in sorted({(str(m), int(b)) for m, b in zip(pairs["model"], pairs["batch_size"], strict=True)}):
-        row: list[str] = [model, str(batch)]
-        for config in configs:
-            key = (model, batch, config)
-            if key not in passed.index:
-                row.append("–")
-            elif passed[key]:
-                row.append(fmt(cells.get(key)))
-            else:
-                row.append("crashed" if crashed[key] else "failed")
-        rows.append(row)
-    return _md_table(["model", "batch", *configs], rows)
+    crashed = (fam["status"] == "crashed").groupby([fam["model"], fam["batch_size"], fam["config"]]).all()
+    cells = {(str(m), int(b), str(c)): "crashed" if every else "failed" for (m, b, c), every in crashed.items()}
+    cells |= {key: fmt(value) for key, value in cell_medians(fam, metric).items()}  # a cell with a passed record
+    return _md_table(["model", "batch", *configs], _by_model_and_batch(cells, configs))
 
 
 def _speedup_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
+    """The baseline's latency, then the speedup of every other config (`configs` starts with the baseline)."""
     baseline = "/".join(BASELINE)
-    others = [c for c in configs if c != baseline]
     speedups = speedup_cells(fam)
-    base_cells = cell_medians(fam, "latency_ms_median")
-    rows = []
-    for model, batch in sorted({(m, b) for (m, b, _) in speedups}):
-        rows.append([model, str(batch), fmt(base_cells.get((model, batch, baseline))),
-                     *[fmt_speedup(speedups.get((model, batch, c))) for c in others]])
-    return _md_table(["model", "batch", f"{baseline} latency (ms)", *others], rows)
+    latencies = cell_medians(fam, "latency_ms_median")
+    cells = {key: fmt_speedup(value) for key, value in speedups.items()}
+    cells |= {(m, b, baseline): fmt(latencies.get((m, b, baseline))) for m, b, _ in speedups}
+    return _md_table(["model", "batch", f"{baseline} latency (ms)", *configs[1:]],
+                     _by_model_and_batch(cells, configs, missing="n/a"))
 
 
 def _scaling_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
@@ -145,14 +132,8 @@ def _memory_table(fam: pd.DataFrame, configs: list[str]) -> list[str] | None:
     rss, dev = cell_medians(fam, "peak_host_rss_mb"), cell_medians(fam, "peak_device_memory_mb")
     if all(math.isnan(v) for v in [*rss.values(), *dev.values()]):
         return None
-    rows = []
-    for model, batch in sorted({(m, b) for (m, b, _) in rss}):
-        row = [model, str(batch)]
-        for config in configs:
-            key = (model, batch, config)
-            row.append(f"{fmt(rss.get(key))} / {fmt(dev.get(key))}" if key in rss else "–")
-        rows.append(row)
-    return _md_table(["model", "batch", *configs], rows)
+    cells = {key: f"{fmt(value)} / {fmt(dev.get(key))}" for key, value in rss.items()}
+    return _md_table(["model", "batch", *configs], _by_model_and_batch(cells, configs))
 
 
 def _system_section(df: pd.DataFrame, system_info: Mapping[str, Any] | None) -> list[str]:

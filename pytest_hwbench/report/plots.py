@@ -91,18 +91,34 @@ def _models_at(cells: Mapping[tuple[str, int, str], float], batch: int) -> list[
     return sorted({m for (m, b, _), v in cells.items() if b == batch and not math.isnan(v)})
 
 
-def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    cells = cell_medians(fam, "latency_ms_median")
-    models = _models_at(cells, batch)
-    series = _bar_series(cells, models, config_order(fam["config"]), batch)
-    if not series:
+def _plot_bars(fam: pd.DataFrame, batch: int, path: Path, panels: list[tuple[Mapping[tuple[str, int, str], float],
+               list[str], str, str]], *, height: float, fmt: Any = fmt, line_at: float | None = None) -> bool:
+    """Grouped bars at `batch`, a panel for each of `panels` (cells, configs, y label, title) that has
+    anything to draw, one above the other, and a dashed line at `line_at`; False when none has
+    (nothing written)."""
+    drawn = []
+    for cells, configs, ylabel, title in panels:
+        models = _models_at(cells, batch)
+        series = _bar_series(cells, models, configs, batch)
+        if series:
+            drawn.append((models, series, ylabel, title))
+    if not drawn:
         return False
-    fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
-    ax = fig.add_subplot()
-    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel="median latency (ms)",
-                  title=f"{family}: median latency per model and config, batch size {batch}")
+    width = 1.5 + 0.5 * max(len(models) * len(series) for models, series, _, _ in drawn)
+    fig = _new_figure(width, height * len(drawn), rows=len(drawn))
+    axes = fig.subplots(len(drawn), 1, squeeze=False)
+    for ax, (models, series, ylabel, title) in zip(axes.flat, drawn, strict=True):
+        _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=fmt, ylabel=ylabel, title=title)
+        if line_at is not None:
+            ax.axhline(line_at, color="grey", linewidth=0.8, linestyle="--")
     _save(fig, path)
     return True
+
+
+def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
+    panel = (cell_medians(fam, "latency_ms_median"), config_order(fam["config"]), "median latency (ms)",
+             f"{family}: median latency per model and config, batch size {batch}")
+    return _plot_bars(fam, batch, path, [panel], height=5)
 
 
 def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
@@ -154,39 +170,18 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
 
 
 def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    speedups = speedup_cells(fam)
-    models = sorted({m for (m, b, _) in speedups if b == batch})
-    configs = [c for c in config_order(fam["config"]) if c != "/".join(BASELINE)]
-    series = _bar_series(speedups, models, configs, batch)
-    if not series:
-        return False
-    fig = _new_figure(1.5 + 0.5 * len(models) * len(series), 5)
-    ax = fig.add_subplot()
-    _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=fmt_speedup, ylabel=f"speedup vs {'/'.join(BASELINE)} (x)",
-                  title=f"{family}: speedup over {'/'.join(BASELINE)}, batch size {batch}")
-    ax.axhline(1.0, color="grey", linewidth=0.8, linestyle="--")
-    _save(fig, path)
-    return True
+    baseline = "/".join(BASELINE)
+    panel = (speedup_cells(fam), [c for c in config_order(fam["config"]) if c != baseline],
+             f"speedup vs {baseline} (x)", f"{family}: speedup over {baseline}, batch size {batch}")
+    return _plot_bars(fam, batch, path, [panel], height=5, fmt=fmt_speedup, line_at=1.0)
 
 
 def _plot_memory(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    panels = []
     configs = config_order(fam["config"])
-    for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"), ("peak_device_memory_mb", "peak device memory (MB)")):
-        cells = cell_medians(fam, metric)
-        models = _models_at(cells, batch)
-        series = _bar_series(cells, models, configs, batch)
-        if series:
-            panels.append((label, models, series))
-    if not panels:
-        return False
-    width = 1.5 + 0.5 * max(len(m) * len(s) for _, m, s in panels)
-    fig = _new_figure(width, 4.5 * len(panels), rows=len(panels))
-    axes = fig.subplots(len(panels), 1, squeeze=False)
-    for ax, (label, models, series) in zip(axes.flat, panels, strict=True):
-        _grouped_bars(ax, models, series, colors=_colors(fam["config"]), ylabel=label, title=f"{family}: {label}, batch size {batch}")
-    _save(fig, path)
-    return True
+    panels = [(cell_medians(fam, metric), configs, label, f"{family}: {label}, batch size {batch}")
+              for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"),
+                                    ("peak_device_memory_mb", "peak device memory (MB)"))]
+    return _plot_bars(fam, batch, path, panels, height=4.5)
 
 
 def _slug(text: str) -> str:

@@ -1,17 +1,8 @@
 """Web platforms: onnxruntime-web in a headless Chromium (targets ``wasm``, ``webgpu``, ``webnn``).
 
-- `_locate`: where the browser and onnxruntime-web are, and the fix when they are not.
-- `_driver`: `WebDriver`, one browser showing one page that long-polls a local server for
-  commands; watches the browser's processes; kills the browser with its process group on close,
-  failure and exit.
-- `_runfolder`: the run folder that holds every browser file of a process, and the removal of
-  a killed run's folder.
-- `detect`: the web targets' probes (entry-point group ``pytest_hwbench.hardware``).
-- the commands (``hwbench web install``, ``hwbench web status``) are `pytest_hwbench.web_commands`.
-- ``page/``: the page (``bench.html``, ``bench.js``): probe, load, measure, release.
-
-The backend that measures with them is `pytest_hwbench.backends.onnxruntime_web`. Nothing here
-imports torch or pytest.
+`shared_driver` is the process's `WebDriver` for measuring; the targets' probes are `detect`, the
+commands `pytest_hwbench.web_commands`, the backend `pytest_hwbench.backends.onnxruntime_web`.
+Nothing here imports torch or pytest.
 """
 
 from __future__ import annotations

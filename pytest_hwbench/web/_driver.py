@@ -1,25 +1,14 @@
 """Drive one headless Chromium through a page that long-polls a local server for commands (over
 500 lines because the browser process, its page server and the command channel fail and restart together).
 
-No browser-automation package: the browser is a plain subprocess in a session of its own
-(``start_new_session``), the page (``page/bench.js``) fetches commands from a stdlib
-``ThreadingHTTPServer`` bound to 127.0.0.1 on a free port and posts the results back
-(FACTS.md, "Web platforms"). The server sends the cross-origin isolation headers, without which
-``performance.now()`` ticks in 100 us steps and wasm threads fall back to one.
-
-Each page has a command channel of its own (its id is in its URL): a request from a page of a
-browser that died can never take a command meant for the next one.
-
-`WebDriver.call` sends one command and waits for its result, bounded by a timeout; while it
-waits it watches the browser's processes. A page error is an ordinary failed result
-(`PageError`, carrying the browser's message). A browser that exits, a page whose renderer dies
-(Chromium logs "Tab Killed", "Tab Crashed" or "Tab OOM"; the kernel's out-of-memory kills are
-read from ``/proc/vmstat``) or a command that outlives its timeout kills the browser with its
-whole process group (`BrowserCrashed`, `BrowserTimeout`); the next command starts a fresh one.
-`close` ends the browser; so does interpreter exit (`atexit`) for every driver still open, and on
-Linux the browser dies with this process (``PR_SET_PDEATHSIG``). Profiles and Chromium's own
-temporary folders live in the process's run folder (`_runfolder`), which a later run removes
-when this one was killed.
+The browser is a plain subprocess in a session of its own; the page (``page/bench.js``) fetches
+commands from a 127.0.0.1 server sending the cross-origin isolation headers (without them
+``performance.now()`` ticks in 100 us steps and wasm threads fall back to one) and posts results
+back, each page on a command channel of its own. `WebDriver.call` bounds a command by a timeout: a
+page error is `PageError`; a browser or renderer that dies, or a command that outlives its timeout,
+kills the browser with its process group (`BrowserCrashed`, `BrowserTimeout`) and the next
+command starts a fresh one. The browser also dies with this process (``atexit``,
+``PR_SET_PDEATHSIG``); its files live in the process's run folder (`_runfolder`).
 """
 
 from __future__ import annotations
@@ -213,10 +202,8 @@ class WebDriver:
         self._ids = itertools.count(1)
         self._lock = threading.RLock()
         self._server: _Server | None = None
-        self._thread: threading.Thread | None = None
         self._process: subprocess.Popen[bytes] | None = None
-        self._profile: Path | None = None
-        self._browser_tmp: Path | None = None
+        self._folders: list[Path] = []  # the browser's profile and TMPDIR
         self._stderr: Any = None
         self._stderr_seen = 0
         self._sad_tab: str | None = None
@@ -233,20 +220,14 @@ class WebDriver:
 
     @property
     def port(self) -> int:
-        self._serve()
-        assert self._server is not None
+        """The page server's port; the server starts at the first ask."""
+        if self._server is None:
+            self._server = _Server(("127.0.0.1", 0), _Handler)
+            self._server.driver = self
+            threading.Thread(target=self._server.serve_forever, kwargs={"poll_interval": 0.2},
+                             name="hwbench-web-server", daemon=True).start()
+            _OPEN.add(self)
         return int(self._server.server_address[1])
-
-    def _serve(self) -> None:
-        if self._server is not None:
-            return
-        server = _Server(("127.0.0.1", 0), _Handler)
-        server.driver = self
-        self._server = server
-        self._thread = threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.2},
-                                        name="hwbench-web-server", daemon=True)
-        self._thread.start()
-        _OPEN.add(self)
 
     def _next_command(self, page: str) -> tuple[int, bytes]:
         channel = self._channels.get(page)
@@ -259,11 +240,6 @@ class WebDriver:
         if command is None:  # the page was closed while this request waited
             return 410, b'{"gone": true}'
         return 200, json.dumps(command).encode()
-
-    def _close_channels(self) -> None:
-        channels, self._channels = self._channels, {}
-        for channel in channels.values():
-            channel.put(None)  # wakes a request still waiting on it
 
     def add_blob(self, data: Path | bytes) -> str:
         """Serve `data` (a file or bytes) at the returned URL path until `drop_blob`."""
@@ -286,58 +262,51 @@ class WebDriver:
 
     def _launch(self, url: str) -> None:
         sweep_stale_runs()
-        self._profile = new_folder("profile")
-        self._browser_tmp = browser_tmp()
+        profile, tmp = new_folder("profile"), browser_tmp()
+        self._folders = [profile, tmp]
         self._stderr = tempfile.TemporaryFile()
         self._stderr_seen, self._sad_tab = 0, None
         # Chromium's own temporary folders (.org.chromium.Chromium.*, its singleton socket) go
         # into the run folder too, so nothing of a killed browser stays in $TMPDIR or /tmp.
-        env = {**os.environ, "TMPDIR": str(self._browser_tmp)}
-        args = [self.browser, *BROWSER_FLAGS, *self.extra_flags, f"--user-data-dir={self._profile}", url]
+        env = {**os.environ, "TMPDIR": str(tmp)}
+        args = [self.browser, *BROWSER_FLAGS, *self.extra_flags, f"--user-data-dir={profile}", url]
         self._process = subprocess.Popen(  # noqa: S603 - our own binary and flags
             args, stdin=subprocess.DEVNULL, stdout=subprocess.DEVNULL, stderr=self._stderr, env=env,
             start_new_session=True, preexec_fn=_child_setup if sys.platform.startswith("linux") else None)
         self.launches += 1
 
-    def _new_stderr(self) -> str:
-        """What the browser wrote to stderr since the last look."""
+    def _stderr_from(self, offset: int) -> bytes:
+        """What the browser wrote to stderr from byte `offset` on."""
         if self._stderr is None:
-            return ""
+            return b""
         try:
-            self._stderr.seek(self._stderr_seen)
-            data = self._stderr.read()
+            self._stderr.seek(offset)
+            return bytes(self._stderr.read())
         except (OSError, ValueError):
-            return ""
-        self._stderr_seen += len(data)
-        return data.decode(errors="replace")
+            return b""
 
     def page_died(self) -> str | None:
         """Chromium's verdict when the page's renderer died since the browser started ("Tab Killed:
         URL" from its log), else None."""
         if self._sad_tab is None:
-            for line in self._new_stderr().splitlines():
+            new = self._stderr_from(self._stderr_seen)  # only what it wrote since the last look
+            self._stderr_seen += len(new)
+            for line in new.decode(errors="replace").splitlines():
                 if SAD_TAB.search(line) and (self._server is None or f":{self.port}/" in line):
                     self._sad_tab = line
                     break
         return self._sad_tab
 
-    def processes(self) -> list[Any]:
-        """The browser's processes (psutil), itself first; empty when none runs."""
-        pid = self.pid
-        if pid is None:
-            return []
-        try:
-            import psutil
-
-            browser = psutil.Process(pid)
-            return [browser, *browser.children(recursive=True)]
-        except Exception:  # noqa: BLE001 - it just ended
-            return []
-
     def renderers(self) -> set[int]:
         """Process ids of the browser's renderers (the page's, and a spare one Chromium keeps)."""
-        found = set()
-        for proc in self.processes():
+        import psutil
+
+        pid, found = self.pid, set()
+        try:
+            children = psutil.Process(pid).children(recursive=True) if pid is not None else []
+        except psutil.Error:  # it just ended
+            children = []
+        for proc in children:
             try:
                 if "--type=renderer" in proc.cmdline():
                     found.add(proc.pid)
@@ -346,14 +315,8 @@ class WebDriver:
         return found
 
     def stderr_tail(self, limit: int = 1500) -> str:
-        """The end of the browser's stderr (noise included: the Debian wrapper and D-Bus write there)."""
-        if self._stderr is None:
-            return ""
-        try:
-            self._stderr.seek(0)
-            text = self._stderr.read().decode(errors="replace")
-        except (OSError, ValueError):
-            return ""
+        """The end of the browser's stderr, without the noise the Debian wrapper and D-Bus write there."""
+        text = self._stderr_from(0).decode(errors="replace")
         lines = [ln for ln in text.splitlines() if ln.strip() and "dbus" not in ln.lower()
                  and "unexpected operator" not in ln and ":WARNING:" not in ln]
         return "\n".join(lines)[-limit:]
@@ -362,13 +325,14 @@ class WebDriver:
         """End the browser and every process of its group; safe to call at any time."""
         process, self._process = self._process, None
         self._page, self._bundle = None, None
-        self._close_channels()
+        channels, self._channels = self._channels, {}
+        for channel in channels.values():
+            channel.put(None)  # wakes a request still waiting on it
         if process is not None:
             _kill_tree(process)
-        for folder in (self._profile, self._browser_tmp):
-            if folder is not None:
-                shutil.rmtree(folder, ignore_errors=True)
-        self._profile = self._browser_tmp = None
+        for folder in self._folders:
+            shutil.rmtree(folder, ignore_errors=True)
+        self._folders = []
         if self._stderr is not None:
             self._stderr.close()
             self._stderr = None
@@ -436,10 +400,7 @@ class WebDriver:
     def _send(self, command: dict[str, Any], *, timeout_s: float) -> Any:
         command = {**command, "id": next(self._ids)}
         self.page_errors.clear()
-        channel = self._channels.get(self._page or "")
-        if channel is None:
-            raise WebError(f"op {command['op']!r}: no page is open (call open_page first)")
-        channel.put(command)
+        self._channels[self._page or ""].put(command)  # open_page made the page's channel
         result = self._wait(lambda kind, body: kind == "result" and body.get("id") == command["id"], timeout_s,
                             f"op {command['op']!r}", watch_page=command["op"] != "navigate")
         if not result.get("ok"):
@@ -466,8 +427,7 @@ class WebDriver:
                 tail = self.stderr_tail()
                 self.kill()
                 raise BrowserCrashed(f"the browser exited ({_exit_status(code)}) during {what}"
-                                     + _oom_note(oom_kills)
-                                     + (f"; page errors: {' | '.join(self.page_errors)}" if self.page_errors else "")
+                                     + _oom_note(oom_kills) + self._page_errors_note()
                                      + (f"; its stderr ends: {tail}" if tail else ""))
             if watch_page and time.monotonic() >= next_look:
                 next_look = time.monotonic() + WATCH_S
@@ -483,10 +443,12 @@ class WebDriver:
                         + (f" (renderer pid {', '.join(map(str, gone))})" if gone else "")
                         + _oom_note(oom_kills) + "; the browser was killed, the next command starts a new one")
             if time.monotonic() > deadline:
-                errors = list(self.page_errors)
                 self.kill()
                 raise BrowserTimeout(f"{what} did not finish within {timeout_s:.0f} s; the browser was killed"
-                                     + (f"; page errors: {' | '.join(errors)}" if errors else ""))
+                                     + self._page_errors_note())
+
+    def _page_errors_note(self) -> str:
+        return f"; page errors: {' | '.join(self.page_errors)}" if self.page_errors else ""
 
 
 def hello_hint(error: str) -> str:
@@ -500,10 +462,9 @@ def _exit_status(code: int | None) -> str:
     if code is None:
         return "status unknown"
     if code < 0:
-        try:
+        with contextlib.suppress(ValueError):
             return f"killed by {signal.Signals(-code).name}"
-        except ValueError:
-            return f"killed by signal {-code}"
+        return f"killed by signal {-code}"
     return f"code {code}"
 
 
@@ -526,11 +487,11 @@ def _oom_note(before: int | None) -> str:
 
 def _kill_tree(process: subprocess.Popen[bytes]) -> None:
     """SIGKILL the browser's process group and any descendant that left it, then reap."""
-    try:
-        import psutil
+    import psutil
 
+    try:
         victims: list[Any] = psutil.Process(process.pid).children(recursive=True)
-    except Exception:  # noqa: BLE001 - already gone, or psutil cannot see it
+    except psutil.Error:  # already gone
         victims = []
     with contextlib.suppress(ProcessLookupError, PermissionError):
         os.killpg(process.pid, signal.SIGKILL)
@@ -540,8 +501,6 @@ def _kill_tree(process: subprocess.Popen[bytes]) -> None:
     with contextlib.suppress(subprocess.TimeoutExpired):
         process.wait(timeout=10)
     if victims:  # wait until they are gone, so a count right after close() sees none
-        import psutil
-
         psutil.wait_procs(victims, timeout=10)
 
 

@@ -2,10 +2,8 @@
 
 Browser: ``$HWBENCH_BROWSER`` (a path or a command name), else the first of `BROWSER_NAMES` on
 PATH. onnxruntime-web: ``$HWBENCH_ORT_WEB`` (the package folder or its ``dist``), else
-``./node_modules/onnxruntime-web`` (a project-local ``npm install``), else the folder
-``hwbench web install`` fills (`install_dir`). Nothing here starts a browser; the browser's
-version (``--version``) is asked once per binary and kept in ``cache_dir("web")/browsers.json``,
-keyed by the file's path, size and modification time.
+``./node_modules/onnxruntime-web``, else the folder ``hwbench web install`` fills (`install_dir`).
+Nothing here starts a browser.
 """
 
 from __future__ import annotations
@@ -149,11 +147,6 @@ def _package(folder: Path) -> OrtWeb | None:
     return OrtWeb(dist.resolve(), str(meta.get("version", "unknown")))
 
 
-def ort_web_candidates() -> list[Path]:
-    """Folders searched for onnxruntime-web when ``$HWBENCH_ORT_WEB`` is unset, in order."""
-    return [Path.cwd() / "node_modules" / "onnxruntime-web", install_dir() / "node_modules" / "onnxruntime-web"]
-
-
 def find_ort_web() -> tuple[OrtWeb | None, str]:
     """onnxruntime-web, or None and why (naming the fix)."""
     wanted = os.environ.get(ORT_WEB_ENV, "").strip()
@@ -163,11 +156,12 @@ def find_ort_web() -> tuple[OrtWeb | None, str]:
             return None, (f"{ORT_WEB_ENV}={wanted!r} is not an onnxruntime-web package folder (package.json and dist/); "
                           f"{INSTALL_ORT_WEB}")
         return found, ""
-    for folder in ort_web_candidates():
+    candidates = [Path.cwd() / "node_modules" / "onnxruntime-web", install_dir() / "node_modules" / "onnxruntime-web"]
+    for folder in candidates:
         found = _package(folder)
         if found is not None:
             return found, ""
-    where = ", ".join(str(p) for p in ort_web_candidates())
+    where = ", ".join(str(p) for p in candidates)
     return None, f"onnxruntime-web is not installed (looked in {where}): {INSTALL_ORT_WEB}"
 
 

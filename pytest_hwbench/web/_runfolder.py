@@ -1,15 +1,9 @@
 """The one folder a process keeps its browsers' files in, and the removal of a dead run's folder.
 
-Every browser profile of a process and Chromium's own temporary folders (``TMPDIR`` of the
-browser, where it puts ``.org.chromium.Chromium.*``) live under one run folder,
-``$TMPDIR/hwbench-web-run-<pid>-XXXX``. The folder holds a ``lock`` file that the process keeps
-locked (``flock``) while it lives and a ``pid`` file written after the lock is taken. Interpreter
-exit removes the folder; a run killed by SIGKILL or SIGTERM cannot, so every later process that
-starts a browser or probes (`sweep_stale_runs`) removes the folders whose lock is free: the
-kernel drops a lock when its holder dies, however it dies.
-
-When ``$TMPDIR`` is too long for Chromium's singleton socket (a Unix socket path is at most 108
-bytes), the browser's ``TMPDIR`` is a second run folder of the same kind under /tmp.
+Every browser profile and Chromium's own temporary folders of a process live under one run folder,
+``$TMPDIR/hwbench-web-run-<pid>-XXXX``, removed at interpreter exit. A run killed by a signal
+cannot remove it, so every later process that starts a browser or probes removes the folders whose
+``flock`` is free (`sweep_stale_runs`): the kernel drops a lock when its holder dies.
 """
 
 from __future__ import annotations
@@ -35,15 +29,6 @@ _LOCK = threading.Lock()
 _MINE: dict[str, tuple[Path, int]] = {}
 
 
-def _make(base: str) -> Path:
-    folder = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=base))
-    fd = os.open(folder / "lock", os.O_CREAT | os.O_RDWR, 0o600)
-    fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
-    (folder / "pid").write_text(str(os.getpid()))
-    _MINE[base] = (folder, fd)
-    return folder
-
-
 def run_folder(base: str | None = None) -> Path:
     """This process's run folder under `base` (default ``$TMPDIR``), made at the first call; a
     child process (fork) makes its own."""
@@ -52,7 +37,12 @@ def run_folder(base: str | None = None) -> Path:
         mine = _MINE.get(base)
         if mine is not None and mine[0].name.startswith(f"{RUN_PREFIX}{os.getpid()}-") and mine[0].is_dir():
             return mine[0]
-        return _make(base)
+        folder = Path(tempfile.mkdtemp(prefix=f"{RUN_PREFIX}{os.getpid()}-", dir=base))
+        fd = os.open(folder / "lock", os.O_CREAT | os.O_RDWR, 0o600)
+        fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+        (folder / "pid").write_text(str(os.getpid()))  # after the lock: a folder with a pid file is complete
+        _MINE[base] = (folder, fd)
+        return folder
 
 
 def new_folder(kind: str) -> Path:

@@ -1,15 +1,7 @@
-"""Detection of the web targets ``wasm``, ``webgpu`` and ``webnn``: browser, onnxruntime-web and
-a capability probe page, once per process (and its findings reused for a day by later processes
-with the same browser, `PROBE_CACHE_S`).
-
-Listed in the ``pytest_hwbench.hardware`` entry-point group: importing this module adds one
-probe per web target (`pytest_hwbench.hardware.register_probe`), so `detect_hardware()` (and with it
-``hwbench detect``, the plugin and hwsel) reports them. All three read one `web_facts()`: where
-the browser and onnxruntime-web are (`_locate`) and what the probe page saw in the browser
-(``page/bench.js`` ``probe``: WebGPU adapter, WebNN contexts, cross-origin isolation, timer
-resolution). `targets_from_facts` turns those facts into `TargetInfo`s and touches no browser,
-so a probe recorded where a target works (a WebNN context, a hardware adapter) tests the
-interpretation here.
+"""Detection of the web targets ``wasm``, ``webgpu`` and ``webnn`` (entry-point group
+``pytest_hwbench.hardware``): the browser, onnxruntime-web and what a probe page sees in the
+browser, found once per process and reused by later processes with the same browser for
+`PROBE_CACHE_S`. `targets_from_facts` interprets those facts and touches no browser.
 """
 
 from __future__ import annotations
@@ -30,17 +22,15 @@ from ..hardware import DeviceInfo, TargetInfo, register_probe
 from ..vocabulary import cache_dir
 from ._locate import find_browser, find_ort_web, write_cache
 
-#: Seconds the probe may take, the browser's start included (about 1 s here; 30 s unless set,
-#: `pytest_hwbench.env_settings`). A browser that hangs at start costs this once: the failure is
-#: cached like a finding.
+#: Seconds the probe may take, the browser's start included (`pytest_hwbench.env_settings`). A
+#: browser that hangs at start costs this once: the failure is cached like a finding.
 PROBE_TIMEOUT_ENV = "HWBENCH_WEB_PROBE_TIMEOUT_S"
 #: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
 #: unavailable, saying so. ``fresh`` probes again even when a cached probe is still valid.
 PROBE_ENV = "HWBENCH_WEB_PROBE"
 #: Seconds a probe's findings, or its failure and why, are reused (`cache_dir("web")/probe.json`)
-#: by later processes on this host with the same browser and browser flags: the probe starts a
-#: browser (about 1-3 s; up to ``$HWBENCH_WEB_PROBE_TIMEOUT_S`` for one that hangs). onnxruntime-web is no part
-#: of the key: the probe page never loads it.
+#: by later processes on this host with the same browser and browser flags, since the probe starts
+#: a browser. onnxruntime-web is no part of the key: the probe page never loads it.
 PROBE_CACHE_S = 24 * 3600.0
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
 WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
@@ -72,6 +62,8 @@ def run_probe(browser: str) -> dict[str, Any]:
 @functools.cache
 def web_facts() -> dict[str, Any]:
     """Browser, onnxruntime-web and probe, found once per process (JSON-ready)."""
+    from ..env_settings import env_setting
+
     browser, browser_reason = find_browser()
     ort, ort_reason = find_ort_web()
     facts: dict[str, Any] = {
@@ -79,43 +71,34 @@ def web_facts() -> dict[str, Any]:
         "ort_web": {"dist": str(ort.dist), "version": ort.version} if ort else None, "ort_web_reason": ort_reason,
         "probe": None, "probe_error": "",
     }
-    if browser is not None and os.environ.get(PROBE_ENV, "").strip() == "0":
+    setting = os.environ.get(PROBE_ENV, "").strip()
+    if browser is None:
+        return facts
+    if setting == "0":
         facts["probe_off"] = True
         facts["probe_error"] = f"probe turned off ({PROBE_ENV}=0; unset it to probe the browser)"
-    elif browser is not None:
-        from ._runfolder import sweep_stale_runs
+        return facts
+    from ._runfolder import sweep_stale_runs
 
-        sweep_stale_runs()  # a killed run's browser folders, even when this run starts no browser
-        key = _probe_key(asdict(browser))
-        cached = _cached_probe(key)
-        bad_setting = _bad_probe_setting()
-        if bad_setting:  # this run's setting, no finding about the browser: nothing is cached
-            facts["probe_error"] = bad_setting
-        elif cached is not None:
-            facts["probe"], error = cached
-            if error:
-                facts["probe_error"] = (f"{error} (cached from an earlier probe on this host; "
-                                        f"{PROBE_ENV}=fresh probes again)")
-        else:
-            try:
-                facts["probe"] = run_probe(browser.path)
-            except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
-                facts["probe_error"] = f"{type(exc).__name__}: {exc}"
-                _store_probe(key, None, facts["probe_error"])
-            else:
-                _store_probe(key, facts["probe"])
-    return facts
-
-
-def _bad_probe_setting() -> str:
-    """Why ``$HWBENCH_WEB_PROBE_TIMEOUT_S`` is not accepted, or ""."""
-    from ..env_settings import env_setting
-
+    sweep_stale_runs()  # a killed run's browser folders, even when this run starts no browser
     try:
         env_setting(PROBE_TIMEOUT_ENV)
-    except ValueError as exc:
-        return str(exc)
-    return ""
+    except ValueError as exc:  # this run's setting, no finding about the browser: nothing is cached
+        facts["probe_error"] = str(exc)
+        return facts
+    key = _probe_key(asdict(browser))
+    cached = None if setting == "fresh" else _cached_probe(key)
+    if cached is not None:
+        facts["probe"], error = cached
+        if error:
+            facts["probe_error"] = f"{error} (cached from an earlier probe on this host; {PROBE_ENV}=fresh probes again)"
+        return facts
+    try:
+        facts["probe"] = run_probe(browser.path)
+    except Exception as exc:  # noqa: BLE001 - a broken browser makes the targets unavailable, with why
+        facts["probe_error"] = f"{type(exc).__name__}: {exc}"
+    write_cache(_probe_file(), {"key": key, "at": time.time(), "probe": facts["probe"], "error": facts["probe_error"]})
+    return facts
 
 
 def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
@@ -142,8 +125,6 @@ def _probe_file() -> Path:
 def _cached_probe(key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str] | None:
     """What a recent process on this host's probe with the same `key` found: the findings and
     "", or None and why the probe failed; None when there is no such probe."""
-    if os.environ.get(PROBE_ENV, "").strip() == "fresh":
-        return None
     try:
         entry = json.loads(_probe_file().read_text())
         fresh = 0 <= time.time() - float(entry["at"]) < PROBE_CACHE_S
@@ -155,10 +136,6 @@ def _cached_probe(key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str] |
         return dict(entry["probe"]), ""
     except (OSError, ValueError, TypeError, KeyError):  # unreadable or malformed: probe again
         return None
-
-
-def _store_probe(key: Mapping[str, Any], probe: Mapping[str, Any] | None, error: str = "") -> None:
-    write_cache(_probe_file(), {"key": key, "at": time.time(), "probe": probe, "error": error})
 
 
 def is_software_adapter(adapter: Mapping[str, Any]) -> bool:
@@ -194,71 +171,57 @@ def _common(facts: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     return None, details
 
 
-def _ort_missing(facts: Mapping[str, Any]) -> str | None:
-    # Asked after the browser's own verdict on the target: installing onnxruntime-web cannot
-    # give a browser WebNN.
-    if facts.get("ort_web"):
-        return None
-    return str(facts.get("ort_web_reason") or "onnxruntime-web is not installed")
-
-
-def _wasm(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any], cpu_name: str) -> TargetInfo:
-    if reason:
-        return TargetInfo("wasm", False, reason, details=details)
-    probe = facts["probe"]
+def _wasm(probe: Mapping[str, Any], cpu_name: str) -> tuple[str, dict[str, Any], tuple[DeviceInfo, ...]]:
     if not probe.get("webassembly"):
-        return TargetInfo("wasm", False, "WebAssembly is not available in this browser", details=details)
-    details = {**details, "hardware_concurrency": probe.get("hardwareConcurrency"),
-               "shared_array_buffer": probe.get("sharedArrayBuffer")}
-    missing = _ort_missing(facts)
-    if missing:
-        return TargetInfo("wasm", False, missing, details=details)
-    return TargetInfo("wasm", True, "", (DeviceInfo(0, cpu_name, None, "wasm-simd", ("fp32",)),), ("fp32",), details)
+        return "WebAssembly is not available in this browser", {}, ()
+    extra = {"hardware_concurrency": probe.get("hardwareConcurrency"),
+             "shared_array_buffer": probe.get("sharedArrayBuffer")}
+    return "", extra, (DeviceInfo(0, cpu_name, None, "wasm-simd", ("fp32",)),)
 
 
-def _webgpu(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any]) -> TargetInfo:
-    if reason:
-        return TargetInfo("webgpu", False, reason, details=details)
-    gpu = facts["probe"].get("webgpu") or {}
+def _webgpu(probe: Mapping[str, Any], cpu_name: str) -> tuple[str, dict[str, Any], tuple[DeviceInfo, ...]]:
+    gpu = probe.get("webgpu") or {}
     adapter = gpu.get("adapter")
     if not adapter:
-        why = gpu.get("error") or "no WebGPU adapter"
-        return TargetInfo("webgpu", False, f"no WebGPU adapter: {why}; {NO_WEBGPU_FIX}", details=details)
+        return f"no WebGPU adapter: {gpu.get('error') or 'no WebGPU adapter'}; {NO_WEBGPU_FIX}", {}, ()
     features = list(gpu.get("features") or ())
     precisions = ("fp32", "fp16") if "shader-f16" in features else ("fp32",)
     software = is_software_adapter(adapter)
-    details = {**details, "adapter": dict(adapter), "software_adapter": software, "features": features,
-               "max_buffer_size": gpu.get("maxBufferSize")}
-    missing = _ort_missing(facts)
-    if missing:
-        return TargetInfo("webgpu", False, missing, details=details)
-    device = DeviceInfo(0, adapter_name(adapter), None, "software" if software else None, precisions)
-    return TargetInfo("webgpu", True, "", (device,), precisions, details)
+    extra = {"adapter": dict(adapter), "software_adapter": software, "features": features,
+             "max_buffer_size": gpu.get("maxBufferSize")}
+    return "", extra, (DeviceInfo(0, adapter_name(adapter), None, "software" if software else None, precisions),)
 
 
-def _webnn(facts: Mapping[str, Any], reason: str | None, details: dict[str, Any]) -> TargetInfo:
-    if reason:
-        return TargetInfo("webnn", False, reason, details=details)
-    nn = facts["probe"].get("webnn") or {}
+def _webnn(probe: Mapping[str, Any], cpu_name: str) -> tuple[str, dict[str, Any], tuple[DeviceInfo, ...]]:
+    nn = probe.get("webnn") or {}
     contexts = nn.get("contexts") or {}
     working = [t for t in WEBNN_DEVICE_TYPES if (contexts.get(t) or {}).get("ok")]
     if not nn.get("present") or not working:
         errors = list(dict.fromkeys(str(c.get("error")) for c in contexts.values() if c.get("error")))
         why = "; ".join(errors) or str(nn.get("error") or "navigator.ml is undefined")
-        return TargetInfo("webnn", False, f"{why} ({NO_WEBNN_FIX})", details={**details, "contexts": contexts})
-    missing = _ort_missing(facts)
-    if missing:
-        return TargetInfo("webnn", False, missing, details={**details, "contexts": contexts})
+        return f"{why} ({NO_WEBNN_FIX})", {"contexts": contexts}, ()
     devices = tuple(DeviceInfo(i, f"WebNN {t}", None, t, ("fp32", "fp16")) for i, t in enumerate(working))
-    return TargetInfo("webnn", True, "", devices, ("fp32", "fp16"),
-                      {**details, "contexts": contexts, "device_type": working[0]})
+    return "", {"contexts": contexts, "device_type": working[0]}, devices
 
 
 def targets_from_facts(facts: Mapping[str, Any], cpu_name: str = "cpu") -> dict[str, TargetInfo]:
     """The three web `TargetInfo`s those facts describe (`web_facts()`'s shape)."""
     reason, details = _common(facts)
-    return {"wasm": _wasm(facts, reason, details, cpu_name), "webgpu": _webgpu(facts, reason, details),
-            "webnn": _webnn(facts, reason, details)}
+    targets = {}
+    for name, judge in (("wasm", _wasm), ("webgpu", _webgpu), ("webnn", _webnn)):
+        if reason:
+            targets[name] = TargetInfo(name, False, reason, details=details)
+            continue
+        why, extra, devices = judge(facts["probe"], cpu_name)
+        # onnxruntime-web is asked after the browser's own verdict: installing it cannot give a
+        # browser WebNN.
+        if not why and not facts.get("ort_web"):
+            why = str(facts.get("ort_web_reason") or "onnxruntime-web is not installed")
+        if why:
+            targets[name] = TargetInfo(name, False, why, details={**details, **extra})
+        else:
+            targets[name] = TargetInfo(name, True, "", devices, devices[0].precisions, {**details, **extra})
+    return targets
 
 
 def _cpu_name() -> str:
