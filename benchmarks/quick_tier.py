@@ -87,8 +87,8 @@ def replay_eta(store: Path, cache_size: int = 1, first_case: int = 10,
     records were replayed. Compares estimators on one recorded run."""
     import datetime as dt
 
-    from pytest_hwbench.plugin import Progress
     from pytest_hwbench.plugin.grid import case_from_id
+    from pytest_hwbench.plugin.progress import Progress
     from pytest_hwbench.sinks import Spool
 
     everything = list(Spool(store / "spool").records())

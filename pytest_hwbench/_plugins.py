@@ -1,8 +1,5 @@
-"""Entry-point groups through which backends, sinks and scenarios register themselves.
-
-Ours are listed in ``pyproject.toml`` under the same groups a third-party package uses, so base
-code names no implementation: loading a group imports each listed module, which calls its
-``register_*`` function.
+"""Entry-point groups through which backends, sinks, scenarios, probes and commands register
+themselves; ours are listed in ``pyproject.toml`` exactly like a third party's.
 """
 
 from __future__ import annotations

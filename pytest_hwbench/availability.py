@@ -1,10 +1,5 @@
 """Whether a case can run here, and if not, the skip reason: hardware, runtime, precision,
 the mode, the model's known gaps, its input length and memory.
-
-The one place that checks memory against what detection reports (`device_memory_mb`,
-`MEMORY_USABLE_SHARE`); scenarios with memory rules of their own (training) use the same figures.
-A case is read through the `CaseFields` protocol (`pytest_hwbench.case.BenchCase` has them), so
-this module does not import the case module, which asks it (`BenchCase.unavailable`).
 """
 
 from __future__ import annotations
@@ -21,7 +16,8 @@ if TYPE_CHECKING:
 
 
 class CaseFields(Protocol):
-    """What this module reads of a case: its names, batch size and input length, and its model."""
+    """What this module reads of a case: its names, batch size and input length, and its model
+    (a protocol, as `BenchCase` imports this module when asked)."""
 
     model: str
     backend: str
@@ -55,15 +51,13 @@ def unavailable(case: CaseFields, hw: HardwareInfo | None = None) -> str | None:
     reason = get_backend(case.backend).unavailable(case.hardware, case.precision, hw)
     if reason:
         return reason
-    try:
-        spec: ModelSpec | None = case.spec()
-    except KeyError:  # an unknown model fails in its run, with the zoo's hint
-        spec = None
     scenario = get_scenario(case.mode)
     if case.backend not in scenario.backends:
         return f"{case.mode}: runs on {', '.join(scenario.backends)}, not {case.backend}"
-    if spec is None:
-        return memory_shortfall(case, hw)
+    try:
+        spec = case.spec()
+    except KeyError:  # an unknown model fails in its run, with the zoo's hint
+        return None
     reason = scenario.unavailable(spec, case.backend, case.hardware, case.precision, hw)
     if reason:
         return reason
@@ -122,5 +116,4 @@ def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
     return None
 
 
-__all__ = ["MEMORY_USABLE_SHARE", "CaseFields", "device_memory_mb", "host_memory_mb", "input_length_reason",
-           "memory_shortfall", "targets_for", "unavailable"]
+__all__ = ["CaseFields", "input_length_reason", "memory_shortfall", "targets_for", "unavailable"]

@@ -1,8 +1,5 @@
-"""`BenchCase`, one point of the benchmark grid, and the way back from its id.
-
-A value: the module imports the vocabulary only. What a case needs from the registries (the
-modes there are, whether a mode makes tokens, the zoo model, whether it can run here) is looked up
-when asked for, so building and parsing cases imports no backend, scenario or model code.
+"""`BenchCase`, one point of the benchmark grid, and the way back from its id. A value: the
+module imports the vocabulary only, and looks registries up only when asked.
 """
 
 from __future__ import annotations
@@ -118,4 +115,4 @@ def parse_case_id(case_id: str, *, models: Iterable[str], hardware: Iterable[str
     return case if case.id == case_id else None
 
 
-__all__ = ["DEFAULT_NEW_TOKENS", "BenchCase", "parse_case_id", "takes_new_tokens"]
+__all__ = ["DEFAULT_NEW_TOKENS", "BenchCase", "parse_case_id"]

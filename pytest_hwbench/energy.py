@@ -1,18 +1,8 @@
 """Energy per item on NVIDIA GPUs through NVML, where the driver allows; a reason elsewhere.
 
-`energy_unavailable(device_kind, device_index)` says whether NVML can measure a device and why
-not; `measure_energy` runs a call repeatedly and reads the GPU's total-energy counter
-(``nvmlDeviceGetTotalEnergyConsumption``, millijoules since the driver loaded, Volta and newer)
-before and after. Where that counter is not supported but power readings are, a background
-thread samples ``nvmlDeviceGetPowerUsage`` (milliwatts) every 20 ms and integrates.
-
-Both read the whole board: another process on the same GPU adds its energy. The counter ticks
-about every 10 ms (gpuopenanalytics/pynvml#18), so a window of about a second, the default,
-keeps that granularity near 1%.
-
-Torch device indices differ from NVML's whenever ``CUDA_VISIBLE_DEVICES`` is set or CUDA orders
-devices fastest-first while NVML orders them by PCI bus: the device is found by the UUID torch
-reports, else its PCI address, and by index only where both orders must agree.
+`measure_energy` reads the GPU's total-energy counter before and after a loop of calls, or
+integrates sampled power where the counter is missing. Both read the whole board: another process
+on the same GPU adds its energy. A torch device is found in NVML by its UUID, else its PCI address.
 """
 
 from __future__ import annotations
@@ -267,7 +257,8 @@ def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_s
 
     `sync` waits for the device; it runs before the window opens and after the last call, so
     the window holds exactly the calls counted. Raises `EnergyUnavailable` (with the reason)
-    where NVML cannot measure; exceptions from `call` propagate unchanged.
+    where NVML cannot measure; exceptions from `call` propagate unchanged. The counter ticks
+    about every 10 ms (gpuopenanalytics/pynvml#18): a second's window keeps that near 1%.
     """
     if batch_size < 1 or min_calls < 1 or not min_time_s >= 0:
         raise ValueError(f"need batch_size >= 1, min_calls >= 1, min_time_s >= 0; got {batch_size}, "

@@ -1,9 +1,5 @@
-"""Numbers read from the environment (``HWBENCH_WEB_TIMEOUT_S`` and the like).
-
-Each is declared once (`ENV_SETTINGS`: default, range, meaning), read with `env_setting`, and all
-of them are checked when a session starts (`check_env_settings`, as the options are), so a bad
-value is a usage error naming the variable and what it accepts, never a failed case or a failure
-kept in a cache.
+"""Numbers read from the environment (``HWBENCH_WEB_TIMEOUT_S`` and the like), each declared
+once in `ENV_SETTINGS` and all checked when a session starts, so a bad value is a usage error.
 """
 
 from __future__ import annotations

@@ -1,12 +1,7 @@
 """One table of facts about hardware targets and backends, and the names derived from it.
 
-A target row is a `TargetFacts`, a backend row a `BackendFacts`. Built-in rows are in `TARGETS`
-and `BACKENDS` below; a plug-in declares its own with `register_target` / `register_backend_facts`
-when its probe or backend module is imported (a later row of a name replaces the earlier one). The functions below (`target_names`, `target_set`,
-`marker_docs`, `torch_modules`, `torch_runtimes`, `timer_kinds`, `fallback_order`...) read the
-rows at each call and return plain tuples, sets and dicts: a row registered later shows in the
-next call's answer. Importing this module loads nothing but the standard library, so the
-vocabulary, hwsel and any process may read it.
+Plug-ins add rows with `register_target` / `register_backend_facts`; the derived functions read
+the rows at each call. Imports the standard library only, so any process may read it.
 """
 
 from __future__ import annotations

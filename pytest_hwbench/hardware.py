@@ -1,25 +1,20 @@
 """Hardware and runtime detection: what this machine can run, and why not where it cannot (over
 500 lines because the CPU and torch GPU probes are built in, so asking for them loads no plug-in).
 
-`detect_hardware(targets)` runs the probes of the targets asked for (all when none are named),
-each at most once per process, and returns a `HardwareInfo`: one `TargetInfo` per target, each
-saying whether it is available, why not, its devices and the precisions it runs natively. The
-targets and their order are the rows of the facts table (`pytest_hwbench.facts`): a new target
-is one row (`register_target`) plus its probe. The CPU and torch's GPU runtimes (cuda, rocm,
-mps, xpu) are probed here; other targets (openvino, onnxruntime, qnn, the web targets, a third
-party's) by probe modules of the ``pytest_hwbench.hardware`` entry-point group
-(`register_probe`). Probes name capabilities, never backend classes. The torch GPU runtimes are
-read in two steps, `gather_torch_facts` then `target_from_facts`, so their interpretation is
-tested on facts recorded on machines that have the hardware.
+`detect_hardware(targets)` runs each asked-for target's probe at most once per process; the
+targets and their order are the rows of `pytest_hwbench.facts`, and other modules add probes with
+`register_probe`. Torch's GPU runtimes are read as recorded facts (`gather_torch_facts`) and then
+interpreted (`target_from_facts`), so the interpretation is tested on other machines' facts.
 """
 
 from __future__ import annotations
 
+import functools
 import os
 import platform
 import threading
 from collections.abc import Callable, Iterable, Mapping
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, fields
 from pathlib import Path
 from typing import Any
 
@@ -220,18 +215,9 @@ class TorchFacts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TorchFacts:
         """Facts from a JSON-ready dict (`to_dict`'s shape; other keys such as ``source`` are ignored)."""
-        return cls(
-            runtime=data["runtime"],
-            torch_installed=bool(data.get("torch_installed", True)),
-            torch_version=data.get("torch_version"),
-            version=dict(data.get("version") or {}),
-            is_built=bool(data.get("is_built", False)),
-            is_available=bool(data.get("is_available", False)),
-            device_count=int(data.get("device_count", 0)),
-            devices=tuple(dict(d) for d in data.get("devices") or ()),
-            extra=dict(data.get("extra") or {}),
-            error=data.get("error"),
-        )
+        known = {f.name for f in fields(cls)}
+        values = {k: v for k, v in data.items() if k in known}
+        return cls(**{**values, "devices": tuple(dict(d) for d in data.get("devices") or ())})
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; `from_dict` reads it back."""
@@ -446,24 +432,10 @@ def target_from_facts(facts: TorchFacts) -> TargetInfo:
     return _INTERPRETERS[facts.runtime](facts)
 
 
-def detect_cuda() -> TargetInfo:
-    """NVIDIA GPUs through torch.cuda."""
-    return target_from_facts(gather_torch_facts("cuda"))
-
-
-def detect_rocm() -> TargetInfo:
-    """AMD GPUs through torch's HIP build (torch.cuda with torch.version.hip)."""
-    return target_from_facts(gather_torch_facts("rocm"))
-
-
-def detect_mps() -> TargetInfo:
-    """Apple GPUs through torch.backends.mps."""
-    return target_from_facts(gather_torch_facts("mps"))
-
-
-def detect_xpu() -> TargetInfo:
-    """Intel GPUs through torch.xpu."""
-    return target_from_facts(gather_torch_facts("xpu"))
+def detect_torch_runtime(runtime: str) -> TargetInfo:
+    """The target of torch GPU runtime `runtime`: NVIDIA (cuda), AMD through torch's HIP build
+    (rocm), Apple (mps) or Intel (xpu) GPUs."""
+    return target_from_facts(gather_torch_facts(runtime))
 
 
 #: target name -> probe, filled by `register_probe`: the torch runtimes and the CPU here, other
@@ -492,9 +464,9 @@ def registered_probes() -> dict[str, Callable[[], TargetInfo]]:
     return {name: probes[name] for name in order}
 
 
-for _name, _probe in (("cpu", detect_cpu), ("cuda", detect_cuda), ("rocm", detect_rocm), ("mps", detect_mps),
-                      ("xpu", detect_xpu)):
-    register_probe(_name, _probe)
+register_probe("cpu", detect_cpu)
+for _runtime in _INTERPRETERS:
+    register_probe(_runtime, functools.partial(detect_torch_runtime, _runtime))
 
 
 #: target -> what its probe found, once per process (`detect_hardware`).
@@ -542,12 +514,12 @@ def probed_hardware() -> HardwareInfo:
 
 
 __all__ = [
-    "PRECISIONS",
     "DeviceInfo",
     "HardwareInfo",
     "TargetInfo",
     "TorchFacts",
     "detect_hardware",
+    "detect_torch_runtime",
     "gather_torch_facts",
     "not_available",
     "probed_hardware",

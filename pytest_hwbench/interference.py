@@ -1,35 +1,11 @@
 """What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``
 (over 500 lines because the readings, their thresholds and the verdict are one rule, read together).
 
-A timed loop is bracketed by two `HostSnapshot`s. Between them, on the cores this process may use
-(its affinity):
-
-- the CPU time of every process (``/proc/stat``, per core: user, nice, system, irq, softirq) less
-  this process's own (``os.times``) and that of the processes a loaded model names as doing its
-  work (a browser), is the time *other processes* held those cores; when that is too much, the
-  busiest of them are named;
-- ``steal`` is time the hypervisor gave the vCPU to someone else;
-- this process's own CPU time against the wall time says how many cores the case kept busy.
-
-A fixed reference kernel is timed before and after the loop (`reference_us`). Two things come of it:
-
-- ``host_speed``: this host's recent baseline for the kernel (`ReferenceBaseline`: a low percentile
-  of its recent times, i.e. the fast end of how this host has run lately) over the kernel's time
-  beside the case. 1.0 is the host at its recent best, 0.75 a host running a third slower. A virtual
-  machine whose physical cores are shared with a neighbour runs multi-threaded code slower while
-  every counter above stays quiet; that is *host speed*, carried with the record so comparisons
-  and predictors can correct for it. A steady slow host is not interference: its records are clean.
-  A reading taken while other processes held the kernel's cores joins no baseline.
-- the kernel before against after: when they disagree by more than `MAX_REFERENCE_CHANGE` and the
-  timed loop itself slowed down or sped up the same way (its last round against its first,
-  `MAX_TREND`), the host changed speed *during* the case, and the record is noisy.
-
-Also read: the 1-minute load average, the CPU clock where the kernel exposes it, and on NVIDIA
-GPUs (NVML) the SM clock against its maximum, the clock-event ("throttle") reasons and the other
-processes on the device. `judge` turns the readings into a verdict with the reason in words,
-e.g. ``1.7 of 2 cores busy with other processes``. `free_cores` is what a retry sizes its
-intra-op threads to: threads spinning on a core another process holds are what made torch eager
-10x slower on a busy 2-core runner.
+`InterferenceMonitor` brackets a timed loop and reads, on the cores this process may use: other
+processes' CPU time, stolen time, this process's own load, a reference kernel before and after
+(``host_speed`` against this host's recent baseline), and NVML clocks and processes on NVIDIA GPUs.
+`judge` turns the readings into a verdict with the reason in words; a steadily slow host is
+measured (``host_speed``), not noisy. `free_cores` is what a retry sizes its threads to.
 """
 
 from __future__ import annotations
@@ -40,11 +16,10 @@ import math
 import os
 import time
 from collections.abc import Mapping
+from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
-
-from .vocabulary import NOISE_VERDICTS
 
 Noise = Literal["clean", "noisy"]
 
@@ -136,23 +111,16 @@ def busiest_processes(seconds: float = 0.1, *, limit: int = 5, exclude: tuple[in
 
     skip = {os.getpid(), *exclude}
     procs = [p for p in psutil.process_iter(["name"]) if p.pid not in skip]
-    start = {}
+    for proc in procs:
+        with suppress(psutil.Error):
+            proc.cpu_percent()  # the first call starts each process's window
+    time.sleep(seconds)
+    used = []
     for proc in procs:
         try:
-            cpu = proc.cpu_times()
-            start[proc.pid] = (proc, cpu.user + cpu.system)
+            cores = proc.cpu_percent() / 100
         except (psutil.NoSuchProcess, psutil.AccessDenied):
             continue
-    began = time.monotonic()
-    time.sleep(seconds)
-    wall = max(time.monotonic() - began, 1e-9)
-    used = []
-    for proc, before in start.values():
-        try:
-            cpu = proc.cpu_times()
-        except (psutil.NoSuchProcess, psutil.AccessDenied):
-            continue
-        cores = (cpu.user + cpu.system - before) / wall
         if cores >= 0.1:
             used.append((cores, f"{proc.info.get('name') or '?'} (pid {proc.pid}) {cores:.2f} cores"))
     return [text for _, text in sorted(used, reverse=True)[:limit]]
@@ -532,7 +500,6 @@ __all__ = [
     "MAX_REFERENCE_CHANGE",
     "MAX_TREND",
     "MAX_STEAL_SHARE",
-    "NOISE_VERDICTS",
     "RECENT_READINGS",
     "HostSnapshot",
     "InterferenceMonitor",

@@ -1,10 +1,5 @@
-"""What hwbench's pytest plug-ins share with the base plugin (``pytest11: hwbench``), and all they
-need of it: strict option parsers, the process's role, the case a test item measures, and the
-installed versions of distributions.
-
-The base plugin (`pytest_hwbench.plugin`) and the plug-ins beside it (the recording plug-in
-`pytest_hwbench.recording`, a third party's) import these from here, so a plug-in depends
-on this small surface only, never on the base plugin's modules.
+"""What hwbench's pytest plug-ins need of the base plugin (``pytest11: hwbench``), and all of it:
+strict option parsers, the process's role, the case a test item measures, installed versions.
 """
 
 from __future__ import annotations

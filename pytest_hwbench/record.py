@@ -238,7 +238,6 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
 
 __all__ = [
     "METRIC_FIELDS",
-    "NOISE_VERDICTS",
     "PARAM_FIELDS",
     "SCHEMA_VERSION",
     "BenchmarkRecord",

@@ -62,7 +62,7 @@ class CaseResult:
 
             forwards = get_scenario(self.case.mode).forwards_per_iteration
         return BenchmarkRecord(
-            **_case_fields(self.case, self.spec, session_id),
+            **_case_fields(self.case, self.spec, session_id, nodeid, worker, cpu_affinity),
             status="passed",
             device_name=self.device_name,
             precision=self.precision,
@@ -78,10 +78,6 @@ class CaseResult:
                                              self.case.batch_size, lat.median / 1e3)
                              if forwards is not None else None),
             timings_ms=lat.values_ms,
-            nodeid=nodeid,
-            host=socket.gethostname(),
-            worker=worker,
-            cpu_affinity=cpu_affinity,
             extra={"load_cached": self.load_cached, **self.details, **(extra or {})},
             noise=self.noise,
             noise_reason=self.noise_reason,
@@ -91,8 +87,10 @@ class CaseResult:
         )
 
 
-def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str) -> dict[str, Any]:
-    """Record fields that describe the case; model numbers are None when the model cannot be built."""
+def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str, nodeid: str, worker: str,
+                 cpu_affinity: tuple[int, ...]) -> dict[str, Any]:
+    """Record fields that describe the case and where it ran; model numbers are None when the
+    model cannot be built."""
     try:
         arch = spec.architecture if spec is not None else None
         shape = spec.input_shape() if spec is not None else {}
@@ -111,6 +109,10 @@ def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str) -> di
         "new_tokens": case.new_tokens,
         "param_count": arch.param_count if arch else None,
         "flops_per_forward": arch.flops_per_item * case.batch_size if arch else None,
+        "nodeid": nodeid,
+        "host": socket.gethostname(),
+        "worker": worker,
+        "cpu_affinity": cpu_affinity,
         **shape,
     }
 
@@ -124,15 +126,11 @@ def failed_record(case: BenchCase, session_id: str, error: BaseException | str, 
         spec = None
     message = error if isinstance(error, str) else f"{type(error).__name__}: {error}"
     return BenchmarkRecord(
-        **_case_fields(case, spec, session_id),
+        **_case_fields(case, spec, session_id, nodeid, worker, cpu_affinity),
         status="failed",
         device_name="",
         precision=case.precision,
         error=message[:4000],
-        nodeid=nodeid,
-        host=socket.gethostname(),
-        worker=worker,
-        cpu_affinity=cpu_affinity,
     )
 
 

@@ -1,12 +1,7 @@
 """The runner: one case's loop. Load (cached), prepare inputs, measure, judge, free.
 
-Works without pytest: `Runner().run(BenchCase(...))` from a script or notebook gives a
-`CaseResult` (`pytest_hwbench.result`); `CaseResult.to_record(...)` turns it into a
-`BenchmarkRecord`. Whether a case can run here is `pytest_hwbench.availability`'s question,
-asked before; how a model is loaded is its scenario's and backend's; how its prepared call is
-measured is the loaded model's (`LoadedModel.measurement`: a `pytest_hwbench.trackers.Measurement`
-that times here or reports a remote measurement); torch device details are
-`pytest_hwbench.torch_device`'s.
+Works without pytest: `Runner().run(BenchCase(...))` gives a `CaseResult`; the caller asks
+`pytest_hwbench.availability` first whether the case can run here.
 """
 
 from __future__ import annotations
@@ -30,7 +25,7 @@ from .models import ModelSpec
 from .record import METRIC_FIELDS
 from .result import CaseResult
 from .scenarios import get_scenario
-from .trackers import Latency, Measurement, Memory, TimingConfig
+from .trackers import Measurement, Sample, TimingConfig
 from .vocabulary import DEFAULT_NOISE_RETRIES
 
 
@@ -60,25 +55,22 @@ AGREE_SHARE = 0.05
 class _Try:
     """One measurement of a case, what else the machine did meanwhile, and the verdict."""
 
-    latency: Latency
-    memory: Memory
-    cold_ms: float
-    metrics: dict[str, float] = field(default_factory=dict)
-    details: dict[str, Any] = field(default_factory=dict)
+    sample: Sample
+    threads: int | None
     readings: dict[str, Any] = field(default_factory=dict)
     verdict: str | None = None  # None: measured on another machine, this one's load says nothing
     reason: str = ""
-    threads: int | None = None
 
     def agrees_with(self, other: _Try) -> bool:
         """Whether `other` measured the same as this try: medians within `AGREE_SHARE`, or within
         twice the larger relative IQR of the two, on the same thread count."""
         if self.threads != other.threads:
             return False
-        a, b = self.latency.median, other.latency.median
+        mine, theirs = self.sample.latency, other.sample.latency
+        a, b = mine.median, theirs.median
         if not (a > 0 and b > 0):
             return False
-        spread = max((self.latency.iqr or 0.0) / a, (other.latency.iqr or 0.0) / b)
+        spread = max((mine.iqr or 0.0) / a, (theirs.iqr or 0.0) / b)
         return abs(b / a - 1.0) <= max(AGREE_SHARE, 2.0 * spread)
 
 
@@ -172,17 +164,16 @@ class Runner:
             if loaded.threads and threads != loaded.threads:
                 loaded.set_threads(loaded.threads)  # the next case starts with the full count
         kept = min(tries, key=lambda t: (t.verdict not in (None, "clean"), severity(t.readings, t.threads)))
-        details.update(kept.details)
-        metrics.update(kept.metrics)
+        details.update(kept.sample.details)
+        metrics.update(kept.sample.metrics)
         metrics.update(measurement.energy(case.batch_size, self.energy_min_time_s, details))
         judged = kept.verdict is not None
         return CaseResult(
             case=case, spec=spec, precision=loaded.precision, device_name=loaded.device_name,
-            threads=kept.threads, latency=kept.latency, cold_latency_ms=tries[0].cold_ms,
-            load_time_s=load_time, memory=kept.memory, load_cached=cached, details=details,
+            threads=kept.threads, latency=kept.sample.latency, cold_latency_ms=tries[0].sample.cold_ms,
+            load_time_s=load_time, memory=kept.sample.memory, load_cached=cached, details=details,
             metrics=metrics, noise=kept.verdict, noise_reason=kept.reason, tries=len(tries) if judged else None,
             interference=kept.readings if judged else {},
-            forwards_per_iteration=get_scenario(case.mode).forwards_per_iteration,
         )
 
     def _measure(self, loaded: LoadedModel, measurement: Measurement, threads: int | None, first: bool) -> _Try:
@@ -191,8 +182,7 @@ class Runner:
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
         monitor = InterferenceMonitor(gpu, loaded.own_pids(), self.reference)
         sample = measurement.measure(self.timing, monitor, first)
-        measured = _Try(sample.latency, sample.memory, sample.cold_ms, dict(sample.metrics), dict(sample.details),
-                        threads=threads)
+        measured = _Try(sample, threads)
         if not sample.judged:
             return measured
         readings = dict(monitor.readings)
@@ -242,4 +232,4 @@ class Runner:
         return monitor.readings
 
 
-__all__ = ["AGREE_SHARE", "DEFAULT_NOISE_RETRIES", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]
+__all__ = ["AGREE_SHARE", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]

@@ -1,9 +1,5 @@
 """torch's view of a hardware target: device strings, the device module, sync, TF32, memory.
-
-One place for what every torch backend, scenario and tracker needs: ROCm builds of torch drive
-AMD GPUs through ``torch.cuda`` (HIP behind the CUDA API), so ``rocm`` maps to ``torch.cuda``
-here and nowhere else. torch is imported inside the functions that need it, so importing this
-module costs nothing.
+``rocm`` maps to ``torch.cuda`` here and nowhere else; torch is imported only when called.
 """
 
 from __future__ import annotations
@@ -13,8 +9,9 @@ from typing import Any
 
 from .facts import torch_modules
 
-#: Targets torch drives with one device per index (``cuda:0``...); mps has a single device.
-_INDEXED = frozenset({"cuda", "rocm", "xpu"})
+#: Targets torch drives with one device per index (``cuda:0``...), which xdist workers share out
+#: one device each; mps has a single device.
+INDEXED_TARGETS: tuple[str, ...] = ("cuda", "rocm", "xpu")
 
 
 def device_string(hardware: str, index: int = 0) -> str:
@@ -26,7 +23,7 @@ def device_string(hardware: str, index: int = 0) -> str:
         raise ValueError(f"torch does not address hardware {hardware!r}; it addresses cpu, "
                          f"{', '.join(modules)}")
     module = modules[hardware]
-    return f"{module}:{index}" if hardware in _INDEXED else module
+    return f"{module}:{index}" if hardware in INDEXED_TARGETS else module
 
 
 def device_module(hardware: str) -> Any | None:
@@ -105,5 +102,5 @@ def timer_for(hardware: str) -> str:
     return torch_modules().get(hardware, "wall")
 
 
-__all__ = ["allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
+__all__ = ["INDEXED_TARGETS", "allocated_mb", "device_module", "device_string", "disable_tf32", "empty_cache",
            "peak_mb", "reset_peak_mb", "sync_for", "timer_for"]

@@ -1,16 +1,6 @@
 """Trackers and measurement strategies: latency and memory measurement as context managers that
-yield value objects, and the two ways a prepared call is measured.
-
-Device synchronisation lives here, never in a benchmark body. On CUDA/ROCm/XPU/MPS each
-iteration is bracketed by device events and the host syncs once, at the end of the timed loop;
-elsewhere (or where those events cannot run) each iteration is timed with `time.perf_counter`
-around the call and its `sync`.
-
-A loaded model hands the runner one `Measurement` per prepared call: a `LocalCall` times the
-call in this process (cold call, timed loop, memory, anything more the call measures, energy);
-a `RemoteCall` asks a call that another process or machine times (`MeasuredElsewhere`: a browser
-page, a cloud device) for its `RemoteMeasurement`. Both give a `Sample`, so the runner's loop
-is the same for every kind of model.
+yield value objects, and the two ways a prepared call is measured (`LocalCall`, `RemoteCall`),
+both giving a `Sample`. Device synchronisation lives here, never in a benchmark body.
 """
 
 from __future__ import annotations
@@ -419,16 +409,12 @@ class LocalCall:
         cannot, ``details["energy"]`` says why. Measured in a loop of its own."""
         if self.device_kind == "cpu" or min_time_s == 0:
             return {}
-        from .energy import EnergyUnavailable, energy_unavailable, measure_energy
+        from .energy import EnergyUnavailable, measure_energy
 
-        reason = energy_unavailable(self.device_kind, self.device_index)
-        if reason:
-            details["energy"] = reason
-            return {}
         try:
             energy = measure_energy(self.call, self.sync, batch_size=batch_size, device_kind=self.device_kind,
                                     device_index=self.device_index, min_time_s=min_time_s)
-        except EnergyUnavailable as exc:  # e.g. the counter did not advance
+        except EnergyUnavailable as exc:  # no readable counter here, or it did not advance
             details["energy"] = str(exc)
             return {}
         details["energy_method"] = energy.method

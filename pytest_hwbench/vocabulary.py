@@ -1,13 +1,6 @@
-"""The words every part of hwbench and hwsel shares: modes, precisions, bytes.
-
-One place for the facts that the harness, the records, hwsel, both CLIs and the REST models
-must agree on (the hardware targets are rows of `pytest_hwbench.facts`). Importing it loads the
-standard library only (no torch, no pytest), so anything may use it.
-
-Modes: ``inference`` (a forward pass), ``generate`` (autoregressive decoding) and ``train`` (a
-training step). ``train`` is the one name for training everywhere; ``training`` (found in older
-snapshots, config files and requests) is accepted and normalised by `normalise_mode` wherever a
-mode is read.
+"""The words every part of hwbench and hwsel shares: modes, precisions, bytes, defaults.
+Imports the standard library only, so anything may use it; the hardware targets are rows of
+`pytest_hwbench.facts`.
 """
 
 from __future__ import annotations

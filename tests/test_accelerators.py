@@ -21,14 +21,10 @@ import torch
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.facts import timer_kinds, torch_runtimes
 from pytest_hwbench.hardware import (
-    PRECISIONS,
     HardwareInfo,
     TargetInfo,
     TorchFacts,
-    detect_cuda,
-    detect_mps,
-    detect_rocm,
-    detect_xpu,
+    detect_torch_runtime,
     gather_torch_facts,
     rocm_arch,
     target_from_facts,
@@ -39,6 +35,7 @@ from pytest_hwbench.trackers import (
     TimingConfig,
     event_timer_unavailable,
 )
+from pytest_hwbench.vocabulary import PRECISIONS
 
 RUNTIMES = Path(__file__).parent / "data" / "runtimes"
 
@@ -233,8 +230,8 @@ def test_live_probe_records_the_visibility_variables(monkeypatch) -> None:
 
 
 def test_detect_functions_are_the_probe_plus_the_interpretation() -> None:
-    for runtime, detect in (("cuda", detect_cuda), ("rocm", detect_rocm), ("mps", detect_mps), ("xpu", detect_xpu)):
-        assert detect() == target_from_facts(gather_torch_facts(runtime))
+    for runtime in ("cuda", "rocm", "mps", "xpu"):
+        assert detect_torch_runtime(runtime) == target_from_facts(gather_torch_facts(runtime))
 
 
 

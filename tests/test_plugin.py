@@ -486,7 +486,7 @@ def test_long_runs_print_progress_with_an_estimate_of_what_remains(bench):
 
 
 def test_progress_estimate_counts_what_remains():
-    from pytest_hwbench.plugin import Progress
+    from pytest_hwbench.plugin.progress import Progress
 
     now = [0.0]
     progress = Progress(60.0, clock=lambda: now[0])

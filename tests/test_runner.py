@@ -392,7 +392,7 @@ def test_progress_prices_each_case_by_its_kind_not_by_the_average_so_far() -> No
     # 4 generate cases run first (100 s each), then 36 inference cases (10 s each): pricing by
     # the average so far said 36 x 100 s left after the generate cases; by kind it is 36 x 10 s
     # once one inference case has run, and a first guess from the mode before that.
-    from pytest_hwbench.plugin import Progress
+    from pytest_hwbench.plugin.progress import Progress
 
     plan = {f"g{i}": BenchCase("gpt2-tiny", "torch", "cpu", "fp32", 1, mode="generate", new_tokens=8)
             for i in range(4)}
@@ -423,7 +423,7 @@ def test_progress_prices_a_model_load_where_the_runner_will_load_one() -> None:
     # bert-tiny's first case loads its model (8 s of its 10 s); later batch sizes take it from
     # the cache (2 s each). Each model still to come costs one load plus its cases' own time,
     # walked through a cache of one model as the runner keeps them.
-    from pytest_hwbench.plugin import Progress
+    from pytest_hwbench.plugin.progress import Progress
 
     def case(model: str, backend: str, batch: int) -> BenchCase:
         return BenchCase(model, backend, "cpu", "fp32", batch)
@@ -458,7 +458,7 @@ def test_progress_prices_a_measurement_and_retries_by_the_runs_rate() -> None:
     # (20 s) and b3 once (10 s): one measurement costs 10 s whichever case was retried, and every
     # remaining case is priced at the run's measurements per case, counted from TRIES_PRIOR cases
     # measured once: (4 + 10) / (3 + 10).
-    from pytest_hwbench.plugin import Progress
+    from pytest_hwbench.plugin.progress import Progress
 
     plan = {f"i{i}": BenchCase("bert-tiny", "torch", "cpu", "fp32", i + 1) for i in range(7)}
     plan["t0"] = BenchCase("bert-tiny", "torch", "cpu", "fp32", 2, mode="train")
@@ -499,11 +499,11 @@ def test_progress_plans_a_case_with_a_known_gap_as_a_skip() -> None:
 
 def test_retries_stop_when_a_try_agrees_with_the_one_before() -> None:
     from pytest_hwbench.runner import _Try
-    from pytest_hwbench.trackers import Latency, Memory
+    from pytest_hwbench.trackers import Latency, Memory, Sample
 
     def attempt(center: float, threads: int = 1, spread: float = 0.001) -> _Try:
         values = [center * (1 + spread * k) for k in (-2, -1, 0, 1, 2)]
-        return _Try(Latency.from_values(values), Memory(None, None), float("nan"), threads=threads)
+        return _Try(Sample(Latency.from_values(values), Memory(None, None), float("nan")), threads=threads)
 
     assert attempt(10.0).agrees_with(attempt(10.3))  # within 5 %: a third try would say the same
     assert not attempt(10.0).agrees_with(attempt(11.0))

@@ -1,10 +1,4 @@
-"""Collection: parametrize ``hwbench_case`` from the grid, and skip by capability.
-
-`pytest_generate_tests` builds the run's `Selection` from the options once, reads the test's
-hwbench markers and hands both to the pure `grid.generate_cases`; the
-`pytest_hwbench_modify_cases` hook may then amend the list. Each case becomes a `pytest.param`
-carrying its hardware, mode, ``quick`` and ``xdist_group`` marks.
-"""
+"""Collection: parametrize ``hwbench_case`` from the grid, and skip by capability."""
 
 from __future__ import annotations
 
@@ -19,7 +13,7 @@ from ..case import BenchCase
 from ..hardware import detect_hardware
 from ..models import get_model
 from ..plugin_api import case_of
-from .grid import Selection, generate_cases, marker_values
+from .grid import Selection, case_marks, generate_cases, marker_values
 from .state import STATE, note
 
 SELECTION = pytest.StashKey[Selection]()
@@ -43,11 +37,7 @@ def _marker_filter(metafunc: pytest.Metafunc) -> dict[str, Any]:
 
 def _param(case: BenchCase) -> Any:
     backend = registered_backends()[case.backend]
-    spec = get_model(case.model)
-    marks = [getattr(pytest.mark, m) for m in backend.markers(case.hardware)]
-    marks.append(getattr(pytest.mark, case.mode))
-    if spec.tier == "quick":
-        marks.append(pytest.mark.quick)
+    marks = [getattr(pytest.mark, m) for m in case_marks(backend, case.hardware, case.mode, get_model(case.model))]
     # `--dist loadgroup` keeps the batch sizes of one loaded model on one worker.
     marks.append(pytest.mark.xdist_group("-".join(case.load_key)))
     return pytest.param(case, id=case.id, marks=marks)

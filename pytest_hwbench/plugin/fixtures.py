@@ -1,8 +1,5 @@
-"""The fixtures: ``hwbench_case`` (the case a test measures) and ``hwbench`` (measures it).
-
-`Hwbench.measure` runs a case through the process's `Runner` and keeps its record in the test
-item's stash; `pytest_runtest_makereport` attaches the record (as a dict) and the case id to the
-test report, so under pytest-xdist the record travels to the controller with the report.
+"""The fixtures: ``hwbench_case`` (the case a test measures) and ``hwbench`` (measures it); the
+record rides on the test report, so under pytest-xdist it reaches the controller with it.
 """
 
 from __future__ import annotations

@@ -1,11 +1,6 @@
-"""The case grid, without pytest: what a run asks for, narrowed per test, expanded into cases.
-
-`Selection` holds the command line's choices (built once per run from the ``--hwbench-*``
-options); a test's ``@pytest.mark.hwbench(...)`` keywords narrow it further (`marker_values`);
-`generate_cases` expands both into `BenchCase`s, in an order that reuses loaded models. Nothing
-here reads a `pytest.Config` or raises a pytest error: the plugin's collection hooks
-(`pytest_hwbench.plugin.collection`) turn a ValueError into a usage error and the grid's notes
-into summary lines. `case_from_id` is the way back from a case id to its case.
+"""The case grid, without pytest: what a run asks for (`Selection`), narrowed per test by its
+hwbench markers (`marker_values`), expanded into cases (`generate_cases`) in an order that reuses
+loaded models. Errors are ValueErrors; the plugin's collection hooks turn them into usage errors.
 """
 
 from __future__ import annotations
@@ -16,11 +11,11 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ..backends.base import Backend, registered_backends
-from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id, takes_new_tokens
+from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id
 from ..hardware import HardwareInfo, not_available
 from ..models import FAMILIES, MODELS, ModelSpec, get_model
 from ..scenarios import get_scenario, registered_modes
-from ..vocabulary import DEFAULT_MODE, PRECISIONS
+from ..vocabulary import DEFAULT_MODE, PRECISIONS, takes_new_tokens
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 #: Keywords ``@pytest.mark.hwbench`` takes (each narrows the field of `Selection` of that name).

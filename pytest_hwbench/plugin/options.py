@@ -1,8 +1,6 @@
-"""The ``--hwbench-*`` options, their strict parsers, the markers, and the checks that need the
-model zoo and the registries once the options are parsed.
-
-Every parser raises `pytest.UsageError` naming the option, the bad value and what is accepted;
-an empty list is refused rather than read as "the whole default grid".
+"""The ``--hwbench-*`` options, their strict parsers (a `pytest.UsageError` naming the option,
+the value and what is accepted; an empty list is refused), the markers, and the checks that need
+the model zoo and the registries once the options are parsed.
 """
 
 from __future__ import annotations

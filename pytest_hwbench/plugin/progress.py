@@ -58,27 +58,21 @@ class Progress:
         self.interval_s = interval_s
         self.cache_size = max(1, cache_size)
         self.min_time_s = min_time_s
-        self.total: int | None = None
-        self.done = 0
-        self.has_cases = False
         self._clock = clock
-        self._started = 0.0
-        self._last = 0.0
-        self._previous = 0.0
-        self._left: dict[str, BenchCase | None] = {}
+        self.start(0, has_cases=False)
+        self.total = None  # not started: `done_one` counts nothing until `start`
+
+    def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
+        self.total: int | None = total
+        self.done, self.has_cases = 0, has_cases
+        self._started = self._last = self._previous = self._clock()
+        self._left: dict[str, BenchCase | None] = dict(plan or {})
         self._seen: dict[tuple[str, ...], list[float]] = {}
         self._loads: dict[tuple[str, ...], list[float]] = {}
         self._cached: list[tuple[str, ...]] = []
         self._tries: list[int] = []
         self._backends: set[str] = set()
         self._firsts: list[float] = []
-
-    def start(self, total: int, has_cases: bool = True, plan: dict[str, BenchCase | None] | None = None) -> None:
-        self.total, self.done, self.has_cases = total, 0, has_cases
-        self._started = self._last = self._previous = self._clock()
-        self._left = dict(plan or {})
-        self._seen, self._loads, self._cached, self._tries = {}, {}, [], []
-        self._backends, self._firsts = set(), []
 
     @staticmethod
     def _kinds(case: BenchCase | None) -> tuple[tuple[str, ...], ...]:

@@ -1,7 +1,5 @@
-"""What a session is and where this process runs in it: the `SessionInfo` the session starts
-with (git commit, runner label, package versions, hardware, what it runs), the command line's
+"""What a session is and where this process runs in it: its `SessionInfo`, the command line's
 paths that name nothing, and each xdist worker's placement (its GPU and a slice of the cores).
-Nothing here holds state; `state.HwbenchState` calls it.
 """
 
 from __future__ import annotations
@@ -19,6 +17,7 @@ import pytest
 from ..hardware import HardwareInfo, detect_hardware
 from ..plugin_api import core_versions
 from ..record import SessionInfo
+from ..torch_device import INDEXED_TARGETS
 
 
 def _git(*args: str) -> str:
@@ -122,10 +121,6 @@ class Placement:
     cpu_affinity: tuple[int, ...]
 
 
-#: The torch runtimes whose devices xdist workers share out, one device per worker.
-MULTI_DEVICE_TARGETS = ("cuda", "rocm", "xpu")
-
-
 def place_worker(worker: str, index: int, count: int, hw: HardwareInfo | None = None) -> Placement:
     """Give worker `index` of `count` its own GPU and a disjoint slice of the usable cores. A lone
     process uses device 0 and all its cores, and probes nothing; several workers probe the torch
@@ -138,6 +133,6 @@ def place_worker(worker: str, index: int, count: int, hw: HardwareInfo | None = 
         mine = cores[(index * share) % len(cores):][:share]
         os.sched_setaffinity(0, mine)
         cores = mine
-    hw = hw or detect_hardware(targets=MULTI_DEVICE_TARGETS)
-    gpus = max((len(hw[t].devices) for t in MULTI_DEVICE_TARGETS if t in hw.targets and hw[t].available), default=0)
+    hw = hw or detect_hardware(targets=INDEXED_TARGETS)
+    gpus = max((len(hw[t].devices) for t in INDEXED_TARGETS if t in hw.targets and hw[t].available), default=0)
     return Placement(worker, index % gpus if gpus else 0, cores)

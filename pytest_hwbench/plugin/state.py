@@ -1,9 +1,6 @@
-"""The per-process state of a run: `pytest_configure` checks the options and registers one
-`HwbenchState` (plugin `plugin_api.STATE_PLUGIN`), which fires `pytest_hwbench_session_start`,
-`pytest_hwbench_record` and `pytest_hwbench_session_finish` (the recording plug-in,
-`pytest_hwbench.recording`, implements them and writes the records), gives each xdist worker
-the session id, writes a ``crashed`` record for a case whose worker died, prints progress lines,
-says why a run ran nothing, and prints the run's hwbench summary.
+"""The per-process state of a run (`HwbenchState`, registered at `pytest_configure`): it fires
+the session and record hooks, writes a ``crashed`` record for a case whose xdist worker died,
+prints progress lines and the run's hwbench summary, and says why a run ran nothing.
 """
 
 from __future__ import annotations
@@ -14,7 +11,7 @@ import gc
 import re
 import signal
 import uuid
-from collections.abc import Iterable, Iterator
+from collections.abc import Iterator
 from typing import TYPE_CHECKING, Any
 
 import pytest
@@ -163,21 +160,20 @@ class HwbenchState:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["hwbench_session_id"] = self.session_id
 
-    def _start_session(self, hardware: Iterable[str]) -> None:
+    def _start_session(self, cases: list[BenchCase]) -> None:
         """Fire `pytest_hwbench_session_start` (once, on the controller or the serial process) now
-        that the session is known to hold hwbench cases on `hardware`; a run without any (the
-        project's own tests, ``--co``) never probes hardware, imports torch or opens a store."""
-        if self.is_worker or self.session_info is not None or self.config.option.collectonly:
+        that the session is known to hold hwbench `cases`; a run without any (the project's own
+        tests, ``--co``) never probes hardware, imports torch or opens a store."""
+        if not cases or self.is_worker or self.session_info is not None or self.config.option.collectonly:
             return
-        self.session_info = describe_session(self.config, self.session_id, hardware)
+        self.session_info = describe_session(self.config, self.session_id, (case.hardware for case in cases))
         self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if self.is_worker or not session.items:
             return
         cases = [case for case in map(case_of, session.items) if case is not None]
-        if cases:
-            self._start_session(case.hardware for case in cases)
+        self._start_session(cases)
         if not self.config.option.collectonly:
             self.progress.start(len(session.items), has_cases=bool(cases),
                                 plan={item.nodeid: planned(case_of(item)) for item in session.items})
@@ -189,9 +185,7 @@ class HwbenchState:
         if self.progress.total is None:
             self.progress.start(len(ids), has_cases=False, plan={i: planned(_case_of_nodeid(i)) for i in ids})
         if self.session_info is None:
-            cases = [case for case in map(_case_of_nodeid, ids) if case is not None]
-            if cases:
-                self._start_session(case.hardware for case in cases)
+            self._start_session([case for case in map(_case_of_nodeid, ids) if case is not None])
 
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
