@@ -271,3 +271,17 @@ def test_unknown_config_class_names_it():
     spec = ModelSpec("ghost", "embedding", "NoSuchConfig", "text")
     with pytest.raises(ValueError, match="'NoSuchConfig'"):
         spec.build_config()
+
+
+def test_a_model_directory_is_refused_for_a_size_below_one_like_its_config_json(tmp_path):
+    import json
+
+    folder = tmp_path / "zero-width"
+    folder.mkdir()
+    config = {"model_type": "bert", "hidden_size": 0, "num_attention_heads": 2, "num_hidden_layers": 1,
+              "intermediate_size": 8, "vocab_size": 100}
+    (folder / "config.json").write_text(json.dumps(config))
+    for path in (folder, folder / "config.json"):
+        with pytest.raises(ValueError, match=r"config\.json: field 'hidden_size': a size must be a whole number >= 1, "
+                                             r"got 0"):
+            load_model_set(path)

@@ -62,6 +62,13 @@ def _read_model_file(path: Path, what: str) -> str:
     return data.decode("utf-8")
 
 
+def _refuse_nonpositive_size(config: Mapping[str, Any], where: str) -> None:
+    """ValueError naming `where` and the field when a size in a config.json's fields is below 1."""
+    found = nonpositive_size(config)
+    if found is not None:
+        raise ValueError(f"{where}: field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}")
+
+
 def _model_type_row(model_type: Any, where: str) -> tuple[str, str, str, Mapping[str, str]]:
     """(family, modality, auto class, backend gaps) of a config.json's `model_type`."""
     if model_type not in _MODEL_TYPES:
@@ -92,9 +99,7 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
 
     config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
     kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
-    found = nonpositive_size(kwargs)
-    if found is not None:
-        raise ValueError(f"{where}: field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}")
+    _refuse_nonpositive_size(kwargs, where)
     if not name:
         origin = config.get("_name_or_path")
         name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
@@ -265,6 +270,7 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
             raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
         model_type = config.get("model_type") if isinstance(config, dict) else None
         family, modality, auto, gaps = _model_type_row(model_type, str(config_file))
+        _refuse_nonpositive_size(config, str(config_file))
         spec = ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
         try:
             return [check_model_spec(spec)]
