@@ -26,6 +26,7 @@ from pytest_hwbench.hardware import (
     TorchFacts,
     detect_torch_runtime,
     gather_torch_facts,
+    registered_probes,
     rocm_arch,
     target_from_facts,
 )
@@ -230,8 +231,11 @@ def test_live_probe_records_the_visibility_variables(monkeypatch) -> None:
 
 
 def test_detect_functions_are_the_probe_plus_the_interpretation() -> None:
+    probes = registered_probes()
     for runtime in ("cuda", "rocm", "mps", "xpu"):
-        assert detect_torch_runtime(runtime) == target_from_facts(gather_torch_facts(runtime))
+        expected = target_from_facts(gather_torch_facts(runtime))
+        assert detect_torch_runtime(runtime) == expected
+        assert probes[runtime]() == expected  # each target's registered probe reads its own runtime
 
 
 
