@@ -62,31 +62,17 @@ def existing_store(tracking_uri: str | None = None) -> str | None:
     return str(duckdb_file) if duckdb_file.exists() else None
 
 
-def _host_speed(value: object) -> float:
-    """The host speed a record's ``interference`` readings hold (a mapping or its JSON), else NaN."""
-    if isinstance(value, str):
-        import json
-
-        try:
-            value = json.loads(value)
-        except ValueError:
-            return float("nan")
-    if isinstance(value, dict):
-        speed = value.get("host_speed")
-        if isinstance(speed, (int, float)) and speed > 0:
-            return float(speed)
-    return float("nan")
-
-
 def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
     """Every `RUN_COLUMNS` column present, with schema types (ints as nullable Int64)."""
     out = frame.copy()
     if "interference" in out.columns and ("host_speed" not in out.columns or out["host_speed"].isna().all()):
-        out["host_speed"] = [_host_speed(v) for v in out["interference"]]
+        # `BenchmarkRecord.host_speed`, read from the frame's readings
+        out["host_speed"] = [v.get("host_speed") if isinstance(v, dict) else None for v in out["interference"]]
     for name in RUN_COLUMNS:
         if name not in out.columns:
             out[name] = None
-    out["host_speed"] = pd.to_numeric(out["host_speed"], errors="coerce").astype(float)
+    speed = pd.to_numeric(out["host_speed"], errors="coerce").astype(float)
+    out["host_speed"] = speed.where(speed > 0)
     for name, kind in FIELD_TYPES.items():
         if kind == "int":
             out[name] = pd.to_numeric(out[name], errors="coerce").round().astype("Int64")

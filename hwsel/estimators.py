@@ -235,42 +235,37 @@ class BatchCurveRegressor(RegressorMixin, BaseEstimator):
         return out
 
 
+#: recipe key -> the estimator's keyword argument, per estimator (`suggest` draws them).
+_HYPERPARAMETERS: Mapping[str, Mapping[str, str]] = {
+    "hgb": {k: k for k in ("loss", "learning_rate", "max_iter", "max_leaf_nodes", "min_samples_leaf",
+                           "l2_regularization")},
+    "rf": {"n_estimators": "n_estimators", "rf_min_samples_leaf": "min_samples_leaf", "max_features": "max_features"},
+    "ridge": {"alpha": "alpha"},
+}
+
+
 def build_estimator(params: Mapping[str, Any], *, offset_column: str, seed: int = 0) -> BaseEstimator:
     """The unfitted log-target regressor that `params` (an Optuna trial's choice) describes."""
     kind = params["estimator"]
-    onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False)
+    if kind not in ESTIMATORS:
+        raise ValueError(f"unknown estimator {kind!r}; choose one of {', '.join(ESTIMATORS)}")
+    # the recipe's hyperparameters are the estimator's own keyword arguments (rf's leaf size aside)
+    given = {name: params[key] for key, name in _HYPERPARAMETERS[kind].items() if key in params}
+    numeric: Any = "passthrough"  # both tree models take NaN natively
     if kind == "ridge":
         numeric = Pipeline([("impute", SimpleImputer(strategy="constant", fill_value=0.0, add_indicator=True,
                                                      keep_empty_features=True)),
                             ("scale", StandardScaler())])
-        model: Any = Ridge(alpha=float(params.get("alpha", 1.0)))
+        model: Any = Ridge(**given)
+    elif kind == "hgb":
+        # ... but HistGradientBoosting (scikit-learn 1.9) fails on a column that is NaN in every
+        # row (audio length on a table without audio models): a value below any real one stands
+        # for "missing" instead, in a bin of its own.
+        numeric = SimpleImputer(strategy="constant", fill_value=-1e9, keep_empty_features=True)
+        model = HistGradientBoostingRegressor(**{"max_iter": 200, **given}, early_stopping=False, random_state=seed)
     else:
-        numeric = "passthrough"  # both tree models take NaN natively
-        if kind == "hgb":
-            # ... but HistGradientBoosting (scikit-learn 1.9) fails on a column that is NaN in
-            # every row (audio length on a table without audio models): a value below any real
-            # one stands for "missing" instead, in a bin of its own.
-            numeric = SimpleImputer(strategy="constant", fill_value=-1e9, keep_empty_features=True)
-            model = HistGradientBoostingRegressor(
-                loss=str(params.get("loss", "squared_error")),
-                learning_rate=float(params.get("learning_rate", 0.1)),
-                max_iter=int(params.get("max_iter", 200)),
-                max_leaf_nodes=int(params.get("max_leaf_nodes", 31)),
-                min_samples_leaf=int(params.get("min_samples_leaf", 20)),
-                l2_regularization=float(params.get("l2_regularization", 0.0)),
-                early_stopping=False,
-                random_state=seed,
-            )
-        elif kind == "rf":
-            model = RandomForestRegressor(
-                n_estimators=int(params.get("n_estimators", 100)),
-                min_samples_leaf=int(params.get("rf_min_samples_leaf", 1)),
-                max_features=float(params.get("max_features", 1.0)),
-                n_jobs=1,
-                random_state=seed,
-            )
-        else:
-            raise ValueError(f"unknown estimator {kind!r}; choose one of {', '.join(ESTIMATORS)}")
+        model = RandomForestRegressor(**given, n_jobs=1, random_state=seed)
+    onehot = OneHotEncoder(handle_unknown="ignore", sparse_output=False)
     columns = ColumnTransformer(
         [("cat", onehot, list(CATEGORICAL_FEATURES)), ("num", numeric, list(NUMERIC_FEATURES))],
         verbose_feature_names_out=False,

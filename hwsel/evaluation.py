@@ -4,7 +4,7 @@ predictions and their errors."""
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -82,31 +82,23 @@ def out_of_fold(
     `report(step, running_score)` is called after each fold (Optuna pruning hooks in there).
     """
     parts = []
-    errors: dict[str, list[np.ndarray]] = {}
     for step, fold in enumerate(folds):
         model = clone(estimator).fit(X.iloc[fold.train], y[fold.train])
         pred = np.asarray(model.predict(X.iloc[fold.test]), dtype=float)
         parts.append(pd.DataFrame({"scheme": fold.scheme, "fold": fold.index, "row": fold.test,
                                    "y_true": y[fold.test], "y_pred": pred}))
-        errors.setdefault(fold.scheme, []).append(np.abs(pred - y[fold.test]))
         if report is not None:
-            report(step, _combine(errors))
+            report(step, score_oof(pd.concat(parts, ignore_index=True)))
     return pd.concat(parts, ignore_index=True)
-
-
-def _combine(errors: Mapping[str, Sequence[np.ndarray]]) -> float:
-    """Mean over schemes of the mean absolute log error of that scheme's rows."""
-    values = []
-    for parts in errors.values():
-        err = np.concatenate(list(parts))
-        values.append(float(np.mean(err)) if np.all(np.isfinite(err)) else math.inf)
-    return float(np.mean(values)) if values else math.inf
 
 
 def score_oof(oof: pd.DataFrame) -> float:
     """The selection score: mean over schemes of mean |log(pred / measured)|; lower is better."""
-    return _combine({scheme: [np.abs(g["y_pred"].to_numpy() - g["y_true"].to_numpy())]
-                     for scheme, g in oof.groupby("scheme", sort=True)})
+    per_scheme = []
+    for _, g in oof.groupby("scheme", sort=True):
+        err = np.abs(g["y_pred"].to_numpy() - g["y_true"].to_numpy())
+        per_scheme.append(float(np.mean(err)) if np.all(np.isfinite(err)) else math.inf)
+    return float(np.mean(per_scheme)) if per_scheme else math.inf
 
 
 def error_metrics(y_true: np.ndarray, y_pred: np.ndarray) -> dict[str, float]:

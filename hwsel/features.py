@@ -18,12 +18,10 @@ import pandas as pd
 from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import bytes_per_element
 
-from .resolution import (  # noqa: F401  (re-exported: the feature names and the model they describe)
+from .resolution import (  # re-exported: the feature names and the model they describe
     ALIASES,
     EXTRAPOLATE_ABOVE,
     ModelInfo,
-    _measure,
-    _measure_spec,
     cache_path,
     info_from_spec,
     resolve_model,

@@ -15,10 +15,10 @@ import math
 import tempfile
 import time
 import warnings
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 import numpy as np
 import pandas as pd
@@ -38,19 +38,7 @@ UNITS: dict[str, str] = {"latency": "ms", "throughput": "items/s", "memory": "Mi
 #: listed as trusted and imports torch on save (FACTS.md: 15 s for the first log_model).
 SERIALIZATION = "cloudpickle"
 
-
-def pip_requirements() -> list[str]:
-    """Explicit requirements (MLflow's inference of them takes ~7 s, FACTS.md)."""
-    import cloudpickle
-    import sklearn
-
-    return [
-        f"scikit-learn=={sklearn.__version__}",
-        f"numpy=={np.__version__}",
-        f"pandas=={pd.__version__}",
-        f"cloudpickle=={cloudpickle.__version__}",
-        "pytest-hwbench",  # the pipelines hold hwsel.train estimator classes
-    ]
+T = TypeVar("T")
 
 
 def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
@@ -78,7 +66,9 @@ def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
 def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
              tags: dict[str, str] | None = None) -> str:
     """Log `model` under ``<target>/model`` of `run_id` and register it; returns the version."""
+    import cloudpickle
     import mlflow.sklearn
+    import sklearn
     from mlflow.exceptions import MlflowException
     from mlflow.models import infer_signature
 
@@ -89,7 +79,9 @@ def register(client: Any, run_id: str, target: str, model: Any, X: pd.DataFrame,
         path = Path(tmp) / "model"
         mlflow.sklearn.save_model(
             model, str(path), serialization_format=SERIALIZATION, signature=signature,
-            pip_requirements=pip_requirements(),
+            # explicit: MLflow's inference of them takes ~7 s (FACTS.md); the pipelines hold hwsel classes
+            pip_requirements=[f"scikit-learn=={sklearn.__version__}", f"numpy=={np.__version__}",
+                              f"pandas=={pd.__version__}", f"cloudpickle=={cloudpickle.__version__}", "pytest-hwbench"],
             metadata={"target": target, "units": UNITS[target], "predicts": f"log({UNITS[target]})"},
         )
         client.log_artifacts(run_id, str(path), f"{target}/model")
@@ -176,28 +168,27 @@ def champion_version(client: Any, target: str) -> Any | None:
         return None
 
 
+def read_artifact(artifact_uri: str, tracking_uri: str | None, read: Callable[[str], T]) -> T:
+    """`read` of the local path of the artifact at `artifact_uri`, downloaded to a temporary folder."""
+    import mlflow.artifacts
+
+    with tempfile.TemporaryDirectory(prefix="hwsel-") as tmp, quiet_mlflow():
+        return read(mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=tmp,
+                                                        tracking_uri=tracking_uri))
+
+
 @functools.lru_cache(maxsize=32)
-def _load_cached(tracking_uri: str, name: str, version: str, run_id: str, source: str) -> Any:
+def _load_cached(tracking_uri: str, source: str) -> Any:
+    """The fitted pipeline at a version's `source` (its artifact URI)."""
     import mlflow.sklearn
-    from mlflow.tracking import MlflowClient
 
-    client = MlflowClient(tracking_uri=tracking_uri)
-    with tempfile.TemporaryDirectory(prefix="hwsel-load-") as tmp, quiet_mlflow():
-        target = next(t for t, n in MODEL_NAMES.items() if n == name)
-        try:
-            local = client.download_artifacts(run_id, f"{target}/model", tmp)
-        except Exception:
-            import mlflow.artifacts
-
-            local = mlflow.artifacts.download_artifacts(artifact_uri=source, dst_path=tmp,
-                                                        tracking_uri=tracking_uri)
-        return mlflow.sklearn.load_model(local)
+    return read_artifact(source, tracking_uri, mlflow.sklearn.load_model)
 
 
 def load_version_model(client: Any, target: str, version: str) -> Any:
     """The fitted pipeline of one registered version (predicts log units)."""
     mv = client.get_model_version(MODEL_NAMES[target], str(version))
-    return _load_cached(client.tracking_uri, mv.name, str(mv.version), mv.run_id, mv.source)
+    return _load_cached(client.tracking_uri, mv.source)
 
 
 def _float(text: Any, default: float) -> float:
@@ -287,7 +278,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     except Exception:  # unreachable, bad URI, schema error: no champion to offer
         return None
     try:
-        model = _load_cached(uri, mv.name, str(mv.version), mv.run_id, mv.source)
+        model = _load_cached(uri, mv.source)
     except Exception as exc:
         from pytest_hwbench.errors import HwbenchWarning
 
@@ -324,14 +315,10 @@ def _load_intervals(tracking_uri: str, artifact_uri: str | None) -> Any:
     if not artifact_uri:
         return None
     try:
-        import mlflow.artifacts
-
         from hwsel.intervals import AdaptiveIntervals
 
-        with tempfile.TemporaryDirectory(prefix="hwsel-intervals-") as tmp, quiet_mlflow():
-            local = mlflow.artifacts.download_artifacts(artifact_uri=artifact_uri, dst_path=tmp,
-                                                        tracking_uri=tracking_uri)
-            return AdaptiveIntervals.from_json(Path(local).read_text(encoding="utf-8"))
+        return read_artifact(artifact_uri, tracking_uri,
+                             lambda local: AdaptiveIntervals.from_json(Path(local).read_text(encoding="utf-8")))
     except Exception as exc:
         from pytest_hwbench.errors import HwbenchWarning
 
@@ -351,7 +338,7 @@ __all__ = [
     "ensure_experiment",
     "load_champion",
     "load_version_model",
-    "pip_requirements",
     "promotion_lock",
+    "read_artifact",
     "register",
 ]

@@ -80,16 +80,9 @@ def roofline(
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
     spec = spec_for(hardware, device_name)
-    out = roofline_arrays(
-        np.array([float(model.param_count)]),
-        np.array([float(model.flops_per_item)]),
-        np.array([float(model.hidden_size or np.nan)]),
-        np.array([float(model.num_layers or np.nan)]),
-        np.array([float(batch_size)]),
-        np.array([float(bytes_per_element(precision))]),
-        np.array([spec.tflops(precision)]),
-        np.array([spec.memory_bandwidth_gbs]),
-    )
+    values = (model.param_count, model.flops_per_item, model.hidden_size or np.nan, model.num_layers or np.nan,
+              batch_size, bytes_per_element(precision), spec.tflops(precision), spec.memory_bandwidth_gbs)
+    out = roofline_arrays(*(np.array([float(v)]) for v in values))
     return RooflineEstimate(**{f.name: float(out[f.name][0]) for f in fields(RooflineEstimate)})
 
 

@@ -202,7 +202,7 @@ def test_device_specs() -> None:
 
 
 def test_zoo_table_matches_a_fresh_meta_build() -> None:
-    from hwsel.features import _measure_spec
+    from hwsel.resolution import _measure_spec
     from pytest_hwbench.models import get_model
 
     fresh = _measure_spec(get_model("bert-tiny"))

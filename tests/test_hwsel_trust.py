@@ -364,7 +364,7 @@ def test_rest_refuses_a_config_whose_model_is_too_large(rest: Any) -> None:
 
 
 def test_a_deep_stack_is_extrapolated_exactly_and_answers_fast(rest: Any) -> None:
-    from hwsel.features import EXTRAPOLATE_ABOVE, _measure, _measure_spec
+    from hwsel.resolution import EXTRAPOLATE_ABOVE, _measure, _measure_spec
     from pytest_hwbench.models import spec_from_config
 
     for config in (_bert(20),

@@ -147,19 +147,13 @@ def snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None
     if not uri:
         return None
     try:
-        import tempfile
-
-        import mlflow.artifacts
         import pandas as pd
 
         from pytest_hwbench.sinks import resolve_tracking_uri
 
-        from .._quiet import quiet_mlflow
+        from ..registry import read_artifact
 
-        with tempfile.TemporaryDirectory(prefix="hwsel-domain-") as tmp, quiet_mlflow():
-            local = mlflow.artifacts.download_artifacts(artifact_uri=uri, dst_path=tmp,
-                                                        tracking_uri=resolve_tracking_uri(tracking_uri))
-            frame = pd.read_parquet(local)
+        frame = read_artifact(uri, resolve_tracking_uri(tracking_uri), pd.read_parquet)
     except Exception as exc:  # the snapshot is a nicety: without it the data decides
         log.debug("champion snapshot unreadable: %s", exc)
         return None
