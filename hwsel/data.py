@@ -81,8 +81,7 @@ def _normalize(frame: pd.DataFrame) -> pd.DataFrame:
         else:
             out[name] = out[name].astype(object).where(out[name].notna(), None)
     for name in ID_COLUMNS:
-        out[name] = out[name].astype(object).where(out[name].notna(), None)
-        out[name] = out[name].map(lambda v: None if v is None else str(v))
+        out[name] = out[name].map(lambda v: None if pd.isna(v) else str(v))
     # older snapshots say "training"; records are normalised by their readers
     out["mode"] = out["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else v)
     extra = [c for c in out.columns if c not in RUN_COLUMNS]
@@ -461,7 +460,6 @@ def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
 
 __all__ = [
     "CONFIG_KEYS",
-    "DEFAULT_EXPERIMENT",
     "HOST_SPEED_BOUNDS",
     "RUN_COLUMNS",
     "describe_sources",

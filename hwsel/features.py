@@ -89,16 +89,6 @@ def _default_threads(hardware: str) -> float:
     return float(os.cpu_count() or 1)
 
 
-def _lookup_arch(names: Iterable[str]) -> dict[str, ModelInfo | None]:
-    out: dict[str, ModelInfo | None] = {}
-    for name in names:
-        try:
-            out[name] = resolve_model(str(name))
-        except KeyError:
-            out[name] = None
-    return out
-
-
 def _log(values: np.ndarray) -> np.ndarray:
     with np.errstate(divide="ignore", invalid="ignore"):
         out = np.log(values)
@@ -131,7 +121,12 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
         return pd.DataFrame({c: pd.Series(dtype=object if c in CATEGORICAL_FEATURES else float)
                              for c in FEATURE_COLUMNS})
     names = ["" if _missing(n) else str(n) for n in _values(rows, "model")]
-    arch = {n: None if a is None else a.to_dict() for n, a in _lookup_arch(set(names)).items()}
+    arch: dict[str, dict[str, Any] | None] = {}
+    for name in set(names):
+        try:
+            arch[name] = resolve_model(name).to_dict()
+        except KeyError:
+            arch[name] = None
     archs = [arch[n] for n in names]
 
     def from_arch(field: str) -> list[Any]:

@@ -280,8 +280,7 @@ def train(
         return found.table, found.counts
 
     def read() -> tuple[pd.DataFrame, RecordCounts]:
-        runs = load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
-                         include_noisy=include_noisy)
+        runs = load_runs(sources, experiment=experiment, include_noisy=include_noisy)
         return training_table(runs), RecordCounts.of(runs)
 
     step = ask if asked else read
@@ -342,19 +341,13 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
     try:
         import sklearn
 
-        client.log_batch(run_id, params=[
-            Param("source", where[:500]),
-            Param("experiment", experiment),
-            Param("trials", str(trials)),
-            Param("seed", str(seed)),
-            Param("n_rows", str(len(table))),
-            Param("n_models", str(table["model"].nunique())),
-            Param("data_sha256", digest),
-            Param("n_dropped", str(sum(dropped.values()))),
-            Param("sklearn_version", sklearn.__version__),
-            Param("feature_columns", ",".join(FEATURE_COLUMNS)[:6000]),
-        ], tags=[RunTag("hwsel.data_sha256", digest)]
-            + ([RunTag("hwsel.dropped", dropped_text(dict(dropped))[:5000])] if dropped else []))
+        params = {"source": where[:500], "experiment": experiment, "trials": trials, "seed": seed,
+                  "n_rows": len(table), "n_models": table["model"].nunique(), "data_sha256": digest,
+                  "n_dropped": sum(dropped.values()), "sklearn_version": sklearn.__version__,
+                  "feature_columns": ",".join(FEATURE_COLUMNS)[:6000]}
+        client.log_batch(run_id, params=[Param(k, str(v)) for k, v in params.items()],
+                         tags=[RunTag("hwsel.data_sha256", digest)]
+                         + ([RunTag("hwsel.dropped", dropped_text(dict(dropped))[:5000])] if dropped else []))
         client.log_artifact(run_id, str(snap_path), "data")
         snapshot_uri = f"runs:/{run_id}/data/{snap_path.name}"
         folds = cv_folds(table)

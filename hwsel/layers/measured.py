@@ -366,8 +366,7 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
             warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=3)
             return None, f"benchmark data not loaded: {why}"
     try:  # every record: the index says which cannot answer, and why (`MeasuredIndex.left_out`)
-        runs = data.load_runs(sources[0] if len(sources) == 1 else sources, experiment=experiment,
-                              passed_only=False, include_noisy=True)
+        runs = data.load_runs(sources, experiment=experiment, passed_only=False, include_noisy=True)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers
         why = redact_uri(str(exc))  # MLflow quotes the URI it was given, password and all
         warnings.warn(f"benchmark data not loaded from {where}: {why}", HwselWarning, stacklevel=3)

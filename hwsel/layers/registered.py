@@ -77,30 +77,28 @@ class RegisteredLayer:
         grid = GRID_BATCH_SIZES
         top = grid[-1]
         beyond = [i for i in idx if queries[i].batch_size > top]
-        missing = list(dict.fromkeys(self._grid_key(queries[i]) for i in idx if queries[i].batch_size <= top
-                                     and self._grid_key(queries[i]) not in self._grid))
+        missing: dict[tuple[Any, ...], Query] = {}  # grid key -> its first query
+        for i in idx:
+            if queries[i].batch_size <= top and self._grid_key(queries[i]) not in self._grid:
+                missing.setdefault(self._grid_key(queries[i]), queries[i])
         try:
             if missing:
-                rows = [dataclasses.replace(queries[next(i for i in idx if self._grid_key(queries[i]) == key)],
-                                            batch_size=b) for key in missing for b in grid]
-                scored = self._score(rows)
+                scored = self._score([dataclasses.replace(q, batch_size=b) for q in missing.values() for b in grid])
                 if len(self._grid) > 100_000:
                     self._grid.clear()
                 for k, key in enumerate(missing):
                     self._grid[key] = scored[:, k * len(grid):(k + 1) * len(grid)]
-            far = self._score([queries[i] for i in beyond]) if beyond else None
+            far = dict(zip(beyond, self._score([queries[i] for i in beyond]).T, strict=True)) if beyond else {}
         except Exception as exc:  # a champion that cannot score these rows hands them to the next layer
             warnings.warn(redact_uri(f"registered model failed ({type(exc).__name__}: {exc}); using the next layer"),
                           HwselWarning, stacklevel=3)
             return out
         version = champion_summary(self.champions["latency"]).get("version")
         log_grid = np.log(np.asarray(grid, dtype=float))
-        position = {i: j for j, i in enumerate(beyond)}
         for i in idx:
             q = queries[i]
-            if i in position:
-                assert far is not None
-                values = far[:, position[i]]
+            if i in far:
+                values = far[i]
             else:  # linear in log batch between the grid neighbours (exact on the grid)
                 values = [np.interp(math.log(q.batch_size), log_grid, row) for row in self._grid[self._grid_key(q)]]
             lat_log, low_log, high_log, mem_log = map(float, values)
