@@ -193,16 +193,10 @@ def history_table(
 
 def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool, window: Window) -> History:
     # 1. records that cannot be measurements: judged by the harness's check, on the few suspects
-    suspects = _records_frame(con, _whole("(SELECT _src, record_id FROM hist_base WHERE _suspect)", files))
-    bad_ids: list[str] = []
-    dropped: dict[str, int] = {}
-    if len(suspects):
-        normal = _normalize(suspects)
-        kept, dropped = drop_impossible(normal)
-        bad_ids = sorted(set(normal["record_id"]) - set(kept["record_id"]))
-    con.execute("CREATE TEMP TABLE hist_bad (record_id VARCHAR)")
-    if bad_ids:
-        con.executemany("INSERT INTO hist_bad VALUES (?)", [[i] for i in bad_ids])
+    suspects = _normalize(_records_frame(con, _whole("(SELECT _src, record_id FROM hist_base WHERE _suspect)", files)))
+    kept, dropped = drop_impossible(suspects)
+    bad_ids = sorted(set(suspects["record_id"]) - set(kept["record_id"]))
+    con.register("hist_bad", pd.DataFrame({"record_id": pd.Series(bad_ids, dtype=object)}))
 
     # 2. why each other record cannot answer for its configuration ("" when it can)
     noisy = "false" if include_noisy else "coalesce(noise = 'noisy', false)"

@@ -107,7 +107,9 @@ def run_study(
             if trial.should_prune():
                 raise optuna.TrialPruned()
 
-        return score_oof(out_of_fold(estimator, X, y, folds, report=report))
+        oof = out_of_fold(estimator, X, y, folds, report=report)
+        trial.set_user_attr("oof", oof)  # the best trial's out-of-fold predictions are the study's
+        return score_oof(oof)
 
     # Optuna logs one INFO line per trial; keep training quiet, through Optuna's own switch.
     previous = optuna.logging.get_verbosity()
@@ -127,12 +129,8 @@ def run_study(
     if not complete:
         raise RuntimeError(f"study {name!r}: no trial completed out of {len(study.trials)}")
     best = min(complete, key=lambda t: (t.value, t.number))
-    params = dict(best.params)
-    estimator = build_estimator(params, offset_column=offset_column, seed=seed)
-    with one_thread():
-        oof = out_of_fold(estimator, X, y, folds)
     frame = study.trials_dataframe(attrs=("number", "value", "state", "params", "duration"))
-    return StudyResult(params, score_oof(oof), oof, frame)
+    return StudyResult(dict(best.params), float(best.value), best.user_attrs["oof"], frame)
 
 
 # --- results --------------------------------------------------------------------------------
@@ -310,29 +308,24 @@ def _unprefixed(text: str) -> str:
     return rest if sep and prefix in ("duckdb", "mlflow") and not rest.startswith("//") else text
 
 
-def open_client(uri: str, client_class: Any) -> Any:
-    """An MLflow client on `uri`; a new SQLite store is created and migrated by one process at a time
-    (`pytest_hwbench.sinks.mlflow_migration`), so two trainings that start together on it both succeed."""
-    if not uri.startswith("sqlite:///"):
-        return client_class(tracking_uri=uri)
-    from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
-    from pytest_hwbench.sinks.mlflow_uri import sqlite_path
-
-    path = sqlite_path(uri)
-    path.parent.mkdir(parents=True, exist_ok=True)
-    with store_init_lock(path.parent):
-        return retry_migration(lambda: client_class(tracking_uri=uri))
-
-
 def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
                         experiment: str, trials: int, seed: int, progress: bool, dropped: Mapping[str, int]) -> TrainResult:
     from mlflow.entities import Metric, Param, RunTag
     from mlflow.tracking import MlflowClient
 
     from hwsel import registry
+    from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
+    from pytest_hwbench.sinks.mlflow_uri import sqlite_path
 
     X = feature_frame(table)
-    client = open_client(uri, MlflowClient)
+    if uri.startswith("sqlite:///"):
+        # a new SQLite store is created and migrated by one process at a time, so two trainings
+        # that start together on it both succeed
+        sqlite_path(uri).parent.mkdir(parents=True, exist_ok=True)
+        with store_init_lock(sqlite_path(uri).parent):
+            client = retry_migration(lambda: MlflowClient(tracking_uri=uri))
+    else:
+        client = MlflowClient(tracking_uri=uri)
     exp_id = registry.ensure_experiment(client, uri, TRAINING_EXPERIMENT)
     stamp = _dt.datetime.now(_dt.timezone.utc).strftime("%Y-%m-%dT%H:%M:%SZ")
     run_id = client.create_run(exp_id, run_name=f"train {stamp}", tags={"hwsel.kind": "training"}).info.run_id
