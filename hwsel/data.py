@@ -163,9 +163,8 @@ def load_runs(
         LookupError: an MLflow store without the experiment.
     """
     sources = source_list(source) or [resolve_tracking_uri()]
-    frames = [_normalize(_load_one(os.fspath(s), experiment)) for s in sources]
-    frames = [f for f in frames if len(f)] or frames[:1]
-    frame = frames[0] if len(frames) == 1 else _normalize(pd.concat(frames, ignore_index=True))
+    frames = [_load_one(os.fspath(s), experiment) for s in sources]
+    frame = _normalize(pd.concat([f for f in frames if len(f)] or frames[:1], ignore_index=True))
     if len(frame) and frame["record_id"].notna().any():
         frame = frame.drop_duplicates("record_id", keep="last")
     frame, dropped = drop_impossible(frame)

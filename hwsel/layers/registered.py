@@ -208,7 +208,8 @@ def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
 
 def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     """(target -> champion, why none) from the registry at `tracking_uri` (None: the default store,
-    when there is one here); an unreadable champion gives an `HwselWarning` and is left out."""
+    when there is one here); an unreadable champion is left out with the warning
+    `hwsel.registry.load_champion` gives."""
     from .. import registry
     from .._quiet import quiet_mlflow
     from ..data import existing_store
@@ -216,17 +217,9 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     if existing_store(tracking_uri) is None:
         return {}, "no registry: no mlruns/ store here and no --tracking-uri given"
 
-    champions = {}
-    for target in registry.PREDICTED_METRICS:
-        try:
-            with quiet_mlflow():
-                champion = registry.load_champion(target, tracking_uri)
-        except Exception as exc:  # an unreadable registry must not stop estimates from the other layers
-            warnings.warn(redact_uri(f"registered {target} model not loaded: {type(exc).__name__}: {exc}"),
-                          HwselWarning, stacklevel=3)
-            champion = None
-        if champion is not None:
-            champions[target] = champion
+    with quiet_mlflow():
+        found = {target: registry.load_champion(target, tracking_uri) for target in registry.PREDICTED_METRICS}
+    champions = {target: champion for target, champion in found.items() if champion is not None}
     return champions, "" if champions else "no champion registered (run `hwsel train`)"
 
 
