@@ -238,8 +238,7 @@ class RecordCounts:
         """The counts of a `load_runs` frame (its length, its ``attrs``, its modes)."""
         if isinstance(runs, RecordCounts):
             return runs
-        modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference") \
-            if "mode" in runs.columns else pd.Series("inference", index=runs.index, dtype=object)
+        modes = runs["mode"].map(lambda v: normalise_mode(v) if isinstance(v, str) else "inference")
         other = modes[~modes.isin(MODES)].value_counts()
         noisy = int(runs.attrs.get("noisy") or 0)
         return cls(len(runs), dict(runs.attrs.get("dropped") or {}), noisy,
@@ -419,8 +418,7 @@ def rows_text(runs: pd.DataFrame | RecordCounts, table: pd.DataFrame) -> str:
     their `training_table`, in one line: ``192 records became 188 rows: the 8 records of 4
     configurations measured in several sessions are one row each (their median)``, ..."""
     counts = RecordCounts.of(runs)
-    repeats = pd.to_numeric(table["repeats"], errors="coerce").fillna(1).astype(int) if "repeats" in table.columns \
-        else pd.Series(1, index=table.index)
+    repeats = table["repeats"].astype(int)
     several = repeats[repeats > 1]
     parts = []
     if len(several):

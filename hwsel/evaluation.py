@@ -39,11 +39,10 @@ def cv_folds(table: pd.DataFrame) -> list[Fold]:
         "heldout_batch": table["batch_size"].astype(int).to_numpy(),
         "heldout_model": table["model"].astype(str).to_numpy(),
     }
-    if "device_name" in table and "hardware" in table:
-        # one device by any of its names (`hwsel.specs.device_key`), so no spelling leaks into training
-        groups["heldout_device"] = np.array([f"{hw}|{device_key(str(hw), name if isinstance(name, str) else None)}"
-                                             for hw, name in zip(table["hardware"], table["device_name"], strict=True)],
-                                            dtype=object)
+    # one device by any of its names (`hwsel.specs.device_key`), so no spelling leaks into training
+    groups["heldout_device"] = np.array([f"{hw}|{device_key(str(hw), name if isinstance(name, str) else None)}"
+                                         for hw, name in zip(table["hardware"], table["device_name"], strict=True)],
+                                        dtype=object)
     for scheme, group in groups.items():
         n_groups = len(np.unique(group))
         if n_groups < 2:

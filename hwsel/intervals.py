@@ -253,20 +253,17 @@ def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
 def layer_oofs(table: pd.DataFrame, features: pd.DataFrame, oof: pd.DataFrame) -> dict[str, pd.DataFrame]:
     """The held-out answers of the ``roofline`` and ``blended`` layers beside the trained model's
     leave-one-model-out `oof` (columns ``row``, ``y_true``, ``y_pred``, rows indexing `table` and
-    its `features`), as `hwsel.predict.Predictor` serves them; blended rows (column ``weight``)
-    only where `table` has the coverage columns."""
+    its `features`), as `hwsel.predict.Predictor` serves them (blended rows with their ``weight``)."""
     from .layers.roofline import layer_log_ms
 
     roof = layer_log_ms(features)
     rows = oof["row"].to_numpy()
-    out = {"roofline": pd.DataFrame({"row": rows, "y_true": oof["y_true"].to_numpy(), "y_pred": roof[rows]})}
-    if {"param_count", "family", "hardware", "device_name"} <= set(table.columns):
-        w = blend_weights(table, oof)
-        far = w > 0
-        out["blended"] = pd.DataFrame({"row": rows[far], "y_true": oof["y_true"].to_numpy()[far],
-                                       "y_pred": (1 - w[far]) * oof["y_pred"].to_numpy()[far] + w[far] * roof[rows][far],
-                                       "weight": w[far]})
-    return out
+    w = blend_weights(table, oof)
+    far = w > 0
+    return {"roofline": pd.DataFrame({"row": rows, "y_true": oof["y_true"].to_numpy(), "y_pred": roof[rows]}),
+            "blended": pd.DataFrame({"row": rows[far], "y_true": oof["y_true"].to_numpy()[far],
+                                     "y_pred": (1 - w[far]) * oof["y_pred"].to_numpy()[far] + w[far] * roof[rows][far],
+                                     "weight": w[far]})}
 
 
 @dataclass(frozen=True)
