@@ -7,6 +7,7 @@ a ``config`` is bounded too (`MAX_CONFIG_LAYERS`, `MAX_CONFIG_PARAMS`), so no re
 
 from __future__ import annotations
 
+import functools
 import logging
 import math
 import os
@@ -97,11 +98,6 @@ def _plain(value: Any) -> Any:
     return redact_uri(value)
 
 
-def _invalid(field: str, message: str) -> RequestValidationError:
-    """A 422 naming `field`, in the same shape as pydantic's own rejections."""
-    return RequestValidationError([{"loc": ("body", field), "msg": message, "type": "value_error"}])
-
-
 def _config_layers(config: Any) -> int:
     """Layers a config describes: its layer counts (`_LAYER_KEYS`), nested configs included."""
     total = 0
@@ -132,13 +128,14 @@ def _bounded_model(name: str | None, config: Mapping[str, Any] | None = None, *,
 
 
 def _hardware(pred: Predictor, field: str, names: Any) -> tuple[str, ...] | None:
-    """`names` checked against the configured hardware (None stays None); 422 naming `field`."""
+    """`names` checked against the configured hardware (None stays None); a `QuestionError` (422)
+    naming the request's `field`."""
     if names is None:
         return None
     try:
         return pred.config_.check_hardware(names)
     except ValueError as exc:
-        raise _invalid(field, str(exc)) from None
+        raise QuestionError(str(exc), field) from None
 
 
 class _BodyLimit:
@@ -196,8 +193,20 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     next_source = source if source is not None else resolve_tracking_uri()
     next_timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     next_lock = threading.Lock()
-    next_table: list[Any] = []
-    next_answers: dict[str, list[Suggestion]] = {}
+
+    @functools.cache  # a failed read is not cached: the next request reads again
+    def next_table() -> Any:
+        require_reachable(((s, "--source") for s in source_list(next_source) or []), next_timeout)
+        runs = bounded(lambda: load_runs(next_source), next_timeout, f"the records of {describe_sources(next_source)}",
+                       then="/measure/next answers 503")
+        return training_table(runs)
+
+    @functools.lru_cache(maxsize=64)
+    def next_picks(asked: str) -> list[Suggestion]:
+        req = NextRequest.model_validate_json(asked)
+        return suggest_measurements(req.budget, models=req.models, hardware=req.hardware, backends=req.backends,
+                                    precisions=req.precisions, batch_sizes=req.batch_sizes, seed=req.seed,
+                                    ensemble=req.ensemble, table=next_table())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -313,27 +322,14 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     @app.post("/measure/next", response_model=NextResponse)
     def measure_next(req: NextRequest) -> Any:
         with next_lock:
-            if not next_table:
+            try:
+                next_table()
+            except Exception as exc:  # noqa: BLE001 - the service is up, its records are not: 503, never 500
                 shown = describe_sources(next_source)
-                try:
-                    require_reachable(((s, "--source") for s in source_list(next_source) or []), next_timeout)
-                    runs = bounded(lambda: load_runs(next_source), next_timeout, f"the records of {shown}",
-                                   then="/measure/next answers 503")
-                    next_table.append(training_table(runs))
-                except Exception as exc:  # noqa: BLE001 - the service is up, its records are not: 503, never 500
-                    if not isinstance(exc, LookupError | OSError | ValueError | HwselTimeout):
-                        log.warning("cannot read the records of %s", redact_uri(shown), exc_info=True)
-                    return _error(503, f"no benchmark records to suggest from ({shown}): {error_text(exc)}")
-            key = req.model_dump_json()
-            picks = next_answers.get(key)
-            if picks is None:
-                picks = suggest_measurements(req.budget, models=req.models, hardware=req.hardware,
-                                             backends=req.backends, precisions=req.precisions,
-                                             batch_sizes=req.batch_sizes, seed=req.seed, ensemble=req.ensemble,
-                                             table=next_table[0])
-                if len(next_answers) >= 64:
-                    next_answers.pop(next(iter(next_answers)))
-                next_answers[key] = picks
+                if not isinstance(exc, LookupError | OSError | ValueError | HwselTimeout):
+                    log.warning("cannot read the records of %s", redact_uri(shown), exc_info=True)
+                return _error(503, f"no benchmark records to suggest from ({shown}): {error_text(exc)}")
+            picks = next_picks(req.model_dump_json())
         return _plain({"budget": req.budget, "source": describe_sources(next_source),
                        "suggestions": [p.to_dict() for p in picks]})
 

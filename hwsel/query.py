@@ -323,22 +323,12 @@ def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] 
     or device is known is `hwsel.predict.Predictor.resolve`'s to say. Raises `QuestionError`
     (`UnknownModelError` for an unknown name) naming the field.
     """
-    batch = check_batch_size(batch_size)
-    prec = check_precision(precision)
-    try:
-        mode_name = check_mode(mode)
-    except ValueError as exc:
-        raise QuestionError(str(exc), "mode") from None
-    if mode_name == TRAIN_MODE:
-        check_train_precision(prec)
-    backend_name = check_backend(backend)
-    try:
-        names = config.check_hardware(hardware if hardware is not None else config.hardware_names)
-    except ValueError as exc:
-        raise QuestionError(str(exc), "hardware") from None
-    devices = device_map(names, device)
+    grid = ask_grid(config, what="a question", hardware=hardware, batch_sizes=[batch_size], modes=[mode],
+                    precisions=[precision], backend=backend, device=device)
+    if grid.modes[0] == TRAIN_MODE:
+        check_train_precision(grid.precisions[0])
     info = describe_model(model, config=model_config, sequence_length=sequence_length, family=family)
-    return [Query(info, hw, prec, batch, mode_name, backend_name, devices.get(hw)) for hw in names]
+    return grid.queries(info, grid.batch_sizes[0], grid.modes[0], grid.precisions[0])
 
 
 @dataclass(frozen=True)
