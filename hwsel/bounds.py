@@ -28,15 +28,6 @@ BLEND_PER_DECADE = 1.0
 BLEND_UNSEEN = 0.5
 
 
-def kv_cache_bytes(q: Query) -> float:
-    """Bytes of the key/value cache of a generation at the question's sequence length (0 otherwise)."""
-    if q.mode != "generate":
-        return 0.0
-    m = q.model
-    return (2.0 * int(m.num_layers or 0) * int(m.hidden_size or 0) * int(m.sequence_length or 0) * q.batch_size
-            * bytes_per_element(q.precision))
-
-
 @dataclass(frozen=True)
 class Floor:
     """The physical lower bounds of one question on its device."""
@@ -70,7 +61,10 @@ def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
     bandwidth = spec.memory_bandwidth_gbs * 1e9
     compute_ms = flops / peak * 1e3 if peak > 0 else 0.0
     memory_ms = weights * (2.0 if train else 1.0) / bandwidth * 1e3 if bandwidth > 0 else 0.0
-    memory = (weights * (2.0 if train else 1.0) + kv_cache_bytes(q)) / _MIB
+    # a generation also holds the key/value cache of its sequence
+    kv_cache = (2.0 * int(m.num_layers or 0) * int(m.hidden_size or 0) * int(m.sequence_length or 0) * q.batch_size
+                * nbytes if q.mode == "generate" else 0.0)
+    memory = (weights * (2.0 if train else 1.0) + kv_cache) / _MIB
     latency = max(compute_ms, memory_ms, MIN_LATENCY_MS)
     return Floor(latency, memory, compute_ms, memory_ms, spec.name)
 
@@ -140,5 +134,4 @@ def blend_log(value: float, toward: float, weight: float) -> float:
     return math.exp((1 - weight) * math.log(value) + weight * math.log(toward))
 
 
-__all__ = ["BLEND_PER_DECADE", "BLEND_UNSEEN", "Coverage", "Floor", "blend_log", "floor_of", "floors",
-           "kv_cache_bytes", "within"]
+__all__ = ["BLEND_PER_DECADE", "BLEND_UNSEEN", "Coverage", "Floor", "blend_log", "floor_of", "floors", "within"]

@@ -211,18 +211,11 @@ class Thresholds:
 
     def model_size_category(self, param_count: int) -> str:
         """small / medium / large for a parameter count (above `large` is still large)."""
-        for cat in SIZE_CATEGORIES:
-            if param_count <= self.model_size[cat]:
-                return cat
-        return "large"
+        return next((cat for cat in SIZE_CATEGORIES if param_count <= self.model_size[cat]), "large")
 
     def batch_size_category(self, batch_size: int) -> str:
-        """small / medium / large for a batch size."""
-        if batch_size >= self.batch_size["large"]:
-            return "large"
-        if batch_size >= self.batch_size["medium"]:
-            return "medium"
-        return "small"
+        """small / medium / large for a batch size (below `medium` is small)."""
+        return next((cat for cat in ("large", "medium") if batch_size >= self.batch_size[cat]), "small")
 
 
 def _default_weights() -> Mapping[str, Weights]:

@@ -67,19 +67,6 @@ class DistributedConfig:
                 "gradient_checkpointing": self.activation_checkpointing}
 
 
-def _check_gpus(gpus: Any) -> int:
-    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
-        raise ValueError(f"gpus must be a whole number between 1 and {MAX_GPUS}, got {gpus!r}")
-    return gpus
-
-
-def _check_memory(max_memory_gb: Any) -> float:
-    if isinstance(max_memory_gb, bool) or not isinstance(max_memory_gb, int | float) \
-            or not math.isfinite(max_memory_gb) or not 0 < max_memory_gb <= 1e6:
-        raise ValueError(f"max_memory_gb must be a number of GiB in (0, 1e6], got {max_memory_gb!r}")
-    return float(max_memory_gb)
-
-
 def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int = 8, max_memory_gb: float = 16.0, *,
                                 precision: str = "bf16") -> DistributedConfig:
     """A DDP/FSDP plan for training `model` with `batch_size` items per GPU per optimizer step.
@@ -87,8 +74,13 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
     `precision` is the compute precision: fp32, or fp16/bf16 as mixed precision (fp32 master
     weights and optimizer states). Raises ValueError/KeyError for bad input.
     """
-    gpus, batch_size = _check_gpus(gpus), check_batch_size(batch_size)
-    budget_total = _check_memory(max_memory_gb)
+    if isinstance(gpus, bool) or not isinstance(gpus, int) or not 1 <= gpus <= MAX_GPUS:
+        raise ValueError(f"gpus must be a whole number between 1 and {MAX_GPUS}, got {gpus!r}")
+    batch_size = check_batch_size(batch_size)
+    if isinstance(max_memory_gb, bool) or not isinstance(max_memory_gb, int | float) \
+            or not math.isfinite(max_memory_gb) or not 0 < max_memory_gb <= 1e6:
+        raise ValueError(f"max_memory_gb must be a number of GiB in (0, 1e6], got {max_memory_gb!r}")
+    budget_total = float(max_memory_gb)
     precision = check_precision(precision)
     check_train_precision(precision)
     info = describe_model(model)

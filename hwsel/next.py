@@ -17,6 +17,7 @@ import pandas as pd
 
 from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import Source
+from hwsel.query import MAX_BATCH_SIZE
 from pytest_hwbench.vocabulary import normalise_mode
 
 #: The ensemble's recipe, fixed (no study per call): of the recipes tried, its held-out-model error
@@ -162,19 +163,6 @@ def _zoo_name(name: str) -> str:
     return found
 
 
-def _batch_sizes(values: Iterable[Any] | None) -> list[int] | None:
-    if values is None:
-        return None
-    out = []
-    for value in values:
-        if isinstance(value, bool) or not isinstance(value, int | np.integer) or value < 1:
-            raise ValueError(f"batch sizes must be whole numbers >= 1, got {value!r}")
-        out.append(int(value))
-    if not out:
-        raise ValueError("no batch size given; name at least one, e.g. 1 8 32")
-    return sorted(set(out))
-
-
 # --- the target grid --------------------------------------------------------------------------------
 
 def _text(series: pd.Series, default: str = "") -> pd.Series:
@@ -214,7 +202,9 @@ def candidate_grid(
     hw = _chosen("hardware", hardware, frame["hardware"])
     be = _chosen("backend", backends, frame["backend"])
     pr = _chosen("precision", precisions, frame["precision"])
-    wanted = _batch_sizes(batch_sizes)
+    wanted = None if batch_sizes is None else sorted({_whole("batch size", b, 1, MAX_BATCH_SIZE) for b in batch_sizes})
+    if wanted is not None and not wanted:
+        raise ValueError("no batch size given; name at least one, e.g. 1 8 32")
     if models is not None:
         if isinstance(models, str):
             models = [models]

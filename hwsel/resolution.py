@@ -69,36 +69,27 @@ _SHAPE_FIELDS: tuple[str, ...] = tuple(
 
 # --- model lookup ---------------------------------------------------------------------------
 
-#: Hub-style names -> zoo names. Keys are lower case, without the organisation prefix.
-ALIASES: dict[str, str] = {
-    "bert-base-uncased": "bert-base",
-    "bert-base-cased": "bert-base",
-    "bert-base-multilingual-cased": "bert-base",
-    "gpt2-small": "gpt2",
-    "openai-community/gpt2": "gpt2",
-    "t5-small": "t5-small",
-    "google-t5/t5-small": "t5-small",
-    "vit-base-patch16-224": "vit-base",
-    "vit-base-patch16-224-in21k": "vit-base",
-    "resnet-50": "resnet-50",
-    "resnet50": "resnet-50",
-    "whisper-tiny": "whisper-tiny",
-    "whisper-tiny.en": "whisper-tiny",
-    "wav2vec2-base": "wav2vec2-base",
-    "wav2vec2-base-960h": "wav2vec2-base",
-    "clip-vit-base-patch32": "clip-vit-b32",
-    "clip-vit-b-32": "clip-vit-b32",
-    # aliases of zoo entries that may not exist in every version of the zoo: skipped when absent
-    "tinyllama-1.1b-chat-v1.0": "tinyllama-1.1b",
-    "tinyllama_v1.1": "tinyllama-1.1b",
-    "qwen2-0.5b-instruct": "qwen2-0.5b",
-    "llama-2-7b-hf": "llama-7b",
-    "llama-2-7b": "llama-7b",
-    "qwen2-7b-instruct": "qwen2-7b",
-    "llava-1.5-7b-hf": "llava-7b",
-    "detr-resnet-50": "detr-resnet-50",
-    "xclip-base-patch32": "xclip-base-p32",
+#: Zoo name -> the hub-style names it answers to (lower case, without the organisation prefix).
+_HUB_NAMES: dict[str, tuple[str, ...]] = {
+    "bert-base": ("bert-base-uncased", "bert-base-cased", "bert-base-multilingual-cased"),
+    "gpt2": ("gpt2-small", "openai-community/gpt2"),
+    "t5-small": ("t5-small", "google-t5/t5-small"),
+    "vit-base": ("vit-base-patch16-224", "vit-base-patch16-224-in21k"),
+    "resnet-50": ("resnet-50", "resnet50"),
+    "whisper-tiny": ("whisper-tiny", "whisper-tiny.en"),
+    "wav2vec2-base": ("wav2vec2-base", "wav2vec2-base-960h"),
+    "clip-vit-b32": ("clip-vit-base-patch32", "clip-vit-b-32"),
+    # zoo entries that may not exist in every version of the zoo: their names skipped when absent
+    "tinyllama-1.1b": ("tinyllama-1.1b-chat-v1.0", "tinyllama_v1.1"),
+    "qwen2-0.5b": ("qwen2-0.5b-instruct",),
+    "llama-7b": ("llama-2-7b-hf", "llama-2-7b"),
+    "qwen2-7b": ("qwen2-7b-instruct",),
+    "llava-7b": ("llava-1.5-7b-hf",),
+    "detr-resnet-50": ("detr-resnet-50",),
+    "xclip-base-p32": ("xclip-base-patch32",),
 }
+#: Hub-style names -> zoo names.
+ALIASES: dict[str, str] = {hub: zoo for zoo, names in _HUB_NAMES.items() for hub in names}
 
 #: The `ModelSpec` fields a traced architecture depends on.
 _FINGERPRINT_FIELDS = ("family", "config_class", "modality", "config_kwargs", "auto_class", "sequence_length")

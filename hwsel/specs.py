@@ -47,9 +47,9 @@ class DeviceSpec:
 
 
 def _gpu(name: str, fp32: float, fp16: float, bf16: float | None, int8: float | None, bw: float, mem: float,
-         *aliases: str, kind: str = "gpu") -> DeviceSpec:
+         *aliases: str, kind: str = "gpu", known: bool = True) -> DeviceSpec:
     peaks = {k: v for k, v in (("fp32", fp32), ("fp16", fp16), ("bf16", bf16), ("int8", int8)) if v is not None}
-    return DeviceSpec(name, peaks, bw, mem, True, kind, aliases)
+    return DeviceSpec(name, peaks, bw, mem, known, kind, aliases)
 
 
 #: Known accelerators, matched against device names by the regexes in `aliases` (lower case).
@@ -93,22 +93,18 @@ KNOWN_DEVICES: tuple[DeviceSpec, ...] = (
 
 #: When a device name matches nothing: a middling device of the hardware kind, marked unknown.
 _GENERIC: dict[str, DeviceSpec] = {
-    "cuda": DeviceSpec("cuda-generic", {"fp32": 20.0, "fp16": 150.0, "bf16": 150.0, "int8": 300.0},
-                       900.0, 24.0, False),
-    "rocm": DeviceSpec("rocm-generic", {"fp32": 25.0, "fp16": 200.0, "bf16": 200.0, "int8": 200.0},
-                       1200.0, 32.0, False),
-    "mps": DeviceSpec("apple-generic", {"fp32": 4.0, "fp16": 4.0, "bf16": 4.0}, 120.0, 24.0, False, "apple"),
-    "xpu": DeviceSpec("xpu-generic", {"fp32": 15.0, "fp16": 100.0, "bf16": 100.0, "int8": 200.0},
-                      500.0, 16.0, False),
-    "gpu": DeviceSpec("intel-gpu-generic", {"fp32": 2.0, "fp16": 4.0, "bf16": 4.0, "int8": 8.0},
-                      90.0, 16.0, False),
-    "npu": DeviceSpec("npu-generic", {"fp32": 1.4, "fp16": 5.5, "int8": 11.0}, 90.0, 16.0, False, "npu"),
-    "qnn": DeviceSpec("qnn-generic", {"fp32": 1.0, "fp16": 8.0, "int8": 16.0}, 60.0, 12.0, False, "npu"),
+    "cuda": _gpu("cuda-generic", 20.0, 150.0, 150.0, 300.0, 900.0, 24.0, known=False),
+    "rocm": _gpu("rocm-generic", 25.0, 200.0, 200.0, 200.0, 1200.0, 32.0, known=False),
+    "mps": _gpu("apple-generic", 4.0, 4.0, 4.0, None, 120.0, 24.0, kind="apple", known=False),
+    "xpu": _gpu("xpu-generic", 15.0, 100.0, 100.0, 200.0, 500.0, 16.0, known=False),
+    "gpu": _gpu("intel-gpu-generic", 2.0, 4.0, 4.0, 8.0, 90.0, 16.0, known=False),
+    "npu": _gpu("npu-generic", 1.4, 5.5, None, 11.0, 90.0, 16.0, kind="npu", known=False),
+    "qnn": _gpu("qnn-generic", 1.0, 8.0, None, 16.0, 60.0, 12.0, kind="npu", known=False),
     # Web targets with a device named by the browser only: WebGPU reaches a fraction of a GPU's
     # native rate through WGSL shaders and buffers capped at maxBufferSize (4 GiB); WebNN hands
     # the graph to the OS's ML runtime (DirectML, Core ML, TFLite) on a GPU or NPU.
-    "webgpu": DeviceSpec("webgpu-generic", {"fp32": 4.0, "fp16": 8.0}, 250.0, 4.0, False),
-    "webnn": DeviceSpec("webnn-generic", {"fp32": 2.0, "fp16": 8.0}, 100.0, 4.0, False, "npu"),
+    "webgpu": _gpu("webgpu-generic", 4.0, 8.0, None, None, 250.0, 4.0, known=False),
+    "webnn": _gpu("webnn-generic", 2.0, 8.0, None, None, 100.0, 4.0, kind="npu", known=False),
 }
 
 def _cpu_spec(name: str, cores: int, flags: frozenset[str], ghz: float, memory_gb: float,
