@@ -26,9 +26,8 @@ from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, require_reachable
 from .config import SelectionConfig
 from .data import describe_sources, load_runs, source_list, training_table
 from .distributed import distributed_training_config
-from .matrix import prediction_matrix
 from .next import Suggestion, suggest_measurements
-from .performance import prediction_report
+from .performance import prediction_matrix, prediction_report
 from .predict import Predictor
 from .query import QuestionError, UnknownModelError, describe_model, error_text
 from .rest_models import (

@@ -251,7 +251,7 @@ def cmd_map(args: argparse.Namespace) -> int:
 
 
 def cmd_matrix(args: argparse.Namespace) -> int:
-    from .matrix import prediction_matrix
+    from .performance import prediction_matrix
 
     data = prediction_matrix(args.models, args.hardware_platforms, args.batch_sizes, args.precisions, args.mode, args.backend,
                              device=_devices(args), predictor=_predictor(args))

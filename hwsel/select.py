@@ -1,13 +1,15 @@
 """Hardware selection: each target checked for compatibility, then scored on predicted latency,
 throughput, memory and compatibility with the mode's (or task's) weights, times its preference;
 every answer says where its predictions came from and which device and backend they are for.
-Also the selection map and the analysis of one model across the grid.
+Also the selection map (its rows stand for the models `representative_models` picks) and the
+analysis of one model across the grid.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import math
 import os
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
@@ -21,6 +23,7 @@ from .config import (
     FAMILIES,
     MODES,
     RATINGS,
+    SIZE_CATEGORIES,
     ModeKeyed,
     SelectionConfig,
     Weights,
@@ -40,7 +43,6 @@ from .query import (
     model_info,
 )
 from .ranking import capacity_gb, device_table, fmt_ms, incompatibility, tie_for_first, too_big
-from .representatives import FAMILY_BASE_MODELS, representative_models
 from .resolution import ModelInfo
 
 
@@ -320,6 +322,45 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
 def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
     # the selection functions' parameter `available_hardware` hides the function
     return available_hardware(cfg)
+
+
+#: The zoo model each family's map rows start from.
+FAMILY_BASE_MODELS: Mapping[str, str] = MappingProxyType({
+    "embedding": "bert-base", "text_generation": "gpt2", "vision": "vit-base", "audio": "whisper-tiny",
+    "multimodal": "clip-vit-b32"})
+#: Other zoo models considered as a family's representative of a size category.
+_FAMILY_MODELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
+    "embedding": ("bert-base",), "text_generation": ("gpt2", "t5-small"), "vision": ("vit-base", "resnet-50"),
+    "audio": ("whisper-tiny", "wav2vec2-base"), "multimodal": ("clip-vit-b32",)})
+
+
+def _scaled(info: ModelInfo, params: int, name: str) -> ModelInfo:
+    """`info` grown or shrunk to `params` parameters (depth and width each by the cube root)."""
+    ratio = params / max(int(info.param_count), 1)
+    change: dict[str, Any] = {"name": name, "param_count": int(params),
+                              "flops_per_item": float(info.flops_per_item) * ratio}
+    if info.num_layers:
+        change["num_layers"] = max(1, round(info.num_layers * ratio ** (1 / 3)))
+    if info.hidden_size:
+        change["hidden_size"] = max(8, round(info.hidden_size * ratio ** (1 / 3)))
+    return dataclasses.replace(info, **change)
+
+
+def representative_models(config: SelectionConfig, families: Sequence[str]) -> dict[str, dict[str, ModelInfo]]:
+    """family -> size category -> a ModelInfo: a zoo model of that size, else the base model scaled."""
+    th = config.thresholds.model_size
+    lows = {"small": 1, "medium": th["small"] + 1, "large": th["medium"] + 1}
+    targets = {"small": th["small"] // 2, "medium": int(math.sqrt(th["small"] * th["medium"])),
+               "large": int(math.sqrt(th["medium"] * th["large"]))}
+    out: dict[str, dict[str, ModelInfo]] = {}
+    for fam in families:
+        infos = [model_info(n) for n in _FAMILY_MODELS[fam]]
+        sizes: dict[str, ModelInfo] = {}
+        for cat in SIZE_CATEGORIES:
+            fit = [i for i in infos if lows[cat] <= i.param_count <= th[cat]]
+            sizes[cat] = fit[0] if fit else _scaled(infos[0], targets[cat], f"{fam}-{cat}-scaled")
+        out[fam] = sizes
+    return out
 
 
 def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[int] = (1, 4, 16, 32, 64),
