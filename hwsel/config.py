@@ -322,17 +322,6 @@ class SelectionConfig:
             raise ValueError(f"no hardware given; accepted: {', '.join(self.hardware)}")
         return tuple(out)
 
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready view of the settings."""
-        return {
-            "origin": self.origin,
-            "weights": {m: w.as_dict() for m, w in self.weights.items()},
-            "hardware": {hw: {f.name: getattr(p, f.name) for f in fields(p)} for hw, p in self.hardware.items()},
-            "compatibility": {fam: dict(row) for fam, row in self.compatibility.items()},
-            "tasks": {t: {"mode": p.mode, **p.weights.as_dict()} for t, p in self.tasks.items()},
-            "thresholds": {f.name: dict(getattr(self.thresholds, f.name)) for f in fields(Thresholds)},
-        }
-
 
 # --- parsing ------------------------------------------------------------------------------------
 
