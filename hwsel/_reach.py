@@ -6,11 +6,10 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
-from urllib.parse import urlsplit
 
 from pytest_hwbench._deadline import NOTICE_FRACTION, call_with_deadline
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.mlflow_uri import ping
+from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
@@ -24,11 +23,6 @@ class HwselTimeout(TimeoutError):
 
 class HwselUnreachable(ConnectionError):
     """A tracking server that a command cannot do without does not answer its ``/health``."""
-
-
-def is_http(uri: Any) -> bool:
-    """Whether `uri` is an ``http(s)://`` tracking URI (a server to reach)."""
-    return isinstance(uri, str) and urlsplit(uri).scheme.lower() in ("http", "https")
 
 
 def reach(uri: str, timeout: float = 2.0) -> str | None:
@@ -74,5 +68,5 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = 
     )
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded", "is_http", "reach",
+__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded", "reach",
            "require_reachable"]

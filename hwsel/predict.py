@@ -17,9 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_hwbench import facts
+from pytest_hwbench.sinks.mlflow_uri import is_http
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
-from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, is_http, reach
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, reach
 from .bounds import Coverage, floors
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .guard import blend, clamp
@@ -152,8 +153,9 @@ class Predictor:
 
         # A server is asked first, in a second at most, before anything heavy (MLflow) is imported:
         # one that does not answer turns its layer off at once. Credentials travel as MLflow sends them.
-        servers = [u for u in (source if isinstance(source, list | tuple) else [source]) if is_http(u)]
-        unreachable = {u: why for u in {*servers, tracking_uri} if is_http(u)
+        servers = [u for u in (source if isinstance(source, list | tuple) else [source])
+                   if isinstance(u, str) and is_http(u)]
+        unreachable = {u: why for u in {*servers, tracking_uri} if u and is_http(u)
                        for why in [reach(str(u), timeout=min(2.0, timeout))] if why is not None}
         down = next((unreachable[u] for u in servers if u in unreachable), None)
         if "measured" in layers and down is not None:
