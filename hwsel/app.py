@@ -22,11 +22,11 @@ from starlette.exceptions import HTTPException as StarletteHTTPException
 
 from pytest_hwbench.sinks import redact_uri, resolve_tracking_uri
 
-from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, require_reachable
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout
 from .config import SelectionConfig
-from .data import describe_sources, load_runs, source_list, training_table
+from .data import describe_sources
 from .distributed import distributed_training_config
-from .next import Suggestion, suggest_measurements
+from .next import Suggestion, records_table, suggest_measurements
 from .performance import prediction_matrix, prediction_report
 from .predict import Predictor
 from .query import QuestionError, UnknownModelError, describe_model, error_text
@@ -195,10 +195,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @functools.cache  # a failed read is not cached: the next request reads again
     def next_table() -> Any:
-        require_reachable(((s, "--source") for s in source_list(next_source) or []), next_timeout)
-        runs = bounded(lambda: load_runs(next_source), next_timeout, f"the records of {describe_sources(next_source)}",
-                       then="/measure/next answers 503")
-        return training_table(runs)
+        return records_table(next_source, next_timeout, then="/measure/next answers 503")
 
     @functools.lru_cache(maxsize=64)
     def next_picks(asked: str) -> list[Suggestion]:

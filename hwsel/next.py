@@ -368,6 +368,19 @@ def cold_start_table() -> pd.DataFrame:
     return pd.DataFrame(rows, columns=[*CANDIDATE_COLUMNS, "latency_ms"])
 
 
+def records_table(source: Source | Sequence[Source], timeout: float | None, *, then: str) -> pd.DataFrame:
+    """The training table (`hwsel.data.training_table`) of the records of `source`, read within
+    `timeout` seconds, imports aside (a tracking server among the sources must answer its
+    ``/health`` within 2 s; None: no limit); `then` says what happens at the deadline."""
+    from .data import describe_sources, load_runs, source_list, training_table
+
+    if timeout is None:
+        return training_table(load_runs(source))
+    require_reachable(((s, "--source") for s in source_list(source) or []), timeout)
+    return training_table(bounded(lambda: load_runs(source), timeout, f"the records of {describe_sources(source)}",
+                                  then=then))
+
+
 def suggest_measurements(
     budget: int,
     *,
@@ -403,27 +416,20 @@ def suggest_measurements(
         HwselUnreachable, HwselTimeout: a tracking server that does not answer, records that do
             not come within `timeout`.
     """
-    from .data import describe_sources, existing_store, load_runs, source_list, training_table
+    from .data import existing_store
 
     budget = _whole("budget", budget, 1, MAX_BUDGET)
     _whole("ensemble", ensemble, 2, MAX_ENSEMBLE)
     if table is None:
-        # no source named: the store here, if there is one (looking creates none)
+        # no source named: the store here, if there is one (looking creates none); none yet: a cold start
         chosen = source if source is not None else existing_store()
-        if chosen is None:  # no store yet: a cold start
-            table = pd.DataFrame()
-        else:
-            if timeout is not None:
-                require_reachable(((s, "--source") for s in source_list(chosen) or []), timeout)
+        table = pd.DataFrame()
+        if chosen is not None:
             try:
-                runs = (load_runs(chosen) if timeout is None else
-                        bounded(lambda: load_runs(chosen), timeout, f"the records of {describe_sources(chosen)}",
-                                then="hwsel next stops"))
-                table = training_table(runs)
+                table = records_table(chosen, timeout, then="hwsel next stops")
             except LookupError:  # the default store holds no benchmark runs yet: a cold start
                 if source is not None:
                     raise
-                table = pd.DataFrame()
     if _measured_models(table) < 2:  # nothing to compare yet: the grid covers this machine too
         table = pd.concat([t for t in (table, cold_start_table()) if len(t)], ignore_index=True)
     candidates = candidate_grid(table, models=models, hardware=hardware, backends=backends,
@@ -448,5 +454,6 @@ __all__ = [
     "fit_latency",
     "greedy_order",
     "rank_candidates",
+    "records_table",
     "suggest_measurements",
 ]
