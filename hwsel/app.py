@@ -110,16 +110,17 @@ def _config_layers(config: Any) -> int:
     return total
 
 
-def _bounded_model(name: str | None, config: Mapping[str, Any] | None = None, *, family: str | None = None,
-                   sequence_length: int | None = None) -> Any:
-    """`hwsel.query.describe_model` of a `config` of at most `MAX_CONFIG_LAYERS` layers (checked
-    before anything is built) and `MAX_CONFIG_PARAMS` parameters."""
+def _bounded_model(req: Any) -> Any:
+    """`hwsel.query.describe_model` of a request's model (its ``model_name`` or ``config``, at its
+    ``sequence_length``, checked against its ``model_family``); a ``config`` of at most
+    `MAX_CONFIG_LAYERS` layers (checked before anything is built) and `MAX_CONFIG_PARAMS` parameters."""
+    config = req.config
     if config is not None:
         layers = _config_layers(config)
         if layers > MAX_CONFIG_LAYERS:
             raise QuestionError(f"the config describes {layers} layers; at most {MAX_CONFIG_LAYERS} per request "
                                 "(MAX_CONFIG_LAYERS)", "config")
-    info = describe_model(name, config=config, sequence_length=sequence_length, family=family)
+    info = describe_model(req.model_name, config=config, sequence_length=req.sequence_length, family=req.model_family)
     if config is not None and info.param_count > MAX_CONFIG_PARAMS:
         raise QuestionError(f"the config derives a model of {info.param_count:.3g} parameters; at most "
                             f"{MAX_CONFIG_PARAMS:.0e} per request (MAX_CONFIG_PARAMS)", "config")
@@ -261,8 +262,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/hardware/select", response_model=RecommendationResponse)
     def select(req: SelectRequest) -> dict[str, Any]:
-        info = _bounded_model(req.model_name, req.config, family=req.model_family,
-                              sequence_length=req.sequence_length)
+        info = _bounded_model(req)
         available = _hardware(pred, "available_hardware", req.available_hardware)  # the request's field
         rec = select_hardware(info, batch_size=req.batch_size, mode=req.mode, precision=req.precision,
                               available_hardware=available, task_type=req.task_type, backend=req.backend,
@@ -296,8 +296,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @app.post("/performance/predict", response_model=PredictResponse)
     def predict(req: PredictRequest) -> dict[str, Any]:
-        info = _bounded_model(req.model_name, req.config, family=req.model_family,
-                              sequence_length=req.sequence_length)
+        info = _bounded_model(req)
         preds = pred.predict(info, req.hardware, batch_size=req.batch_size, precision=req.precision, mode=req.mode,
                              backend=req.backend, device=req.device)
         return _plain(prediction_report(info, preds, batch_size=req.batch_size, precision=req.precision, mode=req.mode))

@@ -348,8 +348,6 @@ def cmd_serve(args: argparse.Namespace) -> int:
         raise UsageError("serving needs uvicorn and fastapi: pip install 'pytest-hwbench[serve]'") from None
     from .app import create_app
 
-    if not 0 < args.port < 65536:
-        raise UsageError(f"--port must be between 1 and 65535, got {args.port}")
     _check_listen(args.host, args.port)
     app = create_app(source=args.source, tracking_uri=args.tracking_uri, config=args.config, timeout=args.timeout,
                      include_noisy=args.include_noisy)

@@ -214,7 +214,8 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Serve /health, /hardware/*, /performance/*, /training/distributed and "
                                    "/analysis/model. Binds 127.0.0.1 unless --host says otherwise.")
     p.add_argument("--host", default="127.0.0.1", help="address to bind (default 127.0.0.1: this machine only)")
-    p.add_argument("--port", type=int, default=8000, help="port (default 8000)")
+    p.add_argument("--port", type=_checked(Field("", "", int, None, "", ge=1, le=65535)), default=8000,
+                   help="port (default 8000)")
     p.add_argument("--log-level", default="info", choices=["critical", "error", "warning", "info", "debug"])
     _store_options(p)
     return parser
