@@ -74,6 +74,9 @@ SIZE_CATEGORIES: tuple[str, ...] = ("small", "medium", "large")
 MAX_HARDWARE_TARGETS = 32
 
 
+#: The default width of each estimating layer's intervals (`Thresholds.interval_factor`).
+_INTERVAL_FACTORS: Mapping[str, float] = MappingProxyType({"roofline": 2.0, "rules": 3.0})
+
 _V = TypeVar("_V")
 
 
@@ -178,14 +181,11 @@ class TaskProfile:
 class Thresholds:
     """Batch-size and model-size categories, and the width of estimated intervals."""
 
-    batch_size: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType({"small": 1, "medium": 8, "large": 32}))
+    batch_size: Mapping[str, int] = field(default_factory=lambda: {"small": 1, "medium": 8, "large": 32})
     model_size: Mapping[str, int] = field(
-        default_factory=lambda: MappingProxyType(
-            {"small": 100_000_000, "medium": 1_000_000_000, "large": 10_000_000_000}))
-    #: An estimate's latency interval is (latency / f, latency * f).
-    interval_factor: Mapping[str, float] = field(
-        default_factory=lambda: MappingProxyType({"roofline": 2.0, "rules": 3.0}))
+        default_factory=lambda: {"small": 100_000_000, "medium": 1_000_000_000, "large": 10_000_000_000})
+    #: An estimate's latency interval is (latency / f, latency * f); a layer not given keeps its default.
+    interval_factor: Mapping[str, float] = field(default_factory=lambda: _INTERVAL_FACTORS)
 
     def __post_init__(self) -> None:
         for name in ("batch_size", "model_size"):
@@ -204,8 +204,8 @@ class Thresholds:
                 raise ValueError(f"thresholds.{name}: must grow small <= medium <= large, got {dict(zip(SIZE_CATEGORIES, values, strict=True))}")
             object.__setattr__(self, name, MappingProxyType(dict(zip(SIZE_CATEGORIES, values, strict=True))))
         intervals = dict(self.interval_factor)
-        _unknown("thresholds.interval_factor", intervals, ("roofline", "rules"))
-        merged = {"roofline": 2.0, "rules": 3.0} | {
+        _unknown("thresholds.interval_factor", intervals, _INTERVAL_FACTORS)
+        merged = _INTERVAL_FACTORS | {
             k: _number(f"thresholds.interval_factor.{k}", v, minimum=1.0) for k, v in intervals.items()}
         object.__setattr__(self, "interval_factor", MappingProxyType(merged))
 
