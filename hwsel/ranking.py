@@ -84,18 +84,12 @@ def incompatibility(cfg: SelectionConfig, family: str, hw: str, precision: str, 
     return ""
 
 
-_DEFAULT_HOST_GB = 64.0
-
-
 @functools.cache
 def _host_memory_gb() -> float:
     """This host's memory (the capacity of cpu and openvino unless the config names one)."""
-    try:
-        import psutil
+    import psutil
 
-        return float(psutil.virtual_memory().total) / 2**30
-    except Exception:  # psutil missing or unable to read: a common server's memory
-        return _DEFAULT_HOST_GB
+    return float(psutil.virtual_memory().total) / 2**30
 
 
 def capacity_gb(cfg: SelectionConfig, hw: str) -> float:

@@ -165,7 +165,7 @@ def wasm_spec(device_name: str = "") -> DeviceSpec:
     model = " ".join((device_name or "").split()).lower() or "cpu"
     threads = max(1, min(WASM_MAX_THREADS, -(-GENERIC_CPU_CORES // 2)))
     base = _cpu_spec(f"wasm:{model}", threads, frozenset(), _clock_ghz(model), 4.0, known=False)
-    return DeviceSpec(base.name, {"fp32": base.peak_tflops["fp32"]}, base.memory_bandwidth_gbs, 4.0, False, "cpu")
+    return dataclasses.replace(base, peak_tflops={"fp32": base.peak_tflops["fp32"]})  # other precisions run at fp32 rate
 
 
 _BY_NAME: dict[str, DeviceSpec] = {spec.name: spec for spec in KNOWN_DEVICES}
