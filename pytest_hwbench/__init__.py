@@ -31,52 +31,23 @@ if TYPE_CHECKING:
         TimingConfig,
     )
 
-#: public name -> the module that defines it. Imported on first use (PEP 562), so importing a
-#: light module (``pytest_hwbench.record``) loads no backend, runner, tracker or torch.
-_EXPORTS: dict[str, str] = {
-    "Backend": "backends",
-    "LoadedModel": "backends",
-    "get_backend": "backends",
-    "register_backend": "backends",
-    "registered_backends": "backends",
-    "Comparison": "compare",
-    "compare_records": "compare",
-    "HwbenchError": "errors",
-    "HwbenchWarning": "errors",
-    "PrecisionMismatch": "errors",
-    "UnsupportedCase": "errors",
-    "DeviceInfo": "hardware",
-    "HardwareInfo": "hardware",
-    "TargetInfo": "hardware",
-    "detect_hardware": "hardware",
-    "InterferenceMonitor": "interference",
-    "ReferenceBaseline": "interference",
-    "judge": "interference",
-    "MODELS": "models",
-    "ModelSpec": "models",
-    "get_model": "models",
-    "load_model_set": "models",
-    "register_model": "models",
-    "BenchmarkRecord": "record",
-    "SessionInfo": "record",
-    "normalize_record": "record",
-    "BenchCase": "case",
-    "CaseResult": "result",
-    "Runner": "runner",
-    "failed_record": "result",
-    "MeasuredElsewhere": "backends.base",
-    "RemoteMeasurement": "backends.base",
-    "WrappedModel": "backends.base",
-    "Scenario": "scenarios",
-    "Latency": "trackers",
-    "LatencyTracker": "trackers",
-    "Memory": "trackers",
-    "MemoryTracker": "trackers",
-    "TimingConfig": "trackers",
-    "LocalCall": "trackers",
-    "Measurement": "trackers",
-    "RemoteCall": "trackers",
-    "Sample": "trackers",
+#: module -> the public names it defines. Each is imported on first use (PEP 562), so importing
+#: a light module (``pytest_hwbench.record``) loads no backend, runner, tracker or torch.
+_MODULES: dict[str, tuple[str, ...]] = {
+    "backends": ("Backend", "LoadedModel", "get_backend", "register_backend", "registered_backends"),
+    "backends.base": ("MeasuredElsewhere", "RemoteMeasurement", "WrappedModel"),
+    "case": ("BenchCase",),
+    "compare": ("Comparison", "compare_records"),
+    "errors": ("HwbenchError", "HwbenchWarning", "PrecisionMismatch", "UnsupportedCase"),
+    "hardware": ("DeviceInfo", "HardwareInfo", "TargetInfo", "detect_hardware"),
+    "interference": ("InterferenceMonitor", "ReferenceBaseline", "judge"),
+    "models": ("MODELS", "ModelSpec", "get_model", "load_model_set", "register_model"),
+    "record": ("BenchmarkRecord", "SessionInfo", "normalize_record"),
+    "result": ("CaseResult", "failed_record"),
+    "runner": ("Runner",),
+    "scenarios": ("Scenario",),
+    "trackers": ("Latency", "LatencyTracker", "LocalCall", "Measurement", "Memory", "MemoryTracker", "RemoteCall",
+                 "Sample", "TimingConfig"),
 }
 
 __version__ = "0.1.0"
@@ -128,4 +99,5 @@ __all__ = [
     "registered_backends",
 ]
 
+_EXPORTS = {name: module for module, names in _MODULES.items() for name in names}
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)
