@@ -1,5 +1,4 @@
-"""Hardware and runtime detection: what this machine can run, and why not where it cannot (over
-500 lines because the CPU and torch GPU probes are built in, so asking for them loads no plug-in).
+"""Hardware and runtime detection: what this machine can run, and why not where it cannot.
 
 `detect_hardware(targets)` runs each asked-for target's probe at most once per process; the
 targets and their order are the rows of `pytest_hwbench.facts`, and other modules add probes with
@@ -9,6 +8,7 @@ interpreted (`target_from_facts`), so the interpretation is tested on other mach
 
 from __future__ import annotations
 
+import contextlib
 import functools
 import os
 import platform
@@ -123,14 +123,10 @@ def _cpu_flags() -> tuple[str, set[str]]:
 
 def cpu_precisions(flags: set[str], machine: str) -> tuple[str, ...]:
     """Precisions the CPU runs natively, from its ISA flags."""
-    precisions = ["fp32"]
-    if flags & {"avx512_fp16", "amx_fp16", "asimdhp", "fphp"}:
-        precisions.append("fp16")
-    if flags & {"avx512_bf16", "amx_bf16", "bf16"}:
-        precisions.append("bf16")
-    if machine.lower() in ("x86_64", "amd64", "aarch64", "arm64"):
-        precisions.append("int8")  # fbgemm (x86) / qnnpack (Arm) dynamic int8
-    return tuple(precisions)
+    has = {"fp32": True, "fp16": bool(flags & {"avx512_fp16", "amx_fp16", "asimdhp", "fphp"}),
+           "bf16": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}),
+           "int8": machine.lower() in ("x86_64", "amd64", "aarch64", "arm64")}  # fbgemm (x86) / qnnpack (Arm)
+    return tuple(p for p, present in has.items() if present)
 
 
 def detect_cpu() -> TargetInfo:
@@ -182,7 +178,7 @@ VISIBILITY_ENV: Mapping[str, tuple[str, ...]] = {
 #: ROCm device, emulated or not, so it cannot tell.
 ROCM_BF16_ARCHS: tuple[str, ...] = ("gfx908", "gfx90a", "gfx94", "gfx95", "gfx11", "gfx12")
 #: MPS refuses bfloat16 before macOS 14 ("MPS BFloat16 is only supported on MacOS 14 or newer").
-MPS_BF16_MACOS: tuple[int, int] = (14, 0)
+MPS_BF16_MACOS = 14
 
 
 @dataclass(frozen=True)
@@ -250,32 +246,23 @@ def _gather(torch: Any, runtime: str, facts: dict[str, Any]) -> TorchFacts:
         compiled = getattr(module, "_is_compiled", None)
         built = bool(compiled()) if callable(compiled) else version["xpu"] is not None
     else:
-        backend = getattr(torch.backends, "mps", None)
+        module = getattr(torch.backends, "mps", None)
         facts["extra"]["macos"] = platform.mac_ver()[0] or None
-        built = backend is not None and bool(backend.is_built())
-        if not built:
-            return TorchFacts(**facts)
-        available = bool(backend.is_available())
-        device: dict[str, Any] = {}
-        if available:
-            for key, fn in (("name", getattr(backend, "get_name", None)),
-                            ("core_count", getattr(backend, "get_core_count", None)),
-                            ("recommended_max_memory", getattr(torch.mps, "recommended_max_memory", None))):
-                if callable(fn):
-                    device[key] = _plain(fn())
-        return TorchFacts(**facts, is_built=True, is_available=available, device_count=int(available),
-                          devices=(device,) if available else ())
+        built = module is not None and bool(module.is_built())
     if not built or module is None:
         return TorchFacts(**facts)
     available = bool(module.is_available())
-    count = int(module.device_count()) if available else 0
-    devices = tuple(_properties(module.get_device_properties(i), fields) for i in range(count))
+    if runtime == "mps":  # no device properties: its one device is what the backend's getters say
+        getters = {"name": getattr(module, "get_name", None), "core_count": getattr(module, "get_core_count", None),
+                   "recommended_max_memory": getattr(torch.mps, "recommended_max_memory", None)}
+        devices = ({key: _plain(fn()) for key, fn in getters.items() if callable(fn)},) if available else ()
+    else:
+        count = int(module.device_count()) if available else 0
+        devices = tuple(_properties(module.get_device_properties(i), fields) for i in range(count))
     if runtime == "cuda" and available:
-        try:
+        with contextlib.suppress(AttributeError, RuntimeError):
             facts["extra"]["driver"] = int(torch._C._cuda_getDriverVersion())
-        except (AttributeError, RuntimeError):
-            pass
-    return TorchFacts(**facts, is_built=True, is_available=available, device_count=count, devices=devices)
+    return TorchFacts(**facts, is_built=True, is_available=available, device_count=len(devices), devices=devices)
 
 
 def gather_torch_facts(runtime: str) -> TorchFacts:
@@ -313,8 +300,8 @@ def _mib(value: Any) -> float | None:
     return round(value / 2**20) if isinstance(value, (int, float)) and value > 0 else None
 
 
-def _common_precisions(devices: tuple[DeviceInfo, ...]) -> tuple[str, ...]:
-    return tuple(p for p in PRECISIONS if all(p in d.precisions for d in devices))
+def _gpu_precisions(bf16: bool) -> tuple[str, ...]:
+    return ("fp32", "fp16", "bf16") if bf16 else ("fp32", "fp16")
 
 
 def rocm_arch(props: Mapping[str, Any]) -> str | None:
@@ -323,113 +310,96 @@ def rocm_arch(props: Mapping[str, Any]) -> str | None:
     return arch or None
 
 
-def _version_tuple(text: str | None) -> tuple[int, ...]:
-    parts = []
-    for piece in (text or "").split("."):
-        if not piece.isdigit():
-            break
-        parts.append(int(piece))
-    return tuple(parts)
-
-
-def _cuda_target(facts: TorchFacts) -> TargetInfo:
-    hip = facts.version.get("hip")
-    if hip:
-        return not_available("cuda", f"torch is a ROCm build (hip {hip}); see the rocm target")
+def _why_not(facts: TorchFacts) -> str | None:
+    """Why the runtime those facts describe cannot run here, None where it can."""
+    runtime, torch, hip, macos = facts.runtime, facts.torch_version, facts.version.get("hip"), facts.extra.get("macos")
+    if not facts.torch_installed:
+        return "torch is not installed"
+    if facts.error:
+        return f"detection failed: {facts.error}"
+    if runtime == "cuda" and hip:
+        return f"torch is a ROCm build (hip {hip}); see the rocm target"
     if not facts.is_built:
-        return not_available("cuda", f"torch {facts.torch_version} is built without CUDA (torch.version.cuda is None)")
+        return {
+            "cuda": f"torch {torch} is built without CUDA (torch.version.cuda is None)",
+            "rocm": "torch is not a ROCm build (torch.version.hip is None)",
+            "mps": "torch is built without MPS (torch.backends.mps.is_built() is False)",
+            "xpu": f"torch {torch} is built without XPU (torch.xpu._is_compiled() is False; install an XPU build "
+                   "of torch)",
+        }[runtime]
     if not facts.is_available or not facts.devices:
-        return not_available("cuda", "torch.cuda.is_available() is False" + _env_note(facts))
+        where = f" on macOS {macos}" if macos else ""
+        return {
+            "cuda": "torch.cuda.is_available() is False",
+            "rocm": f"torch.cuda.is_available() is False on this ROCm build (hip {hip})",
+            "mps": f"torch.backends.mps.is_available() is False{where} (MPS needs Apple silicon or an AMD GPU and "
+                   "macOS 12.3+)",
+            "xpu": "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)",
+        }[runtime] + _env_note(facts)
+    return None
+
+
+def _cuda_devices(facts: TorchFacts) -> tuple[list[DeviceInfo], dict[str, Any]]:
     devices = []
     for i, props in enumerate(facts.devices):
         major, minor = props.get("major"), props.get("minor")
         # Native bf16 from compute capability 8.0 (Ampere), as torch.cuda.is_bf16_supported(
         # including_emulation=False) decides; older GPUs only emulate it.
-        bf16 = isinstance(major, int) and major >= 8
         devices.append(DeviceInfo(i, str(props.get("name") or f"cuda:{i}"), _mib(props.get("total_memory")),
                                   f"{major}.{minor}" if major is not None else None,
-                                  ("fp32", "fp16") + (("bf16",) if bf16 else ())))
-    details: dict[str, Any] = {"torch": facts.torch_version, "cuda_runtime": facts.version.get("cuda")}
+                                  _gpu_precisions(isinstance(major, int) and major >= 8)))
+    details: dict[str, Any] = {"cuda_runtime": facts.version.get("cuda")}
     if facts.extra.get("driver") is not None:
         details["driver"] = facts.extra["driver"]
-    return TargetInfo("cuda", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+    return devices, details
 
 
-def _rocm_target(facts: TorchFacts) -> TargetInfo:
-    hip = facts.version.get("hip")
-    if not facts.is_built:
-        return not_available("rocm", "torch is not a ROCm build (torch.version.hip is None)")
-    if not facts.is_available or not facts.devices:
-        return not_available("rocm", f"torch.cuda.is_available() is False on this ROCm build (hip {hip})"
-                              + _env_note(facts))
+def _rocm_devices(facts: TorchFacts) -> tuple[list[DeviceInfo], dict[str, Any]]:
     devices = []
     for i, props in enumerate(facts.devices):
         arch = rocm_arch(props)
         # Unknown arch (torch too old to report gcnArchName): keep torch's own answer, bf16.
-        bf16 = arch is None or arch.startswith(ROCM_BF16_ARCHS)
-        name = str(props.get("name") or f"AMD GPU {arch or i}")
-        devices.append(DeviceInfo(i, name, _mib(props.get("total_memory")), arch,
-                                  ("fp32", "fp16") + (("bf16",) if bf16 else ())))
-    details = {"torch": facts.torch_version, "hip": hip,
-               "archs": sorted({d.capability for d in devices if d.capability})}
-    return TargetInfo("rocm", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+        devices.append(DeviceInfo(i, str(props.get("name") or f"AMD GPU {arch or i}"), _mib(props.get("total_memory")),
+                                  arch, _gpu_precisions(arch is None or arch.startswith(ROCM_BF16_ARCHS))))
+    return devices, {"hip": facts.version.get("hip"), "archs": sorted({d.capability for d in devices if d.capability})}
 
 
-def _mps_target(facts: TorchFacts) -> TargetInfo:
-    macos = facts.extra.get("macos")
-    if not facts.is_built:
-        return not_available("mps", "torch is built without MPS (torch.backends.mps.is_built() is False)")
-    if not facts.is_available or not facts.devices:
-        where = f" on macOS {macos}" if macos else ""
-        return not_available("mps", f"torch.backends.mps.is_available() is False{where} "
-                                     "(MPS needs Apple silicon or an AMD GPU and macOS 12.3+)")
-    props = facts.devices[0]
-    bf16 = _version_tuple(macos) >= MPS_BF16_MACOS
-    precisions = ("fp32", "fp16") + (("bf16",) if bf16 else ())
+def _mps_devices(facts: TorchFacts) -> tuple[list[DeviceInfo], dict[str, Any]]:
+    props, macos = facts.devices[0], facts.extra.get("macos")
+    major = (macos or "").partition(".")[0]
     # recommended_max_memory is Metal's recommendedMaxWorkingSetSize: what the GPU may use of
     # unified memory before it pages, the figure a memory check should plan against.
     device = DeviceInfo(0, str(props.get("name") or "Apple MPS"), _mib(props.get("recommended_max_memory")),
-                        None, precisions)
-    details = {"torch": facts.torch_version, "macos": macos, "gpu_cores": props.get("core_count")}
-    return TargetInfo("mps", True, "", (device,), precisions, details)
+                        None, _gpu_precisions(major.isdigit() and int(major) >= MPS_BF16_MACOS))
+    return [device], {"macos": macos, "gpu_cores": props.get("core_count")}
 
 
-def _xpu_target(facts: TorchFacts) -> TargetInfo:
-    if not facts.is_built:
-        return not_available("xpu", f"torch {facts.torch_version} is built without XPU "
-                                     "(torch.xpu._is_compiled() is False; install an XPU build of torch)")
-    if not facts.is_available or not facts.devices:
-        return not_available("xpu", "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)"
-                              + _env_note(facts))
+def _xpu_devices(facts: TorchFacts) -> tuple[list[DeviceInfo], dict[str, Any]]:
     devices = []
     for i, props in enumerate(facts.devices):
-        precisions = ["fp32"]
-        if props.get("has_fp16", True):
-            precisions.append("fp16")
         # torch.xpu.is_bf16_supported(including_emulation=False) reads has_bfloat16_conversions;
         # torch builds that do not report it answer True for every device.
-        if props.get("has_bfloat16_conversions", True):
-            precisions.append("bf16")
+        has = {"fp32": True, "fp16": props.get("has_fp16", True), "bf16": props.get("has_bfloat16_conversions", True)}
         devices.append(DeviceInfo(i, str(props.get("name") or f"xpu:{i}"), _mib(props.get("total_memory")),
-                                  None, tuple(precisions)))
+                                  None, tuple(p for p, present in has.items() if present)))
     first = facts.devices[0]
-    details = {"torch": facts.torch_version, "xpu": facts.version.get("xpu"),
-               "driver": first.get("driver_version"), "platform": first.get("platform_name")}
-    return TargetInfo("xpu", True, "", tuple(devices), _common_precisions(tuple(devices)), details)
+    return devices, {"xpu": facts.version.get("xpu"), "driver": first.get("driver_version"),
+                     "platform": first.get("platform_name")}
 
 
-_INTERPRETERS: Mapping[str, Callable[[TorchFacts], TargetInfo]] = {
-    "cuda": _cuda_target, "rocm": _rocm_target, "mps": _mps_target, "xpu": _xpu_target,
+_INTERPRETERS: Mapping[str, Callable[[TorchFacts], tuple[list[DeviceInfo], dict[str, Any]]]] = {
+    "cuda": _cuda_devices, "rocm": _rocm_devices, "mps": _mps_devices, "xpu": _xpu_devices,
 }
 
 
 def target_from_facts(facts: TorchFacts) -> TargetInfo:
     """The `TargetInfo` those facts describe: availability and why not, devices, precisions."""
-    if not facts.torch_installed:
-        return not_available(facts.runtime, "torch is not installed")
-    if facts.error:
-        return not_available(facts.runtime, f"detection failed: {facts.error}")
-    return _INTERPRETERS[facts.runtime](facts)
+    reason = _why_not(facts)
+    if reason is not None:
+        return not_available(facts.runtime, reason)
+    devices, details = _INTERPRETERS[facts.runtime](facts)
+    precisions = tuple(p for p in PRECISIONS if all(p in d.precisions for d in devices))
+    return TargetInfo(facts.runtime, True, "", tuple(devices), precisions, {"torch": facts.torch_version, **details})
 
 
 def detect_torch_runtime(runtime: str) -> TargetInfo:
@@ -446,9 +416,8 @@ _PROBES: Registry[Callable[[], TargetInfo]] = Registry(HARDWARE_GROUP, "hardware
 
 def _in_table_order(names: Iterable[str]) -> list[str]:
     """`names` in the target table's order, then those without a row in the order given."""
-    names = list(names)
     table = target_names()
-    return [t for t in table if t in names] + [t for t in names if t not in table]
+    return sorted(names, key=lambda name: table.index(name) if name in table else len(table))
 
 
 def register_probe(name: str, probe: Callable[[], TargetInfo]) -> Callable[[], TargetInfo]:
@@ -460,8 +429,7 @@ def registered_probes() -> dict[str, Callable[[], TargetInfo]]:
     """Every probe by target, imported once: the target table's rows in its order
     (`pytest_hwbench.facts.target_names`), then others in the order they registered."""
     probes = _PROBES.loaded()
-    order = _in_table_order(probes)
-    return {name: probes[name] for name in order}
+    return {name: probes[name] for name in _in_table_order(probes)}
 
 
 register_probe("cpu", detect_cpu)
@@ -509,8 +477,7 @@ def probed_hardware() -> HardwareInfo:
     """The targets this process has probed so far (nothing is probed by asking)."""
     with _FOUND_LOCK:
         done = dict(_FOUND)
-    order = _in_table_order(done)
-    return HardwareInfo({name: done[name] for name in order})
+    return HardwareInfo({name: done[name] for name in _in_table_order(done)})
 
 
 __all__ = [
