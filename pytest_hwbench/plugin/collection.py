@@ -14,7 +14,7 @@ from ..hardware import detect_hardware
 from ..models import get_model
 from ..plugin_api import case_of
 from .grid import Selection, case_marks, generate_cases, marker_values
-from .state import STATE, note
+from .state import STATE
 
 SELECTION = pytest.StashKey[Selection]()
 
@@ -76,13 +76,11 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     # Only the targets the kept cases read are probed.
     grid = generate_cases(selection(config), detect_hardware, narrowed, metafunc.definition.nodeid,
                           keeps=_mark_selection(config, metafunc))
-    for line in grid.notes:
-        note(config, line)
     cases = grid.cases
     config.hook.pytest_hwbench_modify_cases(config=config, cases=cases)
-    state = config.stash.get(STATE, None)
-    if state is not None:
-        state.collection["generated"] += len(cases)
+    state = config.stash[STATE]
+    state.notes.extend(grid.notes)
+    state.collection["generated"] += len(cases)
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
 
 
@@ -90,19 +88,15 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 def count_matched_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
     """Count the cases the command line's paths and node ids matched (``matched``), before any
     deselection: none of a run that generated cases means a node id named no case."""
-    state = config.stash.get(STATE, None)
-    if state is not None:
-        state.collection["matched"] += sum(1 for item in items if case_of(item) is not None)
+    config.stash[STATE].collection["matched"] += sum(1 for item in items if case_of(item) is not None)
 
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
     # Skip by capability at collection, so absent hardware costs no fixture set-up; only the
     # targets the kept cases read are probed.
-    state = config.stash.get(STATE, None)
     kept = [(item, case) for item in items if (case := case_of(item)) is not None]
-    if state is not None:
-        state.collection["selected"] += len(kept)
+    config.stash[STATE].collection["selected"] += len(kept)
     if not kept:
         return
     hw = detect_hardware(targets=dict.fromkeys(t for _, case in kept for t in targets_for(case)))

@@ -96,12 +96,8 @@ def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) ->
         setattr(report, CASE_ATTR, case.id)
     if call.when == "call" and _RECORD in item.stash:
         # The report carries the record as a dict (an xdist worker's report travels to the
-        # controller as JSON; conftests and report plugins read it). A serial run also hands the
-        # record itself to its own logreport hook, which so need not read it back from the dict.
-        record, state = item.stash[_RECORD], item.config.stash[STATE]
-        setattr(report, RECORD_ATTR, record.to_dict())
-        if not state.is_worker:
-            state.finished[report.nodeid] = record
+        # controller as JSON; conftests and report plugins read it).
+        setattr(report, RECORD_ATTR, item.stash[_RECORD].to_dict())
     return report
 
 

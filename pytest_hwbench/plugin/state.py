@@ -47,13 +47,6 @@ def _case_of_nodeid(nodeid: str) -> BenchCase | None:
     return case_from_id(match.group(1)) if match else None
 
 
-def note(config: pytest.Config, line: str) -> None:
-    """Keep `line` for the run's hwbench summary."""
-    state = config.stash.get(STATE, None)
-    if state is not None:
-        state.notes.append(line)
-
-
 def _freeze_gc() -> bool:
     """Move what the heap holds at the session's end out of the cyclic collector's sight
     (`gc.freeze`), until the state's `pytest_unconfigure` moves it back; True when it froze.
@@ -72,10 +65,8 @@ def _exit_reason(gateway: Any) -> str:
     popen = getattr(getattr(gateway, "_io", None), "popen", None)  # execnet's popen gateway
     code = None
     if popen is not None:
-        try:
+        with contextlib.suppress(Exception):  # still running or not a process: say what is known
             code = popen.wait(timeout=5)
-        except Exception:  # noqa: BLE001 - still running or not a process: say what is known
-            code = None
     if code is None:
         return "exit status unknown"
     if code < 0:
@@ -99,8 +90,6 @@ class HwbenchState:
         self._placement: Placement | None = None
         self.session_info: SessionInfo | None = None
         self.records: list[BenchmarkRecord] = []
-        #: serial run: nodeid -> the record its test just finished, until its report is logged
-        self.finished: dict[str, BenchmarkRecord] = {}
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
         self.progress = Progress(config.getoption("hwbench_progress_interval"),
@@ -204,12 +193,10 @@ class HwbenchState:
             self._show_progress(report)
         if self.is_worker:
             return
-        record = self.finished.pop(report.nodeid, None) if report.when == "call" else None
-        if record is None:
-            data = getattr(report, RECORD_ATTR, None)  # from an xdist worker, or its crash
-            if data is None:
-                return
-            record = BenchmarkRecord.from_dict(data)
+        data = getattr(report, RECORD_ATTR, None)  # from this process, an xdist worker, or its crash
+        if data is None:
+            return
+        record = BenchmarkRecord.from_dict(data)
         self.records.append(record)
         if record.load_time_s is not None:
             self.load_seconds[report.nodeid] = 0.0 if record.extra.get("load_cached") else record.load_time_s
