@@ -50,9 +50,7 @@ def load_group(group: str, *, kind: str) -> None:
         )
     for ep in ours:
         ep.load()
-    for ep in found:
-        if ep in ours:
-            continue
+    for ep in (ep for ep in found if ep not in ours):
         try:
             ep.load()
         except Exception as exc:  # noqa: BLE001 - a broken plugin names itself, ours still run

@@ -13,17 +13,8 @@ from ..case import BenchCase
 from ..hardware import detect_hardware
 from ..models import get_model
 from ..plugin_api import case_of
-from .grid import Selection, case_marks, generate_cases, marker_values
+from .grid import case_marks, generate_cases, marker_values
 from .state import STATE
-
-SELECTION = pytest.StashKey[Selection]()
-
-
-def selection(config: pytest.Config) -> Selection:
-    """The run's `Selection`, built from the options at the first use."""
-    if SELECTION not in config.stash:
-        config.stash[SELECTION] = Selection.from_options(config.getoption)
-    return config.stash[SELECTION]
 
 
 def _marker_filter(metafunc: pytest.Metafunc) -> dict[str, Any]:
@@ -71,14 +62,13 @@ def _mark_selection(config: pytest.Config, metafunc: pytest.Metafunc) -> Callabl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "hwbench_case" not in metafunc.fixturenames:
         return
-    config = metafunc.config
+    config, state = metafunc.config, metafunc.config.stash[STATE]
     narrowed = _marker_filter(metafunc)
     # Only the targets the kept cases read are probed.
-    grid = generate_cases(selection(config), detect_hardware, narrowed, metafunc.definition.nodeid,
+    grid = generate_cases(state.selection, detect_hardware, narrowed, metafunc.definition.nodeid,
                           keeps=_mark_selection(config, metafunc))
     cases = grid.cases
     config.hook.pytest_hwbench_modify_cases(config=config, cases=cases)
-    state = config.stash[STATE]
     state.notes.extend(grid.notes)
     state.collection["generated"] += len(cases)
     metafunc.parametrize("hwbench_case", [_param(c) for c in cases])
@@ -106,4 +96,4 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
             item.add_marker(pytest.mark.skip(reason=reason))
 
 
-__all__ = ["SELECTION", "count_matched_cases", "pytest_collection_modifyitems", "pytest_generate_tests", "selection"]
+__all__ = ["count_matched_cases", "pytest_collection_modifyitems", "pytest_generate_tests"]

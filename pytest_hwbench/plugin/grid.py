@@ -6,6 +6,7 @@ loaded models. Errors are ValueErrors; the plugin's collection hooks turn them i
 from __future__ import annotations
 
 import difflib
+import itertools
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, fields
 from typing import Any
@@ -18,9 +19,6 @@ from ..scenarios import get_scenario, registered_modes
 from ..vocabulary import DEFAULT_MODE, PRECISIONS, takes_new_tokens
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
-#: Keywords ``@pytest.mark.hwbench`` takes (each narrows the field of `Selection` of that name).
-MARKER_KEYWORDS = frozenset({"models", "families", "backends", "precisions", "batch_sizes", "hardware",
-                             "modes", "new_tokens", "input_lengths"})
 #: Modalities whose main input is a token sequence, which ``input_lengths`` sets.
 _TEXT_MODALITIES = frozenset({"text", "text2text"})
 
@@ -54,6 +52,10 @@ class Selection:
         with ``config.getoption``; an empty value narrows nothing."""
         values = {f.name: getoption(f"hwbench_{f.name}") for f in fields(cls)}
         return cls(**{name: tuple(value) if value else None for name, value in values.items()})
+
+
+#: Keywords ``@pytest.mark.hwbench`` takes: each narrows the field of `Selection` of that name.
+MARKER_KEYWORDS = frozenset(f.name for f in fields(Selection))
 
 
 @dataclass(frozen=True)
@@ -187,12 +189,9 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
         defaults = backend.default_precisions(hardware, hw if kept else _unprobed(backend.detects(hardware)))
         # asked-for precisions the mode lacks skip with its reason
         defaults = tuple(p for p in defaults if p in scenario.precisions)
-        for precision in (precisions if precisions is not None else defaults):
-            for length in lengths:
-                for tokens in tokens_per_case:
-                    for batch in batch_sizes:
-                        cases.append(BenchCase(name, backend_name, hardware, precision, int(batch),
-                                               mode, tokens, length))
+        chosen = precisions if precisions is not None else defaults
+        for precision, length, tokens, batch in itertools.product(chosen, lengths, tokens_per_case, batch_sizes):
+            cases.append(BenchCase(name, backend_name, hardware, precision, int(batch), mode, tokens, length))
     return Grid(cases, tuple(notes))
 
 

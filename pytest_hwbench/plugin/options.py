@@ -203,14 +203,10 @@ def apply_options(config: pytest.Config) -> None:
             get_model(name)
         except KeyError as exc:
             raise pytest.UsageError(f"--hwbench-models: {exc.args[0]}") from None
-    for name in config.getoption("hwbench_backends") or ():
-        backends = registered_backends()
-        if name not in backends:
-            raise pytest.UsageError(f"--hwbench-backends: unknown backend {name!r}; accepted: {', '.join(backends)}")
-    for name in config.getoption("hwbench_hardware") or ():
-        targets = hardware_targets()
-        if name not in targets:
-            raise pytest.UsageError(f"--hwbench-hardware: unknown hardware {name!r}; accepted: {', '.join(targets)}")
+    for key, word, known in (("backends", "backend", registered_backends), ("hardware", "hardware", hardware_targets)):
+        for name in config.getoption(f"hwbench_{key}") or ():
+            if name not in known():
+                raise pytest.UsageError(f"--hwbench-{key}: unknown {word} {name!r}; accepted: {', '.join(known())}")
 
 
 __all__ = ["OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption",

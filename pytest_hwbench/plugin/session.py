@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from ..hardware import HardwareInfo, detect_hardware
+from ..hardware import detect_hardware
 from ..plugin_api import core_versions
 from ..record import SessionInfo
 from ..torch_device import INDEXED_TARGETS
@@ -103,15 +103,6 @@ def missing_paths(config: pytest.Config) -> list[str]:
     return missing
 
 
-def worker_slot(config: pytest.Config) -> tuple[str, int, int]:
-    """(worker id, worker index, worker count) from xdist's workerinput, or ('main', 0, 1)."""
-    workerinput = getattr(config, "workerinput", None)
-    if workerinput is None:
-        return "main", 0, 1
-    wid = str(workerinput["workerid"])
-    return wid, int(wid.lstrip("gw") or 0), int(workerinput.get("workercount", 1))
-
-
 @dataclass(frozen=True)
 class Placement:
     """Where this process runs cases: device index for accelerators, CPU cores for the host."""
@@ -121,11 +112,16 @@ class Placement:
     cpu_affinity: tuple[int, ...]
 
 
-def place_worker(worker: str, index: int, count: int, hw: HardwareInfo | None = None) -> Placement:
-    """Give worker `index` of `count` its own GPU and a disjoint slice of the usable cores. A lone
-    process uses device 0 and all its cores, and probes nothing; several workers probe the torch
-    GPU runtimes (or read `hw`) to share their devices out."""
+def place_worker(config: pytest.Config) -> Placement:
+    """Give this process, xdist worker `index` of `count` (xdist's workerinput), its own GPU and a
+    disjoint slice of the usable cores. A lone process uses device 0 and all its cores, and probes
+    nothing; several workers probe the torch GPU runtimes to share their devices out."""
     cores: tuple[int, ...] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
+    workerinput = getattr(config, "workerinput", None)
+    if workerinput is None:
+        return Placement("main", 0, cores)
+    worker = str(workerinput["workerid"])
+    index, count = int(worker.lstrip("gw") or 0), int(workerinput.get("workercount", 1))
     if count <= 1:
         return Placement(worker, 0, cores)
     if cores:
@@ -133,6 +129,6 @@ def place_worker(worker: str, index: int, count: int, hw: HardwareInfo | None = 
         mine = cores[(index * share) % len(cores):][:share]
         os.sched_setaffinity(0, mine)
         cores = mine
-    hw = hw or detect_hardware(targets=INDEXED_TARGETS)
+    hw = detect_hardware(targets=INDEXED_TARGETS)
     gpus = max((len(hw[t].devices) for t in INDEXED_TARGETS if t in hw.targets and hw[t].available), default=0)
     return Placement(worker, index % gpus if gpus else 0, cores)

@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
+import functools
 import gc
 import re
 import signal
@@ -20,10 +21,10 @@ from ..backends.base import registered_backends
 from ..case import BenchCase
 from ..plugin_api import STATE_PLUGIN, case_of
 from ..record import BenchmarkRecord, SessionInfo
-from .grid import case_from_id
+from .grid import Selection, case_from_id
 from .options import apply_options, register_markers
 from .progress import Progress, planned
-from .session import Placement, describe_session, missing_paths, place_worker, worker_slot
+from .session import Placement, describe_session, missing_paths, place_worker
 
 if TYPE_CHECKING:  # the measuring side (numpy, trackers) is imported when a case runs
     from ..runner import Runner
@@ -86,9 +87,8 @@ class HwbenchState:
         workerinput = getattr(config, "workerinput", None)
         self.is_worker = workerinput is not None
         self.session_id: str = (workerinput or {}).get("hwbench_session_id") or uuid.uuid4().hex
-        self._runner: Runner | None = None
-        self._placement: Placement | None = None
         self.session_info: SessionInfo | None = None
+        self.selection = Selection.from_options(config.getoption)
         self.records: list[BenchmarkRecord] = []
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
@@ -105,33 +105,27 @@ class HwbenchState:
         #: whether `_freeze_gc` froze the heap at the session's end (until this state's unconfigure)
         self._gc_frozen = False
 
-    @property
+    @functools.cached_property
     def placement(self) -> Placement:
-        if self._placement is None:
-            worker, index, count = worker_slot(self.config)
-            self._placement = place_worker(worker, index, count)
-            if self._placement.cpu_affinity:
-                import torch
+        placement = place_worker(self.config)
+        if placement.cpu_affinity:
+            import torch
 
-                torch.set_num_threads(len(self._placement.cpu_affinity))
-        return self._placement
+            torch.set_num_threads(len(placement.cpu_affinity))
+        return placement
 
-    @property
+    @functools.cached_property
     def runner(self) -> Runner:
-        if self._runner is None:
-            from ..runner import Runner
-            from ..trackers import TimingConfig
+        from ..runner import Runner
+        from ..trackers import TimingConfig
 
-            timing = TimingConfig(
-                warmup_iterations=self.config.getoption("hwbench_warmup"),
-                min_iterations=max(1, self.config.getoption("hwbench_min_iterations")),
-                min_time_s=self.config.getoption("hwbench_min_time"),
-            )
-            self._runner = Runner(timing, self.config.getoption("hwbench_cache_size"),
-                                  self.config.getoption("hwbench_energy_time"),
-                                  noise_retries=self.config.getoption("hwbench_noise_retries"),
-                                  timed_window=self._timed_window)
-        return self._runner
+        timing = TimingConfig(
+            warmup_iterations=self.config.getoption("hwbench_warmup"),
+            min_iterations=max(1, self.config.getoption("hwbench_min_iterations")),
+            min_time_s=self.config.getoption("hwbench_min_time"),
+        )
+        return Runner(timing, self.config.getoption("hwbench_cache_size"), self.config.getoption("hwbench_energy_time"),
+                      noise_retries=self.config.getoption("hwbench_noise_retries"), timed_window=self._timed_window)
 
     @contextlib.contextmanager
     def _timed_window(self, case: BenchCase) -> Iterator[None]:
@@ -265,8 +259,8 @@ class HwbenchState:
 
     @pytest.hookimpl(trylast=True)
     def pytest_sessionfinish(self, session: pytest.Session, exitstatus: int) -> None:
-        if self._runner is not None:
-            self._runner.close(collect=False)
+        if "runner" in vars(self):  # a case ran in this process
+            self.runner.close(collect=False)
             # Backends that hold a process-wide resource (a browser) end it here: also after a
             # failure or Ctrl-C, which still finish the session.
             for backend in registered_backends().values():
