@@ -11,9 +11,8 @@ import pytest
 
 from ..case import BenchCase
 from ..errors import OutOfMemory, UnsupportedCase
-from ..plugin_api import case_of
 from ..record import BenchmarkRecord
-from .state import CASE_ATTR, RECORD_ATTR, STATE, HwbenchState
+from .state import RECORD_ATTR, STATE, HwbenchState
 
 if TYPE_CHECKING:
     from ..result import CaseResult
@@ -91,9 +90,6 @@ def hwbench(request: pytest.FixtureRequest) -> Hwbench:
 @pytest.hookimpl(wrapper=True)
 def pytest_runtest_makereport(item: pytest.Item, call: pytest.CallInfo[None]) -> Generator[None, Any, Any]:
     report = yield
-    case = case_of(item)
-    if case is not None:
-        setattr(report, CASE_ATTR, case.id)
     if call.when == "call" and _RECORD in item.stash:
         # The report carries the record as a dict (an xdist worker's report travels to the
         # controller as JSON; conftests and report plugins read it).

@@ -30,7 +30,6 @@ if TYPE_CHECKING:  # the measuring side (numpy, trackers) is imported when a cas
     from ..runner import Runner
 
 RECORD_ATTR = "hwbench_record"  # attribute on TestReport; xdist serialises it with the report
-CASE_ATTR = "hwbench_case"  # the case id on every report of a case
 STATE = pytest.StashKey["HwbenchState"]()
 
 
@@ -163,17 +162,16 @@ class HwbenchState:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        # Every worker collects the same tests: count them once. Whether any is a case shows
-        # when the first case's report arrives.
+        # Every worker collects the same tests: count them once.
+        cases = {i: _case_of_nodeid(i) for i in ids}
         if self.progress.total is None:
-            self.progress.start(len(ids), has_cases=False, plan={i: planned(_case_of_nodeid(i)) for i in ids})
+            self.progress.start(len(ids), has_cases=any(cases.values()),
+                                plan={i: planned(case) for i, case in cases.items()})
         if self.session_info is None:
-            self._start_session([case for case in map(_case_of_nodeid, ids) if case is not None])
+            self._start_session([case for case in cases.values() if case is not None])
 
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
-        if getattr(report, CASE_ATTR, None):
-            self.progress.has_cases = True
         line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None),
                                       self.tries.pop(report.nodeid, None))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
