@@ -232,9 +232,6 @@ def backends_as_hardware() -> tuple[str, ...]:
 
 
 __all__ = [
-    "BACKENDS",
-    "TARGETS",
-    "TARGET_KINDS",
     "BackendFacts",
     "TargetFacts",
     "backend_facts",

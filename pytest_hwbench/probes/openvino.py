@@ -3,7 +3,6 @@
 from __future__ import annotations
 
 import importlib
-from typing import Any
 
 from ..hardware import DeviceInfo, TargetInfo, not_available, register_probe
 from ..vocabulary import PRECISIONS
@@ -12,9 +11,13 @@ from ..vocabulary import PRECISIONS
 _OV_CAPS = {"FP32": "fp32", "FP16": "fp16", "BF16": "bf16", "INT8": "int8"}
 
 
-def openvino_devices_from(core: Any) -> tuple[DeviceInfo, ...]:
-    """Device list from an `openvino.Core` (or anything with the same methods)."""
-    devices = []
+def detect_openvino() -> TargetInfo:
+    """OpenVINO runtime and its devices (CPU, GPU, NPU)."""
+    try:
+        ov = importlib.import_module("openvino")
+    except ImportError:
+        return not_available("openvino", "openvino is not installed (pip install 'pytest-hwbench[openvino]')")
+    core, devices = ov.Core(), []
     for i, name in enumerate(core.available_devices):
         try:
             full = core.get_property(name, "FULL_DEVICE_NAME")
@@ -26,22 +29,12 @@ def openvino_devices_from(core: Any) -> tuple[DeviceInfo, ...]:
             caps = ["FP32"]
         precisions = tuple(p for cap, p in _OV_CAPS.items() if cap in caps)
         devices.append(DeviceInfo(i, f"{name}: {full}", None, None, precisions))
-    return tuple(devices)
-
-
-def detect_openvino() -> TargetInfo:
-    """OpenVINO runtime and its devices (CPU, GPU, NPU)."""
-    try:
-        ov = importlib.import_module("openvino")
-    except ImportError:
-        return not_available("openvino", "openvino is not installed (pip install 'pytest-hwbench[openvino]')")
-    devices = openvino_devices_from(ov.Core())
     if not devices:
         return not_available("openvino", "openvino found no device")
     precisions = tuple(p for p in PRECISIONS if any(p in d.precisions for d in devices))
-    return TargetInfo("openvino", True, "", devices, precisions, {"version": ov.__version__})
+    return TargetInfo("openvino", True, "", tuple(devices), precisions, {"version": ov.__version__})
 
 
 register_probe("openvino", detect_openvino)
 
-__all__ = ["detect_openvino", "openvino_devices_from"]
+__all__ = ["detect_openvino"]
