@@ -29,10 +29,8 @@ def _git(*args: str) -> str:
 
 def runner_label() -> str:
     """The CI runner's label: HWBENCH_RUNNER, else the usual CI variables, else ''."""
-    for var in ("HWBENCH_RUNNER", "RUNNER_NAME", "CI_RUNNER_DESCRIPTION", "BUILDKITE_AGENT_NAME", "NODE_NAME"):
-        if os.environ.get(var):
-            return os.environ[var]
-    return ""
+    names = ("HWBENCH_RUNNER", "RUNNER_NAME", "CI_RUNNER_DESCRIPTION", "BUILDKITE_AGENT_NAME", "NODE_NAME")
+    return next((os.environ[name] for name in names if os.environ.get(name)), "")
 
 
 def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:

@@ -70,10 +70,7 @@ def _exit_reason(gateway: Any) -> str:
     if code is None:
         return "exit status unknown"
     if code < 0:
-        try:
-            name = signal.Signals(-code).name
-        except ValueError:
-            name = "unknown signal"
+        name = {s.value: s.name for s in signal.Signals}.get(-code, "unknown signal")
         return f"killed by signal {-code} ({name})"
     return f"exit status {code}"
 
@@ -94,10 +91,9 @@ class HwbenchState:
         self.progress = Progress(config.getoption("hwbench_progress_interval"),
                                  cache_size=config.getoption("hwbench_cache_size"),
                                  min_time_s=config.getoption("hwbench_min_time"))
-        #: nodeid -> seconds its case spent loading its model (0: from the cache), until its teardown
-        self.load_seconds: dict[str, float] = {}
-        #: nodeid -> the measurements its case took, for the progress estimate
-        self.tries: dict[str, int] = {}
+        #: nodeid -> (seconds its case spent loading its model, 0 from the cache; the measurements it
+        #: took), for the progress estimate at its teardown
+        self.measured: dict[str, tuple[float | None, int | None]] = {}
         #: cases this process generated and kept after -m/-k deselection (per xdist worker)
         self.collection: dict[str, int] = {"generated": 0, "matched": 0, "selected": 0}
         self.worker_collections: dict[str, dict[str, int]] = {}
@@ -172,8 +168,7 @@ class HwbenchState:
 
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
-        line = self.progress.done_one(report.nodeid, self.load_seconds.pop(report.nodeid, None),
-                                      self.tries.pop(report.nodeid, None))
+        line = self.progress.done_one(report.nodeid, *self.measured.pop(report.nodeid, (None, None)))
         reporter = self.config.pluginmanager.get_plugin("terminalreporter")
         if line and reporter is not None:
             if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
@@ -190,10 +185,8 @@ class HwbenchState:
             return
         record = BenchmarkRecord.from_dict(data)
         self.records.append(record)
-        if record.load_time_s is not None:
-            self.load_seconds[report.nodeid] = 0.0 if record.extra.get("load_cached") else record.load_time_s
-        if record.tries:
-            self.tries[report.nodeid] = record.tries
+        cached = record.load_time_s is not None and record.extra.get("load_cached")
+        self.measured[report.nodeid] = (0.0 if cached else record.load_time_s, record.tries or None)
         self.config.hook.pytest_hwbench_record(config=self.config, record=record)
 
     @pytest.hookimpl(optionalhook=True)
