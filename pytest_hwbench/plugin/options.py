@@ -105,32 +105,26 @@ def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
 def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hwbench", "hardware benchmarks (pytest-hwbench)")
     group.addoption("--hwbench-models", dest="hwbench_models", type=_names("--hwbench-models", "zoo models"),
-                    default=None, metavar="NAMES",
-                    help="comma-separated zoo models to run (default: all; see `hwbench models`)")
+                    metavar="NAMES", help="comma-separated zoo models to run (default: all; see `hwbench models`)")
     group.addoption("--hwbench-families", dest="hwbench_families", type=_choices("--hwbench-families", FAMILIES),
-                    default=None, metavar="NAMES", help=f"model families to run: {', '.join(FAMILIES)}")
-    group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes",
-                    type=_positive_ints("--hwbench-batch-sizes", "batch size", "1,8,32"), default=None,
-                    metavar="N,..", help="batch sizes (default: 1,8,32)")
+                    metavar="NAMES", help=f"model families to run: {', '.join(FAMILIES)}")
+    group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes", metavar="N,..",
+                    type=_positive_ints("--hwbench-batch-sizes", "batch size", "1,8,32"), help="batch sizes (default: 1,8,32)")
     group.addoption("--hwbench-hardware", dest="hwbench_hardware", type=_names("--hwbench-hardware", "hardware"),
-                    default=None, metavar="NAMES",
-                    help="hardware targets to run, e.g. cpu or cuda (default: every target the backends address)")
-    group.addoption("--hwbench-precisions", dest="hwbench_precisions",
-                    type=_choices("--hwbench-precisions", PRECISIONS), default=None, metavar="P,..",
-                    help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
+                    metavar="NAMES", help="hardware targets to run, e.g. cpu or cuda (default: every target the backends address)")
+    group.addoption("--hwbench-precisions", dest="hwbench_precisions", type=_choices("--hwbench-precisions", PRECISIONS),
+                    metavar="P,..", help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
     group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", registered_modes),
-                    default=None, metavar="M,..",
-                    help=f"modes: {', '.join(MODES)} or a plug-in's (default: {DEFAULT_MODE}, or what the test's "
-                         "hwbench marker names)")
-    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens",
-                    type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"), default=None,
-                    metavar="N,..", help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
-    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths",
-                    type=_positive_ints("--hwbench-input-lengths", "input length", "128,512"), default=None,
-                    metavar="N,..", help="text input (prompt) lengths in tokens (default: each model's own)")
+                    metavar="M,..", help=f"modes: {', '.join(MODES)} or a plug-in's (default: {DEFAULT_MODE}, or what the "
+                                         "test's hwbench marker names)")
+    group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens", metavar="N,..",
+                    type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"),
+                    help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
+    group.addoption("--hwbench-input-lengths", dest="hwbench_input_lengths", metavar="N,..",
+                    type=_positive_ints("--hwbench-input-lengths", "input length", "128,512"),
+                    help="text input (prompt) lengths in tokens (default: each model's own)")
     group.addoption("--hwbench-backends", dest="hwbench_backends", type=_names("--hwbench-backends", "backends"),
-                    default=None, metavar="NAMES",
-                    help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
+                    metavar="NAMES", help="backends to run (default: all installed: torch, onnxruntime, openvino, ...)")
     group.addoption("--hwbench-model-set", dest="hwbench_model_sets", action="append", default=[],
                     metavar="PATH", help="add models from a TOML/JSON model-set file or a directory with config.json")
     group.addoption("--hwbench-warmup", dest="hwbench_warmup", type=positive_option("--hwbench-warmup", int, MAX_ITERATIONS),
@@ -144,20 +138,17 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=positive_option("--hwbench-energy-time", float, MAX_CASE_SECONDS), default=1.0, metavar="SECONDS",
                     help="seconds of an extra loop that reads the GPU energy counter (NVML) per case; 0 turns "
                          "energy off (default 1.0; CPU cases never measure energy)")
-    group.addoption("--hwbench-noise-retries", dest="hwbench_noise_retries",
-                    type=positive_option("--hwbench-noise-retries", int, MAX_NOISE_RETRIES), default=DEFAULT_NOISE_RETRIES,
-                    metavar="N",
-                    help="measure a case again, up to N more times, when its record is noisy (other processes "
-                         "held its cores or GPU, or the host changed speed while it was timed); the cleanest try "
-                         "is kept (0 to "
-                         f"{MAX_NOISE_RETRIES}, default {DEFAULT_NOISE_RETRIES})")
+    group.addoption("--hwbench-noise-retries", dest="hwbench_noise_retries", default=DEFAULT_NOISE_RETRIES, metavar="N",
+                    type=positive_option("--hwbench-noise-retries", int, MAX_NOISE_RETRIES),
+                    help="measure a case again, up to N more times, when its record is noisy (other processes held its "
+                         "cores or GPU, or the host changed speed while it was timed); the cleanest try is kept "
+                         f"(0 to {MAX_NOISE_RETRIES}, default {DEFAULT_NOISE_RETRIES})")
     group.addoption("--hwbench-cache-size", dest="hwbench_cache_size",
                     type=positive_option("--hwbench-cache-size", int, MAX_CACHED_MODELS), default=1, metavar="N",
                     help="loaded models kept for reuse across batch sizes (default 1)")
-    group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval",
-                    type=positive_option("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS), default=60.0, metavar="SECONDS",
-                    help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: "
-                         "after every case)")
+    group.addoption("--hwbench-progress-interval", dest="hwbench_progress_interval", default=60.0, metavar="SECONDS",
+                    type=positive_option("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS),
+                    help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: after every case)")
 
 
 # --- at pytest_configure ----------------------------------------------------------------------
