@@ -70,11 +70,11 @@ def normalise_mode(mode: str) -> str:
     return MODE_ALIASES.get(text, text)
 
 
-def check_precision(precision: object, accepted: tuple[str, ...] = PRECISIONS, *, name: str = "precision") -> str:
+def check_precision(precision: object) -> str:
     """`precision` lower-cased, or ValueError naming the value and the accepted precisions."""
     text = precision.strip().lower() if isinstance(precision, str) else None
-    if text not in accepted:
-        raise ValueError(f"{name} {precision!r} is not one of {', '.join(accepted)}")
+    if text not in PRECISIONS:
+        raise ValueError(f"precision {precision!r} is not one of {', '.join(PRECISIONS)}")
     return text
 
 
