@@ -312,7 +312,7 @@ def rocm_arch(props: Mapping[str, Any]) -> str | None:
 
 def _why_not(facts: TorchFacts) -> str | None:
     """Why the runtime those facts describe cannot run here, None where it can."""
-    runtime, torch, hip, macos = facts.runtime, facts.torch_version, facts.version.get("hip"), facts.extra.get("macos")
+    runtime, hip = facts.runtime, facts.version.get("hip")
     if not facts.torch_installed:
         return "torch is not installed"
     if facts.error:
@@ -321,13 +321,14 @@ def _why_not(facts: TorchFacts) -> str | None:
         return f"torch is a ROCm build (hip {hip}); see the rocm target"
     if not facts.is_built:
         return {
-            "cuda": f"torch {torch} is built without CUDA (torch.version.cuda is None)",
+            "cuda": f"torch {facts.torch_version} is built without CUDA (torch.version.cuda is None)",
             "rocm": "torch is not a ROCm build (torch.version.hip is None)",
             "mps": "torch is built without MPS (torch.backends.mps.is_built() is False)",
-            "xpu": f"torch {torch} is built without XPU (torch.xpu._is_compiled() is False; install an XPU build "
-                   "of torch)",
+            "xpu": f"torch {facts.torch_version} is built without XPU (torch.xpu._is_compiled() is False; install "
+                   "an XPU build of torch)",
         }[runtime]
     if not facts.is_available or not facts.devices:
+        macos = facts.extra.get("macos")
         where = f" on macOS {macos}" if macos else ""
         return {
             "cuda": "torch.cuda.is_available() is False",
