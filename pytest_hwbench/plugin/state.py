@@ -138,33 +138,27 @@ class HwbenchState:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["hwbench_session_id"] = self.session_id
 
-    def _start_session(self, cases: list[BenchCase]) -> None:
-        """Fire `pytest_hwbench_session_start` (once, on the controller or the serial process) now
-        that the session is known to hold hwbench `cases`; a run without any (the project's own
-        tests, ``--co``) never probes hardware, imports torch or opens a store."""
-        if not cases or self.is_worker or self.session_info is not None or self.config.option.collectonly:
+    def _collected(self, total: int, cases: dict[str, BenchCase | None]) -> None:
+        """The controller or the serial process collected `total` tests, `cases` (nodeid -> its case,
+        None for a plain test): fire `pytest_hwbench_session_start` once, when they hold hwbench cases, and
+        start the progress count. A run without cases (the project's own tests) and ``--co``
+        never probe hardware, import torch or open a store."""
+        if self.config.option.collectonly:
             return
-        self.session_info = describe_session(self.config, self.session_id, (case.hardware for case in cases))
-        self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
+        found = [case for case in cases.values() if case is not None]
+        if found and self.session_info is None:
+            self.session_info = describe_session(self.config, self.session_id, (case.hardware for case in found))
+            self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
+        if self.progress.total is None:  # every xdist worker collects the same tests: count them once
+            self.progress.start(total, has_cases=bool(found), plan={i: planned(c) for i, c in cases.items()})
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
-        if self.is_worker or not session.items:
-            return
-        cases = [case for case in map(case_of, session.items) if case is not None]
-        self._start_session(cases)
-        if not self.config.option.collectonly:
-            self.progress.start(len(session.items), has_cases=bool(cases),
-                                plan={item.nodeid: planned(case_of(item)) for item in session.items})
+        if session.items and not self.is_worker:
+            self._collected(len(session.items), {item.nodeid: case_of(item) for item in session.items})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        # Every worker collects the same tests: count them once.
-        cases = {i: _case_of_nodeid(i) for i in ids}
-        if self.progress.total is None:
-            self.progress.start(len(ids), has_cases=any(cases.values()),
-                                plan={i: planned(case) for i, case in cases.items()})
-        if self.session_info is None:
-            self._start_session([case for case in cases.values() if case is not None])
+        self._collected(len(ids), {i: _case_of_nodeid(i) for i in ids})
 
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
