@@ -1,5 +1,4 @@
-"""What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``
-(over 500 lines because the readings, their thresholds and the verdict are one rule, read together).
+"""What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``.
 
 `InterferenceMonitor` brackets a timed loop and reads, on the cores this process may use: other
 processes' CPU time, stolen time, this process's own load, a reference kernel before and after
@@ -14,12 +13,15 @@ import functools
 import json
 import math
 import os
+import statistics
 import time
 from collections.abc import Mapping
 from contextlib import suppress
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal
+
+import psutil
 
 Noise = Literal["clean", "noisy"]
 
@@ -57,7 +59,6 @@ BASELINE_PERCENTILE = 10.0
 REFERENCE_SIZE = 128
 REFERENCE_PRODUCTS = 20
 
-_PROC_STAT = Path("/proc/stat")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -69,37 +70,24 @@ def allowed_cores() -> tuple[int, ...]:
         return tuple(range(os.cpu_count() or 1))
 
 
-def _read_proc_stat() -> dict[int, tuple[float, float]]:
-    """CPU id -> (busy seconds, stolen seconds) since boot, from ``/proc/stat``; {} where unreadable."""
-    out: dict[int, tuple[float, float]] = {}
+def _per_core_seconds() -> dict[int, tuple[float, float]]:
+    """CPU id -> (busy seconds, stolen seconds) since boot (the kernel lists the online CPUs in
+    order); {} where the system keeps no such counters (only Linux counts stolen time)."""
     try:
-        text = _PROC_STAT.read_text()
-    except OSError:
-        return out
-    for line in text.splitlines():
-        if not line.startswith("cpu") or line.startswith("cpu "):
-            continue
-        name, *fields = line.split()
-        values = [int(v) for v in fields[:8]] + [0] * max(0, 8 - len(fields))
-        user, nice, system, _idle, _iowait, irq, softirq, steal = values[:8]
         # guest time is already inside user and nice (proc(5)), so it is not added again
-        out[int(name[3:])] = ((user + nice + system + irq + softirq) / _CLOCK_TICKS, steal / _CLOCK_TICKS)
-    return out
+        return {core: (t.user + t.nice + t.system + t.irq + t.softirq, t.steal)
+                for core, t in enumerate(psutil.cpu_times(percpu=True))}
+    except (OSError, AttributeError):
+        return {}
 
 
 def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
     """CPU seconds used by this process and by `pids` (processes that do the case's work, such as
     a browser; a process that is gone counts as nothing)."""
-    times = os.times()
-    total = times.user + times.system
-    if pids:
-        import psutil
-
-        for pid in pids:
-            try:
-                cpu = psutil.Process(pid).cpu_times()
-            except (psutil.NoSuchProcess, psutil.AccessDenied):
-                continue
+    total = 0.0
+    for pid in (os.getpid(), *pids):
+        with suppress(psutil.NoSuchProcess, psutil.AccessDenied):
+            cpu = psutil.Process(pid).cpu_times()
             total += cpu.user + cpu.system
     return total
 
@@ -107,8 +95,6 @@ def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
 def busiest_processes(seconds: float = 0.1, *, limit: int = 5, exclude: tuple[int, ...] = ()) -> list[str]:
     """The processes other than this one (and `exclude`) that used the most CPU over `seconds`,
     as ``"python3 (pid 1234) 0.98 cores"``; only those above a tenth of a core."""
-    import psutil
-
     skip = {os.getpid(), *exclude}
     procs = [p for p in psutil.process_iter(["name"]) if p.pid not in skip]
     for proc in procs:
@@ -162,8 +148,7 @@ def reference_us(repeats: int = 7) -> float:
             for _ in range(REFERENCE_PRODUCTS):
                 torch.mm(matrix, matrix)
             times.append(time.perf_counter() - start)
-    times.sort()
-    return times[len(times) // 2] * 1e6
+    return statistics.median_high(times) * 1e6
 
 
 def _host_key() -> str:
@@ -190,15 +175,7 @@ class ReferenceBaseline:
             raise ValueError(f"keep must be >= 1 reading, got {keep!r}")
         self.path = path
         self.keep = keep
-        self.recent: list[float] = []
-        if path is not None:
-            try:
-                stored = json.loads(path.read_text()).get(_host_key())
-            except (OSError, ValueError, AttributeError):
-                stored = None
-            if isinstance(stored, dict) and isinstance(stored.get("recent"), list):
-                self.recent = [float(v) for v in stored["recent"]
-                               if isinstance(v, (int, float)) and v > 0][-keep:]
+        self.recent = _host_readings(_stored(path))[-keep:] if path is not None else []
 
     @classmethod
     def default(cls) -> ReferenceBaseline:
@@ -230,25 +207,31 @@ class ReferenceBaseline:
     def _save(self) -> None:
         if self.path is None:
             return
-        try:
+        known = _stored(self.path)
+        # other processes (xdist workers) append too: keep theirs, then this process's newest
+        merged = [v for v in _host_readings(known) if v not in self.recent] + self.recent
+        known[_host_key()] = {"recent": merged[-self.keep:]}
+        tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
+        with suppress(OSError):  # a read-only home: the in-process readings still work
             self.path.parent.mkdir(parents=True, exist_ok=True)
-            try:
-                known = json.loads(self.path.read_text())
-                if not isinstance(known, dict):
-                    known = {}
-            except (OSError, ValueError):
-                known = {}
-            key = _host_key()
-            mine = known.get(key) if isinstance(known.get(key), dict) else {}
-            theirs = [float(v) for v in (mine or {}).get("recent", []) if isinstance(v, (int, float))]
-            # other processes (xdist workers) append too: keep theirs, then this process's newest
-            merged = [v for v in theirs if v not in self.recent] + self.recent
-            known[key] = {"recent": merged[-self.keep:]}
-            tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
             tmp.write_text(json.dumps(known))
             tmp.replace(self.path)  # atomic: concurrent workers never read half a file
-        except OSError:  # a read-only home: the in-process readings still work
-            pass
+
+
+def _stored(path: Path) -> dict[str, Any]:
+    """A baseline file's content: host key -> that host's readings ({} where there is none to read)."""
+    try:
+        known = json.loads(path.read_text())
+    except (OSError, ValueError):
+        return {}
+    return known if isinstance(known, dict) else {}
+
+
+def _host_readings(known: Mapping[str, Any]) -> list[float]:
+    """This host's readings in a baseline file's content (none where they are not a list)."""
+    mine = known.get(_host_key())
+    recent = mine.get("recent") if isinstance(mine, dict) else None
+    return [float(v) for v in recent if isinstance(v, (int, float)) and v > 0] if isinstance(recent, list) else []
 
 
 @dataclass(frozen=True)
@@ -264,7 +247,7 @@ class HostSnapshot:
     def take(cls, own_pids: tuple[int, ...] = ()) -> HostSnapshot:
         """Read the counters now; `own_pids` are processes whose CPU time is the case's own."""
         cores = allowed_cores()
-        return cls(time.monotonic(), cores, _read_proc_stat(), _cpu_seconds(own_pids))
+        return cls(time.monotonic(), cores, _per_core_seconds(), _cpu_seconds(own_pids))
 
 
 def host_readings(start: HostSnapshot, end: HostSnapshot) -> dict[str, Any]:
@@ -299,23 +282,17 @@ def gpu_readings(device_index: int) -> dict[str, Any]:
     if handle is None:
         return {}
     out: dict[str, Any] = {}
-    try:
+    with suppress(pynvml.NVMLError):
         out["gpu_sm_clock_mhz"] = int(pynvml.nvmlDeviceGetClockInfo(handle, pynvml.NVML_CLOCK_SM))
         out["gpu_sm_clock_max_mhz"] = int(pynvml.nvmlDeviceGetMaxClockInfo(handle, pynvml.NVML_CLOCK_SM))
-    except pynvml.NVMLError:
-        pass
     reasons = getattr(pynvml, "nvmlDeviceGetCurrentClocksEventReasons", None) or getattr(
         pynvml, "nvmlDeviceGetCurrentClocksThrottleReasons", None)
-    try:
+    with suppress(pynvml.NVMLError):
         if reasons is not None:
             out["gpu_clock_event_reasons"] = int(reasons(handle))
-    except pynvml.NVMLError:
-        pass
-    try:
+    with suppress(pynvml.NVMLError):
         procs = pynvml.nvmlDeviceGetComputeRunningProcesses(handle)
         out["gpu_process_pids"] = sorted({int(p.pid) for p in procs})
-    except pynvml.NVMLError:
-        pass
     return out
 
 
@@ -487,10 +464,8 @@ class InterferenceMonitor:
         if self.gpu_index is not None:
             self.readings.update(gpu_readings(self.gpu_index))
         if (self.readings.get("other_cores") or 0.0) > MAX_OTHER_CORES + tick_error(self.readings):
-            try:
+            with suppress(Exception):  # naming them is a courtesy; the verdict stands without it
                 self.readings["busiest"] = busiest_processes(exclude=self.own_pids)
-            except Exception:  # naming them is a courtesy; the verdict stands without it
-                pass
 
 
 __all__ = [
@@ -505,16 +480,12 @@ __all__ = [
     "InterferenceMonitor",
     "ReferenceBaseline",
     "Noise",
-    "allowed_cores",
-    "busiest_processes",
     "cpu_crowded",
     "crowded",
     "free_cores",
     "gpu_readings",
-    "host_changed",
     "host_readings",
     "judge",
-    "reference_change",
     "reference_us",
     "tick_error",
     "severity",
