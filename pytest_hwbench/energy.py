@@ -141,19 +141,6 @@ def _shutdown(pynvml: Any) -> None:
         pass
 
 
-def _torch_cuda_facts(device_index: int) -> tuple[dict[str, Any], int]:
-    """The identifying properties of torch's cuda:`device_index`, and torch's device count."""
-    import torch
-
-    count = torch.cuda.device_count()
-    if device_index >= count:
-        raise EnergyUnavailable(f"energy: torch sees {count} CUDA devices, no cuda:{device_index}")
-    props = torch.cuda.get_device_properties(device_index)
-    fields = ("uuid", "pci_domain_id", "pci_bus_id", "pci_device_id")
-    return {k: (str(getattr(props, k)) if k == "uuid" else getattr(props, k))
-            for k in fields if hasattr(props, k)}, count
-
-
 @functools.cache
 def _handle(device_index: int) -> tuple[Any | None, str | None]:
     """The NVML handle of torch's cuda:`device_index`, or None and why not."""
@@ -165,10 +152,13 @@ def _handle(device_index: int) -> tuple[Any | None, str | None]:
 
         if torch.version.hip or not torch.cuda.is_available():
             return None, "energy: torch.cuda has no NVIDIA device here"
-        properties, torch_count = _torch_cuda_facts(device_index)
+        torch_count = torch.cuda.device_count()
+        if device_index >= torch_count:
+            return None, f"energy: torch sees {torch_count} CUDA devices, no cuda:{device_index}"
+        props = torch.cuda.get_device_properties(device_index)
+        properties = {k: (str(getattr(props, k)) if k == "uuid" else getattr(props, k))
+                      for k in ("uuid", "pci_domain_id", "pci_bus_id", "pci_device_id") if hasattr(props, k)}
         nvml_count = pynvml.nvmlDeviceGetCount()
-    except EnergyUnavailable as exc:
-        return None, str(exc)
     except (ImportError, RuntimeError, pynvml.NVMLError) as exc:
         return None, f"energy: cannot list devices ({type(exc).__name__}: {exc})"
     lookups = {"uuid": pynvml.nvmlDeviceGetHandleByUUID, "pci": pynvml.nvmlDeviceGetHandleByPciBusId,
@@ -186,11 +176,7 @@ def _handle(device_index: int) -> tuple[Any | None, str | None]:
 def nvml_handle(device_index: int) -> tuple[Any | None, Any | None]:
     """(pynvml, the NVML handle of torch's cuda:`device_index`), or (pynvml or None, None) where
     NVML or that device cannot be read (no driver, not an NVIDIA device)."""
-    pynvml, _ = _nvml()
-    if pynvml is None:
-        return None, None
-    handle, _ = _handle(device_index)
-    return pynvml, handle
+    return _nvml()[0], _handle(device_index)[0]
 
 
 def _method(pynvml: Any, handle: Any) -> tuple[str | None, str | None]:
