@@ -9,10 +9,11 @@ from __future__ import annotations
 import dataclasses
 import datetime as _dt
 import json
+import math
 import uuid
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Any, Literal, get_args
 
 from pytest_hwbench.facts import target_set
 from pytest_hwbench.vocabulary import NOISE_VERDICTS, normalise_mode
@@ -22,7 +23,7 @@ SCHEMA_VERSION = 4
 #: ``crashed``: the process measuring the case died (an xdist worker killed or segfaulted); the
 #: controller wrote the record.
 Status = Literal["passed", "failed", "crashed"]
-STATUSES: tuple[str, ...] = ("passed", "failed", "crashed")
+STATUSES: tuple[str, ...] = get_args(Status)
 
 @dataclass(frozen=True)
 class BenchmarkRecord:
@@ -148,12 +149,7 @@ class BenchmarkRecord:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict (tuples become lists)."""
-        data = dataclasses.asdict(self)
-        data["timings_ms"] = list(self.timings_ms)
-        data["cpu_affinity"] = list(self.cpu_affinity)
-        data["extra"] = dict(self.extra)
-        data["interference"] = dict(self.interference)
-        return data
+        return {k: list(v) if isinstance(v, tuple) else v for k, v in dataclasses.asdict(self).items()}
 
     def to_json(self) -> str:
         """One line of JSON."""
@@ -181,10 +177,7 @@ class SessionInfo:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict."""
-        data = dataclasses.asdict(self)
-        data["package_versions"] = dict(self.package_versions)
-        data["extra"] = dict(self.extra)
-        return data
+        return dataclasses.asdict(self)
 
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> SessionInfo:
@@ -289,8 +282,6 @@ def measurement_problem(record: BenchmarkRecord | Mapping[str, Any]) -> str | No
     records by reason. A NaN in an optional field reads as missing (a frame's empty cell); an
     infinity does not.
     """
-    import math
-
     data: Mapping[str, Any] = record.to_dict() if isinstance(record, BenchmarkRecord) else record
     if data.get("status", "passed") != "passed":
         return None

@@ -6,7 +6,6 @@ Works without pytest: `Runner().run(BenchCase(...))` gives a `CaseResult`; the c
 
 from __future__ import annotations
 
-import dataclasses
 import gc
 import time
 import traceback
@@ -31,9 +30,8 @@ from .vocabulary import DEFAULT_NOISE_RETRIES
 
 def is_out_of_memory(exc: BaseException) -> bool:
     """Whether `exc` says a device or the host ran out of memory (torch, CPU allocator, ORT)."""
-    if isinstance(exc, (MemoryError, OutOfMemory)):
-        return True
-    if type(exc).__name__ == "OutOfMemoryError":  # torch.OutOfMemoryError, without importing torch
+    # torch.OutOfMemoryError is known by its name: no torch import for a case that never used it
+    if isinstance(exc, (MemoryError, OutOfMemory)) or type(exc).__name__ == "OutOfMemoryError":
         return True
     text = str(exc).lower()
     return isinstance(exc, RuntimeError) and any(
@@ -42,8 +40,6 @@ def is_out_of_memory(exc: BaseException) -> bool:
     )
 
 
-#: Record metrics a backend or scenario may report through `LoadedModel.details`.
-_DETAIL_METRICS = frozenset(METRIC_FIELDS)
 #: `noise_wait_s` between the tries of a noisy case.
 DEFAULT_NOISE_WAIT_S = 0.5
 #: Two tries agree when their medians differ by no more than this share (or by twice the larger
@@ -141,7 +137,8 @@ class Runner:
         foreign = max(0.0, in_use - resident) if in_use is not None else None
         measurement = loaded.measurement(spec.make_inputs(case.batch_size), foreign)
         details = dict(loaded.details or {})
-        metrics = {k: float(details.pop(k)) for k in list(details) if k in _DETAIL_METRICS}
+        # record metrics a backend or scenario reports among its details
+        metrics = {k: float(details.pop(k)) for k in list(details) if k in METRIC_FIELDS}
         tries: list[_Try] = []
         threads = loaded.threads
         try:
@@ -182,15 +179,14 @@ class Runner:
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
         monitor = InterferenceMonitor(gpu, loaded.own_pids(), self.reference)
         sample = measurement.measure(self.timing, monitor, first)
-        measured = _Try(sample, threads)
         if not sample.judged:
-            return measured
+            return _Try(sample, threads)
         readings = dict(monitor.readings)
         trend = sample.latency.rounds_trend
         if trend is not None:  # whether a change of host speed reached the loop (`judge`)
             readings["rounds_trend"] = round(trend, 3)
         verdict, reason = judge(readings, threads=threads)
-        return dataclasses.replace(measured, readings=readings, verdict=verdict, reason=reason)
+        return _Try(sample, threads, readings, verdict, reason)
 
     def _load(self, case: BenchCase, spec: ModelSpec, device_index: int) -> tuple[LoadedModel, float, float, bool]:
         """(model, load time, device MiB the load allocated, whether it came from the cache)."""

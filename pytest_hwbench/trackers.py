@@ -197,14 +197,13 @@ class LatencyTracker:
         module = device_module(self.kind)
         # Events go on the stream the work goes to: the current stream of the measured device,
         # not of whichever device is current. MPS has one device and one stream.
-        stream = None if self.kind == "mps" else module.current_stream(self.device_index)
+        record_args = () if self.kind == "mps" else (module.current_stream(self.device_index),)
         pairs: list[tuple[Any, Any]] = []
         clock = time.perf_counter
         deadline = clock() + config.min_time_s
         # The host only enqueues work here; the deadline check uses host time, which runs ahead
         # of the device by at most the queue depth, so the loop may end slightly early. The
         # iteration count stays exact.
-        record_args = () if stream is None else (stream,)
         while len(pairs) < config.max_iterations:
             start, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
             start.record(*record_args)
