@@ -246,8 +246,7 @@ class HostSnapshot:
     @classmethod
     def take(cls, own_pids: tuple[int, ...] = ()) -> HostSnapshot:
         """Read the counters now; `own_pids` are processes whose CPU time is the case's own."""
-        cores = allowed_cores()
-        return cls(time.monotonic(), cores, _per_core_seconds(), _cpu_seconds(own_pids))
+        return cls(time.monotonic(), allowed_cores(), _per_core_seconds(), _cpu_seconds(own_pids))
 
 
 def host_readings(start: HostSnapshot, end: HostSnapshot) -> dict[str, Any]:
