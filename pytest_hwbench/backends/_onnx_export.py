@@ -17,7 +17,7 @@ import shutil
 import tempfile
 import time
 import warnings
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -225,6 +225,19 @@ def export_onnx(spec: ModelSpec) -> ExportedModel:
                          int(meta["opset"]), key, float(meta["export_time_s"]))
 
 
+def numpy_feeds(inputs: Mapping[str, Any], dtypes: Mapping[str, Any], runtime: str) -> dict[str, Any]:
+    """`inputs` (torch tensors) as contiguous numpy arrays for the inputs named in `dtypes`, each
+    cast to its dtype there (None: kept); ValueError naming the inputs `runtime` misses."""
+    import numpy as np
+
+    missing = sorted(set(dtypes) - set(inputs))
+    if missing:
+        raise ValueError(f"{runtime} needs inputs {missing}; got {sorted(inputs)}")
+    arrays = {name: inputs[name].detach().cpu().numpy() for name in dtypes}
+    return {name: np.ascontiguousarray(a if dtypes[name] is None else a.astype(dtypes[name], copy=False))
+            for name, a in arrays.items()}
+
+
 def _opset(path: Path) -> int:
     try:
         import onnx
@@ -234,10 +247,12 @@ def _opset(path: Path) -> int:
     return max((o.version for o in model.opset_import if o.domain in ("", "ai.onnx")), default=-1)
 
 
-def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path], str]) -> Path:
+def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path], str],
+                   failure: str | None = None) -> Path:
     """A file derived from `exported` (``int8``, ``fp16``, ``ov-int8``...), built once and cached.
 
-    `build(directory)` writes the variant into `directory` and returns its file name.
+    `build(directory)` writes the variant into `directory` and returns its file name; when it
+    raises, `UnsupportedCase` says `failure` and the error (no `failure`: the error itself).
     """
     final = exported.directory.parent / f"{exported.key}.{variant}"
 
@@ -247,7 +262,12 @@ def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path]
         return {"file": name, "source": exported.key, "variant": variant,
                 "build_time_s": round(time.perf_counter() - start, 3)}
 
-    meta = _atomic_entry(final, make)
+    try:
+        meta = _atomic_entry(final, make)
+    except Exception as exc:
+        if failure is None:
+            raise
+        raise UnsupportedCase(f"{failure}: {summarize_error(exc)}") from exc
     return final / str(meta["file"])
 
 
@@ -257,5 +277,6 @@ __all__ = [
     "cache_root",
     "cached_variant",
     "export_onnx",
+    "numpy_feeds",
     "summarize_error",
 ]

@@ -17,7 +17,7 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ._onnx_export import ExportedModel, cache_root, cached_variant, export_onnx, summarize_error
+from ._onnx_export import ExportedModel, cache_root, cached_variant, export_onnx, numpy_feeds, summarize_error
 from ._torch import device_name
 from .base import Backend, FedModel, LoadedModel, register_backend
 
@@ -79,10 +79,7 @@ def _quantize_int8(exported: ExportedModel, name: str) -> Path:
                          use_external_data_format=exported.path.stat().st_size > 1.8 * 2**30)
         return "model.onnx"
 
-    try:
-        path = cached_variant(exported, "int8", build)
-    except Exception as exc:
-        raise UnsupportedCase(f"int8: onnxruntime quantize_dynamic failed on {name}: {summarize_error(exc)}") from exc
+    path = cached_variant(exported, "int8", build, f"int8: onnxruntime quantize_dynamic failed on {name}")
     _, shares = graph_precision(path)
     if shares.get("int8", 0.0) < INT8_MIN_COVERAGE:
         raise UnsupportedCase(
@@ -104,10 +101,7 @@ def convert_fp16(exported: ExportedModel, name: str) -> Path:
                   save_as_external_data=exported.path.stat().st_size > 0.9 * 2**30)
         return "model.onnx"
 
-    try:
-        return cached_variant(exported, "fp16", build)
-    except Exception as exc:
-        raise UnsupportedCase(f"fp16: converting {name}'s ONNX graph to float16 failed: {summarize_error(exc)}") from exc
+    return cached_variant(exported, "fp16", build, f"fp16: converting {name}'s ONNX graph to float16 failed")
 
 
 def _cuda_name(index: int) -> str:
@@ -247,20 +241,11 @@ class OnnxRuntimeBackend(Backend):
 
 def _preparer(session: Any, hardware: str, device_index: int) -> Any:
     """The `prepare` of a session: inputs to feeds (bound on the GPU for cuda), and the call."""
-    import numpy as np
-
     wanted = {i.name: _INPUT_DTYPES.get(i.type) for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
 
     def feeds_of(inputs: dict[str, Any]) -> dict[str, Any]:
-        missing = sorted(set(wanted) - set(inputs))
-        if missing:
-            raise ValueError(f"onnxruntime session needs inputs {missing}; got {sorted(inputs)}")
-        feeds = {}
-        for name, dtype in wanted.items():
-            array = inputs[name].detach().cpu().numpy()
-            feeds[name] = np.ascontiguousarray(array.astype(dtype, copy=False) if dtype else array)
-        return feeds
+        return numpy_feeds(inputs, wanted, "onnxruntime session")
 
     if hardware == "cuda":
         import onnxruntime as ort
@@ -301,9 +286,6 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     providers = {"cuda": "TensorrtExecutionProvider"}
 
     def _precisions_for(self, hardware: str) -> tuple[str, ...]:
-        return self.precisions
-
-    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
         return self.precisions
 
     def _provider_options(self, hardware: str, precision: str, device_index: int, threads: int) -> list[Any]:

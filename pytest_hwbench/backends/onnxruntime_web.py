@@ -22,7 +22,7 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ._onnx_export import export_onnx
+from ._onnx_export import export_onnx, numpy_feeds
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
 #: onnxruntime-web bundle per target (FACTS.md: asking a bundle for a provider it lacks fails
@@ -121,13 +121,10 @@ class _PageModel:
         import numpy as np
 
         feeds, chunks, offset = [], [], 0
-        for name in self.input_names:
-            if name not in inputs:
-                raise ValueError(f"onnxruntime-web session needs input {name!r}; got {sorted(inputs)}")
-            array = inputs[name].detach().cpu().numpy()
+        arrays = numpy_feeds(inputs, dict.fromkeys(self.input_names), "onnxruntime-web session")
+        for name, array in arrays.items():
             if array.dtype.kind == "f":
                 array = array.astype(np.float16 if self.precision == "fp16" else np.float32)
-            array = np.ascontiguousarray(array)
             dtype = str(array.dtype)
             if dtype not in _PAGE_DTYPES:
                 raise UnsupportedCase(f"onnxruntime-web: input {name} has dtype {array.dtype}, which the page cannot feed")

@@ -16,7 +16,7 @@ from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import DeviceInfo, HardwareInfo
 from ..models import ModelSpec
 from . import _torch
-from ._onnx_export import ExportedModel, cached_variant, export_onnx, summarize_error
+from ._onnx_export import ExportedModel, cached_variant, export_onnx, numpy_feeds, summarize_error
 from .base import Backend, FedModel, LoadedModel, register_backend
 
 #: our hardware name -> OpenVINO device family.
@@ -197,10 +197,7 @@ class OpenVinoBackend(Backend):
             ov.save_model(quantized, str(directory / "model.xml"), compress_to_fp16=False)
             return "model.xml"
 
-        try:
-            return cached_variant(exported, "ov-int8", build)
-        except Exception as exc:
-            raise UnsupportedCase(f"int8: nncf.quantize failed on {spec.name}: {summarize_error(exc)}") from exc
+        return cached_variant(exported, "ov-int8", build, f"int8: nncf.quantize failed on {spec.name}")
 
 
 def _port_name(port: Any, wanted: tuple[str, ...]) -> str:
@@ -211,19 +208,14 @@ def _port_name(port: Any, wanted: tuple[str, ...]) -> str:
 
 
 def _preparer(compiled: Any, input_names: tuple[str, ...], output_names: tuple[str, ...]) -> Any:
-    import numpy as np
     import openvino as ov
 
-    inputs = [(_port_name(i, input_names), i.get_element_type().to_dtype()) for i in compiled.inputs]
+    inputs = {_port_name(i, input_names): i.get_element_type().to_dtype() for i in compiled.inputs}
     outputs = [(_port_name(o, output_names), o) for o in compiled.outputs]
     request = compiled.create_infer_request()
 
     def prepare(batch: dict[str, Any]) -> Any:
-        missing = sorted({n for n, _ in inputs} - set(batch))
-        if missing:
-            raise ValueError(f"OpenVINO model needs inputs {missing}; got {sorted(batch)}")
-        arrays = {n: np.ascontiguousarray(batch[n].detach().cpu().numpy().astype(dtype, copy=False))
-                  for n, dtype in inputs}
+        arrays = numpy_feeds(batch, inputs, "OpenVINO model")
         tensors = {n: ov.Tensor(a, shared_memory=True) for n, a in arrays.items()}
 
         def call() -> dict[str, Any]:

@@ -432,8 +432,6 @@ class QaiHubBackend(Backend):
         return None
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
-        if precision not in COMPILE_OPTIONS:
-            raise UnsupportedCase(f"{precision}: {self.name} runs {', '.join(COMPILE_OPTIONS)} on qnn")
         try:
             hub = _import_hub()
         except ImportError:

@@ -13,7 +13,7 @@ from collections.abc import Mapping
 from pathlib import Path
 from typing import Any
 
-from .spec import FAMILIES, MODALITIES, TIERS, ModelSpec
+from .spec import CHOICES, MODALITIES, ModelSpec
 from .zoo import LLAVA_GAPS, ZOO_NAMES, zoo_entry
 
 #: model_type (config.json) -> (family, modality, auto class), for directories with a config.json.
@@ -114,7 +114,6 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
 #: Fields of a model-set entry: the `ModelSpec` fields; the first four are required.
 _REQUIRED_FIELDS: tuple[str, ...] = ("name", "family", "config_class", "modality")
 _ENTRY_FIELDS: tuple[str, ...] = tuple(f for f in ModelSpec.__dataclass_fields__)
-_CHOICES: dict[str, tuple[str, ...]] = {"family": FAMILIES, "modality": MODALITIES, "tier": TIERS}
 # transformers' strict config dataclasses name the field in their message (huggingface_hub's
 # StrictDataclassFieldValidationError): "Validation error for field 'hidden_size': ..."
 _CONFIG_FIELD = re.compile(r"field '([^']+)'")
@@ -164,7 +163,7 @@ def _entry_spec(entry: Mapping[str, Any], where: str) -> ModelSpec:
     for key in ("family", "config_class", "modality", "auto_class", "tier"):
         if key in entry and (not isinstance(entry[key], str) or not entry[key].strip()):
             raise bad(key, f"expected a non-empty string, got {entry[key]!r}")
-    for key, choices in _CHOICES.items():
+    for key, choices in CHOICES.items():
         if key in entry and entry[key] not in choices:
             raise bad(key, f"{entry[key]!r} is not one of {', '.join(choices)}")
     length = entry.get("sequence_length", 1)

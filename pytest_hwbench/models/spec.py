@@ -25,6 +25,8 @@ MODALITIES: tuple[str, ...] = (
 #: quick: tiny variants for CI; full: real sizes that fit a 24 GB CPU host in fp32; large: real
 #: sizes for GPU runners (their CPU cases skip on hosts without the memory).
 TIERS: tuple[str, ...] = ("full", "quick", "large")
+#: The `ModelSpec` fields that take one of a fixed set of words, and those words.
+CHOICES: Mapping[str, tuple[str, ...]] = MappingProxyType({"family": FAMILIES, "modality": MODALITIES, "tier": TIERS})
 #: Bytes per activation value: dynamic int8 quantizes weights only and keeps fp32 activations.
 ACTIVATION_BYTES: Mapping[str, int] = MappingProxyType({**BYTES_PER_PRECISION, "int8": 4})
 
@@ -46,12 +48,10 @@ class ModelSpec:
     backend_gaps: Mapping[str, str] = field(default_factory=dict)
 
     def __post_init__(self) -> None:
-        if self.family not in FAMILIES:
-            raise ValueError(f"model {self.name!r}: family {self.family!r} is not one of {', '.join(FAMILIES)}")
-        if self.modality not in MODALITIES:
-            raise ValueError(f"model {self.name!r}: modality {self.modality!r} is not one of {', '.join(MODALITIES)}")
-        if self.tier not in TIERS:
-            raise ValueError(f"model {self.name!r}: tier {self.tier!r} is not one of {', '.join(TIERS)}")
+        for key, allowed in CHOICES.items():
+            value = getattr(self, key)
+            if value not in allowed:
+                raise ValueError(f"model {self.name!r}: {key} {value!r} is not one of {', '.join(allowed)}")
         if self.sequence_length < 1:
             raise ValueError(f"model {self.name!r}: sequence_length must be >= 1, got {self.sequence_length}")
 
@@ -169,6 +169,7 @@ def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float)
 
 __all__ = [
     "ACTIVATION_BYTES",
+    "CHOICES",
     "FAMILIES",
     "MODALITIES",
     "TIERS",

@@ -133,17 +133,15 @@ def _step_counter_class() -> type:
     return StepCounter
 
 
-def _first_id(value: Any) -> int | None:
-    """One token id from a config value that may be an int, a list of ints or None."""
-    if isinstance(value, list | tuple):
-        return int(value[0]) if value else None
-    return int(value) if value is not None else None
-
-
-def _eos_ids(value: Any) -> tuple[int, ...]:
+def _token_ids(value: Any) -> tuple[int, ...]:
+    """The token ids of a config value that may be an int, a list of ints or None."""
     if value is None:
         return ()
     return tuple(int(v) for v in value) if isinstance(value, list | tuple) else (int(value),)
+
+
+def _first_id(value: Any) -> int | None:
+    return next(iter(_token_ids(value)), None)
 
 
 def _set_special_tokens(model: Any) -> None:
@@ -328,11 +326,7 @@ class GenerateScenario(Scenario):
         """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
         (required) is the number of tokens each sequence generates. `backend` ``torch`` decodes
         eagerly; a torch.compile backend compiles the decode step in ``prepare()``."""
-        new_tokens = options.pop("new_tokens", None)
-        if options:
-            raise TypeError(f"generate: unknown options {', '.join(sorted(options))}; it takes new_tokens")
-        if not isinstance(new_tokens, int) or new_tokens < 1:
-            raise ValueError(f"generate: new_tokens must be an integer >= 1, got {new_tokens!r}")
+        new_tokens = options["new_tokens"]  # checked by `BenchCase`
         reason = self._reason(spec, precision)
         if reason:
             raise UnsupportedCase(reason)
@@ -357,9 +351,7 @@ class GenerateScenario(Scenario):
         return GenerateModel(**torch_fields(hardware, device_index, precision, details), compiled=compiler is not None,
                              model=model, model_name=spec.name, backend=backend, compiler=compiler,
                              dtype=getattr(torch, TORCH_DTYPES[precision]), new_tokens=new_tokens,
-                             eos_token_ids=_eos_ids(model.generation_config.eos_token_id),
-                             position_limit=_position_limit(model),
-                             encoder_decoder=bool(model.config.is_encoder_decoder), generate_kwargs=generate_kwargs)
+                             generate_kwargs=generate_kwargs)
 
 
 @dataclass(frozen=True, kw_only=True)
@@ -373,20 +365,17 @@ class GenerateModel(TorchModel):
     compiler: CompileMode | None
     dtype: Any
     new_tokens: int
-    eos_token_ids: tuple[int, ...]
-    #: positions the generating decoder has (None: unbounded)
-    position_limit: int | None
-    encoder_decoder: bool
     generate_kwargs: dict[str, Any]
     #: input shapes whose decode graphs prepare() compiled
     warm: set[tuple[Any, ...]] = field(default_factory=set, repr=False, compare=False)
 
     def prepare(self, inputs: dict[str, Any]) -> GenerateCall:
-        new_tokens, limit, name = self.new_tokens, self.position_limit, self.model_name
-        kept = {k: v for k, v in inputs.items() if not (self.encoder_decoder and k in _DECODER_INPUTS)}
+        new_tokens, limit, name = self.new_tokens, _position_limit(self.model), self.model_name
+        encoder_decoder = bool(self.model.config.is_encoder_decoder)
+        kept = {k: v for k, v in inputs.items() if not (encoder_decoder and k in _DECODER_INPUTS)}
         moved = move_inputs(kept, device_string(self.device_kind, self.device_index), self.dtype)
         # decoder-only: the prompt is the input ids; encoder-decoder: the decoder start token
-        prompt = 1 if self.encoder_decoder else int(moved["input_ids"].shape[-1])
+        prompt = 1 if encoder_decoder else int(moved["input_ids"].shape[-1])
         if limit is not None and prompt + new_tokens > limit:
             raise UnsupportedCase(
                 f"generate: {name}'s decoder has {limit} positions, a {prompt}-token prompt plus "
@@ -394,7 +383,8 @@ class GenerateModel(TorchModel):
                 "--hwbench-input-lengths"
             )
         batch = int(next(iter(moved.values())).shape[0])
-        call = GenerateCall(self.model, moved, new_tokens, batch, self.eos_token_ids, name, self.generate_kwargs)
+        eos_ids = _token_ids(self.model.generation_config.eos_token_id)
+        call = GenerateCall(self.model, moved, new_tokens, batch, eos_ids, name, self.generate_kwargs)
         if self.compiler is None:
             return call
         shapes = tuple(sorted((k, tuple(v.shape)) for k, v in moved.items()))

@@ -9,7 +9,6 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any
 
 from ..backends.base import get_backend, registered_backends
-from ..errors import UnsupportedCase
 from ..vocabulary import MODE_DOCS, PRECISIONS
 from . import DEFAULT_MODE, Scenario, register_scenario
 
@@ -39,8 +38,6 @@ class InferenceScenario(Scenario):
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
              backend: str = "torch", **options: Any) -> LoadedModel:
-        if options:
-            raise UnsupportedCase(f"inference: takes no mode options, got {', '.join(sorted(options))}")
         return get_backend(backend).load(spec, hardware, precision, device_index)
 
 

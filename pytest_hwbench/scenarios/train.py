@@ -252,10 +252,6 @@ class TrainScenario(Scenario):
         scaler at fp16); ``prepare(inputs)`` returns a `TrainStep`."""
         import torch
 
-        if backend not in self.backends:
-            raise UnsupportedCase(f"train: runs on {', '.join(self.backends)}, not {backend}")
-        if options:
-            raise UnsupportedCase(f"train: takes no mode options, got {', '.join(sorted(options))}")
         if precision not in self.precisions:
             raise UnsupportedCase(_precision_reason(precision))
         device = device_string(hardware, device_index)
