@@ -226,8 +226,8 @@ class OnnxRuntimeWebBackend(Backend):
         if any(path.parent.glob("*.data")):
             raise UnsupportedCase(f"{self.name}: {spec.name}'s ONNX file keeps its weights in external data, "
                                   "which the page does not load")
-        target = detect_hardware().targets.get(hardware)
-        target_details = dict(target.details) if target is not None else {}
+        target = detect_hardware([hardware])[hardware]  # detected by `unavailable` already
+        target_details = dict(target.details)
         device_type = target_details.get("device_type") if hardware == "webnn" else None
         key = f"{spec.name}-{hardware}-{precision}-{next(self._loads)}"
         model = _PageModel(spec, hardware, precision, path, key)
@@ -237,7 +237,7 @@ class OnnxRuntimeWebBackend(Backend):
                               "onnx_file": str(path), "web_browser_version": target_details.get("browser_version"),
                               "web_timer_resolution_ms": target_details.get("timer_resolution_ms"),
                               **{f"weights_{k}": v for k, v in shares.items()}})
-        device_name = target.devices[0].name if target is not None and target.devices else hardware
+        device_name = target.devices[0].name if target.devices else hardware
         if hardware == "webgpu":
             model.details["web_adapter"] = target_details.get("adapter")
             model.details["web_software_adapter"] = bool(target_details.get("software_adapter"))

@@ -134,7 +134,7 @@ class OpenVinoBackend(Backend):
 
         from ..hardware import detect_hardware
 
-        devices = _ov_devices(hardware, detect_hardware())
+        devices = _ov_devices(hardware, detect_hardware(["openvino"]))
         if device_index >= len(devices):
             raise UnsupportedCase(f"openvino: no {_DEVICES[hardware]} device with index {device_index}")
         device = devices[device_index].name.split(":")[0]

@@ -3,7 +3,8 @@ it there, and report AI Hub's own measurements.
 
 Nothing runs on this machine but the export: `prepare(inputs)` submits a compile job and a profile
 job for the shape of `inputs` (once per shape) on the device named by ``$HWBENCH_QAI_HUB_DEVICE``
-(default `DEFAULT_DEVICE`), and its call is `MeasuredElsewhere` (calling it raises).
+(default `DEFAULT_DEVICE`), and its call is that shape's `RemoteProfile`, `MeasuredElsewhere`
+(calling it raises).
 `profile_to_measurement` turns a downloaded profile into a `RemoteProfile`. The API token goes to
 `qai_hub.ClientConfig` only; every message from the client path goes through `scrub` first.
 """
@@ -121,6 +122,8 @@ class RemoteProfile:
     1.2+); older profiles give only AI Hub's single ``estimated_inference_time``, which becomes a
     one-element tuple. `peak_memory_mb` is the inference peak-memory range (low, high) AI Hub
     reports, or None. `layers` counts layers per compute unit (NPU, GPU, CPU, ...).
+
+    It is also the call `prepare` returns (`MeasuredElsewhere`): calling it here raises.
     """
 
     times_ms: tuple[float, ...]
@@ -141,6 +144,15 @@ class RemoteProfile:
     def peak_memory_high_mb(self) -> float | None:
         """The upper end of the inference peak-memory range (what a sizing decision needs)."""
         return self.peak_memory_mb[1] if self.peak_memory_mb else None
+
+    def __call__(self) -> Any:
+        raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times come from "
+                          "measure_remote(), a local clock measures nothing here")
+
+    def measure_remote(self, timing: Any) -> RemoteMeasurement:
+        """What the profile job measured on the device (AI Hub picks its own iterations, so
+        `timing` does not apply); this machine's load says nothing of it."""
+        return RemoteMeasurement(self.times_ms, peak_device_memory_mb=self.peak_memory_high_mb, on_this_host=False)
 
     def details(self) -> dict[str, Any]:
         """Flat, JSON-ready entries for `LoadedModel.details` (and so the record's extra)."""
@@ -315,24 +327,6 @@ def _submit_profile(client: Any, model: Any, device: Any, name: str) -> Any:
     return client.submit_profile_job(model, device, name=name)
 
 
-@dataclass(frozen=True)
-class _RemoteCall:
-    """What `prepare` returns: the profile (`MeasuredElsewhere`), and a refusal to be timed on
-    this machine."""
-
-    profile: RemoteProfile
-
-    def __call__(self) -> Any:
-        raise QaiHubError("qai_hub: this case ran on an AI Hub device; its times come from "
-                          "measure_remote(), a local clock measures nothing here")
-
-    def measure_remote(self, timing: Any) -> RemoteMeasurement:
-        """What the profile job measured on the device (AI Hub picks its own iterations, so
-        `timing` does not apply); this machine's load says nothing of it."""
-        return RemoteMeasurement(self.profile.times_ms, peak_device_memory_mb=self.profile.peak_memory_high_mb,
-                                 on_this_host=False)
-
-
 @dataclass(frozen=True, kw_only=True)
 class _HubModel(LoadedModel):
     """A model on an AI Hub device: each input shape is profiled there (once), and the profile is
@@ -344,7 +338,7 @@ class _HubModel(LoadedModel):
     device: Any
     profiles: dict[tuple[Any, ...], RemoteProfile] = field(default_factory=dict)
 
-    def prepare(self, inputs: dict[str, Any]) -> _RemoteCall:
+    def prepare(self, inputs: dict[str, Any]) -> RemoteProfile:
         specs = _input_specs(inputs, self.exported.input_names)
         key = tuple(sorted(specs.items()))
         if key not in self.profiles:
@@ -354,7 +348,7 @@ class _HubModel(LoadedModel):
         assert self.details is not None
         self.details.update(profile.details())
         self.details["qai_hub_compile_options"] = compile_options(self.precision, specs)
-        return _RemoteCall(profile)
+        return profile
 
     def close(self) -> None:
         self.profiles.clear()

@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .spec import CHOICES, MODALITIES, ModelSpec
-from .zoo import LLAVA_GAPS, ZOO_NAMES, zoo_entry
+from .zoo import BUILT_IN, LLAVA_GAPS
 
 #: model_type (config.json) -> (family, modality, auto class), for directories with a config.json.
 _MODEL_TYPES: dict[str, tuple[str, str, str]] = {
@@ -334,9 +334,9 @@ def _architecture_dict(spec: ModelSpec) -> dict[str, Any]:
 def _check_zoo_name(spec: ModelSpec, where: str) -> None:
     """Refuse an entry that takes a built-in zoo name for another architecture (records would
     carry the zoo model's name for a different model)."""
-    if spec.name not in ZOO_NAMES:
+    zoo = BUILT_IN.get(spec.name)
+    if zoo is None:
         return
-    zoo = zoo_entry(spec.name)
     if zoo.config_class == spec.config_class and _architecture_dict(zoo) == _architecture_dict(spec):
         return
     raise ValueError(f"{where}: field 'name': {spec.name!r} is a built-in zoo model ({zoo.config_class}) and this "

@@ -11,6 +11,7 @@ from __future__ import annotations
 import difflib
 from collections.abc import Mapping
 from dataclasses import replace
+from types import MappingProxyType
 from typing import Any
 
 from .spec import ModelSpec
@@ -178,8 +179,10 @@ def _clean(spec: ModelSpec) -> ModelSpec:
     return replace(spec, config_kwargs=strip(spec.config_kwargs))
 
 
+#: The built-in entries as the zoo defines them (None-valued kwargs dropped), by name.
+BUILT_IN: Mapping[str, ModelSpec] = MappingProxyType({s.name: _clean(s) for s in ZOO_SPECS})
 #: name -> spec. `register_model` adds to it; users rarely touch it directly.
-MODELS: dict[str, ModelSpec] = {s.name: _clean(s) for s in ZOO_SPECS}
+MODELS: dict[str, ModelSpec] = dict(BUILT_IN)
 
 
 def register_model(spec: ModelSpec, *, replace_existing: bool = False) -> ModelSpec:
@@ -204,13 +207,7 @@ def get_model(name: str) -> ModelSpec:
 
 
 #: The built-in zoo's names: a model set may reuse one only for the same architecture.
-ZOO_NAMES: frozenset[str] = frozenset(s.name for s in ZOO_SPECS)
+ZOO_NAMES: frozenset[str] = frozenset(BUILT_IN)
 
 
-def zoo_entry(name: str) -> ModelSpec:
-    """The built-in entry named `name` as the zoo defines it (None-valued kwargs dropped)."""
-    return _clean(next(s for s in ZOO_SPECS if s.name == name))
-
-
-__all__ = ["KEY_MODELS", "LLAVA_GAPS", "MODELS", "ZOO_NAMES", "ZOO_SPECS", "get_model", "register_model",
-           "zoo_entry"]
+__all__ = ["BUILT_IN", "KEY_MODELS", "LLAVA_GAPS", "MODELS", "ZOO_NAMES", "ZOO_SPECS", "get_model", "register_model"]
