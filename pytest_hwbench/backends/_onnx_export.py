@@ -39,11 +39,6 @@ _META = "meta.json"
 _FAILED: dict[str, str] = {}  # cache key -> why the export failed, so a process tries once
 
 
-def cache_root() -> Path:
-    """Where exports live: ``$HWBENCH_CACHE_DIR/onnx``, else ``$XDG_CACHE_HOME/hwbench/onnx``."""
-    return cache_dir("onnx")
-
-
 @dataclass(frozen=True)
 class ExportedModel:
     """An ONNX file in the cache and what we know about it."""
@@ -188,7 +183,7 @@ def export_onnx(spec: ModelSpec) -> ExportedModel:
     key = _key(spec)
     if key in _FAILED:
         raise UnsupportedCase(_FAILED[key])
-    final = cache_root() / key
+    final = cache_dir("onnx") / key
 
     def build(tmp: Path) -> dict[str, Any]:
         import torch
@@ -274,7 +269,6 @@ def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path]
 __all__ = [
     "EXPORT_SEED",
     "ExportedModel",
-    "cache_root",
     "cached_variant",
     "export_onnx",
     "numpy_feeds",

@@ -88,18 +88,14 @@ def move_inputs(inputs: dict[str, Any], device: str, dtype: Any) -> dict[str, An
 
 
 def device_name(hardware: str, index: int = 0) -> str:
-    """The device's name as the runtime or detection reports it (records' ``device_name``)."""
+    """The device's name as detection reports it (records' ``device_name``): the CPU model, or
+    the name torch gives device `index` of a GPU runtime."""
     from ..hardware import detect_hardware
 
-    if hardware in ("cpu", "mps"):
-        target = detect_hardware([hardware])[hardware]
-        if hardware == "cpu":
-            return str(target.details.get("model", "cpu"))
-        return target.devices[0].name if target.devices else "Apple MPS"
-    import torch
-
-    module = torch.xpu if hardware == "xpu" else torch.cuda
-    return str(module.get_device_name(index))
+    target = detect_hardware([hardware])[hardware]
+    if hardware == "cpu":
+        return str(target.details.get("model", "cpu"))
+    return target.devices[index].name if index < len(target.devices) else f"{hardware} device {index}"
 
 
 def torch_fields(hardware: str, device_index: int, precision: str,
@@ -112,7 +108,7 @@ def torch_fields(hardware: str, device_index: int, precision: str,
 
         threads = torch.get_num_threads()
     return {"precision": precision, "device_name": device_name(hardware, device_index), "device_kind": hardware,
-            "device_index": device_index, "threads": threads, "details": details, "timer": timer_for(hardware)}
+            "device_index": device_index, "threads": threads, "details": details or {}, "timer": timer_for(hardware)}
 
 
 @dataclass(frozen=True, kw_only=True)

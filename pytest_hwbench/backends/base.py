@@ -8,7 +8,7 @@ backend module registers itself (`register_backend`) and is listed in the
 from __future__ import annotations
 
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import BACKENDS_GROUP, Registry, missing_members
@@ -34,7 +34,7 @@ class LoadedModel:
     device_kind: str = "cpu"
     device_index: int = 0
     threads: int | None = None
-    details: dict[str, Any] | None = None
+    details: dict[str, Any] = field(default_factory=dict)
     timer: str = "wall"
 
     def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
@@ -94,8 +94,7 @@ class WrappedModel(LoadedModel):
     @classmethod
     def around(cls, inner: LoadedModel, wrap: Callable[[Callable[[], Any]], Callable[[], Any]]) -> WrappedModel:
         """`inner` with its prepared calls passed through `wrap`."""
-        return cls(inner.precision, inner.device_name, inner.device_kind, inner.device_index, inner.threads,
-                   inner.details, inner.timer, inner=inner, wrap=wrap)
+        return cls(**{f.name: getattr(inner, f.name) for f in fields(LoadedModel)}, inner=inner, wrap=wrap)
 
     def prepare(self, inputs: dict[str, Any]) -> Callable[[], Any]:
         return self.wrap(self.inner.prepare(inputs))

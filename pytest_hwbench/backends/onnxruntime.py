@@ -17,7 +17,8 @@ from typing import Any
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
-from ._onnx_export import ExportedModel, cache_root, cached_variant, export_onnx, numpy_feeds, summarize_error
+from ..vocabulary import cache_dir
+from ._onnx_export import ExportedModel, cached_variant, export_onnx, numpy_feeds, summarize_error
 from ._torch import device_name
 from .base import Backend, FedModel, LoadedModel, register_backend
 
@@ -102,15 +103,6 @@ def convert_fp16(exported: ExportedModel, name: str) -> Path:
         return "model.onnx"
 
     return cached_variant(exported, "fp16", build, f"fp16: converting {name}'s ONNX graph to float16 failed")
-
-
-def _cuda_name(index: int) -> str:
-    from ..hardware import detect_hardware
-
-    cuda = detect_hardware(["cuda"])["cuda"]
-    if cuda.available and index < len(cuda.devices):
-        return cuda.devices[index].name
-    return f"CUDA device {index}"
 
 
 class OnnxRuntimeBackend(Backend):
@@ -227,7 +219,7 @@ class OnnxRuntimeBackend(Backend):
                                     f"(weights by precision: {shares})")
         return FedModel(
             precision=ran,
-            device_name=_cuda_name(device_index) if hardware == "cuda" else device_name("cpu"),
+            device_name=device_name("cuda" if hardware == "cuda" else "cpu", device_index),
             timer="wall",  # session.run returns after the device finished (outputs copied or bound)
             device_kind="cuda" if hardware == "cuda" else "cpu",
             device_index=device_index,
@@ -291,7 +283,7 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     def _provider_options(self, hardware: str, precision: str, device_index: int, threads: int) -> list[Any]:
         # Engines are built per input shape (in the cold call) and cached on disk across runs.
         trt = {"device_id": str(device_index), "trt_fp16_enable": "True" if precision == "fp16" else "False",
-               "trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache_root() / "trt")}
+               "trt_engine_cache_enable": "True", "trt_engine_cache_path": str(cache_dir("onnx") / "trt")}
         return [("TensorrtExecutionProvider", trt),
                 ("CUDAExecutionProvider", {"device_id": str(device_index), "use_tf32": "0"}), "CPUExecutionProvider"]
 

@@ -19,6 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from ..env_settings import env_setting
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
@@ -52,8 +53,6 @@ _OUTPUT_PRECISION = {"float32": "fp32", "float16": "fp16"}
 
 
 def _seconds(name: str) -> float:
-    from ..env_settings import env_setting
-
     return float(env_setting(name) or 0.0)
 
 

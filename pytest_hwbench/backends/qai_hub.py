@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from ..env_settings import env_setting
 from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
@@ -76,15 +77,10 @@ _TOKEN_PATTERNS: tuple[re.Pattern[str], ...] = (
 REDACTED = "***"
 
 
-def client_ini_path() -> Path:
-    """The ini file qai-hub reads its token from."""
-    return Path(os.environ.get(CLIENT_INI_ENV) or DEFAULT_CLIENT_INI).expanduser()
-
-
 def known_tokens() -> tuple[str, ...]:
     """The API tokens this process could send: ``$QAI_HUB_API_TOKEN`` and the ini file's."""
     tokens = [os.environ.get(TOKEN_ENV, "")]
-    ini = client_ini_path()
+    ini = Path(os.environ.get(CLIENT_INI_ENV) or DEFAULT_CLIENT_INI).expanduser()
     if ini.is_file():
         import configparser
 
@@ -254,15 +250,9 @@ def _remote(what: str, fn: Callable[[], Any]) -> Any:
     raise QaiHubError(message)
 
 
-def _timeout_s() -> int:
-    from ..env_settings import env_setting
-
-    return int(env_setting(TIMEOUT_ENV) or 0)
-
-
 def _wait(job: Any, what: str) -> tuple[bool, str]:
     """Wait for `job`; (succeeded, scrubbed failure message)."""
-    status = _remote(f"waiting for the {what} job", lambda: job.wait(timeout=_timeout_s()))
+    status = _remote(f"waiting for the {what} job", lambda: job.wait(timeout=int(env_setting(TIMEOUT_ENV) or 0)))
     if isinstance(status, bool):  # older clients return a bool
         ok, message = status, ""
     else:
@@ -345,7 +335,6 @@ class _HubModel(LoadedModel):
             self.profiles[key] = self._measure(inputs, specs)
         profile = self.profiles[key]
         # The runner copies details after prepare: these entries describe the case prepared last.
-        assert self.details is not None
         self.details.update(profile.details())
         self.details["qai_hub_compile_options"] = compile_options(self.precision, specs)
         return profile

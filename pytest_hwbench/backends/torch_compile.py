@@ -58,7 +58,6 @@ class CompiledModel(TorchModel):
             with torch.inference_mode():
                 return fn(**moved)
 
-        assert self.details is not None
         warm_up(run, mode=self.mode, sync=self.sync, details=self.details, name=self.model_name)
 
         def call() -> Any:

@@ -62,18 +62,21 @@ def _read_model_file(path: Path, what: str) -> str:
     return data.decode("utf-8")
 
 
-def _refuse_nonpositive_size(config: Mapping[str, Any], where: str) -> None:
-    """ValueError naming `where` and the field when a size in a config.json's fields is below 1."""
-    found = nonpositive_size(config)
+def _refuse_nonpositive_size(config: Mapping[str, Any], where: str, prefix: str = "") -> None:
+    """ValueError naming `where` and the field when a size in `config` is below 1 (`nonpositive_size`)."""
+    found = nonpositive_size(config, prefix)
     if found is not None:
         raise ValueError(f"{where}: field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}")
 
 
-def _model_type_row(model_type: Any, where: str) -> tuple[str, str, str, Mapping[str, str]]:
-    """(family, modality, auto class, backend gaps) of a config.json's `model_type`."""
+def _model_type_row(config: Mapping[str, Any], where: str) -> tuple[str, str, str, Mapping[str, str]]:
+    """(family, modality, auto class, backend gaps) of a config.json's ``model_type``, once its
+    sizes are checked (`nonpositive_size`)."""
+    model_type = config.get("model_type")
     if model_type not in _MODEL_TYPES:
         raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
                          f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+    _refuse_nonpositive_size(config, where)
     return (*_MODEL_TYPES[model_type], LLAVA_GAPS if model_type == "llava" else {})
 
 
@@ -93,13 +96,12 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
     if not isinstance(config, Mapping):
         raise ValueError(f"{where}: expected a JSON object (the contents of a config.json), got "
                          f"{type(config).__name__}")
-    model_type = config.get("model_type")
-    family, modality, auto, gaps = _model_type_row(model_type, where)
+    family, modality, auto, gaps = _model_type_row(config, where)
+    model_type = config["model_type"]
     import transformers
 
     config_class = type(transformers.AutoConfig.for_model(model_type)).__name__
     kwargs = {k: v for k, v in config.items() if k not in _CONFIG_METADATA}
-    _refuse_nonpositive_size(kwargs, where)
     if not name:
         origin = config.get("_name_or_path")
         name = str(origin).rstrip("/").rsplit("/", 1)[-1] if isinstance(origin, str) and origin.strip() else ""
@@ -172,9 +174,7 @@ def _entry_spec(entry: Mapping[str, Any], where: str) -> ModelSpec:
     for key in ("config_kwargs", "backend_gaps"):
         if key in entry and not isinstance(entry[key], Mapping):
             raise bad(key, f"expected a table, got {type(entry[key]).__name__} {entry[key]!r}")
-    found = nonpositive_size(entry.get("config_kwargs") or {}, "config_kwargs.")
-    if found is not None:
-        raise bad(found[0], f"a size must be a whole number >= 1, got {found[1]!r}")
+    _refuse_nonpositive_size(entry.get("config_kwargs") or {}, where, "config_kwargs.")
     return ModelSpec(**entry)
 
 
@@ -267,9 +267,7 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
             config = json.loads(_read_model_file(config_file, "config"))
         except (OSError, UnicodeDecodeError, json.JSONDecodeError) as exc:
             raise ValueError(f"{config_file}: cannot be read as JSON ({exc})") from None
-        model_type = config.get("model_type") if isinstance(config, dict) else None
-        family, modality, auto, gaps = _model_type_row(model_type, str(config_file))
-        _refuse_nonpositive_size(config, str(config_file))
+        family, modality, auto, gaps = _model_type_row(config if isinstance(config, dict) else {}, str(config_file))
         spec = ModelSpec(path.name, family, str(path.resolve()), modality, auto_class=auto, backend_gaps=gaps)
         try:
             return [check_model_spec(spec)]

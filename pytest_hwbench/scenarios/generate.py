@@ -253,17 +253,6 @@ class GenerateCall:
         return metrics
 
 
-def _model_class(spec: ModelSpec) -> type | None:
-    """The transformers class `generation_class` builds `spec` as (None: it does not generate)."""
-    auto_class = generation_class(spec)
-    if auto_class is None:
-        return None
-    import transformers
-
-    mapping = getattr(transformers, auto_class)._model_mapping
-    return mapping[type(spec._config())]  # type: ignore[no-any-return]
-
-
 class GenerateScenario(Scenario):
     """Fixed-length greedy ``generate()`` on torch eager, and with its decode step compiled on the
     torch.compile backends (see the module docstring)."""
@@ -299,8 +288,11 @@ class GenerateScenario(Scenario):
         return None
 
     def _compile_reason(self, spec: ModelSpec, backend: str) -> str | None:
-        cls = _model_class(spec)
-        if cls is not None and not getattr(cls, "_can_compile_fullgraph", False):
+        """Why the decode step of `spec` (which `_reason` passed) does not compile, or None."""
+        import transformers
+
+        cls = getattr(transformers, str(generation_class(spec)))._model_mapping[type(spec._config())]
+        if not getattr(cls, "_can_compile_fullgraph", False):
             return (f"generate on {backend}: {cls.__name__} does not compile its decode step in one graph with a "
                     "static KV cache (transformers' _can_compile_fullgraph is False); use torch")
         return None
@@ -310,9 +302,7 @@ class GenerateScenario(Scenario):
         `UnsupportedCase` where it cannot."""
         if backend == EAGER:
             return None
-        compiler = COMPILE_MODES.get(backend)
-        if compiler is None:
-            raise UnsupportedCase(f"generate: runs on {', '.join(self.backends)}, not {backend}")
+        compiler = COMPILE_MODES[backend]  # `backends` holds every case's backend
         reason = compiler.missing(hardware) or self._compile_reason(spec, backend)
         if reason:
             raise UnsupportedCase(reason)
@@ -392,7 +382,6 @@ class GenerateModel(TorchModel):
         # had (transformers 5.23, GenerationMixin._get_static_cache): each case gets its own.
         vars(self.model).pop("_previous_max_cache_length", None)
         before = graphs_compiled()
-        assert self.details is not None
         warm_up(call, mode=self.compiler.mode, sync=self.sync, details=self.details, name=name)
         # No new graph is fine when dynamo reuses one compiled for an earlier model of the same
         # architecture; transformers then keeps the compiled call on the model (transformers 5.23).
