@@ -236,16 +236,13 @@ def _preparer(session: Any, hardware: str, device_index: int) -> Any:
     wanted = {i.name: _INPUT_DTYPES.get(i.type) for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
 
-    def feeds_of(inputs: dict[str, Any]) -> dict[str, Any]:
-        return numpy_feeds(inputs, wanted, "onnxruntime session")
-
     if hardware == "cuda":
         import onnxruntime as ort
 
         def prepare_cuda(inputs: dict[str, Any]) -> Any:
             # Inputs copied to the GPU once; outputs stay there: the loop times the model only.
             binding = session.io_binding()
-            for name, array in feeds_of(inputs).items():
+            for name, array in numpy_feeds(inputs, wanted, "onnxruntime session").items():
                 binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_index))
             for name in outputs:
                 binding.bind_output(name, "cuda", device_index)
@@ -259,7 +256,7 @@ def _preparer(session: Any, hardware: str, device_index: int) -> Any:
         return prepare_cuda
 
     def prepare(inputs: dict[str, Any]) -> Any:
-        feeds = feeds_of(inputs)
+        feeds = numpy_feeds(inputs, wanted, "onnxruntime session")
 
         def call() -> dict[str, Any]:
             return dict(zip(outputs, session.run(None, feeds), strict=True))
