@@ -20,13 +20,16 @@ import time
 import uuid
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from .ab_worker import DEFAULT_SIDE, DEFAULT_SIDE_TIMEOUT_S, Side, SideEnvironment, SideWorker
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
 from .record import BenchmarkRecord, SessionInfo
-from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, PairVerdict, check_verdict_settings, paired_verdict
+from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, check_verdict_settings
 from .vocabulary import DEFAULT_DEADLINE_S
+
+if TYPE_CHECKING:
+    from .compare import Comparison
 
 #: `--hwbench-*` options a side's option set may hold: (option, worker setting, type).
 SIDE_OPTIONS: dict[str, tuple[str, type]] = {
@@ -95,7 +98,7 @@ class AbResult:
     sessions: dict[str, str]
     environments: dict[str, SideEnvironment]
     records: dict[str, list[BenchmarkRecord]]
-    verdicts: list[PairVerdict]
+    verdicts: list[Comparison]
 
 
 def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUNDS,
@@ -113,6 +116,9 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     `record_pair`)."""
     import dataclasses
 
+    from .compare import compare_pairs
+
+    check_verdict_settings(threshold, alpha)
     if rounds < 3:
         raise ValueError(f"rounds must be >= 3 (a paired test needs them), got {rounds}")
     max_rounds = 2 * rounds if max_rounds is None else max_rounds
@@ -153,21 +159,8 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
                 records[label].append(call(label, lambda label=label, which=which: workers[label].measure(index, which)))
         done, kept = done + 1, len(records["A"])
 
-    def judge_all() -> list[PairVerdict]:
-        ratios: dict[str, list[float]] = {case.id: [] for case in cases}
-        errors: dict[str, list[str]] = {case.id: [] for case in cases}
-        for ra, rb in zip(records["A"][:kept], records["B"][:kept], strict=True):
-            errors[ra.case_id] += [f"failed in {label}: {r.error.splitlines()[0][:120]}"
-                                   for label, r in (("A", ra), ("B", rb)) if r.error]
-            if ra.latency_ms_median and rb.latency_ms_median:
-                ratios[ra.case_id].append(rb.latency_ms_median / ra.latency_ms_median)
-        verdicts = []
-        for case in cases:
-            verdict = paired_verdict(case.id, ratios[case.id], threshold=threshold, alpha=alpha)
-            if errors[case.id] and verdict.verdict == "inconclusive":
-                verdict = dataclasses.replace(verdict, note=f"{verdict.note}; {errors[case.id][0]}")
-            verdicts.append(verdict)
-        return verdicts
+    def judge_all() -> list[Comparison]:
+        return compare_pairs(records["A"][:kept], records["B"][:kept], threshold=threshold, alpha=alpha)
 
     try:
         for label, side in sides.items():
@@ -180,7 +173,8 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
             say(f"hwbench ab: round {index + 1} of {rounds}, {elapsed:.0f} s elapsed, about {left:.0f} s left")
         verdicts = judge_all()
         for index in range(rounds, max_rounds):
-            undecided = [i for i, v in enumerate(verdicts) if v.verdict == "inconclusive" and len(v.ratios) >= 3]
+            wanting = {v.case_id for v in verdicts if v.verdict == "inconclusive" and v.n_a >= 3}
+            undecided = [i for i, case in enumerate(cases) if case.id in wanting]
             if not undecided:
                 break
             say(f"hwbench ab: round {index + 1} (of at most {max_rounds}) for {len(undecided)} undecided "
@@ -234,28 +228,6 @@ def format_versions(environments: Mapping[str, SideEnvironment]) -> str:
         return "same package versions on both sides"
     return " | ".join(f"{label}: " + ", ".join(f"{name} {side.get(name, 'not installed')}" for name in differ)
                       for label, side in (("A", a), ("B", b)))
-
-
-def format_verdicts(verdicts: Sequence[PairVerdict], width: int = 120) -> str:
-    """One line per case (within `width` columns: the verdict, the change and its interval, the
-    p-value, the rounds, the note), then the counts and the decisiveness."""
-    rows = [["case_id", "verdict", "change", "interval", "p-value", "rounds", "note"]]
-    for v in verdicts:
-        rows.append([v.case_id, v.verdict, "-" if v.change is None else f"{v.change * 100:+.1f}%",
-                     "-" if v.low is None or v.high is None else f"{v.low * 100:+.1f}%..{v.high * 100:+.1f}%",
-                     "-" if v.p_value is None else f"{v.p_value:.4f}", str(len(v.ratios)), v.note])
-    widths = [max(len(r[i]) for r in rows) for i in range(6)]
-    lines = []
-    for row in rows:
-        text = "  ".join(c.ljust(w) for c, w in zip(row[:6], widths, strict=True)) + "  " + row[6]
-        lines.append(text.rstrip()[:width])
-    counts = {k: sum(v.verdict == k for v in verdicts) for k in ("regression", "improvement", "unchanged",
-                                                                  "inconclusive")}
-    decided = sum(v.verdict != "inconclusive" for v in verdicts)
-    lines.append("")
-    lines.append(", ".join(f"{n} {k}" for k, n in counts.items()) + f" ({len(verdicts)} cases); decisiveness "
-                 f"{decided / len(verdicts):.0%}" if verdicts else "no cases")
-    return "\n".join(lines)
 
 
 def _args(parser: argparse.ArgumentParser) -> None:
@@ -367,8 +339,10 @@ def _run(args: argparse.Namespace) -> int:
         print(f"hwbench ab: error: {exc}; {kept}", file=sys.stderr, flush=True)
     if result is None:
         return EXIT_STORE
+    from .compare import exit_code, format_table
+
     print(format_versions(result.environments))
-    print(format_verdicts(result.verdicts))
+    print(format_table(result.verdicts, show_missing=True, verbose=True, advise=False))
     if not args.no_sinks:
         from .sinks import DuckDBSink, MlflowSink
         from .store_commands import tracking
@@ -383,11 +357,11 @@ def _run(args: argparse.Namespace) -> int:
               f"`hwbench compare pair:{result.pair}` compares them again")
     if failed is not None:
         return EXIT_STORE
-    return EXIT_CHECK_FAILED if any(v.verdict == "regression" for v in result.verdicts) else EXIT_OK
+    return EXIT_CHECK_FAILED if exit_code(result.verdicts) else EXIT_OK
 
 
 register_command("ab", "paired, interleaved A/B of the same cases on one host (exit 1 on a regression in B)",
                  _args, _run)
 
-__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "SideFailed", "format_verdicts", "format_versions",
+__all__ = ["DEFAULT_ROUNDS", "SIDE_OPTIONS", "AbResult", "SideFailed", "format_versions",
            "parse_env", "parse_side_options", "record_pair", "run_ab"]

@@ -285,9 +285,9 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
 
 def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
                   alpha: float = 0.05) -> list[Comparison]:
-    """The two sides of an interleaved pair (`hwbench ab`), judged as `hwbench ab` judges them
-    (`paired_verdict`): per case, the per-round ratios B / A of the records that share
-    ``extra["ab_round"]``."""
+    """The two sides of an interleaved pair (`hwbench ab`), judged round by round (`paired_verdict`):
+    per case, the per-round ratios B / A of the records that share ``extra["ab_round"]``; a case
+    without a verdict names its first failed round."""
     check_verdict_settings(threshold, alpha)
 
     def by_round(records: Sequence[BenchmarkRecord]) -> dict[str, dict[Any, BenchmarkRecord]]:
@@ -304,13 +304,17 @@ def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *,
         med_b = median_of([r.latency_ms_median for r in side_b.values() if r.status == "passed"])
         ratios = [side_b[k].latency_ms_median / side_a[k].latency_ms_median for k in side_a if k in side_b
                   and side_a[k].latency_ms_median and side_b[k].latency_ms_median]
+        failures = [f"failed in {label}: {r.error.splitlines()[0][:120]}"
+                    for label, side in (("A", side_a), ("B", side_b)) for r in side.values() if r.error]
         if med_a is None or med_b is None:
+            absent = "absent or failed in " + ("A" if med_a is None else "B")
             out.append(Comparison(case, med_a, med_b, None, None, "missing", len(side_a), len(side_b),
-                                  "absent or failed in " + ("A" if med_a is None else "B")))
+                                  "; ".join([absent, *failures[:1]])))
             continue
         v = paired_verdict(case, ratios, threshold=threshold, alpha=alpha)
+        note = f"{v.note}; {failures[0]}" if failures and v.verdict == "inconclusive" else v.note
         out.append(Comparison(case, med_a, med_b, med_b / med_a - 1 if v.change is None else v.change, v.p_value,
-                              v.verdict, len(ratios), len(ratios), v.note, low=v.low, high=v.high))
+                              v.verdict, len(ratios), len(ratios), note, low=v.low, high=v.high))
     return out
 
 
