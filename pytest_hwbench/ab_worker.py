@@ -57,11 +57,6 @@ class SideEnvironment:
     package_versions: dict[str, str]
     hardware_summary: str
 
-    @classmethod
-    def from_hello(cls, hello: dict[str, Any]) -> SideEnvironment:
-        """The environment a worker's hello message names."""
-        return cls(**{f.name: hello[f.name] for f in fields(cls)})
-
 
 def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self-contained
     import os
@@ -95,7 +90,7 @@ def _worker(channel: Any) -> None:  # runs in the side's process (execnet): self
     runner = Runner(timing, cache_size=max(1, len(cases)), energy_min_time_s=0,
                     noise_retries=settings["noise_retries"])
     hardware = ["cpu", *sorted({case.hardware for case in cases})]
-    channel.send({"pid": os.getpid(), "python": _sys.executable, "python_version": platform.python_version(),
+    channel.send({"python": _sys.executable, "python_version": platform.python_version(),
                   "package_versions": core_versions(),
                   "hardware_summary": detect_hardware(targets=hardware).summary()})
     while True:
@@ -130,7 +125,7 @@ class SideWorker:
             on_wait=lambda left: print(f"hwbench ab: waiting for side {side.label}'s worker to start (at most "
                                        f"{left:.0f} s more, --side-timeout)", file=sys.stderr, flush=True),
             on_deadline=self._gave_up)
-        self.environment = SideEnvironment.from_hello(hello)
+        self.environment = SideEnvironment(**{f.name: hello[f.name] for f in fields(SideEnvironment)})
 
     def _gave_up(self) -> TimeoutError:
         """The start's deadline: end the worker's process if it has one by now."""

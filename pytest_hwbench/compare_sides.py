@@ -237,26 +237,19 @@ def host_ratio(a: Side, b: Side) -> float | None:
     return b.reference_us / a.reference_us if a.reference_us and b.reference_us else None
 
 
-def corrected_log_change(a: Side, b: Side, host: HostModel) -> float | None:
-    """log(B / A), B corrected for host speed where `host` is established, for a pair that can be
-    compared at all (`inconclusive_reason`); else None."""
-    med_a, med_b = a.median, b.median
-    if not (med_a and med_b and med_a > 0 and med_b > 0) or inconclusive_reason(a, b):
-        return None
-    ratio = host_ratio(a, b)
-    applied = host.elasticity * math.log(ratio) if ratio and host.established else 0.0
-    return math.log(med_b / med_a) - applied
-
-
 def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> RunSpread:
     """The between-run spread of the compared cases (see `RunSpread`): 1.4826 x the MAD of their
-    corrected log changes around their median, per kind (clean on both sides, or not), from at
-    least `MIN_RUN_CASES` cases of that kind."""
+    log changes (B corrected for host speed where `host` is established) around their median,
+    per kind (clean on both sides, or not), from at least `MIN_RUN_CASES` cases of that kind
+    that can be compared at all (`inconclusive_reason`)."""
     groups: dict[bool, list[float]] = {False: [], True: []}
     for a, b in pairs:
-        value = corrected_log_change(a, b, host)
-        if value is not None:
-            groups[a.noise == "noisy" or b.noise == "noisy"].append(value)
+        med_a, med_b = a.median, b.median
+        if not (med_a and med_b and med_a > 0 and med_b > 0) or inconclusive_reason(a, b):
+            continue
+        ratio = host_ratio(a, b)
+        applied = host.elasticity * math.log(ratio) if ratio and host.established else 0.0
+        groups[a.noise == "noisy" or b.noise == "noisy"].append(math.log(med_b / med_a) - applied)
 
     def spread(values: list[float], centre: bool) -> float | None:
         if len(values) < MIN_RUN_CASES:
@@ -270,5 +263,5 @@ def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> Run
 
 __all__ = ["ELASTICITY_Z", "HOST_WINDOW", "MAX_HOST_RATIO", "MIN_ELASTICITY_SD", "MIN_HOST_CHANGE",
            "MIN_LEARNING_CASES", "MIN_RUN_CASES", "UNPROVEN_ELASTICITY_SD", "HostModel", "RunSpread", "Side",
-           "corrected_log_change", "host_ratio", "inconclusive_reason", "learn_host_model", "learn_run_spread",
-           "side_of", "side_of_summary", "sides_of", "smoothed_references"]
+           "host_ratio", "inconclusive_reason", "learn_host_model", "learn_run_spread", "side_of", "side_of_summary",
+           "sides_of", "smoothed_references"]

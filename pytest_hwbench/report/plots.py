@@ -91,8 +91,9 @@ def _models_at(cells: Mapping[tuple[str, int, str], float], batch: int) -> list[
     return sorted({m for (m, b, _), v in cells.items() if b == batch and not math.isnan(v)})
 
 
-def _plot_bars(fam: pd.DataFrame, batch: int, path: Path, panels: list[tuple[Mapping[tuple[str, int, str], float],
-               list[str], str, str]], *, height: float, fmt: Any = fmt, line_at: float | None = None) -> bool:
+def _plot_bars(fam: pd.DataFrame, batch: int, path: Path, *,
+               panels: list[tuple[Mapping[tuple[str, int, str], float], list[str], str, str]], height: float,
+               fmt: Any = fmt, line_at: float | None = None) -> bool:
     """Grouped bars at `batch`, a panel for each of `panels` (cells, configs, y label, title) that has
     anything to draw, one above the other, and a dashed line at `line_at`; False when none has
     (nothing written)."""
@@ -113,12 +114,6 @@ def _plot_bars(fam: pd.DataFrame, batch: int, path: Path, panels: list[tuple[Map
             ax.axhline(line_at, color="grey", linewidth=0.8, linestyle="--")
     _save(fig, path)
     return True
-
-
-def _plot_hardware(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    panel = (cell_medians(fam, "latency_ms_median"), config_order(fam["config"]), "median latency (ms)",
-             f"{family}: median latency per model and config, batch size {batch}")
-    return _plot_bars(fam, batch, path, [panel], height=5)
 
 
 def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
@@ -169,21 +164,6 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
     return True
 
 
-def _plot_speedup(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    baseline = "/".join(BASELINE)
-    panel = (speedup_cells(fam), [c for c in config_order(fam["config"]) if c != baseline],
-             f"speedup vs {baseline} (x)", f"{family}: speedup over {baseline}, batch size {batch}")
-    return _plot_bars(fam, batch, path, [panel], height=5, fmt=fmt_speedup, line_at=1.0)
-
-
-def _plot_memory(fam: pd.DataFrame, family: str, batch: int, path: Path) -> bool:
-    configs = config_order(fam["config"])
-    panels = [(cell_medians(fam, metric), configs, label, f"{family}: {label}, batch size {batch}")
-              for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"),
-                                    ("peak_device_memory_mb", "peak device memory (MB)"))]
-    return _plot_bars(fam, batch, path, panels, height=4.5)
-
-
 def _slug(text: str) -> str:
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "family"
 
@@ -193,11 +173,21 @@ def draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> l
 
     `batch` is the batch size the single-batch plots show; a plot with nothing to draw is not written.
     """
+    configs = config_order(fam["config"])
+    baseline = "/".join(BASELINE)
+    hardware = [(cell_medians(fam, "latency_ms_median"), configs, "median latency (ms)",
+                 f"{family}: median latency per model and config, batch size {batch}")]
+    speedup = [(speedup_cells(fam), [c for c in configs if c != baseline], f"speedup vs {baseline} (x)",
+                 f"{family}: speedup over {baseline}, batch size {batch}")]
+    memory = [(cell_medians(fam, metric), configs, label, f"{family}: {label}, batch size {batch}")
+              for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"),
+                                    ("peak_device_memory_mb", "peak device memory (MB)"))]
     drawers: tuple[tuple[str, str, Callable[[Path], bool]], ...] = (
-        ("hardware_comparison", "Hardware comparison", partial(_plot_hardware, fam, family, batch)),
+        ("hardware_comparison", "Hardware comparison", partial(_plot_bars, fam, batch, panels=hardware, height=5)),
         ("batch_scaling", "Batch scaling", partial(_plot_scaling, fam, family)),
-        ("speedup", f"Speedup vs {'/'.join(BASELINE)}", partial(_plot_speedup, fam, family, batch)),
-        ("memory", "Memory", partial(_plot_memory, fam, family, batch)),
+        ("speedup", f"Speedup vs {baseline}",
+         partial(_plot_bars, fam, batch, panels=speedup, height=5, fmt=fmt_speedup, line_at=1.0)),
+        ("memory", "Memory", partial(_plot_bars, fam, batch, panels=memory, height=4.5)),
     )
     written = []
     for kind, title, draw in drawers:

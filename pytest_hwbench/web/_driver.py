@@ -38,7 +38,7 @@ from typing import Any
 from urllib.parse import parse_qs, urlparse
 
 from ..errors import HwbenchError
-from ._runfolder import browser_tmp, new_folder, sweep_stale_runs
+from ._runfolder import browser_tmp, run_folder, sweep_stale_runs
 
 #: Flags for every launch. ``--enable-unsafe-webgpu`` gives WebGPU an adapter (SwiftShader where
 #: there is no GPU); the feature flag exposes ``navigator.ml`` (WebNN); the rest keep a headless
@@ -262,7 +262,7 @@ class WebDriver:
 
     def _launch(self, url: str) -> None:
         sweep_stale_runs()
-        profile, tmp = new_folder("profile"), browser_tmp()
+        profile, tmp = Path(tempfile.mkdtemp(prefix="profile-", dir=run_folder())), browser_tmp()
         self._folders = [profile, tmp]
         self._stderr = tempfile.TemporaryFile()
         self._stderr_seen, self._sad_tab = 0, None

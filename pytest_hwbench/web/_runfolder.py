@@ -45,11 +45,6 @@ def run_folder(base: str | None = None) -> Path:
         return folder
 
 
-def new_folder(kind: str) -> Path:
-    """A fresh folder ``<kind>-XXXX`` in the run folder (a browser profile)."""
-    return Path(tempfile.mkdtemp(prefix=f"{kind}-", dir=run_folder()))
-
-
 def browser_tmp() -> Path:
     """A fresh folder for a browser's ``TMPDIR`` in the run folder: under ``$TMPDIR``, or under
     /tmp where that path would be longer than `SHORT_PATH` (Chromium aborts with "Socket path too
@@ -116,4 +111,4 @@ def _remove_mine() -> None:
         _MINE.clear()
 
 
-__all__ = ["RUN_PREFIX", "browser_tmp", "new_folder", "run_folder", "sweep_stale_runs"]
+__all__ = ["RUN_PREFIX", "browser_tmp", "run_folder", "sweep_stale_runs"]

@@ -239,16 +239,13 @@ def web_targets() -> dict[str, TargetInfo]:
     return targets_from_facts(web_facts(), _cpu_name())
 
 
-def _probe(name: str) -> Any:
-    def probe() -> TargetInfo:
-        return web_targets()[name]
-
-    probe.__doc__ = f"The {name} web target (browser + onnxruntime-web + probe page)."
-    return probe
+def _target(name: str) -> TargetInfo:
+    """The web target `name` (browser + onnxruntime-web + probe page)."""
+    return web_targets()[name]
 
 
 for _name in target_names("web"):  # the facts table's web rows, one hardware marker each
-    register_probe(_name, _probe(_name))
+    register_probe(_name, functools.partial(_target, _name))
 
 __all__ = ["adapter_name", "is_software_adapter", "run_probe", "targets_from_facts",
            "web_facts", "web_targets"]
