@@ -369,28 +369,24 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
             row += [_fmt_change(c.change), _fmt_p(c.p_value), f"{c.n_a}/{c.n_b}"]
         row.append(c.note)
         rows.append(row)
-    cells = [header, *rows]
-    widths = [max(len(r[i]) for r in cells) for i in range(len(header))]
+    widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     widths[-1] = len(header[-1])  # the note is last and ragged: no padding, cut to the width
     right = {2, 3, 4, 5, 6} | ({8, 9, 10} if verbose else set())
 
     def line(row: list[str]) -> str:
-        text = "  ".join(c.rjust(w) if i in right else c.ljust(w)
+        return "  ".join(c.rjust(w) if i in right else c.ljust(w)
                          for i, (c, w) in enumerate(zip(row, widths, strict=True))).rstrip()
-        return text if verbose else _fit(text, width)
 
-    lines = [line(cells[0]), "  ".join("-" * w for w in widths)] if listed else []
-    if lines and not verbose:
-        lines[1] = lines[1][:width]
-    lines += [line(r) for r in cells[1:]]
+    lines = [line(header), "  ".join("-" * w for w in widths), *map(line, rows)] if listed else []
     if missing and not show_missing:
         why: dict[str, int] = defaultdict(int)
         for c in missing:
             for part in c.note.split("; "):
                 why[part.split(":")[0]] += 1
         parts = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items(), key=lambda kv: -kv[1]))
-        text = f"{len(missing)} missing ({parts}); --all lists them"
-        lines.append(text if verbose else _fit(text, width))
+        lines.append(f"{len(missing)} missing ({parts}); --all lists them")
+    if not verbose:
+        lines = [_fit(text, width) for text in lines]
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     decided, total = decisiveness(comparisons)
     share = f"{decided / total:.0%}" if total else "-"

@@ -48,19 +48,14 @@ def paired_interval(ratios: Sequence[float], alpha: float) -> tuple[float, float
     logs = [math.log(r) for r in ratios if r > 0 and math.isfinite(r)]
     if len(logs) < 3:
         return None
-    from scipy.stats import t as student
+    from scipy.stats import ttest_1samp
 
-    n = len(logs)
-    mean = sum(logs) / n
-    sd = math.sqrt(sum((x - mean) ** 2 for x in logs) / (n - 1))
-    if sd == 0:
-        p = 0.0 if mean != 0 else 1.0
-        half = 0.0
-    else:
-        se = sd / math.sqrt(n)
-        p = float(2 * student.sf(abs(mean / se), n - 1))
-        half = float(student.ppf(1 - alpha / 2, n - 1)) * se
-    return math.expm1(mean), math.expm1(mean - half), math.expm1(mean + half), p
+    mean = statistics.fmean(logs)
+    if min(logs) == max(logs):  # no spread: scipy's t would divide by zero
+        return math.expm1(mean), math.expm1(mean), math.expm1(mean), 0.0 if mean else 1.0
+    test = ttest_1samp(logs, 0.0)
+    low, high = test.confidence_interval(1 - alpha)
+    return math.expm1(mean), math.expm1(low), math.expm1(high), float(test.pvalue)
 
 
 #: The change that counts and the paired test's significance unless asked otherwise (`hwbench ab`).

@@ -138,8 +138,7 @@ class _Handler(BaseHTTPRequestHandler):
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
         driver = self.server.driver
         url = urlparse(self.path)
-        parts = url.path.strip("/").split("/", 1)
-        head, rest = parts[0], parts[1] if len(parts) > 1 else ""
+        head, _, rest = url.path.strip("/").partition("/")
         if head == "cmd":
             page = parse_qs(url.query).get("page", [""])[0]
             status, body = driver._next_command(page)
@@ -279,11 +278,8 @@ class WebDriver:
         """What the browser wrote to stderr from byte `offset` on."""
         if self._stderr is None:
             return b""
-        try:
-            self._stderr.seek(offset)
-            return bytes(self._stderr.read())
-        except (OSError, ValueError):
-            return b""
+        self._stderr.seek(offset)
+        return bytes(self._stderr.read())
 
     def page_died(self) -> str | None:
         """Chromium's verdict when the page's renderer died since the browser started ("Tab Killed:
