@@ -188,14 +188,14 @@ class WebDriver:
     to the page's hello (default `START_TIMEOUT_S`). Thread-safe: a lock serialises `call`.
     """
 
-    def __init__(self, browser: str, ort_dist: Path | None = None, *, extra_flags: tuple[str, ...] = (),
-                 isolate: bool = True, start_timeout_s: float | None = None) -> None:
+    def __init__(self, browser: str, ort_dist: Path | None = None, *, isolate: bool = True,
+                 start_timeout_s: float = START_TIMEOUT_S) -> None:
         self.browser = browser
         self.ort_dist = ort_dist
         self.isolate = isolate
-        self.extra_flags = tuple(extra_flags) + tuple(os.environ.get(FLAGS_ENV, "").split())
+        self.extra_flags = tuple(os.environ.get(FLAGS_ENV, "").split())
         self._blobs: dict[str, Path | bytes] = {}
-        self.start_timeout_s = START_TIMEOUT_S if start_timeout_s is None else float(start_timeout_s)
+        self.start_timeout_s = float(start_timeout_s)
         self._channels: dict[str, queue.Queue[dict[str, Any] | None]] = {}
         self._inbox: queue.Queue[tuple[str, dict[str, Any]]] = queue.Queue()
         self._ids = itertools.count(1)
