@@ -17,7 +17,6 @@ import atexit
 import contextlib
 import itertools
 import json
-import mimetypes
 import os
 import queue
 import re
@@ -31,8 +30,7 @@ import time
 import uuid
 import weakref
 from collections.abc import Callable
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
-from importlib import resources
+from http.server import SimpleHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 from typing import Any
 from urllib.parse import parse_qs, urlparse
@@ -70,6 +68,8 @@ WATCH_S = 0.25
 _MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html",
          ".onnx": "application/octet-stream", ".bin": "application/octet-stream", ".map": "application/json"}
 _PAGE_ASSETS = frozenset({"bench.html", "bench.js"})
+#: The page's files (``page/bench.*``).
+PAGE_DIR = Path(__file__).with_name("page")
 
 
 class WebError(HwbenchError):
@@ -107,57 +107,56 @@ class _Server(ThreadingHTTPServer):
         pass  # a killed browser resets its connections: not news (the driver reports the kill)
 
 
-class _Handler(BaseHTTPRequestHandler):
+class _Handler(SimpleHTTPRequestHandler):
     server: _Server
     protocol_version = "HTTP/1.1"
+    extensions_map = {**SimpleHTTPRequestHandler.extensions_map, **_MIME}
 
     def log_message(self, format: str, *args: Any) -> None:  # noqa: A002 - the base class's name
         pass
 
-    def _send(self, status: int, body: bytes = b"", content_type: str = "application/octet-stream") -> None:
-        self.send_response(status)
+    def end_headers(self) -> None:
         if self.server.driver.isolate:
             # Cross-origin isolation: 5 us timer resolution and SharedArrayBuffer (wasm threads).
             self.send_header("Cross-Origin-Opener-Policy", "same-origin")
             self.send_header("Cross-Origin-Embedder-Policy", "require-corp")
             self.send_header("Cross-Origin-Resource-Policy", "same-origin")
         self.send_header("Cache-Control", "no-store")
+        super().end_headers()
+
+    def _send(self, status: int, body: bytes = b"", content_type: str = "application/octet-stream") -> None:
+        self.send_response(status)
         self.send_header("Content-Type", content_type)
         self.send_header("Content-Length", str(len(body)))
         self.end_headers()
         if body:
             self.wfile.write(body)
 
-    def _file(self, path: Path) -> None:
-        if not path.is_file():
-            self._send(404, f"not found: {path.name}".encode(), "text/plain")
-            return
-        kind = _MIME.get(path.suffix) or mimetypes.guess_type(path.name)[0] or "application/octet-stream"
-        self._send(200, path.read_bytes(), kind)
+    def translate_path(self, path: str) -> str:
+        """The file a GET of `path` serves: a page asset, an onnxruntime-web file or a file blob
+        ("" for none, which http.server answers with a 404)."""
+        driver = self.server.driver
+        head, _, rest = urlparse(path).path.strip("/").partition("/")
+        if head == "page" and rest in _PAGE_ASSETS:
+            return str(PAGE_DIR / rest)
+        if head == "ort" and driver.ort_dist is not None and "/" not in rest and not rest.startswith("."):
+            return str(driver.ort_dist / rest)
+        blob = driver._blobs.get(rest) if head == "blob" else None
+        return str(blob) if isinstance(blob, Path) else ""
 
     def do_GET(self) -> None:  # noqa: N802 - http.server's name
-        driver = self.server.driver
         url = urlparse(self.path)
         head, _, rest = url.path.strip("/").partition("/")
+        blob = self.server.driver._blobs.get(rest) if head == "blob" else None
         if head == "cmd":
-            page = parse_qs(url.query).get("page", [""])[0]
-            status, body = driver._next_command(page)
+            status, body = self.server.driver._next_command(parse_qs(url.query).get("page", [""])[0])
             self._send(status, body, "application/json")
-        elif head == "page" and rest in _PAGE_ASSETS:
-            data = resources.files("pytest_hwbench.web").joinpath("page", rest).read_bytes()
-            self._send(200, data, _MIME[Path(rest).suffix])
-        elif head == "ort" and driver.ort_dist is not None and "/" not in rest and not rest.startswith("."):
-            self._file(driver.ort_dist / rest)
-        elif head == "blob" and rest in driver._blobs:
-            blob = driver._blobs[rest]
-            if isinstance(blob, Path):
-                self._file(blob)
-            else:
-                self._send(200, blob)
+        elif isinstance(blob, bytes):
+            self._send(200, blob)
         elif head == "favicon.ico":
             self._send(204)
         else:
-            self._send(404, b"not found", "text/plain")
+            super().do_GET()
 
     def do_POST(self) -> None:  # noqa: N802
         length = int(self.headers.get("Content-Length") or 0)

@@ -105,10 +105,9 @@ def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
     """What the probe's findings depend on: host, browser, the flags the browser starts with, the
     probe page itself and this package's version."""
     from .. import __version__
-    from ._driver import BROWSER_FLAGS, FLAGS_ENV
+    from ._driver import BROWSER_FLAGS, FLAGS_ENV, PAGE_DIR
 
-    page = Path(__file__).with_name("page")
-    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted(page.glob("bench.*")))).hexdigest()[:16]
+    digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted(PAGE_DIR.glob("bench.*")))).hexdigest()[:16]
     return {"host": platform.node(), "browser": dict(browser), "page": digest,
             "flags": [*BROWSER_FLAGS, os.environ.get(FLAGS_ENV, "")], "pytest_hwbench": __version__}
 
