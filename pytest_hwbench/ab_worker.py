@@ -11,6 +11,7 @@ and ``None`` ends the worker.
 
 from __future__ import annotations
 
+import contextlib
 import os
 import sys
 from dataclasses import dataclass, field, fields
@@ -169,11 +170,9 @@ class SideWorker:
     def close(self) -> None:
         """Ask the worker to end, then end its process whatever state it is in."""
         if self.channel is not None:
-            try:
+            with contextlib.suppress(Exception):  # a worker that died is gone already
                 self.channel.send(None)
                 self.channel.waitclose(timeout=60)
-            except Exception:  # noqa: BLE001 - a worker that died is gone already
-                pass
         if self.group is not None:
             self.group.terminate(timeout=5.0)
 

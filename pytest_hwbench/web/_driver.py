@@ -1,5 +1,4 @@
-"""Drive one headless Chromium through a page that long-polls a local server for commands (over
-500 lines because the browser process, its page server and the command channel fail and restart together).
+"""Drive one headless Chromium through a page that long-polls a local server for commands.
 
 The browser is a plain subprocess in a session of its own; the page (``page/bench.js``) fetches
 commands from a 127.0.0.1 server sending the cross-origin isolation headers (without them
@@ -357,12 +356,9 @@ class WebDriver:
             url = f"http://127.0.0.1:{self.port}/page/bench.html?page={page}&bundle={bundle}"
             timeout_s, launched = 30.0, False
             if self.running() and self._page is not None:
-                old = self._page
                 self._channels[page] = queue.Queue()  # before the new page can ask
                 self._send({"op": "navigate", "url": url}, timeout_s=30.0)
-                gone = self._channels.pop(old, None)
-                if gone is not None:
-                    gone.put(None)
+                self._channels.pop(self._page).put(None)  # the old page's: wakes a request still waiting on it
             else:
                 if self.start_hung is not None:
                     raise BrowserTimeout(f"the browser hung at start earlier in this run ({self.start_hung}); it is "
