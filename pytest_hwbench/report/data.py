@@ -29,10 +29,10 @@ REQUIRED_COLUMNS: tuple[str, ...] = (
 #: Columns read as numbers (NaN where absent or not a number).
 _NUMERIC = ("latency_ms_median", "throughput_items_per_s", "peak_host_rss_mb", "peak_device_memory_mb",
             "achieved_tflops", "compile_time_s", "energy_j_per_item", "ttft_ms", "decode_ms_per_token",
-            "tokens_per_s", "new_tokens")
+            "tokens_per_s", "new_tokens", "sequence_length")
 #: Every column the report reads (what a store needs to load for it; the rest it never shows).
 REPORT_COLUMNS: tuple[str, ...] = tuple(dict.fromkeys((
-    *REQUIRED_COLUMNS, *_NUMERIC, "error", "case_id", "session_id", "mode", "sequence_length", "host",
+    *REQUIRED_COLUMNS, *_NUMERIC, "error", "case_id", "session_id", "mode", "host",
     "device_name", "noise", "noise_reason", "tries", "threads", "created_at", "nodeid",
 )))
 
@@ -99,8 +99,7 @@ def prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     for name in ("family", "model", "hardware", "backend", "precision", "status"):
         df[name] = df[name].astype(str)
     df["tokens"] = df["new_tokens"].fillna(0).astype(int)  # 0: not a generate case
-    lengths = pd.to_numeric(df["sequence_length"], errors="coerce") if "sequence_length" in df.columns else None
-    df["length"] = lengths.fillna(0).astype(int) if lengths is not None else 0  # 0: no token input
+    df["length"] = df["sequence_length"].fillna(0).astype(int)  # 0: no token input
     df["config"] = df["hardware"] + "/" + df["backend"] + "/" + df["precision"]
     df["target"] = df["hardware"] + "/" + df["backend"]
     return df.reset_index(drop=True)

@@ -346,13 +346,11 @@ def _mode_sections(df: pd.DataFrame) -> list[str]:
         if mode == _GENERATE_MODE:
             tokens = sorted({int(t) for t in rows["new_tokens"].dropna().unique()})
             md += [f"Every call generates exactly {', '.join(map(str, tokens)) or '?'} new tokens per sequence "
-                   "(min_new_tokens = max_new_tokens); batch = sequences.", ""]
+                   "(min_new_tokens = max_new_tokens); batch = sequences.", "", *_generation_speedup_table(rows)]
         else:
             md += ["One optimizer step (forward, backward, step) per iteration; fp16/bf16 are autocast over fp32 "
                    "weights.", ""]
         configs = config_order(rows["config"])
-        if mode == _GENERATE_MODE:
-            md += _generation_speedup_table(rows)
         for metric, heading in tables:
             if rows[metric].notna().any():
                 md += [f"#### {heading}", "", *_value_table(rows, metric, configs), ""]
@@ -383,11 +381,9 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
 
     passed, failed = int((df["status"] == "passed").sum()), int((df["status"] != "passed").sum())
     sessions = sorted({str(s) for s in df["session_id"].dropna().unique()})
-    aggregated = _aggregated_cells(df)
     md: list[str] = ["# Hardware benchmark report", ""]
     noisy = int((df["noise"] == "noisy").sum()) if "noise" in df.columns else 0
     md += [f"- **records**: {len(df)} ({passed} passed, {failed} failed"
-           + (f", {len(df) - passed - failed} other" if len(df) - passed - failed else "")
            + (f"; {noisy} noisy, see Noisy records" if noisy else "") + ")",
            f"- **sessions**: {', '.join(sessions) or 'unknown'}",
            f"- **families**: {', '.join(sorted(df['family'].unique()))}",
@@ -400,8 +396,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
             ordered = sorted(str(s) for s in stamps.unique())
             first, last = ordered[0], ordered[-1]
         md.append(f"- **measured**: {first} … {last}")
-    md += aggregated
-    md.append("")
+    md += [*_aggregated_cells(df), ""]
     md += _system_section(df, system_info)
     md += _hardware_section(df, hardware)
 
@@ -432,8 +427,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
             md += [*_scaling_table(fam, configs), ""]
         else:
             md += ["No passed cases.", ""]
-        memory = _memory_table(fam, configs)
-        if memory:
+        if memory := _memory_table(fam, configs):
             md += ["#### Peak memory (MB): host RSS / device", "", *memory, ""]
         if batch is None:
             md += ["No passed cases in this family: no plots.", ""]
