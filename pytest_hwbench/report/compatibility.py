@@ -34,10 +34,7 @@ _ERROR_CHARS_JSON = 200
 def _rating(relative: float | None) -> str:
     if relative is None:
         return "unrated"
-    for name, minimum in RATING_THRESHOLDS:
-        if relative >= minimum:
-            return name
-    return "low"
+    return next((name for name, minimum in RATING_THRESHOLDS if relative >= minimum), "low")
 
 
 def _failure_summary(rows: pd.DataFrame, limit: int) -> list[dict[str, Any]]:

@@ -119,10 +119,7 @@ def passed_rows(df: pd.DataFrame) -> pd.DataFrame:
 
 def cell_medians(df: pd.DataFrame, metric: str) -> dict[tuple[str, int, str], float]:
     """(model, batch, config) -> median over the passed records of that cell (NaN if unmeasured)."""
-    passed = passed_rows(df)
-    if passed.empty:
-        return {}
-    grouped = passed.groupby(["model", "batch_size", "config"])[metric].median()
+    grouped = passed_rows(df).groupby(["model", "batch_size", "config"])[metric].median()
     return {(str(m), int(b), str(c)): float(v) for (m, b, c), v in grouped.items()}
 
 
@@ -152,8 +149,6 @@ def compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:
     passed = passed_rows(df[[*_CASE_KEYS, "status", "backend", "compile_time_s", metric]]).dropna(subset=[metric])
     compiled = passed[passed["compile_time_s"].notna() & (passed["backend"] != EAGER_BACKEND)]
     eager = passed[passed["backend"] == EAGER_BACKEND]
-    if compiled.empty or eager.empty:
-        return []
     keys = list(_CASE_KEYS)
     eager_values = eager.groupby(keys)[metric].median()
     grouped = compiled.groupby([*keys, "backend"]).agg(value=(metric, "median"), compile_s=("compile_time_s", "median"))
