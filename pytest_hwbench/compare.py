@@ -43,6 +43,7 @@ from .verdict import (
     mannwhitney,
     median_of,
     paired_verdict,
+    relative_spread,
 )
 
 
@@ -201,7 +202,7 @@ def _history_spread(a: Side, b: Side) -> float | None:
     history): the sample standard deviation of the session medians' logs (bimodal runs included),
     pooled over both sides, scaled to the difference of the two sides' means; None with fewer
     than two sessions on each side together beyond one."""
-    logs_a, logs_b = a.session_logs, b.session_logs
+    logs_a, logs_b = ([math.log(v) for v in side.session_medians if v > 0] for side in (a, b))
     if max(len(logs_a), len(logs_b)) < 2:
         return None
     squares = sum(float(np.sum((np.asarray(g) - np.mean(g)) ** 2)) for g in (logs_a, logs_b) if len(g) > 1)
@@ -234,7 +235,7 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
         return Comparison(case_id, med_a, med_b, None, None, "missing", n_a, n_b, _missing_note(side_a, side_b),
                           noise=noise)
     change = med_b / med_a - 1
-    spread = math.hypot(side_a.spread, side_b.spread)
+    spread = math.hypot(relative_spread(side_a.rounds), relative_spread(side_b.rounds))
     ratio = host_ratio(side_a, side_b)
     noisy = _noisy_note(side_a, side_b)
     reason = inconclusive_reason(side_a, side_b)

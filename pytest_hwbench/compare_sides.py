@@ -18,7 +18,7 @@ import numpy as np
 
 from .record import BenchmarkRecord
 from .trackers import round_medians
-from .verdict import MIN_ROUNDS, median_of, relative_spread
+from .verdict import MIN_ROUNDS, median_of
 
 #: How far a model's latency may move with the reference kernel (log over log, 1-sigma) where this
 #: host's records do not establish it: the host-speed difference between the sides widens the
@@ -95,16 +95,6 @@ class Side:
     @property
     def median(self) -> float | None:
         return float(np.median(self.rounds)) if self.rounds else None
-
-    @property
-    def spread(self) -> float:
-        """The robust relative spread of the rounds."""
-        return relative_spread(self.rounds)
-
-    @property
-    def session_logs(self) -> list[float]:
-        """The log of each session's median round."""
-        return [math.log(v) for v in self.session_medians if v > 0]
 
 def side_of(records: Sequence[BenchmarkRecord]) -> Side:
     passed = [r for r in records if r.status == "passed"]
