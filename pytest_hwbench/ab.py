@@ -133,8 +133,8 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
     sides = {"A": a, "B": b}
     workers: dict[str, SideWorker] = {}
     records: dict[str, list[BenchmarkRecord]] = {"A": [], "B": []}
-    # Complete rounds so far, and how many records each side has in them: both sides measure the
-    # same cases in the same order in a round, so A's and B's first `kept` records pair up.
+    # Complete rounds so far, and how many records each side has in them: only complete rounds are
+    # judged and kept.
     done = kept = 0
 
     def call(label: str, fn: Callable[[], Any]) -> Any:

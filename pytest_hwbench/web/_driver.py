@@ -138,7 +138,7 @@ class _Handler(SimpleHTTPRequestHandler):
         head, _, rest = urlparse(path).path.strip("/").partition("/")
         if head == "page" and rest in _PAGE_ASSETS:
             return str(PAGE_DIR / rest)
-        if head == "ort" and driver.ort_dist is not None and "/" not in rest and not rest.startswith("."):
+        if head == "ort" and driver.ort_dist is not None and rest and "/" not in rest and not rest.startswith("."):
             return str(driver.ort_dist / rest)
         blob = driver._blobs.get(rest) if head == "blob" else None
         return str(blob) if isinstance(blob, Path) else ""
