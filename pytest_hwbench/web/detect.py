@@ -104,12 +104,17 @@ def web_facts() -> dict[str, Any]:
 def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
     """What the probe's findings depend on: host, browser, the flags the browser starts with, the
     probe page itself and this package's version."""
-    from .. import __version__
+    from importlib.metadata import PackageNotFoundError, version
+
     from ._driver import BROWSER_FLAGS, FLAGS_ENV, PAGE_DIR
 
     digest = hashlib.sha256(b"".join(f.read_bytes() for f in sorted(PAGE_DIR.glob("bench.*")))).hexdigest()[:16]
+    try:
+        ours = version("pytest-hwbench")
+    except PackageNotFoundError:
+        ours = "?"
     return {"host": platform.node(), "browser": dict(browser), "page": digest,
-            "flags": [*BROWSER_FLAGS, os.environ.get(FLAGS_ENV, "")], "pytest_hwbench": __version__}
+            "flags": [*BROWSER_FLAGS, os.environ.get(FLAGS_ENV, "")], "pytest_hwbench": ours}
 
 
 def _probe_file() -> Path:
