@@ -65,12 +65,11 @@ DEFAULT_ALPHA = 0.05
 
 @dataclass(frozen=True)
 class PairVerdict:
-    """One case over all rounds: the per-round ratios B / A, their geometric mean change and its
+    """One case over all rounds: the geometric mean change of its per-round ratios B / A and its
     interval [`low`, `high`], the paired test's p-value and the verdict (`judge_interval`:
     regression, improvement, unchanged, inconclusive)."""
 
     case_id: str
-    ratios: tuple[float, ...]
     change: float | None
     p_value: float | None
     verdict: str
@@ -87,11 +86,10 @@ def paired_verdict(case_id: str, ratios: Sequence[float], *, threshold: float = 
     result = paired_interval(ratios, alpha)
     if result is None:
         usable = sum(1 for r in ratios if r > 0 and math.isfinite(r))
-        return PairVerdict(case_id, tuple(ratios), None, None, "inconclusive", f"{usable} paired rounds; need 3")
+        return PairVerdict(case_id, None, None, "inconclusive", f"{usable} paired rounds; need 3")
     change, low, high, p = result
     verdict, why = judge_interval(change, low, high, threshold)
-    return PairVerdict(case_id, tuple(ratios), change, p, verdict, f"{why}; more rounds would tell" if why else "",
-                       low, high)
+    return PairVerdict(case_id, change, p, verdict, f"{why}; more rounds would tell" if why else "", low, high)
 
 
 def relative_spread(values: Sequence[float]) -> float:
