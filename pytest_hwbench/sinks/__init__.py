@@ -15,59 +15,29 @@ from __future__ import annotations
 
 from pytest_hwbench._lazy import lazy_exports
 
-#: public name -> the module that defines it, imported on first use (PEP 562): a sink module is
+#: module -> the public names it defines, each imported on first use (PEP 562): a sink module is
 #: imported when its names are used or when the registry loads the entry-point group, never by
 #: importing this package.
-_EXPORTS: dict[str, str] = {
-    "DEFAULT_DEADLINE_S": "_recorder",
-    "DEFAULT_RETRY_EVERY": "_recorder",
-    "Recorder": "_recorder",
-    "RecorderReport": "_recorder",
-    "replay": "_recorder",
-    "replay_each": "_recorder",
-    "SinkReplay": "_recorder",
-    "SinkTimeout": "_recorder",
-    "SESSION_STATUSES": "base",
-    "SINKS": "base",
-    "Sink": "base",
-    "SessionSource": "base",
-    "SinkFactory": "base",
-    "normalize_status": "base",
-    "open_sink": "base",
-    "read_sink": "base",
-    "register_sink": "base",
-    "registered_sinks": "base",
-    "resolve_sink": "base",
-    "DuckDBSink": "duckdb_sink",
-    "DuckDBFileError": "_duckdb_file",
-    "export_parquet": "_duckdb_read",
-    "list_sessions": "_duckdb_read",
-    "load_records": "_duckdb_read",
-    "load_results": "_duckdb_read",
-    "load_timings": "_duckdb_read",
-    "records_from_results": "_duckdb_read",
-    "typed_results": "_duckdb_read",
-    "read_connection": "_duckdb_file",
-    "RESULT_COLUMNS": "_duckdb_schema",
-    "MlflowSink": "mlflow_sink",
-    "MlflowStoreError": "mlflow_calls",
-    "ping": "mlflow_uri",
-    "resolve_tracking_uri": "mlflow_uri",
-    "validate_tracking_uri": "mlflow_uri",
-    "read_all": "readers",
-    "read_records": "readers",
-    "records_frame": "readers",
-    "source_kind": "readers",
-    "redact_uri": "redact",
-    "Spool": "spool",
-    "replay_command": "spool",
-    "ImportResult": "transfer",
-    "export_records": "duckdb_sink",
-    "import_mlflow": "duckdb_sink",
-    "import_mlflow_sessions": "duckdb_sink",
-    "copy_sessions": "transfer",
+_MODULES: dict[str, tuple[str, ...]] = {
+    "_recorder": ("DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "replay",
+                  "replay_each", "SinkReplay", "SinkTimeout"),
+    "base": ("SESSION_STATUSES", "SINKS", "Sink", "SessionSource", "SinkFactory", "normalize_status",
+             "open_sink", "read_sink", "register_sink", "registered_sinks", "resolve_sink"),
+    "duckdb_sink": ("DuckDBSink", "export_records", "import_mlflow", "import_mlflow_sessions"),
+    "_duckdb_file": ("DuckDBFileError", "read_connection"),
+    "_duckdb_read": ("export_parquet", "list_sessions", "load_records", "load_results", "load_timings",
+                     "records_from_results", "typed_results"),
+    "_duckdb_schema": ("RESULT_COLUMNS",),
+    "mlflow_sink": ("MlflowSink",),
+    "mlflow_calls": ("MlflowStoreError",),
+    "mlflow_uri": ("ping", "resolve_tracking_uri", "validate_tracking_uri"),
+    "readers": ("read_all", "read_records", "records_frame", "source_kind"),
+    "redact": ("redact_uri",),
+    "spool": ("Spool", "replay_command"),
+    "transfer": ("ImportResult", "copy_sessions"),
 }
-
+#: public name -> the module that defines it
+_EXPORTS: dict[str, str] = {name: module for module, names in _MODULES.items() for name in names}
 
 __all__ = list(_EXPORTS)
 
