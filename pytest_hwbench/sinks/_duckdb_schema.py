@@ -28,65 +28,36 @@ SCHEMA_VERSION = 4
 #: ``trackers.ROUNDS`` of the records stored (another count is another schema version).
 ROUNDS = 5
 
+
+def _columns(*runs: tuple[str, str]) -> tuple[tuple[str, str], ...]:
+    """(name, SQL type) of each column, in order, from runs of (SQL type, the names of that type)."""
+    return tuple((name, sql) for sql, names in runs for name in names.split())
+
+
 #: results columns of schema version 1, in order: (name, SQL type). Named as the record fields.
-_RESULTS_V1: tuple[tuple[str, str], ...] = (
-    ("record_id", "VARCHAR"),
-    ("session_id", "VARCHAR"),
-    ("case_id", "VARCHAR"),
-    ("status", "VARCHAR"),
-    ("model", "VARCHAR"),
-    ("family", "VARCHAR"),
-    ("model_type", "VARCHAR"),
-    ("backend", "VARCHAR"),
-    ("hardware", "VARCHAR"),
-    ("device_name", "VARCHAR"),
-    ("precision", "VARCHAR"),
-    ("mode", "VARCHAR"),
-    ("batch_size", "BIGINT"),
-    ("sequence_length", "BIGINT"),
-    ("image_size", "BIGINT"),
-    ("audio_samples", "BIGINT"),
-    ("param_count", "BIGINT"),
-    ("flops_per_forward", "DOUBLE"),
-    ("threads", "BIGINT"),
-    ("latency_ms_mean", "DOUBLE"),
-    ("latency_ms_median", "DOUBLE"),
-    ("latency_ms_min", "DOUBLE"),
-    ("latency_ms_max", "DOUBLE"),
-    ("latency_ms_stddev", "DOUBLE"),
-    ("latency_ms_iqr", "DOUBLE"),
-    ("latency_ms_p90", "DOUBLE"),
-    ("latency_ms_p95", "DOUBLE"),
-    ("latency_ms_p99", "DOUBLE"),
-    ("iterations", "BIGINT"),
-    ("throughput_items_per_s", "DOUBLE"),
-    ("load_time_s", "DOUBLE"),
-    ("cold_latency_ms", "DOUBLE"),
-    ("peak_host_rss_mb", "DOUBLE"),
-    ("peak_device_memory_mb", "DOUBLE"),
-    ("achieved_tflops", "DOUBLE"),
-    ("error", "VARCHAR"),
-    ("nodeid", "VARCHAR"),
-    ("host", "VARCHAR"),
-    ("worker", "VARCHAR"),
-    ("cpu_affinity", "INTEGER[]"),
-    ("extra", "VARCHAR"),
-    ("created_at", "TIMESTAMPTZ"),
-    ("schema_version", "INTEGER"),
+_RESULTS_V1 = _columns(
+    ("VARCHAR", "record_id session_id case_id status model family model_type backend hardware"),
+    ("VARCHAR", "device_name precision mode"),
+    ("BIGINT", "batch_size sequence_length image_size audio_samples param_count"),
+    ("DOUBLE", "flops_per_forward"),
+    ("BIGINT", "threads"),
+    ("DOUBLE", "latency_ms_mean latency_ms_median latency_ms_min latency_ms_max latency_ms_stddev"),
+    ("DOUBLE", "latency_ms_iqr latency_ms_p90 latency_ms_p95 latency_ms_p99"),
+    ("BIGINT", "iterations"),
+    ("DOUBLE", "throughput_items_per_s load_time_s cold_latency_ms peak_host_rss_mb peak_device_memory_mb"),
+    ("DOUBLE", "achieved_tflops"),
+    ("VARCHAR", "error nodeid host worker"),
+    ("INTEGER[]", "cpu_affinity"),
+    ("VARCHAR", "extra"),
+    ("TIMESTAMPTZ", "created_at"),
+    ("INTEGER", "schema_version"),
 )
 
-_SESSIONS_V1: tuple[tuple[str, str], ...] = (
-    ("session_id", "VARCHAR"),
-    ("started_at", "TIMESTAMPTZ"),
-    ("host", "VARCHAR"),
-    ("git_commit", "VARCHAR"),
-    ("git_branch", "VARCHAR"),
-    ("runner_label", "VARCHAR"),
-    ("hardware_summary", "VARCHAR"),
-    ("package_versions", "VARCHAR"),
-    ("extra", "VARCHAR"),
-    ("status", "VARCHAR"),
-    ("ended_at", "TIMESTAMPTZ"),
+_SESSIONS_V1 = _columns(
+    ("VARCHAR", "session_id"),
+    ("TIMESTAMPTZ", "started_at"),
+    ("VARCHAR", "host git_commit git_branch runner_label hardware_summary package_versions extra status"),
+    ("TIMESTAMPTZ", "ended_at"),
 )
 
 
@@ -96,23 +67,14 @@ def _create(table: str, columns: tuple[tuple[str, str], ...], key: str | None) -
 
 
 #: results columns added by schema version 2 (generate mode, compiled backends, energy).
-_RESULTS_V2_ADDED: tuple[tuple[str, str], ...] = (
-    ("new_tokens", "BIGINT"),
-    ("compile_time_s", "DOUBLE"),
-    ("ttft_ms", "DOUBLE"),
-    ("decode_ms_per_token", "DOUBLE"),
-    ("tokens_per_s", "DOUBLE"),
-    ("energy_j_per_item", "DOUBLE"),
-    ("avg_power_w", "DOUBLE"),
+_RESULTS_V2_ADDED = _columns(
+    ("BIGINT", "new_tokens"),
+    ("DOUBLE", "compile_time_s ttft_ms decode_ms_per_token tokens_per_s energy_j_per_item avg_power_w"),
 )
 
 #: results columns added by schema version 3 (the interference verdict and its readings).
-_RESULTS_V3_ADDED: tuple[tuple[str, str], ...] = (
-    ("noise", "VARCHAR"),
-    ("noise_reason", "VARCHAR"),
-    ("tries", "BIGINT"),
-    ("interference", "VARCHAR"),
-)
+_RESULTS_V3_ADDED = _columns(("VARCHAR", "noise noise_reason"), ("BIGINT", "tries"), ("VARCHAR", "interference"))
+
 
 def rounds_of(source: str, where: str = "true") -> str:
     """A SELECT of (record_id, ms): each record's rounds from the (record_id, iteration, ms) rows
