@@ -31,7 +31,7 @@ from .record import BenchmarkRecord, SessionInfo
 from .sinks.base import Sink, check_sink, open_sink, resolve_sink
 from .sinks.mlflow_uri import resolve_tracking_uri, validate_tracking_uri
 from .sinks.redact import redact_uri
-from .vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_RETRY_EVERY, DEFAULT_STORE_DIR
+from .vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT, DEFAULT_STORE_DIR
 
 if TYPE_CHECKING:
     from .sinks._recorder import Recorder, RecorderReport
@@ -284,8 +284,7 @@ class Tracker:
                                  notify=self._notify)
         if away:
             self.writer = SinkWriter([sinks[i] for i in away], [names[i] for i in away],
-                                     deadline_s=self.config.sink_timeout_s, retry_every=DEFAULT_RETRY_EVERY,
-                                     spool_dir=self.config.spool_dir,
+                                     deadline_s=self.config.sink_timeout_s, spool_dir=self.config.spool_dir,
                                      log_path=self.config.store_dir / "writer.log", notify=self._notify)
             self.writer.start()
 

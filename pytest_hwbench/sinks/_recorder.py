@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-import dataclasses
 import sys
 import threading
 import time
@@ -162,15 +161,11 @@ class Recorder:
         self._states = [
             _SinkState(name, sink) for name, sink in zip(unique_names(sinks), sinks, strict=True)
         ]
-        self._session: SessionInfo | None = None
+        #: the session given to `start`, if any
+        self.session: SessionInfo | None = None
         self._records = 0
         self._spool_error: str | None = None
         self._finished = False
-
-    @property
-    def session(self) -> SessionInfo | None:
-        """The session given to `start`, if any."""
-        return self._session
 
     @property
     def sinks(self) -> tuple[Sink, ...]:
@@ -179,9 +174,9 @@ class Recorder:
 
     def start(self, session: SessionInfo) -> None:
         """Spool the session and open it on every sink (a sink that raises is marked failed)."""
-        if self._session is not None:
+        if self.session is not None:
             raise RuntimeError("Recorder.start called twice; use one Recorder per session")
-        self._session = session
+        self.session = session
         try:
             self.spool.append_session(session)
         except OSError as exc:
@@ -225,12 +220,12 @@ class Recorder:
     def emit(self, record: BenchmarkRecord) -> bool:
         """Spool `record`, then write it to each healthy sink; False when it is refused (`refusal`).
         Raises only on misuse."""
-        if self._session is None or self._finished:
+        if self.session is None or self._finished:
             raise RuntimeError("Recorder.emit needs start() first and no finish() yet")
-        if record.session_id != self._session.session_id:
+        if record.session_id != self.session.session_id:
             raise ValueError(
                 f"record {record.record_id} has session_id {record.session_id!r}, "
-                f"the recorder's session is {self._session.session_id!r}"
+                f"the recorder's session is {self.session.session_id!r}"
             )
         problem = refusal(record)
         if problem is not None:
@@ -265,7 +260,7 @@ class Recorder:
     def finish(self, status: str = "finished") -> RecorderReport:
         """Retry failed sinks once, close every open sink with `status`, spool the end; report."""
         canonical = normalize_status(status)  # misuse raises before anything is closed
-        if self._session is None:
+        if self.session is None:
             raise RuntimeError("Recorder.finish called without start()")
         if not self._finished:
             self._finished = True
@@ -282,7 +277,7 @@ class Recorder:
 
             self._each(close_one)
             try:
-                self.spool.append_session_end(self._session.session_id, canonical)
+                self.spool.append_session_end(self.session.session_id, canonical)
             except OSError as exc:
                 self._spool_failed(exc)
             pending = {s.name: len(s.pending) for s in self._states if s.pending}
@@ -348,13 +343,13 @@ class Recorder:
 
     def _recover(self, state: _SinkState) -> None:
         """One attempt to reopen the sink and write its pending records (one at a time)."""
-        assert self._session is not None
+        assert self.session is not None
         state.since_failure = 0
         if state.given_up:
             return  # its time is spent: the spool and `hwbench replay` take it from here
         try:
             if not state.opened:
-                self._call(state, "open_session", state.sink.open_session, self._session)
+                self._call(state, "open_session", state.sink.open_session, self.session)
                 state.opened = True
             while state.pending:
                 self._call(state, "write", state.sink.write, [state.pending[0]])
@@ -390,47 +385,6 @@ class SinkReplay:
         return self.error is None
 
 
-def _replay_one(name: str, sink: Sink, records: dict[str, BenchmarkRecord], sessions: dict[str, SessionInfo],
-                statuses: Mapping[str, str], deadline_s: float | None,
-                notify: Callable[[str], None] | None, progress: Callable[[str], None]) -> SinkReplay:
-    written = 0
-    where = _where(name, sink)
-
-    def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
-        if deadline_s is None:
-            return fn(*args)
-        return sink_call(lambda: fn(*args), deadline_s, f"{where} to answer {during}", notify)
-
-    try:
-        have = call("existing_ids", sink.existing_ids, records) if records else set()
-        total = len(records) - len(have)
-        if records:
-            progress(f"{name}: {len(have)} of {len(records)} records already there; {total} to write")
-        began = last = time.monotonic()
-        by_session: dict[str, list[BenchmarkRecord]] = {}
-        for record in records.values():
-            if record.record_id not in have:
-                by_session.setdefault(record.session_id, []).append(record)
-        for session_id, missing in by_session.items():
-            info = sessions.get(session_id) or SessionInfo(
-                session_id=session_id, started_at=missing[0].created_at, host=missing[0].host
-            )
-            call("open_session", sink.open_session, info)
-            for start in range(0, len(missing), _CHUNK):
-                batch = missing[start : start + _CHUNK]
-                call("write", sink.write, batch)
-                written += len(batch)
-                now = time.monotonic()
-                if now - last >= PROGRESS_EVERY_S or written >= total:
-                    last, elapsed = now, max(now - began, 1e-9)
-                    progress(f"{name}: {written} of {total} records written ({written / elapsed:.1f} records/s, "
-                             f"{elapsed:.0f} s)")
-            call("close", sink.close, statuses.get(session_id, "killed"))
-    except Exception as exc:
-        return SinkReplay(name, written, _describe(exc))
-    return SinkReplay(name, written)
-
-
 def replay_each(
     spool: Spool,
     sinks: Sequence[Sink],
@@ -449,6 +403,7 @@ def replay_each(
     to write, then those written and the rate, at most every `PROGRESS_EVERY_S` seconds and once
     at the end.
     """
+    say = progress or (lambda line: None)
     records: dict[str, BenchmarkRecord] = {}
     refused = 0
     for record in spool.records():
@@ -463,11 +418,46 @@ def replay_each(
     for info in spool.sessions():
         sessions.setdefault(info.session_id, info)
     statuses = spool.session_statuses()
-    return [
-        dataclasses.replace(_replay_one(name, sink, records, sessions, statuses, deadline_s, notify,
-                                        progress or (lambda line: None)), refused=refused)
-        for name, sink in zip(unique_names(sinks), sinks, strict=True)
-    ]
+
+    def replay_one(name: str, sink: Sink) -> SinkReplay:
+        written = 0
+        where = _where(name, sink)
+
+        def call(during: str, fn: Callable[..., _T], *args: Any) -> _T:
+            if deadline_s is None:
+                return fn(*args)
+            return sink_call(lambda: fn(*args), deadline_s, f"{where} to answer {during}", notify)
+
+        try:
+            have = call("existing_ids", sink.existing_ids, records) if records else set()
+            total = len(records) - len(have)
+            if records:
+                say(f"{name}: {len(have)} of {len(records)} records already there; {total} to write")
+            began = last = time.monotonic()
+            by_session: dict[str, list[BenchmarkRecord]] = {}
+            for record in records.values():
+                if record.record_id not in have:
+                    by_session.setdefault(record.session_id, []).append(record)
+            for session_id, missing in by_session.items():
+                info = sessions.get(session_id) or SessionInfo(
+                    session_id=session_id, started_at=missing[0].created_at, host=missing[0].host
+                )
+                call("open_session", sink.open_session, info)
+                for start in range(0, len(missing), _CHUNK):
+                    batch = missing[start : start + _CHUNK]
+                    call("write", sink.write, batch)
+                    written += len(batch)
+                    now = time.monotonic()
+                    if now - last >= PROGRESS_EVERY_S or written >= total:
+                        last, elapsed = now, max(now - began, 1e-9)
+                        say(f"{name}: {written} of {total} records written ({written / elapsed:.1f} records/s, "
+                            f"{elapsed:.0f} s)")
+                call("close", sink.close, statuses.get(session_id, "killed"))
+        except Exception as exc:
+            return SinkReplay(name, written, _describe(exc), refused)
+        return SinkReplay(name, written, refused=refused)
+
+    return [replay_one(name, sink) for name, sink in zip(unique_names(sinks), sinks, strict=True)]
 
 
 def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:

@@ -10,7 +10,7 @@ only, and it closes the session as ``killed`` when its input ends without ``fini
 whose class lives in a package module travel (`shippable`); the others are written in pytest.
 
 Messages are pickled objects on two pipes (`multiprocessing.connection`): ``("hello", sinks,
-settings)``, ``("open", session)``, ``("record", record)`` per case and ``("finish", status)``, each
+deadline, spool)``, ``("open", session)``, ``("record", record)`` per case and ``("finish", status)``, each
 answered in order with ``{"ack": n, ...}``; a ``{"notify": line}`` (a sink that keeps the run
 waiting) may come at any time.
 """
@@ -60,12 +60,10 @@ class SinkWriter:
     """
 
     def __init__(self, sinks: Sequence[Sink], names: Sequence[str], *, deadline_s: float | None,
-                 retry_every: int, spool_dir: Path, log_path: Path,
-                 notify: Callable[[str], None] | None = None) -> None:
+                 spool_dir: Path, log_path: Path, notify: Callable[[str], None] | None = None) -> None:
         self.names = list(names)
         self._sinks = list(sinks)
         self.deadline_s = deadline_s
-        self.retry_every = retry_every
         self.spool_dir = spool_dir
         self.log_path = log_path
         self.notify = notify
@@ -106,7 +104,7 @@ class SinkWriter:
                 stderr=log, pass_fds=fds, start_new_session=True,
             )
         # The sinks travel pickled apart, so that one the writer cannot rebuild is its answer's error.
-        self._send(("hello", pickle.dumps(self._sinks), self.retry_every, self.deadline_s, self.spool_dir))
+        self._send(("hello", pickle.dumps(self._sinks), self.deadline_s, self.spool_dir))
 
     @property
     def alive(self) -> bool:
@@ -281,9 +279,9 @@ def serve(messages: Connection, answers: Connection) -> int:
         began = time.monotonic()
         try:
             if op == "hello":
-                sinks, retry_every, deadline_s, spool_dir = args
-                recorder = Recorder(_NoSpool(spool_dir), pickle.loads(sinks), retry_every=retry_every,  # noqa: S301
-                                    deadline_s=deadline_s, notify=lambda text: send({"notify": text}))
+                sinks, deadline_s, spool_dir = args
+                recorder = Recorder(_NoSpool(spool_dir), pickle.loads(sinks), deadline_s=deadline_s,  # noqa: S301
+                                    notify=lambda text: send({"notify": text}))
             elif recorder is None:
                 raise RuntimeError(f"message {op!r} before hello")
             elif op == "open":
