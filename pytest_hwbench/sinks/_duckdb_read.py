@@ -147,17 +147,13 @@ def records_from_results(frame: pd.DataFrame,
 def load_timings(path: str | os.PathLike[str], record_ids: Iterable[str]) -> dict[str, list[float]]:
     """record_id -> raw timings in iteration order (NaN where the file holds NULL, as the sink
     writes a non-finite timing), for each of `record_ids` that has any."""
-    import pandas as pd
-
     wanted = list(dict.fromkeys(record_ids))
     if not wanted:
         return {}
-    ids = pd.DataFrame({"record_id": pd.array(wanted, dtype=object)})
     with read_connection(path) as con:
-        con.register("hwbench_ids_df", ids)
         rows = con.execute(
-            "SELECT t.record_id, list(t.ms ORDER BY t.iteration) FROM timings t "
-            "JOIN hwbench_ids_df i ON t.record_id = CAST(i.record_id AS VARCHAR) GROUP BY t.record_id"
+            "SELECT record_id, list(ms ORDER BY iteration) FROM timings "
+            "JOIN (SELECT unnest(?::VARCHAR[]) AS record_id) USING (record_id) GROUP BY record_id", [wanted]
         ).fetchall()
     return {record_id: [math.nan if v is None else float(v) for v in values] for record_id, values in rows}
 

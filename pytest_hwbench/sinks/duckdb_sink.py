@@ -183,17 +183,12 @@ class DuckDBSink(Sink):
 
     def existing_ids(self, record_ids: Iterable[str]) -> set[str]:
         """Which of `record_ids` are in ``results`` (empty if the file does not exist yet)."""
-        import pandas as pd
-
         wanted = list(dict.fromkeys(record_ids))
         if not wanted or not self.path.exists():
             return set()
-        frame = pd.DataFrame({"record_id": pd.array(wanted, dtype=object)})
         with self._connect() as con:
-            con.register("hwbench_ids_df", frame)
-            rows = con.execute(
-                "SELECT r.record_id FROM results r JOIN hwbench_ids_df i ON r.record_id = CAST(i.record_id AS VARCHAR)"
-            ).fetchall()
+            rows = con.execute("SELECT record_id FROM results JOIN (SELECT unnest(?::VARCHAR[]) AS record_id) "
+                               "USING (record_id)", [wanted]).fetchall()
         return {row[0] for row in rows}
 
     def close(self, status: str) -> None:
