@@ -48,12 +48,9 @@ def _copy_artifacts(client: Any, source: str, target: str) -> None:
     """Log the records artifacts of run `source` to run `target`, same folder."""
     if not client.list_artifacts(source, layout.RECORDS_ARTIFACT_DIR):
         return
-    from pathlib import Path
-
     with tempfile.TemporaryDirectory(prefix="hwbench-mlflow-") as tmp:
-        local = Path(client.download_artifacts(source, layout.RECORDS_ARTIFACT_DIR, tmp))
-        for part in sorted(local.iterdir()):
-            client.log_artifact(target, str(part), layout.RECORDS_ARTIFACT_DIR)
+        client.log_artifacts(target, client.download_artifacts(source, layout.RECORDS_ARTIFACT_DIR, tmp),
+                             layout.RECORDS_ARTIFACT_DIR)
 
 
 __all__ = ["keep_one_copy"]

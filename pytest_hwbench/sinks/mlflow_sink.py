@@ -204,18 +204,17 @@ class MlflowSink(Sink):
         with self._mlflow_env():
             return self._experiment(create=False) is not None
 
-    def _search(self, filter_string: str) -> Iterator[Run]:
+    def _search(self, filter_string: str) -> list[Run]:
+        """Every run of the experiment that `filter_string` finds, page by page."""
+        from mlflow.utils import get_results_from_paginated_fn
+
         experiment_id = self._experiment(create=False)
         if experiment_id is None:
-            return
+            return []
         client = self._client()
-        token: str | None = None
-        while True:
-            page = client.search_runs([experiment_id], filter_string, max_results=1000, page_token=token)
-            yield from page
-            token = page.token
-            if not token:
-                return
+        return get_results_from_paginated_fn(  # type: ignore[no-any-return]
+            lambda size, token: client.search_runs([experiment_id], filter_string, max_results=size,
+                                                   page_token=token), 1000)
 
     def _session_parent(self, session_id: str) -> str | None:
         """The run id of the parent run that `keep_one_copy` keeps for `session_id` (the smallest
@@ -333,13 +332,12 @@ class MlflowSink(Sink):
         `SEARCH_THREADS` searches are in flight at once: each is one bounded query, and a server
         a few milliseconds away spends most of a search waiting on the network."""
         if not self._is_http or len(filters) < 2:
-            for text in filters:
-                yield list(self._search(text))
+            yield from map(self._search, filters)
             return
         from concurrent.futures import ThreadPoolExecutor
 
         with ThreadPoolExecutor(max_workers=SEARCH_THREADS, thread_name_prefix="hwbench-mlflow-search") as pool:
-            yield from pool.map(lambda text: list(self._search(text)), filters)
+            yield from pool.map(self._search, filters)
 
     def close(self, status: str) -> None:
         """Log the records written since `open_session` as a JSON artifact; terminate the parent;
