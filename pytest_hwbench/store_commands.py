@@ -314,38 +314,21 @@ def _chosen(ids: Sequence[str], wanted: str, where: str) -> list[str] | None:
     return [_match(ids, part.strip(), where) for part in wanted.split(",")]
 
 
-def _session_parts(wanted: str) -> list[str]:
-    """The comma-separated session names of `wanted`; ValueError naming an empty one."""
+def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> dict[str, Side]:
+    """What the side holds of each case: computed in the DuckDB file for a DuckDB side (the
+    store's, or a source that is a DuckDB file's path; only the sessions asked for), else built
+    from the records of the sessions asked for."""
+    from .compare_sides import side_of_summary, sides_of
+    from .sinks._duckdb_read import case_summaries
+    from .sinks.mlflow_calls import MlflowStoreError
+    from .sinks.readers import is_local_path, read_chosen, source_kind
+
     parts = [part.strip() for part in str(wanted).split(",")]
     if not all(parts):
         raise ValueError(f"session {wanted!r} is empty or has an empty part; give a session id, a unique prefix, "
                          "'latest', 'all', or several ids joined by commas (`hwbench sessions` lists them)")
-    return parts
-
-
-def _duckdb_file(args: argparse.Namespace, source: str | None) -> str | None:
-    """The DuckDB file a side reads: the store's (no source), or a source that is a DuckDB file's
-    path; None for any other source."""
-    from .sinks.readers import is_local_path, source_kind
-
-    if source is None:
-        return _db(args)
-    if is_local_path(source) and Path(source).exists() and source_kind(source) == "duckdb":
-        return source
-    return None
-
-
-def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> dict[str, Side]:
-    """What the side holds of each case: computed in the DuckDB file for a DuckDB side (only the
-    sessions asked for), else built from the records of the sessions asked for."""
-    from .compare_sides import side_of_summary, sides_of
-    from .sinks._duckdb_read import case_summaries
-    from .sinks.mlflow_calls import MlflowStoreError
-    from .sinks.readers import read_chosen, source_kind
-
-    parts = _session_parts(wanted)
-    db = _duckdb_file(args, source)
-    if db is not None:
+    if source is None or (is_local_path(source) and Path(source).exists() and source_kind(source) == "duckdb"):
+        db = _db(args) if source is None else source
         ids = None if wanted == "all" else [_session_id(db, part) for part in parts]
         return {s["case_id"]: side_of_summary(s) for s in case_summaries(db, ids)}
     assert source is not None
@@ -402,11 +385,11 @@ def _compare(args: argparse.Namespace) -> int:
         sides_b = _compare_side(args, args.source_b or args.source_a, args.session_b)
         comparisons = compare_cases(sides_a, sides_b, threshold=args.threshold, alpha=args.alpha)
         host = host_model_of_sides(sides_a, sides_b)
-    if getattr(args, "json", False):
+    if args.json:
         print(to_json(comparisons, host, advise=not of_pair))
     else:
-        print(format_table(comparisons, show_missing=getattr(args, "show_missing", False),
-                           verbose=getattr(args, "verbose", False), host=host, advise=not of_pair))
+        print(format_table(comparisons, show_missing=args.show_missing, verbose=args.verbose, host=host,
+                           advise=not of_pair))
     return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
 
 
