@@ -348,6 +348,7 @@ class MlflowSink(Sink):
             return
         run_status = RUN_STATUS[normalize_status(status)]
         parent, written, session_id = self._parent_run_id, self._written, self._session_id
+        assert session_id is not None  # open_session sets it with the parent
         self._parent_run_id, self._session_id, self._written = None, None, []
         with self._mlflow_env():
             client = self._client()
@@ -361,7 +362,7 @@ class MlflowSink(Sink):
                             client.log_text(target, text, part)
                         break
                     except Exception:
-                        if session_id is None or client.get_run(target).info.lifecycle_stage != "deleted":
+                        if client.get_run(target).info.lifecycle_stage != "deleted":
                             raise
                         target = self._session_parent(session_id)
                         if target is None:
@@ -372,21 +373,20 @@ class MlflowSink(Sink):
                 except Exception:
                     if client.get_run(parent).info.lifecycle_stage != "deleted":
                         raise
-            if session_id:
-                from .mlflow_copies import keep_one_copy
+            from .mlflow_copies import keep_one_copy
 
-                try:
-                    keep_one_copy(client, self._search, session_id)
-                    if written and target is not None and client.get_run(target).info.lifecycle_stage == "deleted":
-                        # deleted after our part landed, perhaps after its artifacts were copied:
-                        # the kept parent gets the part too (readers key the records by id)
-                        keeper = self._session_parent(session_id)
-                        if keeper is not None:
-                            client.log_text(keeper, text, part)
-                except Exception as exc:  # the records are written; only extra copies may remain
-                    warnings.warn(f"hwbench: session {session_id}: extra copies of its runs in {self.shown_uri} "
-                                  f"were not removed ({redact_uri(repr(exc))}); `hwbench replay` of its spool "
-                                  "removes them", HwbenchWarning, stacklevel=2)
+            try:
+                keep_one_copy(client, self._search, session_id)
+                if written and target is not None and client.get_run(target).info.lifecycle_stage == "deleted":
+                    # deleted after our part landed, perhaps after its artifacts were copied:
+                    # the kept parent gets the part too (readers key the records by id)
+                    keeper = self._session_parent(session_id)
+                    if keeper is not None:
+                        client.log_text(keeper, text, part)
+            except Exception as exc:  # the records are written; only extra copies may remain
+                warnings.warn(f"hwbench: session {session_id}: extra copies of its runs in {self.shown_uri} "
+                              f"were not removed ({redact_uri(repr(exc))}); `hwbench replay` of its spool "
+                              "removes them", HwbenchWarning, stacklevel=2)
 
     # -- reading back -----------------------------------------------------------------------
     def read_sessions(self) -> list[tuple[SessionInfo, str]]:

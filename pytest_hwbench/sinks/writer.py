@@ -29,6 +29,8 @@ from multiprocessing.connection import Connection, Pipe
 from pathlib import Path
 from typing import Any
 
+import psutil
+
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._recorder import Recorder, RecorderReport, _stderr_line
 from pytest_hwbench.sinks.base import Sink
@@ -132,15 +134,14 @@ class SinkWriter:
             self._read_one(self._wait_limit())
 
     def cpu_seconds(self) -> float | None:
-        """CPU time (user + system) the writer process has used so far; None where unknown
-        (no such process, or no ``/proc``)."""
+        """CPU time (user + system) the writer process has used so far; None where unknown."""
         if self.proc is None:
             return None
         try:
-            fields = Path(f"/proc/{self.proc.pid}/stat").read_text().rsplit(")", 1)[1].split()
-        except (OSError, IndexError):
+            times = psutil.Process(self.proc.pid).cpu_times()
+        except psutil.Error:
             return None
-        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+        return float(times.user + times.system)
 
     def send_finish(self, status: str) -> None:
         """Ask the writer to close the session on every sink with `status`; returns at once
