@@ -230,8 +230,8 @@ class Tracker:
         self.recorder: Recorder | None = None
         self.writer: SinkWriter | None = None
         self._report: RecorderReport | None = None
-        #: the session's status once it finished here while the writer still closes its sinks
-        self._closing: str | None = None
+        #: whether the session finished here while the writer still closes its sinks
+        self._closing = False
         self._session: SessionInfo | None = None
         self._reporter: Any = None
         self._pytest_config: pytest.Config | None = None
@@ -357,15 +357,15 @@ class Tracker:
         self._links = [sink.browse() for sink in self.recorder.sinks]
         if self.writer is not None:
             self.writer.send_finish(status)
-            self._closing = status
+            self._closing = True
 
     @property
     def report(self) -> RecorderReport | None:
         """What every sink has and lacks once the session finished (None before); waits for the
         writer to close the session on its sinks."""
-        if self._closing is not None and self.writer is not None:
-            away = self.writer.finish(self._closing)
-            self._closing = None
+        if self._closing and self.writer is not None:
+            away = self.writer.finish()
+            self._closing = False
             self._links = [*self.writer.links, *self._links]
             report = self._report
             assert report is not None

@@ -15,6 +15,9 @@ from .redact import redact_uri
 PING_TIMEOUT_S = 5.0
 #: The default ports of the SQL stores MLflow takes.
 _SQL_PORTS = {"postgresql": 5432, "mysql": 3306, "mssql": 1433}
+#: Words of an SQL server's refusal of the login or the database (PostgreSQL, MySQL, SQL Server).
+_REFUSALS = ("authentication failed", "password", "does not exist", "access denied", "unknown database",
+             "login failed", "no pg_hba.conf entry", "role ")
 
 
 def require_answer(uri: str | None, what: str, *, timeout: float = PING_TIMEOUT_S,
@@ -81,26 +84,16 @@ def sql_problem(uri: str, what: str) -> str | None:
     or its driver is missing (a usage error: another URI or an install fixes it, not waiting)."""
     import socket
 
+    import sqlalchemy
+
+    from .._deadline import call_with_deadline
+
     parts = urlsplit(uri)
     host, port = str(parts.hostname), parts.port or _SQL_PORTS[_scheme(uri)]
     try:
         socket.create_connection((host, port), timeout=PING_TIMEOUT_S).close()
     except OSError as exc:
         return f"cannot connect to {host}:{port} within {PING_TIMEOUT_S:g} s: {exc.strerror or exc}"
-    return _query_problem(uri, what)
-
-
-#: Words of an SQL server's refusal of the login or the database (PostgreSQL, MySQL, SQL Server).
-_REFUSALS = ("authentication failed", "password", "does not exist", "access denied", "unknown database",
-             "login failed", "no pg_hba.conf entry", "role ")
-
-
-def _query_problem(uri: str, what: str) -> str | None:
-    """Why the SQL store at `uri` does not answer ``SELECT 1`` (see `sql_problem`)."""
-    import sqlalchemy
-
-    from .._deadline import call_with_deadline
-
     shown = redact_uri(uri)
     timeout = int(PING_TIMEOUT_S)
     driver_args = {"postgresql": {"connect_timeout": timeout}, "mysql": {"connect_timeout": timeout},

@@ -55,8 +55,8 @@ def shippable(sink: Sink) -> bool:
 class SinkWriter:
     """The pytest side: starts the writer process and talks to it.
 
-    `start` spawns it and hands over the sinks; `open`, `record` and `finish` follow the
-    recorder's life; `wait_idle` blocks until the writer has answered everything sent. A writer
+    `start` spawns it and hands over the sinks; `open`, `record`, `send_finish` and `finish`
+    follow the recorder's life; `wait_idle` blocks until the writer has answered everything sent. A writer
     that dies or stops answering is stopped; `failed` then says why, and the records it did not
     acknowledge are pending in `finish`'s report.
     """
@@ -79,7 +79,6 @@ class SinkWriter:
         self._records = 0
         self._written: dict[str, int] = dict.fromkeys(self.names, 0)
         self._opened = False
-        self._finishing = False
         #: the writer's answer to ``finish``
         self._final: RecorderReport | None = None
         #: where a person sees each sink's runs (`Sink.browse`), in sink order, None where none
@@ -146,16 +145,13 @@ class SinkWriter:
     def send_finish(self, status: str) -> None:
         """Ask the writer to close the session on every sink with `status`; returns at once
         (`finish` waits for the answer)."""
-        if self.alive and self._opened and not self._finishing:
-            self._finishing = True
+        if self._opened:
             self._send(("finish", status))
 
-    def finish(self, status: str) -> RecorderReport:
-        """Close the session on every sink with `status` (unless `send_finish` asked already);
-        what each sink has and lacks. The writer then ends on its own; `stop` waits for it."""
-        if self.alive and self._opened:
-            self.send_finish(status)
-            self._drain()
+    def finish(self) -> RecorderReport:
+        """What each sink has and lacks once the writer answered everything sent (`send_finish`
+        included). The writer then ends on its own; `stop` waits for it."""
+        self._drain()
         self._close_input()
         if self._final is not None:
             return self._final
