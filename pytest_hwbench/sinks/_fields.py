@@ -39,18 +39,13 @@ def _kind_of(name: str, hint: Any) -> FieldKind:
             raise TypeError(f"BenchmarkRecord.{name}: unsupported union {hint!r}")
         hint = args[0]
         origin = typing.get_origin(hint)
-    if hint is str or origin is Literal:
+    if origin is Literal:
         return FieldKind(name, "str", optional)
-    if hint is int:
-        return FieldKind(name, "int", optional)
-    if hint is float:
-        return FieldKind(name, "float", optional)
-    if origin is tuple:
-        args = typing.get_args(hint)
-        if args and args[0] is int:
-            return FieldKind(name, "int_tuple", optional)
-        if args and args[0] is float:
-            return FieldKind(name, "float_tuple", optional)
+    if hint in (str, int, float):
+        return FieldKind(name, hint.__name__, optional)  # type: ignore[arg-type]
+    items = typing.get_args(hint)
+    if origin is tuple and items and items[0] in (int, float):
+        return FieldKind(name, f"{items[0].__name__}_tuple", optional)  # type: ignore[arg-type]
     if origin in (Mapping, dict) or hint in (Mapping, dict):
         return FieldKind(name, "mapping", optional)
     raise TypeError(f"BenchmarkRecord.{name}: no sink mapping for type {hint!r}")

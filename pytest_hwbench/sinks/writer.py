@@ -10,9 +10,9 @@ only, and it closes the session as ``killed`` when its input ends without ``fini
 whose class lives in a package module travel (`shippable`); the others are written in pytest.
 
 Messages are pickled objects on two pipes (`multiprocessing.connection`): ``("hello", sinks,
-deadline, spool)``, ``("open", session)``, ``("record", record)`` per case and ``("finish", status)``, each
-answered in order with ``{"ack": n, ...}``; a ``{"notify": line}`` (a sink that keeps the run
-waiting) may come at any time.
+deadline, spool)``, ``("open", session)``, ``("record", record)`` per case and ``("finish",
+status)``, each answered in order with ``{"ack": n, ...}``; a ``{"notify": line}`` (a sink that
+keeps the run waiting) may come at any time.
 """
 
 from __future__ import annotations
@@ -56,9 +56,9 @@ class SinkWriter:
     """The pytest side: starts the writer process and talks to it.
 
     `start` spawns it and hands over the sinks; `open`, `record`, `send_finish` and `finish`
-    follow the recorder's life; `wait_idle` blocks until the writer has answered everything sent. A writer
-    that dies or stops answering is stopped; `failed` then says why, and the records it did not
-    acknowledge are pending in `finish`'s report.
+    follow the recorder's life; `wait_idle` blocks until the writer has answered everything sent.
+    A writer that dies or stops answering is stopped; `failed` then says why, and the records it
+    did not acknowledge are pending in `finish`'s report.
     """
 
     def __init__(self, sinks: Sequence[Sink], names: Sequence[str], *, deadline_s: float | None,
