@@ -129,8 +129,9 @@ class SinkWriter:
         self.waited_s += time.monotonic() - began
 
     def _drain(self) -> None:
+        limit_s = None if self.deadline_s is None else self.deadline_s * max(1, len(self.names)) + _SLACK_S
         while self.alive and self._acked < self._sent:
-            self._read_one(self._wait_limit())
+            self._read_one(limit_s)
 
     def cpu_seconds(self) -> float | None:
         """CPU time (user + system) the writer process has used so far; None where unknown."""
@@ -180,11 +181,6 @@ class SinkWriter:
         """End the writer's input: it writes what it was sent, then exits."""
         if self._input is not None:
             self._input.close()
-
-    def _wait_limit(self) -> float | None:
-        if self.deadline_s is None:
-            return None
-        return self.deadline_s * max(1, len(self.names)) + _SLACK_S
 
     def _fail(self, why: str) -> None:
         if self.failed is None:
