@@ -204,15 +204,11 @@ class DuckDBSink(Sink):
             )
 
 
-def _factory(target: str | None, /, **options: Any) -> DuckDBSink:
-    return DuckDBSink(target, **options)
-
-
 def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:
     return load_records(_default_path(target), options.get("session_id"))
 
 
-register_sink("duckdb", _factory, suffixes=(".duckdb", ".ddb"), reader=_reader)
+register_sink("duckdb", DuckDBSink, suffixes=(".duckdb", ".ddb"), reader=_reader)
 
 # -- a DuckDB file as the mirror of other stores ----------------------------------------------
 def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,

@@ -460,10 +460,6 @@ class MlflowSink(Sink):
         return out
 
 
-def _factory(target: str | None, /, **options: Any) -> MlflowSink:
-    return MlflowSink(target, **options)
-
-
 def _reader(target: str | None, /, *, experiment: str | None = None, with_timings: bool = False,
             choose: Callable[[Sequence[str]], Sequence[str] | None] | None = None,
             **options: Any) -> list[BenchmarkRecord]:
@@ -483,7 +479,7 @@ def _reader(target: str | None, /, *, experiment: str | None = None, with_timing
 
 register_sink(
     "mlflow",
-    _factory,
+    MlflowSink,
     schemes=("sqlite", "http", "https", "postgresql", "mysql", "mssql", "databricks"),
     reader=_reader,
 )
