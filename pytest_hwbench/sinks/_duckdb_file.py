@@ -1,6 +1,6 @@
-"""Opening the DuckDB file: a lock held for milliseconds is waited out (`open_file`), a file that
-stays locked or is corrupt raises a `DuckDBFileError` that says what to do (`classify_error`,
-`checked`); readers open it at the current schema (`read_connection`)."""
+"""Opening the DuckDB file (`checked`): a lock held for milliseconds is waited out, a file that
+stays locked or is corrupt raises a `DuckDBFileError` that says what to do (`classify_error`);
+readers open it at the current schema (`read_connection`)."""
 
 from __future__ import annotations
 
@@ -54,16 +54,19 @@ def classify_error(exc: duckdb.Error, path: Path) -> DuckDBFileError | None:
     return None
 
 
-def open_file(path: Path, **kwargs: Any) -> duckdb.DuckDBPyConnection:
-    """`duckdb.connect(path)`, retrying a lock for up to `LOCK_WAIT_S` seconds; a file that stays
-    locked, or is corrupt, raises `DuckDBFileError`."""
+@contextmanager
+def checked(path: Path, **kwargs: Any) -> Iterator[duckdb.DuckDBPyConnection]:
+    """A connection to the file at `path` (`duckdb.connect` with `kwargs`, a lock retried for up
+    to `LOCK_WAIT_S` seconds), closed on exit; a file that stays locked, or is corrupt (also when
+    a query inside finds it so), raises `DuckDBFileError`."""
     import duckdb
 
     deadline = time.monotonic() + LOCK_WAIT_S
     pause = 0.01
     while True:
         try:
-            return duckdb.connect(str(path), **kwargs)
+            con = duckdb.connect(str(path), **kwargs)
+            break
         except duckdb.Error as exc:
             problem = classify_error(exc, path)
             if problem is None:
@@ -72,15 +75,6 @@ def open_file(path: Path, **kwargs: Any) -> duckdb.DuckDBPyConnection:
                 raise problem from None
         time.sleep(pause)
         pause = min(pause * 2, 0.2)
-
-
-@contextmanager
-def checked(path: Path, **kwargs: Any) -> Iterator[duckdb.DuckDBPyConnection]:
-    """A connection to the file at `path` (`open_file` with `kwargs`), closed on exit; a DuckDB
-    error inside that says the file is locked or corrupt is raised as `DuckDBFileError`."""
-    import duckdb
-
-    con = open_file(path, **kwargs)
     try:
         yield con
     except duckdb.Error as exc:  # a corrupt block shows when a query reads it
@@ -123,6 +117,5 @@ __all__ = [
     "DuckDBFileError",
     "checked",
     "classify_error",
-    "open_file",
     "read_connection",
 ]
