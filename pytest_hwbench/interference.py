@@ -59,6 +59,7 @@ BASELINE_PERCENTILE = 10.0
 REFERENCE_SIZE = 128
 REFERENCE_PRODUCTS = 20
 
+_PROC_STAT = Path("/proc/stat")
 _CLOCK_TICKS = os.sysconf("SC_CLK_TCK") if hasattr(os, "sysconf") else 100
 
 
@@ -70,15 +71,22 @@ def allowed_cores() -> tuple[int, ...]:
         return tuple(range(os.cpu_count() or 1))
 
 
-def _per_core_seconds() -> dict[int, tuple[float, float]]:
-    """CPU id -> (busy seconds, stolen seconds) since boot (the kernel lists the online CPUs in
-    order); {} where the system keeps no such counters (only Linux counts stolen time)."""
-    try:
-        # guest time is already inside user and nice (proc(5)), so it is not added again
-        return {core: (t.user + t.nice + t.system + t.irq + t.softirq, t.steal)
-                for core, t in enumerate(psutil.cpu_times(percpu=True))}
-    except (OSError, AttributeError):
-        return {}
+def _per_core_seconds(stat: str | None = None) -> dict[int, tuple[float, float]]:
+    """CPU id -> (busy seconds, stolen seconds) since boot, from ``/proc/stat`` (or its text `stat`)
+    by the id each line names (psutil numbers CPUs by position, wrong after an offline one)."""
+    out: dict[int, tuple[float, float]] = {}
+    if stat is None:
+        try:
+            stat = _PROC_STAT.read_text()
+        except OSError:
+            return out
+    for line in stat.splitlines():
+        if line.startswith("cpu") and not line.startswith("cpu "):
+            name, *fields = line.split()
+            user, nice, system, _idle, _iowait, irq, softirq, steal = (int(v) for v in fields[:8])
+            # guest time is already inside user and nice (proc(5)), so it is not added again
+            out[int(name[3:])] = ((user + nice + system + irq + softirq) / _CLOCK_TICKS, steal / _CLOCK_TICKS)
+    return out
 
 
 def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:

@@ -22,6 +22,7 @@ from pytest_hwbench import BenchCase, Runner
 from pytest_hwbench.interference import (
     MAX_OTHER_CORES,
     HostSnapshot,
+    _per_core_seconds,
     crowded,
     free_cores,
     host_readings,
@@ -130,6 +131,23 @@ def test_host_readings_count_others_as_busy_time_less_our_own() -> None:
     verdict, reason = judge(readings)
     assert verdict == "noisy"
     assert reason.startswith("1.2 of 2 cores busy with other processes; 0.20 cores stolen by the hypervisor")
+
+
+def test_per_core_counters_are_keyed_by_the_cpu_id_each_line_names() -> None:
+    # /proc/stat of a 4-CPU host with cpu1 offline: its line is missing, so cpu2 and cpu3 keep their
+    # ids (the affinity mask names them so); counting by position would read cpu2 as cpu1.
+    ticks = os.sysconf("SC_CLK_TCK")
+    stat = (
+        "cpu  400 0 200 9000 10 0 0 40 0 0\n"
+        "cpu0 100 0 50 3000 5 0 0 10 0 0\n"
+        "cpu2 200 10 100 3000 5 5 5 20 0 0\n"
+        "cpu3 100 0 50 3000 0 0 0 10 0 0\n"
+        "intr 12345 0 0\n"
+    )
+    cores = _per_core_seconds(stat)
+    assert sorted(cores) == [0, 2, 3]
+    assert cores[2] == pytest.approx((320 / ticks, 20 / ticks))
+    assert set(os.sched_getaffinity(0)) <= set(_per_core_seconds())
 
 
 def test_quiet_readings_are_clean_and_a_short_window_cannot_see_interference() -> None:
