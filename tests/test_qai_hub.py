@@ -29,7 +29,7 @@ from pytest_hwbench.case import BenchCase
 from pytest_hwbench.errors import UnsupportedCase
 from pytest_hwbench.hardware import HardwareInfo, TargetInfo
 from pytest_hwbench.models import get_model
-from pytest_hwbench.probes.qnn import detect_qnn
+from pytest_hwbench.probes.qnn import NO_TOKEN, NOT_INSTALLED, detect_qnn
 from pytest_hwbench.result import CaseResult, failed_record
 from pytest_hwbench.trackers import Latency, Memory
 
@@ -144,8 +144,8 @@ def test_backend_is_registered_with_the_qnn_marker():
 
 def test_unavailable_reasons():
     backend = get_backend("qai_hub")
-    assert backend.unavailable("qnn", "fp16", _hw(False, qh.NOT_INSTALLED)) == NOT_INSTALLED_REASON
-    assert backend.unavailable("qnn", "int8", _hw(False, qh.NO_TOKEN)) == NO_TOKEN_REASON
+    assert backend.unavailable("qnn", "fp16", _hw(False, NOT_INSTALLED)) == NOT_INSTALLED_REASON
+    assert backend.unavailable("qnn", "int8", _hw(False, NO_TOKEN)) == NO_TOKEN_REASON
     assert backend.unavailable("qnn", "fp16", _hw(True)) is None
     assert backend.unavailable("qnn", "int8", _hw(True)) is None
     assert "fp16" in backend.unavailable("qnn", "fp32", _hw(True))

@@ -27,24 +27,16 @@ from ..env_settings import env_setting
 from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
+from ..probes.qnn import NOT_INSTALLED, TOKEN_ENV, client_ini
 from ._onnx_export import ExportedModel, cached_variant, export_onnx
 from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 
 #: Environment variable naming the AI Hub device (``qai-hub list-devices`` shows the names).
 DEVICE_ENV = "HWBENCH_QAI_HUB_DEVICE"
 DEFAULT_DEVICE = "Samsung Galaxy S24 (Family)"
-#: Environment variable holding an API token; qai-hub itself reads only its ini file, so we
-#: pass this one through `qai_hub.ClientConfig` (the qnn probe, `pytest_hwbench.probes.qnn`, accepts either).
-TOKEN_ENV = "QAI_HUB_API_TOKEN"
-#: The ini file ``qai-hub configure`` writes; qai-hub reads ``$QAIHUB_CLIENT_INI`` instead when set.
-CLIENT_INI_ENV = "QAIHUB_CLIENT_INI"
-DEFAULT_CLIENT_INI = "~/.qai_hub/client.ini"
 #: Seconds to wait for one compile or profile job (3600 unless set, `pytest_hwbench.env_settings`;
 #: AI Hub itself times jobs out too).
 TIMEOUT_ENV = "HWBENCH_QAI_HUB_TIMEOUT_S"
-
-NOT_INSTALLED = "qai-hub is not installed (pip install 'pytest-hwbench[qnn]')"
-NO_TOKEN = "no Qualcomm AI Hub token: run `qai-hub configure --api_token TOKEN` or set QAI_HUB_API_TOKEN"
 
 #: AI Hub compile options per precision. ``qnn_context_binary`` runs on the Hexagon NPU (HTP)
 #: only, without a CPU fallback, so a profile of it is an NPU measurement. The NPU computes float
@@ -80,7 +72,7 @@ REDACTED = "***"
 def known_tokens() -> tuple[str, ...]:
     """The API tokens this process could send: ``$QAI_HUB_API_TOKEN`` and the ini file's."""
     tokens = [os.environ.get(TOKEN_ENV, "")]
-    ini = Path(os.environ.get(CLIENT_INI_ENV) or DEFAULT_CLIENT_INI).expanduser()
+    ini = client_ini()
     if ini.is_file():
         import configparser
 
