@@ -265,12 +265,9 @@ def mirror(source: str, experiment: str, path: str | os.PathLike[str]) -> int:
     """
     from pytest_hwbench.sinks import import_mlflow_sessions
     from pytest_hwbench.sinks.mlflow_migration import store_init_lock
-    from pytest_hwbench.sinks.mlflow_uri import sqlite_path
+    from pytest_hwbench.sinks.mlflow_uri import require_existing
 
-    if source.lower().startswith("sqlite:///") and not sqlite_path(source).is_file():
-        # a reader never makes a store: MLflow would create the folders and an empty database
-        raise FileNotFoundError(f"{redact_uri(source)}: {sqlite_path(source)} does not exist; name an existing store "
-                                "(a session writes one)")
+    require_existing(source)
     file = Path(path)
     file.parent.mkdir(parents=True, exist_ok=True)
     with store_init_lock(file.parent):

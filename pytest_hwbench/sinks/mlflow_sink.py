@@ -46,7 +46,13 @@ from pytest_hwbench.sinks.mlflow_layout import (
     session_tags,
 )
 from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
-from pytest_hwbench.sinks.mlflow_uri import is_http, resolve_tracking_uri, sqlite_path, validate_tracking_uri
+from pytest_hwbench.sinks.mlflow_uri import (
+    is_http,
+    require_existing,
+    resolve_tracking_uri,
+    sqlite_path,
+    validate_tracking_uri,
+)
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
@@ -465,10 +471,8 @@ def _reader(target: str | None, /, *, experiment: str | None = None, with_timing
             **options: Any) -> list[BenchmarkRecord]:
     """The records of the store; with `choose`, of the sessions it picks among the session runs'
     ids (newest first; None: every session), searched session by session."""
-    if target is not None and target.lower().startswith("sqlite:///") and not sqlite_path(target).is_file():
-        # A reader never makes a store: MLflow would create the folders and an empty database.
-        raise FileNotFoundError(f"{redact_uri(target)}: {sqlite_path(target)} does not exist; name an existing "
-                                "store (a session writes one)")
+    if target is not None:
+        require_existing(target)
     sink = MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options)
     chosen = None
     if choose is not None:

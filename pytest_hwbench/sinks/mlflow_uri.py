@@ -44,6 +44,14 @@ def sqlite_path(uri: str) -> Path:
     return Path(uri[len("sqlite:///") :].split("?", 1)[0])
 
 
+def require_existing(uri: str) -> None:
+    """Refuse a ``sqlite:///`` store whose file does not exist (FileNotFoundError): a reader never
+    makes a store, and MLflow would create the folders and an empty database."""
+    if uri.lower().startswith("sqlite:///") and not sqlite_path(uri).is_file():
+        raise FileNotFoundError(f"{redact_uri(uri)}: {sqlite_path(uri)} does not exist; name an existing store "
+                                "(a session writes one)")
+
+
 def is_http(uri: str) -> bool:
     """Whether `uri` names a tracking server (``http://`` or ``https://``)."""
     return urlsplit(uri).scheme.lower() in _HTTP_SCHEMES
@@ -163,6 +171,7 @@ __all__ = [
     "REFUSED_CREDENTIALS",
     "is_http",
     "ping",
+    "require_existing",
     "resolve_tracking_uri",
     "sqlite_path",
     "validate_tracking_uri",
