@@ -9,7 +9,6 @@ from typing import Any, TypeVar
 
 from pytest_hwbench._deadline import NOTICE_FRACTION, call_with_deadline
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
 DEFAULT_TIMEOUT_S = 30.0
@@ -23,13 +22,6 @@ class HwselTimeout(TimeoutError):
 
 class HwselUnreachable(ConnectionError):
     """A tracking server that a command cannot do without does not answer its ``/health``."""
-
-
-def reach(uri: str, timeout: float = 2.0) -> str | None:
-    """Why the tracking server at `uri` cannot be used now, or None when its ``/health`` answers
-    200 within `timeout` seconds (None at once for a store that is not a server). Never raises;
-    the reason never holds a password."""
-    return ping(uri, timeout) if is_http(uri) else None
 
 
 #: What to do instead when the tracking server an option names does not answer.
@@ -68,5 +60,5 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = 
     )
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded", "reach",
+__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded",
            "require_reachable"]

@@ -17,10 +17,10 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 from pytest_hwbench import facts
-from pytest_hwbench.sinks.mlflow_uri import is_http
+from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
-from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded, reach
+from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded
 from .bounds import Coverage, floors
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .guard import blend, clamp
@@ -156,7 +156,7 @@ class Predictor:
         servers = [u for u in (source if isinstance(source, list | tuple) else [source])
                    if isinstance(u, str) and is_http(u)]
         unreachable = {u: why for u in {*servers, tracking_uri} if u and is_http(u)
-                       for why in [reach(str(u), timeout=min(2.0, timeout))] if why is not None}
+                       for why in [ping(str(u), timeout=min(2.0, timeout))] if why is not None}
         down = next((unreachable[u] for u in servers if u in unreachable), None)
         if "measured" in layers and down is not None:
             off("measured", "benchmark data", down)

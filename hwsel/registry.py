@@ -25,7 +25,7 @@ import pandas as pd
 
 from hwsel._quiet import quiet_mlflow
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.mlflow_uri import sqlite_path
+from pytest_hwbench.sinks.mlflow_uri import ping, sqlite_path
 
 #: What the registry holds a champion for: the metrics hwsel predicts.
 PREDICTED_METRICS: tuple[str, ...] = ("latency", "throughput", "memory")
@@ -265,9 +265,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     try:
         from mlflow.tracking import MlflowClient
 
-        from ._reach import reach
-
-        if reach(uri, timeout=2.0) is not None:  # credentials in the URI sent as MLflow sends them
+        if ping(uri) is not None:  # a bad URI or a silent server; credentials sent as MLflow sends them
             return None
         if uri.startswith("sqlite:///") and not sqlite_path(uri).exists():
             return None  # do not create an empty store just by asking

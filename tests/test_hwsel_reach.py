@@ -32,7 +32,8 @@ from pathlib import Path
 import pytest
 from _hanging import HangingServer
 
-from hwsel._reach import HwselTimeout, bounded, reach
+from hwsel._reach import HwselTimeout, bounded
+from pytest_hwbench.sinks.mlflow_uri import ping
 
 #: Every test here starts another process, a server or a training: the end-to-end tier.
 pytestmark = pytest.mark.e2e
@@ -134,18 +135,16 @@ def guarded_server(tmp_path_factory: pytest.TempPathFactory, small_runs: Path) -
 
 def test_reach_sends_the_uri_credentials_and_never_shows_them(guarded_server: tuple[str, str, _AuthProxy]) -> None:
     uri, secret, proxy = guarded_server
-    assert reach(uri) is None  # the credentials travel as basic auth, not in the host name
+    assert ping(uri) is None  # the credentials travel as basic auth, not in the host name
     wrong = uri.replace(secret, "wrong")
-    why = reach(wrong)
+    why = ping(wrong)
     assert why is not None and "HTTP 401" in why and "wrong" not in why and "***@127.0.0.1" in why
     plain = f"http://127.0.0.1:{proxy.port}"
-    assert "HTTP 401" in (reach(plain) or "")
+    assert "HTTP 401" in (ping(plain) or "")
 
 
 def test_the_harness_ping_sends_the_uri_credentials_too(guarded_server: tuple[str, str, _AuthProxy]) -> None:
     """The recording plug-in's reachability check (`ping`) reaches the same guarded server."""
-    from pytest_hwbench.sinks.mlflow_uri import ping
-
     uri, secret, proxy = guarded_server
     assert ping(uri) is None
     why = ping(uri.replace(secret, "wrong"))

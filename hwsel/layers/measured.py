@@ -15,6 +15,7 @@ from typing import Any
 from pytest_hwbench import facts
 from pytest_hwbench.record import measurement_problem
 from pytest_hwbench.sinks import redact_uri
+from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
@@ -358,10 +359,8 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
     sources = [str(s) for s in data.source_list(source)]
     where = data.describe_sources(sources)  # shown: a tracking URI's password masked
-    from .._reach import reach
-
-    for s in sources:
-        why = reach(s)
+    for s in filter(is_http, sources):
+        why = ping(s)
         if why is not None:
             warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=3)
             return None, f"benchmark data not loaded: {why}"
