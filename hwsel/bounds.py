@@ -102,28 +102,30 @@ class Coverage:
         keys = frozenset(key for hw, name in devices if (key := device_key(str(hw), str(name or ""))))
         return cls(min(sizes), max(sizes), frozenset(str(f) for f in families if f), keys)
 
-    def distance(self, q: Query) -> tuple[float, list[str]]:
-        """(blend weight in [0, 1], reasons) for `q`: decades of size outside the range, an unseen
-        family, an unseen accelerator."""
+    def distance(self, param_count: float, family: str | None, hardware: str,
+                 device_name: str | None) -> tuple[float, list[str]]:
+        """(blend weight in [0, 1], reasons) for a model of `param_count` parameters (not finite:
+        unknown) and `family` on `hardware`'s `device_name`: decades of size outside the range, an
+        unseen family, an unseen accelerator."""
         reasons: list[str] = []
         weight = 0.0
-        p = float(q.model.param_count)
+        p = float(param_count)
         if p > 0:
             decades = max(0.0, math.log10(p / self.max_params), math.log10(self.min_params / p))
             if decades > 0.05:
                 weight = max(weight, min(1.0, BLEND_PER_DECADE * decades))
                 reasons.append(f"{p / 1e6:.4g}M parameters is {decades:.2g} decade(s) outside the training models' "
                                f"{self.min_params / 1e6:.3g}M-{self.max_params / 1e6:.3g}M")
-        family = str(q.model.family or "")
+        family = str(family or "")
         if self.families and family and family not in self.families:
             weight = max(weight, BLEND_UNSEEN)
             reasons.append(f"family {family} not in the training data")
-        device = device_key(q.hardware, q.device_name)
+        device = device_key(hardware, device_name)
         # CPU names differ from host to host while the features carry each CPU's peaks: only an
         # unseen accelerator counts as extrapolating.
-        if self.devices and device and device not in self.devices and q.hardware not in facts.target_set(host_cpu=True):
+        if self.devices and device and device not in self.devices and hardware not in facts.target_set(host_cpu=True):
             weight = max(weight, BLEND_UNSEEN)
-            reasons.append(f"device {q.device_name} not in the training data")
+            reasons.append(f"device {device_name} not in the training data")
         return weight, reasons
 
 

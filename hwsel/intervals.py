@@ -225,8 +225,6 @@ def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
     (``row`` indexes `table`: ``model``, ``param_count``, ``family``, ``hardware``,
     ``device_name``) when its model is held out: `hwsel.bounds.Coverage.distance` of the row
     against the coverage of the other models' rows (0: inside, answered by the trained model)."""
-    from types import SimpleNamespace
-
     from .bounds import Coverage
 
     rows = oof["row"].to_numpy()
@@ -243,10 +241,7 @@ def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
             continue
         for k in np.flatnonzero(model[rows] == name):
             i = rows[k]
-            q = SimpleNamespace(model=SimpleNamespace(param_count=params[i] if np.isfinite(params[i]) else 0.0,
-                                                      family=family[i]),
-                                hardware=hardware[i], device_name=device[i] or None)
-            out[k] = cov.distance(q)[0]  # type: ignore[arg-type]  # reads the fields a Query has
+            out[k] = cov.distance(params[i], family[i], hardware[i], device[i])[0]
     return out
 
 

@@ -417,7 +417,7 @@ class Predictor:
         if coverage is not None:
             for i, (q, p) in enumerate(zip(queries, out, strict=True)):
                 if p.source == "registered":
-                    weight, reasons = coverage.distance(q)
+                    weight, reasons = coverage.distance(q.model.param_count, q.model.family, q.hardware, q.device_name)
                     if weight > 0:
                         far.append((i, weight, reasons))
         if far:
