@@ -24,7 +24,7 @@ from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded
 from .bounds import Coverage, floors
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .guard import blend, clamp
-from .layers.base import DeviceFields, Layer, LayerStatus
+from .layers.base import Layer
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
     GRID_BATCH_SIZES,
@@ -58,6 +58,15 @@ def bulk(size: int) -> Iterator[None]:
         yield
     finally:
         gc.enable()
+
+
+@dataclasses.dataclass
+class LayerStatus:
+    """Whether a layer is on, and why not."""
+
+    available: bool
+    note: str = ""
+    details: dict[str, Any] = dataclasses.field(default_factory=dict)
 
 
 def _check_layers(layers: Iterable[str]) -> tuple[str, ...]:
@@ -231,7 +240,6 @@ class Predictor:
         if not any(s.available for s in status.values()):
             raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
         intervals = getattr(champions.get("latency"), "intervals", None)
-        where = DeviceFields()  # one device description per device, shared by the layers
         factor = config.thresholds.interval_factor
         self.config_ = config
         self.index_ = index
@@ -244,13 +252,13 @@ class Predictor:
         self.coverage_ = coverage
         #: the latency champion's calibrated bands (`hwsel.intervals.AdaptiveIntervals`), None without
         self.intervals_ = intervals
-        self.registered_ = RegisteredLayer(champions, domain, where, self.champion_modes)
+        self.registered_ = RegisteredLayer(champions, domain, self.champion_modes)
         #: layer name -> layer, in the order they are asked (`SOURCES`)
         self.layers_: dict[str, Layer] = {
-            "measured": MeasuredLayer(index, where),
+            "measured": MeasuredLayer(index),
             "registered": self.registered_,
-            "roofline": RooflineLayer(factor["roofline"], where, intervals),
-            "rules": RulesLayer(factor["rules"], where),
+            "roofline": RooflineLayer(factor["roofline"], intervals),
+            "rules": RulesLayer(factor["rules"]),
         }
         self.default_devices_: dict[str, tuple[str | None, str]] = {}
         self.answers_: dict[Query, Prediction] = {}

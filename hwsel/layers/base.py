@@ -4,7 +4,6 @@ never sees another layer, the predictor's cache or its status."""
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import Any, Protocol, runtime_checkable
 
 from ..query import Prediction, Query
@@ -24,31 +23,13 @@ class Layer(Protocol):
         ...
 
 
-@dataclass
-class LayerStatus:
-    """Whether a layer is on, and why not."""
+def device_fields(q: Query) -> dict[str, Any]:
+    """The device fields of every answer to `q`: `Prediction.device`, ``device_source`` and
+    ``device_spec`` (`hwsel.specs.spec_for`, cached there)."""
+    from ..specs import spec_for
 
-    available: bool
-    note: str = ""
-    details: dict[str, Any] = field(default_factory=dict)
-
-
-class DeviceFields:
-    """The device fields of every answer to a query (`Prediction.device`, ``device_source``,
-    ``device_spec``), made once per (hardware, device, why) and shared by a predictor's layers."""
-
-    def __init__(self) -> None:
-        self._found: dict[tuple[str, str | None, str], dict[str, Any]] = {}
-
-    def __call__(self, q: Query) -> dict[str, Any]:
-        key = (q.hardware, q.device_name, q.device_source)
-        found = self._found.get(key)
-        if found is None:
-            from ..specs import spec_for
-
-            found = self._found[key] = {"device": q.device_name, "device_source": q.device_source,
-                                        "device_spec": spec_for(q.hardware, q.device_name).name}
-        return found
+    return {"device": q.device_name, "device_source": q.device_source,
+            "device_spec": spec_for(q.hardware, q.device_name).name}
 
 
 def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | None = None) -> Any:
@@ -66,4 +47,4 @@ def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | Non
         for q in queries]))
 
 
-__all__ = ["DeviceFields", "Layer", "LayerStatus", "query_features"]
+__all__ = ["Layer", "device_fields", "query_features"]

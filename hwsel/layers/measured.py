@@ -19,7 +19,7 @@ from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import DeviceFields
+from .base import device_fields
 from .rules import rules_estimate
 
 
@@ -321,9 +321,8 @@ class MeasuredLayer:
 
     name = "measured"
 
-    def __init__(self, index: MeasuredIndex, where: DeviceFields | None = None) -> None:
+    def __init__(self, index: MeasuredIndex) -> None:
         self.index = index
-        self.where = where or DeviceFields()
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
         out: list[Prediction | None] = []
@@ -343,7 +342,7 @@ class MeasuredLayer:
                 memory = rules_estimate(q)[2]
                 detail += "; memory estimated by rules (not measured)"
             out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
-                                  m.backend, q.precision, q.batch_size, q.mode, detail, **self.where(q),
+                                  m.backend, q.precision, q.batch_size, q.mode, detail, **device_fields(q),
                                   energy_j_per_item=m.energy_j_per_item))
         return out
 

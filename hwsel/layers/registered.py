@@ -17,7 +17,7 @@ from pytest_hwbench.vocabulary import normalise_mode
 
 from ..bounds import Coverage
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import DeviceFields, query_features
+from .base import device_fields, query_features
 from .rules import rules_estimate
 
 log = logging.getLogger("hwsel")
@@ -39,10 +39,9 @@ class RegisteredLayer:
     name = "registered"
 
     def __init__(self, champions: Mapping[str, Any], domain: frozenset[tuple[str, str, str, str]] | None = None,
-                 where: DeviceFields | None = None, mode_names: Mapping[str, str] | None = None) -> None:
+                 mode_names: Mapping[str, str] | None = None) -> None:
         self.champions = dict(champions)
         self.domain = domain
-        self.where = where or DeviceFields()
         self.mode_names = dict(mode_names or {})
         #: (model, hardware, precision, mode, backend, device) -> `_score`'s rows on the grid
         self._grid: dict[tuple[Any, ...], Any] = {}
@@ -116,7 +115,7 @@ class RegisteredLayer:
                 detail += "; interpolated between the model's grid batch sizes"
             out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
                                 (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
-                                q.batch_size, q.mode, f"champion model version {version}{detail}", **self.where(q))
+                                q.batch_size, q.mode, f"champion model version {version}{detail}", **device_fields(q))
         return out
 
 

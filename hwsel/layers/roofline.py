@@ -13,7 +13,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
-from .base import DeviceFields, query_features
+from .base import device_fields, query_features
 from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runtime_mb
 
 
@@ -71,9 +71,8 @@ class RooflineLayer:
 
     name = "roofline"
 
-    def __init__(self, interval_factor: float, where: DeviceFields | None = None, intervals: Any = None) -> None:
+    def __init__(self, interval_factor: float, intervals: Any = None) -> None:
         self.interval_factor = interval_factor
-        self.where = where or DeviceFields()
         self.intervals = intervals
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
@@ -104,7 +103,7 @@ class RooflineLayer:
             out.append(Prediction(q.hardware, latency, q.batch_size / latency * 1e3, memory, "roofline",
                                   interval, q.backend, q.precision, q.batch_size, q.mode,
                                   f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
-                                  f"+ {overhead:.3g} ms launch overhead", **self.where(q)))
+                                  f"+ {overhead:.3g} ms launch overhead", **device_fields(q)))
         return out
 
 

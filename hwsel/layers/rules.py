@@ -10,7 +10,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
-from .base import DeviceFields
+from .base import device_fields
 
 #: Effective (not peak) TFLOP/s of eager frameworks on a common device of each kind. Seen:
 #: BERT-base on a 2-core CPU about 0.1 TFLOP/s, on an H100 fp16 about 160 (FACTS.md).
@@ -67,9 +67,8 @@ class RulesLayer:
 
     name = "rules"
 
-    def __init__(self, interval_factor: float, where: DeviceFields | None = None) -> None:
+    def __init__(self, interval_factor: float) -> None:
         self.interval_factor = interval_factor
-        self.where = where or DeviceFields()
 
     def answer(self, queries: Sequence[Query]) -> list[Prediction | None]:
         f = self.interval_factor
@@ -77,7 +76,7 @@ class RulesLayer:
         for q in queries:
             latency, throughput, memory = rules_estimate(q)
             out.append(Prediction(q.hardware, latency, throughput, memory, "rules", (latency / f, latency * f),
-                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate", **self.where(q)))
+                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate", **device_fields(q)))
         return out
 
 
