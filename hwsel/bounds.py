@@ -7,9 +7,8 @@ ceiling unless the floor is), and how far a question lies from what a registered
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable
 from dataclasses import dataclass
-from typing import TYPE_CHECKING
 
 from pytest_hwbench import facts
 from pytest_hwbench.record import MAX_LATENCY_MS, MIN_LATENCY_MS
@@ -17,9 +16,6 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from .query import Query
 from .specs import CPU_CEILING, device_key, spec_for
-
-if TYPE_CHECKING:
-    from .specs import DeviceSpec
 
 _MIB = 2.0**20
 #: Share of the roofline blended in per decade of model size outside the training range.
@@ -44,12 +40,11 @@ class Floor:
         return f"at least {self.latency_ms:.4g} ms ({which} at {self.device_spec} peak) and {self.memory_mb:.4g} MiB"
 
 
-def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
-    """The physical lower bounds of `q` (resolved: hardware and device filled in) on `spec`
-    (default: `hwsel.specs.spec_for` of its hardware and device); a CPU whose spec is not known
-    (any CPU known only by name) is bounded by `hwsel.specs.CPU_CEILING`, the fastest CPU."""
-    if spec is None:
-        spec = spec_for(q.hardware, q.device_name)
+def floor_of(q: Query) -> Floor:
+    """The physical lower bounds of `q` (resolved: hardware and device filled in) on its device
+    (`hwsel.specs.spec_for`); a CPU whose spec is not known (any CPU known only by name) is bounded
+    by `hwsel.specs.CPU_CEILING`, the fastest CPU."""
+    spec = spec_for(q.hardware, q.device_name)
     if spec.kind == "cpu" and not spec.known:
         spec = CPU_CEILING
     m = q.model
@@ -67,12 +62,6 @@ def floor_of(q: Query, spec: DeviceSpec | None = None) -> Floor:
     memory = (weights * (2.0 if train else 1.0) + kv_cache) / _MIB
     latency = max(compute_ms, memory_ms, MIN_LATENCY_MS)
     return Floor(latency, memory, compute_ms, memory_ms, spec.name)
-
-
-def floors(queries: Sequence[Query]) -> list[Floor]:
-    """`floor_of` for many queries (each device's spec looked up once)."""
-    specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
-    return [floor_of(q, specs[q.hardware, q.device_name]) for q in queries]
 
 
 def within(latency_ms: float, memory_mb: float, floor: Floor, *, slack: float = 1e-9) -> bool:
@@ -136,4 +125,4 @@ def blend_log(value: float, toward: float, weight: float) -> float:
     return math.exp((1 - weight) * math.log(value) + weight * math.log(toward))
 
 
-__all__ = ["BLEND_PER_DECADE", "BLEND_UNSEEN", "Coverage", "Floor", "blend_log", "floor_of", "floors", "within"]
+__all__ = ["BLEND_PER_DECADE", "BLEND_UNSEEN", "Coverage", "Floor", "blend_log", "floor_of", "within"]

@@ -21,7 +21,7 @@ from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
 from ._reach import DEFAULT_TIMEOUT_S, HwselTimeout, bounded
-from .bounds import Coverage, floors
+from .bounds import Coverage, floor_of
 from .config import ENV_VAR, SOURCES, SelectionConfig, load_config
 from .guard import blend, clamp
 from .layers.base import Layer
@@ -437,7 +437,7 @@ class Predictor:
                 if r is not None:
                     out[i] = blend(out[i], r, weight, reasons,
                                     None if band is None else (float(band[0][k]), float(band[1][k])))
-        return [clamp(p, f) for p, f in zip(out, floors(queries), strict=True)]
+        return [clamp(p, floor_of(q)) for p, q in zip(out, queries, strict=True)]
 
 
 def _detected_device(hardware: str) -> str | None:

@@ -25,7 +25,6 @@ def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
     from ..roofline import roofline_arrays as arrays
     from ..specs import spec_for
 
-    specs = {key: spec_for(*key) for key in {(q.hardware, q.device_name) for q in queries}}
     col = functools.partial(np.fromiter, dtype=float, count=len(queries))
     nan = float("nan")
     return arrays(
@@ -35,8 +34,8 @@ def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
         col(float(q.model.num_layers or nan) for q in queries),
         col(float(q.batch_size) for q in queries),
         col(float(bytes_per_element(q.precision)) for q in queries),
-        col(specs[q.hardware, q.device_name].tflops(q.precision) for q in queries),
-        col(specs[q.hardware, q.device_name].memory_bandwidth_gbs for q in queries),
+        col(spec_for(q.hardware, q.device_name).tflops(q.precision) for q in queries),
+        col(spec_for(q.hardware, q.device_name).memory_bandwidth_gbs for q in queries),
     )
 
 
