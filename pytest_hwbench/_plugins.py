@@ -71,13 +71,26 @@ def missing_members(obj: object, protocol: type) -> list[str]:
     return sorted(n for n in names if not hasattr(obj, n))
 
 
+def implementing(obj: T, protocol: type, base: str, *, source: str = "") -> T:
+    """`obj` when it implements `protocol`, else TypeError naming what it lacks, where it came
+    from (`source`, where given) and `base`, the public class that gives the members with defaults."""
+    if not isinstance(obj, protocol):
+        culprit = f"{source} gave {obj!r}, which" if source else repr(obj)
+        raise TypeError(f"{culprit} does not implement the {protocol.__name__} protocol: it lacks "
+                        f"{', '.join(missing_members(obj, protocol))} (subclass {base} to inherit "
+                        "the members with defaults)")
+    return obj
+
+
 class Registry(Generic[T]):
     """The plugins of one kind by name, filled by `register` as the modules of entry-point
-    `group` are imported (`loaded` imports them once)."""
+    `group` are imported (`loaded` imports them once); `key` is what their names are called
+    (a scenario's is its mode), `kind` by default."""
 
-    def __init__(self, group: str, kind: str) -> None:
+    def __init__(self, group: str, kind: str, key: str = "") -> None:
         self.group = group
         self.kind = kind
+        self.key = key or kind
         self.items: dict[str, T] = {}
         self._loaded = False
 
@@ -101,6 +114,13 @@ class Registry(Generic[T]):
             self._loaded = True
         return self.items
 
+    def get(self, name: str) -> T:
+        """The plugin registered as `name`; an unknown name lists the known ones."""
+        items = self.loaded()
+        if name not in items:
+            raise KeyError(f"unknown {self.key} {name!r}; known: {', '.join(sorted(items))}")
+        return items[name]
+
 
 __all__ = ["BACKENDS_GROUP", "COMMANDS_GROUP", "HARDWARE_GROUP", "SCENARIOS_GROUP", "SINKS_GROUP", "Registry",
-           "load_group", "missing_members"]
+           "implementing", "load_group"]

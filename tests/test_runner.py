@@ -8,7 +8,7 @@ from typing import Any
 import pytest
 
 from pytest_hwbench import Backend, BenchCase, LoadedModel, RemoteMeasurement, Runner, TimingConfig
-from pytest_hwbench.backends.base import _REGISTRY, register_backend
+from pytest_hwbench.backends.base import BACKENDS, register_backend
 from pytest_hwbench.trackers import Latency, Memory, RemoteCall, Sample
 
 REMOTE_TIMES = [4.0, 5.0, 6.0, 5.5, 4.5]
@@ -63,7 +63,7 @@ def remote_backend():
     backend = _RemoteBackend()
     register_backend(backend)
     yield backend
-    _REGISTRY.pop(backend.name, None)
+    BACKENDS.items.pop(backend.name, None)
 
 
 def test_remote_timer_takes_the_backends_timings(remote_backend):
@@ -140,7 +140,7 @@ def hungry_backend():
     backend = _HungryBackend()
     register_backend(backend)
     yield backend
-    _REGISTRY.pop(backend.name, None)
+    BACKENDS.items.pop(backend.name, None)
 
 
 def test_out_of_memory_frees_the_cache_and_the_next_case_runs(hungry_backend):
@@ -229,7 +229,7 @@ def leaky_backend():
     register_backend(backend)
     BALLAST.clear()
     yield backend
-    _REGISTRY.pop(backend.name, None)
+    BACKENDS.items.pop(backend.name, None)
 
 
 def test_out_of_memory_leaves_nothing_of_the_failed_case_alive(leaky_backend):
@@ -324,7 +324,7 @@ def test_the_runner_syncs_closes_and_measures_a_subclassed_model():
         remote = runner.run(BenchCase("bert-tiny", backend.name, "cpu", "fp16", 2))
         assert remote.latency.values_ms == tuple(REMOTE_TIMES) and remote.noise is None
     finally:
-        _REGISTRY.pop(backend.name, None)
+        BACKENDS.items.pop(backend.name, None)
 
 
 @dataclass
@@ -365,7 +365,7 @@ def test_the_runner_measures_through_whatever_strategy_the_model_gives():
         result = Runner(TimingConfig(warmup_iterations=0, min_iterations=1, min_time_s=0), noise_retries=0).run(
             BenchCase("bert-tiny", backend.name, "cpu", "fp32", 1))
     finally:
-        _REGISTRY.pop(backend.name, None)
+        BACKENDS.items.pop(backend.name, None)
     assert result.latency.median == 3.0 and result.cold_latency_ms == 9.0 and result.memory.peak_device_mb == 7.0
     assert result.metrics == {"ttft_ms": 1.5}
     assert result.details["strategy"] == "fixed" and result.details["energy"].startswith("not measured")

@@ -11,7 +11,7 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, fields
 from typing import Any, ClassVar, Protocol, runtime_checkable
 
-from .._plugins import BACKENDS_GROUP, Registry, missing_members
+from .._plugins import BACKENDS_GROUP, Registry, implementing
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..trackers import LocalCall, MeasuredElsewhere, Measurement, MeasuresMore, RemoteCall, RemoteMeasurement
@@ -171,39 +171,26 @@ class Backend(Protocol):
         ...
 
 
-_BACKENDS: Registry[Backend] = Registry(BACKENDS_GROUP, "backend")
-_REGISTRY = _BACKENDS.items
+#: name -> backend, filled by `register_backend` as the entry-point modules are imported.
+BACKENDS: Registry[Backend] = Registry(BACKENDS_GROUP, "backend")
 
 
 def register_backend(backend: Backend) -> Backend:
     """Add a backend (called by each backend module at import)."""
-    if not isinstance(backend, Backend):
-        raise TypeError(f"{backend!r} does not implement the Backend protocol: it lacks "
-                        f"{', '.join(missing_members(backend, Backend))} (subclass pytest_hwbench.Backend to inherit "
-                        "the members with defaults)")
-    return _BACKENDS.register(backend.name, backend)
+    return BACKENDS.register(backend.name, implementing(backend, Backend, "pytest_hwbench.Backend"))
 
 
 def registered_backends() -> dict[str, Backend]:
     """All backends by name: ours and the entry-point group's, imported once."""
     # By name: the order modules happened to be imported in (a scenario imports the backends it
     # builds on) must not reorder the grid.
-    return dict(sorted(_BACKENDS.loaded().items()))
-
-
-def foreign_backends() -> bool:
-    """Whether a backend of anyone else's is installed or registered (`Registry.has_foreign`)."""
-    return _BACKENDS.has_foreign()
+    return dict(sorted(BACKENDS.loaded().items()))
 
 
 def get_backend(name: str) -> Backend:
     """The backend named `name`; an unknown name lists the known ones."""
-    backends = registered_backends()
-    try:
-        return backends[name]
-    except KeyError:
-        raise KeyError(f"unknown backend {name!r}; known: {', '.join(sorted(backends))}") from None
+    return BACKENDS.get(name)
 
 
 __all__ = ["Backend", "LoadedModel", "MeasuredElsewhere", "Measurement", "RemoteMeasurement",
-           "foreign_backends", "get_backend", "register_backend", "registered_backends"]
+           "get_backend", "register_backend", "registered_backends"]

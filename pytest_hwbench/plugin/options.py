@@ -11,12 +11,12 @@ from typing import Any
 import pytest
 
 from .. import hookspecs
-from ..backends.base import foreign_backends, registered_backends
+from ..backends.base import BACKENDS, registered_backends
 from ..case import DEFAULT_NEW_TOKENS
 from ..facts import marker_docs
 from ..models import FAMILIES, get_model, load_model_set, register_model
 from ..plugin_api import MAX_CASE_SECONDS, positive_option
-from ..scenarios import foreign_scenarios, registered_modes, registered_scenarios
+from ..scenarios import SCENARIOS, registered_modes, registered_scenarios
 from ..vocabulary import DEFAULT_MODE, DEFAULT_NOISE_RETRIES, MAX_ITERATIONS, MODE_DOCS, MODES, PRECISIONS
 from .grid import hardware_targets
 
@@ -159,7 +159,7 @@ def register_markers(config: pytest.Config) -> None:
     Our backends and scenarios bring no marker beyond the target table's (`facts.marker_docs`) and
     `MODE_DOCS`, so their registries load here only when someone else's backend or scenario is
     installed or registered, for the markers it brings: a session without hwbench cases loads none."""
-    foreign = foreign_backends() or foreign_scenarios()
+    foreign = BACKENDS.has_foreign() or SCENARIOS.has_foreign()
     modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()} if foreign else MODE_DOCS
     markers = {**marker_docs(), **modes, **OTHER_MARKERS}
     for backend in registered_backends().values() if foreign else ():  # markers a backend brings

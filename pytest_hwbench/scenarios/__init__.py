@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
-from .._plugins import SCENARIOS_GROUP, Registry, missing_members
+from .._plugins import SCENARIOS_GROUP, Registry, implementing
 from ..vocabulary import DEFAULT_MODE, register_token_mode
 
 if TYPE_CHECKING:
@@ -16,7 +16,7 @@ if TYPE_CHECKING:
     from ..models import ModelSpec
 
 #: mode -> scenario, filled by `register_scenario` as the entry-point modules are imported.
-_SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario")
+SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario", key="mode")
 
 
 @runtime_checkable
@@ -60,19 +60,16 @@ class Scenario(Protocol):
 
 def register_scenario(scenario: Scenario) -> Scenario:
     """Add a mode (called by each scenario module at import; a third party's too)."""
-    if not isinstance(scenario, Scenario):
-        raise TypeError(f"{scenario!r} does not implement the Scenario protocol: it lacks "
-                        f"{', '.join(missing_members(scenario, Scenario))} (subclass pytest_hwbench.Scenario to "
-                        "inherit the members with defaults)")
+    implementing(scenario, Scenario, "pytest_hwbench.Scenario")
     if "new_tokens" in scenario.options:
         register_token_mode(scenario.mode)
-    return _SCENARIOS.register(scenario.mode, scenario)
+    return SCENARIOS.register(scenario.mode, scenario)
 
 
 def registered_scenarios() -> dict[str, Scenario]:
     """Every scenario by mode, ours and the entry-point group's, imported once; the default
     mode (`DEFAULT_MODE`) comes first."""
-    scenarios = _SCENARIOS.loaded()
+    scenarios = SCENARIOS.loaded()
     return {mode: scenarios[mode] for mode in dict.fromkeys([DEFAULT_MODE, *scenarios]) if mode in scenarios}
 
 
@@ -81,19 +78,10 @@ def registered_modes() -> tuple[str, ...]:
     return tuple(registered_scenarios())
 
 
-def foreign_scenarios() -> bool:
-    """Whether a scenario of anyone else's is installed or registered (`Registry.has_foreign`)."""
-    return _SCENARIOS.has_foreign()
-
-
 def get_scenario(mode: str) -> Scenario:
     """The scenario of `mode`; an unknown mode lists the known ones."""
-    scenarios = registered_scenarios()
-    try:
-        return scenarios[mode]
-    except KeyError:
-        raise KeyError(f"unknown mode {mode!r}; modes: {', '.join(scenarios)}") from None
+    return SCENARIOS.get(mode)
 
 
-__all__ = ["DEFAULT_MODE", "Scenario", "foreign_scenarios", "get_scenario", "register_scenario",
+__all__ = ["DEFAULT_MODE", "Scenario", "get_scenario", "register_scenario",
            "registered_modes", "registered_scenarios"]

@@ -12,7 +12,7 @@ from collections.abc import Callable, Iterable, Sequence
 from pathlib import PurePath
 from typing import Any, Protocol, runtime_checkable
 
-from pytest_hwbench._plugins import SINKS_GROUP, Registry, missing_members
+from pytest_hwbench._plugins import SINKS_GROUP, Registry, implementing
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 #: Session statuses every sink understands, and the words that mean them.
@@ -194,11 +194,7 @@ def open_sink(uri_or_name: str, **options: Any) -> Sink:
 def check_sink(sink: Any, source: str) -> Sink:
     """`sink` when it implements the `Sink` protocol, else TypeError naming what it lacks and
     where it came from (`source`)."""
-    if not isinstance(sink, Sink):
-        raise TypeError(f"{source} gave {sink!r}, which does not implement the Sink protocol: it lacks "
-                        f"{', '.join(missing_members(sink, Sink))} (subclass pytest_hwbench.sinks.Sink to inherit "
-                        "the members with defaults)")
-    return sink
+    return implementing(sink, Sink, "pytest_hwbench.sinks.Sink", source=source)
 
 
 def read_sink(uri_or_name: str, **options: Any) -> list[BenchmarkRecord]:
