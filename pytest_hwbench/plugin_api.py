@@ -4,7 +4,9 @@ strict option parsers, the process's role, the case a test item measures, instal
 
 from __future__ import annotations
 
+import contextlib
 import math
+import sys
 from collections.abc import Callable, Iterable
 from importlib import metadata
 from typing import Any
@@ -69,6 +71,21 @@ def case_of(item: pytest.Item) -> BenchCase | None:
     return case if isinstance(case, BenchCase) else None
 
 
+def terminal_line(config: pytest.Config, line: str, **markup: bool) -> None:
+    """Write `line` on the terminal now, on a line of its own after pytest's progress dots, also
+    from inside a test, whose output pytest captures (capture is suspended while it is written);
+    on stderr where pytest has no terminal (``-p no:terminal``)."""
+    capman = config.pluginmanager.getplugin("capturemanager")
+    with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
+        reporter = config.pluginmanager.get_plugin("terminalreporter")
+        if reporter is None:
+            print(line, file=sys.stderr, flush=True)
+            return
+        if reporter._tw.width_of_current_line:
+            reporter._tw.line()
+        reporter.write_line(line, **markup)
+
+
 def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
     """distribution -> version, for those of `distributions` that are installed."""
     out = {}
@@ -93,4 +110,4 @@ def core_versions() -> dict[str, str]:
 
 __all__ = ["CASE_PARAM", "CORE_DISTRIBUTIONS", "MAX_CASE_SECONDS", "STATE_PLUGIN", "case_of", "core_versions",
            "installed_versions", "is_worker",
-           "positive_option", "text_option", "writes_records"]
+           "positive_option", "terminal_line", "text_option", "writes_records"]

@@ -5,10 +5,9 @@ tracking URI and DuckDB file, or what ``pytest_hwbench_default_sinks`` gives) an
 
 from __future__ import annotations
 
-import contextlib
 import dataclasses
+import functools
 import os
-import sys
 import tempfile
 import time
 from collections.abc import Mapping
@@ -24,6 +23,7 @@ from .plugin_api import (
     case_of,
     installed_versions,
     positive_option,
+    terminal_line,
     text_option,
     writes_records,
 )
@@ -233,7 +233,6 @@ class Tracker:
         #: whether the session finished here while the writer still closes its sinks
         self._closing = False
         self._session: SessionInfo | None = None
-        self._reporter: Any = None
         self._pytest_config: pytest.Config | None = None
         self._has_cases = False
         self._opened = False
@@ -245,20 +244,6 @@ class Tracker:
         self.writer_cpu_in_windows: float | None = None
         self._window: tuple[float, float | None] | None = None
 
-    def _notify(self, line: str) -> None:
-        """A line for the terminal now (a sink that keeps the run waiting says so), also from
-        inside a test, whose output pytest captures: capture is suspended while it is written."""
-        config = self._pytest_config
-        capman = config.pluginmanager.getplugin("capturemanager") if config is not None else None
-        with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
-            reporter = self._reporter
-            if reporter is None:
-                print(line, file=sys.stderr, flush=True)
-                return
-            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
-                reporter._tw.line()
-            reporter.write_line(line, yellow=True)
-
     def _make_sinks(self, config: pytest.Config) -> None:
         """Once: the sinks, split into those the writer process takes and those written here."""
         if self.recorder is not None:
@@ -269,7 +254,7 @@ class Tracker:
         from .sinks.writer import SinkWriter, shippable
 
         self._pytest_config = config
-        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
+        notify = functools.partial(terminal_line, config, yellow=True)  # a sink that keeps the run waiting says so
         defaults = config.hook.pytest_hwbench_default_sinks(config=config, tracking=self.config) or []
         for sink in defaults:
             check_sink(sink, "pytest_hwbench_default_sinks")
@@ -281,11 +266,11 @@ class Tracker:
         away = [i for i, sink in enumerate(sinks) if serial and shippable(sink)]
         here = [sinks[i] for i in range(len(sinks)) if i not in away]
         self.recorder = Recorder(Spool(self.config.spool_dir), here, deadline_s=self.config.sink_timeout_s,
-                                 notify=self._notify)
+                                 notify=notify)
         if away:
             self.writer = SinkWriter([sinks[i] for i in away], [names[i] for i in away],
                                      deadline_s=self.config.sink_timeout_s, spool_dir=self.config.spool_dir,
-                                     log_path=self.config.store_dir / "writer.log", notify=self._notify)
+                                     log_path=self.config.store_dir / "writer.log", notify=notify)
             self.writer.start()
 
     def _open(self) -> None:
@@ -327,7 +312,6 @@ class Tracker:
 
     def pytest_hwbench_session_start(self, config: pytest.Config, session: SessionInfo) -> None:
         self._pytest_config = config
-        self._reporter = config.pluginmanager.get_plugin("terminalreporter")
         self._session = session
         self._open()
 

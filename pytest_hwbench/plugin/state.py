@@ -19,7 +19,7 @@ import pytest
 
 from ..backends.base import registered_backends
 from ..case import BenchCase
-from ..plugin_api import STATE_PLUGIN, case_of
+from ..plugin_api import STATE_PLUGIN, case_of, terminal_line
 from ..record import BenchmarkRecord, SessionInfo
 from .grid import Selection, case_from_id
 from .options import apply_options, register_markers
@@ -163,11 +163,8 @@ class HwbenchState:
     def _show_progress(self, report: pytest.TestReport) -> None:
         """Count a finished test; print the progress line of a benchmark run when one is due."""
         line = self.progress.done_one(report.nodeid, *self.measured.pop(report.nodeid, (None, None)))
-        reporter = self.config.pluginmanager.get_plugin("terminalreporter")
-        if line and reporter is not None:
-            if reporter._tw.width_of_current_line:  # after pytest's progress dots: a line of its own
-                reporter._tw.line()
-            reporter.write_line(line)
+        if line and self.config.pluginmanager.has_plugin("terminalreporter"):
+            terminal_line(self.config, line)
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
         if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
