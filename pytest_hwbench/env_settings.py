@@ -58,15 +58,10 @@ ENV_SETTINGS: dict[str, EnvSetting] = {s.name: s for s in (
 )}
 
 
-def env_setting(name: str) -> float | None:
-    """The value of the environment setting `name` (a key of `ENV_SETTINGS`)."""
-    return ENV_SETTINGS[name].read()
-
-
 def check_env_settings(environ: Mapping[str, str] | None = None) -> None:
     """Raise ValueError naming the first environment setting whose value is not accepted."""
     for setting in ENV_SETTINGS.values():
         setting.read(environ)
 
 
-__all__ = ["ENV_SETTINGS", "EnvSetting", "check_env_settings", "env_setting"]
+__all__ = ["ENV_SETTINGS", "EnvSetting", "check_env_settings"]

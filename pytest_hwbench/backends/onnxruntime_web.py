@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from ..env_settings import env_setting
+from ..env_settings import ENV_SETTINGS
 from ..errors import PrecisionMismatch, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
@@ -53,7 +53,7 @@ _OUTPUT_PRECISION = {"float32": "fp32", "float16": "fp16"}
 
 
 def _seconds(name: str) -> float:
-    return float(env_setting(name) or 0.0)
+    return float(ENV_SETTINGS[name].read() or 0.0)
 
 
 def _web() -> Any:

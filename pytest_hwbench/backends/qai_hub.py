@@ -23,7 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from ..env_settings import env_setting
+from ..env_settings import ENV_SETTINGS
 from ..errors import HwbenchError, UnsupportedCase
 from ..hardware import HardwareInfo
 from ..models import ModelSpec
@@ -244,7 +244,8 @@ def _remote(what: str, fn: Callable[[], Any]) -> Any:
 
 def _wait(job: Any, what: str) -> tuple[bool, str]:
     """Wait for `job`; (succeeded, scrubbed failure message)."""
-    status = _remote(f"waiting for the {what} job", lambda: job.wait(timeout=int(env_setting(TIMEOUT_ENV) or 0)))
+    status = _remote(f"waiting for the {what} job",
+                     lambda: job.wait(timeout=int(ENV_SETTINGS[TIMEOUT_ENV].read() or 0)))
     if isinstance(status, bool):  # older clients return a bool
         ok, message = status, ""
     else:

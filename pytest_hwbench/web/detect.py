@@ -45,10 +45,10 @@ NO_WEBGPU_FIX = ("WebGPU needs an adapter: run Chromium with --enable-unsafe-web
 def run_probe(browser: str) -> dict[str, Any]:
     """The probe page's findings in a fresh browser, which is ended before returning; the whole
     (browser start included) is bounded by ``$HWBENCH_WEB_PROBE_TIMEOUT_S``."""
-    from ..env_settings import env_setting
+    from ..env_settings import ENV_SETTINGS
     from ._driver import WebDriver
 
-    timeout_s = float(env_setting(PROBE_TIMEOUT_ENV) or 0)
+    timeout_s = float(ENV_SETTINGS[PROBE_TIMEOUT_ENV].read() or 0)
     started = time.monotonic()
     driver = WebDriver(browser, start_timeout_s=timeout_s)
     try:
@@ -62,7 +62,7 @@ def run_probe(browser: str) -> dict[str, Any]:
 @functools.cache
 def web_facts() -> dict[str, Any]:
     """Browser, onnxruntime-web and probe, found once per process (JSON-ready)."""
-    from ..env_settings import env_setting
+    from ..env_settings import ENV_SETTINGS
 
     browser, browser_reason = find_browser()
     ort, ort_reason = find_ort_web()
@@ -82,7 +82,7 @@ def web_facts() -> dict[str, Any]:
 
     sweep_stale_runs()  # a killed run's browser folders, even when this run starts no browser
     try:
-        env_setting(PROBE_TIMEOUT_ENV)
+        ENV_SETTINGS[PROBE_TIMEOUT_ENV].read()
     except ValueError as exc:  # this run's setting, no finding about the browser: nothing is cached
         facts["probe_error"] = str(exc)
         return facts
