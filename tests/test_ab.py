@@ -187,9 +187,10 @@ def test_ab_sides_in_two_environments_import_and_record_their_own_packages(tmp_p
     env["PYTHONPATH"] = os.pathsep.join([str(GATE_SITE), env.get("PYTHONPATH", "")])
     env["HWBENCH_CACHE_DIR"] = str(tmp_path / "cache")
     store = tmp_path / "store"
-    proc = _hwbench(["ab", "--models", "bert-tiny", "--backends", "onnxruntime,gate-torch", "--rounds", "3",
+    # 5 rounds of 0.1 s per side, as above: fewer or shorter ones leave a 3x change undecided on a busy runner
+    proc = _hwbench(["ab", "--models", "bert-tiny", "--backends", "onnxruntime,gate-torch", "--rounds", "5",
                      "--threads", "1", "--store", str(store), "--b-python", str(other_venv.python),
-                     "--a-options", "--hwbench-min-time 0.05", "--b-options", "--hwbench-min-time 0.05"],
+                     "--a-options", "--hwbench-min-time 0.1", "--b-options", "--hwbench-min-time 0.1"],
                     env, tmp_path)
     out = proc.stdout
     assert proc.returncode == 1, out + proc.stderr  # a regression in B: its venv plants 3x gate-torch work
