@@ -21,6 +21,7 @@ from pytest_hwbench.sinks import redact_uri
 
 from .cli_parser import build_parser
 from .query import HwselWarning, QuestionError, describe_model, error_text
+from .questions import NEXT
 
 EXIT_OK, EXIT_FAILED, EXIT_USAGE, EXIT_STORE = 0, 1, 2, 3
 
@@ -207,14 +208,11 @@ def cmd_precision(args: argparse.Namespace) -> int:
 
 def cmd_predict(args: argparse.Namespace) -> int:
     from .performance import prediction_report
-    from .query import ask
 
     predictor = _predictor(args)
-    queries = ask(predictor.config_, args.model, args.hardware, batch_size=args.batch_size, precision=args.precision,
-                  mode=args.mode, backend=args.backend, device=_devices(args), model_config=args.model_config,
-                  sequence_length=args.sequence_length)
-    model = queries[0].model
-    preds = {q.hardware: p for q, p in zip(queries, predictor.predict_many(queries), strict=True)}
+    model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
+    preds = predictor.predict(model, args.hardware, batch_size=args.batch_size, precision=args.precision,
+                              mode=args.mode, backend=args.backend, device=_devices(args))
     data = prediction_report(model, preds, batch_size=args.batch_size, precision=args.precision, mode=args.mode)
     lines = [f"{model.name}, batch {args.batch_size}, {args.precision}, {args.mode}"
              + (f", backend {data['backend']}:" if data["backend"] else ":")]
@@ -302,16 +300,13 @@ def cmd_next(args: argparse.Namespace) -> int:
     print(f"hwsel next: reading the records of {describe_sources(args.source)} and fitting {args.ensemble} latency "
           "models ...",
           file=sys.stderr, flush=True)
-    picks = suggest_measurements(args.budget, source=args.source, models=args.models, hardware=args.hardware,
-                                 backends=args.backends, precisions=args.precisions, batch_sizes=args.batch_sizes,
-                                 seed=args.seed, ensemble=args.ensemble, timeout=args.timeout)
+    picks = suggest_measurements(**{f.name: getattr(args, f.name) for f in NEXT}, source=args.source,
+                                 timeout=args.timeout)
     if len(picks) < args.budget:
         print(f"hwsel next: only {len(picks)} configuration(s) of that grid are not measured yet", file=sys.stderr)
-    lines = []
-    for i, s in enumerate(picks, 1):
-        lines.append(f"# {i}. {s.model} on {s.hardware}" + (f" ({s.device})" if s.device else "")
-                     + f", {s.backend} {s.precision}, batch {s.batch_size}, {s.mode}: {s.reason()}")
-        lines.append(s.command)
+    lines = [line for i, s in enumerate(picks, 1)
+             for line in (f"# {i}. {s.model} on {s.hardware}" + (f" ({s.device})" if s.device else "")
+                          + f", {s.backend} {s.precision}, batch {s.batch_size}, {s.mode}: {s.reason()}", s.command)]
     data = {"budget": args.budget, "sources": None if args.source is None else [redact_uri(str(x)) for x in args.source],
             "suggestions": [s.to_dict() for s in picks]}
     _emit(data, "\n".join(lines), args.json)

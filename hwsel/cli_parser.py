@@ -12,8 +12,9 @@ from typing import Any
 
 from pytest_hwbench import facts
 
+from . import questions
 from ._reach import DEFAULT_TIMEOUT_S
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PRECISION_CHOICE, PREDICT, SELECT, Field
+from .questions import Field
 
 
 def _checked(f: Field) -> Callable[[str], Any]:
@@ -98,10 +99,7 @@ def _model_options(p: argparse.ArgumentParser) -> None:
 def _answer_options(p: argparse.ArgumentParser, *, hardware_help: str | None = None,
                     json_help: str = "print JSON") -> None:
     """What a question about hardware takes besides its fields: the backend, the device, --json and the store."""
-    p.add_argument("--backend", default=None,
-                   help="runtime the question is about (torch, torch-compile, onnxruntime, openvino, ...); "
-                        "default: eager torch (openvino on the openvino target, qai_hub on qnn); answers "
-                        "never come from another backend's measurements")
+    add_fields(p, (questions.BACKEND,))
     if hardware_help:
         p.add_argument("--hardware", nargs="+", default=None, metavar="HW", help=hardware_help)
     p.add_argument("--device", action="append", default=None, metavar="[HW=]DEVICE",
@@ -155,7 +153,7 @@ def build_parser() -> argparse.ArgumentParser:
                        description="Score each hardware target on predicted latency, throughput, memory "
                                    "and compatibility; print the best, the fallbacks and why.")
     _model_options(p)
-    add_fields(p, SELECT)
+    add_fields(p, questions.SELECT)
     _answer_options(p)
 
     p = sub.add_parser("precision", help="choose the precision for a model on one target",
@@ -163,39 +161,39 @@ def build_parser() -> argparse.ArgumentParser:
                                    "the difference lies inside the latency intervals, a tie ranked by memory, "
                                    "then measured energy per item.")
     _model_options(p)
-    add_fields(p, PRECISION_CHOICE)
+    add_fields(p, questions.PRECISION_CHOICE)
     _answer_options(p)
 
     p = sub.add_parser("predict", help="predict latency, throughput and memory",
                        description="Predict performance of one case on each hardware target, with the "
                                    "source of each prediction and a latency interval.")
     _model_options(p)
-    add_fields(p, PREDICT)
+    add_fields(p, questions.PREDICT)
     _answer_options(p, hardware_help=f"targets (default: all known: {', '.join(facts.fallback_order())})")
 
     p = sub.add_parser("map", help="write a selection map (family x size x batch x mode)",
                        description="Recommendations for every model family, size category, batch size and "
                                    "mode, as JSON.")
     p.add_argument("--output", default="selection_map.json", help="JSON file to write ('-' for stdout)")
-    add_fields(p, MAP)
+    add_fields(p, questions.MAP)
     _answer_options(p, json_help="print the map as JSON as well")
 
     p = sub.add_parser("matrix", help="write a prediction matrix (model x hardware x batch x precision)",
                        description="Predicted throughput, latency and memory for every combination, as JSON.")
     p.add_argument("--output", default="matrix.json", help="JSON file to write ('-' for stdout)")
-    add_fields(p, MATRIX)
+    add_fields(p, questions.MATRIX)
     _answer_options(p, json_help="print the matrix as JSON as well")
 
     p = sub.add_parser("distributed", help="plan distributed training (DDP/FSDP, memory)",
                        description="Choose DDP or FSDP and, when memory is short, activation checkpointing, "
                                    "gradient accumulation and CPU offload; print the memory estimate.")
     _model_options(p)
-    add_fields(p, DISTRIBUTED)
+    add_fields(p, questions.DISTRIBUTED)
     p.add_argument("--json", action="store_true", help="print JSON")
 
     p = sub.add_parser("analyze", help="performance of one model across hardware and batch sizes")
     _model_options(p)
-    add_fields(p, ANALYZE)
+    add_fields(p, questions.ANALYZE)
     _answer_options(p)
 
     p = sub.add_parser("next", help="which configurations to measure next, as bench-suite command lines",
@@ -205,7 +203,7 @@ def build_parser() -> argparse.ArgumentParser:
                                    "them (an ensemble fit on bootstrap resamples over models), spread the picks "
                                    "over models and runtimes, and print each as a runnable pytest command line "
                                    "after a comment saying why. The output runs as a shell script.")
-    add_fields(p, NEXT)
+    add_fields(p, questions.NEXT)
     _source_option(p)
     _timeout_option(p, "the records (a tracking server must answer its /health within 2 s); then it stops")
     p.add_argument("--json", action="store_true", help="print JSON")

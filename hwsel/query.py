@@ -259,7 +259,7 @@ def _check_sizes(info: ModelInfo) -> None:
         if value is None and name not in ("param_count", "flops_per_item"):
             continue
         try:
-            ok = float(value) > 0 and float(value) == float(value)
+            ok = float(value) > 0  # NaN too is not
         except (TypeError, ValueError):
             ok = False
         if not ok:
@@ -312,22 +312,20 @@ def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | M
 
 def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] | None = None, *, batch_size: Any = 1,
         precision: Any = "fp32", mode: Any = "inference", backend: Any = None,
-        device: str | Mapping[str, str] | None = None,
-        model_config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
-        sequence_length: int | None = None, family: str | None = None) -> list[Query]:
+        device: str | Mapping[str, str] | None = None, sequence_length: int | None = None) -> list[Query]:
     """One `Query` per hardware target from what a user typed.
 
-    `model` and `model_config`, `sequence_length`, `family` as in `describe_model`; `hardware` one
-    target or several among `config`'s (default: all); `device` one device for one target or
-    hardware -> device; `mode` in any spelling `hwsel.config.check_mode` reads. Whether a backend
-    or device is known is `hwsel.predict.Predictor.resolve`'s to say. Raises `QuestionError`
-    (`UnknownModelError` for an unknown name) naming the field.
+    `model` and `sequence_length` as in `describe_model`; `hardware` one target or several among
+    `config`'s (default: all); `device` one device for one target or hardware -> device; `mode` in
+    any spelling `hwsel.config.check_mode` reads. Whether a backend or device is known is
+    `hwsel.predict.Predictor.resolve`'s to say. Raises `QuestionError` (`UnknownModelError` for an
+    unknown name) naming the field.
     """
     grid = ask_grid(config, what="a question", hardware=hardware, batch_sizes=[batch_size], modes=[mode],
                     precisions=[precision], backend=backend, device=device)
     if grid.modes[0] == TRAIN_MODE:
         check_train_precision(grid.precisions[0])
-    info = describe_model(model, config=model_config, sequence_length=sequence_length, family=family)
+    info = describe_model(model, sequence_length=sequence_length)
     return grid.queries(info, grid.batch_sizes[0], grid.modes[0], grid.precisions[0])
 
 
@@ -400,29 +398,7 @@ def ask_grid(config: SelectionConfig, *, what: str, models: Sequence[Any] | None
     return GridQuestion(infos, names, batches, mode_names, precs, check_backend(backend), devices, fams)
 
 
-__all__ = [
-    "TRAIN_PRECISIONS",
-    "check_train_precision",
-    "DEFAULT_BACKEND",
-    "DEVICE_SOURCES",
-    "MAX_BATCH_SIZE",
-    "GridQuestion",
-    "ModelRef",
-    "HwselWarning",
-    "Prediction",
-    "Query",
-    "QuestionError",
-    "UnknownModelError",
-    "ask",
-    "ask_grid",
-    "check_backend",
-    "check_batch_size",
-    "check_device",
-    "check_precision",
-    "default_backend",
-    "describe_device",
-    "describe_model",
-    "device_map",
-    "error_text",
-    "model_info",
-]
+__all__ = ["DEFAULT_BACKEND", "DEVICE_SOURCES", "MAX_BATCH_SIZE", "TRAIN_PRECISIONS", "GridQuestion", "HwselWarning",
+           "ModelRef", "Prediction", "Query", "QuestionError", "UnknownModelError", "ask", "ask_grid", "check_backend",
+           "check_batch_size", "check_device", "check_precision", "check_train_precision", "default_backend",
+           "describe_device", "describe_model", "device_map", "error_text", "model_info"]

@@ -52,6 +52,10 @@ def _batch_sizes(default: tuple[int, ...]) -> Field:
                  many=16)
 
 
+#: The runtime a question about hardware asks about (besides its fields, CLI and REST alike).
+BACKEND = Field("backend", "--backend", str, None, "runtime the question is about (torch, torch-compile, onnxruntime, "
+                "openvino, ...); default: eager torch (openvino on the openvino target, qai_hub on qnn); answers never "
+                "come from another backend's measurements", max_length=64)
 _PRECISION = Field("precision", "--precision", str, "fp32", "precision", choices=PRECISIONS)
 _MODE = Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES)
 _MODES = Field("modes", "--modes", str, MODES, "modes", many=len(MODES), choices=ACCEPTED_MODES)
@@ -108,5 +112,5 @@ DISTRIBUTED: tuple[Field, ...] = (
     Field("precision", "--precision", str, "bf16", "fp32, or fp16/bf16 mixed precision", choices=TRAIN_PRECISIONS),
 )
 
-__all__ = ["ANALYZE", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "MAX_REQUEST_SEQUENCE_LENGTH", "NEXT", "PRECISION_CHOICE", "PREDICT",
+__all__ = ["ANALYZE", "BACKEND", "DISTRIBUTED", "MAP", "MATRIX", "MAX_REQUEST_BATCH_SIZE", "MAX_REQUEST_SEQUENCE_LENGTH", "NEXT", "PRECISION_CHOICE", "PREDICT",
            "SELECT", "Field"]

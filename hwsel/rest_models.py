@@ -15,7 +15,7 @@ from .config import FAMILIES, MAX_HARDWARE_TARGETS
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
 from .query import Prediction
-from .questions import ANALYZE, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT
+from .questions import ANALYZE, BACKEND, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT, SELECT
 from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
@@ -44,9 +44,6 @@ HardwareList = Annotated[list[Hardware], Field(max_length=MAX_HARDWARE_TARGETS,
 # Hardware stays a string checked against the configured targets, so that a 422 names the
 # unknown target and lists the accepted ones.
 Family = Literal[FAMILIES]  # type: ignore[valid-type]
-Backend = Annotated[str, Field(min_length=1, max_length=64,
-                                description="runtime asked about; default eager torch (openvino on the openvino "
-                                            "target, qai_hub on qnn)")]
 #: One device for a request about one hardware target, or hardware -> device.
 Device = Annotated[Name | dict[Hardware, Name],
                    Field(description="device asked about: a name ('NVIDIA H100 80GB HBM3') or spec name ('h100') "
@@ -167,20 +164,23 @@ def request_model(name: str, fields: tuple[QuestionField, ...], **more: Any) -> 
                                        description=f.help)) for f in fields})
 
 
-_HARDWARE_QUESTION = {"backend": (Backend | None, None), "device": (Device | None, None)}
+def _hardware_question(name: str, fields: tuple[QuestionField, ...], **more: Any) -> type[BaseModel]:
+    """The request model of a question about hardware: its fields, the backend and the device."""
+    return request_model(name, (*fields, BACKEND), device=(Device | None, None), **more)
+
+
 _MODEL = {"model_name": (OptionalModelName, None), "config": (ModelConfig | None, None)}
-SelectRequest = request_model("SelectRequest", SELECT, **_MODEL, model_family=(
-    Family | None, Field(None, description="checked against the model's family when given")), **_HARDWARE_QUESTION)
+SelectRequest = _hardware_question("SelectRequest", SELECT, **_MODEL, model_family=(
+    Family | None, Field(None, description="checked against the model's family when given")))
 #: ``POST /hardware/batch``: select's question for several models at once.
-BatchRequest = request_model("BatchRequest", tuple(f for f in SELECT if f.name not in {"sequence_length", "task_type"}),
-                             models=(list[BatchModel | Name],
-                                     Field(..., min_length=1, max_length=64)), **_HARDWARE_QUESTION)
-PredictRequest = request_model("PredictRequest", PREDICT, **_MODEL, model_family=(Family | None, None), hardware=(
-    HardwareList | Hardware | None, Field(None, description="default: every configured target")), **_HARDWARE_QUESTION)
-MapRequest = request_model("MapRequest", MAP, **_HARDWARE_QUESTION)
-MatrixRequest = request_model("MatrixRequest", MATRIX, **_HARDWARE_QUESTION)
-AnalysisRequest = request_model("AnalysisRequest", ANALYZE, model_name=(ModelName, ...),
-                                model_family=(Family | None, None), **_HARDWARE_QUESTION)
+BatchRequest = _hardware_question("BatchRequest", tuple(f for f in SELECT if f.name not in {"sequence_length", "task_type"}),
+                                  models=(list[BatchModel | Name], Field(..., min_length=1, max_length=64)))
+PredictRequest = _hardware_question("PredictRequest", PREDICT, **_MODEL, model_family=(Family | None, None), hardware=(
+    HardwareList | Hardware | None, Field(None, description="default: every configured target")))
+MapRequest = _hardware_question("MapRequest", MAP)
+MatrixRequest = _hardware_question("MatrixRequest", MATRIX)
+AnalysisRequest = _hardware_question("AnalysisRequest", ANALYZE, model_name=(ModelName, ...),
+                                     model_family=(Family | None, None))
 DistributedRequest = request_model("DistributedRequest", DISTRIBUTED, model_name=(ModelName, ...),
                                    model_family=(Family | None, None))
 

@@ -32,16 +32,7 @@ from .config import (
 )
 from .precision import PrecisionChoice, rank_precisions
 from .predict import Predictor, predictor_for
-from .query import (
-    DEFAULT_BACKEND,
-    ModelRef,
-    Prediction,
-    Query,
-    QuestionError,
-    ask,
-    ask_grid,
-    model_info,
-)
+from .query import DEFAULT_BACKEND, ModelRef, Prediction, Query, QuestionError, ask, ask_grid, model_info
 from .ranking import capacity_gb, device_table, fmt_ms, incompatibility, tie_for_first, too_big
 from .resolution import ModelInfo
 
@@ -384,8 +375,9 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     precision, backend = grid.precisions[0], grid.backend
     reps = representative_models(cfg, fams)
 
-    def entry(info: ModelInfo, b: int, mode: str) -> dict[str, Any]:
-        return _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None).summary()
+    def per_batch(info: ModelInfo, mode: str) -> dict[str, Any]:
+        return {str(b): _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode],
+                                task=None).summary() for b in batches}
 
     families_out: dict[str, Any] = {}
     for fam in fams:
@@ -393,16 +385,13 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
         for cat, info in reps[fam].items():
             per_mode: dict[str, Any] = ModeKeyed({"model": info.name, "param_count": int(info.param_count)})
             for mode in mode_list:
-                per_batch = {str(b): entry(info, b, mode) for b in batches}
-                first = per_batch[str(batches[0])]
-                per_mode[mode] = {"primary": first["primary"], "fallbacks": first["fallbacks"],
-                                  "batch_sizes": per_batch}
+                answers = per_batch(info, mode)
+                first = answers[str(batches[0])]
+                per_mode[mode] = {"primary": first["primary"], "fallbacks": first["fallbacks"], "batch_sizes": answers}
             sizes_out[cat] = per_mode
         base = model_info(FAMILY_BASE_MODELS[fam])
-        fam_out: dict[str, Any] = ModeKeyed({"model_sizes": sizes_out, "base_model": base.name})
-        for mode in mode_list:
-            fam_out[mode] = {"batch_sizes": {str(b): entry(base, b, mode) for b in batches}}
-        families_out[fam] = fam_out
+        families_out[fam] = ModeKeyed({"model_sizes": sizes_out, "base_model": base.name,
+                                       **{mode: {"batch_sizes": per_batch(base, mode)} for mode in mode_list}})
     return {
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
         "hardware_platforms": list(hws),
@@ -454,14 +443,5 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
     return out
 
 
-__all__ = [
-    "TIE_RULE",
-    "HardwareScore",
-    "Recommendation",
-    "analyze_model",
-    "available_hardware",
-    "detect_hardware",
-    "select_hardware",
-    "select_precision",
-    "selection_map",
-]
+__all__ = ["TIE_RULE", "HardwareScore", "Recommendation", "analyze_model", "available_hardware", "detect_hardware",
+           "select_hardware", "select_precision", "selection_map"]
