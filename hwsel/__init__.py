@@ -30,9 +30,9 @@ from pytest_hwbench._lazy import lazy_exports
 from .config import HardwarePreference, SelectionConfig, TaskProfile, Thresholds, Weights, load_config
 from .distributed import DistributedConfig, MemoryEstimate, distributed_training_config
 from .performance import predict_performance, prediction_matrix
-from .precision import PrecisionChoice
 from .predict import Predictor, clear_predictors, get_predictor
 from .query import HwselWarning, ModelRef, Prediction, Query, QuestionError, UnknownModelError, model_info
+from .ranking import PrecisionChoice
 from .resolution import ModelInfo
 from .select import (
     HardwareScore,

@@ -18,6 +18,7 @@ from typing import Any
 
 from pytest_hwbench import facts
 
+from . import ranking
 from .config import (
     DEFAULT_PRECISION_CHOICES,
     FAMILIES,
@@ -30,7 +31,6 @@ from .config import (
     check_mode,
     load_config,
 )
-from .precision import PrecisionChoice, rank_precisions
 from .predict import Predictor, predictor_for
 from .query import DEFAULT_BACKEND, ModelRef, Prediction, Query, QuestionError, ask, ask_grid, model_info
 from .ranking import capacity_gb, device_table, fmt_ms, incompatibility, tie_for_first, too_big
@@ -295,9 +295,9 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
                      precisions: Sequence[str] = DEFAULT_PRECISION_CHOICES, *, backend: str | None = None,
                      device: str | None = None, predictor: Predictor | None = None,
                      source: str | os.PathLike[str] | None = None, tracking_uri: str | None = None,
-                     config: SelectionConfig | str | os.PathLike[str] | None = None) -> PrecisionChoice:
+                     config: SelectionConfig | str | os.PathLike[str] | None = None) -> ranking.PrecisionChoice:
     """The precision to run `model` (a zoo name, hub-style alias or ModelInfo) at on `hardware`,
-    among `precisions`, by `hwsel.precision.PRECISION_RULE` (`hwsel.precision.rank_precisions`).
+    among `precisions`, by `hwsel.ranking.PRECISION_RULE` (`hwsel.ranking.rank_precisions`).
 
     `backend`, `device`, `predictor`, `source`, `tracking_uri` and `config` as in
     `select_hardware`. Invalid input raises `QuestionError` naming the field.
@@ -307,7 +307,7 @@ def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1
     p, cfg = _predictor_config(predictor, source, tracking_uri, config)
     queries = [ask(cfg, model, hardware, batch_size=batch_size, precision=prec, mode=mode, backend=backend,
                    device=device)[0] for prec in dict.fromkeys(precisions)]
-    return rank_precisions(cfg, queries, p.predict_many(queries), on_this_machine=device is None)
+    return ranking.rank_precisions(cfg, queries, p.predict_many(queries), on_this_machine=device is None)
 
 
 def _detected(cfg: SelectionConfig) -> tuple[str, ...]:

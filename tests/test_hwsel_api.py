@@ -284,7 +284,7 @@ def test_select_precision_decides_or_says_tie(empty_cwd: Path, capsys: pytest.Ca
     difference lies inside the intervals; a precision the target does not run is left out with
     its reason; bad input names the field."""
     from hwsel.data import snapshot
-    from hwsel.precision import PRECISION_RULE
+    from hwsel.ranking import PRECISION_RULE
 
     path = snapshot(pd.DataFrame([r.to_dict() for r in _precision_records()]), empty_cwd / "precisions.parquet")
     predictor = Predictor.load(path)
