@@ -7,7 +7,7 @@ import sys
 from collections.abc import Callable, Iterable
 from typing import Any, TypeVar
 
-from pytest_hwbench._deadline import NOTICE_FRACTION, call_with_deadline
+from pytest_hwbench._deadline import call_with_deadline
 from pytest_hwbench.sinks import redact_uri
 
 #: Seconds hwsel waits for a tracking server or store per command (CLI ``--timeout``).
@@ -45,9 +45,8 @@ def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None
 
 
 def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = "the other layers answer") -> _T:
-    """`fn()` in a daemon thread, waiting at most `budget_s` seconds: after `NOTICE_FRACTION` of them
-    one line on stderr says what it waits for (`waiting`, redacted) and what happens at the deadline
-    (`then`). Raises `HwselTimeout` at the deadline, else what `fn` raised."""
+    """`fn()` in a daemon thread, waiting at most `budget_s` seconds (`call_with_deadline`): one line
+    on stderr says what it waits for (`waiting`, redacted) and what happens at the deadline (`then`). Raises `HwselTimeout` at the deadline, else what `fn` raised."""
     shown = redact_uri(waiting)
 
     def waited(left: float) -> None:
@@ -60,5 +59,4 @@ def bounded(fn: Callable[[], _T], budget_s: float, waiting: str, *, then: str = 
     )
 
 
-__all__ = ["DEFAULT_TIMEOUT_S", "NOTICE_FRACTION", "HwselTimeout", "HwselUnreachable", "bounded",
-           "require_reachable"]
+__all__ = ["DEFAULT_TIMEOUT_S", "HwselTimeout", "HwselUnreachable", "bounded", "require_reachable"]

@@ -200,10 +200,7 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
 
     @functools.lru_cache(maxsize=64)
     def next_picks(asked: str) -> list[Suggestion]:
-        req = NextRequest.model_validate_json(asked)
-        return suggest_measurements(req.budget, models=req.models, hardware=req.hardware, backends=req.backends,
-                                    precisions=req.precisions, batch_sizes=req.batch_sizes, seed=req.seed,
-                                    ensemble=req.ensemble, table=next_table())
+        return suggest_measurements(**NextRequest.model_validate_json(asked).model_dump(), table=next_table())
 
     @app.exception_handler(RequestValidationError)
     async def _invalid(request: Request, exc: RequestValidationError) -> JSONResponse:
@@ -279,9 +276,8 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
                 rec = select_hardware(describe_model(name, family=family), batch_size=req.batch_size, mode=req.mode,
                                       precision=req.precision, available_hardware=available, backend=req.backend,
                                       device=req.device, predictor=pred)
-            except (KeyError, ValueError) as exc:
-                out[name] = {"primary": None, "fallbacks": [], "explanation": error_text(exc),
-                             "prediction_source": None, "error": error_text(exc)}
+            except (KeyError, ValueError) as exc:  # this model's entry says why; the others answer
+                out[name] = {"explanation": error_text(exc), "error": error_text(exc)}
                 continue
             out[name] = {"primary": rec.primary_recommendation, "fallbacks": list(rec.fallback_options),
                          "explanation": rec.explanation, "prediction_source": rec.prediction_source,

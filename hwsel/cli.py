@@ -231,11 +231,8 @@ def _devices_text(devices: dict[str, Any]) -> str:
 def _write_grid(data: dict[str, Any], args: argparse.Namespace, what: str) -> int:
     """Write a map or matrix to --output; say `what` was written where, and to which devices it answers."""
     where = _write(data, args.output)
-    if args.json and args.output != "-":
-        print(_json(data))
-    elif args.output != "-":
-        print(f"{what} written to {where}")
-        print(_devices_text(data["devices"]))
+    if args.output != "-":
+        print(_json(data) if args.json else f"{what} written to {where}\n{_devices_text(data['devices'])}")
     return EXIT_OK
 
 

@@ -23,9 +23,7 @@ def _tokens(m: ModelInfo) -> int:
 def _shape(m: ModelInfo) -> tuple[int, int, int]:
     """(tokens, hidden, layers), guessed from the parameter count where the config is silent."""
     layers = int(m.num_layers or 12)
-    hidden = m.hidden_size
-    if not hidden:
-        hidden = max(64, int(math.sqrt(max(m.param_count, 1) / (12 * layers))))
+    hidden = m.hidden_size or max(64, int(math.sqrt(max(m.param_count, 1) / (12 * layers))))
     return _tokens(m), int(hidden), max(1, layers)
 
 
@@ -67,10 +65,7 @@ def memory_breakdown(model: ModelInfo, *, batch_size: int, precision: str = "fp3
     if normalise_mode(mode) == TRAIN_MODE:
         grads = params * nbytes
         optimizer = params * (8 + (4 if nbytes < 4 else 0))
-        if checkpointing:
-            acts = batch_size * (layers * 2 * tokens * hidden * scale + per_layer)
-        else:
-            acts = batch_size * layers * per_layer
+        acts = batch_size * (layers * 2 * tokens * hidden * scale + per_layer if checkpointing else layers * per_layer)
     else:
         grads, optimizer = 0.0, 0.0
         acts = batch_size * per_layer / 2

@@ -98,10 +98,10 @@ class BatchModel(_Request):
 
 
 class BatchEntry(_Response):
-    primary: str | None
-    fallbacks: list[str]
+    primary: str | None = None
+    fallbacks: list[str] = Field(default_factory=list)
     explanation: str
-    prediction_source: str | None
+    prediction_source: str | None = None
     error: str | None = None
     tie: list[str] = Field(default_factory=list, description="targets tied for first (empty: decided)")
 
