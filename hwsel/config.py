@@ -310,17 +310,13 @@ class SelectionConfig:
 
     def check_hardware(self, names: Any) -> tuple[str, ...]:
         """Validate a list of hardware names; raises ValueError naming the unknown one."""
-        if isinstance(names, str):
-            names = [names]
-        out: list[str] = []
+        names = [names] if isinstance(names, str) else list(names)
         for name in names:
             if not isinstance(name, str) or name not in self.hardware:
                 raise ValueError(f"unknown hardware {name!r}; accepted: {', '.join(self.hardware)}")
-            if name not in out:
-                out.append(name)
-        if not out:
+        if not names:
             raise ValueError(f"no hardware given; accepted: {', '.join(self.hardware)}")
-        return tuple(out)
+        return tuple(dict.fromkeys(names))
 
 
 # --- parsing ------------------------------------------------------------------------------------

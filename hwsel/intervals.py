@@ -39,32 +39,21 @@ def novelty(rows: pd.DataFrame, known: pd.DataFrame) -> np.ndarray:
     `TYPE_STEP` and `FAMILY_STEP` for an unseen model type and family; `UNSEEN_CONFIG` when the
     configuration holds no other model."""
     out = np.full(len(rows), UNSEEN_CONFIG, dtype=float)
-    groups = {k: g for k, g in known.assign(_key=config_groups(known)).groupby("_key", sort=False)}
-    model_r = rows["model"].astype(str).to_numpy()
-    flops_r = rows["log_flops_per_item"].to_numpy(dtype=float)
-    type_r = rows["model_type"].astype(str).to_numpy()
-    fam_r = rows["family"].astype(str).to_numpy()
-    cache: dict[tuple[str, str], float] = {}
-    for i, key in enumerate(config_groups(rows)):
-        group = groups.get(key)
-        if group is None:
+    groups = dict(list(known.assign(model=known["model"].astype(str)).groupby(config_groups(known), sort=False)))
+    asked = pd.DataFrame({"key": config_groups(rows), "model": rows["model"].astype(str).to_numpy()})
+    for (key, model), idx in asked.groupby(["key", "model"], sort=False).indices.items():
+        others = groups.get(key)
+        others = others[others["model"] != model] if others is not None else others
+        if others is None or not len(others):
             continue
-        memo = (key, model_r[i])
-        if memo in cache:
-            out[i] = cache[memo]
-            continue
-        others = group[group["model"].astype(str).to_numpy() != model_r[i]]
-        if not len(others):
-            cache[memo] = out[i]
-            continue
-        flops = others["log_flops_per_item"].to_numpy(dtype=float)
-        d = float(np.nanmin(np.abs(flops - flops_r[i]))) if np.isfinite(flops).any() and math.isfinite(flops_r[i]) \
-            else 1.0
-        if not (others["model_type"].astype(str).to_numpy() == type_r[i]).any():
+        first = rows.iloc[idx[0]]  # a model's rows in one configuration share its architecture
+        flops, own = others["log_flops_per_item"].to_numpy(dtype=float), float(first["log_flops_per_item"])
+        d = float(np.nanmin(np.abs(flops - own))) if np.isfinite(flops).any() and math.isfinite(own) else 1.0
+        if not (others["model_type"].astype(str) == str(first["model_type"])).any():
             d += TYPE_STEP
-            if not (others["family"].astype(str).to_numpy() == fam_r[i]).any():
+            if not (others["family"].astype(str) == str(first["family"])).any():
                 d += FAMILY_STEP
-        out[i] = cache[memo] = d
+        out[idx] = d
     return out
 
 
@@ -151,16 +140,13 @@ class AdaptiveBand:
 
 
 def architecture_keys(frame: pd.DataFrame) -> list[str]:
-    """Each row's model architecture as a name: its ``model_type`` and ``log_flops_per_item`` (a
-    served question is the same model as a training one when its architecture is, whatever it is called)."""
+    """Each row's architecture (``model_type`` and ``log_flops_per_item``) as its model's name."""
     flops = pd.to_numeric(frame["log_flops_per_item"], errors="coerce").to_numpy(dtype=float)
     return [f"{t}|{f:.6f}" if math.isfinite(f) else f"{t}|?" for t, f in zip(frame["model_type"], flops, strict=True)]
 
 
 def novelty_frame(table: pd.DataFrame, features: pd.DataFrame) -> pd.DataFrame:
-    """`NOVELTY_COLUMNS` of a training table (``model``, ``hardware``, ``backend``, ``precision``)
-    and its `hwsel.features.feature_frame` (``model_type``, ``family``, ``log_flops_per_item``),
-    row for row."""
+    """`NOVELTY_COLUMNS` of a training table and its `hwsel.features.feature_frame`, row for row."""
     out = pd.DataFrame({c: (features if c in ("model_type", "family") else table)[c].astype(str).to_numpy()
                         for c in NOVELTY_COLUMNS[:-1]})
     out["log_flops_per_item"] = features["log_flops_per_item"].to_numpy(dtype=float)
@@ -206,16 +192,14 @@ def lomo_offsets(frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9) -> 
 
 
 def calibratable(frame: pd.DataFrame, part: pd.DataFrame) -> bool:
-    """Whether `part`'s rows (``row`` indexes `frame`) come from at least `MIN_LAYER_MODELS`
-    models, so that every model's band (`lomo_offsets`) is fit on at least 4 others."""
+    """Whether `part`'s rows (``row`` indexes `frame`) come from at least `MIN_LAYER_MODELS` models."""
     return int(pd.Series(frame["model"].to_numpy()[part["row"].to_numpy()]).nunique()) >= MIN_LAYER_MODELS
 
 
 def span_offsets(trained: tuple[np.ndarray, np.ndarray], roofline: tuple[np.ndarray, np.ndarray],
                  weight: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
-    """(low, high) log offsets around blended answers where no blended band was calibrated: the
-    trained and roofline bands blended with the answers' own `weight` (0: the trained band, 1:
-    the roofline band), as `hwsel.guard.blend` serves them."""
+    """(low, high) log offsets of blended answers without a calibrated blended band: the trained and
+    roofline bands blended by each answer's `weight` (0: trained, 1: roofline), as `hwsel.guard.blend` does."""
     w = np.asarray(weight, dtype=float)
     return (1 - w) * trained[0] + w * roofline[0], (1 - w) * trained[1] + w * roofline[1]
 
@@ -230,9 +214,9 @@ def blend_weights(table: pd.DataFrame, oof: pd.DataFrame) -> np.ndarray:
     rows = oof["row"].to_numpy()
     model = table["model"].astype(str).to_numpy()
     params = pd.to_numeric(table["param_count"], errors="coerce").to_numpy(dtype=float)
-    family = table["family"].astype(object).where(table["family"].notna(), "").astype(str).to_numpy()
+    family = table["family"].fillna("").astype(str).to_numpy()
     hardware = table["hardware"].astype(str).to_numpy()
-    device = table["device_name"].astype(object).where(table["device_name"].notna(), "").astype(str).to_numpy()
+    device = table["device_name"].fillna("").astype(str).to_numpy()
     out = np.zeros(len(oof))
     for name in np.unique(model[rows]):
         other = model != name
@@ -275,9 +259,8 @@ class AdaptiveIntervals:
     def calibrate(cls, frame: pd.DataFrame, oof: pd.DataFrame, level: float = 0.9,
                   layers: Mapping[str, pd.DataFrame] | None = None) -> AdaptiveIntervals:
         """Fit on leave-one-model-out predictions `oof` (see `lomo_offsets`) of the table whose
-        `novelty_frame` is `frame`; each calibration row's distance excludes its own model.
-        `layers`: other layers' held-out answers (same columns), each fit into its own band
-        (a layer whose answers come from fewer than `MIN_LAYER_MODELS` models gets none)."""
+        `novelty_frame` is `frame`. `layers`: other layers' held-out answers (same columns), each
+        fit into its own band when they come from `MIN_LAYER_MODELS` models (`calibratable`)."""
         def fit(part: pd.DataFrame) -> AdaptiveBand:
             resid = (part["y_true"] - part["y_pred"]).to_numpy(dtype=float)
             return AdaptiveBand.fit(resid, lomo_distances(frame, part), level,
@@ -292,8 +275,7 @@ class AdaptiveIntervals:
         return self.band if layer == "trained" else dict(self.layers).get(layer)
 
     def distances(self, features: pd.DataFrame) -> np.ndarray:
-        """The `novelty` of rows of `hwsel.features.feature_frame` against the known
-        configurations; a row's own architecture never counts as its neighbour, as in calibration."""
+        """The `novelty` of rows of `hwsel.features.feature_frame` against the known configurations."""
         rows = pd.DataFrame({c: features[c].to_numpy() for c in NOVELTY_COLUMNS if c != "model"})
         rows["model"] = architecture_keys(rows)
         return novelty(rows, self.known)

@@ -27,15 +27,12 @@ from .guard import blend, clamp
 from .layers.base import Layer
 from .layers.measured import MeasuredIndex, MeasuredLayer, load_measured
 from .layers.registered import (
-    GRID_BATCH_SIZES,
     RegisteredLayer,
     champion_summary,
     load_champions,
     snapshot_coverage,
-    snapshot_devices,
-    snapshot_domain,
+    snapshot_facts,
     snapshot_frame,
-    snapshot_mode_names,
 )
 from .layers.roofline import RooflineLayer, calibrated_offsets
 from .layers.rules import RulesLayer
@@ -47,17 +44,16 @@ log = logging.getLogger("hwsel")
 
 @contextlib.contextmanager
 def bulk(size: int) -> Iterator[None]:
-    """Pause the cyclic GC while building many small objects (`size` of them): with torch's object
-    graph in memory, the collections 10,000 new results trigger cost up to a second, and none of
-    these objects form cycles."""
-    if size < 1000 or not gc.isenabled():
-        yield
-        return
-    gc.disable()
+    """Pause the cyclic GC while building `size` small objects that form no cycles (with torch's
+    objects in memory, the collections 10,000 results trigger cost up to a second)."""
+    paused = size >= 1000 and gc.isenabled()
+    if paused:
+        gc.disable()
     try:
         yield
     finally:
-        gc.enable()
+        if paused:
+            gc.enable()
 
 
 @dataclasses.dataclass
@@ -85,7 +81,7 @@ class Predictor:
     `training_devices` (hardware -> device name -> rows) adds devices the champion was trained on
     to those of `runs` when choosing a default device, and `detect` False leaves this machine's
     hardware out of that choice (see `default_device`). `champion_modes` maps a mode to the
-    spelling the champions were trained with (`hwsel.layers.registered.snapshot_mode_names`).
+    spelling the champions were trained with (`hwsel.layers.registered.snapshot_facts`).
     `champion_domain` is the (hardware, backend, precision, mode) combinations the champions
     answer for (default: the loaded data's, else any). `runs` may hold every record: those that
     cannot answer (failed, without a latency, interfered with unless `include_noisy`) are left
@@ -96,10 +92,6 @@ class Predictor:
     `LayerStatus`), ``record_devices_`` (hardware -> device -> records), ``backends_`` (the
     backends a question may name), ``layers_`` (layer name -> `Layer`, in the order asked).
     """
-
-    #: Batch sizes the registered models score for every case key they are asked about; batch
-    #: sizes between them interpolate (log-log), larger ones are scored as asked.
-    GRID_BATCH_SIZES: tuple[int, ...] = GRID_BATCH_SIZES
 
     def __init__(self, *, runs: Any = None, champions: Mapping[str, Any] | None = None,
                  config: SelectionConfig | str | os.PathLike[str] | None = None,
@@ -121,8 +113,7 @@ class Predictor:
         self.include_noisy = include_noisy
 
     def built(self) -> Predictor:
-        """This predictor with its built state: `build` on the first call, self as is after (every
-        method that answers calls it)."""
+        """Self, built (`build`) on the first call; every method that answers calls it."""
         if "layers_" not in self.__dict__:
             self.build()
         return self
@@ -141,8 +132,8 @@ class Predictor:
              config: SelectionConfig | str | os.PathLike[str] | None = None, layers: Iterable[str] = SOURCES,
              experiment: str = DEFAULT_EXPERIMENT, detect: bool = True,
              timeout: float = DEFAULT_TIMEOUT_S, include_noisy: bool = False) -> Predictor:
-        """A built predictor (``config`` the loaded `SelectionConfig`) from the benchmark data and
-        the registered champions, read once; failures turn a layer off with a note.
+        """A built predictor from the benchmark data and the registered champions, read once;
+        failures turn a layer off with a note.
 
         `source` is an MLflow tracking URI, a ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a
         list of those (their union; None: the default store, if there is one here). `detect`
@@ -192,10 +183,8 @@ class Predictor:
                     champions_and_snapshot, timeout, f"the registered models ({tracking_uri or 'the default store'})")
             except HwselTimeout as exc:
                 off("registered", "registered models", exc)
-        return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes,
-                   champion_domain=snapshot_domain(frame), training_devices=snapshot_devices(frame), detect=detect,
-                   champion_modes=snapshot_mode_names(frame), champion_coverage=snapshot_coverage(frame),
-                   include_noisy=include_noisy).build()
+        return cls(runs=runs, champions=champions, config=settings, layers=layers, notes=notes, detect=detect,
+                   include_noisy=include_noisy, **snapshot_facts(frame)).build()
 
     def build(self) -> Predictor:
         """Build the layers from the parameters (the measured index, the champions' domain, each
@@ -223,20 +212,16 @@ class Predictor:
         left_out = index.left_out_summary()
         unused = notes.get("measured") or (f"no benchmark record to answer from: {left_out}" if left_out
                                            else "no usable benchmark rows")
-        status: dict[str, LayerStatus] = {
+        status = {
             "measured": LayerStatus(bool(len(index)), "" if len(index) else unused,
                                     {"rows": index.rows, "cases": len(index), "left_out": dict(index.left_out_counts)}),
-            "registered": LayerStatus("latency" in champions,
-                                      "" if "latency" in champions else notes.get(
-                                          "registered", "no registered latency model"),
+            "registered": LayerStatus("latency" in champions, "" if "latency" in champions
+                                      else notes.get("registered", "no registered latency model"),
                                       {**{t: champion_summary(c) for t, c in champions.items()},
                                        "domain": None if domain is None else sorted("/".join(d) for d in domain)}),
-            "roofline": LayerStatus("roofline" in self.layers, ""),
-            "rules": LayerStatus("rules" in self.layers, ""),
-        }
-        for name in SOURCES:
-            if name not in self.layers:
-                status[name] = LayerStatus(False, "layer turned off")
+            "roofline": LayerStatus(True),
+            "rules": LayerStatus(True),
+        } | {name: LayerStatus(False, "layer turned off") for name in SOURCES if name not in self.layers}
         if not any(s.available for s in status.values()):
             raise ValueError(f"no prediction layer is on; enable at least one of {', '.join(SOURCES)}")
         intervals = getattr(champions.get("latency"), "intervals", None)
@@ -281,22 +266,19 @@ class Predictor:
         detected here, else the one most records of that kind hold (loaded data and the champion's
         training snapshot), else None (the generic spec)."""
         cache = self.built().default_devices_
-        if hardware in cache:
-            return cache[hardware]
-        found: tuple[str | None, str] = (None, "none")
-        detected = _detected_device(hardware) if self.detect else None
-        counts = self.record_devices_.get(hardware)
-        if detected:
-            found = (detected, "detected")
-        elif counts:
-            # one device by any of its names: the device with the most records, by the name most of them give
-            per_device: Counter[str] = Counter()
-            for name, n in counts.items():
-                per_device[device_key(hardware, name)] += n
-            best = max(sorted(per_device), key=per_device.__getitem__)
-            found = (max(sorted(n for n in counts if device_key(hardware, n) == best), key=counts.__getitem__), "records")
-        cache[hardware] = found
-        return found
+        if hardware not in cache:
+            detected = _detected_device(hardware) if self.detect else None
+            counts = self.record_devices_.get(hardware)
+            cache[hardware] = (detected, "detected") if detected else (None, "none")
+            if not detected and counts:
+                # one device by any of its names: the device with the most records, by the name most give
+                per_device: Counter[str] = Counter()
+                for name, n in counts.items():
+                    per_device[device_key(hardware, name)] += n
+                best = max(sorted(per_device), key=per_device.__getitem__)
+                names = sorted(n for n in counts if device_key(hardware, n) == best)
+                cache[hardware] = (max(names, key=counts.__getitem__), "records")
+        return cache[hardware]
 
     def resolve(self, q: Query) -> Query:
         """`q` with its backend and device filled in (see `default_backend`, `default_device`)."""
@@ -375,20 +357,14 @@ class Predictor:
         """Predictions for many validated queries, each from the first layer that can answer (one
         `Layer.answer` call per layer); answers are cached by query."""
         cache = self.built().answers_
+        if len(cache) > 100_000:
+            cache.clear()
         with bulk(len(queries)):
             queries = [self.resolve(q) for q in queries]
-            out: list[Prediction | None] = [cache.get(q) for q in queries]
-            todo = [i for i, p in enumerate(out) if p is None]
-            if not todo:
-                return out  # type: ignore[return-value]
-            work = [queries[i] for i in todo]
-            preds = self._run_layers(work)
-            if len(cache) > 100_000:
-                cache.clear()
-            cache.update(zip(work, preds, strict=True))
-            for i, p in zip(todo, preds, strict=False):
-                out[i] = p
-            return out  # type: ignore[return-value]
+            todo = list(dict.fromkeys(q for q in queries if q not in cache))
+            if todo:
+                cache.update(zip(todo, self._run_layers(todo), strict=True))
+            return [cache[q] for q in queries]
 
     def _run_layers(self, queries: Sequence[Query]) -> list[Prediction]:
         out: list[Prediction | None] = [None] * len(queries)
@@ -405,8 +381,7 @@ class Predictor:
         return self._say_left_out(queries, self._guard(queries, out))  # type: ignore[arg-type]
 
     def _say_left_out(self, queries: Sequence[Query], out: list[Prediction]) -> list[Prediction]:
-        """Each answer with the records of its case that did not answer for it, and why, in its
-        detail (`MeasuredIndex.left_out_note`)."""
+        """Each answer with `MeasuredIndex.left_out_note` in its detail."""
         index = self.index_
         if not index.left_out and not len(index):
             return out
@@ -430,8 +405,7 @@ class Predictor:
                         far.append((i, weight, reasons))
         if far:
             asked = [queries[i] for i, _, _ in far]
-            roof = self.layers_["roofline"].answer(asked) if self.status_["roofline"].available else \
-                RooflineLayer(self.config_.thresholds.interval_factor["roofline"], intervals=self.intervals_).answer(asked)
+            roof = self.layers_["roofline"].answer(asked)  # built whether or not the layer answers
             band = calibrated_offsets(self.intervals_, "blended", asked, self.champion_modes)
             for k, ((i, weight, reasons), r) in enumerate(zip(far, roof, strict=True)):
                 if r is not None:

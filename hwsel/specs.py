@@ -18,17 +18,11 @@ from pytest_hwbench import facts
 
 @dataclass(frozen=True)
 class DeviceSpec:
-    """Peak numbers of one device.
-
-    Attributes:
-        name: short key, e.g. ``"h100"``, ``"cpu:AMD EPYC"``.
-        peak_tflops: precision -> dense peak TFLOP/s (TOP/s for int8). A precision the device does
-            not run natively is absent; `tflops` then falls back to fp32.
-        memory_bandwidth_gbs: peak memory bandwidth, GB/s.
-        memory_gb: device memory (host memory for CPUs), GB.
-        known: False for the generic fallback specs used when a device name matches nothing.
-        kind: "gpu", "cpu", "npu" or "apple".
-    """
+    """Peak numbers of one device: `name` a short key (``h100``, ``cpu:amd epyc``), `peak_tflops`
+    precision -> dense peak TFLOP/s (TOP/s for int8; a precision without a native path absent),
+    bandwidth in GB/s, memory in GB (the host's for CPUs), `known` False for a generic fallback
+    spec, `kind` ``gpu``, ``cpu``, ``npu`` or ``apple``, `aliases` the regexes (lower case) that
+    match its device names."""
 
     name: str
     peak_tflops: Mapping[str, float]
@@ -40,9 +34,7 @@ class DeviceSpec:
 
     def tflops(self, precision: str) -> float:
         """Peak TFLOP/s at `precision`, fp32's rate where the precision has no native path."""
-        value = self.peak_tflops.get(precision)
-        if value is None:
-            value = self.peak_tflops.get("fp32") or min(self.peak_tflops.values())
+        value = self.peak_tflops.get(precision) or self.peak_tflops.get("fp32") or min(self.peak_tflops.values())
         return float(value)
 
 
@@ -52,7 +44,7 @@ def _gpu(name: str, fp32: float, fp16: float, bf16: float | None, int8: float | 
     return DeviceSpec(name, peaks, bw, mem, known, kind, aliases)
 
 
-#: Known accelerators, matched against device names by the regexes in `aliases` (lower case).
+#: Known accelerators, matched against device names by their `aliases`.
 KNOWN_DEVICES: tuple[DeviceSpec, ...] = (
     _gpu("h200", 67.0, 989.0, 989.0, 1979.0, 4800.0, 141.0, r"\bh200\b"),
     _gpu("h100-pcie", 51.0, 756.0, 756.0, 1513.0, 2000.0, 80.0, r"\bh100\b.*pcie"),
@@ -141,8 +133,7 @@ def cpu_spec(device_name: str = "") -> DeviceSpec:
     """The spec of the CPU called `device_name` (``cpu:`` prefix and case optional), the same on
     every host: 8 AVX2 cores and 32 GB at the clock the name states (else 2.5 GHz), named
     ``cpu:<model in lower case>`` (``cpu-generic`` without a name), ``known`` False."""
-    model = " ".join((device_name or "").split()).lower()
-    model = model.removeprefix("cpu:").strip()
+    model = " ".join((device_name or "").split()).lower().removeprefix("cpu:").strip()
     name = "cpu-generic" if model in {"", "cpu", "cpu-generic"} else f"cpu:{model}"
     return _cpu_spec(name, GENERIC_CPU_CORES, frozenset({"avx2"}), _clock_ghz(model), 32.0, known=False)
 
@@ -183,9 +174,8 @@ def _match(device_name: str) -> DeviceSpec | None:
 
 def _is_cpu_name(device_name: str) -> bool:
     text = device_name.lower()
-    if text.startswith("cpu") or "cpuexecutionprovider" in text:
-        return True
-    return bool(re.search(r"xeon|epyc|ryzen|core\(tm\)|core i[3579]|threadripper|graviton|neoverse|ampere", text))
+    return text.startswith("cpu") or "cpuexecutionprovider" in text or bool(
+        re.search(r"xeon|epyc|ryzen|core\(tm\)|core i[3579]|threadripper|graviton|neoverse|ampere", text))
 
 
 @functools.lru_cache(maxsize=256)

@@ -34,6 +34,7 @@ from hwsel import (
 )
 from hwsel.cli import main as cli_main
 from hwsel.features import ModelInfo, resolve_model
+from hwsel.layers.registered import GRID_BATCH_SIZES
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -367,7 +368,7 @@ def test_registered_layer_answers_unmeasured_cases_in_its_domain(empty_cwd: Path
     # after the first question about a case, the registered models never score again: grid batch
     # sizes are looked up, others interpolate between their grid neighbours (log-log)
     scored = predictor.scored_rows
-    for batch in list(Predictor.GRID_BATCH_SIZES) + [3, 5, 6, 7, 12, 100, 1000]:
+    for batch in list(GRID_BATCH_SIZES) + [3, 5, 6, 7, 12, 100, 1000]:
         select_hardware("bert-tiny", batch_size=batch, available_hardware=["cpu", "cuda"], predictor=predictor)
     assert predictor.scored_rows == scored
     registered = Predictor(champions=predictor.champions, champion_domain=predictor.built().registered_.domain,

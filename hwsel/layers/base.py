@@ -23,13 +23,17 @@ class Layer(Protocol):
         ...
 
 
-def device_fields(q: Query) -> dict[str, Any]:
-    """The device fields of every answer to `q`: `Prediction.device`, ``device_source`` and
-    ``device_spec`` (`hwsel.specs.spec_for`, cached there)."""
+def prediction(q: Query, source: str, latency: float, memory: float, interval: tuple[float, float],
+               detail: str, **fields: Any) -> Prediction:
+    """Layer `source`'s answer to `q`, for its case and device (``device_spec`` by
+    `hwsel.specs.spec_for`), throughput ``batch / latency``; `fields` sets other fields."""
     from ..specs import spec_for
 
-    return {"device": q.device_name, "device_source": q.device_source,
-            "device_spec": spec_for(q.hardware, q.device_name).name}
+    fields = {"throughput": q.batch_size / latency * 1e3, "backend": q.backend, **fields}
+    return Prediction(q.hardware, latency_ms=latency, memory_mb=memory, source=source, interval=interval,
+                      precision=q.precision, batch_size=q.batch_size, mode=q.mode, detail=detail,
+                      device=q.device_name, device_source=q.device_source,
+                      device_spec=spec_for(q.hardware, q.device_name).name, **fields)
 
 
 def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | None = None) -> Any:
@@ -47,4 +51,4 @@ def query_features(queries: Sequence[Query], mode_names: Mapping[str, str] | Non
         for q in queries]))
 
 
-__all__ = ["Layer", "device_fields", "query_features"]
+__all__ = ["Layer", "prediction", "query_features"]

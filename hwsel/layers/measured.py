@@ -15,11 +15,10 @@ from typing import Any
 from pytest_hwbench import facts
 from pytest_hwbench.record import measurement_problem
 from pytest_hwbench.sinks import redact_uri
-from pytest_hwbench.sinks.mlflow_uri import is_http, ping
 from pytest_hwbench.vocabulary import normalise_mode
 
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import device_fields
+from .base import prediction
 from .rules import rules_estimate
 
 
@@ -339,17 +338,17 @@ class MeasuredLayer:
             if m.noisy:
                 detail += f", {m.noisy} of them noisy (kept: --include-noisy)"
             if memory is None:
-                memory = rules_estimate(q)[2]
+                memory = rules_estimate(q)[1]
                 detail += "; memory estimated by rules (not measured)"
-            out.append(Prediction(q.hardware, m.latency_ms, m.throughput, memory, "measured", (m.low, m.high),
-                                  m.backend, q.precision, q.batch_size, q.mode, detail, **device_fields(q),
-                                  energy_j_per_item=m.energy_j_per_item))
+            out.append(prediction(q, "measured", m.latency_ms, memory, (m.low, m.high), detail,
+                                  throughput=m.throughput, backend=m.backend, energy_j_per_item=m.energy_j_per_item))
         return out
 
 
 def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
     """(runs frame or None, why none) from `source` (None: `hwsel.data.existing_store`), every
-    record included; a failure turns the layer off with a note (and an `HwselWarning`)."""
+    record included; a failure turns the layer off with a note (and an `HwselWarning`). A server
+    that does not answer is `hwsel.predict.Predictor.load`'s to notice, before this is called."""
     from .. import data
 
     if source is None:
@@ -358,11 +357,6 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
             return None, "no benchmark data: no mlruns/ store here and no --source given"
     sources = [str(s) for s in data.source_list(source)]
     where = data.describe_sources(sources)  # shown: a tracking URI's password masked
-    for s in filter(is_http, sources):
-        why = ping(s)
-        if why is not None:
-            warnings.warn(f"benchmark data not loaded: {why}", HwselWarning, stacklevel=3)
-            return None, f"benchmark data not loaded: {why}"
     try:  # every record: the index says which cannot answer, and why (`MeasuredIndex.left_out`)
         runs = data.load_runs(sources, experiment=experiment, passed_only=False, include_noisy=True)
     except Exception as exc:  # any unreadable store: say so and answer from the other layers

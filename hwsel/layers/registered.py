@@ -17,7 +17,7 @@ from pytest_hwbench.vocabulary import normalise_mode
 
 from ..bounds import Coverage
 from ..query import DEFAULT_BACKEND, HwselWarning, Prediction, Query, default_backend
-from .base import device_fields, query_features
+from .base import prediction, query_features
 from .rules import rules_estimate
 
 log = logging.getLogger("hwsel")
@@ -104,18 +104,17 @@ class RegisteredLayer:
             latency = math.exp(lat_log) if math.isfinite(lat_log) else math.nan
             if not _possible(latency, q):
                 continue  # no device runs it that fast (or slow): the next layer answers
-            throughput = q.batch_size / latency * 1e3  # derived, as hwsel.train derives it
             memory = math.exp(mem_log) if math.isfinite(mem_log) else math.nan
             detail = ""
             if not (math.isfinite(memory) and memory > 0):
-                memory, detail = rules_estimate(q)[2], "; memory estimated by rules"
+                memory, detail = rules_estimate(q)[1], "; memory estimated by rules"
             lo = math.exp(low_log) if math.isfinite(low_log) else latency
             hi = math.exp(high_log) if math.isfinite(high_log) else latency
             if q.batch_size not in grid and q.batch_size <= top:
                 detail += "; interpolated between the model's grid batch sizes"
-            out[i] = Prediction(q.hardware, latency, throughput, memory, "registered",
-                                (max(0.0, min(lo, latency)), max(hi, latency)), q.backend, q.precision,
-                                q.batch_size, q.mode, f"champion model version {version}{detail}", **device_fields(q))
+            # throughput derived, as hwsel.train derives it
+            out[i] = prediction(q, "registered", latency, memory, (max(0.0, min(lo, latency)), max(hi, latency)),
+                                f"champion model version {version}{detail}")
         return out
 
 
@@ -159,28 +158,30 @@ def snapshot_frame(champion: Any, tracking_uri: str | None = None) -> Any | None
     return frame.loc[:, cols]
 
 
-def snapshot_domain(frame: Any | None) -> frozenset[tuple[str, str, str, str]] | None:
-    """(hardware, backend, precision, mode) combinations of a snapshot frame, modes by their one name."""
-    if frame is None or not {"hardware", "precision"} <= set(frame.columns):
-        return None
-    frame = frame.reindex(columns=["hardware", "backend", "precision", "mode"])
-    frame = frame.fillna({"backend": DEFAULT_BACKEND, "mode": "inference"}).astype(str)
-    frame["mode"] = frame["mode"].map(normalise_mode)
-    return frozenset(map(tuple, frame.drop_duplicates().to_numpy().tolist()))
-
-
-def snapshot_devices(frame: Any | None) -> dict[str, dict[str, int]]:
-    """hardware -> device name -> training rows, for the devices the snapshot names."""
+def snapshot_facts(frame: Any | None) -> dict[str, Any]:
+    """What a training snapshot (`snapshot_frame`, None: none) says, as `hwsel.predict.Predictor`'s
+    arguments: ``champion_domain`` (its (hardware, backend, precision, mode) combinations, modes by
+    their one name), ``training_devices`` (hardware -> device name -> rows), ``champion_modes``
+    (mode -> the older spelling it holds it under, ``{"train": "training"}``), ``champion_coverage``."""
     from ..specs import device_key
 
-    if frame is None or "device_name" not in frame.columns or "hardware" not in frame.columns:
-        return {}
-    out: dict[str, dict[str, int]] = {}
-    for (hw, raw), n in frame.groupby(["hardware", "device_name"], dropna=True).size().items():
-        name = " ".join(str(raw).split())
-        if device_key(str(hw), name):
-            out.setdefault(str(hw), {})[name] = int(n)
-    return out
+    cols = set(getattr(frame, "columns", ()))
+    domain = None
+    if {"hardware", "precision"} <= cols:
+        keys = frame.reindex(columns=["hardware", "backend", "precision", "mode"])
+        keys = keys.fillna({"backend": DEFAULT_BACKEND, "mode": "inference"}).astype(str)
+        keys["mode"] = keys["mode"].map(normalise_mode)
+        domain = frozenset(map(tuple, keys.drop_duplicates().to_numpy().tolist()))
+    devices: dict[str, dict[str, int]] = {}
+    if {"hardware", "device_name"} <= cols:
+        for (hw, raw), n in frame.groupby(["hardware", "device_name"], dropna=True).size().items():
+            name = " ".join(str(raw).split())
+            if device_key(str(hw), name):
+                devices.setdefault(str(hw), {})[name] = int(n)
+    spelt = [str(m) for m in frame["mode"].dropna().unique()] if "mode" in cols else []
+    return {"champion_domain": domain, "training_devices": devices,
+            "champion_modes": {normalise_mode(m): m for m in spelt if normalise_mode(m) != m},
+            "champion_coverage": snapshot_coverage(frame)}
 
 
 def snapshot_coverage(frame: Any | None) -> Coverage | None:
@@ -195,14 +196,6 @@ def snapshot_coverage(frame: Any | None) -> Coverage | None:
     devices = set(zip(frame["hardware"].astype(str), frame["device_name"].fillna("").astype(str), strict=True)) \
         if {"hardware", "device_name"} <= set(frame.columns) else set()
     return Coverage.from_rows(params.tolist(), families, devices)
-
-
-def snapshot_mode_names(frame: Any | None) -> dict[str, str]:
-    """mode -> the older spelling a snapshot holds it under (``{"train": "training"}``), if any."""
-    if frame is None or "mode" not in frame.columns:
-        return {}
-    spelt = (str(m) for m in frame["mode"].dropna().unique())
-    return {normalise_mode(m): m for m in spelt if normalise_mode(m) != m}
 
 
 def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
@@ -227,9 +220,7 @@ __all__ = [
     "RegisteredLayer",
     "champion_summary",
     "load_champions",
-    "snapshot_devices",
-    "snapshot_domain",
     "snapshot_coverage",
+    "snapshot_facts",
     "snapshot_frame",
-    "snapshot_mode_names",
 ]

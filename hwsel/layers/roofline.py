@@ -13,7 +13,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
-from .base import device_fields, query_features
+from .base import prediction, query_features
 from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runtime_mb
 
 
@@ -99,10 +99,9 @@ class RooflineLayer:
             memory += runtime_mb(q.hardware)  # the roofline counts the model only
             interval = (latency / f, latency * f) if band is None else \
                 (latency * math.exp(float(band[0][j])), latency * math.exp(float(band[1][j])))
-            out.append(Prediction(q.hardware, latency, q.batch_size / latency * 1e3, memory, "roofline",
-                                  interval, q.backend, q.precision, q.batch_size, q.mode,
+            out.append(prediction(q, "roofline", latency, memory, interval,
                                   f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
-                                  f"+ {overhead:.3g} ms launch overhead", **device_fields(q)))
+                                  f"+ {overhead:.3g} ms launch overhead"))
         return out
 
 

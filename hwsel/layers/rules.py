@@ -10,7 +10,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE
 
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
-from .base import device_fields
+from .base import prediction
 
 #: Effective (not peak) TFLOP/s of eager frameworks on a common device of each kind. Seen:
 #: BERT-base on a 2-core CPU about 0.1 TFLOP/s, on an H100 fp16 about 160 (FACTS.md).
@@ -51,15 +51,15 @@ def launch_overhead_ms(q: Query) -> float:
     return overhead_12_layers_ms(q.hardware) * layers / 12 * (2.0 if q.mode == TRAIN_MODE else 1.0)
 
 
-def rules_estimate(q: Query) -> tuple[float, float, float]:
-    """(latency ms, throughput items/s, memory MiB) from heuristics alone."""
+def rules_estimate(q: Query) -> tuple[float, float]:
+    """(latency ms, memory MiB) from heuristics alone."""
     m = q.model
     tflops = _RULE_TFLOPS.get(q.hardware, _RULE_TFLOPS["cpu"])[q.precision]
     flops = float(m.flops_per_item) * q.batch_size * (TRAIN_FLOPS if q.mode == TRAIN_MODE else 1.0)
     latency = launch_overhead_ms(q) + flops / (tflops * 1e12) * 1e3
     mem = memory_breakdown(m, batch_size=q.batch_size, precision=q.precision, mode=q.mode,
                            runtime_mb=runtime_mb(q.hardware)).total_mb
-    return latency, q.batch_size / latency * 1e3, mem
+    return latency, mem
 
 
 class RulesLayer:
@@ -74,9 +74,8 @@ class RulesLayer:
         f = self.interval_factor
         out: list[Prediction | None] = []
         for q in queries:
-            latency, throughput, memory = rules_estimate(q)
-            out.append(Prediction(q.hardware, latency, throughput, memory, "rules", (latency / f, latency * f),
-                                  q.backend, q.precision, q.batch_size, q.mode, "heuristic estimate", **device_fields(q)))
+            latency, memory = rules_estimate(q)
+            out.append(prediction(q, "rules", latency, memory, (latency / f, latency * f), "heuristic estimate"))
         return out
 
 
