@@ -329,21 +329,7 @@ def one_thread() -> Iterator[None]:
         yield
 
 
-__all__ = [
-    "BATCH_COLUMNS",
-    "ESTIMATORS",
-    "LATENCY_OFFSETS",
-    "OFFSETS",
-    "REGIME_POOLS",
-    "REGIME_TERMS",
-    "STARTING_RECIPES",
-    "BatchCurveRegressor",
-    "OffsetRegressor",
-    "RegimeRegressor",
-    "ResidualRegressor",
-    "ThroughputFromLatency",
-    "build_estimator",
-    "config_keys",
-    "one_thread",
-    "suggest",
-]
+__all__ = ["BATCH_COLUMNS", "BatchCurveRegressor", "ESTIMATORS", "LATENCY_OFFSETS", "OFFSETS",
+           "OffsetRegressor", "REGIME_POOLS", "REGIME_TERMS", "RegimeRegressor", "ResidualRegressor",
+           "STARTING_RECIPES", "ThroughputFromLatency", "build_estimator", "config_keys", "one_thread",
+           "suggest"]

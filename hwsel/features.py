@@ -38,44 +38,16 @@ def launch_floor_ms(hardware: str, backend: str) -> float:
     return facts.launch_cost_ms(hardware) * facts.backend_facts(backend).launch_share
 
 CATEGORICAL_FEATURES: tuple[str, ...] = (
-    "family",
-    "model_type",
-    "backend",
-    "hardware",
-    "precision",
-    "mode",
-    "device",
-    "device_kind",
+    "family", "model_type", "backend", "hardware", "precision", "mode", "device", "device_kind",
 )
 
 NUMERIC_FEATURES: tuple[str, ...] = (
-    "log_param_count",
-    "log_flops_per_item",
-    "log_flops_per_forward",
-    "num_layers",
-    "hidden_size",
-    "log_sequence_length",
-    "image_size",
-    "log_audio_samples",
-    "batch_size",
-    "log_batch_size",
-    "threads",
-    "bytes_per_element",
-    "log_peak_tflops",
-    "log_memory_bandwidth_gbs",
-    "device_memory_gb",
-    "spec_known",
-    "log_weight_mb",
-    "log_roofline_compute_ms",
-    "log_roofline_memory_ms",
-    "log_roofline_ms",
-    "log_roofline_memory_mb",
-    "log_launches",
-    "log_launch_floor_ms",
-    "log_flops_per_launch",
-    "log_regime_ms",
-    "num_attention_heads",
-    "kv_group",
+    "log_param_count", "log_flops_per_item", "log_flops_per_forward", "num_layers", "hidden_size",
+    "log_sequence_length", "image_size", "log_audio_samples", "batch_size", "log_batch_size", "threads",
+    "bytes_per_element", "log_peak_tflops", "log_memory_bandwidth_gbs", "device_memory_gb", "spec_known",
+    "log_weight_mb", "log_roofline_compute_ms", "log_roofline_memory_ms", "log_roofline_ms",
+    "log_roofline_memory_mb", "log_launches", "log_launch_floor_ms", "log_flops_per_launch", "log_regime_ms",
+    "num_attention_heads", "kv_group",
 )
 
 #: What the predictors take, in this order.
@@ -256,20 +228,6 @@ def query_frame(model: ModelInfo, **case: Any) -> pd.DataFrame:
     return feature_frame(pd.DataFrame([query_row(model, **case)]))
 
 
-__all__ = [
-    "ALIASES",
-    "EXTRAPOLATE_ABOVE",
-    "CATEGORICAL_FEATURES",
-    "FEATURE_COLUMNS",
-    "NUMERIC_FEATURES",
-    "ModelInfo",
-    "RooflineEstimate",
-    "cache_path",
-    "feature_frame",
-    "launch_floor_ms",
-    "info_from_spec",
-    "query_frame",
-    "query_row",
-    "resolve_model",
-    "roofline",
-]
+__all__ = ["ALIASES", "CATEGORICAL_FEATURES", "EXTRAPOLATE_ABOVE", "FEATURE_COLUMNS", "ModelInfo",
+           "NUMERIC_FEATURES", "RooflineEstimate", "cache_path", "feature_frame", "info_from_spec",
+           "launch_floor_ms", "query_frame", "query_row", "resolve_model", "roofline"]

@@ -317,6 +317,7 @@ class AdaptiveIntervals:
         return cls(AdaptiveBand.from_dict(doc["band"]), known, layers)
 
 
-__all__ = ["DISTANCE_BUCKETS", "FAMILY_STEP", "MIN_GROUP_ROWS", "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "AdaptiveBand",
-           "AdaptiveIntervals", "architecture_keys", "blend_weights", "calibratable", "conformal_band", "config_groups", "layer_oofs", "lomo_distances", "lomo_offsets",
-           "novelty", "novelty_frame", "span_offsets"]
+__all__ = ["AdaptiveBand", "AdaptiveIntervals", "DISTANCE_BUCKETS", "FAMILY_STEP", "MIN_GROUP_ROWS",
+           "MIN_LAYER_MODELS", "NOVELTY_COLUMNS", "TYPE_STEP", "UNSEEN_CONFIG", "architecture_keys",
+           "blend_weights", "calibratable", "config_groups", "conformal_band", "layer_oofs", "lomo_distances",
+           "lomo_offsets", "novelty", "novelty_frame", "span_offsets"]

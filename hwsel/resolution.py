@@ -352,15 +352,8 @@ def _dump_zoo() -> dict[str, dict[str, Any]]:
     return table
 
 
-__all__ = [
-    "ALIASES",
-    "EXTRAPOLATE_ABOVE",
-    "ModelInfo",
-    "cache_path",
-    "info_from_spec",
-    "resolve_model",
-    "zoo_name",
-]
+__all__ = ["ALIASES", "EXTRAPOLATE_ABOVE", "ModelInfo", "cache_path", "info_from_spec", "resolve_model",
+           "zoo_name"]
 
 
 def _write_table(table: Mapping[str, Mapping[str, Any]]) -> str:

@@ -234,5 +234,5 @@ def knows_device(hardware: str, device_name: str) -> bool:
         or _match(" ".join(device_name.split())) is not None
 
 
-__all__ = ["CPU_CEILING", "GENERIC_CPU_CORES", "KNOWN_DEVICES", "DeviceSpec", "cpu_spec", "device_key",
+__all__ = ["CPU_CEILING", "DeviceSpec", "GENERIC_CPU_CORES", "KNOWN_DEVICES", "cpu_spec", "device_key",
            "known_device_names", "knows_device", "spec_for", "wasm_spec"]

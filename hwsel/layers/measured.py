@@ -368,5 +368,5 @@ def load_measured(source: Any, experiment: str) -> tuple[Any, str]:
     return runs, ""
 
 
-__all__ = ["MIN_SESSION_RESIDUALS", "SESSION_SPREAD_LEVEL", "LeftOut", "Measured", "MeasuredIndex", "MeasuredLayer",
-           "load_measured", "session_residuals"]
+__all__ = ["LeftOut", "MIN_SESSION_RESIDUALS", "Measured", "MeasuredIndex", "MeasuredLayer",
+           "SESSION_SPREAD_LEVEL", "load_measured", "session_residuals"]

@@ -215,12 +215,5 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     return champions, "" if champions else "no champion registered (run `hwsel train`)"
 
 
-__all__ = [
-    "GRID_BATCH_SIZES",
-    "RegisteredLayer",
-    "champion_summary",
-    "load_champions",
-    "snapshot_coverage",
-    "snapshot_facts",
-    "snapshot_frame",
-]
+__all__ = ["GRID_BATCH_SIZES", "RegisteredLayer", "champion_summary", "load_champions", "snapshot_coverage",
+           "snapshot_facts", "snapshot_frame"]

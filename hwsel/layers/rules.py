@@ -79,4 +79,5 @@ class RulesLayer:
         return out
 
 
-__all__ = ["RUNTIME_MB", "TRAIN_FLOPS", "RulesLayer", "launch_overhead_ms", "overhead_12_layers_ms", "rules_estimate", "runtime_mb"]
+__all__ = ["RUNTIME_MB", "RulesLayer", "TRAIN_FLOPS", "launch_overhead_ms", "overhead_12_layers_ms",
+           "rules_estimate", "runtime_mb"]
