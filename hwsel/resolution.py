@@ -176,24 +176,20 @@ def _disk_key(fingerprint: str) -> str:
         return fingerprint
 
 
-def _read_disk(key: str, name: str) -> ModelInfo | None:
+def _read_disk() -> dict[str, Any]:
+    """The disk cache (`cache_path`), {} when there is none or it holds something else."""
     try:
         data = json.loads(cache_path().read_text(encoding="utf-8"))
-        entry = data[key]
-        return ModelInfo(**{**entry, "name": name})
-    except (OSError, ValueError, KeyError, TypeError):  # no file, no entry, another layout
-        return None
+    except (OSError, ValueError):
+        return {}
+    return data if isinstance(data, dict) else {}
 
 
 def _write_disk(key: str, info: ModelInfo) -> None:
     """Best effort: an unwritable cache only costs a rebuild next time."""
     path = cache_path()
     try:
-        try:
-            data = json.loads(path.read_text(encoding="utf-8"))
-        except (OSError, ValueError):
-            data = {}
-        data = data if isinstance(data, dict) else {}
+        data = _read_disk()
         while len(data) >= _DISK_MAX:  # each config a REST client sends adds one: keep the file small
             data.pop(next(iter(data)))
         data[key] = info.to_dict()
@@ -218,8 +214,9 @@ def info_from_spec(spec: Any, name: str | None = None) -> ModelInfo:
         return ModelInfo(**traced, name=name or spec.name, family=spec.family)
     if key not in _measured:
         disk_key = _disk_key(key)
-        info = _read_disk(disk_key, spec.name)
-        if info is None:
+        try:
+            info = ModelInfo(**{**_read_disk()[disk_key], "name": spec.name})
+        except (KeyError, TypeError):  # no entry, or one of another layout
             info = _measure(spec)
             _write_disk(disk_key, info)
         if len(_measured) >= _MEASURED_MAX:
@@ -230,18 +227,13 @@ def info_from_spec(spec: Any, name: str | None = None) -> ModelInfo:
     return found if want == found.name else ModelInfo(**{**found.to_dict(), "name": want})
 
 
-def _normal(name: str) -> str:
-    return name.strip().lower()
-
-
 def _unknown(name: str) -> KeyError:
     from pytest_hwbench.models import MODELS
 
     names = sorted(set(MODELS) | set(ALIASES))
-    bare = _normal(name).rsplit("/", 1)[-1]
-    close = difflib.get_close_matches(bare, names, n=5, cutoff=0.5) or difflib.get_close_matches(
-        _normal(name), names, n=5, cutoff=0.4
-    )
+    text = name.strip().lower()
+    close = difflib.get_close_matches(text.rsplit("/", 1)[-1], names, n=5, cutoff=0.5) or \
+        difflib.get_close_matches(text, names, n=5, cutoff=0.4)
     hint = f" Close matches: {', '.join(close)}." if close else ""
     return KeyError(
         f"unknown model {name!r}.{hint} For a model outside the zoo pass its architecture: "
@@ -296,7 +288,7 @@ def zoo_name(name: str) -> str | None:
 
     if name in MODELS:
         return name
-    text = _normal(name)
+    text = name.strip().lower()
     for key in (text, text.rsplit("/", 1)[-1]):
         target = key if key in MODELS else ALIASES.get(key)
         if target in MODELS:

@@ -20,16 +20,9 @@ from .specs import spec_for
 
 @dataclass(frozen=True)
 class RooflineEstimate:
-    """A roofline estimate of one forward pass: max(compute time, memory time).
-
-    Attributes:
-        latency_ms: max(compute_ms, memory_ms).
-        throughput: items per second at that latency.
-        memory_mb: weights plus peak activations, MiB (the model's own footprint; a process adds
-            its runtime on top).
-        compute_ms: FLOPs / peak FLOP/s at the precision.
-        memory_ms: bytes moved (weights once, activations per item) / memory bandwidth.
-    """
+    """A roofline estimate of one forward pass: `latency_ms` is max(`compute_ms`, `memory_ms`),
+    `throughput` items/s at that latency, `memory_mb` the model's own weights and peak activations
+    (a process adds its runtime on top)."""
 
     latency_ms: float
     throughput: float
@@ -38,16 +31,9 @@ class RooflineEstimate:
     memory_ms: float
 
 
-def roofline_arrays(
-    params: np.ndarray,
-    flops_item: np.ndarray,
-    hidden: np.ndarray,
-    layers: np.ndarray,
-    batch: np.ndarray,
-    bytes_el: np.ndarray,
-    tflops: np.ndarray,
-    bandwidth_gbs: np.ndarray,
-) -> dict[str, np.ndarray]:
+def roofline_arrays(params: np.ndarray, flops_item: np.ndarray, hidden: np.ndarray, layers: np.ndarray,
+                    batch: np.ndarray, bytes_el: np.ndarray, tflops: np.ndarray,
+                    bandwidth_gbs: np.ndarray) -> dict[str, np.ndarray]:
     """Vectorised roofline; every argument is a float array of the same length.
 
     Activation traffic per item is estimated from FLOPs: a transformer layer does about 24 h^2
@@ -62,20 +48,13 @@ def roofline_arrays(
     memory_ms = (weight_bytes + batch * act_bytes_item) / (bandwidth_gbs * 1e9) * 1e3
     latency_ms = np.maximum(compute_ms, memory_ms)
     peak_act = batch * act_bytes_item * np.minimum(4.0, n_layers) / n_layers
-    memory_mb = (weight_bytes + peak_act) / 2**20
-    return {
-        "compute_ms": compute_ms,
-        "memory_ms": memory_ms,
-        "latency_ms": latency_ms,
-        "throughput": batch / latency_ms * 1e3,
-        "memory_mb": memory_mb,
-        "weight_mb": weight_bytes / 2**20,
-    }
+    return {"compute_ms": compute_ms, "memory_ms": memory_ms, "latency_ms": latency_ms,
+            "throughput": batch / latency_ms * 1e3, "memory_mb": (weight_bytes + peak_act) / 2**20,
+            "weight_mb": weight_bytes / 2**20}
 
 
-def roofline(
-    model: ModelInfo, *, hardware: str, precision: str, batch_size: int, device_name: str | None = None
-) -> RooflineEstimate:
+def roofline(model: ModelInfo, *, hardware: str, precision: str, batch_size: int,
+             device_name: str | None = None) -> RooflineEstimate:
     """Roofline estimate of one forward over `batch_size` items on a device (see `RooflineEstimate`)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")

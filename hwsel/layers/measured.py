@@ -60,7 +60,6 @@ class LeftOut:
 
     backend: str
     device_key: str
-    device: str
     why: str
 
 
@@ -77,10 +76,10 @@ class MeasuredIndex:
         #: case -> the records of it that do not answer
         self.left_out: dict[Case, list[LeftOut]] = {}
         #: why -> records left out for it
-        self.left_out_counts: dict[str, int] = {}
+        self.left_out_counts: Counter[str] = Counter()
         self.rows = 0
         self.backends: frozenset[str] = frozenset()
-        self.devices: dict[str, dict[str, int]] = {}
+        self.devices: dict[str, Counter[str]] = {}
         #: 90% quantile of |log(session i / session j)| over cases measured in several sessions
         self.session_spread = 0.0
         #: the between-session band (`hwsel.intervals.AdaptiveBand`), None with too few repeats
@@ -94,17 +93,16 @@ class MeasuredIndex:
         from ..data import left_out_reasons
         from ..specs import device_key
 
-        df = pd.DataFrame(runs).copy()
+        df = pd.DataFrame(runs)
         need = ("model", "hardware", "precision", "batch_size", "latency_ms_median")
         missing = [c for c in need if c not in df.columns]
         if missing:
             raise ValueError(f"benchmark data lacks column {missing[0]!r}; got {', '.join(map(str, df.columns))}")
-        for col, default in (("backend", DEFAULT_BACKEND), ("mode", "inference"), ("device_name", None)):
-            if col not in df.columns:
-                df[col] = default
+        df = df.assign(**{col: default for col, default in (
+            ("backend", DEFAULT_BACKEND), ("mode", "inference"), ("device_name", None)) if col not in df.columns})
         reasons = left_out_reasons(df, include_noisy=self.include_noisy).tolist()
         groups: dict[tuple[Any, ...], list[Mapping[str, Any]]] = {}
-        devices: dict[str, dict[str, int]] = {}
+        devices: dict[str, Counter[str]] = {}
         backends: set[str] = set()
         # Backends whose records also count as hardware of their name (OpenVINO: its device is cpu/gpu/npu).
         as_hardware = facts.backends_as_hardware()
@@ -123,14 +121,13 @@ class MeasuredIndex:
             name = " ".join(raw.split()) if isinstance(raw, str) else ""
             backends.add(key[5])
             if why:
-                self.left_out_counts[why] = self.left_out_counts.get(why, 0) + 1
+                self.left_out_counts[why] += 1
             for hw in (key[1], key[5]) if key[5] in as_hardware and key[1] != key[5] else (key[1],):
                 dkey = device_key(hw, name)
                 if dkey:  # every record counts for the device a question most likely means
-                    per = devices.setdefault(hw, {})
-                    per[name] = per.get(name, 0) + 1
+                    devices.setdefault(hw, Counter())[name] += 1
                 if why:
-                    self.left_out.setdefault((key[0], hw, *key[2:5]), []).append(LeftOut(key[5], dkey, name, why))
+                    self.left_out.setdefault((key[0], hw, *key[2:5]), []).append(LeftOut(key[5], dkey, why))
                     continue
                 groups.setdefault((key[0], hw, *key[2:], dkey), []).append(row)
         spread = self.session_spread = _session_spread(groups.values())
