@@ -81,8 +81,7 @@ def distributed_training_config(model: ModelRef, gpus: int = 8, batch_size: int 
             or not math.isfinite(max_memory_gb) or not 0 < max_memory_gb <= 1e6:
         raise ValueError(f"max_memory_gb must be a number of GiB in (0, 1e6], got {max_memory_gb!r}")
     budget_total = float(max_memory_gb)
-    precision = check_precision(precision)
-    check_train_precision(precision)
+    precision = check_train_precision(check_precision(precision))
     info = describe_model(model)
     budget = budget_total * (1 - RESERVE)
     gib = 1024.0

@@ -194,33 +194,17 @@ def feature_frame(rows: pd.DataFrame) -> pd.DataFrame:
 _RECORD_FIELDS: tuple[str, ...] = tuple(f.name for f in fields(ModelInfo) if f.name not in ("name", "flops_per_item"))
 
 
-def query_row(
-    model: ModelInfo,
-    *,
-    hardware: str,
-    backend: str,
-    precision: str,
-    batch_size: int,
-    mode: str = "inference",
-    device_name: str | None = None,
-    threads: int | None = None,
-) -> dict[str, Any]:
-    """A record-like dict for one configuration; stack many and call `feature_frame` once
-    (much faster than one `query_frame` per configuration)."""
+def query_row(model: ModelInfo, *, hardware: str, backend: str, precision: str, batch_size: int,
+              mode: str = "inference", device_name: str | None = None,
+              threads: int | None = None) -> dict[str, Any]:
+    """A record-like dict for one configuration (`threads` None: this machine's usable cores); stack
+    many and call `feature_frame` once (much faster than one `query_frame` per configuration)."""
     if batch_size < 1:
         raise ValueError(f"batch_size must be >= 1, got {batch_size}")
-    return {
-        "model": model.name,
-        **{name: getattr(model, name) for name in _RECORD_FIELDS},
-        "flops_per_forward": float(model.flops_per_item) * batch_size,
-        "batch_size": int(batch_size),
-        "precision": precision,
-        "backend": backend,
-        "hardware": hardware,
-        "device_name": device_name or "",
-        "mode": mode,
-        "threads": threads,
-    }
+    return {"model": model.name, **{name: getattr(model, name) for name in _RECORD_FIELDS},
+            "flops_per_forward": float(model.flops_per_item) * batch_size, "batch_size": int(batch_size),
+            "precision": precision, "backend": backend, "hardware": hardware,
+            "device_name": device_name or "", "mode": mode, "threads": threads}
 
 
 def query_frame(model: ModelInfo, **case: Any) -> pd.DataFrame:

@@ -316,11 +316,9 @@ class Predictor:
 
     def _check_device(self, hardware: str, name: str) -> None:
         """QuestionError unless `name` is a device on `hardware` that hwsel knows (see `resolve_target`)."""
-        if knows_device(hardware, name):
-            return
         key = device_key(hardware, name)
         recorded = self.record_devices_.get(hardware, {})
-        if any(device_key(hardware, n) == key for n in recorded):
+        if knows_device(hardware, name) or key in {device_key(hardware, n) for n in recorded}:
             return
         here = _detected_device(hardware) if self.detect else None
         if here and device_key(hardware, here) == key:
@@ -386,8 +384,7 @@ class Predictor:
         if not index.left_out and not len(index):
             return out
         for i, (q, p) in enumerate(zip(queries, out, strict=True)):
-            note = index.left_out_note(q.model.name, q.hardware, q.precision, q.batch_size, q.mode, q.backend,
-                                       q.device_name, answered=p.source == "measured")
+            note = index.left_out_note(q, answered=p.source == "measured")
             if note:
                 out[i] = dataclasses.replace(p, detail=f"{p.detail}; {note}" if p.detail else note)
         return out

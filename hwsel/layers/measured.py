@@ -197,16 +197,15 @@ class MeasuredIndex:
         key = device_key(hardware, device)
         return per_device.get(key) if key in per_device else per_device.get("")
 
-    def left_out_note(self, model: str, hardware: str, precision: str, batch_size: int, mode: str,
-                      backend: str | None = None, device: str | None = None, *, answered: bool = False) -> str:
-        """Which records of the exact case did not answer for the question, and why, in one line
-        ("" when none): its left-out ones and, unless the case was `answered` from the records,
-        the usable ones of another device or backend."""
+    def left_out_note(self, q: Query, *, answered: bool = False) -> str:
+        """Which records of `q`'s exact case did not answer for it, and why, in one line ("" when
+        none): its left-out ones and, unless `answered` from the records, the usable ones of another
+        device or backend."""
         from ..specs import device_key
 
-        case = (model, hardware, precision, batch_size, normalise_mode(mode))
-        backend = backend or default_backend(hardware)
-        key = device_key(hardware, device)
+        case = (q.model.name, q.hardware, q.precision, q.batch_size, normalise_mode(q.mode))
+        backend = q.backend or default_backend(q.hardware)
+        key = device_key(q.hardware, q.device_name)
         counts = Counter(r.why for r in self.left_out.get(case, ()) if r.backend == backend and r.device_key in (key, ""))
         parts = [(n, _why_text(why)) for why, n in counts.items()]
         if not answered:

@@ -76,10 +76,8 @@ class RegisteredLayer:
         grid = GRID_BATCH_SIZES
         top = grid[-1]
         beyond = [i for i in idx if queries[i].batch_size > top]
-        missing: dict[tuple[Any, ...], Query] = {}  # grid key -> its first query
-        for i in idx:
-            if queries[i].batch_size <= top and self._grid_key(queries[i]) not in self._grid:
-                missing.setdefault(self._grid_key(queries[i]), queries[i])
+        missing = {self._grid_key(queries[i]): queries[i] for i in idx  # grid key -> a query of it
+                   if queries[i].batch_size <= top and self._grid_key(queries[i]) not in self._grid}
         try:
             if missing:
                 scored = self._score([dataclasses.replace(q, batch_size=b) for q in missing.values() for b in grid])
