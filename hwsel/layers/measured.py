@@ -149,36 +149,31 @@ class MeasuredIndex:
                    spread: float = 0.0, band: tuple[float, ...] | None = None) -> Measured:
         import statistics
 
-        lat = [v for r in rows if (v := _finite(r.get("latency_ms_median")))]
-        median = statistics.median(lat)
-        thr = [v for r in rows if (v := _finite(r.get("throughput_items_per_s")))]
-        mem = [v for r in rows if (v := _finite(r.get("peak_device_memory_mb")) or _finite(r.get("peak_host_rss_mb")))]
-        energy = [v for r in rows if (v := _finite(r.get("energy_j_per_item")))]
-        def first(row: Mapping[str, Any], keys: tuple[str, ...]) -> float | None:
-            return next((v for k in keys if (v := _finite(row.get(k))) is not None), None)
+        def per_run(*keys: str, zero: bool = False) -> list[float]:
+            """Each row's first finite value >= 0 of `keys` (> 0 unless `zero`), rows without one left out."""
+            found = (next((v for k in keys if (v := _finite(r.get(k))) is not None and (zero or v)), None)
+                     for r in rows)
+            return [v for v in found if v is not None]
 
+        median = statistics.median(per_run("latency_ms_median"))
+        thr, energy = per_run("throughput_items_per_s"), per_run("energy_j_per_item")
+        mem = per_run("peak_device_memory_mb", "peak_host_rss_mb")
         # per run: its fastest iteration .. its p95 (p90, max where p95 is missing)
-        lows = [v for r in rows if (v := first(r, ("latency_ms_min", "latency_ms_median"))) is not None]
-        highs = [v for r in rows if (v := first(r, ("latency_ms_p95", "latency_ms_p90", "latency_ms_max",
-                                                     "latency_ms_median"))) is not None]
+        lows = per_run("latency_ms_min", "latency_ms_median", zero=True)
+        highs = per_run("latency_ms_p95", "latency_ms_p90", "latency_ms_max", "latency_ms_median", zero=True)
         # Between sessions: the case's own session medians, and at least the spread a second
         # session shows across every case measured in several (`session_spread`).
         sessions = [statistics.median(v) for v in _sessions(rows).values()]
         between = [median * math.exp(-spread), median * math.exp(spread), *sessions]
+        device = Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
         return Measured(
-            latency_ms=median,
-            throughput=statistics.median(thr) if thr else batch / median * 1e3,
+            latency_ms=median, throughput=statistics.median(thr) if thr else batch / median * 1e3,
             memory_mb=statistics.median(mem) if mem else None,
             low=median * math.exp(band[0]) if band else min(lows + [median] + between),
             high=median * math.exp(band[1]) if band else max(highs + [median] + between),
-            backend=backend,
-            runs=len(rows),
-            device=Counter(" ".join(str(r.get("device_name")).split()) for r in rows).most_common(1)[0][0]
-            if hardware is not None else None,
+            backend=backend, runs=len(rows), device=device if hardware is not None else None,
             energy_j_per_item=statistics.median(energy) if energy else None,
-            noisy=sum(1 for r in rows if r.get("noise") == "noisy"),
-            calibrated=band is not None,
-        )
+            noisy=sum(1 for r in rows if r.get("noise") == "noisy"), calibrated=band is not None)
 
     def __len__(self) -> int:
         return len(self._index)
