@@ -81,13 +81,9 @@ REGIME_TERMS: tuple[str, ...] = ("log_launch_floor_ms", "log_roofline_compute_ms
 #: Pools a configuration's regime coefficients come from, most specific first: the device and
 #: runtime as measured, then the runtime on any device of the kind, then the kind of device.
 REGIME_POOLS: tuple[tuple[str, ...], ...] = (
-    ("device", "backend", "precision", "mode"),
-    ("device", "backend", "mode"),
-    ("device_kind", "backend", "precision", "mode"),
-    ("device_kind", "backend", "mode"),
-    ("device_kind", "mode"),
-    ("mode",),
-    (),
+    ("device", "backend", "precision", "mode"), ("device", "backend", "mode"),
+    ("device_kind", "backend", "precision", "mode"), ("device_kind", "backend", "mode"), ("device_kind", "mode"),
+    ("mode",), (),
 )
 
 

@@ -87,10 +87,9 @@ class Predictor:
     cannot answer (failed, without a latency, interfered with unless `include_noisy`) are left
     out, and each answer says which of its case were, and why.
 
-    Built state, by `build` (or by the first method that answers, `built`; never by reading an
-    attribute): ``config_``, ``index_`` (the measured index), ``status_`` (layer ->
-    `LayerStatus`), ``record_devices_`` (hardware -> device -> records), ``backends_`` (the
-    backends a question may name), ``layers_`` (layer name -> `Layer`, in the order asked).
+    Built state (by `build`, or `built` in the first method that answers; never by reading an
+    attribute) ends in ``_``: ``config_``, ``index_``, ``status_`` (layer -> `LayerStatus`),
+    ``record_devices_``, ``backends_``, ``layers_`` (name -> `Layer`, in the order asked) and the caches.
     """
 
     def __init__(self, *, runs: Any = None, champions: Mapping[str, Any] | None = None,

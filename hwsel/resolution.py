@@ -306,16 +306,12 @@ def _resolve_cached(name: str) -> ModelInfo:
     return info_from_spec(MODELS[found])
 
 
-def resolve_model(
-    name: str | None, config: str | os.PathLike[str] | Mapping[str, Any] | None = None
-) -> ModelInfo:
-    """Architecture numbers for `name`.
-
-    `name` is a zoo name (`hwbench models`), a common hub-style name (``bert-base-uncased``,
-    ``google/vit-base-patch16-224``, ``openai/whisper-tiny``, ...), or any name when `config`
-    is a Hugging Face ``config.json`` (a file, a directory holding one, or its parsed contents
-    as a mapping) or a model-set TOML/JSON file. With a config, `name` may be None: it then
-    comes from the config (``_name_or_path``, the folder or file name, else ``<type>-custom``).
+def resolve_model(name: str | None,
+                  config: str | os.PathLike[str] | Mapping[str, Any] | None = None) -> ModelInfo:
+    """Architecture numbers for `name`: a zoo name (`hwbench models`), a hub-style name
+    (``bert-base-uncased``, ``google/vit-base-patch16-224``, ...), or any name (None: the config's
+    ``_name_or_path``, folder or file name, else ``<type>-custom``) when `config` is a Hugging Face
+    ``config.json`` (a file, a folder holding one, or its parsed contents) or a model-set TOML/JSON.
 
     Raises:
         KeyError: unknown name; the message lists close matches and how to pass a config.
