@@ -450,6 +450,6 @@ def load_config(path: str | os.PathLike[str] | Mapping[str, Any] | SelectionConf
         raise ValueError(f"config file {str(p)!r}: {exc}") from None
 
 
-__all__ = ["ACCEPTED_MODES", "DEFAULT_PRECISION_CHOICES", "ENV_VAR", "FAMILIES", "HardwarePreference",
-           "MAX_HARDWARE_TARGETS", "MODES", "ModeKeyed", "PRECISIONS", "SOURCES", "SelectionConfig",
+__all__ = ["ACCEPTED_MODES", "DEFAULT_PRECISION_CHOICES", "ENV_VAR", "HardwarePreference",
+           "MAX_HARDWARE_TARGETS", "MODES", "ModeKeyed", "SOURCES", "SelectionConfig",
            "TaskProfile", "Thresholds", "Weights", "check_mode", "load_config"]

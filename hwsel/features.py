@@ -2,7 +2,7 @@
 
 `feature_frame` (records) and `query_frame` (a configuration never measured) share one function,
 so training and prediction cannot drift apart; a model's name only looks its architecture up
-(`hwsel.resolution`, whose names are importable from here too)."""
+(`hwsel.resolution`)."""
 
 from __future__ import annotations
 
@@ -18,15 +18,8 @@ import pandas as pd
 from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import bytes_per_element
 
-from .resolution import (  # re-exported: the feature names and the model they describe
-    ALIASES,
-    EXTRAPOLATE_ABOVE,
-    ModelInfo,
-    cache_path,
-    info_from_spec,
-    resolve_model,
-)
-from .roofline import RooflineEstimate, roofline, roofline_arrays
+from .resolution import ModelInfo, resolve_model
+from .roofline import roofline_arrays
 from .specs import DeviceSpec, spec_for
 
 # --- features ---------------------------------------------------------------------------------
@@ -212,6 +205,5 @@ def query_frame(model: ModelInfo, **case: Any) -> pd.DataFrame:
     return feature_frame(pd.DataFrame([query_row(model, **case)]))
 
 
-__all__ = ["ALIASES", "CATEGORICAL_FEATURES", "EXTRAPOLATE_ABOVE", "FEATURE_COLUMNS", "ModelInfo",
-           "NUMERIC_FEATURES", "RooflineEstimate", "cache_path", "feature_frame", "info_from_spec",
-           "launch_floor_ms", "query_frame", "query_row", "resolve_model", "roofline"]
+__all__ = ["CATEGORICAL_FEATURES", "FEATURE_COLUMNS", "NUMERIC_FEATURES", "feature_frame", "launch_floor_ms",
+           "query_frame", "query_row"]

@@ -13,10 +13,11 @@ from types import MappingProxyType
 from typing import Any
 
 from pytest_hwbench import facts
+from pytest_hwbench.models import FAMILIES
 from pytest_hwbench.vocabulary import MODE_ALIASES, PRECISIONS, TRAIN_MODE
 from pytest_hwbench.vocabulary import check_precision as _check_precision
 
-from .config import FAMILIES, SelectionConfig, check_mode
+from .config import SelectionConfig, check_mode
 from .resolution import ModelInfo, resolve_model
 
 #: Batch sizes above this are refused: predictions stay finite and requests stay cheap.

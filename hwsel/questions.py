@@ -9,9 +9,10 @@ from dataclasses import dataclass
 from typing import Any
 
 from pytest_hwbench import facts
+from pytest_hwbench.models import FAMILIES
 from pytest_hwbench.vocabulary import PRECISIONS
 
-from .config import ACCEPTED_MODES, DEFAULT_PRECISION_CHOICES, FAMILIES, MAX_HARDWARE_TARGETS, MODES
+from .config import ACCEPTED_MODES, DEFAULT_PRECISION_CHOICES, MAX_HARDWARE_TARGETS, MODES
 from .query import TRAIN_PRECISIONS
 
 #: Largest batch size a question may ask about (keeps every request cheap).

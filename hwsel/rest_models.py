@@ -11,7 +11,9 @@ from typing import Annotated, Any, Literal
 
 from pydantic import AliasChoices, BaseModel, ConfigDict, Field, StrictInt, create_model
 
-from .config import FAMILIES, MAX_HARDWARE_TARGETS
+from pytest_hwbench.models import FAMILIES
+
+from .config import MAX_HARDWARE_TARGETS
 from .distributed import DistributedConfig, MemoryEstimate
 from .next import Suggestion
 from .query import Prediction

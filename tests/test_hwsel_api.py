@@ -33,8 +33,8 @@ from hwsel import (
     selection_map,
 )
 from hwsel.cli import main as cli_main
-from hwsel.features import ModelInfo, resolve_model
 from hwsel.layers.registered import GRID_BATCH_SIZES
+from hwsel.resolution import ModelInfo, resolve_model
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 REPO = Path(__file__).resolve().parents[1]
@@ -128,7 +128,7 @@ for name in ("pytest", "sklearn", "mlflow", "optuna", "torch", "transformers", "
 import json
 import math
 from hwsel import Predictor, select_hardware, predict_performance
-from hwsel.features import ModelInfo
+from hwsel.resolution import ModelInfo
 info = ModelInfo("toy-bert", "embedding", "bert", 110_000_000, 2.2e10, 12, 768, 128)
 rules = Predictor.load(layers=("measured", "registered", "rules"))
 rec = select_hardware(info, batch_size=4, available_hardware=["cpu", "cuda"], predictor=rules)

@@ -20,10 +20,11 @@ from sklearn.dummy import DummyRegressor
 
 from hwsel.bounds import floor_of
 from hwsel.data import load_runs, training_table
-from hwsel.features import FEATURE_COLUMNS, ModelInfo, feature_frame
+from hwsel.features import FEATURE_COLUMNS, feature_frame
 from hwsel.predict import Predictor
 from hwsel.query import Query
 from hwsel.registry import ChampionModel
+from hwsel.resolution import ModelInfo
 from pytest_hwbench.facts import fallback_order
 from pytest_hwbench.record import MAX_LATENCY_MS
 from pytest_hwbench.vocabulary import PRECISIONS

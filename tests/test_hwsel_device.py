@@ -24,7 +24,8 @@ from hwsel import Predictor, predict_performance, prediction_matrix, select_hard
 from hwsel.cli import main as cli_main
 from hwsel.cli_parser import build_parser
 from hwsel.data import CONFIG_KEYS, load_runs, rows_text, snapshot, training_table
-from hwsel.features import query_frame, resolve_model
+from hwsel.features import query_frame
+from hwsel.resolution import resolve_model
 
 REPO = Path(__file__).resolve().parents[1]
 H100_RECORDS = REPO / "tests" / "data" / "h100_subset.jsonl"

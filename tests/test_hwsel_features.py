@@ -18,8 +18,9 @@ import pytest
 from hwsel.data import load_runs, training_table
 from hwsel.estimators import RegimeRegressor
 from hwsel.evaluation import error_metrics
-from hwsel.features import feature_frame, query_frame, query_row, resolve_model
+from hwsel.features import feature_frame, query_frame, query_row
 from hwsel.intervals import conformal_band
+from hwsel.resolution import resolve_model
 from pytest_hwbench.models import load_model_set, spec_from_config
 
 DATA = Path(__file__).resolve().parent / "data"

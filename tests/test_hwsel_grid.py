@@ -132,14 +132,6 @@ def test_the_zoo_table_is_the_zoos_and_traced_from_its_current_specs() -> None:
         "bert-base", "embedding", 109482240, 22348431360.0, 239)
 
 
-def test_the_old_import_paths_still_work() -> None:
-    from hwsel import features, resolution, roofline
-
-    assert features.ModelInfo is resolution.ModelInfo is ModelInfo
-    assert features.resolve_model is resolution.resolve_model and features.roofline is roofline.roofline
-    assert features.RooflineEstimate is roofline.RooflineEstimate and features.EXTRAPOLATE_ABOVE == 8
-
-
 def test_resolving_and_asking_import_neither_numpy_nor_pandas() -> None:
     proc = subprocess.run([sys.executable, "-c", textwrap.dedent("""
         import json, sys

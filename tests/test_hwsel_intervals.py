@@ -18,9 +18,10 @@ import pytest
 
 from hwsel import Predictor
 from hwsel.data import load_runs, snapshot
-from hwsel.features import query_frame, resolve_model
+from hwsel.features import query_frame
 from hwsel.intervals import AdaptiveBand, AdaptiveIntervals, lomo_offsets, novelty_frame
 from hwsel.registry import MODEL_NAMES, load_champion
+from hwsel.resolution import resolve_model
 
 SNAPSHOT = Path(__file__).resolve().parents[1] / "benchmarks" / "data" / "cpu_runs.parquet"
 MODELS = ("bert-tiny", "gpt2-tiny", "resnet-tiny", "vit-tiny", "t5-tiny")

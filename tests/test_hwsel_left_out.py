@@ -19,7 +19,7 @@ from _here import cpu_name
 
 from hwsel import Predictor, predict_performance, select_hardware
 from hwsel.cli import main as cli_main
-from hwsel.features import resolve_model
+from hwsel.resolution import resolve_model
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 SESSION = SessionInfo(session_id=uuid.uuid4().hex, started_at="2026-11-25T00:00:00+00:00", host="new-machine")

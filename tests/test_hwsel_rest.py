@@ -22,7 +22,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from hwsel import Predictor
-from hwsel.features import resolve_model
+from hwsel.resolution import resolve_model
 from pytest_hwbench.facts import fallback_order
 from pytest_hwbench.record import BenchmarkRecord
 

@@ -21,12 +21,12 @@ def test_hwsel_imports_nothing_of_pytest_hwbench_that_imports_hwsel() -> None:
 # --- one model description -----------------------------------------------------------------------
 
 def test_model_info_takes_the_architecture_fields_by_name_from_the_zoo() -> None:
-    """`hwsel.features.ModelInfo` is hwsel's one model description: each architecture number is
+    """`hwsel.resolution.ModelInfo` is hwsel's one model description: each architecture number is
     `pytest_hwbench.models.ModelArchitecture`'s field of that name and type (copied generically by
     `ModelInfo.from_architecture`), so the two cannot drift apart."""
     import dataclasses
 
-    from hwsel.features import ModelInfo
+    from hwsel.resolution import ModelInfo
     from pytest_hwbench.models import ModelArchitecture
 
     arch = {f.name: f.type for f in dataclasses.fields(ModelArchitecture)}

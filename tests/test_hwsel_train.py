@@ -17,15 +17,10 @@ import pandas as pd
 import pytest
 
 from hwsel.data import CONFIG_KEYS, load_runs, training_table
-from hwsel.features import (
-    FEATURE_COLUMNS,
-    ModelInfo,
-    feature_frame,
-    query_frame,
-    resolve_model,
-    roofline,
-)
+from hwsel.features import FEATURE_COLUMNS, feature_frame, query_frame
 from hwsel.registry import MODEL_NAMES, PREDICTED_METRICS, load_champion
+from hwsel.resolution import ModelInfo, resolve_model
+from hwsel.roofline import roofline
 from hwsel.specs import spec_for
 from hwsel.train import train
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo

@@ -183,7 +183,8 @@ def test_poisoned_records_are_dropped_combined_by_median_and_never_promoted(
     assert "newer data" not in decision
     champion = load_champion("latency", tracking_uri=uri)
     assert champion is not None
-    from hwsel.features import query_frame, resolve_model
+    from hwsel.features import query_frame
+    from hwsel.resolution import resolve_model
 
     answer = float(champion.predict(query_frame(resolve_model("gpt2-tiny"), hardware="cpu", backend="torch",
                                                 precision="fp32", batch_size=3))[0])
