@@ -1,11 +1,10 @@
 """Benchmark runs in, one training table out: `load_runs` reads any store pytest-hwbench writes
 (an MLflow URI, ``.duckdb``, ``.parquet``, ``.jsonl`` or a spool directory; several load as their
-union), `training_table` adds the targets, and `snapshot` writes it to Parquet with a digest.
+union), `training_table` adds the targets, and `snapshot` writes it to Parquet.
 """
 
 from __future__ import annotations
 
-import hashlib
 import os
 import typing
 from collections import Counter
@@ -438,14 +437,6 @@ def rows_text(runs: pd.DataFrame | RecordCounts, table: pd.DataFrame) -> str:
     return f"{head}: {'; '.join(parts)}" if parts else head
 
 
-def frame_digest(frame: pd.DataFrame) -> str:
-    """SHA-256 of a frame's content (row order and column order included)."""
-    hashed = pd.util.hash_pandas_object(frame.astype(str), index=False).to_numpy()
-    digest = hashlib.sha256(hashed.tobytes())
-    digest.update(",".join(map(str, frame.columns)).encode())
-    return digest.hexdigest()
-
-
 def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     """Write `frame` to Parquet (zstd, without the nested ``extra``/``cpu_affinity`` columns)."""
     path = Path(path)
@@ -463,7 +454,6 @@ __all__ = [
     "drop_impossible",
     "dropped_text",
     "existing_store",
-    "frame_digest",
     "NOISY",
     "RecordCounts",
     "left_out_reasons",

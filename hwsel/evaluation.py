@@ -15,10 +15,6 @@ from sklearn.model_selection import GroupKFold
 
 from .specs import device_key
 
-SCHEMES: tuple[str, ...] = ("heldout_batch", "heldout_model", "heldout_device")
-
-
-# --- cross-validation -----------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class Fold:
@@ -30,25 +26,24 @@ class Fold:
     test: np.ndarray
 
 
+def _group_folds(table: pd.DataFrame, scheme: str, groups: np.ndarray, most: int) -> list[Fold]:
+    """GroupKFold's folds of `groups` (at most `most`), none with fewer than two groups."""
+    n_groups = len(np.unique(groups))
+    splits = GroupKFold(n_splits=min(most, n_groups)).split(table, groups=groups) if n_groups > 1 else []
+    return [Fold(scheme, i, tr, te) for i, (tr, te) in enumerate(splits)]
+
+
 def cv_folds(table: pd.DataFrame) -> list[Fold]:
     """Grouped folds, deterministic (two trainings on one table use the same ones): held-out batch
     sizes (at most 8 folds), held-out models and held-out devices (at most 5 each); a scheme with
     fewer than two groups is skipped."""
-    folds: list[Fold] = []
-    groups = {
-        "heldout_batch": table["batch_size"].astype(int).to_numpy(),
-        "heldout_model": table["model"].astype(str).to_numpy(),
-    }
     # one device by any of its names (`hwsel.specs.device_key`), so no spelling leaks into training
-    groups["heldout_device"] = np.array([f"{hw}|{device_key(str(hw), name if isinstance(name, str) else None)}"
-                                         for hw, name in zip(table["hardware"], table["device_name"], strict=True)],
-                                        dtype=object)
-    for scheme, group in groups.items():
-        n_groups = len(np.unique(group))
-        if n_groups < 2:
-            continue
-        splitter = GroupKFold(n_splits=min(8 if scheme == "heldout_batch" else 5, n_groups))
-        folds += [Fold(scheme, i, tr, te) for i, (tr, te) in enumerate(splitter.split(table, groups=group))]
+    devices = np.array([f"{hw}|{device_key(str(hw), name if isinstance(name, str) else None)}"
+                        for hw, name in zip(table["hardware"], table["device_name"], strict=True)],
+                       dtype=object)
+    folds = (_group_folds(table, "heldout_batch", table["batch_size"].astype(int).to_numpy(), 8)
+             + _group_folds(table, "heldout_model", table["model"].astype(str).to_numpy(), 5)
+             + _group_folds(table, "heldout_device", devices, 5))
     if not folds:
         raise ValueError("cannot cross-validate: the data has a single model and a single batch size")
     return folds
@@ -60,12 +55,11 @@ def lomo_folds(table: pd.DataFrame) -> list[Fold]:
     Raises:
         ValueError: the table holds fewer than two models.
     """
-    groups = table["model"].astype(str).to_numpy()
-    n_models = len(np.unique(groups))
-    if n_models < 2:
-        raise ValueError(f"leave-one-model-out needs at least two models, the table holds {n_models}")
-    splitter = GroupKFold(n_splits=n_models)
-    return [Fold("lomo", i, tr, te) for i, (tr, te) in enumerate(splitter.split(table, groups=groups))]
+    folds = _group_folds(table, "lomo", table["model"].astype(str).to_numpy(), len(table))
+    if not folds:
+        raise ValueError(f"leave-one-model-out needs at least two models, the table holds "
+                         f"{table['model'].nunique()}")
+    return folds
 
 
 def out_of_fold(
@@ -125,7 +119,6 @@ def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
 
 
 __all__ = [
-    "SCHEMES",
     "Fold",
     "cv_folds",
     "error_metrics",

@@ -125,8 +125,6 @@ def bench_command(*, model: str, hardware: str, backend: str, precision: str, ba
     return shlex.join(parts)
 
 
-# --- checks -----------------------------------------------------------------------------------------
-
 def _whole(name: str, value: Any, low: int, high: int) -> int:
     if isinstance(value, bool) or not isinstance(value, int | np.integer) or not low <= value <= high:
         raise ValueError(f"{name} must be a whole number from {low} to {high}, got {value!r}")
@@ -162,8 +160,6 @@ def _zoo_name(name: str) -> str:
                          f"accepted: {', '.join(sorted(MODELS))}")
     return found
 
-
-# --- the target grid --------------------------------------------------------------------------------
 
 def _text(series: pd.Series, default: str = "") -> pd.Series:
     return series.astype(object).where(series.notna(), default).astype(str)
@@ -250,23 +246,15 @@ def candidate_grid(
     return pd.DataFrame(rows, columns=list(CANDIDATE_COLUMNS))
 
 
-# --- uncertainty and the greedy pick ------------------------------------------------------------------
-
-def _fit(X: pd.DataFrame, y: np.ndarray, seed: int) -> Any:
-    """`LATENCY_PARAMS` fit on features `X` and log latencies `y` (caller holds `one_thread`)."""
-    from .estimators import build_estimator
-
-    return build_estimator(LATENCY_PARAMS, offset_column="log_roofline_ms", seed=seed).fit(X, y)
-
-
 def fit_latency(table: pd.DataFrame, *, seed: int = 0) -> Any:
     """One latency regressor (`LATENCY_PARAMS`, log target) fit on a training table; predicts log ms."""
-    from .estimators import one_thread
+    from .estimators import build_estimator, one_thread
     from .features import feature_frame
 
     rows, y = _measured(table)
     with one_thread():
-        return _fit(feature_frame(rows), y, seed)
+        model = build_estimator(LATENCY_PARAMS, offset_column="log_roofline_ms", seed=seed)
+        return model.fit(feature_frame(rows), y)
 
 
 def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensemble: int = 8,
@@ -274,7 +262,7 @@ def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensem
     """Log-latency predictions, shape (ensemble, len(candidates)), of `ensemble` regressors each
     fit on a bootstrap of `table`'s models (a model's rows drawn together: the question that
     matters is a model the predictors have not seen)."""
-    from .estimators import one_thread
+    from .estimators import build_estimator, one_thread
     from .features import feature_frame
 
     ensemble = _whole("ensemble", ensemble, 2, MAX_ENSEMBLE)
@@ -295,7 +283,8 @@ def ensemble_predictions(table: pd.DataFrame, candidates: pd.DataFrame, *, ensem
             if len(np.unique(drawn)) < 2:  # one model drawn every time: nothing to learn across models
                 drawn[0] = (drawn[0] + 1) % len(unique)
             idx = np.concatenate([members[i] for i in drawn])
-            model = _fit(X.iloc[idx], y[idx], seed * 1009 + k)
+            model = build_estimator(LATENCY_PARAMS, offset_column="log_roofline_ms", seed=seed * 1009 + k)
+            model.fit(X.iloc[idx], y[idx])
             out[k] = np.asarray(model.predict(Xc), dtype=float) if len(Xc) else np.empty(0)
     return out
 
@@ -328,26 +317,23 @@ def rank_candidates(table: pd.DataFrame, candidates: pd.DataFrame, budget: int, 
     budget = _whole("budget", budget, 1, MAX_BUDGET)
     if not len(candidates):
         return candidates.assign(uncertainty=pd.Series(dtype=float), predicted_ms=pd.Series(dtype=float))
-    if _measured_models(table) < 2:
+    measured = _measured_models(table)
+    if measured < 2:
         # Cold start: no spread to measure; every candidate counts the same and the greedy
         # discount spreads the picks over models and runtimes.
-        picks = greedy_order(candidates, np.ones(len(candidates)), budget)
-        out = candidates.iloc[picks].copy()
-        out["uncertainty"] = np.nan
-        predicted = np.full(len(picks), np.nan)
-        if _measured_models(table):
+        out = candidates.iloc[greedy_order(candidates, np.ones(len(candidates)), budget)]
+        out = out.assign(uncertainty=np.nan, predicted_ms=np.nan)
+        if measured:
             from .features import feature_frame
 
-            predicted = np.exp(fit_latency(table, seed=seed).predict(feature_frame(out.reset_index(drop=True))))
-        out["predicted_ms"] = predicted
+            model = fit_latency(table, seed=seed)
+            out["predicted_ms"] = np.exp(model.predict(feature_frame(out.reset_index(drop=True))))
         return out
     logs = ensemble_predictions(table, candidates, ensemble=ensemble, seed=seed)
     uncertainty = logs.std(axis=0, ddof=1)
     picks = greedy_order(candidates, uncertainty, budget)
-    out = candidates.iloc[picks].copy()
-    out["uncertainty"] = uncertainty[picks]
-    out["predicted_ms"] = np.exp(logs.mean(axis=0))[picks]
-    return out
+    predicted = np.exp(logs.mean(axis=0))
+    return candidates.iloc[picks].assign(uncertainty=uncertainty[picks], predicted_ms=predicted[picks])
 
 
 def cold_start_table() -> pd.DataFrame:

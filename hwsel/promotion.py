@@ -34,15 +34,12 @@ def decide(client: Any, target: str, score: float, X: pd.DataFrame, y: np.ndarra
         return True, None, None, "no champion yet"
     current_version = str(current.version)
     try:
-        recipe = clone(registry.load_version_model(client, target, current_version))
-    except Exception as exc:  # an unreadable or incompatible champion cannot defend its title
-        return True, current_version, None, f"champion v{current_version} unusable ({type(exc).__name__}: {exc})"
-    try:
+        recipe = clone(registry.load_model(client.tracking_uri, current.source))
         with one_thread():
             champ_score = score_oof(out_of_fold(recipe, X, y, folds))
-    except Exception as exc:
+    except Exception as exc:  # an unreadable, incompatible or failing champion cannot defend its title
         return True, current_version, None, (
-            f"champion v{current_version} cannot be evaluated on this data ({type(exc).__name__}: {exc})")
+            f"champion v{current_version} unusable on this data ({type(exc).__name__}: {exc})")
     if not math.isfinite(champ_score):
         return True, current_version, champ_score, f"champion v{current_version} scores {champ_score}"
     if score < champ_score - SCORE_TOLERANCE:
@@ -98,18 +95,17 @@ def promote(client: Any, run_id: str, digest: str, versions: Mapping[str, str],
         for target, candidate in candidates.items():
             decisions[target] = compare_and_set(client, target, versions[target], candidate[0], digest,
                                                 decisions[target])
-            if target == "latency":
-                # Throughput is the latency model seen through batch / latency: its champion
-                # moves with latency's, so the two champions always agree with each other.
-                moved, _, champ_score, why = decisions["latency"]
-                current = registry.champion_version(client, "throughput")
-                tp_moved = moved or current is None
-                if tp_moved:
-                    client.set_registered_model_alias(registry.MODEL_NAMES["throughput"], registry.ALIAS,
-                                                      versions["throughput"])
-                reason = f"follows hwsel-latency (throughput derives from it): {why}"
-                decisions["throughput"] = (tp_moved, str(current.version) if current is not None else None,
-                                           champ_score, ("no champion yet; " + reason) if current is None else reason)
+        # Throughput is the latency model seen through batch / latency: its champion moves with
+        # latency's, so the two champions always agree with each other.
+        moved, _, champ_score, why = decisions["latency"]
+        current = registry.champion_version(client, "throughput")
+        if moved or current is None:
+            client.set_registered_model_alias(registry.MODEL_NAMES["throughput"], registry.ALIAS,
+                                              versions["throughput"])
+        why = f"follows hwsel-latency (throughput derives from it): {why}"
+        before = None if current is None else str(current.version)
+        decisions["throughput"] = (moved or current is None, before, champ_score,
+                                   why if current is not None else "no champion yet; " + why)
     return decisions
 
 

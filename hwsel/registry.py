@@ -178,17 +178,12 @@ def read_artifact(artifact_uri: str, tracking_uri: str | None, read: Callable[[s
 
 
 @functools.lru_cache(maxsize=32)
-def _load_cached(tracking_uri: str, source: str) -> Any:
-    """The fitted pipeline at a version's `source` (its artifact URI)."""
+def load_model(tracking_uri: str, source: str) -> Any:
+    """The fitted pipeline (predicts log units) at a model version's `source` (its artifact URI),
+    cached per (store, source)."""
     import mlflow.sklearn
 
     return read_artifact(source, tracking_uri, mlflow.sklearn.load_model)
-
-
-def load_version_model(client: Any, target: str, version: str) -> Any:
-    """The fitted pipeline of one registered version (predicts log units)."""
-    mv = client.get_model_version(MODEL_NAMES[target], str(version))
-    return _load_cached(client.tracking_uri, mv.source)
 
 
 def _float(text: Any, default: float) -> float:
@@ -276,7 +271,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
     except Exception:  # unreachable, bad URI, schema error: no champion to offer
         return None
     try:
-        model = _load_cached(uri, mv.source)
+        model = load_model(uri, mv.source)
     except Exception as exc:
         from pytest_hwbench.errors import HwbenchWarning
 
@@ -335,7 +330,7 @@ __all__ = [
     "champion_version",
     "ensure_experiment",
     "load_champion",
-    "load_version_model",
+    "load_model",
     "promotion_lock",
     "read_artifact",
     "register",

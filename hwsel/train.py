@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import dataclasses
 import datetime as _dt
+import hashlib
 import json
 import os
 import time
@@ -24,7 +25,6 @@ from hwsel.data import (
     RecordCounts,
     _warn_dropped,
     dropped_text,
-    frame_digest,
     load_runs,
     rows_text,
     snapshot,
@@ -63,8 +63,6 @@ LEARNED: dict[str, tuple[str, str]] = {
     "memory": ("memory_mb", "log_roofline_memory_mb"),
 }
 
-
-# --- the study ------------------------------------------------------------------------------
 
 @dataclass(frozen=True)
 class StudyResult:
@@ -133,8 +131,6 @@ def run_study(
     return StudyResult(dict(best.params), float(best.value), best.user_attrs["oof"], frame)
 
 
-# --- results --------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class TargetResult:
     """What training did for one target."""
@@ -192,8 +188,6 @@ class TrainResult:
         return {t: r.cv for t, r in self.targets.items()}
 
 
-# --- train ----------------------------------------------------------------------------------
-
 def train(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,
     *,
@@ -239,7 +233,7 @@ def train(
 
     from hwsel._quiet import quiet_mlflow
     from hwsel.data import describe_sources, source_list
-    from pytest_hwbench.sinks import resolve_tracking_uri, source_kind
+    from pytest_hwbench.sinks import resolve_sink, resolve_tracking_uri, source_kind
     from pytest_hwbench.sinks.mlflow_uri import sqlite_path, validate_tracking_uri
 
     if trials < 1:
@@ -265,7 +259,7 @@ def train(
         nonlocal mirrored
         files = []
         for source_, kind in zip(sources, kinds, strict=True):
-            text = _unprefixed(os.fspath(source_))
+            text = resolve_sink(os.fspath(source_))[1] or os.fspath(source_)
             file = Path(text)
             if kind != "duckdb":
                 file = Path(mirror_file) if mirror_file is not None else \
@@ -293,19 +287,16 @@ def train(
                          f"{usable_rows_text(counts, len(table))}")
     table = table.sort_values(["model", "backend", "hardware", "precision", "batch_size", "record_id"],
                               kind="mergesort").reset_index(drop=True)
-    digest = frame_digest(table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns]))
-    snap_path = snapshot(table, snap_dir / f"training-{digest[:16]}.parquet")
+    flat = table.drop(columns=[c for c in NESTED_COLUMNS if c in table.columns])
+    # the content, row and column order included
+    hashed = pd.util.hash_pandas_object(flat.astype(str), index=False).to_numpy()
+    digest = hashlib.sha256(hashed.tobytes() + ",".join(map(str, flat.columns)).encode()).hexdigest()
+    snap_path = snapshot(flat, snap_dir / f"training-{digest[:16]}.parquet")
     with quiet_mlflow():
         result = _train_and_register(table, digest, snap_path, uri=uri, where=where, experiment=experiment,
                                      trials=trials, seed=seed, progress=progress, dropped=dropped)
     return dataclasses.replace(result, dropped=dropped, noisy_left_out=counts.noisy, n_records=counts.records,
                                rows_text=rows_text(counts, table), mirrored=mirrored, read_s=read_s)
-
-
-def _unprefixed(text: str) -> str:
-    """A ``duckdb:PATH`` or ``mlflow:URI`` source without its sink prefix."""
-    prefix, sep, rest = text.partition(":")
-    return rest if sep and prefix in ("duckdb", "mlflow") and not rest.startswith("//") else text
 
 
 def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, uri: str, where: str,
