@@ -195,9 +195,12 @@ def candidate_grid(
         "threads": pd.to_numeric(table.get("threads"), errors="coerce") if "threads" in table else np.nan,
     })
     frame = frame.loc[frame["mode"].isin(list(_SUITE_FILE))]
-    hw = _chosen("hardware", hardware, frame["hardware"])
-    be = _chosen("backend", backends, frame["backend"])
-    pr = _chosen("precision", precisions, frame["precision"])
+    runtime_keys = list(CANDIDATE_COLUMNS[1:6])
+    runtimes = frame[runtime_keys].drop_duplicates()
+    for column, values in (("hardware", hardware), ("backend", backends), ("precision", precisions)):
+        chosen = _chosen(column, values, frame[column])
+        if chosen is not None:
+            runtimes = runtimes.loc[runtimes[column].isin(chosen)]
     wanted = None if batch_sizes is None else sorted({_whole("batch size", b, 1, MAX_BATCH_SIZE) for b in batch_sizes})
     if wanted is not None and not wanted:
         raise ValueError("no batch size given; name at least one, e.g. 1 8 32")
@@ -212,11 +215,6 @@ def candidate_grid(
         tiers = {MODELS[m].tier for m in in_zoo} or {"quick"}  # a cold start begins with the quick tier
         names = sorted(set(in_zoo) | {m for m, spec in MODELS.items() if spec.tier in tiers})
 
-    runtime_keys = list(CANDIDATE_COLUMNS[1:6])
-    runtimes = frame[runtime_keys].drop_duplicates()
-    for column, chosen in (("hardware", hw), ("backend", be), ("precision", pr)):
-        if chosen is not None:
-            runtimes = runtimes.loc[runtimes[column].isin(chosen)]
     # threads: what the records of that device ran with (the predictions are for that machine)
     threads = {key: float(values.mode().iloc[0]) if values.notna().any() else math.nan
                for key, values in frame.groupby(["hardware", "device_name"])["threads"]}
@@ -225,10 +223,8 @@ def candidate_grid(
     # A model measured on a device but never through one of its runtimes was most likely skipped
     # there (e.g. torch int8 quantizes nn.Linear only, so resnet-50 is skipped): records hold no
     # skips, so such a model is proposed only on the runtimes it already ran.
-    ran: dict[tuple[str, ...], set[tuple[str, ...]]] = {}
-    for model, hw_, device, backend, precision, mode in frame[["model", *runtime_keys]].drop_duplicates().itertuples(
-            index=False, name=None):
-        ran.setdefault((model, hw_, device, mode), set()).add((backend, precision))
+    ran = {key: set(zip(runs["backend"], runs["precision"], strict=True))
+           for key, runs in frame.groupby(["model", "hardware", "device_name", "mode"])}
 
     rows = []
     for rt in runtimes.sort_values(runtime_keys).itertuples(index=False):

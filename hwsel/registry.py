@@ -51,9 +51,8 @@ def ensure_experiment(client: Any, tracking_uri: str, name: str) -> str:
             raise RuntimeError(f"MLflow experiment {name!r} at {redact_uri(str(tracking_uri))} is deleted; restore it "
                                f"(mlflow experiments restore --experiment-id {found.experiment_id})")
         return str(found.experiment_id)
-    location = None
-    if tracking_uri.startswith("sqlite:///"):
-        location = (sqlite_path(tracking_uri).resolve().parent / "artifacts").as_uri()
+    location = (sqlite_path(tracking_uri).resolve().parent / "artifacts").as_uri() \
+        if tracking_uri.startswith("sqlite:///") else None
     try:
         return str(client.create_experiment(name, artifact_location=location))
     except MlflowException:
@@ -280,24 +279,16 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
                       stacklevel=2)
         return None
     tags = dict(mv.tags or {})
+    prefix = f"{target}."
     try:
-        prefix = f"{target}."
         metrics = {k[len(prefix):]: float(v) for k, v in client.get_run(mv.run_id).data.metrics.items()
                    if k.startswith(prefix)}
     except Exception:
         metrics = {}
-    return ChampionModel(
-        target=target,
-        name=mv.name,
-        version=str(mv.version),
-        run_id=str(mv.run_id),
-        metrics=metrics,
-        tags=tags,
-        model=model,
-        residual_q10=_float(tags.get("hwsel.residual_q10"), 0.0),
-        residual_q90=_float(tags.get("hwsel.residual_q90"), 0.0),
-        intervals=_load_intervals(uri, tags.get("hwsel.intervals")),
-    )
+    return ChampionModel(target, mv.name, str(mv.version), str(mv.run_id), metrics, tags, model,
+                         residual_q10=_float(tags.get("hwsel.residual_q10"), 0.0),
+                         residual_q90=_float(tags.get("hwsel.residual_q90"), 0.0),
+                         intervals=_load_intervals(uri, tags.get("hwsel.intervals")))
 
 
 @functools.lru_cache(maxsize=32)
