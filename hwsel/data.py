@@ -30,8 +30,7 @@ if typing.TYPE_CHECKING:
 ID_COLUMNS: tuple[str, ...] = ("record_id", "session_id", "case_id", "status", "host", "created_at", "error",
                                 "noise", "noise_reason")
 
-#: Columns of a runs frame, in order; ``host_speed`` is the record's (`BenchmarkRecord.host_speed`,
-#: NaN where unknown).
+#: Columns of a runs frame, in order; ``host_speed`` is `BenchmarkRecord.host_speed` (NaN where unknown).
 RUN_COLUMNS: tuple[str, ...] = ID_COLUMNS + PARAM_FIELDS + METRIC_FIELDS + ("host_speed",)
 
 #: `training_table` corrects a latency for host speed within these bounds only: a reading outside
@@ -40,7 +39,6 @@ HOST_SPEED_BOUNDS: tuple[float, float] = (0.5, 1.2)
 
 #: Record fields that hold lists or mappings: not training data, and not storable as Parquet columns.
 NESTED_COLUMNS: tuple[str, ...] = ("extra", "cpu_affinity", "timings_ms", "interference")
-
 
 #: Record field -> "int" | "float" | "str", from the record's own type hints.
 FIELD_TYPES: dict[str, str] = {
@@ -109,8 +107,7 @@ def describe_sources(source: Source | Sequence[Source] | None) -> str:
 
 
 def _load_one(text: str, experiment: str) -> pd.DataFrame:
-    """One source as a frame: a Parquet snapshot here, everything else through the sinks' reader
-    (an MLflow store's records of `experiment`)."""
+    """One source as a frame (an MLflow store's records of `experiment`)."""
     from hwsel._quiet import quiet_mlflow
     from pytest_hwbench.sinks import read_records, records_frame, source_kind
 
@@ -154,8 +151,8 @@ def load_runs(
             they are left out, counted in ``frame.attrs["noisy"]`` and by reason in
             ``frame.attrs["noisy_reasons"]`` (`usable_rows_text` says it in one line).
 
-    Passed records that cannot be measurements (`drop_impossible`) are dropped, counted by reason
-    in an `HwselWarning` and ``frame.attrs["dropped"]``.
+    Passed records that cannot be measurements (`drop_impossible`) are dropped, counted in an
+    `HwselWarning` and ``frame.attrs["dropped"]``.
 
     Raises:
         FileNotFoundError: a file source that does not exist.
@@ -203,9 +200,8 @@ def left_out_reasons(frame: pd.DataFrame, *, passed_only: bool = True, include_n
 
 
 def noise_kind(reason: object) -> str:
-    """The kind of interference a record's ``noise_reason`` names, for counting: ``other
-    processes on our cores``, ``stolen time``, ``host changed speed during the case``, ``GPU
-    slowed``, ``other processes on the GPU``, ``a slower host (older records)`` or ``unstated``."""
+    """The kinds of interference a record's ``noise_reason`` names, joined by `` + ``, for counting
+    (``unstated`` when it names none)."""
     text = str(reason or "")
     kinds = [kind for needle, kind in (
         ("busy with other processes", "other processes on our cores"),
@@ -263,8 +259,7 @@ def usable_rows_text(runs: pd.DataFrame | RecordCounts, rows: int) -> str:
 
 def drop_impossible(frame: pd.DataFrame) -> tuple[pd.DataFrame, dict[str, int]]:
     """`frame` without the passed records that cannot be measurements
-    (`pytest_hwbench.record.measurement_problem`), and reason -> count (the problem's text before
-    its value, e.g. ``latency_ms_median not finite``)."""
+    (`pytest_hwbench.record.measurement_problem`), and reason -> count (e.g. ``latency_ms_median not finite``)."""
     if not len(frame):
         return frame, {}
     problems = [measurement_problem(row) for row in frame.to_dict("records")]
@@ -348,14 +343,13 @@ def _target_rows(con: duckdb.DuckDBPyConnection, relation: str, into: str) -> No
     """Table `into`: the records of `relation` (`TARGET_INPUTS`, ``_src``, ``_row`` and the host
     speed ``_speed``) that can train, with their configuration ``_gid`` (its mode's one spelling
     also in table ``mode_names``), corrected latency ``_lat`` (``_corrected``) and memory ``_mem``."""
-    modes = [m for (m,) in con.execute(f"SELECT DISTINCT mode FROM {relation} WHERE mode IS NOT NULL").fetchall()]
-    con.register("mode_names", pd.DataFrame({"raw": pd.array(modes, dtype=object),
-                                             "norm": pd.array([normalise_mode(m) for m in modes], dtype=object)}))
+    modes = con.execute(f"SELECT DISTINCT mode FROM {relation} WHERE mode IS NOT NULL").fetchall()
+    con.register("mode_names", pd.DataFrame([(m, normalise_mode(m)) for (m,) in modes], columns=["raw", "norm"],
+                                            dtype=object))
     devices = con.execute(f"SELECT DISTINCT hardware, device_name FROM {relation}").fetchall()
-    con.register("device_keys", pd.DataFrame({
-        "hardware": pd.array([h for h, _ in devices], dtype=object),
-        "device_name": pd.array([d for _, d in devices], dtype=object),
-        "device": pd.array([device_key(str(h), d if isinstance(d, str) else None) for h, d in devices], dtype=object)}))
+    con.register("device_keys", pd.DataFrame([(h, d, device_key(str(h), d if isinstance(d, str) else None))
+                                              for h, d in devices], columns=["hardware", "device_name", "device"],
+                                             dtype=object))
     low, high = HOST_SPEED_BOUNDS
     keys = ", ".join({"mode": "_mode", "device_name": "_device"}.get(k, k) for k in CONFIG_KEYS)
     con.execute(f"""
@@ -414,8 +408,7 @@ def _with_targets(rows: pd.DataFrame, stats: pd.DataFrame) -> pd.DataFrame:
 
 def rows_text(runs: pd.DataFrame | RecordCounts, table: pd.DataFrame) -> str:
     """How the records `runs` (a `load_runs` frame, or their `RecordCounts`) became the rows of
-    their `training_table`, in one line: ``192 records became 188 rows: the 8 records of 4
-    configurations measured in several sessions are one row each (their median)``, ..."""
+    their `training_table`, in one line (``192 records became 188 rows: ...``)."""
     counts = RecordCounts.of(runs)
     repeats = table["repeats"].astype(int)
     several = repeats[repeats > 1]

@@ -223,7 +223,7 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
         f"WHERE m.norm NOT IN ({_sql_text(MODES)}) GROUP BY m.norm ORDER BY count(*) DESC, m.norm").fetchall()}
 
     # 4. the window's newest sessions per configuration
-    outside = 0
+    rows, outside = "hist_rows", 0
     if window.sessions is not None:
         con.execute(f"""
             CREATE TEMP TABLE hist_window AS SELECT * EXCLUDE (_session_time, _rank) FROM (
@@ -235,8 +235,6 @@ def _history(con: duckdb.DuckDBPyConnection, files: int, *, include_noisy: bool,
         outside = int(con.execute("SELECT (SELECT count(*) FROM hist_rows) - (SELECT count(*) FROM hist_window)")
                       .fetchone()[0])  # type: ignore[index]
         rows = "hist_window"
-    else:
-        rows = "hist_rows"
 
     # 5. per configuration: medians, repeats, spread and the representative, whose record is read whole
     stats = _configuration_stats(con, rows)
