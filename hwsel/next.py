@@ -18,22 +18,15 @@ import pandas as pd
 from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
 from hwsel.data import Source
 from hwsel.query import MAX_BATCH_SIZE
+from pytest_hwbench import facts
 from pytest_hwbench.vocabulary import normalise_mode
 
 #: The ensemble's recipe, fixed (no study per call): of the recipes tried, its held-out-model error
 #: fell the most as measurements were added, and one that does not gain from data cannot say which
 #: data would help.
-LATENCY_PARAMS: Mapping[str, Any] = {
-    "estimator": "rf",
-    "offset": "roofline",
-    "batch_curves": False,
-    "n_estimators": 100,
-    "rf_min_samples_leaf": 3,
-    "max_features": 0.5,
-}
-#: Hardware kinds eager torch runs on (a cold start proposes torch there), and the batch sizes
-#: a cold start proposes.
-_EAGER_KINDS = ("cuda", "rocm", "xpu", "mps", "cpu")
+LATENCY_PARAMS: Mapping[str, Any] = {"estimator": "rf", "offset": "roofline", "batch_curves": False,
+                                     "n_estimators": 100, "rf_min_samples_leaf": 3, "max_features": 0.5}
+#: The batch sizes a cold start proposes, with eager torch on each target torch runs on here.
 COLD_START_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 #: Score kept by a candidate of the model just picked.
 SAME_MODEL_FACTOR = 0.6
@@ -337,16 +330,11 @@ def cold_start_table() -> pd.DataFrame:
     proposes the quick-tier zoo on before any record."""
     from pytest_hwbench.hardware import detect_hardware
 
-    rows = []
-    for kind, target in detect_hardware().targets.items():
-        if kind not in _EAGER_KINDS or not target.available:
-            continue
-        device = target.devices[0].name if target.devices else ""
-        for precision in target.precisions:
-            for batch in COLD_START_BATCH_SIZES:
-                rows.append({"model": "", "hardware": kind, "device_name": device, "backend": "torch",
-                             "precision": precision, "mode": "inference", "batch_size": batch,
-                             "threads": np.nan, "latency_ms": np.nan})
+    torch_targets = facts.torch_targets()
+    rows = [("", kind, target.devices[0].name if target.devices else "", "torch", precision, "inference", batch,
+             np.nan, np.nan)
+            for kind, target in detect_hardware().targets.items() if kind in torch_targets and target.available
+            for precision in target.precisions for batch in COLD_START_BATCH_SIZES]
     return pd.DataFrame(rows, columns=[*CANDIDATE_COLUMNS, "latency_ms"])
 
 
@@ -381,9 +369,8 @@ def suggest_measurements(
 
     Args:
         budget: how many configurations to suggest (fewer come back when fewer are unmeasured).
-        source: the benchmark records, as every hwsel command takes them (an MLflow URI, a
-            ``.duckdb``, ``.parquet`` or ``.jsonl`` file, or a list; default
-            `pytest_hwbench.sinks.resolve_tracking_uri()`).
+        source: the benchmark records (see `hwsel.data.load_runs`); default: the store here
+            (`hwsel.data.existing_store`), else a cold start.
         models, hardware, backends, precisions, batch_sizes: narrow the target grid (see
             `candidate_grid`); hardware, backends and precisions must appear in the records.
         seed: seeds the bootstrap and the regressors; the same seed gives the same answer.

@@ -103,11 +103,10 @@ LOCK_STALE_S = 60.0
 
 
 @contextlib.contextmanager
-def promotion_lock(client: Any, owner: str, *, wait_s: float = LOCK_WAIT_S,
-                   stale_s: float = LOCK_STALE_S) -> Iterator[None]:
+def promotion_lock(client: Any, owner: str, *, wait_s: float = LOCK_WAIT_S) -> Iterator[None]:
     """Hold the registry's promotion lock (`LOCK_MODEL`) for the block; `owner` names the holder.
 
-    Waits up to `wait_s` for another holder, takes over a lock older than `stale_s`.
+    Waits up to `wait_s` for another holder, takes over a lock older than `LOCK_STALE_S`.
 
     Raises:
         TimeoutError: the lock stayed held for `wait_s`; the message names its holder.
@@ -126,7 +125,7 @@ def promotion_lock(client: Any, owner: str, *, wait_s: float = LOCK_WAIT_S,
             if exc.error_code != "RESOURCE_ALREADY_EXISTS":
                 raise
         holder, since = _lock_holder(client)
-        if holder is not None and time.time() - since > stale_s:
+        if holder is not None and time.time() - since > LOCK_STALE_S:
             again, _ = _lock_holder(client)
             if again == holder:  # still the stale one: take it over
                 with contextlib.suppress(MlflowException):
@@ -275,8 +274,7 @@ def load_champion(target: str, tracking_uri: str | None = None) -> ChampionModel
         from pytest_hwbench.errors import HwbenchWarning
 
         warnings.warn(f"hwsel: cannot load {mv.name} v{mv.version} from {redact_uri(str(uri))}: "
-                      f"{redact_uri(repr(exc))}", HwbenchWarning,
-                      stacklevel=2)
+                      f"{redact_uri(repr(exc))}", HwbenchWarning, stacklevel=2)
         return None
     tags = dict(mv.tags or {})
     prefix = f"{target}."

@@ -58,10 +58,8 @@ TRAINING_EXPERIMENT = "hwsel-training"
 INTERVAL_LEVEL = 0.9
 
 #: target -> (table column, roofline offset feature). Throughput derives from latency.
-LEARNED: dict[str, tuple[str, str]] = {
-    "latency": ("latency_ms", "log_roofline_ms"),
-    "memory": ("memory_mb", "log_roofline_memory_mb"),
-}
+LEARNED: dict[str, tuple[str, str]] = {"latency": ("latency_ms", "log_roofline_ms"),
+                                       "memory": ("memory_mb", "log_roofline_memory_mb")}
 
 
 @dataclass(frozen=True)
@@ -206,8 +204,7 @@ def train(
 
     Args:
         source: where the runs are (see `hwsel.data.load_runs`), or several places (trains on
-            their union, e.g. the committed CPU snapshot and a GPU host's spool file); None: the
-            tracking store.
+            their union); None: the tracking store.
         tracking_uri: MLflow store for the training run and the registry; None:
             ``$MLFLOW_TRACKING_URI``, else ``sqlite:///mlruns/mlflow.db``.
         trials: Optuna trials per learned target (latency, memory).

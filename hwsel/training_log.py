@@ -75,7 +75,7 @@ def log_intervals(client: Any, run_id: str, params: Mapping[str, Any], offset_co
         low, high = lomo_offsets(frame, part, level)
         resid = (part["y_true"] - part["y_pred"]).to_numpy()
         width = np.exp(high - low)
-        prefix = "latency.lomo_interval" if name == "lomo" else f"latency.{name}_interval"
+        prefix = f"latency.{name}_interval"
         inside = (resid >= low) & (resid <= high)
         distance = lomo_distances(frame, part)
         for lo, hi in DISTANCE_BUCKETS:  # coverage where the answers lie that far from the other models
