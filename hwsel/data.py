@@ -374,20 +374,12 @@ def _target_rows(con: duckdb.DuckDBPyConnection, relation: str, into: str) -> No
 def _configuration_stats(con: duckdb.DuckDBPyConnection, rows: str) -> pd.DataFrame:
     """Per configuration of `rows` (`_target_rows`' columns), in ``_row`` order: its representative
     (the repeat nearest the median; ties: the faster, then the first), ``repeats``,
-    ``latency_spread``, and the medians ``_median`` (latency) and ``_memory``, as pandas computes them."""
-    def median(values: str) -> str:
-        n = f"len({values})"
-        return (f"CASE WHEN {n} = 0 THEN NULL WHEN {n} % 2 = 1 THEN {values}[{n} // 2 + 1] "
-                f"ELSE ({values}[{n} // 2] + {values}[{n} // 2 + 1]) / 2 END")
-
+    ``latency_spread``, and the medians ``_median`` (latency) and ``_memory``."""
     return _frame(con, f"""
-        WITH agg AS (
-            SELECT _gid, count(*) AS repeats, max(_lat) / min(_lat) AS latency_spread,
-                   list_sort(list(_lat)) AS _lats,
-                   list_sort(list(_mem) FILTER (WHERE _mem IS NOT NULL)) AS _mems
-            FROM {rows} GROUP BY _gid),
-        med AS (SELECT _gid, repeats, latency_spread, {median('_lats')} AS _median,
-                       {median('_mems')} AS _memory FROM agg)
+        WITH med AS (
+            SELECT _gid, count(*) AS repeats, max(_lat) / min(_lat) AS latency_spread, median(_lat) AS _median,
+                   median(_mem) AS _memory
+            FROM {rows} GROUP BY _gid)
         SELECT r._src, r._row, r.record_id, r._corrected, m.repeats, m.latency_spread, m._median, m._memory
         FROM {rows} r JOIN med m USING (_gid)
         QUALIFY row_number() OVER (PARTITION BY r._gid ORDER BY abs(r._lat - m._median), r._lat, r._row) = 1
