@@ -1,20 +1,17 @@
-"""Compare two sets of benchmark records case by case: a change, its interval, and one verdict contract.
+"""Compare two sets of benchmark records case by case: a change, its interval and its verdict.
 
-A side's figure for a case is the median of its rounds (medians of consecutive blocks of a record's
-timed iterations). Every verdict, here and in `hwbench ab`, is `verdict.judge_interval`'s on a change
-and its interval, which holds every spread the data shows: the rounds, the between-run spread of the
-compared cases or of a history's sessions, and the host's change of speed (corrected for only where
-the records establish it). Noisy records are left out of a side when clean ones remain; records
-older than schema 3 carry no noise verdict, older than schema 4 no host speed (compared
-uncorrected). README.md, "Comparing runs: verdicts that hold", tells the method; the statistics
-are in `verdict` and `compare_sides`.
+A side's figure for a case is the median of its rounds. Every verdict is `verdict.judge_interval`'s
+on a change and an interval holding every spread the data shows: the rounds, the between-run spread
+of the compared cases or of a history's sessions, and the host's change of speed (corrected for only
+where the records establish it). Noisy records are left out of a side when clean ones remain.
+README.md, "Comparing runs: verdicts that hold", tells the method.
 """
 
 from __future__ import annotations
 
 import dataclasses
 import math
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -51,18 +48,13 @@ from .verdict import (
 class Comparison:
     """One case on both sides.
 
-    `change` is the raw ``(median_b - median_a) / median_a``: positive means B is slower.
-    `corrected_change` is `change` with B corrected for the host's change of speed, set only where
-    the correction is applied (the host model is established and the host moved less than
-    `MAX_HOST_RATIO`); the verdict judges `judged_change`, the corrected change where there is one
-    and the raw change otherwise. [`low`, `high`] is its interval (the judged change +- `INTERVAL_Z`
-    combined uncertainties, on the log scale; None where nothing can be judged). `n_a`/`n_b` count
-    rounds; `spread` is the combined relative spread of both sides' rounds; `noise` reads
-    ``clean/noisy`` (A's verdict, then B's; ``-`` where unknown). `p_value` is None when no test
-    ran. `host_ratio` is B's reference kernel time over A's (None: a side carries no host speed);
-    `between_runs` is the between-run spread this case carries (learned from the compared cases,
-    or from the baseline's sessions); `uncertainty` is the combined relative uncertainty (rounds,
-    host speed, between runs), 1-sigma.
+    `change` is the raw ``median_b / median_a - 1`` (positive: B is slower); `corrected_change`
+    is it with B corrected for the host's speed, where that correction applies; the verdict judges
+    `judged_change` and its interval [`low`, `high`] (None where nothing can be judged). `n_a`/`n_b`
+    count rounds; `spread` is both sides' rounds' combined relative spread; `noise` reads
+    ``clean/noisy`` (A's, then B's; ``-``: unknown); `p_value` is None when no test ran;
+    `host_ratio` is B's reference kernel time over A's; `between_runs` the between-run spread the
+    case carries; `uncertainty` the combined relative uncertainty, 1-sigma.
     """
 
     case_id: str
@@ -110,12 +102,6 @@ def _missing_note(side_a: Side | None, side_b: Side | None) -> str:
     return "; ".join(parts)
 
 
-def _noisy_note(a: Side, b: Side) -> str:
-    """Which side was measured under interference, and why, or ""."""
-    return "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", a), ("B", b))
-                     if side.noise == "noisy")
-
-
 def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
                     alpha: float = 0.05) -> list[Comparison]:
     """One `Comparison` per case_id in A or B: A's cases in A's order, then cases only in B.
@@ -138,7 +124,7 @@ def compare_cases(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side], *, t
     the side's records): a store that computes the sides itself (``case_summaries`` of the DuckDB
     file) hands them here without building a record."""
     check_verdict_settings(threshold, alpha)
-    pairs = _pairs(sides_a, sides_b)
+    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     host = learn_host_model(pairs)
     runs = learn_run_spread(pairs, host)
     order = list(sides_a) + [c for c in sides_b if c not in sides_a]
@@ -146,23 +132,14 @@ def compare_cases(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side], *, t
             for case in order]
 
 
-def _pairs(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> list[tuple[Side, Side]]:
-    return [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
+def host_model_of(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> HostModel:
+    """The `HostModel` that `compare_cases` learns from `sides_a` and `sides_b` (for printing beside it)."""
+    return learn_host_model([(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b])
 
 
-def host_model_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> HostModel:
-    """The `HostModel` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    return host_model_of_sides(sides_of(a), sides_of(b))
-
-
-def host_model_of_sides(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> HostModel:
-    """The `HostModel` that `compare_cases` learns from `sides_a` and `sides_b`."""
-    return learn_host_model(_pairs(sides_a, sides_b))
-
-
-def run_spread_of(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord]) -> RunSpread:
-    """The `RunSpread` that `compare_records` learns from `a` and `b` (for printing beside it)."""
-    pairs = _pairs(sides_of(a), sides_of(b))
+def run_spread_of(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> RunSpread:
+    """The `RunSpread` that `compare_cases` learns from `sides_a` and `sides_b`."""
+    pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     return learn_run_spread(pairs, learn_host_model(pairs))
 
 
@@ -199,9 +176,8 @@ def advice(comparisons: Sequence[Comparison]) -> str:
 
 def _history_spread(a: Side, b: Side) -> float | None:
     """The between-session spread of a case's change where a side holds several sessions (a
-    history): the sample standard deviation of the session medians' logs (bimodal runs included),
-    pooled over both sides, scaled to the difference of the two sides' means; None with fewer
-    than two sessions on each side together beyond one."""
+    history): the pooled standard deviation of the session medians' logs, scaled to the difference
+    of the two sides' means; None where neither side holds two sessions."""
     logs_a, logs_b = ([math.log(v) for v in side.session_medians if v > 0] for side in (a, b))
     if max(len(logs_a), len(logs_b)) < 2:
         return None
@@ -237,7 +213,8 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
     change = med_b / med_a - 1
     spread = math.hypot(relative_spread(side_a.rounds), relative_spread(side_b.rounds))
     ratio = host_ratio(side_a, side_b)
-    noisy = _noisy_note(side_a, side_b)
+    noisy = "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", side_a), ("B", side_b))
+                      if side.noise == "noisy")
     reason = inconclusive_reason(side_a, side_b)
     corrected = None
     host_sd = 0.0
@@ -324,26 +301,8 @@ def exit_code(comparisons: Sequence[Comparison]) -> int:
     return 1 if any(c.verdict == "regression" for c in comparisons) else 0
 
 
-def _fmt_ms(value: float | None) -> str:
-    return "-" if value is None else f"{value:.3f}"
-
-
-def _fmt_p(value: float | None) -> str:
-    if value is None:
-        return "-"
-    return f"{value:.2e}" if value < 1e-3 else f"{value:.4f}"
-
-
-def _fmt_change(value: float | None) -> str:
-    return "-" if value is None else f"{value * 100:+.1f}%"
-
-
-def _fmt_interval(low: float | None, high: float | None) -> str:
-    return "-" if low is None or high is None else f"{low * 100:+.0f}%..{high * 100:+.0f}%"
-
-
-def _fit(text: str, width: int) -> str:
-    return text if len(text) <= width else text[: max(0, width - 3)] + "..."
+def _fmt(value: float | None, spec: str) -> str:
+    return "-" if value is None else format(value, spec)
 
 
 def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = False, verbose: bool = False,
@@ -363,11 +322,12 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
     listed = compared + (missing if show_missing else [])
     rows: list[list[str]] = []
     for c in listed:
-        row = [c.case_id, c.verdict, _fmt_change(c.judged_change), _fmt_interval(c.low, c.high),
-               _fmt_ms(c.median_a), _fmt_ms(c.median_b),
-               "-" if c.host_ratio is None else f"{c.host_ratio:.2f}", c.noise]
+        interval = "-" if c.low is None or c.high is None else f"{c.low:+.0%}..{c.high:+.0%}"
+        row = [c.case_id, c.verdict, _fmt(c.judged_change, "+.1%"), interval, _fmt(c.median_a, ".3f"),
+               _fmt(c.median_b, ".3f"), _fmt(c.host_ratio, ".2f"), c.noise]
         if verbose:
-            row += [_fmt_change(c.change), _fmt_p(c.p_value), f"{c.n_a}/{c.n_b}"]
+            p_spec = ".2e" if c.p_value is not None and c.p_value < 1e-3 else ".4f"
+            row += [_fmt(c.change, "+.1%"), _fmt(c.p_value, p_spec), f"{c.n_a}/{c.n_b}"]
         row.append(c.note)
         rows.append(row)
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
@@ -380,14 +340,11 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
 
     lines = [line(header), "  ".join("-" * w for w in widths), *map(line, rows)] if listed else []
     if missing and not show_missing:
-        why: dict[str, int] = defaultdict(int)
-        for c in missing:
-            for part in c.note.split("; "):
-                why[part.split(":")[0]] += 1
-        parts = ", ".join(f"{n} {reason}" for reason, n in sorted(why.items(), key=lambda kv: -kv[1]))
+        why = Counter(part.split(":")[0] for c in missing for part in c.note.split("; "))
+        parts = ", ".join(f"{n} {reason}" for reason, n in why.most_common())
         lines.append(f"{len(missing)} missing ({parts}); --all lists them")
     if not verbose:
-        lines = [_fit(text, width) for text in lines]
+        lines = [text if len(text) <= width else text[: max(0, width - 3)] + "..." for text in lines]
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     decided, total = decisiveness(comparisons)
     share = f"{decided / total:.0%}" if total else "-"
@@ -425,5 +382,5 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
 
 
 __all__ = ["DECISIVE_SHARE", "Comparison", "advice", "compare_cases", "compare_pairs", "compare_records",
-           "decisiveness", "exit_code", "format_table", "host_model_of", "host_model_of_sides", "run_spread_of",
+           "decisiveness", "exit_code", "format_table", "host_model_of", "run_spread_of",
            "to_json"]

@@ -359,9 +359,9 @@ def _compare(args: argparse.Namespace) -> int:
         exit_code,
         format_table,
         host_model_of,
-        host_model_of_sides,
         to_json,
     )
+    from .compare_sides import sides_of
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
@@ -377,14 +377,14 @@ def _compare(args: argparse.Namespace) -> int:
                              "and B; `hwbench sessions` lists them")
         a, b = load_records(db, sides["A"]), load_records(db, sides["B"])
         comparisons = compare_pairs(a, b, threshold=args.threshold, alpha=args.alpha)  # judged round by round
-        host = host_model_of(a, b)
+        host = host_model_of(sides_of(a), sides_of(b))
     elif args.session_b is None:
         raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
     else:
         sides_a = _compare_side(args, args.source_a, args.session_a)
         sides_b = _compare_side(args, args.source_b or args.source_a, args.session_b)
         comparisons = compare_cases(sides_a, sides_b, threshold=args.threshold, alpha=args.alpha)
-        host = host_model_of_sides(sides_a, sides_b)
+        host = host_model_of(sides_a, sides_b)
     if args.json:
         print(to_json(comparisons, host, advise=not of_pair))
     else:

@@ -21,6 +21,7 @@ from pytest_hwbench.compare import (
     run_spread_of,
     to_json,
 )
+from pytest_hwbench.compare_sides import sides_of
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.trackers import Latency, round_medians
 from pytest_hwbench.verdict import MIN_ROUNDS
@@ -277,7 +278,7 @@ def test_compare_corrects_each_side_for_host_speed_learned_from_the_records():
     a = [_at_host(record("A", m, steady(10.0 + i)), 300.0) for i, m in enumerate(models)]
     b = [_at_host(record("B", m, steady((10.0 + i) * 1.5 * (1.4 if m == "m3" else 1.0))), 450.0)
          for i, m in enumerate(models)]
-    host = host_model_of(a, b)
+    host = host_model_of(sides_of(a), sides_of(b))
     assert host.learned_from == 8 and host.elasticity == pytest.approx(1.0, abs=0.02) and host.established
     got = {c.case_id.split("-cpu-")[0]: c for c in compare_records(a, b)}
     assert got["m3"].verdict == "regression" and got["m3"].corrected_change == pytest.approx(0.40, abs=0.03)
@@ -344,7 +345,8 @@ def test_the_between_run_spread_of_the_compared_cases_keeps_a_lone_outlier_from_
     assert not [c for c in got if c.verdict in ("regression", "improvement")]
     outlier = got[-1]
     assert outlier.verdict == "inconclusive" and "between runs +-" in outlier.note
-    assert outlier.between_runs == pytest.approx(run_spread_of(a, b).clean) and 0.03 < outlier.between_runs < 0.1
+    assert outlier.between_runs == pytest.approx(run_spread_of(sides_of(a), sides_of(b)).clean)
+    assert 0.03 < outlier.between_runs < 0.1
     # Without the other cases the same pair has only its rounds to go by, and calls it a regression.
     assert one(a[-1:], b[-1:]).verdict == "regression"
 
@@ -363,7 +365,7 @@ def test_interfered_cases_are_compared_when_enough_of_them_teach_how_far_interfe
     got = compare_records(a, b)
     assert not [c for c in got if c.verdict in ("regression", "improvement")]
     assert all(f"noisy in B: {busy}" in c.note for c in got)
-    spread = run_spread_of(a, b)
+    spread = run_spread_of(sides_of(a), sides_of(b))
     assert spread.noisy_cases == 6 and spread.noisy == pytest.approx(1.4826 * np.median(np.log(shifts)), rel=0.01)
     # Mostly small shifts under interference: those get a verdict, and a 3x one is a regression.
     small = [1.01, 0.99, 1.015, 0.995, 1.01, 3.0]
@@ -421,7 +423,7 @@ def test_on_real_records_a_planted_change_whose_interval_reaches_past_the_thresh
     planted = {r.case_id for i, r in enumerate(a) if i % 3 == 0}
     b = [_scaled(r, "B", math.exp(rng.normal(0, 0.08)) * (1.12 if r.case_id in planted else 1.0)) for r in a]
     got = compare_records(a, b)
-    assert run_spread_of(a, b).clean is not None
+    assert run_spread_of(sides_of(a), sides_of(b)).clean is not None
     for c in got:
         assert c.low is not None and c.high is not None and c.low < c.judged_change < c.high
         if c.verdict == "unchanged":
@@ -447,7 +449,7 @@ def test_an_elasticity_whose_interval_contains_zero_corrects_nothing():
     moves = [1.0, 1.25, 0.85, 1.02, 0.97, 1.3, 0.8, 1.01]
     a = [_at_host(record("A", f"m{i}", steady(10.0, sd=0.002)), 300.0) for i in range(len(moves))]
     b = [_at_host(record("B", f"m{i}", steady(10.0 * s, sd=0.002)), 390.0) for i, s in enumerate(moves)]
-    host = host_model_of(a, b)
+    host = host_model_of(sides_of(a), sides_of(b))
     assert host.learned_from == len(moves) and not host.established
     assert host.elasticity - 2 * host.standard_error <= 0
     assert "correction: none" in host.describe()
@@ -458,7 +460,7 @@ def test_an_elasticity_whose_interval_contains_zero_corrects_nothing():
     # Three cases that disagree (0.00, 0.87 and 1.75 as elasticities): not enough to apply either.
     few_a, few_b = a[:3], [_at_host(record("B", f"m{i}", steady(10.0 * 1.3 ** k, sd=0.002)), 390.0)
                            for i, k in enumerate((0.0, 0.87, 1.75))]
-    assert not host_model_of(few_a, few_b).established
+    assert not host_model_of(sides_of(few_a), sides_of(few_b)).established
     assert all(c.corrected_change is None for c in compare_records(few_a, few_b))
 
 
