@@ -213,8 +213,8 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
     change = med_b / med_a - 1
     spread = math.hypot(relative_spread(side_a.rounds), relative_spread(side_b.rounds))
     ratio = host_ratio(side_a, side_b)
-    noisy = "; ".join(f"noisy in {label}: {side.noisy_reason}" for label, side in (("A", side_a), ("B", side_b))
-                      if side.noise == "noisy")
+    noisy = "; ".join(f"noisy in {label}: {side.noisy_reason}"
+                      for label, side in (("A", side_a), ("B", side_b)) if side.noise == "noisy")
     reason = inconclusive_reason(side_a, side_b)
     corrected = None
     host_sd = 0.0
@@ -225,7 +225,7 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
         else:
             host_sd = abs(math.log(ratio)) * UNPROVEN_ELASTICITY_SD
     history = _history_spread(side_a, side_b)
-    between = runs.for_case(bool(noisy))
+    between = runs.noisy if noisy else runs.clean
     if history is not None:
         between = max(history, between or 0.0)
     uncertainty = math.hypot(spread, host_sd, between or 0.0)

@@ -41,6 +41,7 @@ MIN_RUN_CASES = 5
 #: an overloaded instant than about the host, and the case is inconclusive.
 MAX_HOST_RATIO = 2.0
 
+
 @dataclass(frozen=True)
 class HostModel:
     """How latency moves against the reference kernel on this host: ``latency ~ kernel ** elasticity``,
@@ -76,6 +77,7 @@ class HostModel:
         return (f"host-speed correction: none; the records do not establish it (latency ~ reference kernel "
                 f"{learned}, an interval that reaches zero); a host-speed difference widens the interval instead")
 
+
 @dataclass(frozen=True)
 class Side:
     """What one side knows of one case."""
@@ -95,6 +97,7 @@ class Side:
     @property
     def median(self) -> float | None:
         return float(np.median(self.rounds)) if self.rounds else None
+
 
 def side_of(records: Sequence[BenchmarkRecord]) -> Side:
     passed = [r for r in records if r.status == "passed"]
@@ -124,6 +127,7 @@ def side_of(records: Sequence[BenchmarkRecord]) -> Side:
         noisy_reason="" if clean else next((r.noise_reason for r in passed if r.noise_reason), "busy machine"),
     )
 
+
 def side_of_summary(summary: Mapping[str, Any]) -> Side:
     """The `Side` of one case from what a store computed of it (the keys of
     ``sinks._duckdb_read.case_summaries``): the same side `side_of` builds from its records."""
@@ -151,35 +155,33 @@ def inconclusive_reason(a: Side, b: Side) -> str:
                        f"beyond the {MAX_HOST_RATIO:g}x a correction can carry")
     return "; ".join(reasons)
 
+
 #: Records on each side of a record, in its session's order, whose reference kernel readings are
-#: pooled into the host speed it is corrected for (`smoothed_references`).
+#: pooled into the host speed it is corrected for (`sides_of`).
 HOST_WINDOW = 2
 
 
-def smoothed_references(records: Sequence[BenchmarkRecord]) -> list[BenchmarkRecord]:
-    """`records` with each one's ``reference_us`` replaced by the median over it and the
-    `HOST_WINDOW` records on each side of it in its session (in the order given): one kernel
-    reading of a few milliseconds is noisy, while host speed holds over a stretch of time."""
+def sides_of(records: Sequence[BenchmarkRecord]) -> dict[str, Side]:
+    """case_id -> its `Side` in `records`, in their order. Each record's reference kernel time is
+    first the median over it and the `HOST_WINDOW` records on each side of it in its session: one
+    kernel reading of a few milliseconds is noisy, while host speed holds over a stretch of time."""
     by_session: dict[str, list[int]] = defaultdict(list)
     for index, record in enumerate(records):
         if record.host_speed is not None and isinstance(record.interference.get("reference_us"), (int, float)):
             by_session[record.session_id].append(index)
-    out = list(records)
+    smoothed = list(records)
     for indices in by_session.values():
         values = [float(records[i].interference["reference_us"]) for i in indices]
         for position, index in enumerate(indices):
             window = values[max(0, position - HOST_WINDOW): position + HOST_WINDOW + 1]
-            smoothed = float(np.median(window))
             record = records[index]
-            out[index] = dataclasses.replace(record, interference={**record.interference, "reference_us": smoothed})
-    return out
-
-
-def sides_of(records: Sequence[BenchmarkRecord]) -> dict[str, Side]:
-    by_case: dict[str, list[BenchmarkRecord]] = {}
-    for record in smoothed_references(records):
-        by_case.setdefault(record.case_id, []).append(record)
+            smoothed[index] = dataclasses.replace(
+                record, interference={**record.interference, "reference_us": float(np.median(window))})
+    by_case: dict[str, list[BenchmarkRecord]] = defaultdict(list)
+    for record in smoothed:
+        by_case[record.case_id].append(record)
     return {case: side_of(recs) for case, recs in by_case.items()}
+
 
 def learn_host_model(pairs: Sequence[tuple[Side, Side]]) -> HostModel:
     """The elasticity of latency against the reference kernel, from the cases whose host speed
@@ -203,23 +205,19 @@ def learn_host_model(pairs: Sequence[tuple[Side, Side]]) -> HostModel:
     sd = 1.4826 * float(np.median(np.abs(arr - k)))
     return HostModel(min(3.0, max(0.0, k)), max(MIN_ELASTICITY_SD, sd), len(slopes))
 
+
 @dataclass(frozen=True)
 class RunSpread:
     """How far two sessions of the same code differ per case beyond what the host's speed explains:
     `clean` for cases measured clean on both sides, `noisy` for cases with an interfered side
-    (relative, 1-sigma; None where fewer than `MIN_RUN_CASES` cases teach it), and how many cases
-    taught each."""
+    (relative, 1-sigma; None where fewer than `MIN_RUN_CASES` cases teach it: a clean case is then
+    judged on its rounds and never called unchanged, an interfered one not at all), and how many
+    cases taught each."""
 
     clean: float | None = None
     noisy: float | None = None
     clean_cases: int = 0
     noisy_cases: int = 0
-
-    def for_case(self, noisy: bool) -> float | None:
-        """The between-run spread a case of this kind carries, None where too few cases taught it
-        (a clean case is then judged on its rounds, and never called unchanged; an interfered
-        case cannot be judged)."""
-        return self.noisy if noisy else self.clean
 
 
 def host_ratio(a: Side, b: Side) -> float | None:
@@ -254,4 +252,4 @@ def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> Run
 __all__ = ["ELASTICITY_Z", "HOST_WINDOW", "MAX_HOST_RATIO", "MIN_ELASTICITY_SD", "MIN_HOST_CHANGE",
            "MIN_LEARNING_CASES", "MIN_RUN_CASES", "UNPROVEN_ELASTICITY_SD", "HostModel", "RunSpread", "Side",
            "host_ratio", "inconclusive_reason", "learn_host_model", "learn_run_spread", "side_of", "side_of_summary",
-           "sides_of", "smoothed_references"]
+           "sides_of"]

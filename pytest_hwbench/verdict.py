@@ -23,6 +23,7 @@ MIN_ROUNDS = 3
 #: the spreads are robust estimates from a handful of rounds, sessions or cases, so a wide factor.
 INTERVAL_Z = 3.0
 
+
 def judge_interval(change: float, low: float, high: float, threshold: float) -> tuple[Verdict, str]:
     """The verdict every comparison shares, on a relative change and its interval [`low`, `high`]:
 
@@ -102,9 +103,11 @@ def relative_spread(values: Sequence[float]) -> float:
     median = float(np.median(arr))
     return 1.4826 * float(np.median(np.abs(arr - median))) / median if median > 0 else 0.0
 
+
 def median_of(values: Sequence[Any]) -> float | None:
     numbers = [float(v) for v in values if isinstance(v, (int, float)) and math.isfinite(v)]
     return float(statistics.median(numbers)) if numbers else None
+
 
 def mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
     if len(a) < 2 or len(b) < 2:
@@ -118,6 +121,7 @@ def mannwhitney(a: Sequence[float], b: Sequence[float]) -> float | None:
         result = mannwhitneyu(a, b, alternative="two-sided")
     p = float(result.pvalue)
     return None if math.isnan(p) else p
+
 
 def check_verdict_settings(threshold: float, alpha: float, *, prefix: str = "") -> None:
     """Raise ValueError unless `threshold` is a finite number >= 0 and `alpha` lies in (0, 1);

@@ -74,15 +74,11 @@ class ReportPaths:
         return (self.markdown, self.compatibility, *self.plots.values())
 
 
-def _md_cell(text: Any) -> str:
-    return str(text).replace("|", "\\|").replace("\n", " ")
-
-
 def _md_table(header: Sequence[str], rows: Iterable[Sequence[Any]]) -> list[str]:
-    lines = ["| " + " | ".join(_md_cell(h) for h in header) + " |",
-             "|" + "|".join("---" for _ in header) + "|"]
-    lines += ["| " + " | ".join(_md_cell(c) for c in row) + " |" for row in rows]
-    return lines
+    def line(cells: Iterable[Any]) -> str:
+        return "| " + " | ".join(str(c).replace("|", "\\|").replace("\n", " ") for c in cells) + " |"
+
+    return [line(header), "|" + "|".join("---" for _ in header) + "|", *map(line, rows)]
 
 
 # --- tables and sections ----------------------------------------------------------------------
@@ -105,6 +101,9 @@ def _speedup_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
     """The baseline's latency, then the speedup of every other config (`configs` starts with the baseline)."""
     baseline = "/".join(BASELINE)
     speedups = speedup_cells(fam)
+    if not speedups:
+        return [f"No speedup: no (model, batch size) has both a passed {baseline} record and another passed "
+                "config."]
     latencies = cell_medians(fam, "latency_ms_median")
     cells = {key: fmt_speedup(value) for key, value in speedups.items()}
     cells |= {(m, b, baseline): fmt(latencies.get((m, b, baseline))) for m, b, _ in speedups}
@@ -114,6 +113,8 @@ def _speedup_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
 
 def _scaling_table(fam: pd.DataFrame, configs: list[str]) -> list[str]:
     cells = cell_medians(fam, "throughput_items_per_s")
+    if not cells:
+        return ["No passed cases."]
     batches = sorted({b for (_, b, _) in cells})
     rows = []
     for model in sorted({m for (m, _, _) in cells}):
@@ -187,25 +188,20 @@ def _aggregated_cells(df: pd.DataFrame) -> list[str]:
 
 def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> list[str]:
     lines = ["## Available hardware", ""]
-    measured = df.groupby("hardware")["status"].value_counts().unstack(fill_value=0)
-    # A runtime target (a runtime on the host, e.g. an inference engine) runs its cases on another
-    # target's hardware: its records carry it as their backend.
-    by_backend = df.groupby("backend")["status"].value_counts().unstack(fill_value=0)
+    measured = sorted(df["hardware"].unique())
 
     def counts(name: str) -> str:
-        table = measured if name in measured.index else by_backend if name in by_backend.index else None
-        if table is None:
-            return "0 / 0"
-        row = table.loc[name]
-        shown = f"{int(row.get('passed', 0))} / {int(row.get('failed', 0))}"
-        if table is by_backend:
-            hosts = sorted({str(h) for h in df.loc[df["backend"] == name, "hardware"]})
-            shown += f" (its backend, on {', '.join(hosts)})"
-        return shown
+        rows, where = df[df["hardware"] == name], ""
+        if rows.empty and (df["backend"] == name).any():
+            # A runtime target (e.g. an inference engine on the host) runs its cases on another
+            # target's hardware: its records carry it as their backend.
+            rows = df[df["backend"] == name]
+            where = f" (its backend, on {', '.join(sorted({str(h) for h in rows['hardware']}))})"
+        return f"{int((rows['status'] == 'passed').sum())} / {int((rows['status'] == 'failed').sum())}{where}"
 
     if not hardware:
         lines += ["Hardware detection not provided; hardware measured in these records:", ""]
-        lines += _md_table(["hardware", "cases passed / failed"], [[h, counts(h)] for h in measured.index])
+        lines += _md_table(["hardware", "cases passed / failed"], [[h, counts(h)] for h in measured])
         return [*lines, ""]
     rows = []
     for name, info in hardware.items():
@@ -219,7 +215,7 @@ def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> l
         rows.append([name, "yes" if available else "no", "; ".join(devices) or "–",
                      ", ".join(info.get("precisions") or ()) or "–",
                      "" if available else short(info.get("reason") or "", 200), counts(name)])
-    for name in measured.index:
+    for name in measured:
         if name not in hardware:
             rows.append([name, "not detected", "–", "–", "measured but absent from the detection", counts(name)])
     lines += _md_table(["target", "available", "devices", "precisions", "reason", "cases passed / failed"], rows)
@@ -416,17 +412,9 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
         batch = reference_batch(fam)
         md += [f"### {family}", "", "#### Latency, median (ms)", "", *_value_table(fam, "latency_ms_median", configs), ""]
         md += ["#### Throughput (items/s)", "", *_value_table(fam, "throughput_items_per_s", configs), ""]
-        md += [f"#### Speedup vs {'/'.join(BASELINE)}", ""]
-        if speedup_cells(fam):
-            md += [*_speedup_table(fam, configs), ""]
-        else:
-            md += [f"No speedup: no (model, batch size) has both a passed {'/'.join(BASELINE)} record and "
-                   "another passed config.", ""]
-        md += ["#### Batch-size scaling: throughput (items/s) per batch size", ""]
-        if cell_medians(fam, "throughput_items_per_s"):
-            md += [*_scaling_table(fam, configs), ""]
-        else:
-            md += ["No passed cases.", ""]
+        md += [f"#### Speedup vs {'/'.join(BASELINE)}", "", *_speedup_table(fam, configs), ""]
+        md += ["#### Batch-size scaling: throughput (items/s) per batch size", "",
+               *_scaling_table(fam, configs), ""]
         if memory := _memory_table(fam, configs):
             md += ["#### Peak memory (MB): host RSS / device", "", *memory, ""]
         if batch is None:
