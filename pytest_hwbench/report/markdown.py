@@ -1,5 +1,4 @@
-"""``report.md``: the Markdown report, and `write_report`, which writes it with its plots and
-``compatibility.json``.
+"""`write_report`: ``report.md``, its plots and ``compatibility.json``.
 
 A table cell is the median of the passed records of that (model, batch size, config); a cell
 whose records all failed reads ``failed`` (``crashed`` when all crashed), one never run ``–``.
@@ -36,22 +35,21 @@ from .plots import draw_family
 
 #: The generate mode, one of `vocabulary.MODES` (which names no constant for it).
 _GENERATE_MODE = "generate"
-#: Section titles of the generate and train modes.
-_MODE_TITLES: dict[str, str] = {_GENERATE_MODE: "Generation", TRAIN_MODE: "Training"}
-
 #: Optional inference tables: (metric, title), each written where any record measured it.
 _EXTRA_TABLES: tuple[tuple[str, str], ...] = (
     ("achieved_tflops", "Achieved TFLOP/s"),
     ("compile_time_s", "Compile time (s), per input shape, not in the latency"),
     ("energy_j_per_item", "Energy per item (J)"),
 )
-#: Tables of the generate and train modes: (metric, title).
-_MODE_TABLES: dict[str, tuple[tuple[str, str], ...]] = {
-    _GENERATE_MODE: (("ttft_ms", "Time to first token (ms)"), ("decode_ms_per_token", "Decode, per token (ms)"),
-                     ("tokens_per_s", "Generated tokens/s"), ("latency_ms_median", "Whole generate() call (ms)"),
-                     ("peak_device_memory_mb", "Peak device memory (MB)")),
-    TRAIN_MODE: (("latency_ms_median", "Optimizer step (ms)"), ("throughput_items_per_s", "Samples/s"),
-                 ("peak_host_rss_mb", "Peak host RSS (MB)"), ("peak_device_memory_mb", "Peak device memory (MB)")),
+#: The sections of the generate and train modes: title, and their tables' (metric, title).
+_MODE_TABLES: dict[str, tuple[str, tuple[tuple[str, str], ...]]] = {
+    _GENERATE_MODE: ("Generation", (
+        ("ttft_ms", "Time to first token (ms)"), ("decode_ms_per_token", "Decode, per token (ms)"),
+        ("tokens_per_s", "Generated tokens/s"), ("latency_ms_median", "Whole generate() call (ms)"),
+        ("peak_device_memory_mb", "Peak device memory (MB)"))),
+    TRAIN_MODE: ("Training", (
+        ("latency_ms_median", "Optimizer step (ms)"), ("throughput_items_per_s", "Samples/s"),
+        ("peak_host_rss_mb", "Peak host RSS (MB)"), ("peak_device_memory_mb", "Peak device memory (MB)"))),
 }
 _ERROR_CHARS_MD = 300
 
@@ -162,8 +160,7 @@ _AGGREGATES_SHOWN = 10
 
 def _aggregated_cells(df: pd.DataFrame) -> list[str]:
     """Header lines for the table cells (mode, model, batch size, config) that show the median of
-    several passed records, each with why they are several: other sessions, other tests, other
-    input lengths or new-token counts, or repeats of one case."""
+    several passed records, each with why (`_AGGREGATE_REASONS`, or repeats of one case)."""
     passed = df[df["status"] == "passed"]
     if passed.empty:
         return []
@@ -179,8 +176,8 @@ def _aggregated_cells(df: pd.DataFrame) -> list[str]:
         why = [f"{row[column]} {label}" for column, label in columns if row[column] > 1]
         described.append(f"{model} b{batch} {config} ({mode}): {row['records']} records, "
                          + (", ".join(why) if why else "repeats of one case"))
-    lines = [f"- {len(counts)} table cell(s) aggregate several passed records: the median of their values"]
-    lines += [f"  - {text}" for text in described[:_AGGREGATES_SHOWN]]
+    lines = [f"- {len(counts)} table cell(s) aggregate several passed records: the median of their values",
+             *(f"  - {text}" for text in described[:_AGGREGATES_SHOWN])]
     if len(described) > _AGGREGATES_SHOWN:
         lines.append(f"  - and {len(described) - _AGGREGATES_SHOWN} more")
     return lines
@@ -224,18 +221,15 @@ def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> l
 
 def _compat_section(matrix: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> list[str]:
     targets = sorted({t for entries in matrix.values() for t in entries})
-    rows = []
-    for family, entries in matrix.items():
-        row = [family]
-        for target in targets:
-            entry = entries.get(target)
-            if entry is None:
-                row.append("–")
-                continue
-            rel = entry["relative_throughput"]
-            rating = entry["performance_rating"] + (f" ({rel:.2f})" if rel is not None else "")
-            row.append(f"{rating}, {entry['passed']} passed / {entry['failed']} failed")
-        rows.append(row)
+
+    def cell(entry: Mapping[str, Any] | None) -> str:
+        if entry is None:
+            return "–"
+        rel = entry["relative_throughput"]
+        rating = entry["performance_rating"] + (f" ({rel:.2f})" if rel is not None else "")
+        return f"{rating}, {entry['passed']} passed / {entry['failed']} failed"
+
+    rows = [[family, *(cell(entries.get(target)) for target in targets)] for family, entries in matrix.items()]
     thresholds = ", ".join(f"{name} >= {limit}" for name, limit in RATING_THRESHOLDS)
     return [
         "## Compatibility matrix", "",
@@ -272,11 +266,10 @@ def _noise_section(df: pd.DataFrame) -> list[str]:
     lines += [f"{len(noisy)} of {judged} judged records were measured while other work held the machine: their "
               "figures are slower or more spread than this configuration runs, `hwbench compare` calls them "
               "inconclusive and `hwsel train` leaves them out.", ""]
-    rows = []
-    for _, row in noisy.sort_values(["family", "model", "config", "batch_size"]).iterrows():
-        rows.append([f"`{row['case_id']}`", fmt(row.get("latency_ms_median")),
-                     *("–" if pd.isna(row.get(k)) else str(int(row[k])) for k in ("tries", "threads")),
-                     short(row.get("noise_reason") or "", _ERROR_CHARS_MD)])
+    rows = [[f"`{row['case_id']}`", fmt(row.get("latency_ms_median")),
+             *("–" if pd.isna(row.get(k)) else str(int(row[k])) for k in ("tries", "threads")),
+             short(row.get("noise_reason") or "", _ERROR_CHARS_MD)]
+            for _, row in noisy.sort_values(["family", "model", "config", "batch_size"]).iterrows()]
     return [*lines, *_md_table(["case", "median (ms)", "tries", "threads", "why noisy"], rows), ""]
 
 
@@ -334,11 +327,11 @@ def _generation_speedup_table(rows: pd.DataFrame) -> list[str]:
 def _mode_sections(df: pd.DataFrame) -> list[str]:
     """Generate- and train-mode tables (and the inference extras) by model x batch x config."""
     md: list[str] = []
-    for mode, tables in _MODE_TABLES.items():
+    for mode, (title, tables) in _MODE_TABLES.items():
         rows = df[df["mode"] == mode]
         if rows.empty:
             continue
-        md += [f"## {_MODE_TITLES[mode]}", ""]
+        md += [f"## {title}", ""]
         if mode == _GENERATE_MODE:
             tokens = sorted({int(t) for t in rows["new_tokens"].dropna().unique()})
             md += [f"Every call generates exactly {', '.join(map(str, tokens)) or '?'} new tokens per sequence "
