@@ -7,7 +7,6 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Iterable
 from typing import Any
 
 import pandas as pd
@@ -105,12 +104,11 @@ def prepare(results: pd.DataFrame, session_id: str | None) -> pd.DataFrame:
     return df.reset_index(drop=True)
 
 
-def config_order(configs: Iterable[str]) -> list[str]:
-    """The distinct configs of `configs`, the baseline first, then by hardware, backend and
-    precision (a column's distinct values are taken by pandas, not by iterating its rows)."""
+def config_order(configs: pd.Series) -> list[str]:
+    """The distinct configs of the column `configs`, the baseline first, then by hardware, backend
+    and precision."""
     baseline = "/".join(BASELINE)
-    distinct = configs.unique() if isinstance(configs, pd.Series) else set(configs)
-    return sorted({str(c) for c in distinct}, key=lambda c: (c != baseline, c.split("/")))
+    return sorted({str(c) for c in configs.unique()}, key=lambda c: (c != baseline, c.split("/")))
 
 
 def passed_rows(df: pd.DataFrame) -> pd.DataFrame:
@@ -135,12 +133,9 @@ def speedup_cells(fam: pd.DataFrame) -> dict[tuple[str, int, str], float]:
     """(model, batch, config) -> baseline latency / config latency, where both were measured."""
     cells = cell_medians(fam, "latency_ms_median")
     baseline = "/".join(BASELINE)
-    out: dict[tuple[str, int, str], float] = {}
-    for (model, batch, config), value in cells.items():
-        base = cells.get((model, batch, baseline), math.nan)
-        if config != baseline and not math.isnan(base) and not math.isnan(value) and value > 0:
-            out[(model, batch, config)] = base / value
-    return out
+    bases = {(m, b): v for (m, b, c), v in cells.items() if c == baseline and not math.isnan(v)}
+    return {(m, b, c): bases[(m, b)] / v for (m, b, c), v in cells.items()
+            if c != baseline and (m, b) in bases and not math.isnan(v) and v > 0}
 
 
 def compiled_pairs(df: pd.DataFrame, metric: str) -> list[dict[str, Any]]:

@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import math
 import re
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Mapping
 from functools import partial
 from pathlib import Path
 from typing import TYPE_CHECKING, Any
@@ -44,12 +44,7 @@ def _new_figure(width: float, height: float, *, rows: int = 1, cols: int = 1) ->
     return fig
 
 
-def _save(fig: Any, path: Path) -> None:
-    """Write `fig` as a PNG at 100 dpi, compressed fast (a few percent larger than the default)."""
-    fig.savefig(path, dpi=100, pil_kwargs={"compress_level": 1})
-
-
-def _colors(configs: Iterable[str]) -> dict[str, str]:
+def _colors(configs: pd.Series) -> dict[str, str]:
     """One colour per config, the same in every plot of a family."""
     palette = [f"C{i}" for i in range(10)] + ["black", "grey", "olive", "navy", "teal", "maroon"]
     return {c: palette[i % len(palette)] for i, c in enumerate(config_order(configs))}
@@ -79,53 +74,41 @@ def _grouped_bars(ax: Axes, models: list[str], series: Mapping[str, list[float]]
     ax.legend(fontsize=7)
 
 
-def _bar_series(cells: Mapping[tuple[str, int, str], float], models: list[str], configs: list[str],
-                batch: int) -> dict[str, list[float]]:
-    """config -> one value per model at `batch` (NaN: no bar); configs without any value dropped."""
-    series = {c: [cells.get((m, batch, c), math.nan) for m in models] for c in configs}
-    return {c: vals for c, vals in series.items() if any(not math.isnan(v) for v in vals)}
-
-
-def _models_at(cells: Mapping[tuple[str, int, str], float], batch: int) -> list[str]:
-    """Models with a measured value at `batch`, sorted."""
-    return sorted({m for (m, b, _), v in cells.items() if b == batch and not math.isnan(v)})
-
-
-def _plot_bars(fam: pd.DataFrame, batch: int, path: Path, *,
+def _plot_bars(colors: Mapping[str, str], batch: int, *,
                panels: list[tuple[Mapping[tuple[str, int, str], float], list[str], str, str]], height: float,
-               fmt: Any = fmt, line_at: float | None = None) -> bool:
+               fmt: Any = fmt, line_at: float | None = None) -> Any:
     """Grouped bars at `batch`, a panel for each of `panels` (cells, configs, y label, title) that has
-    anything to draw, one above the other, and a dashed line at `line_at`; False when none has
-    (nothing written)."""
+    anything to draw, one above the other, and a dashed line at `line_at`; None when none has."""
     drawn = []
     for cells, configs, ylabel, title in panels:
-        models = _models_at(cells, batch)
-        series = _bar_series(cells, models, configs, batch)
+        models = sorted({m for (m, b, _), v in cells.items() if b == batch and not math.isnan(v)})
+        # config -> one value per model (NaN: no bar), configs without any value left out
+        series = {c: [cells.get((m, batch, c), math.nan) for m in models] for c in configs}
+        series = {c: values for c, values in series.items() if any(not math.isnan(v) for v in values)}
         if series:
             drawn.append((models, series, ylabel, title))
     if not drawn:
-        return False
+        return None
     width = 1.5 + 0.5 * max(len(models) * len(series) for models, series, _, _ in drawn)
     fig = _new_figure(width, height * len(drawn), rows=len(drawn))
     axes = fig.subplots(len(drawn), 1, squeeze=False)
     for ax, (models, series, ylabel, title) in zip(axes.flat, drawn, strict=True):
-        _grouped_bars(ax, models, series, colors=_colors(fam["config"]), fmt=fmt, ylabel=ylabel, title=title)
+        _grouped_bars(ax, models, series, colors=colors, fmt=fmt, ylabel=ylabel, title=title)
         if line_at is not None:
             ax.axhline(line_at, color="grey", linewidth=0.8, linestyle="--")
-    _save(fig, path)
-    return True
+    return fig
 
 
-def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
+def _plot_scaling(fam: pd.DataFrame, family: str, colors: Mapping[str, str]) -> Any:
+    """Throughput against batch size, a panel per model; None when nothing passed."""
     cells = cell_medians(fam, "throughput_items_per_s")
     models = sorted({m for (m, _, _), v in cells.items() if not math.isnan(v)})
     if not models:
-        return False
+        return None
     cols = min(3, len(models))
     rows = math.ceil(len(models) / cols)
     fig = _new_figure(5.5 * cols, 4.2 * rows, rows=rows, cols=cols)
     axes = fig.subplots(rows, cols, squeeze=False)
-    colors = _colors(fam["config"])
     configs = config_order(fam["config"])
     lines: dict[str, Any] = {}
     for ax, model in zip(axes.flat, models, strict=False):
@@ -160,12 +143,7 @@ def _plot_scaling(fam: pd.DataFrame, family: str, path: Path) -> bool:
     holder = spare[0] if spare else axes.flat[0]
     holder.legend([lines[c] for c in configs if c in lines], [c for c in configs if c in lines],
                   fontsize=9 if spare else 7, loc="upper left")
-    _save(fig, path)
-    return True
-
-
-def _slug(text: str) -> str:
-    return re.sub(r"[^A-Za-z0-9_.-]+", "_", text).strip("_") or "family"
+    return fig
 
 
 def draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> list[tuple[str, str, Path]]:
@@ -182,16 +160,20 @@ def draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> l
     memory = [(cell_medians(fam, metric), configs, label, f"{family}: {label}, batch size {batch}")
               for metric, label in (("peak_host_rss_mb", "peak host RSS (MB)"),
                                     ("peak_device_memory_mb", "peak device memory (MB)"))]
-    drawers: tuple[tuple[str, str, Callable[[Path], bool]], ...] = (
-        ("hardware_comparison", "Hardware comparison", partial(_plot_bars, fam, batch, panels=hardware, height=5)),
-        ("batch_scaling", "Batch scaling", partial(_plot_scaling, fam, family)),
+    colors = _colors(fam["config"])
+    drawers: tuple[tuple[str, str, Callable[[], Any]], ...] = (
+        ("hardware_comparison", "Hardware comparison", partial(_plot_bars, colors, batch, panels=hardware, height=5)),
+        ("batch_scaling", "Batch scaling", partial(_plot_scaling, fam, family, colors)),
         ("speedup", f"Speedup vs {baseline}",
-         partial(_plot_bars, fam, batch, panels=speedup, height=5, fmt=fmt_speedup, line_at=1.0)),
-        ("memory", "Memory", partial(_plot_bars, fam, batch, panels=memory, height=4.5)),
+         partial(_plot_bars, colors, batch, panels=speedup, height=5, fmt=fmt_speedup, line_at=1.0)),
+        ("memory", "Memory", partial(_plot_bars, colors, batch, panels=memory, height=4.5)),
     )
+    slug = re.sub(r"[^A-Za-z0-9_.-]+", "_", family).strip("_") or "family"
     written = []
     for kind, title, draw in drawers:
-        path = plot_dir / f"{_slug(family)}_{kind}.png"
-        if draw(path):
+        fig = draw()
+        if fig is not None:
+            path = plot_dir / f"{slug}_{kind}.png"
+            fig.savefig(path, dpi=100, pil_kwargs={"compress_level": 1})  # fast: a few percent larger
             written.append((kind, title, path))
     return written

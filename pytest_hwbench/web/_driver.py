@@ -1,13 +1,11 @@
 """Drive one headless Chromium through a page that long-polls a local server for commands.
 
-The browser is a plain subprocess in a session of its own; the page (``page/bench.js``) fetches
-commands from a 127.0.0.1 server sending the cross-origin isolation headers (without them
+The browser is a subprocess in a session of its own; the page (``page/bench.js``) fetches commands
+from a 127.0.0.1 server sending the cross-origin isolation headers (without them
 ``performance.now()`` ticks in 100 us steps and wasm threads fall back to one) and posts results
-back, each page on a command channel of its own. `WebDriver.call` bounds a command by a timeout: a
-page error is `PageError`; a browser or renderer that dies, or a command that outlives its timeout,
-kills the browser with its process group (`BrowserCrashed`, `BrowserTimeout`) and the next
-command starts a fresh one. The browser also dies with this process (``atexit``,
-``PR_SET_PDEATHSIG``); its files live in the process's run folder (`_runfolder`).
+back. A browser or renderer that dies, or a command that outlives its timeout, kills the browser
+with its process group, and the next command starts a fresh one. The browser also dies with this
+process (``atexit``, ``PR_SET_PDEATHSIG``); its files live in the process's run folder.
 """
 
 from __future__ import annotations
@@ -64,8 +62,8 @@ SAD_TAB_KINDS = {"Killed": "killed by a signal (SIGKILL or SIGTERM from outside 
                  "OOM": "ran out of memory (an allocation failed inside the renderer)"}
 #: Seconds between two looks at the browser's processes while a command runs.
 WATCH_S = 0.25
-_MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm", ".html": "text/html",
-         ".onnx": "application/octet-stream", ".bin": "application/octet-stream", ".map": "application/json"}
+#: Types that ``mimetypes`` may not know on every host (the rest are its, else octet-stream).
+_MIME = {".mjs": "text/javascript", ".js": "text/javascript", ".wasm": "application/wasm"}
 _PAGE_ASSETS = frozenset({"bench.html", "bench.js"})
 #: The page's files (``page/bench.*``).
 PAGE_DIR = Path(__file__).with_name("page")
@@ -296,16 +294,11 @@ class WebDriver:
         import psutil
 
         pid, found = self.pid, set()
-        try:
-            children = psutil.Process(pid).children(recursive=True) if pid is not None else []
-        except psutil.Error:  # it just ended
-            children = []
-        for proc in children:
-            try:
-                if "--type=renderer" in proc.cmdline():
-                    found.add(proc.pid)
-            except Exception:  # noqa: BLE001 - gone meanwhile
-                continue
+        with contextlib.suppress(psutil.Error):  # it just ended, or a child did
+            for proc in psutil.Process(pid).children(recursive=True) if pid is not None else []:
+                with contextlib.suppress(psutil.Error):
+                    if "--type=renderer" in proc.cmdline():
+                        found.add(proc.pid)
         return found
 
     def stderr_tail(self, limit: int = 1500) -> str:

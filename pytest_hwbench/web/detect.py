@@ -223,28 +223,20 @@ def targets_from_facts(facts: Mapping[str, Any], cpu_name: str = "cpu") -> dict[
     return targets
 
 
-def _cpu_name() -> str:
+@functools.cache
+def web_targets() -> dict[str, TargetInfo]:
+    """`targets_from_facts(web_facts())` with the host CPU's name, once per process."""
     from ..hardware import detect_cpu
 
     try:
-        return str(detect_cpu().details.get("model") or "cpu")
+        cpu = str(detect_cpu().details.get("model") or "cpu")
     except Exception:  # noqa: BLE001 - a name is all we need
-        return "cpu"
-
-
-@functools.cache
-def web_targets() -> dict[str, TargetInfo]:
-    """`targets_from_facts(web_facts())`, once per process."""
-    return targets_from_facts(web_facts(), _cpu_name())
-
-
-def _target(name: str) -> TargetInfo:
-    """The web target `name` (browser + onnxruntime-web + probe page)."""
-    return web_targets()[name]
+        cpu = "cpu"
+    return targets_from_facts(web_facts(), cpu)
 
 
 for _name in target_names("web"):  # the facts table's web rows, one hardware marker each
-    register_probe(_name, functools.partial(_target, _name))
+    register_probe(_name, lambda name=_name: web_targets()[name])
 
 __all__ = ["adapter_name", "is_software_adapter", "run_probe", "targets_from_facts",
            "web_facts", "web_targets"]
