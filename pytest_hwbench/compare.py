@@ -80,14 +80,6 @@ class Comparison:
         """The change the verdict judges: corrected for host speed where a correction applies."""
         return self.corrected_change if self.corrected_change is not None else self.change
 
-    @property
-    def decided(self) -> bool:
-        """Whether the case got a verdict (regression, improvement or unchanged)."""
-        return self.verdict in ("regression", "improvement", "unchanged")
-
-    def to_dict(self) -> dict[str, Any]:
-        """JSON-ready dict of every field, with `judged_change`."""
-        return {**dataclasses.asdict(self), "judged_change": self.judged_change}
 
 
 def _missing_note(side_a: Side | None, side_b: Side | None) -> str:
@@ -144,9 +136,9 @@ def run_spread_of(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side]) -> R
 
 
 def decisiveness(comparisons: Sequence[Comparison]) -> tuple[int, int]:
-    """(cases with a verdict, cases compared): `missing` cases are not compared."""
+    """(cases with a verdict: regression, improvement or unchanged; cases compared: not `missing`)."""
     compared = [c for c in comparisons if c.verdict != "missing"]
-    return sum(c.decided for c in compared), len(compared)
+    return sum(c.verdict in ("regression", "improvement", "unchanged") for c in compared), len(compared)
 
 
 #: How the note of a case whose interval cannot decide begins.
@@ -370,7 +362,7 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
 
     decided, total = decisiveness(comparisons)
     return json.dumps({
-        "comparisons": [c.to_dict() for c in comparisons],
+        "comparisons": [{**dataclasses.asdict(c), "judged_change": c.judged_change} for c in comparisons],
         "counts": {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS},
         "decisiveness": decided / total if total else None,
         "decided": decided,

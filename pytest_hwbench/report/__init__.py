@@ -14,14 +14,5 @@ from .compatibility import COMPATIBILITY_SCHEMA_VERSION, RATING_THRESHOLDS, comp
 from .data import BASELINE, EAGER_BACKEND, REPORT_COLUMNS, REQUIRED_COLUMNS
 from .markdown import ReportPaths, write_report
 
-__all__ = [
-    "BASELINE",
-    "COMPATIBILITY_SCHEMA_VERSION",
-    "EAGER_BACKEND",
-    "RATING_THRESHOLDS",
-    "REPORT_COLUMNS",
-    "REQUIRED_COLUMNS",
-    "ReportPaths",
-    "compatibility_matrix",
-    "write_report",
-]
+__all__ = ["BASELINE", "COMPATIBILITY_SCHEMA_VERSION", "EAGER_BACKEND", "RATING_THRESHOLDS", "REPORT_COLUMNS",
+           "REQUIRED_COLUMNS", "ReportPaths", "compatibility_matrix", "write_report"]

@@ -1,11 +1,6 @@
 """The compatibility matrix (``compatibility.json``): per family and target, what passed, what
-failed or crashed, and a performance rating.
-
-A target is compatible with a family when any of its precisions passed a case of that family. Its
-``relative_throughput`` is the median, over the (model, batch size) cases that two or more targets
-passed, of its throughput (at its best precision) over the best target's, rated by
-`RATING_THRESHOLDS` (else ``low``); ``unrated``: no case shared with another target; ``none``:
-nothing passed.
+failed or crashed, and a performance rating (the method is written into the document itself,
+`_write_document`).
 """
 
 from __future__ import annotations
@@ -29,17 +24,6 @@ COMPATIBILITY_SCHEMA_VERSION = 1
 RATING_THRESHOLDS: tuple[tuple[str, float], ...] = (("high", 0.5), ("medium", 0.2))
 
 _ERROR_CHARS_JSON = 200
-
-
-def _rating(relative: float | None) -> str:
-    if relative is None:
-        return "unrated"
-    return next((name for name, minimum in RATING_THRESHOLDS if relative >= minimum), "low")
-
-
-def _failure_summary(rows: pd.DataFrame, limit: int) -> list[dict[str, Any]]:
-    counts = Counter(short(message, limit) for message in rows["error"])
-    return [{"message": m, "count": n} for m, n in sorted(counts.items(), key=lambda kv: (-kv[1], kv[0]))]
 
 
 def compatibility_matrix(results: pd.DataFrame, *, session_id: str | None = None
@@ -73,6 +57,9 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
             compatible = not ok.empty
             target_ratios = ratios[target].dropna() if target in ratios else pd.Series(dtype=float)
             relative = float(target_ratios.median()) if len(target_ratios) else None
+            rating = ("none" if not compatible else "unrated" if relative is None
+                      else next((name for name, least in RATING_THRESHOLDS if relative >= least), "low"))
+            failures = Counter(short(message, _ERROR_CHARS_JSON) for message in failed["error"])
             hardware, backend = str(target).split("/", 1)
             results = [{"model": str(model), "precision": str(precision), "batch_size": int(batch), "records": len(cell),
                         "latency_ms_median": _json_float(cell["latency_ms_median"].median()),
@@ -82,7 +69,7 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                 "hardware": hardware,
                 "backend": backend,
                 "compatible": compatible,
-                "performance_rating": _rating(relative) if compatible else "none",
+                "performance_rating": rating,
                 "relative_throughput": None if relative is None else round(relative, 4),
                 "cases_compared": len(target_ratios),
                 "passed": len(ok),
@@ -90,7 +77,8 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                 "precisions_passed": sorted(ok["precision"].unique().tolist()),
                 "models_passed": sorted(ok["model"].unique().tolist()),
                 "models_failed_only": sorted(set(failed["model"].unique()) - set(ok["model"].unique())),
-                "failures": _failure_summary(failed, _ERROR_CHARS_JSON),
+                "failures": [{"message": m, "count": n}
+                             for m, n in sorted(failures.items(), key=lambda kv: (-kv[1], kv[0]))],
                 "results": results,
             }
         out[str(family)] = entries
