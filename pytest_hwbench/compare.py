@@ -112,9 +112,8 @@ def compare_records(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], 
 
 def compare_cases(sides_a: Mapping[str, Side], sides_b: Mapping[str, Side], *, threshold: float = 0.10,
                   alpha: float = 0.05) -> list[Comparison]:
-    """`compare_records` on what each side holds of each case (case_id -> `Side`, in the order of
-    the side's records): a store that computes the sides itself (``case_summaries`` of the DuckDB
-    file) hands them here without building a record."""
+    """`compare_records` on what each side holds of each case (case_id -> `Side`, in the side's
+    order), for a store that computes the sides itself."""
     check_verdict_settings(threshold, alpha)
     pairs = [(sides_a[c], sides_b[c]) for c in sides_a if c in sides_b]
     host = learn_host_model(pairs)
@@ -148,10 +147,8 @@ DECISIVE_SHARE = 0.8
 
 
 def advice(comparisons: Sequence[Comparison]) -> str:
-    """What to do when few cases got a verdict because runs differ by more than the rounds show,
-    in one line; "" otherwise. When most inconclusive cases sit inside a between-run spread wider
-    than their own rounds' spread, two separate runs on this host cannot tell the change: measuring
-    both sides in one job, alternating rounds (`hwbench ab`), lets drift hit both alike."""
+    """One line naming `hwbench ab` when few cases got a verdict because most inconclusive ones sit
+    inside a between-run spread wider than their rounds' spread; "" otherwise."""
     decided, total = decisiveness(comparisons)
     if not total or decided / total >= DECISIVE_SHARE:
         return ""
@@ -255,9 +252,9 @@ def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, thresh
 
 def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *, threshold: float = 0.10,
                   alpha: float = 0.05) -> list[Comparison]:
-    """The two sides of an interleaved pair (`hwbench ab`), judged round by round (`paired_verdict`):
-    per case, the per-round ratios B / A of the records that share ``extra["ab_round"]``; a case
-    without a verdict names its first failed round."""
+    """The two sides of an `hwbench ab` pair judged on each case's per-round ratios B / A
+    (`paired_verdict`, records paired by ``extra["ab_round"]``); an inconclusive case names its
+    first failed round."""
     check_verdict_settings(threshold, alpha)
 
     def by_round(records: Sequence[BenchmarkRecord]) -> dict[str, dict[Any, BenchmarkRecord]]:
@@ -299,12 +296,10 @@ def _fmt(value: float | None, spec: str) -> str:
 
 def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = False, verbose: bool = False,
                  width: int = 120, host: HostModel | None = None, advise: bool = True) -> str:
-    """Plain text: the compared cases first, one line each within `width` columns (case, verdict,
-    the judged change and its interval, medians, host speed B/A, noise, the note cut to fit;
-    `verbose` keeps it whole and adds the raw change, the p-value and the rounds); the
-    `missing` cases folded into one count line by reason (`show_missing` lists them); then a
-    count per verdict with the decisiveness, `host`'s correction when given, and `advice` when
-    `advise` (not for the two sides of an `hwbench ab` pair, which already ran interleaved)."""
+    """Plain text: a line per compared case cut to `width` (`verbose`: whole, with the raw change,
+    p-value and rounds); the `missing` cases counted by reason (`show_missing` lists them); the
+    counts per verdict, the decisiveness, `host`'s correction when given, and `advice` when `advise`
+    (not for an `hwbench ab` pair, which already ran interleaved)."""
     compared = [c for c in comparisons if c.verdict != "missing"]
     missing = [c for c in comparisons if c.verdict == "missing"]
     header = ["case_id", "verdict", "change", "interval", "A ms", "B ms", "host B/A", "noise A/B"]

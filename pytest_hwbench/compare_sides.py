@@ -1,8 +1,6 @@
-"""What each side of a comparison holds of one case, and how the host moved between the sides:
-a `Side` per case (its rounds, sessions, threads, devices, the host's reference kernel time, its
-interference), the `HostModel` (how latency follows the reference kernel on this host) and the
-`RunSpread` (how far two sessions of the same code differ per case), both learned from the
-compared cases. `pytest_hwbench.compare` judges each case from these.
+"""What each side of a comparison holds of one case (`Side`), how latency follows the host's
+reference kernel (`HostModel`) and how far two sessions of the same code differ per case
+(`RunSpread`), both learned from the compared cases; `pytest_hwbench.compare` judges from these.
 """
 
 from __future__ import annotations
@@ -20,14 +18,12 @@ from .record import BenchmarkRecord
 from .trackers import round_medians
 from .verdict import MIN_ROUNDS, median_of
 
-#: How far a model's latency may move with the reference kernel (log over log, 1-sigma) where this
-#: host's records do not establish it: the host-speed difference between the sides widens the
-#: interval by ``|log kernel B / kernel A| x`` this, and no correction is applied.
+#: How far a model's latency may move with the reference kernel (log over log, 1-sigma) where the
+#: records do not establish it: the interval widens by ``|log kernel B / kernel A| x`` this.
 UNPROVEN_ELASTICITY_SD = 0.6
 #: A case teaches the elasticity only when the host's speed differs by at least this share between
-#: the sides (below it, the slope divides by a kernel change no larger than its own noise, and a
-#: change of the code under test would pass for elasticity); and at least `MIN_LEARNING_CASES`
-#: such cases are needed to learn it at all.
+#: the sides (below it, a change of the code under test would pass for elasticity); at least
+#: `MIN_LEARNING_CASES` such cases are needed to learn it.
 MIN_HOST_CHANGE = 0.15
 MIN_LEARNING_CASES = 3
 #: The learned elasticity's spread is never taken below this (a handful of cases can agree by luck).
@@ -37,17 +33,15 @@ MIN_ELASTICITY_SD = 0.15
 ELASTICITY_Z = 2.0
 #: Fewest compared cases from which the between-run spread is learned (`learn_run_spread`).
 MIN_RUN_CASES = 5
-#: Host speeds further apart than this factor are not corrected for: such a reading says more about
-#: an overloaded instant than about the host, and the case is inconclusive.
+#: Host speeds further apart than this factor are not corrected for (an overloaded instant more
+#: than the host): the case is inconclusive.
 MAX_HOST_RATIO = 2.0
 
 
 @dataclass(frozen=True)
 class HostModel:
-    """How latency moves against the reference kernel on this host: ``latency ~ kernel ** elasticity``,
-    with `elasticity_sd` the spread of the per-case figures, learned from `learned_from` cases (0:
-    nothing to learn from). `established` says whether the records show it (at least
-    `MIN_LEARNING_CASES` cases, and an interval that excludes zero); only then is it applied."""
+    """``latency ~ kernel ** elasticity`` on this host, `elasticity_sd` the spread of the per-case
+    figures, learned from `learned_from` cases; applied only where `established`."""
 
     elasticity: float = 0.0
     elasticity_sd: float = UNPROVEN_ELASTICITY_SD
@@ -129,8 +123,8 @@ def side_of(records: Sequence[BenchmarkRecord]) -> Side:
 
 
 def side_of_summary(summary: Mapping[str, Any]) -> Side:
-    """The `Side` of one case from what a store computed of it (the keys of
-    ``sinks._duckdb_read.case_summaries``): the same side `side_of` builds from its records."""
+    """The `Side` `side_of` builds, from what a store computed of the case
+    (``sinks._duckdb_read.case_summaries``)."""
     return Side(rounds=tuple(summary["rounds"]), session_medians=tuple(summary["session_medians"]),
                 threads=frozenset(summary["threads"]), devices=frozenset(summary["devices"]),
                 reference_us=summary["reference_us"], noise=summary["noise"],
@@ -184,11 +178,10 @@ def sides_of(records: Sequence[BenchmarkRecord]) -> dict[str, Side]:
 
 
 def learn_host_model(pairs: Sequence[tuple[Side, Side]]) -> HostModel:
-    """The elasticity of latency against the reference kernel, from the cases whose host speed
-    differs by at least `MIN_HOST_CHANGE` between the sides: the median of their
-    ``log(latency B / latency A) / log(kernel B / kernel A)``, its spread 1.4826 x MAD (at least
-    `MIN_ELASTICITY_SD`), clamped to [0, 3]; no such case: `HostModel()`, which corrects nothing.
-    Whether it is applied is `HostModel.established`."""
+    """The elasticity of latency against the reference kernel: the median, clamped to [0, 3], of
+    ``log(latency B / latency A) / log(kernel B / kernel A)`` over the cases whose host speed
+    differs by at least `MIN_HOST_CHANGE`, its spread 1.4826 x MAD (at least `MIN_ELASTICITY_SD`);
+    no such case: `HostModel()`."""
     slopes = []
     for a, b in pairs:
         med_a, med_b = a.median, b.median
@@ -226,10 +219,9 @@ def host_ratio(a: Side, b: Side) -> float | None:
 
 
 def learn_run_spread(pairs: Sequence[tuple[Side, Side]], host: HostModel) -> RunSpread:
-    """The between-run spread of the compared cases (see `RunSpread`): 1.4826 x the MAD of their
-    log changes (B corrected for host speed where `host` is established) around their median,
-    per kind (clean on both sides, or not), from at least `MIN_RUN_CASES` cases of that kind
-    that can be compared at all (`inconclusive_reason`)."""
+    """The between-run spread of the comparable cases: 1.4826 x the MAD of their log changes (B
+    corrected for host speed where `host` is established), clean cases' around their median,
+    interfered ones' around no change."""
     groups: dict[bool, list[float]] = {False: [], True: []}
     for a, b in pairs:
         med_a, med_b = a.median, b.median

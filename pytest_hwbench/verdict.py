@@ -1,8 +1,6 @@
-"""The one verdict contract every comparison shares, and the statistics it rests on: a change
-and its interval judged against a threshold (`judge_interval`), the paired interval of per-round
-ratios and its verdict (`paired_interval`, `paired_verdict`, for `hwbench ab`), the robust spread
-of rounds, Mann-Whitney U on rounds, and the check of the threshold and significance level a
-comparison is asked with.
+"""The one verdict contract every comparison shares (`judge_interval`: a change and its interval
+against a threshold), and the statistics it rests on: the paired interval of `hwbench ab`'s
+per-round ratios, the robust spread of rounds, Mann-Whitney U on rounds.
 """
 
 from __future__ import annotations
@@ -66,9 +64,8 @@ DEFAULT_ALPHA = 0.05
 
 @dataclass(frozen=True)
 class PairVerdict:
-    """One case over all rounds: the geometric mean change of its per-round ratios B / A and its
-    interval [`low`, `high`], the paired test's p-value and the verdict (`judge_interval`:
-    regression, improvement, unchanged, inconclusive)."""
+    """`paired_verdict`'s answer on one case: the change and its interval [`low`, `high`], the
+    p-value, the verdict and why where it is inconclusive."""
 
     case_id: str
     change: float | None
