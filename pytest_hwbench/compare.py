@@ -10,6 +10,7 @@ README.md, "Comparing runs: verdicts that hold", tells the method.
 from __future__ import annotations
 
 import dataclasses
+import json
 import math
 from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
@@ -302,10 +303,8 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
     (not for an `hwbench ab` pair, which already ran interleaved)."""
     compared = [c for c in comparisons if c.verdict != "missing"]
     missing = [c for c in comparisons if c.verdict == "missing"]
-    header = ["case_id", "verdict", "change", "interval", "A ms", "B ms", "host B/A", "noise A/B"]
-    if verbose:
-        header += ["raw change", "p-value", "rounds A/B"]
-    header.append("note")
+    header = ["case_id", "verdict", "change", "interval", "A ms", "B ms", "host B/A", "noise A/B",
+              *(["raw change", "p-value", "rounds A/B"] if verbose else []), "note"]
     listed = compared + (missing if show_missing else [])
     rows: list[list[str]] = []
     for c in listed:
@@ -315,8 +314,7 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
         if verbose:
             p_spec = ".2e" if c.p_value is not None and c.p_value < 1e-3 else ".4f"
             row += [_fmt(c.change, "+.1%"), _fmt(c.p_value, p_spec), f"{c.n_a}/{c.n_b}"]
-        row.append(c.note)
-        rows.append(row)
+        rows.append([*row, c.note])
     widths = [max(len(r[i]) for r in [header, *rows]) for i in range(len(header))]
     widths[-1] = len(header[-1])  # the note is last and ragged: no padding, cut to the width
     right = {2, 3, 4, 5, 6} | ({8, 9, 10} if verbose else set())
@@ -334,7 +332,6 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
         lines = [text if len(text) <= width else text[: max(0, width - 3)] + "..." for text in lines]
     counts = {v: sum(c.verdict == v for c in comparisons) for v in VERDICTS}
     decided, total = decisiveness(comparisons)
-    share = f"{decided / total:.0%}" if total else "-"
     lines.append("")
     if host is not None and any(c.host_ratio is not None for c in compared):
         lines.append(host.describe())
@@ -343,9 +340,9 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
         lines.append("between-run spread per case: " + ", ".join(
             f"+-{value:.1%} {kind}" for kind, value in sorted(spreads.items())))
     lines.append(", ".join(f"{n} {v}" for v, n in counts.items()) + f" ({len(comparisons)} cases)")
+    share = f"{decided / total:.0%}" if total else "-"
     lines.append(f"decisiveness {share} ({decided} of {total} compared cases have a verdict)")
-    hint = advice(comparisons) if advise else ""
-    if hint:
+    if advise and (hint := advice(comparisons)):
         lines.append(hint)
     return "\n".join(lines)
 
@@ -353,8 +350,6 @@ def format_table(comparisons: Sequence[Comparison], *, show_missing: bool = Fals
 def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *, advise: bool = True) -> str:
     """The comparisons, the counts, the decisiveness, the host model and `advice` (when `advise`)
     as one JSON document."""
-    import json
-
     decided, total = decisiveness(comparisons)
     return json.dumps({
         "comparisons": [{**dataclasses.asdict(c), "judged_change": c.judged_change} for c in comparisons],
@@ -369,5 +364,4 @@ def to_json(comparisons: Sequence[Comparison], host: HostModel | None = None, *,
 
 
 __all__ = ["DECISIVE_SHARE", "Comparison", "advice", "compare_cases", "compare_pairs", "compare_records",
-           "decisiveness", "exit_code", "format_table", "host_model_of", "run_spread_of",
-           "to_json"]
+           "decisiveness", "exit_code", "format_table", "host_model_of", "run_spread_of", "to_json"]

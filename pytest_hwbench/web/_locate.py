@@ -1,8 +1,4 @@
 """Where the browser and onnxruntime-web are, and how to get them (the skip reasons name the fix).
-
-Browser: ``$HWBENCH_BROWSER`` (a path or a command name), else the first of `BROWSER_NAMES` on
-PATH. onnxruntime-web: ``$HWBENCH_ORT_WEB`` (the package folder or its ``dist``), else
-``./node_modules/onnxruntime-web``, else the folder ``hwbench web install`` fills (`install_dir`).
 Nothing here starts a browser.
 """
 
@@ -62,8 +58,8 @@ VERSION_RETRY_S = 24 * 3600.0
 
 
 def _ask_version(path: str) -> tuple[str, bool]:
-    """The version line and whether it was read; the command is bounded by `VERSION_TIMEOUT_S`
-    and killed with its process group (a wrapper script's children hold the pipe open)."""
+    """The version line and whether it was read; killed with its process group after
+    `VERSION_TIMEOUT_S` (a wrapper script's children hold the pipe open)."""
     try:
         process = subprocess.Popen([path, "--version"], stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,  # noqa: S603
                                    stderr=subprocess.DEVNULL, start_new_session=True)
@@ -117,7 +113,8 @@ def write_cache(path: Path, data: object) -> None:
 
 
 def find_browser() -> tuple[Browser | None, str]:
-    """The browser to drive, or None and why (naming the fix)."""
+    """The browser to drive (``$HWBENCH_BROWSER``, a path or a command name, else the first of
+    `BROWSER_NAMES` on PATH), or None and why (naming the fix)."""
     wanted = os.environ.get(BROWSER_ENV, "").strip()
     if wanted:
         found = shutil.which(wanted) or (wanted if os.access(wanted, os.X_OK) and Path(wanted).is_file() else None)
@@ -148,7 +145,8 @@ def _package(folder: Path) -> OrtWeb | None:
 
 
 def find_ort_web() -> tuple[OrtWeb | None, str]:
-    """onnxruntime-web, or None and why (naming the fix)."""
+    """onnxruntime-web (``$HWBENCH_ORT_WEB``, the package folder or its ``dist``, else
+    ``./node_modules/onnxruntime-web``, else `install_dir`'s), or None and why (naming the fix)."""
     wanted = os.environ.get(ORT_WEB_ENV, "").strip()
     if wanted:
         found = _package(Path(wanted))

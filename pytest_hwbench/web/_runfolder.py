@@ -1,9 +1,6 @@
-"""The one folder a process keeps its browsers' files in, and the removal of a dead run's folder.
-
-Every browser profile and Chromium's own temporary folders of a process live under one run folder,
-``$TMPDIR/hwbench-web-run-<pid>-XXXX``, removed at interpreter exit. A run killed by a signal
-cannot remove it, so every later process that starts a browser or probes removes the folders whose
-``flock`` is free (`sweep_stale_runs`): the kernel drops a lock when its holder dies.
+"""The one folder a process keeps its browsers' files in (``$TMPDIR/hwbench-web-run-<pid>-XXXX``,
+removed at exit), and the removal of a killed run's folder by a later process (`sweep_stale_runs`):
+its ``flock`` is free, since the kernel drops a lock when its holder dies.
 """
 
 from __future__ import annotations
@@ -56,7 +53,6 @@ def browser_tmp() -> Path:
 
 
 def _old(folder: Path) -> bool:
-    """Whether `folder` was made more than `CREATING_S` ago."""
     try:
         return time.time() - folder.stat().st_mtime > CREATING_S
     except OSError:

@@ -1,7 +1,6 @@
 """Detection of the web targets ``wasm``, ``webgpu`` and ``webnn`` (entry-point group
-``pytest_hwbench.hardware``): the browser, onnxruntime-web and what a probe page sees in the
-browser, found once per process and reused by later processes with the same browser for
-`PROBE_CACHE_S`. `targets_from_facts` interprets those facts and touches no browser.
+``pytest_hwbench.hardware``): the browser, onnxruntime-web and what a probe page sees, found once
+per process (`web_facts`); `targets_from_facts` interprets those facts and touches no browser.
 """
 
 from __future__ import annotations
@@ -28,9 +27,8 @@ PROBE_TIMEOUT_ENV = "HWBENCH_WEB_PROBE_TIMEOUT_S"
 #: ``HWBENCH_WEB_PROBE=0`` skips the probe page (no browser starts): the web targets are then
 #: unavailable, saying so. ``fresh`` probes again even when a cached probe is still valid.
 PROBE_ENV = "HWBENCH_WEB_PROBE"
-#: Seconds a probe's findings, or its failure and why, are reused (`cache_dir("web")/probe.json`)
-#: by later processes on this host with the same browser and browser flags, since the probe starts
-#: a browser. onnxruntime-web is no part of the key: the probe page never loads it.
+#: Seconds a probe's findings, or its failure, are reused (`cache_dir("web")/probe.json`) by later
+#: processes on this host with the same browser and flags (`_probe_key`).
 PROBE_CACHE_S = 24 * 3600.0
 #: WebNN device types the probe asks `navigator.ml.createContext` for, in preference order.
 WEBNN_DEVICE_TYPES: tuple[str, ...] = ("npu", "gpu", "cpu")
@@ -102,8 +100,8 @@ def web_facts() -> dict[str, Any]:
 
 
 def _probe_key(browser: Mapping[str, Any]) -> dict[str, Any]:
-    """What the probe's findings depend on: host, browser, the flags the browser starts with, the
-    probe page itself and this package's version."""
+    """What the probe's findings depend on: host, browser, its flags, the probe page and this
+    package's version (not onnxruntime-web: the probe page never loads it)."""
     from importlib.metadata import PackageNotFoundError, version
 
     from ._driver import BROWSER_FLAGS, FLAGS_ENV, PAGE_DIR
@@ -122,8 +120,8 @@ def _probe_file() -> Path:
 
 
 def _cached_probe(key: Mapping[str, Any]) -> tuple[dict[str, Any] | None, str] | None:
-    """What a recent process on this host's probe with the same `key` found: the findings and
-    "", or None and why the probe failed; None when there is no such probe."""
+    """A recent probe's with the same `key`: its findings and "", or None and why it failed; None
+    when there is no such probe."""
     try:
         entry = json.loads(_probe_file().read_text())
         fresh = 0 <= time.time() - float(entry["at"]) < PROBE_CACHE_S
