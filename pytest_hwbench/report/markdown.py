@@ -204,11 +204,8 @@ def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> l
     for name, info in hardware.items():
         info = info if isinstance(info, Mapping) else {}
         available = bool(info.get("available"))
-        devices = []
-        for device in info.get("devices") or ():
-            if isinstance(device, Mapping):
-                mem = device.get("memory_mb")
-                devices.append(f"{device.get('name', '?')}" + (f" ({fmt(float(mem))} MB)" if mem else ""))
+        devices = [f"{d.get('name', '?')}" + (f" ({fmt(float(d['memory_mb']))} MB)" if d.get("memory_mb") else "")
+                   for d in info.get("devices") or () if isinstance(d, Mapping)]
         rows.append([name, "yes" if available else "no", "; ".join(devices) or "–",
                      ", ".join(info.get("precisions") or ()) or "–",
                      "" if available else short(info.get("reason") or "", 200), counts(name)])
@@ -247,10 +244,9 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
     if failed.empty:
         return [*lines, "No failed cases.", ""]
     lines += [f"{len(failed)} failed case(s):", ""]
-    for _, row in failed.sort_values(["family", "model", "config", "batch_size"]).iterrows():
-        case = f" (`{row['case_id']}`)" if row["case_id"] else ""
-        lines.append(f"- **{row['family']}** {row['model']} {row['config']} b{row['batch_size']}{case}: "
-                     f"{short(row['error'], _ERROR_CHARS_MD)}")
+    lines += [f"- **{row['family']}** {row['model']} {row['config']} b{row['batch_size']}"
+              + (f" (`{row['case_id']}`)" if row["case_id"] else "") + f": {short(row['error'], _ERROR_CHARS_MD)}"
+              for _, row in failed.sort_values(["family", "model", "config", "batch_size"]).iterrows()]
     return [*lines, ""]
 
 
@@ -385,21 +381,15 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
             ordered = sorted(str(s) for s in stamps.unique())
             first, last = ordered[0], ordered[-1]
         md.append(f"- **measured**: {first} … {last}")
-    md += [*_aggregated_cells(df), ""]
-    md += _system_section(df, system_info)
-    md += _hardware_section(df, hardware)
-
     matrix = _compatibility(df)
-    md += _compat_section(matrix)
-
+    md += [*_aggregated_cells(df), "", *_system_section(df, system_info), *_hardware_section(df, hardware),
+           *_compat_section(matrix)]
     plots: dict[str, Path] = {}
-    modes = df
-    df = df[df["mode"] == DEFAULT_MODE]
     md += ["## Results by family (inference)", "",
            f"Columns are configs (hardware/backend/precision). Speedup = median latency of "
            f"{'/'.join(BASELINE)} / median latency of the config, same model and batch size. "
            "`failed`: every record of that cell failed (see Failures); `–`: not run.", ""]
-    for family, fam in df.groupby("family", sort=True):
+    for family, fam in df[df["mode"] == DEFAULT_MODE].groupby("family", sort=True):
         family = str(family)
         configs = config_order(fam["config"])
         batch = reference_batch(fam)
@@ -417,10 +407,7 @@ def write_report(results: pd.DataFrame, out_dir: Path, *, system_info: dict[str,
             plots[f"{family}/{kind}"] = path
             md += [f"![{family}: {title}](plots/{path.name})", ""]
         md += [f"Single-batch plots show batch size {batch}, the batch size with the most passed records.", ""]
-    md += _mode_sections(modes)
-    md += _compiled_section(modes)
-    md += _noise_section(modes)
-    md += _failures_section(modes)
+    md += [*_mode_sections(df), *_compiled_section(df), *_noise_section(df), *_failures_section(df)]
 
     markdown = out_dir / "report.md"
     markdown.write_text("\n".join(md), encoding="utf-8")
