@@ -7,38 +7,30 @@ Nothing here imports torch or pytest.
 
 from __future__ import annotations
 
-import threading
+import functools
 
 from ._driver import BROWSER_FLAGS, BrowserCrashed, BrowserTimeout, PageError, WebDriver, WebError, hello_hint
 from ._locate import ORT_WEB_VERSION, Browser, OrtWeb, find_browser, find_ort_web, install_dir
 
-_SHARED: WebDriver | None = None
-_SHARED_LOCK = threading.Lock()
 
-
+@functools.cache
 def shared_driver() -> WebDriver:
     """The process's driver for measuring (the browser starts at its first command and is reused);
     `WebError` naming the fix when the browser or onnxruntime-web is missing."""
-    global _SHARED
-    with _SHARED_LOCK:
-        if _SHARED is None:
-            browser, why = find_browser()
-            if browser is None:
-                raise WebError(why)
-            ort, why = find_ort_web()
-            if ort is None:
-                raise WebError(why)
-            _SHARED = WebDriver(browser.path, ort.dist)
-        return _SHARED
+    browser, why = find_browser()
+    if browser is None:
+        raise WebError(why)
+    ort, why = find_ort_web()
+    if ort is None:
+        raise WebError(why)
+    return WebDriver(browser.path, ort.dist)
 
 
 def close_shared_driver() -> None:
     """End the shared driver's browser and server (the next `shared_driver()` makes a new one)."""
-    global _SHARED
-    with _SHARED_LOCK:
-        driver, _SHARED = _SHARED, None
-    if driver is not None:
-        driver.close()
+    if shared_driver.cache_info().currsize:
+        shared_driver().close()
+    shared_driver.cache_clear()
 
 
 __all__ = ["BROWSER_FLAGS", "ORT_WEB_VERSION", "Browser", "BrowserCrashed", "BrowserTimeout", "OrtWeb", "PageError",
