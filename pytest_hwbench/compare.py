@@ -192,11 +192,9 @@ def _what_decides(between: float | None, spread: float, host_sd: float, history:
 
 def _compare_case(case_id: str, side_a: Side | None, side_b: Side | None, threshold: float,
                   alpha: float, host: HostModel, runs: RunSpread) -> Comparison:
-    med_a = side_a.median if side_a else None
-    med_b = side_b.median if side_b else None
-    n_a = len(side_a.rounds) if side_a else 0
-    n_b = len(side_b.rounds) if side_b else 0
-    noise = f"{side_a.noise if side_a else '-'}/{side_b.noise if side_b else '-'}"
+    known_a, known_b = side_a or Side(), side_b or Side()
+    med_a, med_b, n_a, n_b = known_a.median, known_b.median, len(known_a.rounds), len(known_b.rounds)
+    noise = f"{known_a.noise}/{known_b.noise}"
     if side_a is None or side_b is None or med_a is None or med_b is None or med_a <= 0 or med_b <= 0:
         return Comparison(case_id, med_a, med_b, None, None, "missing", n_a, n_b, _missing_note(side_a, side_b),
                           noise=noise)

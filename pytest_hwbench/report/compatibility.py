@@ -66,14 +66,9 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                         "throughput_items_per_s": _json_float(cell["throughput_items_per_s"].median())}
                        for (model, precision, batch), cell in ok.groupby(["model", "precision", "batch_size"], sort=True)]
             entries[str(target)] = {
-                "hardware": hardware,
-                "backend": backend,
-                "compatible": compatible,
-                "performance_rating": rating,
+                "hardware": hardware, "backend": backend, "compatible": compatible, "performance_rating": rating,
                 "relative_throughput": None if relative is None else round(relative, 4),
-                "cases_compared": len(target_ratios),
-                "passed": len(ok),
-                "failed": len(failed),
+                "cases_compared": len(target_ratios), "passed": len(ok), "failed": len(failed),
                 "precisions_passed": sorted(ok["precision"].unique().tolist()),
                 "models_passed": sorted(ok["model"].unique().tolist()),
                 "models_failed_only": sorted(set(failed["model"].unique()) - set(ok["model"].unique())),
@@ -100,9 +95,7 @@ def _write_document(path: Path, matrix: Mapping[str, Mapping[str, Mapping[str, A
         "rating": {
             "method": "median over (model, batch size) cases passed by two or more targets of "
                       "target throughput / best target throughput, each target at its best precision",
-            "thresholds": dict(RATING_THRESHOLDS),
-            "below_thresholds": "low",
-            "no_shared_case": "unrated",
+            "thresholds": dict(RATING_THRESHOLDS), "below_thresholds": "low", "no_shared_case": "unrated",
             "incompatible": "none",
         },
         "hardware_detected": ({name: bool((info or {}).get("available")) for name, info in hardware.items()}
