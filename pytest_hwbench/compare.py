@@ -255,14 +255,11 @@ def compare_pairs(a: Sequence[BenchmarkRecord], b: Sequence[BenchmarkRecord], *,
     (`paired_verdict`, records paired by ``extra["ab_round"]``); an inconclusive case names its
     first failed round."""
     check_verdict_settings(threshold, alpha)
-
-    def by_round(records: Sequence[BenchmarkRecord]) -> dict[str, dict[Any, BenchmarkRecord]]:
-        out: dict[str, dict[Any, BenchmarkRecord]] = defaultdict(dict)
+    rounds_a: dict[str, dict[Any, BenchmarkRecord]] = defaultdict(dict)
+    rounds_b: dict[str, dict[Any, BenchmarkRecord]] = defaultdict(dict)
+    for rounds, records in ((rounds_a, a), (rounds_b, b)):
         for record in records:
-            out[record.case_id][record.extra.get("ab_round")] = record
-        return out
-
-    rounds_a, rounds_b = by_round(a), by_round(b)
+            rounds[record.case_id][record.extra.get("ab_round")] = record
     out = []
     for case in list(rounds_a) + [c for c in rounds_b if c not in rounds_a]:
         side_a, side_b = rounds_a.get(case, {}), rounds_b.get(case, {})

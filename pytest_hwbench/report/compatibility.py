@@ -66,7 +66,8 @@ def _compatibility(df: pd.DataFrame) -> dict[str, dict[str, dict[str, Any]]]:
                         "throughput_items_per_s": _json_float(cell["throughput_items_per_s"].median())}
                        for (model, precision, batch), cell in ok.groupby(["model", "precision", "batch_size"], sort=True)]
             entries[str(target)] = {
-                "hardware": hardware, "backend": backend, "compatible": compatible, "performance_rating": rating,
+                "hardware": hardware, "backend": backend, "compatible": compatible,
+                "performance_rating": rating,
                 "relative_throughput": None if relative is None else round(relative, 4),
                 "cases_compared": len(target_ratios), "passed": len(ok), "failed": len(failed),
                 "precisions_passed": sorted(ok["precision"].unique().tolist()),

@@ -204,7 +204,8 @@ def _hardware_section(df: pd.DataFrame, hardware: Mapping[str, Any] | None) -> l
     for name, info in hardware.items():
         info = info if isinstance(info, Mapping) else {}
         available = bool(info.get("available"))
-        devices = [f"{d.get('name', '?')}" + (f" ({fmt(float(d['memory_mb']))} MB)" if d.get("memory_mb") else "")
+        devices = [f"{d.get('name', '?')}"
+                   + (f" ({fmt(float(d['memory_mb']))} MB)" if d.get("memory_mb") else "")
                    for d in info.get("devices") or () if isinstance(d, Mapping)]
         rows.append([name, "yes" if available else "no", "; ".join(devices) or "–",
                      ", ".join(info.get("precisions") or ()) or "–",
@@ -226,7 +227,8 @@ def _compat_section(matrix: Mapping[str, Mapping[str, Mapping[str, Any]]]) -> li
         rating = entry["performance_rating"] + (f" ({rel:.2f})" if rel is not None else "")
         return f"{rating}, {entry['passed']} passed / {entry['failed']} failed"
 
-    rows = [[family, *(cell(entries.get(target)) for target in targets)] for family, entries in matrix.items()]
+    rows = [[family, *(cell(entries.get(target)) for target in targets)]
+            for family, entries in matrix.items()]
     thresholds = ", ".join(f"{name} >= {limit}" for name, limit in RATING_THRESHOLDS)
     return [
         "## Compatibility matrix", "",
@@ -245,7 +247,8 @@ def _failures_section(df: pd.DataFrame) -> list[str]:
         return [*lines, "No failed cases.", ""]
     lines += [f"{len(failed)} failed case(s):", ""]
     lines += [f"- **{row['family']}** {row['model']} {row['config']} b{row['batch_size']}"
-              + (f" (`{row['case_id']}`)" if row["case_id"] else "") + f": {short(row['error'], _ERROR_CHARS_MD)}"
+              + (f" (`{row['case_id']}`)" if row["case_id"] else "")
+              + f": {short(row['error'], _ERROR_CHARS_MD)}"
               for _, row in failed.sort_values(["family", "model", "config", "batch_size"]).iterrows()]
     return [*lines, ""]
 

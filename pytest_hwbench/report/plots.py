@@ -162,7 +162,8 @@ def draw_family(fam: pd.DataFrame, family: str, batch: int, plot_dir: Path) -> l
                                     ("peak_device_memory_mb", "peak device memory (MB)"))]
     colors = _colors(fam["config"])
     drawers: tuple[tuple[str, str, Callable[[], Any]], ...] = (
-        ("hardware_comparison", "Hardware comparison", partial(_plot_bars, colors, batch, panels=hardware, height=5)),
+        ("hardware_comparison", "Hardware comparison",
+         partial(_plot_bars, colors, batch, panels=hardware, height=5)),
         ("batch_scaling", "Batch scaling", partial(_plot_scaling, fam, family, colors)),
         ("speedup", f"Speedup vs {baseline}",
          partial(_plot_bars, colors, batch, panels=speedup, height=5, fmt=fmt_speedup, line_at=1.0)),

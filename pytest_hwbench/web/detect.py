@@ -150,12 +150,10 @@ def adapter_name(adapter: Mapping[str, Any]) -> str:
 
 def _common(facts: Mapping[str, Any]) -> tuple[str | None, dict[str, Any]]:
     """A reason every web target shares (no browser, no onnxruntime-web, probe failed), and details."""
-    browser, ort, probe = facts.get("browser"), facts.get("ort_web"), facts.get("probe") or {}
+    browser, ort, probe = (facts.get(key) or {} for key in ("browser", "ort_web", "probe"))
     details: dict[str, Any] = {
-        "browser": browser.get("path") if browser else None,
-        "browser_version": browser.get("version") if browser else None,
-        "ort_web_version": ort.get("version") if ort else None,
-        "ort_web_dist": ort.get("dist") if ort else None,
+        "browser": browser.get("path"), "browser_version": browser.get("version"),
+        "ort_web_version": ort.get("version"), "ort_web_dist": ort.get("dist"),
         "cross_origin_isolated": probe.get("crossOriginIsolated"),
         "timer_resolution_ms": probe.get("timerResolutionMs"),
     }
