@@ -20,6 +20,7 @@ from ..vocabulary import TORCH_DTYPES
 from .base import LoadedModel
 
 if TYPE_CHECKING:
+    from ..hardware import TargetInfo
     from ..models import ModelSpec
 
 #: The torch eager backend's name (``torch``), which the torch scenarios run on.
@@ -111,14 +112,19 @@ def torch_fields(hardware: str, device_index: int, precision: str,
             "device_index": device_index, "threads": threads, "details": details or {}, "timer": timer_for(hardware)}
 
 
+def with_natives(allowed: tuple[str, ...], target: TargetInfo) -> tuple[str, ...]:
+    """The default precisions of a torch backend: fp32 and those of `allowed` that `target`
+    runs natively (all of `allowed` where `target` is unavailable, so its cases skip with a reason)."""
+    return tuple(p for p in allowed if not target.available or p == "fp32" or p in target.precisions)
+
+
 @dataclass(frozen=True, kw_only=True)
 class TorchModel(LoadedModel):
     """A torch model on one device (`torch_fields`); subclasses implement `prepare`.
 
     It waits for its device with `pytest_hwbench.torch_device.sync_for`, and on the CPU changes
     torch's intra-op threads, except when `compiled`: dynamo guards on the thread count, so a
-    retry on fewer threads would recompile (and fail under ``fail_on_recompile``) instead of
-    measuring the same graph.
+    retry on fewer threads would recompile instead of measuring the same graph.
     """
 
     compiled: bool = False
@@ -160,7 +166,7 @@ def _dynamo_unsupported() -> str | None:
     return None
 
 
-def toolchain_missing(hardware: str) -> str | None:
+def _toolchain_missing(hardware: str) -> str | None:
     """What torch.compile lacks here to generate code for `hardware` (a skip reason), or None."""
     unsupported = _dynamo_unsupported()
     if unsupported:
@@ -187,17 +193,13 @@ class CompileMode:
     name: str
     mode: str
 
-    def no_cuda_graphs(self, hardware: str) -> str | None:
-        """Why this mode cannot run on `hardware` for want of CUDA graphs, or None."""
+    def missing(self, hardware: str) -> str | None:
+        """What this mode lacks on `hardware` (CUDA graphs, a compiler toolchain): a skip reason, or None."""
         # Inductor records CUDA graphs for cuda devices only (ROCm's HIP graphs included);
         # elsewhere reduce-overhead would run the default mode under this backend's name.
         if self.mode == "reduce-overhead" and hardware not in ("cuda", "rocm"):
             return f"{hardware}: reduce-overhead uses CUDA graphs; {hardware} has none, use torch-compile"
-        return None
-
-    def missing(self, hardware: str) -> str | None:
-        """What this mode lacks on `hardware` (CUDA graphs, a compiler toolchain): a skip reason, or None."""
-        return self.no_cuda_graphs(hardware) or toolchain_missing(hardware)
+        return _toolchain_missing(hardware)
 
     def compile_kwargs(self, hardware: str) -> dict[str, Any]:
         """Keyword arguments of ``torch.compile`` for this mode on `hardware` (besides ``dynamic``)."""
@@ -265,4 +267,4 @@ def graphs_compiled() -> int:
 
 __all__ = ["COMPILE_MODES", "EAGER", "INT8_MIN_COVERAGE", "RECOMPILE_LIMIT", "CompileMode", "TorchModel",
            "device_name", "effective_precision", "graphs_compiled", "load_model", "move_inputs", "no_recompile",
-           "toolchain_missing", "torch_fields", "warm_up"]
+           "torch_fields", "warm_up", "with_natives"]

@@ -19,14 +19,12 @@ from ..trackers import LocalCall, MeasuredElsewhere, Measurement, MeasuresMore, 
 
 @dataclass(frozen=True)
 class LoadedModel:
-    """A model ready to run on one device at one precision: data in fields, behaviour in methods.
+    """A model ready to run on one device at one precision; a backend subclasses it and
+    implements `prepare` (the other methods have defaults).
 
-    `precision` is read back from the runtime after loading: the precision that will run;
-    `timer` is the timer kind (`pytest_hwbench.facts.timer_kinds`) that times its calls here;
-    `threads` the intra-op threads it runs with (None where it has no such setting); `details` go
-    into the record's extra (entries named as record metrics become those metrics).
-
-    A backend subclasses it and implements `prepare`; the other methods have defaults.
+    `precision` is the one read back from the runtime; `timer` a timer kind
+    (`pytest_hwbench.facts.timer_kinds`); `threads` its intra-op threads (None: no such setting);
+    `details` go into the record's extra (entries named as record metrics become those metrics).
     """
 
     precision: str
@@ -44,19 +42,13 @@ class LoadedModel:
 
     def measurement(self, inputs: dict[str, Any], foreign_mb: float | None = None) -> Measurement:
         """How the runner measures the call `prepare(inputs)` gives: a `RemoteCall` of a
-        `MeasuredElsewhere` call, else timed here (`local`, with a `MeasuresMore` call's
-        `measure_more`).
-
-        `foreign_mb` is device memory in use that this model does not own (kept out of its peak)."""
+        `MeasuredElsewhere` call, else a `LocalCall` with this model's timer and sync (and a
+        `MeasuresMore` call's `measure_more`). `foreign_mb` is device memory in use that this
+        model does not own (kept out of its peak)."""
         call = self.prepare(inputs)
         if isinstance(call, MeasuredElsewhere):
             return RemoteCall(call)
-        return self.local(call, foreign_mb, call.measure_more if isinstance(call, MeasuresMore) else None)
-
-    def local(self, call: Callable[[], Any], foreign_mb: float | None = None,
-              more: Callable[..., Mapping[str, float]] | None = None) -> LocalCall:
-        """`call` timed in this process with this model's timer and sync, then `more` (the
-        call's `MeasuresMore.measure_more`, where it measures more than its latency)."""
+        more = call.measure_more if isinstance(call, MeasuresMore) else None
         return LocalCall(call, self.sync, self.timer, self.device_kind, self.device_index, foreign_mb, more)
 
     def sync(self) -> None:
@@ -68,9 +60,8 @@ class LoadedModel:
         return None
 
     def set_threads(self, count: int) -> int | None:
-        """Set the intra-op threads of later calls to `count` and return the count now in effect
-        (the runner sizes a retry to the cores other processes left free); None where the
-        runtime fixes its threads at load, as by default."""
+        """Set the intra-op threads of later calls to `count` and return the count now in effect;
+        None where the runtime fixes its threads at load (the default)."""
         return None
 
     def own_pids(self) -> tuple[int, ...]:
@@ -81,12 +72,8 @@ class LoadedModel:
 
 @dataclass(frozen=True, kw_only=True)
 class WrappedModel(LoadedModel):
-    """`inner` with each call it prepares passed through `wrap`: the same device, precision,
-    timer, threads and details, and `inner`'s sync, close, thread setting and processes.
-
-    For a backend that builds on another one's loaded model (e.g. to keep or change the
-    prepared call); its calls are timed in this process. Build one with `WrappedModel.around`.
-    """
+    """`inner` (another backend's loaded model) with each call it prepares passed through
+    `wrap`, and everything else `inner`'s; build one with `WrappedModel.around`."""
 
     inner: LoadedModel
     wrap: Callable[[Callable[[], Any]], Callable[[], Any]]
@@ -124,10 +111,8 @@ class FedModel(LoadedModel):
 
 @runtime_checkable
 class Backend(Protocol):
-    """What every backend provides (a module-level object or class instance).
-
-    The members with a default are optional: a backend that subclasses `Backend` inherits them.
-    """
+    """What every backend provides; the members with a default are optional (a subclass of
+    `Backend` inherits them)."""
 
     #: Short name used in case ids and `--hwbench-backends` (``torch``, ``onnxruntime``...).
     name: str

@@ -24,9 +24,9 @@ from ._torch import (
     load_model,
     move_inputs,
     no_recompile,
-    toolchain_missing,
     torch_fields,
     warm_up,
+    with_natives,
 )
 from .base import Backend, LoadedModel, register_backend
 
@@ -94,14 +94,9 @@ class TorchCompileBackend(Backend):
         self.mode = compiler.mode
 
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
-        if hardware == "cpu":
-            # Inductor compiles C++ per shape: a cold compile of a quick-tier model takes 10-100 s
-            # on a 2-core CI host, so cpu runs fp32 unless --hwbench-precisions asks for more.
-            return ("fp32",)
-        target = hw[hardware]
-        if not target.available:
-            return self.precisions
-        return tuple(p for p in self.precisions if p == "fp32" or p in target.precisions)
+        # Inductor compiles C++ per shape: a cold compile of a quick-tier model takes 10-100 s
+        # on a 2-core CI host, so cpu runs fp32 unless --hwbench-precisions asks for more.
+        return ("fp32",) if hardware == "cpu" else with_natives(self.precisions, hw[hardware])
 
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         if hardware not in self.hardware:
@@ -109,16 +104,11 @@ class TorchCompileBackend(Backend):
         target = hw[hardware]
         if not target.available:
             return f"{hardware}: {target.reason}"
-        no_graphs = self.compiler.no_cuda_graphs(hardware)
-        if no_graphs:
-            return no_graphs
         if precision not in self.precisions:
             return f"{precision}: {self.name} runs {', '.join(self.precisions)}"
-        missing = toolchain_missing(hardware)
-        if missing:
+        missing = self.compiler.missing(hardware)
+        if missing or precision == "fp32":
             return missing
-        if precision == "fp32":
-            return None
         return target.unsupported_precision(precision)
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:

@@ -10,7 +10,7 @@ from ..hardware import HardwareInfo
 from ..models import ModelSpec
 from ..torch_device import device_string
 from ..vocabulary import TORCH_DTYPES
-from ._torch import EAGER, TorchModel, load_model, move_inputs, torch_fields
+from ._torch import EAGER, TorchModel, load_model, move_inputs, torch_fields, with_natives
 from .base import Backend, LoadedModel, register_backend
 
 
@@ -45,11 +45,7 @@ class TorchEagerBackend(Backend):
         return self.precisions if hardware == "cpu" else ("fp32", "fp16", "bf16")
 
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
-        target = hw[hardware]
-        allowed = self._precisions_for(hardware)
-        if not target.available:
-            return allowed
-        return tuple(p for p in allowed if p == "fp32" or p in target.precisions)
+        return with_natives(self._precisions_for(hardware), hw[hardware])
 
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         target = hw[hardware]
@@ -60,13 +56,9 @@ class TorchEagerBackend(Backend):
         if precision == "int8":
             import torch
 
-            if not torch.backends.quantized.supported_engines or \
-                    torch.backends.quantized.supported_engines == ["none"]:
-                return "int8: this torch build has no quantized engine (fbgemm/qnnpack)"
-            return None
-        if precision == "fp32":
-            return None
-        return target.unsupported_precision(precision)
+            engines = set(torch.backends.quantized.supported_engines) - {"none"}
+            return None if engines else "int8: this torch build has no quantized engine (fbgemm/qnnpack)"
+        return None if precision == "fp32" else target.unsupported_precision(precision)
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0) -> LoadedModel:
         import torch
