@@ -1,12 +1,9 @@
-"""Qualcomm AI Hub backend: compile the shared ONNX export for a hosted Snapdragon device, profile
-it there, and report AI Hub's own measurements.
+"""Qualcomm AI Hub backend: the shared ONNX export compiled for and profiled on a hosted
+Snapdragon device, reporting AI Hub's own measurements.
 
-Nothing runs on this machine but the export: `prepare(inputs)` submits a compile job and a profile
-job for the shape of `inputs` (once per shape) on the device named by ``$HWBENCH_QAI_HUB_DEVICE``
-(default `DEFAULT_DEVICE`), and its call is that shape's `RemoteProfile`, `MeasuredElsewhere`
-(calling it raises).
-`profile_to_measurement` turns a downloaded profile into a `RemoteProfile`. The API token goes to
-`qai_hub.ClientConfig` only; every message from the client path goes through `scrub` first.
+`prepare(inputs)` submits a compile and a profile job once per input shape; its call is that
+shape's `RemoteProfile` (`MeasuredElsewhere`). The API token goes to `qai_hub.ClientConfig` only;
+every message from the client path goes through `scrub` first.
 """
 
 from __future__ import annotations
@@ -18,6 +15,7 @@ import os
 import re
 import shutil
 import statistics
+from collections import Counter
 from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -34,8 +32,7 @@ from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 #: Environment variable naming the AI Hub device (``qai-hub list-devices`` shows the names).
 DEVICE_ENV = "HWBENCH_QAI_HUB_DEVICE"
 DEFAULT_DEVICE = "Samsung Galaxy S24 (Family)"
-#: Seconds to wait for one compile or profile job (3600 unless set, `pytest_hwbench.env_settings`;
-#: AI Hub itself times jobs out too).
+#: Seconds to wait for one compile or profile job (declared in `pytest_hwbench.env_settings`).
 TIMEOUT_ENV = "HWBENCH_QAI_HUB_TIMEOUT_S"
 
 #: AI Hub compile options per precision. ``qnn_context_binary`` runs on the Hexagon NPU (HTP)
@@ -104,14 +101,12 @@ def scrub(text: object, secrets: Iterable[str] | None = None) -> str:
 
 @dataclass(frozen=True)
 class RemoteProfile:
-    """What one AI Hub profile job measured, in our units (milliseconds, MiB).
+    """What one AI Hub profile job measured, in milliseconds and MiB; also the call `prepare`
+    returns (`MeasuredElsewhere`: calling it raises).
 
-    `times_ms` holds one time per profiler iteration (``all_inference_times``, profile format
-    1.2+); older profiles give only AI Hub's single ``estimated_inference_time``, which becomes a
-    one-element tuple. `peak_memory_mb` is the inference peak-memory range (low, high) AI Hub
-    reports, or None. `layers` counts layers per compute unit (NPU, GPU, CPU, ...).
-
-    It is also the call `prepare` returns (`MeasuredElsewhere`): calling it here raises.
+    `times_ms` holds one time per profiler iteration (profile format 1.2+), else AI Hub's single
+    estimate; `peak_memory_mb` is the inference peak-memory range (low, high) or None; `layers`
+    counts layers per compute unit (NPU, GPU, CPU, ...).
     """
 
     times_ms: tuple[float, ...]
@@ -175,15 +170,9 @@ def _bytes_range_mb(value: Any) -> tuple[float, float] | None:
 
 def profile_to_measurement(profile: Mapping[str, Any], *, compile_job_id: str = "",
                            profile_job_id: str = "") -> RemoteProfile:
-    """Translate a profile dict from ``ProfileJob.download_profile()`` into a `RemoteProfile`.
-
-    The schema is qai-hub's ``_profile_pb_to_python_dict`` (0.56): ``execution_summary`` with
-    times in microseconds and ``inference_memory_peak_range`` as (low, high) bytes;
-    ``execution_detail`` lists layers with their ``compute_unit``. Version-0 profiles fill the
-    newer keys with None.
-
-    Raises ValueError naming what is missing when the profile holds no inference time.
-    """
+    """A profile dict from ``ProfileJob.download_profile()`` (qai-hub 0.56's
+    ``_profile_pb_to_python_dict``: microseconds, bytes; version-0 profiles have None in the newer
+    keys) as a `RemoteProfile`. Raises ValueError naming what is missing when it holds no time."""
     summary = profile.get("execution_summary")
     if not isinstance(summary, Mapping):
         raise ValueError(f"AI Hub profile has no execution_summary (keys: {sorted(profile)})")
@@ -196,25 +185,13 @@ def profile_to_measurement(profile: Mapping[str, Any], *, compile_job_id: str = 
             raise ValueError("AI Hub profile has neither all_inference_times nor a positive "
                              "estimated_inference_time")
         times = (estimated,)
-    peak = _bytes_range_mb(summary.get("inference_memory_peak_range"))
-    if peak is None:  # profiles before format 1.1 have one number, or none
-        single = summary.get("estimated_inference_peak_memory")
-        peak = _bytes_range_mb((single, single)) if single else None
-    layers = {unit: 0 for unit in COMPUTE_UNITS}
-    for layer in profile.get("execution_detail") or ():
-        unit = str(layer.get("compute_unit") or "UNSPECIFIED").upper()
-        layers[unit] = layers.get(unit, 0) + 1
-    return RemoteProfile(
-        times_ms=times,
-        estimated_ms=estimated,
-        peak_memory_mb=peak,
-        layers=layers,
-        first_load_ms=_us_to_ms(summary.get("first_load_time")),
-        warm_load_ms=_us_to_ms(summary.get("warm_load_time")),
-        compile_job_id=compile_job_id,
-        profile_job_id=profile_job_id,
-        per_iteration=per_iteration,
-    )
+    single = summary.get("estimated_inference_peak_memory")  # profiles before format 1.1
+    peak = _bytes_range_mb(summary.get("inference_memory_peak_range")) or _bytes_range_mb((single, single))
+    units = Counter(str(layer.get("compute_unit") or "UNSPECIFIED").upper()
+                    for layer in profile.get("execution_detail") or ())
+    return RemoteProfile(times, estimated, peak, dict.fromkeys(COMPUTE_UNITS, 0) | units,
+                         _us_to_ms(summary.get("first_load_time")), _us_to_ms(summary.get("warm_load_time")),
+                         compile_job_id, profile_job_id, per_iteration)
 
 
 # --- the client path --------------------------------------------------------------------------
@@ -323,23 +300,22 @@ class _HubModel(LoadedModel):
 
     def prepare(self, inputs: dict[str, Any]) -> RemoteProfile:
         specs = _input_specs(inputs, self.exported.input_names)
+        options = compile_options(self.precision, specs)
         key = tuple(sorted(specs.items()))
         if key not in self.profiles:
-            self.profiles[key] = self._measure(inputs, specs)
-        profile = self.profiles[key]
+            self.profiles[key] = self._measure(inputs, specs, options)
         # The runner copies details after prepare: these entries describe the case prepared last.
-        self.details.update(profile.details())
-        self.details["qai_hub_compile_options"] = compile_options(self.precision, specs)
-        return profile
+        self.details.update(self.profiles[key].details(), qai_hub_compile_options=options)
+        return self.profiles[key]
 
     def close(self) -> None:
         self.profiles.clear()
 
-    def _measure(self, inputs: dict[str, Any], specs: dict[str, tuple[tuple[int, ...], str]]) -> RemoteProfile:
+    def _measure(self, inputs: dict[str, Any], specs: dict[str, tuple[tuple[int, ...], str]],
+                 options: str) -> RemoteProfile:
         batch = next(iter(specs.values()))[0][0] if specs else 0
         name = f"hwbench {self.spec.name} {self.precision} b{batch}"
-        kwargs: dict[str, Any] = {"name": name, "input_specs": specs,
-                                  "options": compile_options(self.precision, specs)}
+        kwargs: dict[str, Any] = {"name": name, "input_specs": specs, "options": options}
         if self.precision == "int8":
             # Post-training quantization needs activations to observe: the case's own inputs
             # (random, like every zoo input; we measure speed, not accuracy).
@@ -382,11 +358,11 @@ class QaiHubBackend(Backend):
     hardware: tuple[str, ...] = ("qnn",)
     precisions: tuple[str, ...] = ("fp16", "int8")
 
-    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
-        return self.precisions
-
     #: The AI Hub device asked for (``--hwbench-qai-hub-device``, `pytest_hwbench.backends.qai_hub_options`).
     device: str | None = None
+
+    def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
+        return self.precisions
 
     def device_name(self) -> str:
         """The AI Hub device cases run on: `device`, else ``$HWBENCH_QAI_HUB_DEVICE``, else `DEFAULT_DEVICE`."""
@@ -416,27 +392,12 @@ class QaiHubBackend(Backend):
         client = _remote("configuring the client", lambda: _client(hub))
         device_name = self.device_name()
         device = _remote(f"naming device {device_name!r}", lambda: hub.Device(device_name))
-        details: dict[str, Any] = {
-            "qai_hub_version": str(getattr(hub, "__version__", "?")),
-            "qai_hub_device_requested": device_name,
-            "target_runtime": "qnn_context_binary",
-            "exporter": exported.exporter,
-            "opset": exported.opset,
-            "onnx_file": str(exported.path),
-        }
-        return _HubModel(
-            precision=precision,  # what the compile options ask for; AI Hub reports no per-layer dtype
-            device_name=device_name,
-            timer="remote",  # measured on the device by AI Hub, see the module docstring
-            device_kind="qnn",
-            device_index=0,
-            threads=None,
-            details=details,
-            spec=spec,
-            exported=exported,
-            client=client,
-            device=device,
-        )
+        details = {"qai_hub_version": str(getattr(hub, "__version__", "?")), "qai_hub_device_requested": device_name,
+                   "target_runtime": "qnn_context_binary", "exporter": exported.exporter, "opset": exported.opset,
+                   "onnx_file": str(exported.path)}
+        # The precision is what the compile options ask for: AI Hub reports no per-layer dtype.
+        return _HubModel(precision=precision, device_name=device_name, timer="remote", device_kind="qnn",
+                         details=details, spec=spec, exported=exported, client=client, device=device)
 
 
 BACKEND = register_backend(QaiHubBackend())
