@@ -113,15 +113,11 @@ class OnnxRuntimeBackend(Backend):
     name = "onnxruntime"
     hardware: tuple[str, ...] = ("cpu", "cuda", "openvino")
     precisions: tuple[str, ...] = ("fp32", "fp16", "int8")
-    #: hardware -> the execution provider that must run it.
-    providers: dict[str, str] = {
-        "cpu": "CPUExecutionProvider",
-        "cuda": "CUDAExecutionProvider",
-        "openvino": "OpenVINOExecutionProvider",
-    }
-
-    def _precisions_for(self, hardware: str) -> tuple[str, ...]:
-        return {"cpu": ("fp32", "fp16", "int8"), "cuda": ("fp32", "fp16"), "openvino": ("fp32",)}[hardware]
+    #: hardware -> the execution provider that must run it, and the precisions it runs there.
+    providers: dict[str, str] = {"cpu": "CPUExecutionProvider", "cuda": "CUDAExecutionProvider",
+                                 "openvino": "OpenVINOExecutionProvider"}
+    allowed: dict[str, tuple[str, ...]] = {"cpu": ("fp32", "fp16", "int8"), "cuda": ("fp32", "fp16"),
+                                           "openvino": ("fp32",)}
 
     def detects(self, hardware: str) -> tuple[str, ...]:
         return (hardware, "onnxruntime")  # the onnxruntime probe lists the execution providers
@@ -130,7 +126,7 @@ class OnnxRuntimeBackend(Backend):
         if hardware == "cpu":
             # fp16 on the CPU provider is not a native path here: run it only when asked.
             return ("fp32", "int8") if "int8" in hw["cpu"].precisions else ("fp32",)
-        return self._precisions_for(hardware)
+        return self.allowed[hardware]
 
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         if hardware not in self.hardware:
@@ -144,7 +140,7 @@ class OnnxRuntimeBackend(Backend):
         providers = list(target.details.get("providers", ()))
         if provider not in providers:
             return f"{hardware}: {self.name} {provider} not available (providers: {', '.join(providers) or 'none'})"
-        allowed = self._precisions_for(hardware)
+        allowed = self.allowed[hardware]
         if precision not in allowed:
             return f"{precision}: {self.name} runs {', '.join(allowed)} on {hardware} ({provider})"
         if hardware == "cpu" and precision == "fp16":
@@ -217,18 +213,13 @@ class OnnxRuntimeBackend(Backend):
         if ran != precision:
             raise PrecisionMismatch(f"{spec.name}: asked {self.name} for {precision}, the session runs {ran} "
                                     f"(weights by precision: {shares})")
-        return FedModel(
-            precision=ran,
-            device_name=device_name("cuda" if hardware == "cuda" else "cpu", device_index),
-            timer="wall",  # session.run returns after the device finished (outputs copied or bound)
-            device_kind="cuda" if hardware == "cuda" else "cpu",
-            device_index=device_index,
-            threads=threads if hardware != "cuda" else None,
-            details={"provider": used[0], "exporter": exported.exporter, "opset": exported.opset,
-                     "onnx_file": str(path), "onnxruntime_version": ort.__version__,
-                     **{f"weights_{k}": v for k, v in shares.items()}},
-            feed=_preparer(session, hardware, device_index),
-        )
+        kind = "cuda" if hardware == "cuda" else "cpu"
+        details = {"provider": used[0], "exporter": exported.exporter, "opset": exported.opset, "onnx_file": str(path),
+                   "onnxruntime_version": ort.__version__, **{f"weights_{k}": v for k, v in shares.items()}}
+        # Timed by the wall clock: session.run returns after the device finished (outputs copied or bound).
+        return FedModel(precision=ran, device_name=device_name(kind, device_index), device_kind=kind,
+                        device_index=device_index, threads=threads if kind == "cpu" else None, details=details,
+                        feed=_preparer(session, hardware, device_index))
 
 
 def _preparer(session: Any, hardware: str, device_index: int) -> Any:
@@ -236,30 +227,22 @@ def _preparer(session: Any, hardware: str, device_index: int) -> Any:
     wanted = {i.name: _INPUT_DTYPES.get(i.type) for i in session.get_inputs()}
     outputs = [o.name for o in session.get_outputs()]
 
-    if hardware == "cuda":
-        import onnxruntime as ort
-
-        def prepare_cuda(inputs: dict[str, Any]) -> Any:
-            # Inputs copied to the GPU once; outputs stay there: the loop times the model only.
-            binding = session.io_binding()
-            for name, array in numpy_feeds(inputs, wanted, "onnxruntime session").items():
-                binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_index))
-            for name in outputs:
-                binding.bind_output(name, "cuda", device_index)
-
-            def call() -> Any:
-                session.run_with_iobinding(binding)
-                return binding
-
-            return call
-
-        return prepare_cuda
-
     def prepare(inputs: dict[str, Any]) -> Any:
         feeds = numpy_feeds(inputs, wanted, "onnxruntime session")
+        if hardware != "cuda":
+            return lambda: dict(zip(outputs, session.run(None, feeds), strict=True))
+        import onnxruntime as ort
 
-        def call() -> dict[str, Any]:
-            return dict(zip(outputs, session.run(None, feeds), strict=True))
+        # Inputs copied to the GPU once; outputs stay there: the loop times the model only.
+        binding = session.io_binding()
+        for name, array in feeds.items():
+            binding.bind_ortvalue_input(name, ort.OrtValue.ortvalue_from_numpy(array, "cuda", device_index))
+        for name in outputs:
+            binding.bind_output(name, "cuda", device_index)
+
+        def call() -> Any:
+            session.run_with_iobinding(binding)
+            return binding
 
         return call
 
@@ -273,9 +256,7 @@ class OnnxRuntimeTensorRTBackend(OnnxRuntimeBackend):
     hardware = ("cuda",)
     precisions = ("fp32", "fp16")
     providers = {"cuda": "TensorrtExecutionProvider"}
-
-    def _precisions_for(self, hardware: str) -> tuple[str, ...]:
-        return self.precisions
+    allowed = {"cuda": precisions}
 
     def _provider_options(self, hardware: str, precision: str, device_index: int, threads: int) -> list[Any]:
         # Engines are built per input shape (in the cold call) and cached on disk across runs.
