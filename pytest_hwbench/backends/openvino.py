@@ -161,19 +161,13 @@ class OpenVinoBackend(Backend):
             threads = int(compiled.get_property("INFERENCE_NUM_THREADS")) or threads
         else:
             device_name = str(core.get_property(device, "FULL_DEVICE_NAME"))
-        return FedModel(
-            feed=_preparer(compiled, exported.input_names, exported.output_names),
-            precision=ran,
-            device_name=device_name,
-            timer="wall",  # infer() is synchronous
-            device_kind="cpu" if hardware == "cpu" else hardware,
-            device_index=device_index,
-            threads=threads if hardware == "cpu" else None,
-            details={"openvino_device": device, "exporter": exported.exporter, "opset": exported.opset,
-                     "openvino_version": ov.__version__,
-                     "inference_precision_hint": hint,
-                     **{f"layers_{k}": v for k, v in layers.items()}},
-        )
+        details = {"openvino_device": device, "exporter": exported.exporter, "opset": exported.opset,
+                   "openvino_version": ov.__version__, "inference_precision_hint": hint,
+                   **{f"layers_{k}": v for k, v in layers.items()}}
+        # Timed by the wall clock (the default timer): infer() is synchronous.
+        return FedModel(precision=ran, device_name=device_name, device_kind=hardware, device_index=device_index,
+                        threads=threads if hardware == "cpu" else None, details=details,
+                        feed=_preparer(compiled, exported.input_names, exported.output_names))
 
     def _quantized(self, exported: ExportedModel, spec: ModelSpec, core: Any) -> Path:
         """The nncf-quantized OpenVINO IR of `exported`, built once and cached beside it."""
@@ -186,10 +180,8 @@ class OpenVinoBackend(Backend):
         def build(directory: Path) -> str:
             model = core.read_model(str(exported.path))
             names = [_port_name(i, exported.input_names) for i in model.inputs]
-            items = []
-            for seed in range(CALIBRATION_ITEMS):
-                inputs = spec.make_inputs(1, seed=seed)
-                items.append({n: inputs[n].numpy() for n in names})
+            batches = (spec.make_inputs(1, seed=seed) for seed in range(CALIBRATION_ITEMS))
+            items = [{n: inputs[n].numpy() for n in names} for inputs in batches]
             # Transformers keep their softmax/layer-norm math in float (nncf's TRANSFORMER preset).
             model_type = None if spec.build_config().model_type == "resnet" else nncf.ModelType.TRANSFORMER
             quantized = nncf.quantize(model, nncf.Dataset(items), subset_size=len(items), model_type=model_type)
