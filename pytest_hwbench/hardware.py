@@ -90,12 +90,8 @@ class HardwareInfo:
 
     def summary(self) -> str:
         """One line, e.g. ``cpu(AMD EPYC x2), onnxruntime(CPUExecutionProvider)``."""
-        parts = []
-        for info in self.targets.values():
-            if info.available:
-                names = sorted({d.name for d in info.devices})
-                parts.append(f"{info.name}({', '.join(names)})" if names else info.name)
-        return ", ".join(parts)
+        names = {info.name: sorted({d.name for d in info.devices}) for info in self.targets.values() if info.available}
+        return ", ".join(f"{name}({', '.join(devices)})" if devices else name for name, devices in names.items())
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict, one entry per target."""
@@ -107,35 +103,23 @@ def not_available(name: str, reason: str, **details: Any) -> TargetInfo:
     return TargetInfo(name=name, available=False, reason=reason, details=details)
 
 
-def _cpu_flags() -> tuple[str, set[str]]:
-    model, flags = platform.processor() or platform.machine(), set()
-    cpuinfo = Path("/proc/cpuinfo")
-    if cpuinfo.exists():
-        for line in cpuinfo.read_text(errors="replace").splitlines():
-            key, _, value = line.partition(":")
-            key = key.strip()
-            if key in ("model name", "Model", "Hardware") and value.strip():
-                model = value.strip()
-            elif key in ("flags", "Features"):
-                flags.update(value.split())
-    return model, flags
-
-
-def cpu_precisions(flags: set[str], machine: str) -> tuple[str, ...]:
-    """Precisions the CPU runs natively, from its ISA flags."""
-    has = {"fp32": True, "fp16": bool(flags & {"avx512_fp16", "amx_fp16", "asimdhp", "fphp"}),
-           "bf16": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}),
-           "int8": machine.lower() in ("x86_64", "amd64", "aarch64", "arm64")}  # fbgemm (x86) / qnnpack (Arm)
-    return tuple(p for p, present in has.items() if present)
-
-
 def detect_cpu() -> TargetInfo:
     """The host CPU: model name, cores, ISA flags, native precisions."""
     import psutil
 
-    model, flags = _cpu_flags()
     machine = platform.machine()
-    precisions = cpu_precisions(flags, machine)
+    model, flags = platform.processor() or machine, set()
+    cpuinfo = Path("/proc/cpuinfo")
+    for line in cpuinfo.read_text(errors="replace").splitlines() if cpuinfo.exists() else ():
+        key, _, value = (part.strip() for part in line.partition(":"))
+        if key in ("model name", "Model", "Hardware") and value:
+            model = value
+        elif key in ("flags", "Features"):
+            flags.update(value.split())
+    has = {"fp32": True, "fp16": bool(flags & {"avx512_fp16", "amx_fp16", "asimdhp", "fphp"}),
+           "bf16": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}),
+           "int8": machine.lower() in ("x86_64", "amd64", "aarch64", "arm64")}  # fbgemm (x86) / qnnpack (Arm)
+    precisions = tuple(p for p, present in has.items() if present)
     details = {
         "model": model,
         "machine": machine,
@@ -185,12 +169,10 @@ MPS_BF16_MACOS = 14
 class TorchFacts:
     """What the installed torch reported about one runtime: the whole input of its detection.
 
-    `devices` holds one mapping per device with the fields torch reports, under torch's own
-    names (``total_memory`` in bytes, ``gcnArchName``, ``has_fp16``...). For mps, which has no
-    device properties, the single device holds ``name`` (`torch.backends.mps.get_name()`),
-    ``core_count`` and ``recommended_max_memory`` (bytes). `extra` holds ``env`` (the set
-    visibility variables), ``driver`` (cuda: `torch._C._cuda_getDriverVersion()`) and
-    ``macos`` (mps: `platform.mac_ver()`). `error` is an exception raised while asking.
+    `devices` holds one mapping per device under torch's own property names (``total_memory`` in
+    bytes...); mps's one device holds ``name``, ``core_count`` and ``recommended_max_memory``.
+    `extra` holds ``env`` (the visibility variables set), ``driver`` (cuda) and ``macos`` (mps);
+    `error` is an exception raised while asking.
     """
 
     runtime: str
@@ -231,10 +213,6 @@ def _plain(value: Any) -> Any:
     return str(value)
 
 
-def _properties(props: Any, fields: tuple[str, ...]) -> dict[str, Any]:
-    return {name: _plain(getattr(props, name)) for name in fields if hasattr(props, name)}
-
-
 def _gather(torch: Any, runtime: str, facts: dict[str, Any]) -> TorchFacts:
     version = facts["version"]
     if runtime in ("cuda", "rocm"):
@@ -258,7 +236,8 @@ def _gather(torch: Any, runtime: str, facts: dict[str, Any]) -> TorchFacts:
         devices = ({key: _plain(fn()) for key, fn in getters.items() if callable(fn)},) if available else ()
     else:
         count = int(module.device_count()) if available else 0
-        devices = tuple(_properties(module.get_device_properties(i), fields) for i in range(count))
+        props = [module.get_device_properties(i) for i in range(count)]
+        devices = tuple({name: _plain(getattr(p, name)) for name in fields if hasattr(p, name)} for p in props)
     if runtime == "cuda" and available:
         with contextlib.suppress(AttributeError, RuntimeError):
             facts["extra"]["driver"] = int(torch._C._cuda_getDriverVersion())
@@ -287,13 +266,6 @@ def gather_torch_facts(runtime: str) -> TorchFacts:
         return _gather(torch, runtime, facts)
     except Exception as exc:  # a broken driver must not stop detection; the reason names it
         return TorchFacts(**facts, error=f"{type(exc).__name__}: {exc}")
-
-
-def _env_note(facts: TorchFacts) -> str:
-    env = facts.extra.get("env") or {}
-    shown = [f"{name}={env[name]!r}" for name in VISIBILITY_ENV[facts.runtime] if name in env
-             and name != "CUDA_DEVICE_ORDER"]
-    return f" ({', '.join(shown)})" if shown else ""
 
 
 def _mib(value: Any) -> float | None:
@@ -328,15 +300,16 @@ def _why_not(facts: TorchFacts) -> str | None:
                    "an XPU build of torch)",
         }[runtime]
     if not facts.is_available or not facts.devices:
-        macos = facts.extra.get("macos")
+        macos, env = facts.extra.get("macos"), facts.extra.get("env") or {}
         where = f" on macOS {macos}" if macos else ""
+        shown = [f"{n}={env[n]!r}" for n in VISIBILITY_ENV[runtime] if n in env and n != "CUDA_DEVICE_ORDER"]
         return {
             "cuda": "torch.cuda.is_available() is False",
             "rocm": f"torch.cuda.is_available() is False on this ROCm build (hip {hip})",
             "mps": f"torch.backends.mps.is_available() is False{where} (MPS needs Apple silicon or an AMD GPU and "
                    "macOS 12.3+)",
             "xpu": "torch.xpu.is_available() is False (no Intel GPU visible to Level Zero)",
-        }[runtime] + _env_note(facts)
+        }[runtime] + (f" ({', '.join(shown)})" if shown else "")
     return None
 
 
@@ -443,31 +416,25 @@ _FOUND: dict[str, TargetInfo] = {}
 _FOUND_LOCK = threading.Lock()
 
 
-def _probes_for(targets: Iterable[str] | None) -> dict[str, Callable[[], TargetInfo]]:
-    """The probes of `targets` (every registered target when None), in `registered_probes`'s
-    order. The CPU and torch runtimes are built in: asking only for them imports no probe module."""
-    if targets is None:
-        return registered_probes()
-    wanted = list(dict.fromkeys(targets))
-    probes = _PROBES.items if all(name in _PROBES.items for name in wanted) else registered_probes()
-    unknown = [name for name in wanted if name not in probes]
-    if unknown:
-        raise ValueError(f"unknown hardware target(s) {', '.join(map(repr, unknown))}; "
-                         f"known: {', '.join(registered_probes())}")
-    return {name: probes[name] for name in _in_table_order(wanted)}
-
-
 def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
     """What this machine has for `targets` (every registered target when None), each probed at
     most once per process: a CPU question runs the CPU probe only, and no browser starts unless a
     web target is asked for. A probe that crashes reports its target unavailable; an unknown
     target name is a ValueError naming the known ones."""
+    wanted = None if targets is None else list(dict.fromkeys(targets))
+    # The CPU and torch runtimes are built in: asking only for them imports no probe module.
+    built_in = wanted is not None and all(name in _PROBES.items for name in wanted)
+    probes = _PROBES.items if built_in else registered_probes()
+    unknown = [name for name in wanted or () if name not in probes]
+    if unknown:
+        raise ValueError(f"unknown hardware target(s) {', '.join(map(repr, unknown))}; "
+                         f"known: {', '.join(registered_probes())}")
     found = {}
-    for name, probe in _probes_for(targets).items():
+    for name in _in_table_order(probes if wanted is None else wanted):
         with _FOUND_LOCK:
             if name not in _FOUND:
                 try:
-                    _FOUND[name] = probe()
+                    _FOUND[name] = probes[name]()
                 except Exception as exc:  # a broken driver must not stop the session
                     _FOUND[name] = not_available(name, f"detection failed: {type(exc).__name__}: {exc}")
             found[name] = _FOUND[name]
@@ -477,21 +444,9 @@ def detect_hardware(targets: Iterable[str] | None = None) -> HardwareInfo:
 def probed_hardware() -> HardwareInfo:
     """The targets this process has probed so far (nothing is probed by asking)."""
     with _FOUND_LOCK:
-        done = dict(_FOUND)
-    return HardwareInfo({name: done[name] for name in _in_table_order(done)})
+        return HardwareInfo({name: _FOUND[name] for name in _in_table_order(_FOUND)})
 
 
-__all__ = [
-    "DeviceInfo",
-    "HardwareInfo",
-    "TargetInfo",
-    "TorchFacts",
-    "detect_hardware",
-    "detect_torch_runtime",
-    "gather_torch_facts",
-    "not_available",
-    "probed_hardware",
-    "register_probe",
-    "registered_probes",
-    "target_from_facts",
-]
+__all__ = ["DeviceInfo", "HardwareInfo", "TargetInfo", "TorchFacts", "detect_hardware", "detect_torch_runtime",
+           "gather_torch_facts", "not_available", "probed_hardware", "register_probe", "registered_probes",
+           "target_from_facts"]
