@@ -42,10 +42,9 @@ def unavailable(case: CaseFields, hw: HardwareInfo | None = None) -> str | None:
     """None when `case` can run here, else the skip reason. `hw` holds at least `targets_for(case)`;
     without it, those targets are probed.
 
-    The backend's reason comes first (hardware, runtime, precision); then the mode's; then the
-    model's known gap on this backend (`ModelSpec.backend_gaps`); then an input longer than the
-    model embeds; then memory: a case whose `ModelSpec.estimated_memory_mb` does not fit its
-    device is skipped before it is built (`memory_shortfall`).
+    In order: the backend's reason (hardware, runtime, precision), the mode's, the model's known
+    gap on this backend (`ModelSpec.backend_gaps`), an input longer than the model embeds, and
+    memory (`memory_shortfall`).
     """
     hw = hw or detect_hardware(targets_for(case))
     reason = get_backend(case.backend).unavailable(case.hardware, case.precision, hw)
@@ -64,22 +63,16 @@ def unavailable(case: CaseFields, hw: HardwareInfo | None = None) -> str | None:
     gap = spec.backend_gaps.get(case.backend)
     if gap:
         return f"{case.model} on {case.backend}: {gap}"
-    return input_length_reason(case, spec) or memory_shortfall(case, hw)
-
-
-def input_length_reason(case: CaseFields, spec: ModelSpec) -> str | None:
-    """Why `case.input_length` cannot run as asked: the model embeds fewer positions. The inputs
-    would be cut to the limit, and the case would measure another length than its id says."""
-    if case.input_length is None:
-        return None
-    try:
-        limit = spec.max_sequence_length
-    except Exception:  # an unbuildable config fails in its run, with the error
-        return None
-    if limit is not None and case.input_length > limit:
-        return (f"{case.model} takes at most {limit} tokens, not {case.input_length}; "
-                f"give --hwbench-input-lengths up to {limit}")
-    return None
+    if case.input_length is not None:
+        # A longer input would be cut to the limit: the case would measure another length than its id says.
+        try:
+            limit = spec.max_sequence_length
+        except Exception:  # an unbuildable config fails in its run, with the error
+            limit = None
+        if limit is not None and case.input_length > limit:
+            return (f"{case.model} takes at most {limit} tokens, not {case.input_length}; "
+                    f"give --hwbench-input-lengths up to {limit}")
+    return memory_shortfall(case, hw)
 
 
 def _gib(mb: float) -> str:
@@ -89,10 +82,10 @@ def _gib(mb: float) -> str:
 def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
     """None when `case` fits in memory here, else a skip reason naming the figures.
 
-    Two checks, each against `MEMORY_USABLE_SHARE` of the memory detection reports: the case's
-    weights and peak activations (`ModelSpec.estimated_memory_mb`) against its device, and the
-    fp32 weights, which every backend builds on the host first, against host RAM. The quick
-    tier (tiny by contract) and models that cannot be built are not estimated.
+    Its weights and peak activations (`ModelSpec.estimated_memory_mb`) are checked against
+    `MEMORY_USABLE_SHARE` of its device's memory, its fp32 weights (every backend builds them on
+    the host first) against that share of host RAM. The quick tier (tiny by contract) and models
+    that cannot be built are not estimated.
     """
     try:
         spec = case.spec()
@@ -116,4 +109,4 @@ def memory_shortfall(case: CaseFields, hw: HardwareInfo) -> str | None:
     return None
 
 
-__all__ = ["CaseFields", "input_length_reason", "memory_shortfall", "targets_for", "unavailable"]
+__all__ = ["CaseFields", "memory_shortfall", "targets_for", "unavailable"]
