@@ -143,9 +143,8 @@ NAME_CHARS = 48
 
 
 def _short_name(name: str) -> str:
-    """`name` made safe for a file name and at most `NAME_CHARS` long whatever its length: a
-    longer name keeps its start and a hash of the whole (two long names sharing a start stay
-    apart), so a long name cannot fail with ``File name too long``."""
+    """`name` made safe for a file name, at most `NAME_CHARS` long: a longer one keeps its start
+    and a hash of the whole, so two long names sharing a start stay apart."""
     safe = re.sub(r"[^A-Za-z0-9_.-]", "_", name)
     if len(safe) <= NAME_CHARS and safe == name:
         return safe
@@ -266,11 +265,4 @@ def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path]
     return final / str(meta["file"])
 
 
-__all__ = [
-    "EXPORT_SEED",
-    "ExportedModel",
-    "cached_variant",
-    "export_onnx",
-    "numpy_feeds",
-    "summarize_error",
-]
+__all__ = ["EXPORT_SEED", "ExportedModel", "cached_variant", "export_onnx", "numpy_feeds", "summarize_error"]

@@ -1,11 +1,10 @@
-"""onnxruntime-web backend: the shared ONNX export, run by onnxruntime-web in a headless Chromium.
+"""onnxruntime-web backend: the shared ONNX export, run by onnxruntime-web in a headless Chromium
+on ``wasm``, ``webgpu`` and ``webnn`` (one bundle each, `BUNDLES`).
 
-Hardware targets: ``wasm``, ``webgpu`` and ``webnn`` (one bundle each, `BUNDLES`). The page times
-each ``session.run`` with ``performance.now()`` (warm-up by count, by time and, in a fresh page,
-until two `SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`), so a loaded model's
-measurement is a `RemoteCall`. The precision is read back from the graph and the page's output
-types; memory is the peak PSS summed over the browser's processes. One browser per process,
-reused, ended by `shutdown`, a failure or interpreter exit.
+The page times each ``session.run`` with ``performance.now()`` (warm-up by count, by time and, in
+a fresh page, until two `SETTLE_WINDOW_S` windows agree within `SETTLE_TOLERANCE`): a loaded
+model's measurement is a `RemoteCall`. Memory is the peak PSS summed over the browser's
+processes. One browser per process, reused, ended by `shutdown`, a failure or interpreter exit.
 """
 
 from __future__ import annotations
@@ -226,30 +225,22 @@ class OnnxRuntimeWebBackend(Backend):
             raise UnsupportedCase(f"{self.name}: {spec.name}'s ONNX file keeps its weights in external data, "
                                   "which the page does not load")
         target = detect_hardware([hardware])[hardware]  # detected by `unavailable` already
-        target_details = dict(target.details)
-        device_type = target_details.get("device_type") if hardware == "webnn" else None
+        found = target.details
+        device_type = found.get("device_type") if hardware == "webnn" else None
         key = f"{spec.name}-{hardware}-{precision}-{next(self._loads)}"
         model = _PageModel(spec, hardware, precision, path, key)
         value = model.load(device_type)
         model.input_names = tuple(value.get("inputNames") or exported.input_names)
         model.details.update({"web_device_type": device_type, "exporter": exported.exporter, "opset": exported.opset,
-                              "onnx_file": str(path), "web_browser_version": target_details.get("browser_version"),
-                              "web_timer_resolution_ms": target_details.get("timer_resolution_ms"),
+                              "onnx_file": str(path), "web_browser_version": found.get("browser_version"),
+                              "web_timer_resolution_ms": found.get("timer_resolution_ms"),
                               **{f"weights_{k}": v for k, v in shares.items()}})
-        device_name = target.devices[0].name if target.devices else hardware
         if hardware == "webgpu":
-            model.details["web_adapter"] = target_details.get("adapter")
-            model.details["web_software_adapter"] = bool(target_details.get("software_adapter"))
+            model.details.update(web_adapter=found.get("adapter"), web_software_adapter=bool(found.get("software_adapter")))
         threads = int(value["numThreads"]) if hardware == "wasm" and value.get("numThreads") else None
-        return _WebModel(
-            precision=graph,
-            device_name=str(device_name),
-            timer="remote",  # timed in the page, see the module docstring
-            device_kind=hardware,
-            threads=threads,
-            details=model.details,
-            page=model,
-        )
+        device_name = str(target.devices[0].name if target.devices else hardware)
+        return _WebModel(precision=graph, device_name=device_name, timer="remote", device_kind=hardware, threads=threads,
+                         details=model.details, page=model)
 
 
 @dataclass(frozen=True, kw_only=True)

@@ -83,11 +83,8 @@ def known_tokens() -> tuple[str, ...]:
 
 
 def scrub(text: object, secrets: Iterable[str] | None = None) -> str:
-    """`text` as a string with every API token in it replaced by ``***``.
-
-    `secrets` defaults to `known_tokens()`; token-shaped text (``Authorization: token ...``,
-    ``api_token=...``) is redacted whether or not the token is known.
-    """
+    """`text` as a string with every API token in `secrets` (default: `known_tokens()`), and any
+    token-shaped text (``Authorization: token ...``, ``api_token=...``), replaced by ``***``."""
     out = str(text)
     for secret in sorted(known_tokens() if secrets is None else secrets, key=len, reverse=True):
         if secret.strip():
@@ -140,18 +137,11 @@ class RemoteProfile:
     def details(self) -> dict[str, Any]:
         """Flat, JSON-ready entries for `LoadedModel.details` (and so the record's extra)."""
         low, high = self.peak_memory_mb or (None, None)
-        out: dict[str, Any] = {
-            "qai_hub_per_iteration_times": self.per_iteration,
-            "qai_hub_estimated_inference_ms": self.estimated_ms,
-            "qai_hub_peak_memory_mb_low": low,
-            "qai_hub_peak_memory_mb_high": high,
-            "qai_hub_first_load_ms": self.first_load_ms,
-            "qai_hub_warm_load_ms": self.warm_load_ms,
-            "qai_hub_compile_job": self.compile_job_id,
-            "qai_hub_profile_job": self.profile_job_id,
-        }
-        out.update({f"qai_hub_layers_{unit.lower()}": n for unit, n in self.layers.items()})
-        return out
+        return {"qai_hub_per_iteration_times": self.per_iteration, "qai_hub_estimated_inference_ms": self.estimated_ms,
+                "qai_hub_peak_memory_mb_low": low, "qai_hub_peak_memory_mb_high": high,
+                "qai_hub_first_load_ms": self.first_load_ms, "qai_hub_warm_load_ms": self.warm_load_ms,
+                "qai_hub_compile_job": self.compile_job_id, "qai_hub_profile_job": self.profile_job_id,
+                **{f"qai_hub_layers_{unit.lower()}": n for unit, n in self.layers.items()}}
 
 
 def _us_to_ms(value: Any) -> float | None:
@@ -223,10 +213,8 @@ def _wait(job: Any, what: str) -> tuple[bool, str]:
     """Wait for `job`; (succeeded, scrubbed failure message)."""
     status = _remote(f"waiting for the {what} job",
                      lambda: job.wait(timeout=int(ENV_SETTINGS[TIMEOUT_ENV].read() or 0)))
-    if isinstance(status, bool):  # older clients return a bool
-        ok, message = status, ""
-    else:
-        ok, message = bool(getattr(status, "success", False)), str(getattr(status, "message", "") or "")
+    ok = status if isinstance(status, bool) else bool(getattr(status, "success", False))  # older clients: a bool
+    message = str(getattr(status, "message", "") or "")
     if not ok and not message:
         status = _remote(f"reading the {what} job status", job.get_status)
         message = str(getattr(status, "message", "") or getattr(status, "code", "") or "failed")
@@ -256,11 +244,8 @@ def compile_options(precision: str, specs: Mapping[str, tuple[tuple[int, ...], s
 
 
 def _upload_path(exported: ExportedModel) -> Path:
-    """What to upload: the .onnx file, or a folder of it and its one external-data file.
-
-    qai-hub takes a folder holding exactly one .onnx and at most one .data file; our cache entry
-    also holds meta.json, so a graph with external weights gets a folder of its own.
-    """
+    """What to upload: the .onnx file, or a folder of it and its one external-data file (qai-hub
+    takes a folder of one .onnx and at most one .data file; our cache entry holds meta.json too)."""
     data = [p for p in exported.directory.iterdir() if p.suffix == ".data"]
     if not data:
         return exported.path
@@ -402,16 +387,5 @@ class QaiHubBackend(Backend):
 
 BACKEND = register_backend(QaiHubBackend())
 
-__all__ = [
-    "BACKEND",
-    "COMPILE_OPTIONS",
-    "DEFAULT_DEVICE",
-    "DEVICE_ENV",
-    "QaiHubBackend",
-    "QaiHubError",
-    "RemoteProfile",
-    "compile_options",
-    "known_tokens",
-    "profile_to_measurement",
-    "scrub",
-]
+__all__ = ["BACKEND", "COMPILE_OPTIONS", "DEFAULT_DEVICE", "DEVICE_ENV", "QaiHubBackend", "QaiHubError", "RemoteProfile",
+           "compile_options", "known_tokens", "profile_to_measurement", "scrub"]

@@ -1,9 +1,6 @@
-"""The qai_hub backend's pytest options (``pytest11`` entry point ``hwbench-qai-hub``).
-
-A backend's options come from its own pytest plugin, as a third party's would: the base plugin
-knows no backend's options. The device reaches the backend as a value at configure time, in
-the controller and in every xdist worker (each configures from the same command line).
-"""
+"""The qai_hub backend's pytest options (``pytest11`` entry point ``hwbench-qai-hub``), as a
+third party's backend would have them: the device reaches the backend at configure time, in the
+controller and in every xdist worker."""
 
 from __future__ import annotations
 

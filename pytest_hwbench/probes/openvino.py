@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 
 from ..hardware import DeviceInfo, TargetInfo, not_available, register_probe
@@ -19,14 +20,11 @@ def detect_openvino() -> TargetInfo:
         return not_available("openvino", "openvino is not installed (pip install 'pytest-hwbench[openvino]')")
     core, devices = ov.Core(), []
     for i, name in enumerate(core.available_devices):
-        try:
+        full, caps = name, ["FP32"]
+        with contextlib.suppress(RuntimeError):
             full = core.get_property(name, "FULL_DEVICE_NAME")
-        except RuntimeError:
-            full = name
-        try:
+        with contextlib.suppress(RuntimeError):
             caps = core.get_property(name, "OPTIMIZATION_CAPABILITIES")
-        except RuntimeError:
-            caps = ["FP32"]
         precisions = tuple(p for cap, p in _OV_CAPS.items() if cap in caps)
         devices.append(DeviceInfo(i, f"{name}: {full}", None, None, precisions))
     if not devices:
