@@ -52,16 +52,15 @@ class TargetInfo:
     precisions: tuple[str, ...] = ()
     details: Mapping[str, Any] = field(default_factory=dict)
 
-    def unsupported_precision(self, precision: str, device_index: int = 0) -> str | None:
-        """None when `precision` runs natively here, else the skip reason."""
+    def unsupported_precision(self, precision: str) -> str | None:
+        """None when `precision` runs natively here (on its first device), else the skip reason."""
         if not self.available:
             return f"{self.name}: {self.reason}"
-        supported = self.precisions
-        if self.devices and device_index < len(self.devices) and self.devices[device_index].precisions:
-            supported = self.devices[device_index].precisions
+        first = self.devices[0] if self.devices else None
+        supported = first.precisions if first and first.precisions else self.precisions
         if precision in supported:
             return None
-        where = self.devices[device_index].name if self.devices else self.name
+        where = first.name if first else self.name
         return f"{precision} unsupported on this {self.name} device ({where}); supported: {', '.join(supported)}"
 
 
@@ -120,17 +119,12 @@ def detect_cpu() -> TargetInfo:
            "bf16": bool(flags & {"avx512_bf16", "amx_bf16", "bf16"}),
            "int8": machine.lower() in ("x86_64", "amd64", "aarch64", "arm64")}  # fbgemm (x86) / qnnpack (Arm)
     precisions = tuple(p for p, present in has.items() if present)
-    details = {
-        "model": model,
-        "machine": machine,
-        "physical_cores": psutil.cpu_count(logical=False),
-        "logical_cores": psutil.cpu_count(logical=True),
-        "usable_cores": len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count(),
-        "memory_mb": round(psutil.virtual_memory().total / 2**20),
-        "flags": sorted(flags & set(CPU_FLAGS)),
-    }
-    device = DeviceInfo(0, model, details["memory_mb"], None, precisions)
-    return TargetInfo("cpu", True, "", (device,), precisions, details)
+    memory_mb = round(psutil.virtual_memory().total / 2**20)
+    usable = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else os.cpu_count()
+    details = {"model": model, "machine": machine, "physical_cores": psutil.cpu_count(logical=False),
+               "logical_cores": psutil.cpu_count(logical=True), "usable_cores": usable, "memory_mb": memory_mb,
+               "flags": sorted(flags & set(CPU_FLAGS))}
+    return TargetInfo("cpu", True, "", (DeviceInfo(0, model, memory_mb, None, precisions),), precisions, details)
 
 
 # --- torch GPU runtimes: recorded facts in, TargetInfo out ------------------------------------

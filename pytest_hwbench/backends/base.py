@@ -1,9 +1,6 @@
-"""The backend protocol, the loaded model and the backend registry.
-
-A backend turns a `ModelSpec` into a `LoadedModel` on one hardware target at one precision; each
-backend module registers itself (`register_backend`) and is listed in the
-``pytest_hwbench.backends`` entry-point group.
-"""
+"""The backend protocol, the loaded model and the backend registry: a backend turns a
+`ModelSpec` into a `LoadedModel` on one hardware target at one precision; each backend module
+registers itself (`register_backend`) and is listed in the ``pytest_hwbench.backends`` group."""
 
 from __future__ import annotations
 

@@ -97,9 +97,11 @@ class _PageModel:
                                 model=url, executionProviders=providers,
                                 numThreads=int(_seconds(THREADS_ENV)))
         except _web().PageError as exc:
-            hint = _wasm_load_hint(str(exc))
-            if hint:
-                raise _web().PageError(f"{exc}{hint}") from exc
+            # The page could not load onnxruntime-web's wasm (a missing or broken install): add the fix.
+            text = str(exc).lower()
+            failed = any(word in text for word in ("fetch", "failed to load", "aborted", "404", "compile"))
+            if ".wasm" in text or "wasm" in text and failed:
+                raise _web().PageError(f"{exc}{_web().hello_hint(str(exc))}") from exc
             raise
         finally:
             driver.drop_blob(url)
@@ -109,11 +111,6 @@ class _PageModel:
                              "web_cross_origin_isolated": driver.hello.get("crossOriginIsolated"),
                              "web_session_create_ms": round(float(value.get("createMs") or 0.0), 3)})
         return dict(value)
-
-    def _reload_if_restarted(self) -> None:
-        # A crash or hang in another case restarted the browser: this page has no session now.
-        if self._driver.launches != self._launches or not self._driver.running():
-            self.load(self.details.get("web_device_type"))
 
     def prepare(self, inputs: dict[str, Any]) -> _PageCall:
         import numpy as np
@@ -133,8 +130,10 @@ class _PageModel:
         return _PageCall(self, feeds, b"".join(chunks))
 
     def measure(self, call: _PageCall, timing: Any) -> RemoteMeasurement:
-        self._reload_if_restarted()
         driver = self._driver
+        if driver.launches != self._launches or not driver.running():
+            # A crash or hang in another case restarted the browser: this page has no session now.
+            self.load(self.details.get("web_device_type"))
         warmup_s = _seconds(WARMUP_ENV)
         settle_s = _seconds(SETTLE_ENV)
         url = driver.add_blob(call.blob)
@@ -258,16 +257,6 @@ class _WebModel(LoadedModel):
 
     def own_pids(self) -> tuple[int, ...]:
         return _browser_pids(self.page._driver.pid)
-
-
-def _wasm_load_hint(message: str) -> str:
-    """The fix to add when the page could not load onnxruntime-web's wasm (a missing or broken
-    install), else ""."""
-    text = message.lower()
-    if ".wasm" in text or "wasm" in text and ("fetch" in text or "failed to load" in text or "aborted" in text
-                                              or "404" in text or "compile" in text):
-        return _web().hello_hint(message)
-    return ""
 
 
 class _MemorySampler:

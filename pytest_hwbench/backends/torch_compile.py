@@ -2,9 +2,8 @@
 (mode "reduce-overhead", i.e. CUDA graphs), on cpu, cuda, rocm and xpu.
 
 One graph per input shape (``dynamic=False``, as a deployment padding to fixed batch sizes runs),
-compiled in `prepare()` outside the timed loop: ``details`` get ``compile_time_s`` and the FX
-graph cache's ``compile_cache_hits``/``compile_cache_misses``; a timed call that would compile
-again raises.
+compiled in `prepare()` outside the timed loop (`_torch.warm_up`); a timed call that would
+compile again raises.
 """
 
 from __future__ import annotations
@@ -83,9 +82,8 @@ class TorchCompileBackend(Backend):
     # not been verified to run the zoo here.
     hardware = ("cpu", "cuda", "rocm", "xpu")
     precisions = ("fp32", "fp16", "bf16")
-    #: Inductor compiles C++ per model and batch size on the CPU: ~11 min for the quick tier on a
-    #: cold cache on a 2-core host. CPU cases therefore run when the backend is named
-    #: (``--hwbench-backends torch-compile``), not in the default grid.
+    #: Inductor compiles C++ per model and batch size on the CPU (~11 min for the quick tier on a
+    #: cold 2-core host): CPU cases run when the backend is named, and in fp32 unless asked.
     opt_in_hardware = ("cpu",)
 
     def __init__(self, compiler: CompileMode) -> None:
@@ -94,8 +92,6 @@ class TorchCompileBackend(Backend):
         self.mode = compiler.mode
 
     def default_precisions(self, hardware: str, hw: HardwareInfo) -> tuple[str, ...]:
-        # Inductor compiles C++ per shape: a cold compile of a quick-tier model takes 10-100 s
-        # on a 2-core CI host, so cpu runs fp32 unless --hwbench-precisions asks for more.
         return ("fp32",) if hardware == "cpu" else with_natives(self.precisions, hw[hardware])
 
     def unavailable(self, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
