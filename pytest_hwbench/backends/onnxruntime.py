@@ -59,9 +59,7 @@ def graph_precision(path: str | Path) -> tuple[str, dict[str, float]]:
             kind = "int8" if node.op_type in _INT8_OPS else _ONNX_DTYPES.get(init.data_type, str(init.data_type))
             weights[kind] += math.prod(int(d) for d in init.dims)
     if not weights:  # no weighted op found: fall back on every float initializer
-        for init in graph.initializer:
-            if init.data_type in (1, 10, 16):
-                weights[_ONNX_DTYPES[init.data_type]] += 1
+        weights.update(_ONNX_DTYPES[i.data_type] for i in graph.initializer if i.data_type in (1, 10, 16))
     total = sum(weights.values()) or 1
     shares = {k: round(v / total, 4) for k, v in sorted(weights.items())}
     top = max(shares, key=lambda k: shares[k], default="fp32")

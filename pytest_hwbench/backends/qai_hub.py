@@ -8,6 +8,8 @@ every message from the client path goes through `scrub` first.
 
 from __future__ import annotations
 
+import configparser
+import contextlib
 import importlib
 import importlib.util
 import inspect
@@ -68,17 +70,10 @@ REDACTED = "***"
 
 def known_tokens() -> tuple[str, ...]:
     """The API tokens this process could send: ``$QAI_HUB_API_TOKEN`` and the ini file's."""
-    tokens = [os.environ.get(TOKEN_ENV, "")]
-    ini = client_ini()
-    if ini.is_file():
-        import configparser
-
-        parser = configparser.ConfigParser()
-        try:
-            parser.read(ini)
-            tokens.append(parser.get("api", "api_token", fallback=""))
-        except (configparser.Error, OSError, UnicodeDecodeError):
-            pass
+    parser = configparser.ConfigParser()
+    with contextlib.suppress(configparser.Error, OSError, UnicodeDecodeError):
+        parser.read(client_ini())  # a missing file reads as empty
+    tokens = (os.environ.get(TOKEN_ENV, ""), parser.get("api", "api_token", fallback=""))
     return tuple(dict.fromkeys(t.strip() for t in tokens if t and t.strip()))
 
 
@@ -329,7 +324,7 @@ class _HubModel(LoadedModel):
         except ValueError as exc:
             raise QaiHubError(scrub(f"qai_hub: profile job {profile_id}: {exc}")) from None
         device = getattr(profile_job, "device", None)
-        if device is not None and getattr(device, "name", ""):
+        if getattr(device, "name", ""):
             self.details["qai_hub_device"] = f"{device.name} {getattr(device, 'os', '')}".strip()
         return measured
 
