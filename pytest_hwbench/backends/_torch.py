@@ -10,7 +10,7 @@ import functools
 import os
 import shutil
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
@@ -240,8 +240,7 @@ def warm_up(run: Callable[[], Any], *, mode: str, sync: Callable[[], None], deta
         sync()
         details["compile_time_s"] = time.perf_counter() - start
     after = {k: counters["inductor"][k] - v for k, v in before.items()}
-    details["compile_cache_hits"] = after["fxgraph_cache_hit"]
-    details["compile_cache_misses"] = after["fxgraph_cache_miss"]
+    details.update(compile_cache_hits=after["fxgraph_cache_hit"], compile_cache_misses=after["fxgraph_cache_miss"])
     if mode == "reduce-overhead" and after["cudagraph_skips"]:
         raise UnsupportedCase(
             f"{name}: reduce-overhead ran without CUDA graphs (inductor skipped "
@@ -249,13 +248,11 @@ def warm_up(run: Callable[[], Any], *, mode: str, sync: Callable[[], None], deta
         )
 
 
-@contextlib.contextmanager
-def no_recompile() -> Iterator[None]:
+def no_recompile() -> contextlib.AbstractContextManager[None]:
     """Around a timed call: a recompile would be timed as latency, so it raises instead."""
     import torch
 
-    with torch.compiler.set_stance("fail_on_recompile"):
-        yield
+    return torch.compiler.set_stance("fail_on_recompile")
 
 
 def graphs_compiled() -> int:
