@@ -187,8 +187,7 @@ class TorchFacts:
     @classmethod
     def from_dict(cls, data: Mapping[str, Any]) -> TorchFacts:
         """Facts from a JSON-ready dict (`to_dict`'s shape; other keys such as ``source`` are ignored)."""
-        known = {f.name for f in fields(cls)}
-        values = {k: v for k, v in data.items() if k in known}
+        values = {f.name: data[f.name] for f in fields(cls) if f.name in data}
         return cls(**{**values, "devices": tuple(dict(d) for d in data.get("devices") or ())})
 
     def to_dict(self) -> dict[str, Any]:
@@ -239,10 +238,8 @@ def _gather(torch: Any, runtime: str, facts: dict[str, Any]) -> TorchFacts:
 
 
 def gather_torch_facts(runtime: str) -> TorchFacts:
-    """Ask the installed torch what it sees of `runtime` (cuda, rocm, mps, xpu); interpret nothing.
-
-    ``json.dumps(gather_torch_facts("rocm").to_dict())`` records a machine for the tests.
-    """
+    """Ask the installed torch what it sees of `runtime` (cuda, rocm, mps, xpu); interpret nothing
+    (``json.dumps(gather_torch_facts("rocm").to_dict())`` records a machine for the tests)."""
     if runtime not in torch_runtimes():
         raise ValueError(f"runtime {runtime!r} is not one of {torch_runtimes()}")
     env = {name: os.environ[name] for name in VISIBILITY_ENV[runtime] if name in os.environ}

@@ -175,10 +175,8 @@ def _atomic_entry(final: Path, build: Callable[[Path], dict[str, Any]]) -> dict[
 
 
 def export_onnx(spec: ModelSpec) -> ExportedModel:
-    """The cached ONNX export of `spec` (exported now if missing).
-
-    Raises `UnsupportedCase` naming each exporter's error when no exporter handles the model.
-    """
+    """The cached ONNX export of `spec` (exported now if missing); `UnsupportedCase` naming each
+    exporter's error when none handles the model."""
     key = _key(spec)
     if key in _FAILED:
         raise UnsupportedCase(_FAILED[key])
@@ -243,11 +241,9 @@ def _opset(path: Path) -> int:
 
 def cached_variant(exported: ExportedModel, variant: str, build: Callable[[Path], str],
                    failure: str | None = None) -> Path:
-    """A file derived from `exported` (``int8``, ``fp16``, ``ov-int8``...), built once and cached.
-
-    `build(directory)` writes the variant into `directory` and returns its file name; when it
-    raises, `UnsupportedCase` says `failure` and the error (no `failure`: the error itself).
-    """
+    """A file derived from `exported` (``int8``, ``fp16``, ``ov-int8``...), built once and cached:
+    `build(directory)` writes it and returns its file name; when it raises, `UnsupportedCase`
+    says `failure` and the error (no `failure`: the error itself is raised)."""
     final = exported.directory.parent / f"{exported.key}.{variant}"
 
     def make(tmp: Path) -> dict[str, Any]:

@@ -1,10 +1,8 @@
-"""ONNX Runtime backend: CPU, CUDA and OpenVINO execution providers, and TensorRT.
+"""ONNX Runtime backend: CPU, CUDA and OpenVINO execution providers, and TensorRT as its own
+backend, ``onnxruntime-trt`` (it picks kernels itself: its numbers do not share the CUDA label).
 
 One ONNX export per model (`_onnx_export`), with cached int8 (dynamic quantization) and fp16
-variants; the precision reported is read back from the loaded graph and the session's provider
-options. TensorRT is its own backend, ``onnxruntime-trt``: it picks kernels itself, so its numbers
-do not share a label with the CUDA provider's.
-"""
+variants; the precision reported is read back from the graph and the provider options."""
 
 from __future__ import annotations
 

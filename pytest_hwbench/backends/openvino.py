@@ -1,9 +1,8 @@
 """OpenVINO backend: CPU, GPU and NPU through OpenVINO's own runtime, on the shared ONNX export.
 
-Every compile pins PERFORMANCE_HINT=LATENCY and INFERENCE_PRECISION_HINT (without it OpenVINO runs
-bf16 on CPUs with avx512_bf16, FACTS.md); the precision reported is that hint, cross-checked with
-the runtime graph's MatMul/Convolution layers. int8 is nncf post-training quantization.
-"""
+Every compile pins PERFORMANCE_HINT=LATENCY and INFERENCE_PRECISION_HINT (else OpenVINO runs bf16
+on CPUs with avx512_bf16, FACTS.md): the precision reported is that hint, cross-checked with the
+runtime graph's compute layers. int8 is nncf post-training quantization."""
 
 from __future__ import annotations
 
