@@ -267,7 +267,7 @@ def fake_export(tmp_path, monkeypatch):
     entry.mkdir(parents=True)
     (entry / "model.onnx").write_bytes(b"not a real graph")
     exported = ExportedModel(entry / "model.onnx", ("input_ids", "attention_mask"),
-                             ("last_hidden_state", "pooler_output"), "legacy", 17, entry.name, 0.1)
+                             ("last_hidden_state", "pooler_output"), "legacy", 17, entry.name)
     monkeypatch.setattr(qh, "export_onnx", lambda spec: exported)
     return exported
 

@@ -49,7 +49,6 @@ class ExportedModel:
     exporter: str
     opset: int
     key: str
-    export_time_s: float
 
     @property
     def directory(self) -> Path:
@@ -214,7 +213,7 @@ def export_onnx(spec: ModelSpec) -> ExportedModel:
         _FAILED[key] = str(exc)
         raise
     return ExportedModel(final / MODEL_FILE, tuple(meta["inputs"]), tuple(meta["outputs"]), meta["exporter"],
-                         int(meta["opset"]), key, float(meta["export_time_s"]))
+                         int(meta["opset"]), key)
 
 
 def numpy_feeds(inputs: Mapping[str, Any], dtypes: Mapping[str, Any], runtime: str) -> dict[str, Any]:

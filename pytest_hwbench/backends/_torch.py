@@ -82,10 +82,8 @@ def load_model(spec: ModelSpec, hardware: str, precision: str, device_index: int
 
 def move_inputs(inputs: dict[str, Any], device: str, dtype: Any) -> dict[str, Any]:
     """`inputs` on `device`, floating-point ones cast to `dtype` (None: left as they are)."""
-    return {
-        k: v.to(device=device, dtype=dtype) if v.is_floating_point() and dtype is not None else v.to(device)
-        for k, v in inputs.items()
-    }
+    return {k: v.to(device=device, dtype=dtype) if v.is_floating_point() and dtype is not None else v.to(device)
+            for k, v in inputs.items()}
 
 
 def device_name(hardware: str, index: int = 0) -> str:
@@ -103,11 +101,9 @@ def torch_fields(hardware: str, device_index: int, precision: str,
                  details: dict[str, Any] | None = None) -> dict[str, Any]:
     """The `LoadedModel` fields of a torch model on `hardware`: device name, timer and threads
     as every torch backend and scenario reports them."""
-    threads = None
-    if hardware == "cpu":
-        import torch
+    import torch
 
-        threads = torch.get_num_threads()
+    threads = torch.get_num_threads() if hardware == "cpu" else None
     return {"precision": precision, "device_name": device_name(hardware, device_index), "device_kind": hardware,
             "device_index": device_index, "threads": threads, "details": details or {}, "timer": timer_for(hardware)}
 

@@ -28,10 +28,10 @@ from .base import Backend, LoadedModel, RemoteMeasurement, register_backend
 #: onnxruntime-web bundle per target (FACTS.md: asking a bundle for a provider it lacks fails
 #: with "no available backend found").
 BUNDLES: dict[str, str] = {"wasm": "ort.wasm.min.mjs", "webgpu": "ort.webgpu.min.mjs", "webnn": "ort.min.mjs"}
-#: Seconds of warm-up in the page, besides the run's warm-up count (1 s unless set; the defaults
-#: and ranges of these settings are in `pytest_hwbench.env_settings`).
+#: Seconds of warm-up in the page, besides the run's warm-up count (these settings' defaults and
+#: ranges are in `pytest_hwbench.env_settings`).
 WARMUP_ENV = "HWBENCH_WEB_WARMUP_S"
-#: Longest warm-up until steady of the first measurement in a fresh page (10 s unless set; 0: off).
+#: Longest warm-up until steady of the first measurement in a fresh page (0: off).
 SETTLE_ENV = "HWBENCH_WEB_SETTLE_S"
 #: The window whose median the settling compares with the previous window's.
 SETTLE_WINDOW_S = 1.0
@@ -40,8 +40,8 @@ SETTLE_TOLERANCE = 0.03
 #: How the record names its memory figure (``extra["web_memory"]``).
 MEMORY_KIND = "pss"
 MEMORY_DOC = "peak proportional set size (PSS) summed over the browser's processes while the page measured"
-#: Seconds one load or one measurement may take in the page before the browser is killed (300 s
-#: unless set): a hang becomes a failed case, the next case gets a new browser.
+#: Seconds one load or one measurement may take in the page before the browser is killed: a hang
+#: becomes a failed case, the next case gets a new browser.
 TIMEOUT_ENV = "HWBENCH_WEB_TIMEOUT_S"
 #: wasm threads (``$HWBENCH_WEB_THREADS``); unset: onnxruntime-web's default (half the cores, at most 4).
 THREADS_ENV = "HWBENCH_WEB_THREADS"

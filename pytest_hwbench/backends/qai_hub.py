@@ -45,8 +45,6 @@ COMPILE_OPTIONS: dict[str, str] = {
     "fp16": "--target_runtime qnn_context_binary --quantize_full_type float16",
     "int8": "--target_runtime qnn_context_binary --quantize_full_type int8",
 }
-#: QNN has no 64-bit integer tensors: token ids (int64 from the zoo) are truncated to int32.
-TRUNCATE_64BIT = "--truncate_64bit_io"
 #: Input dtypes AI Hub accepts in ``input_specs`` (qai-hub 0.56 ``submit_compile_job`` docstring).
 _SPEC_DTYPES = frozenset({"float32", "int8", "int16", "int32", "int64", "uint8", "uint16"})
 #: Compute units a profile's layers report (qai-hub strips the ``COMPUTE_UNIT_`` prefix).
@@ -234,7 +232,7 @@ def compile_options(precision: str, specs: Mapping[str, tuple[tuple[int, ...], s
     """The AI Hub compile options for `precision` and these input specs."""
     options = COMPILE_OPTIONS[precision]
     if any(dtype == "int64" for _, dtype in specs.values()):
-        options += f" {TRUNCATE_64BIT}"
+        options += " --truncate_64bit_io"  # QNN has no 64-bit integer tensors: token ids become int32
     return options
 
 
