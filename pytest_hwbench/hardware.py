@@ -192,9 +192,7 @@ class TorchFacts:
 
     def to_dict(self) -> dict[str, Any]:
         """JSON-ready dict; `from_dict` reads it back."""
-        out = asdict(self)
-        out["devices"] = [dict(d) for d in self.devices]
-        return out
+        return {**asdict(self), "devices": [dict(d) for d in self.devices]}
 
 
 def _plain(value: Any) -> Any:

@@ -186,9 +186,8 @@ def _import_hub() -> Any:
 
 def _client(hub: Any) -> Any:
     token = os.environ.get(TOKEN_ENV, "").strip()
-    if token:
-        return hub.Client(config=hub.ClientConfig(api_token=token))
-    return hub.Client()  # the ini file `qai-hub configure` wrote
+    # Without the variable, the client reads the ini file `qai-hub configure` wrote.
+    return hub.Client(config=hub.ClientConfig(api_token=token)) if token else hub.Client()
 
 
 def _remote(what: str, fn: Callable[[], Any]) -> Any:
@@ -202,8 +201,9 @@ def _remote(what: str, fn: Callable[[], Any]) -> Any:
     raise QaiHubError(message)
 
 
-def _wait(job: Any, what: str) -> tuple[bool, str]:
-    """Wait for `job`; (succeeded, scrubbed failure message)."""
+def _run_job(what: str, submit: Callable[[], Any]) -> tuple[Any, str, bool, str]:
+    """Submit a job and wait for it: (job, its id, succeeded, scrubbed failure message)."""
+    job = _remote(f"submitting the {what} job", submit)
     status = _remote(f"waiting for the {what} job",
                      lambda: job.wait(timeout=int(ENV_SETTINGS[TIMEOUT_ENV].read() or 0)))
     ok = status if isinstance(status, bool) else bool(getattr(status, "success", False))  # older clients: a bool
@@ -211,7 +211,7 @@ def _wait(job: Any, what: str) -> tuple[bool, str]:
     if not ok and not message:
         status = _remote(f"reading the {what} job status", job.get_status)
         message = str(getattr(status, "message", "") or getattr(status, "code", "") or "failed")
-    return ok, scrub(message)
+    return job, str(getattr(job, "job_id", "")), ok, scrub(message)
 
 
 def _input_specs(inputs: Mapping[str, Any], names: Iterable[str]) -> dict[str, tuple[tuple[int, ...], str]]:
@@ -299,20 +299,16 @@ class _HubModel(LoadedModel):
             # (random, like every zoo input; we measure speed, not accuracy).
             kwargs["calibration_data"] = {k: [inputs[k].detach().cpu().numpy()] for k in specs}
         model = _upload_path(self.exported)
-        job = _remote("submitting the compile job",
-                      lambda: self.client.submit_compile_job(model=str(model), device=self.device, **kwargs))
-        compile_id = str(getattr(job, "job_id", ""))
-        ok, message = _wait(job, "compile")
+        job, compile_id, ok, message = _run_job(
+            "compile", lambda: self.client.submit_compile_job(model=str(model), device=self.device, **kwargs))
         if not ok:
             raise UnsupportedCase(f"{self.precision}: AI Hub could not compile {self.spec.name} for "
                                   f"{self.device.name} (job {compile_id}): {message}")
         target = _remote("fetching the compiled model", job.get_target_model)
         if target is None:
             raise UnsupportedCase(f"{self.precision}: AI Hub compile job {compile_id} produced no model")
-        profile_job = _remote("submitting the profile job",
-                              lambda: _submit_profile(self.client, target, self.device, name))
-        profile_id = str(getattr(profile_job, "job_id", ""))
-        ok, message = _wait(profile_job, "profile")
+        profile_job, profile_id, ok, message = _run_job(
+            "profile", lambda: _submit_profile(self.client, target, self.device, name))
         if not ok:
             raise QaiHubError(f"qai_hub: profile job {profile_id} for {self.spec.name} on {self.device.name} "
                               f"failed: {message}")
