@@ -23,7 +23,7 @@ from dataclasses import dataclass
 from typing import TYPE_CHECKING, Any
 
 from .ab_worker import DEFAULT_SIDE, DEFAULT_SIDE_TIMEOUT_S, Side, SideEnvironment, SideWorker
-from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, register_command
+from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, register_command
 from .record import BenchmarkRecord, SessionInfo
 from .verdict import DEFAULT_ALPHA, DEFAULT_THRESHOLD, check_verdict_settings
 from .vocabulary import DEFAULT_DEADLINE_S
@@ -311,23 +311,19 @@ def _cases(args: argparse.Namespace) -> list[Any]:
 
 
 def _run(args: argparse.Namespace) -> int:
-    try:
-        a, b = _sides(args)
-        cases = _cases(args)
-        if args.rounds < 3:
-            raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
-        check_verdict_settings(args.threshold, args.alpha, prefix="--")
-        if args.max_rounds is not None and args.max_rounds < args.rounds:
-            raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")
-        if args.threads is not None and args.threads < 1:
-            raise ValueError(f"--threads {args.threads}: give 1 or more")
-        if not args.timeout >= 0 or args.timeout == float("inf"):
-            raise ValueError(f"--timeout {args.timeout}: accepted: 0 (no limit) or a finite number of seconds")
-        if not 0 < args.side_timeout < float("inf"):
-            raise ValueError(f"--side-timeout {args.side_timeout}: accepted: a finite number of seconds > 0")
-    except (ValueError, KeyError) as exc:
-        print(f"hwbench ab: error: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+    a, b = _sides(args)  # a ValueError here is bad usage, which `main` reports
+    cases = _cases(args)
+    if args.rounds < 3:
+        raise ValueError(f"--rounds {args.rounds}: a paired test needs at least 3 rounds")
+    check_verdict_settings(args.threshold, args.alpha, prefix="--")
+    if args.max_rounds is not None and args.max_rounds < args.rounds:
+        raise ValueError(f"--max-rounds {args.max_rounds}: give at least --rounds ({args.rounds})")
+    if args.threads is not None and args.threads < 1:
+        raise ValueError(f"--threads {args.threads}: give 1 or more")
+    if not args.timeout >= 0 or args.timeout == float("inf"):
+        raise ValueError(f"--timeout {args.timeout}: accepted: 0 (no limit) or a finite number of seconds")
+    if not 0 < args.side_timeout < float("inf"):
+        raise ValueError(f"--side-timeout {args.side_timeout}: accepted: a finite number of seconds > 0")
     failed: SideFailed | None = None
     try:
         result: AbResult | None = run_ab(

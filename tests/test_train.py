@@ -59,38 +59,39 @@ def test_scenario_is_registered_for_train_on_torch() -> None:
 @pytest.mark.parametrize("model", sorted(EXPECTED_LOSS))
 def test_every_quick_model_takes_a_step_on_its_loss(model: str) -> None:
     step = _step(model)
-    assert loss_kind(get_model(model), step.model) == EXPECTED_LOSS[model]
-    assert step.model.training
-    before = _snapshot(step.model)
+    assert loss_kind(get_model(model), step.trainer.model) == EXPECTED_LOSS[model]
+    assert step.trainer.model.training
+    before = _snapshot(step.trainer.model)
     loss = step()
     assert loss.dim() == 0 and math.isfinite(float(loss))
-    with_grad = {name for name, p in step.model.named_parameters() if p.grad is not None}
-    nonzero = {name for name, p in step.model.named_parameters() if p.grad is not None and bool(p.grad.any())}
+    with_grad = {name for name, p in step.trainer.model.named_parameters() if p.grad is not None}
+    net = step.trainer.model
+    nonzero = {name for name, p in net.named_parameters() if p.grad is not None and bool(p.grad.any())}
     assert nonzero, "the loss reached no parameter"
     # AdamW moves every parameter with a gradient, and none without (weight decay is part of the
     # step); a zero gradient (DETR's first decoder q/k biases) leaves a zero parameter as it was.
-    assert nonzero <= _changed(before, step.model) <= with_grad
+    assert nonzero <= _changed(before, step.trainer.model) <= with_grad
 
 
 @pytest.mark.parametrize("precision", ["fp32", "bf16", "fp16"])
 def test_step_updates_fp32_master_weights_under_autocast(precision: str) -> None:
     step = _step("llama-tiny", precision)
-    linear = next(m for m in step.model.modules() if isinstance(m, torch.nn.Linear))
+    linear = next(m for m in step.trainer.model.modules() if isinstance(m, torch.nn.Linear))
     seen: list[torch.dtype] = []
     hook = linear.register_forward_hook(lambda _m, _i, out: seen.append(out.dtype))
-    before = _snapshot(step.model)
+    before = _snapshot(step.trainer.model)
     for _ in range(3):  # fp16: the grad scaler may skip a first step whose gradients overflow
         loss = step()
     hook.remove()
     assert math.isfinite(float(loss))
-    assert _changed(before, step.model)
+    assert _changed(before, step.trainer.model)
     # The matmuls ran at the case's precision, the weights and gradients stay fp32.
     assert set(seen) == {{"fp32": torch.float32, "bf16": torch.bfloat16, "fp16": torch.float16}[precision]}
-    assert {p.dtype for p in step.model.parameters()} == {torch.float32}
-    assert {p.grad.dtype for p in step.model.parameters() if p.grad is not None} == {torch.float32}
-    assert (step.scaler is not None) == (precision == "fp16")
-    if step.scaler is not None:
-        assert step.scaler.get_scale() <= 2.0**16
+    assert {p.dtype for p in step.trainer.model.parameters()} == {torch.float32}
+    assert {p.grad.dtype for p in step.trainer.model.parameters() if p.grad is not None} == {torch.float32}
+    assert (step.trainer.scaler is not None) == (precision == "fp16")
+    if step.trainer.scaler is not None:
+        assert step.trainer.scaler.get_scale() <= 2.0**16
 
 
 def test_details_say_what_ran() -> None:
@@ -111,7 +112,8 @@ def test_steps_keep_no_graph() -> None:
     # Weak references to every tensor autograd saves for a backward, except the weights and the
     # inputs (which live on anyway): a step that kept its graph (retain_graph, a loss held with
     # its grad_fn) would keep them alive.
-    owned = {t.untyped_storage().data_ptr() for t in [*step.model.parameters(), *step.inputs.values()]}
+    tensors = [*step.trainer.model.parameters(), *step.inputs.values()]
+    owned = {t.untyped_storage().data_ptr() for t in tensors}
     saved: list[weakref.ref[torch.Tensor]] = []
 
     def pack(t: torch.Tensor) -> torch.Tensor:
@@ -124,7 +126,8 @@ def test_steps_keep_no_graph() -> None:
     assert all(loss.grad_fn is None and not loss.requires_grad for loss in losses)
     gc.collect()
     assert saved and all(ref() is None for ref in saved)
-    assert len(step.optimizer.state) == sum(1 for p in step.model.parameters() if p.grad is not None)
+    trainer = step.trainer
+    assert len(trainer.optimizer.state) == sum(1 for p in trainer.model.parameters() if p.grad is not None)
 
 
 def test_synthetic_loss_sums_every_floating_output_and_needs_one() -> None:
@@ -142,9 +145,9 @@ def test_close_releases_the_model_and_optimizer_state() -> None:
     loaded = SCENARIO.load(spec, "cpu", "fp32")
     step = loaded.prepare(spec.make_inputs(1))
     step()
-    model = weakref.ref(step.model)
-    assert step.optimizer.state
-    optimizer = step.optimizer
+    model = weakref.ref(step.trainer.model)
+    assert step.trainer.optimizer.state
+    optimizer = step.trainer.optimizer
     loaded.close()
     gc.collect()
     assert model() is None and not optimizer.state

@@ -1,5 +1,5 @@
-"""Inputs per modality: deterministic random forward() kwargs, the size of one item, the longest
-text; tables keyed by modality (`MODALITIES` in `spec`). torch is imported inside the builders.
+"""Inputs per modality (`MODALITIES` in `spec`): deterministic random forward() kwargs, the size
+of one item, the longest text. torch is imported inside `make_inputs`.
 """
 
 from __future__ import annotations
@@ -35,82 +35,12 @@ def _audio_frames(config: Any) -> int:
     return 2 * int(config.max_source_positions)
 
 
-def _ids(config: Any, shape: tuple[int, ...], gen: Any) -> Any:
-    import torch
-
-    cfg = getattr(config, "text_config", config)
-    return torch.randint(0, int(cfg.vocab_size), shape, generator=gen)
-
-
-def _in_text(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    ids = _ids(config, (batch, _text_len(length, config)), gen)
-    return {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-
-
-def _in_text2text(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    inputs = _in_text(length, config, batch, gen)
-    inputs["decoder_input_ids"] = _ids(config, (batch, _text_len(length, config)), gen)
-    return inputs
-
-
-def _in_image(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    size = _image_size(config)
-    channels = int(getattr(getattr(config, "vision_config", config), "num_channels", 3))
-    return {"pixel_values": torch.randn((batch, channels, size, size), generator=gen)}
-
-
-def _in_audio_features(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    feats = torch.randn((batch, int(config.num_mel_bins), _audio_frames(config)), generator=gen)
-    decoder_len = min(length, int(config.max_target_positions))
-    return {"input_features": feats, "decoder_input_ids": _ids(config, (batch, decoder_len), gen)}
-
-
-def _in_audio_waveform(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    return {"input_values": torch.randn((batch, AUDIO_SAMPLES), generator=gen)}
-
-
-def _in_image_text(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    inputs = _in_text(length, config, batch, gen)
-    inputs.update(_in_image(length, config, batch, gen))
-    return inputs
-
-
 def _clap_frames(config: Any) -> int:
     # ClapAudioEncoder.reshape_mel2img folds (time, mel) into a spec_size x spec_size image:
     # time is stretched to spec_size * (spec_size // num_mel_bins) frames (1024 for HTSAT, about
     # 10 s at 48 kHz). Feed exactly that many, so the encoder does no resampling of its own.
     audio = config.audio_config
     return int(audio.spec_size) * (int(audio.spec_size) // int(audio.num_mel_bins))
-
-
-def _in_audio_text(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    # ClapModel: input_features is (batch, 1, time, mel) log-mel (4 channels only with fusion).
-    mel = int(config.audio_config.num_mel_bins)
-    inputs = _in_text(length, config, batch, gen)
-    inputs["input_features"] = torch.randn((batch, 1, _clap_frames(config), mel), generator=gen)
-    return inputs
-
-
-def _in_video_text(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
-    import torch
-
-    # XCLIPModel: pixel_values is (batch, frames, channels, H, W) with frames == vision num_frames.
-    vision = config.vision_config
-    size = _image_size(config)
-    shape = (batch, int(vision.num_frames), int(getattr(vision, "num_channels", 3)), size, size)
-    inputs = _in_text(length, config, batch, gen)
-    inputs["pixel_values"] = torch.randn(shape, generator=gen)
-    return inputs
 
 
 def _image_tokens(config: Any) -> int:
@@ -130,33 +60,55 @@ def _tokens_text_len(length: int, config: Any) -> int:
     return max(1, min(length, limit))
 
 
-def _in_image_text_tokens(length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
+def make_inputs(modality: str, length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
+    """Forward() kwargs on the CPU for `batch` items of `modality` (`length`: the sequence length),
+    drawn from the torch generator `gen`."""
     import torch
 
-    # LLaVA-style prompt: the image's placeholder tokens, then `length` text tokens
-    # (random ids that never collide with the image token).
-    image_token = int(config.image_token_index)
-    text = _ids(config, (batch, _tokens_text_len(length, config)), gen)
-    text = torch.where(text == image_token, torch.zeros_like(text), text)
-    image = torch.full((batch, _image_tokens(config)), image_token, dtype=text.dtype)
-    ids = torch.cat([image, text], dim=1)
-    inputs = {"input_ids": ids, "attention_mask": torch.ones_like(ids)}
-    inputs.update(_in_image(length, config, batch, gen))
+    vision = getattr(config, "vision_config", config)
+
+    def randn(*shape: int) -> Any:
+        return torch.randn(shape, generator=gen)
+
+    def ids(n: int) -> Any:
+        vocab = int(getattr(config, "text_config", config).vocab_size)
+        return torch.randint(0, vocab, (batch, n), generator=gen)
+
+    def text(token_ids: Any) -> dict[str, Any]:
+        return {"input_ids": token_ids, "attention_mask": torch.ones_like(token_ids)}
+
+    def pixels(*frames: int) -> Any:
+        size = _image_size(config)
+        return randn(batch, *frames, int(getattr(vision, "num_channels", 3)), size, size)
+
+    if modality == "image":
+        return {"pixel_values": pixels()}
+    if modality == "audio_features":
+        return {"input_features": randn(batch, int(config.num_mel_bins), _audio_frames(config)),
+                "decoder_input_ids": ids(min(length, int(config.max_target_positions)))}
+    if modality == "audio_waveform":
+        return {"input_values": randn(batch, AUDIO_SAMPLES)}
+    if modality == "image_text_tokens":
+        # LLaVA-style prompt: the image's placeholder tokens, then `length` text tokens
+        # (random ids that never collide with the image token).
+        image_token = int(config.image_token_index)
+        prompt = ids(_tokens_text_len(length, config))
+        prompt = torch.where(prompt == image_token, torch.zeros_like(prompt), prompt)
+        image = torch.full((batch, _image_tokens(config)), image_token, dtype=prompt.dtype)
+        return {**text(torch.cat([image, prompt], dim=1)), "pixel_values": pixels()}
+    inputs = text(ids(_text_len(length, config)))
+    if modality == "text2text":
+        inputs["decoder_input_ids"] = ids(_text_len(length, config))
+    elif modality == "image_text":
+        inputs["pixel_values"] = pixels()
+    elif modality == "audio_text":
+        # ClapModel: input_features is (batch, 1, time, mel) log-mel (4 channels only with fusion).
+        mel = int(config.audio_config.num_mel_bins)
+        inputs["input_features"] = randn(batch, 1, _clap_frames(config), mel)
+    elif modality == "video_text":
+        # XCLIPModel: pixel_values is (batch, frames, channels, H, W) with frames == vision num_frames.
+        inputs["pixel_values"] = pixels(int(vision.num_frames))
     return inputs
-
-
-#: modality -> builder(sequence_length, config, batch, generator) -> forward() kwargs on the CPU.
-INPUTS: dict[str, Callable[[int, Any, int, Any], dict[str, Any]]] = {
-    "text": _in_text,
-    "text2text": _in_text2text,
-    "image": _in_image,
-    "audio_features": _in_audio_features,
-    "audio_waveform": _in_audio_waveform,
-    "image_text": _in_image_text,
-    "audio_text": _in_audio_text,
-    "video_text": _in_video_text,
-    "image_text_tokens": _in_image_text_tokens,
-}
 
 
 def _shape(sequence_length: int | None = None, image_size: int | None = None,
@@ -196,4 +148,4 @@ SHAPES: dict[str, Callable[[int, Any], dict[str, int | None]]] = {
     "image_text_tokens": lambda n, c: _shape(_image_tokens(c) + _tokens_text_len(n, c), _image_size(c)),
 }
 
-__all__ = ["AUDIO_SAMPLES", "CLAP_HOP", "INPUTS", "MAX_LENGTH", "SHAPES", "position_limit"]
+__all__ = ["AUDIO_SAMPLES", "CLAP_HOP", "MAX_LENGTH", "SHAPES", "make_inputs", "position_limit"]

@@ -7,6 +7,7 @@ entry or model, and the field.
 from __future__ import annotations
 
 import difflib
+import functools
 import json
 import re
 from collections.abc import Mapping
@@ -14,28 +15,18 @@ from pathlib import Path
 from typing import Any
 
 from .spec import CHOICES, MODALITIES, ModelSpec
-from .zoo import BUILT_IN, LLAVA_GAPS
+from .zoo import BUILT_IN, ZOO_SPECS
 
-#: model_type (config.json) -> (family, modality, auto class), for directories with a config.json.
-_MODEL_TYPES: dict[str, tuple[str, str, str]] = {
-    "bert": ("embedding", "text", "AutoModel"),
-    "roberta": ("embedding", "text", "AutoModel"),
-    "distilbert": ("embedding", "text", "AutoModel"),
-    "mpnet": ("embedding", "text", "AutoModel"),
-    "gpt2": ("text_generation", "text", "AutoModelForCausalLM"),
-    "llama": ("text_generation", "text", "AutoModelForCausalLM"),
-    "qwen2": ("text_generation", "text", "AutoModelForCausalLM"),
-    "t5": ("text_generation", "text2text", "AutoModelForSeq2SeqLM"),
-    "vit": ("vision", "image", "AutoModel"),
-    "resnet": ("vision", "image", "AutoModel"),
-    "whisper": ("audio", "audio_features", "AutoModel"),
-    "wav2vec2": ("audio", "audio_waveform", "AutoModel"),
-    "clip": ("multimodal", "image_text", "AutoModel"),
-    "clap": ("multimodal", "audio_text", "AutoModel"),
-    "xclip": ("multimodal", "video_text", "AutoModel"),
-    "llava": ("multimodal", "image_text_tokens", "AutoModelForImageTextToText"),
-    "detr": ("vision", "image", "AutoModelForObjectDetection"),
-}
+
+@functools.cache
+def _model_types() -> dict[str, tuple[str, str, str, Mapping[str, str]]]:
+    """model_type (config.json) -> (family, modality, auto class, backend gaps): those of the zoo's
+    models of that type, and BERT's for the BERT-like encoders."""
+    import transformers
+
+    types = {getattr(transformers, s.config_class).model_type:
+             (s.family, s.modality, s.auto_class, s.backend_gaps) for s in ZOO_SPECS}
+    return {**types, **dict.fromkeys(("roberta", "distilbert", "mpnet"), types["bert"])}
 
 
 #: The largest model-set or config.json file read (a real one is a few KiB).
@@ -73,11 +64,11 @@ def _model_type_row(config: Mapping[str, Any], where: str) -> tuple[str, str, st
     """(family, modality, auto class, backend gaps) of a config.json's ``model_type``, once its
     sizes are checked (`nonpositive_size`)."""
     model_type = config.get("model_type")
-    if model_type not in _MODEL_TYPES:
+    if model_type not in _model_types():
         raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
-                         f"{', '.join(sorted(_MODEL_TYPES))}. Describe it in a model-set TOML instead.")
+                         f"{', '.join(sorted(_model_types()))}. Describe it in a model-set TOML instead.")
     _refuse_nonpositive_size(config, where)
-    return (*_MODEL_TYPES[model_type], LLAVA_GAPS if model_type == "llava" else {})
+    return _model_types()[model_type]
 
 
 #: config.json keys that describe the file, not the architecture.
@@ -90,7 +81,7 @@ def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, wher
 
     The config class comes from its ``model_type`` (e.g. ``bert`` -> ``BertConfig``), the other
     keys become its keyword arguments; family, modality and auto class are those of the model
-    type (`_MODEL_TYPES`). `name` defaults to the config's ``_name_or_path`` (last part), else
+    type (`_model_types`). `name` defaults to the config's ``_name_or_path`` (last part), else
     ``<model_type>-custom``. Raises ValueError naming `where` and the field.
     """
     if not isinstance(config, Mapping):
@@ -323,19 +314,15 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
     return specs
 
 
-def _architecture_dict(spec: ModelSpec) -> dict[str, Any]:
-    """The built config's values that say what the model is (no metadata)."""
-    data = spec._config().to_dict()
-    return {k: v for k, v in data.items() if k not in _CONFIG_METADATA and k not in ("return_dict",)}
-
-
 def _check_zoo_name(spec: ModelSpec, where: str) -> None:
     """Refuse an entry that takes a built-in zoo name for another architecture (records would
     carry the zoo model's name for a different model)."""
+
+    def architecture(s: ModelSpec) -> dict[str, Any]:  # the built config's values, no metadata
+        return {k: v for k, v in s._config().to_dict().items() if k not in (*_CONFIG_METADATA, "return_dict")}
+
     zoo = BUILT_IN.get(spec.name)
-    if zoo is None:
-        return
-    if zoo.config_class == spec.config_class and _architecture_dict(zoo) == _architecture_dict(spec):
+    if zoo is None or (zoo.config_class == spec.config_class and architecture(zoo) == architecture(spec)):
         return
     raise ValueError(f"{where}: field 'name': {spec.name!r} is a built-in zoo model ({zoo.config_class}) and this "
                      f"entry describes another architecture ({spec.config_class}({_kwargs_text(spec.config_kwargs)})); "

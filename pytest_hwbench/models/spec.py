@@ -14,7 +14,7 @@ from types import MappingProxyType
 from typing import Any
 
 from ..vocabulary import BYTES_PER_PRECISION, cache_dir
-from .inputs import INPUTS, MAX_LENGTH, SHAPES
+from .inputs import MAX_LENGTH, SHAPES, make_inputs
 from .trace import ModelArchitecture, stored_architecture, trace_architecture
 
 FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
@@ -109,7 +109,7 @@ class ModelSpec:
         import torch
 
         gen = torch.Generator().manual_seed(seed)
-        inputs = INPUTS[self.modality](self.sequence_length, self._config(), batch_size, gen)
+        inputs = make_inputs(self.modality, self.sequence_length, self._config(), batch_size, gen)
         return {k: v.to(device) for k, v in inputs.items()}
 
     @functools.cached_property

@@ -106,30 +106,23 @@ def _meta_run_mode() -> type:
     return MetaRun
 
 
-def _tied_output_weight(model: Any, embeddings: list[Any]) -> int:
-    """Size of an output head that shares its weight with an input embedding (Qwen2-0.5B)."""
-    get = getattr(model, "get_output_embeddings", None)
-    head = get() if callable(get) else None
-    weight = getattr(head, "weight", None)
-    if weight is None or not any(e.weight is weight for e in embeddings):
-        return 0
-    return int(weight.numel())
-
-
 def dense_flops_estimate(model: Any, tokens: int, num_layers: int | None, hidden_size: int | None) -> float:
     """Forward FLOPs of a dense transformer for one item of `tokens` tokens, from its weights.
 
     2 FLOPs per weight per token (Kaplan et al. 2020, C_forward ~ 2N) over the weights a token
     passes through: all parameters but the embedding tables (lookups), plus an output head tied
-    to an embedding (it is a matmul however it is stored); then 4 * layers * tokens^2 * hidden
-    for the attention scores and their weighted sum. Within 0.1% of FlopCounterMode for the
-    LLaMA and Qwen2 sizes of the zoo at 128 tokens.
+    to an embedding (Qwen2-0.5B: a matmul however it is stored); then 4 * layers * tokens^2 *
+    hidden for the attention scores and their weighted sum. Within 0.1% of FlopCounterMode for
+    the LLaMA and Qwen2 sizes of the zoo at 128 tokens.
     """
     import torch
 
     embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
     params = sum(p.numel() for p in model.parameters())
-    matmul_weights = params - sum(e.weight.numel() for e in embeddings) + _tied_output_weight(model, embeddings)
+    get_head = getattr(model, "get_output_embeddings", None)
+    head = getattr(get_head() if callable(get_head) else None, "weight", None)
+    tied = int(head.numel()) if head is not None and any(e.weight is head for e in embeddings) else 0
+    matmul_weights = params - sum(e.weight.numel() for e in embeddings) + tied
     attention = 4.0 * (num_layers or 0) * tokens * tokens * (hidden_size or 0)
     return 2.0 * matmul_weights * tokens + attention
 
@@ -185,26 +178,14 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model
     )
 
 
-#: The modules whose code decides a trace's answer (besides torch and transformers): a change to
-#: either makes every stored answer stale.
-_TRACE_CODE = ("trace.py", "inputs.py")
-
-
 @functools.cache
 def _code_digest() -> str:
+    """A digest of the modules whose code decides a trace's answer (besides torch and
+    transformers): a change to either makes every stored answer stale."""
     digest = hashlib.sha256()
-    for name in _TRACE_CODE:
+    for name in ("trace.py", "inputs.py"):
         digest.update((Path(__file__).parent / name).read_bytes())
     return digest.hexdigest()
-
-
-def _store_path(directory: Path, key: Mapping[str, Any]) -> Path:
-    import torch
-    import transformers
-
-    full = {**key, "torch": torch.__version__, "transformers": transformers.__version__, "code": _code_digest()}
-    name = hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:32]
-    return directory / f"{name}.json"
 
 
 def stored_architecture(directory: Path, key: Mapping[str, Any],
@@ -216,25 +197,26 @@ def stored_architecture(directory: Path, key: Mapping[str, Any],
     missing, unreadable or stale file is traced again; a store that cannot be written (a
     read-only home) only costs the next process the trace.
     """
-    path = _store_path(directory, key)
+    import torch
+    import transformers
+
+    full = {**key, "torch": torch.__version__, "transformers": transformers.__version__,
+            "code": _code_digest()}
+    name = hashlib.sha256(json.dumps(full, sort_keys=True, default=str).encode()).hexdigest()[:32]
+    path = directory / f"{name}.json"
     try:
         return ModelArchitecture(**json.loads(path.read_text()))
     except (OSError, ValueError, TypeError):
         pass
     architecture = trace()
-    import tempfile
-
-    tmp = None
+    tmp = path.with_name(f".{path.stem}.{os.urandom(8).hex()}.tmp")
     try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.stem}.", suffix=".tmp")
-        with os.fdopen(fd, "w") as out:
-            json.dump(dataclasses.asdict(architecture), out)
-        os.replace(tmp, path)  # atomic: parallel workers tracing the same model each write whole
+        directory.mkdir(parents=True, exist_ok=True)
+        tmp.write_text(json.dumps(dataclasses.asdict(architecture)))
+        tmp.replace(path)  # atomic: parallel workers tracing the same model each write whole
     except OSError:
-        if tmp is not None:
-            with contextlib.suppress(OSError):
-                os.unlink(tmp)
+        with contextlib.suppress(OSError):
+            tmp.unlink()
     return architecture
 
 

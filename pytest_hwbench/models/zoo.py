@@ -10,17 +10,15 @@ from __future__ import annotations
 
 import difflib
 from collections.abc import Mapping
-from dataclasses import replace
 from types import MappingProxyType
-from typing import Any
 
 from .spec import ModelSpec
 
-_TINY_TEXT = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128,
-              "vocab_size": 1000}
+_TINY = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 2, "intermediate_size": 128}
+_TINY_TEXT = {**_TINY, "vocab_size": 1000}
 #: Decoder-only LMs: grouped-query attention as in the real ones (4 query heads, 2 KV heads).
 _TINY_LM = {**_TINY_TEXT, "num_attention_heads": 4, "num_key_value_heads": 2, "max_position_embeddings": 256}
-_TINY_VISION = {**_TINY_TEXT, "image_size": 64, "patch_size": 16} | {"vocab_size": None}
+_TINY_VISION = {**_TINY, "image_size": 64, "patch_size": 16}
 
 # Real sizes, written out rather than left to config defaults, which move between releases.
 #: LLaMA-7B (Llama-2-7b dims: multi-head attention, no GQA): 6.74B parameters.
@@ -112,11 +110,11 @@ ZOO_SPECS: tuple[ModelSpec, ...] = (
                "num_mel_bins": 80, "max_source_positions": 100, "max_target_positions": 64},
               tier="quick", sequence_length=16),
     ModelSpec("wav2vec2-tiny", "audio", "Wav2Vec2Config", "audio_waveform",
-              {**_TINY_TEXT, "conv_dim": [32, 32, 32], "conv_stride": [5, 4, 4], "conv_kernel": [10, 8, 8],
-               "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2} | {"vocab_size": 32},
+              {**_TINY, "vocab_size": 32, "conv_dim": [32, 32, 32], "conv_stride": [5, 4, 4],
+               "conv_kernel": [10, 8, 8], "num_conv_pos_embeddings": 16, "num_conv_pos_embedding_groups": 2},
               tier="quick"),
     ModelSpec("clip-tiny", "multimodal", "CLIPConfig", "image_text",
-              {"text_config": {**_TINY_TEXT, "max_position_embeddings": 77} | {"vocab_size": None},
+              {"text_config": {**_TINY, "max_position_embeddings": 77},
                "vision_config": _TINY_VISION, "projection_dim": 32},
               tier="quick", sequence_length=32),
     ModelSpec("clap-tiny", "multimodal", "ClapConfig", "audio_text",
@@ -172,15 +170,8 @@ KEY_MODELS: dict[str, tuple[str, ...]] = {
 }
 
 
-def _clean(spec: ModelSpec) -> ModelSpec:
-    """Drop None-valued kwargs (a tiny variant's way of saying 'keep the default')."""
-    def strip(d: Mapping[str, Any]) -> dict[str, Any]:
-        return {k: strip(v) if isinstance(v, Mapping) else v for k, v in d.items() if v is not None}
-    return replace(spec, config_kwargs=strip(spec.config_kwargs))
-
-
-#: The built-in entries as the zoo defines them (None-valued kwargs dropped), by name.
-BUILT_IN: Mapping[str, ModelSpec] = MappingProxyType({s.name: _clean(s) for s in ZOO_SPECS})
+#: The built-in entries, by name.
+BUILT_IN: Mapping[str, ModelSpec] = MappingProxyType({s.name: s for s in ZOO_SPECS})
 #: name -> spec. `register_model` adds to it; users rarely touch it directly.
 MODELS: dict[str, ModelSpec] = dict(BUILT_IN)
 

@@ -101,7 +101,8 @@ def synthetic_loss(outputs: Any) -> Any:
 
 @dataclass
 class _Trainer:
-    """What a loaded training case holds: the model, its optimizer and the grad scaler."""
+    """What a loaded training case holds: the model (fp32 master weights), AdamW and the
+    ``torch.amp.GradScaler`` (fp16 only, else None)."""
 
     model: Any
     optimizer: Any
@@ -119,48 +120,24 @@ class _Trainer:
 
 
 class TrainStep:
-    """One training step on fixed inputs, the call the runner times.
-
-    ``model``, ``optimizer`` and ``scaler`` are exposed for inspection (tests, notebooks).
-    """
+    """One training step on fixed inputs, the call the runner times; `trainer` is its loaded
+    case's, shared by the case's steps."""
 
     def __init__(self, trainer: _Trainer, inputs: dict[str, Any]) -> None:
-        self._trainer = trainer
+        self.trainer = trainer
         self.inputs = inputs
         self._loss_inputs = _loss_inputs(trainer.loss_kind, trainer.model, inputs)
-
-    @property
-    def model(self) -> Any:
-        """The model being trained (fp32 master weights)."""
-        return self._trainer.model
-
-    @property
-    def optimizer(self) -> Any:
-        """The AdamW optimizer."""
-        return self._trainer.optimizer
-
-    @property
-    def scaler(self) -> Any:
-        """The ``torch.amp.GradScaler`` (fp16 only), else None."""
-        return self._trainer.scaler
-
-    def autocast(self) -> Any:
-        """The autocast context the forward runs under (a null context at fp32)."""
-        import torch
-
-        t = self._trainer
-        if t.amp_dtype is None:
-            return contextlib.nullcontext()
-        return torch.autocast(t.device_type, dtype=t.amp_dtype)
 
     def __call__(self) -> Any:
         """zero_grad, forward and loss under autocast, backward (scaled at fp16), optimizer step;
         returns the loss detached, without ``.item()``, which would sync a GPU every step."""
-        t = self._trainer
+        import torch
+
+        t = self.trainer
         if t.model is None:
             raise RuntimeError("train: this case's model was closed; prepare the inputs of a fresh load")
         t.optimizer.zero_grad(set_to_none=True)
-        with self.autocast():
+        with torch.autocast(t.device_type, dtype=t.amp_dtype) if t.amp_dtype else contextlib.nullcontext():
             outputs = t.model(**self.inputs, **self._loss_inputs)
             loss = outputs.loss if t.loss_kind != "synthetic" else synthetic_loss(outputs)
         del outputs
