@@ -25,15 +25,13 @@ OWN_PACKAGE = "pytest_hwbench"
 
 @functools.cache
 def _installed_entry_points() -> EntryPoints:
-    """Every installed distribution's entry points, read once per process (each read walks every
-    distribution's metadata)."""
+    """Every installed distribution's entry points, read once per process."""
     return entry_points()
 
 
 def _ours(module: str) -> bool:
     """Whether `module` is in our package: how our entry points and plug-ins are told apart
-    (asking an entry point for its distribution's name parses that distribution's whole metadata
-    file, our README included)."""
+    (cheaper than asking an entry point for its distribution, which parses its whole metadata)."""
     return module.partition(".")[0] == OWN_PACKAGE
 
 
@@ -61,24 +59,17 @@ def load_group(group: str, *, kind: str) -> None:
 T = TypeVar("T")
 
 
-def missing_members(obj: object, protocol: type) -> list[str]:
-    """The members of `protocol` (attributes and methods, its own and its bases') that `obj` lacks."""
-    names: set[str] = set()
-    for cls in protocol.__mro__:
-        if cls is object or cls.__name__ in ("Protocol", "Generic"):
-            continue
-        names |= {n for n in (*vars(cls), *getattr(cls, "__annotations__", {})) if not n.startswith("_")}
-    return sorted(n for n in names if not hasattr(obj, n))
-
-
 def implementing(obj: T, protocol: type, base: str, *, source: str = "") -> T:
-    """`obj` when it implements `protocol`, else TypeError naming what it lacks, where it came
-    from (`source`, where given) and `base`, the public class that gives the members with defaults."""
+    """`obj` when it implements `protocol`, else TypeError naming the members (attributes and
+    methods of `protocol` and its bases) it lacks, where it came from (`source`, where given) and
+    `base`, the public class that gives the members with defaults."""
     if not isinstance(obj, protocol):
+        bases = [c for c in protocol.__mro__ if c is not object and c.__name__ not in ("Protocol", "Generic")]
+        names = {n for c in bases for n in (*vars(c), *getattr(c, "__annotations__", {})) if n[0] != "_"}
+        lacks = ", ".join(sorted(n for n in names if not hasattr(obj, n)))
         culprit = f"{source} gave {obj!r}, which" if source else repr(obj)
-        raise TypeError(f"{culprit} does not implement the {protocol.__name__} protocol: it lacks "
-                        f"{', '.join(missing_members(obj, protocol))} (subclass {base} to inherit "
-                        "the members with defaults)")
+        raise TypeError(f"{culprit} does not implement the {protocol.__name__} protocol: it lacks {lacks} "
+                        f"(subclass {base} to inherit the members with defaults)")
     return obj
 
 

@@ -2,10 +2,9 @@
 
 Each side (an option set, an environment or another python) runs in a long-lived worker
 (`ab_worker`); in every round each case runs on A and B back to back, the side going first
-alternating, and a case's verdict is a paired test on its per-round ratios B / A. Both sides land in
-the sinks as two sessions tagged as one pair (session ``extra``: ``ab_pair``, ``ab_side``,
-``ab_variant``); a side that fails (`SideFailed`) keeps the complete rounds before it. README.md,
-"A/B on one host", tells the method.
+alternating, and a case's verdict is a paired test on its per-round ratios B / A (README.md, "A/B
+on one host"). Both sides land in the sinks as two sessions tagged as one pair (session ``extra``:
+``ab_pair``, ``ab_side``, ``ab_variant``); a side that fails keeps the complete rounds before it.
 
 Exit codes: 0 no regression, 1 a regression in B, 2 bad usage, 3 a side's worker failed.
 """
@@ -47,25 +46,20 @@ def parse_side_options(text: str) -> dict[str, Any]:
     """The settings an option set names, over `DEFAULT_SIDE`; ValueError naming an option
     that a side cannot take, with the ones it can."""
     settings = dict(DEFAULT_SIDE)
-    words = shlex.split(text or "")
-    i = 0
-    while i < len(words):
-        word = words[i]
+    words = iter(shlex.split(text or ""))
+    for word in words:
         name, _, value = word.partition("=")
         if name not in SIDE_OPTIONS:
             raise ValueError(f"option {word!r} cannot vary between ab sides; accepted: {', '.join(SIDE_OPTIONS)} "
                              "(other variants: --a-env/--b-env NAME=VALUE, --a-python/--b-python PATH)")
+        value = value or next(words, "")
         if not value:
-            i += 1
-            if i >= len(words):
-                raise ValueError(f"option {name} needs a value")
-            value = words[i]
+            raise ValueError(f"option {name} needs a value")
         key, kind = SIDE_OPTIONS[name]
         try:
             settings[key] = kind(value)
         except ValueError:
             raise ValueError(f"option {name}: {value!r} is not a{'n integer' if kind is int else ' number'}") from None
-        i += 1
     return settings
 
 
@@ -106,14 +100,11 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
            say: Callable[[str], None] = print, max_rounds: int | None = None,
            side_timeout_s: float = DEFAULT_SIDE_TIMEOUT_S) -> AbResult:
     """Measure `cases` (`BenchCase`s) on both sides in `rounds` rounds (each case A B or B A, the
-    first side alternating) and judge each case on its per-round ratios. A case whose rounds
-    disagree (inconclusive) is measured in further rounds, alone, until it has a verdict or
-    `max_rounds` rounds (default twice `rounds`): as Pinpoint adds repeats where a comparison
-    cannot tell, at the cost of a slightly larger false-alarm rate than `alpha` for those cases.
-    `threads`: torch's intra-op threads in both workers (None: torch's default, every core). A
-    side that does not start or answer a case within `side_timeout_s`, or dies, raises
-    `SideFailed` holding the complete rounds measured before. Sinks are not written here (see
-    `record_pair`)."""
+    first side alternating) and judge each case on its per-round ratios; an inconclusive case gets
+    further rounds, alone, up to `max_rounds` (default twice `rounds`). `threads`: torch's intra-op
+    threads in both workers (None: every core). A side that does not start or answer a case within
+    `side_timeout_s`, or dies, raises `SideFailed` holding the complete rounds measured before.
+    Writes no sink (`record_pair` does)."""
     import dataclasses
 
     from .compare import compare_pairs
@@ -189,11 +180,10 @@ def run_ab(cases: Sequence[Any], a: Side, b: Side, *, rounds: int = DEFAULT_ROUN
 
 def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[], Any]],
                 spool_dir: Any, *, deadline_s: float | None = DEFAULT_DEADLINE_S) -> dict[str, Any]:
-    """Write both sides as two sessions tagged as one pair through a `Recorder` each (spool
-    first, then a sink from each of `sinks`, factories such as ``lambda: open_sink("duckdb")``;
-    a sink that fails or does not answer for `deadline_s` seconds is left to ``hwbench replay``),
-    each session with its side's own package versions, hardware summary and python (``extra``:
-    ``python``, ``python_version``); returns each side's `RecorderReport`."""
+    """Write both sides as two sessions tagged as one pair, each with its side's package versions,
+    hardware summary and python, through a `Recorder` each: the spool, then a sink from each
+    factory of `sinks` (one that fails or does not answer for `deadline_s` seconds is left to
+    ``hwbench replay``). Returns each side's `RecorderReport`."""
     import datetime as _dt
     import socket
 

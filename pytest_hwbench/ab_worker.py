@@ -119,7 +119,6 @@ class SideWorker:
 
         self.side, self.timeout_s = side, timeout_s
         self.group: Any = None
-        self.gateway: Any = None
         self.channel: Any = None
         hello = call_with_deadline(
             lambda: self._start(cases, pair, session_id, threads), timeout_s, name=f"hwbench-ab-start-{side.label}",
@@ -148,9 +147,9 @@ class SideWorker:
         except subprocess.TimeoutExpired:
             raise self._gave_up() from None
         self.group = execnet.Group()
-        self.gateway = self.group.makegateway(f"popen//python={self.side.python}")
+        gateway = self.group.makegateway(f"popen//python={self.side.python}")
         # as source text: the worker function plus its call (execnet runs it with `channel` bound)
-        self.channel = self.gateway.remote_exec(f"{inspect.getsource(_worker)}\n_worker(channel)\n")
+        self.channel = gateway.remote_exec(f"{inspect.getsource(_worker)}\n_worker(channel)\n")
         self.channel.send({"env": self.side.env, "sys_path": [p for p in sys.path if p and os.path.isdir(p)],
                            "settings": self.side.settings, "cases": cases, "pair": pair, "label": self.side.label,
                            "session_id": session_id, "threads": threads})

@@ -10,7 +10,7 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import TYPE_CHECKING
 
-from .vocabulary import DEFAULT_MODE, PRECISIONS, check_precision, normalise_mode, takes_new_tokens
+from .vocabulary import DEFAULT_MODE, PRECISIONS, TOKEN_MODES, check_precision, normalise_mode
 
 if TYPE_CHECKING:
     from .hardware import HardwareInfo
@@ -47,7 +47,7 @@ class BenchCase:
         object.__setattr__(self, "mode", normalise_mode(self.mode))  # "training" is "train"
         if not self.mode:
             raise ValueError("mode must be a mode's name, got ''")
-        if takes_new_tokens(self.mode):
+        if self.mode in TOKEN_MODES:
             if self.new_tokens is None:
                 object.__setattr__(self, "new_tokens", DEFAULT_NEW_TOKENS)
             elif self.new_tokens < 1:

@@ -22,12 +22,8 @@ _COMMANDS: dict[str, tuple[Command, Callable[[argparse.ArgumentParser], None], s
 
 def register_command(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None],
                      run: Command) -> None:
-    """Add a subcommand: `add_args` fills its parser, `run` executes it and returns the exit code.
-
-    This module registers the commands that need no plug-in (``detect``, ``models``); the
-    others come from the modules of the ``pytest_hwbench.commands`` entry-point group (the
-    store's ``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow``
-    from `pytest_hwbench.store_commands`)."""
+    """Add a subcommand: `add_args` fills its parser, `run` executes it and returns the exit code
+    (the modules of the ``pytest_hwbench.commands`` entry-point group call it at import)."""
     _COMMANDS[name] = (run, add_args, help)
 
 
@@ -52,11 +48,9 @@ def _detect(args: argparse.Namespace) -> int:
     if args.json:
         print(json.dumps(info.to_dict(), indent=2, default=str))
         return EXIT_OK
-    rows = []
-    for target in info.targets.values():
-        devices = "; ".join(d.name for d in target.devices) or "-"
-        rows.append([target.name, "yes" if target.available else "no", ",".join(target.precisions) or "-",
-                     devices if target.available else target.reason])
+    rows = [[t.name, "yes" if t.available else "no", ",".join(t.precisions) or "-",
+             ("; ".join(d.name for d in t.devices) or "-") if t.available else t.reason]
+            for t in info.targets.values()]
     print(table(rows, ["target", "available", "precisions", "devices / reason"]))
     return EXIT_OK
 
@@ -78,11 +72,9 @@ def _models(args: argparse.Namespace) -> int:
     for path in args.model_set:
         for spec in load_model_set(path):
             register_model(spec, replace_existing=True)
-    rows = []
-    for spec in MODELS.values():
-        arch = spec.architecture
-        rows.append({"name": spec.name, "family": spec.family, "tier": spec.tier, "config": spec.config_class,
-                     "params_m": round(arch.param_count / 1e6, 2), "gflops_per_item": round(arch.flops_per_item / 1e9, 3)})
+    rows = [{"name": s.name, "family": s.family, "tier": s.tier, "config": s.config_class,
+             "params_m": round(s.architecture.param_count / 1e6, 2),
+             "gflops_per_item": round(s.architecture.flops_per_item / 1e9, 3)} for s in MODELS.values()]
     if args.json:
         print(json.dumps(rows, indent=2))
     else:
@@ -114,13 +106,11 @@ def main(argv: Sequence[str] | None = None) -> int:
     run = _COMMANDS[args.command][0]
     try:
         return run(args)
-    except (ValueError, KeyError, FileNotFoundError) as exc:
+    except (ValueError, KeyError, FileNotFoundError, ConnectionError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"hwbench {args.command}: error: {redact_uri(message)}", file=sys.stderr)
-        return EXIT_USAGE
-    except ConnectionError as exc:  # a store that does not answer: not a failed check, not bad usage
-        print(f"hwbench {args.command}: error: {redact_uri(str(exc))}", file=sys.stderr)
-        return EXIT_STORE
+        # a store that does not answer: not a failed check, not bad usage
+        return EXIT_STORE if isinstance(exc, ConnectionError) else EXIT_USAGE
 
 
 __all__ = ["EXIT_CHECK_FAILED", "EXIT_OK", "EXIT_STORE", "EXIT_USAGE", "Command", "build_parser", "main",

@@ -22,13 +22,6 @@ class EnvSetting:
     inclusive: bool = True
     integer: bool = False
 
-    def accepted(self) -> str:
-        """What the variable accepts, in words."""
-        kind = "a whole number" if self.integer else "a finite number"
-        bound = f">= {self.minimum:g}" if self.inclusive else f"> {self.minimum:g}"
-        default = "unset" if self.default is None else f"{self.default:g}"
-        return f"{kind} {bound} (default {default}: {self.help})"
-
     def read(self, environ: Mapping[str, str] | None = None) -> float | None:
         """The value set, or `default`; ValueError naming the variable and what it accepts."""
         text = (os.environ if environ is None else environ).get(self.name, "").strip()
@@ -40,7 +33,11 @@ class EnvSetting:
             value = None
         if value is None or not math.isfinite(value) or not (
                 value >= self.minimum if self.inclusive else value > self.minimum):
-            raise ValueError(f"{self.name}={text!r} is not accepted; accepted: {self.accepted()}")
+            kind = "a whole number" if self.integer else "a finite number"
+            bound = f">= {self.minimum:g}" if self.inclusive else f"> {self.minimum:g}"
+            default = "unset" if self.default is None else f"{self.default:g}"
+            raise ValueError(f"{self.name}={text!r} is not accepted; accepted: {kind} {bound} "
+                             f"(default {default}: {self.help})")
         return value
 
 

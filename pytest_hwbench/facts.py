@@ -231,24 +231,7 @@ def backends_as_hardware() -> tuple[str, ...]:
     return tuple(b.name for b in _BACKEND_ROWS.values() if b.counts_as_hardware)
 
 
-__all__ = [
-    "BackendFacts",
-    "TargetFacts",
-    "backend_facts",
-    "backends_as_hardware",
-    "backend_rows",
-    "fallback_order",
-    "launch_cost_ms",
-    "marker_docs",
-    "register_backend_facts",
-    "register_target",
-    "target_facts",
-    "target_names",
-    "target_rows",
-    "target_set",
-    "timer_kinds",
-    "torch_modules",
-    "torch_runtimes",
-    "torch_targets",
-    "unregister_target",
-]
+__all__ = ["BackendFacts", "TargetFacts", "backend_facts", "backends_as_hardware", "backend_rows",
+           "fallback_order", "launch_cost_ms", "marker_docs", "register_backend_facts", "register_target",
+           "target_facts", "target_names", "target_rows", "target_set", "timer_kinds", "torch_modules",
+           "torch_runtimes", "torch_targets", "unregister_target"]

@@ -90,10 +90,8 @@ def installed_versions(distributions: Iterable[str]) -> dict[str, str]:
     """distribution -> version, for those of `distributions` that are installed."""
     out = {}
     for dist in distributions:
-        try:
+        with contextlib.suppress(metadata.PackageNotFoundError):
             out[dist] = metadata.version(dist)
-        except metadata.PackageNotFoundError:
-            pass
     return out
 
 

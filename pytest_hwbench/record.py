@@ -203,40 +203,25 @@ def normalize_record(data: Mapping[str, Any]) -> dict[str, Any]:
     Unknown keys (written by a newer version) move into `extra` instead of failing; a mode in an
     older spelling becomes its one name (``training`` -> ``train``).
     """
-    out = dict(data)
     # Fields added since version 1 are optional: an older record measured none of them and was
     # not judged (noise None). Before version 4 the reference ratio was against an all-time best,
     # no host speed: it reads as unknown.
     try:
-        version = int(out.get("schema_version") or 1)
+        version = int(data.get("schema_version") or 1)
     except (TypeError, ValueError):
         version = 1
+    out = {k: v for k, v in data.items() if k in _FIELD_NAMES}
+    out["extra"] = {**(data.get("extra") or {}), **{k: v for k, v in data.items() if k not in _FIELD_NAMES}}
     out["schema_version"] = SCHEMA_VERSION
-    extra = dict(out.get("extra") or {})
-    for key in list(out):
-        if key not in _FIELD_NAMES:
-            extra[key] = out.pop(key)
-    out["extra"] = extra
     out["timings_ms"] = tuple(float(t) for t in out.get("timings_ms") or ())
     out["cpu_affinity"] = tuple(int(c) for c in out.get("cpu_affinity") or ())
     out["interference"] = dict(out.get("interference") or {})
     if version < 4:
         out["interference"].pop("host_speed", None)
-    if out.get("noise_reason") is None:
-        out["noise_reason"] = ""
+    out["noise_reason"] = out.get("noise_reason") or ""
     if isinstance(out.get("mode"), str):
         out["mode"] = normalise_mode(out["mode"])  # older hwsel records say "training"
     return out
-
-
-__all__ = [
-    "METRIC_FIELDS",
-    "PARAM_FIELDS",
-    "SCHEMA_VERSION",
-    "BenchmarkRecord",
-    "SessionInfo",
-    "normalize_record",
-]
 
 
 # --- what can be a measurement at all -------------------------------------------------------------
@@ -330,4 +315,6 @@ def measurement_problem(record: BenchmarkRecord | Mapping[str, Any]) -> str | No
     return None
 
 
-__all__ += ["MAX_DEVICE_FLOPS", "MAX_LATENCY_MS", "MAX_MEMORY_MB", "MIN_LATENCY_MS", "measurement_problem"]
+__all__ = ["MAX_DEVICE_FLOPS", "MAX_LATENCY_MS", "MAX_MEMORY_MB", "METRIC_FIELDS", "MIN_LATENCY_MS",
+           "PARAM_FIELDS", "SCHEMA_VERSION", "BenchmarkRecord", "SessionInfo", "measurement_problem",
+           "normalize_record"]

@@ -19,20 +19,9 @@ MODE_DOCS: dict[str, str] = {
     "generate": "text generation cases: time to first token, per-token decode, tokens/s (mode generate)",
     "train": "training-step cases: forward, backward, optimizer step (mode train)",
 }
-#: The modes whose cases make tokens, so carry a number of new tokens: ``generate``, and those of
-#: scenarios registered since with a ``new_tokens`` option.
-_TOKEN_MODES: set[str] = {"generate"}
-
-
-def register_token_mode(mode: str) -> None:
-    """Mark `mode` as one whose cases make tokens (`pytest_hwbench.scenarios.register_scenario`
-    calls it for a scenario with a ``new_tokens`` option)."""
-    _TOKEN_MODES.add(mode)
-
-
-def takes_new_tokens(mode: str) -> bool:
-    """Whether cases of `mode` make tokens, so carry `BenchCase.new_tokens`."""
-    return mode in _TOKEN_MODES
+#: The modes whose cases make tokens, so carry `BenchCase.new_tokens`: ``generate``, and those of
+#: scenarios registered since with a ``new_tokens`` option (`register_scenario` adds them).
+TOKEN_MODES: set[str] = {"generate"}
 TRAIN_MODE = "train"
 #: Older or alternative spellings -> the mode name.
 MODE_ALIASES: Mapping[str, str] = MappingProxyType({"training": TRAIN_MODE, "fine_tuning": TRAIN_MODE})
@@ -93,23 +82,7 @@ def bytes_per_element(precision: str) -> int:
     return BYTES_PER_PRECISION.get(precision, 4)
 
 
-__all__ = [
-    "BYTES_PER_PRECISION",
-    "DEFAULT_EXPERIMENT",
-    "DEFAULT_MODE",
-    "DEFAULT_NOISE_RETRIES",
-    "DEFAULT_STORE_DIR",
-    "MAX_ITERATIONS",
-    "MODES",
-    "MODE_ALIASES",
-    "NOISE_VERDICTS",
-    "PRECISIONS",
-    "TORCH_DTYPES",
-    "TRAIN_MODE",
-    "bytes_per_element",
-    "cache_dir",
-    "check_precision",
-    "normalise_mode",
-    "register_token_mode",
-    "takes_new_tokens",
-]
+__all__ = ["BYTES_PER_PRECISION", "DEFAULT_EXPERIMENT", "DEFAULT_MODE", "DEFAULT_NOISE_RETRIES",
+           "DEFAULT_STORE_DIR", "MAX_ITERATIONS", "MODES", "MODE_ALIASES", "NOISE_VERDICTS", "PRECISIONS",
+           "TOKEN_MODES", "TORCH_DTYPES", "TRAIN_MODE", "bytes_per_element", "cache_dir", "check_precision",
+           "normalise_mode"]

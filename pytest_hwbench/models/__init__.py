@@ -13,20 +13,6 @@ from .spec import FAMILIES, MODALITIES, TIERS, ModelArchitecture, ModelSpec, ach
 from .trace import dense_flops_estimate
 from .zoo import KEY_MODELS, MODELS, ZOO_NAMES, ZOO_SPECS, get_model, register_model
 
-__all__ = [
-    "FAMILIES",
-    "KEY_MODELS",
-    "MODALITIES",
-    "MODELS",
-    "TIERS",
-    "ZOO_NAMES",
-    "ZOO_SPECS",
-    "ModelArchitecture",
-    "ModelSpec",
-    "achieved_tflops",
-    "dense_flops_estimate",
-    "get_model",
-    "load_model_set",
-    "register_model",
-    "spec_from_config",
-]
+__all__ = ["FAMILIES", "KEY_MODELS", "MODALITIES", "MODELS", "TIERS", "ZOO_NAMES", "ZOO_SPECS",
+           "ModelArchitecture", "ModelSpec", "achieved_tflops", "dense_flops_estimate", "get_model",
+           "load_model_set", "register_model", "spec_from_config"]

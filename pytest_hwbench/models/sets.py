@@ -53,16 +53,9 @@ def _read_model_file(path: Path, what: str) -> str:
     return data.decode("utf-8")
 
 
-def _refuse_nonpositive_size(config: Mapping[str, Any], where: str, prefix: str = "") -> None:
-    """ValueError naming `where` and the field when a size in `config` is below 1 (`nonpositive_size`)."""
-    found = nonpositive_size(config, prefix)
-    if found is not None:
-        raise ValueError(f"{where}: field {found[0]!r}: a size must be a whole number >= 1, got {found[1]!r}")
-
-
 def _model_type_row(config: Mapping[str, Any], where: str) -> tuple[str, str, str, Mapping[str, str]]:
     """(family, modality, auto class, backend gaps) of a config.json's ``model_type``, once its
-    sizes are checked (`nonpositive_size`)."""
+    sizes are checked (`_refuse_nonpositive_size`)."""
     model_type = config.get("model_type")
     if model_type not in _model_types():
         raise ValueError(f"{where}: model_type {model_type!r} has no default family; known: "
@@ -123,22 +116,19 @@ SIZE_KEYS: frozenset[str] = frozenset({
 })
 
 
-def nonpositive_size(config: Mapping[str, Any], prefix: str = "") -> tuple[str, Any] | None:
-    """(dotted field, value) of the first size in `config` (nested configs and lists included)
-    that is a number but not a whole number >= 1, or None. Sizes are the keys of `SIZE_KEYS`; None means the
-    config class's default."""
+def _refuse_nonpositive_size(config: Mapping[str, Any], where: str, prefix: str = "") -> None:
+    """ValueError naming `where` and the dotted field of the first size in `config` (a key of
+    `SIZE_KEYS`; nested configs and lists included) that is a number but not a whole number >= 1.
+    None means the config class's default; a value that is no number is the config class's to refuse."""
     for key, value in config.items():
         name = f"{prefix}{key}"
         if isinstance(value, Mapping):
-            found = nonpositive_size(value, f"{name}.")
-            if found is not None:
-                return found
+            _refuse_nonpositive_size(value, where, f"{name}.")
         elif key in SIZE_KEYS and value is not None:
-            values = value if isinstance(value, list | tuple) else [value]
-            for v in values:  # a value that is no number is the config class's to refuse
+            for v in value if isinstance(value, list | tuple) else [value]:
                 if isinstance(v, int | float) and not isinstance(v, bool) and (not v >= 1 or v != int(v)):
-                    return name, value
-    return None
+                    raise ValueError(f"{where}: field {name!r}: a size must be a whole number >= 1, "
+                                     f"got {value!r}")
 
 
 def _entry_spec(entry: Mapping[str, Any], where: str) -> ModelSpec:
@@ -188,12 +178,9 @@ def _stray_sub_config(config: Any, prefix: str = "config_kwargs.",
 
 
 def check_model_spec(spec: ModelSpec) -> ModelSpec:
-    """Build `spec`'s config once (kept for its cases) and check what every case would need.
-
-    Cheap: a transformers config object, the auto class's name and the input shape of the
-    modality; no model is built. Raises ValueError naming the field: ``config_class``,
-    ``config_kwargs.<key>``, ``auto_class`` or ``modality``.
-    """
+    """Build `spec`'s config once (kept for its cases) and check what every case would need,
+    building no model; ValueError names the field: ``config_class``, ``config_kwargs.<key>``,
+    ``auto_class`` or ``modality``."""
     import transformers
 
     kwargs = spec.config_kwargs
@@ -242,12 +229,8 @@ def load_model_set(path: str | Path) -> list[ModelSpec]:
     File form: ``[[models]]`` tables (TOML) or ``{"models": [...]}`` (JSON), each with
     ``name``, ``family``, ``config_class``, ``modality`` and optional ``config_kwargs``,
     ``auto_class``, ``tier``, ``sequence_length``, ``replace``. An entry may reuse a built-in zoo
-    name only for the same architecture, or with ``replace = true``; every size in
-    ``config_kwargs`` (`SIZE_KEYS`: layers, heads, widths, positions) must be >= 1.
-
-    Every model is checked here, once (`check_model_spec`: its config is built and kept), so a
-    bad set stops a run before any case. Raises ValueError naming the file, the model (or the
-    entry) and the field.
+    name only for the same architecture, or with ``replace = true``. Every model is checked here
+    (`check_model_spec`); ValueError names the file, the model (or the entry) and the field.
     """
     path = Path(path)
     if path.is_dir():
@@ -329,4 +312,4 @@ def _check_zoo_name(spec: ModelSpec, where: str) -> None:
                      "give it its own name, or set replace = true to take the zoo name over")
 
 
-__all__ = ["SIZE_KEYS", "check_model_spec", "load_model_set", "nonpositive_size", "spec_from_config"]
+__all__ = ["SIZE_KEYS", "check_model_spec", "load_model_set", "spec_from_config"]

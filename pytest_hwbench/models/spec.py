@@ -71,12 +71,9 @@ class ModelSpec:
 
     def build_model(self, device: Any = "cpu", dtype: Any = None, seed: int | None = 0,
                     auto_class: str | None = None) -> Any:
-        """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing).
-
-        The weights come from `seed` (None: the global RNG), so every backend runs the same
-        model; the caller's RNG state is left as it was. `auto_class` replaces the spec's own
-        (e.g. a generation head where the zoo builds the base model, as for Whisper).
-        """
+        """A randomly initialised model in eval mode on `device` (``"meta"`` allocates nothing),
+        its weights from `seed` (None: the global RNG; the caller's RNG state is left as it was);
+        `auto_class` replaces the spec's own (e.g. a generation head)."""
         import contextlib
 
         import torch
@@ -128,8 +125,7 @@ class ModelSpec:
             # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
             # which the meta-device trace answers.
             return trace_architecture(self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
-                                      model_type=self.config_class,
-                                      tokens=lambda: self.input_shape().get("sequence_length") or 1)
+                                      tokens=self.input_shape().get("sequence_length") or 1)
 
         key = {"config": self._config().to_dict(), "config_class": self.config_class, "auto_class": self.auto_class,
                "modality": self.modality, "sequence_length": self.sequence_length}
@@ -167,13 +163,5 @@ def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float)
     return flops_item * batch_size / latency_s / 1e12
 
 
-__all__ = [
-    "ACTIVATION_BYTES",
-    "CHOICES",
-    "FAMILIES",
-    "MODALITIES",
-    "TIERS",
-    "ModelArchitecture",
-    "ModelSpec",
-    "achieved_tflops",
-]
+__all__ = ["ACTIVATION_BYTES", "CHOICES", "FAMILIES", "MODALITIES", "TIERS", "ModelArchitecture", "ModelSpec",
+           "achieved_tflops"]

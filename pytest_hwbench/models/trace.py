@@ -55,12 +55,9 @@ def _first_attr(config: Any, names: Iterable[str]) -> int | None:
 @functools.cache
 def _meta_run_mode() -> type:
     """A dispatch mode for a meta-device forward: records peak activation bytes (each new
-    storage live until freed) and launches (each op that computes), and reads checks as true.
-
-    Why: transformers reads booleans out of tensors (`padding_mask.all()` in its mask helpers,
-    LLaVA's image-token count check), which a meta tensor cannot give; the zoo's inputs are
-    valid and its masks all ones, so a boolean scalar read answers True.
-    """
+    storage live until freed) and launches (each op that computes), and answers True to a boolean
+    scalar read, which a meta tensor cannot give: transformers reads checks out of tensors
+    (`padding_mask.all()`, LLaVA's image-token count), and the zoo's inputs pass them."""
     import weakref
 
     import torch
@@ -132,14 +129,9 @@ def dense_flops_estimate(model: Any, tokens: int, num_layers: int | None, hidden
 _META_ERRORS = (AssertionError, RuntimeError, NotImplementedError, ValueError)
 
 
-def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model_type: str,
-                       tokens: Callable[[], int]) -> ModelArchitecture:
-    """The `ModelArchitecture` of a meta-device `model` fed the meta-device `inputs` of one item.
-
-    `config` is the model's transformers config (its shape numbers); `model_type` names the
-    architecture where the config has no ``model_type``; `tokens` gives the tokens of one item,
-    asked only when the FLOPs must be estimated from the weights.
-    """
+def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, tokens: int) -> ModelArchitecture:
+    """The `ModelArchitecture` of a meta-device `model` fed the meta-device `inputs` of one item
+    (`tokens` tokens, for an estimate from the weights); `config` is its transformers config."""
     import torch
     from torch.utils.flop_counter import FlopCounterMode
 
@@ -158,7 +150,7 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model
         # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and
         # a model may not run on meta at all: estimate from the weights instead, and measure
         # the activations without the counter where the forward itself runs.
-        flops = dense_flops_estimate(model, tokens(), num_layers, hidden_size)
+        flops = dense_flops_estimate(model, tokens, num_layers, hidden_size)
         live = _meta_run_mode()()
         try:
             with live, torch.no_grad():
@@ -166,7 +158,7 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, model
         except _META_ERRORS:
             live = None
     return ModelArchitecture(
-        model_type=str(getattr(config, "model_type", model_type)),
+        model_type=str(config.model_type),
         param_count=int(params),
         flops_per_item=flops,
         num_layers=num_layers,
@@ -191,12 +183,8 @@ def _code_digest() -> str:
 def stored_architecture(directory: Path, key: Mapping[str, Any],
                         trace: Callable[[], ModelArchitecture]) -> ModelArchitecture:
     """The `ModelArchitecture` stored in `directory` under `key` (JSON-ready: the model's config,
-    its input and its build), else `trace()`'s, stored there for the next process.
-
-    The key also holds the torch and transformers versions and a digest of the tracing code. A
-    missing, unreadable or stale file is traced again; a store that cannot be written (a
-    read-only home) only costs the next process the trace.
-    """
+    its input and its build; the torch and transformers versions and the tracing code count too),
+    else `trace()`'s, stored there if it can be for the next process."""
     import torch
     import transformers
 

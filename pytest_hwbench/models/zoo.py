@@ -1,9 +1,6 @@
-"""The built-in model zoo: config arguments of some 30 models in three tiers, and the zoo registry.
-
-The predecessor's key model set (`KEY_MODELS`) in tiers: ``quick`` (two layers, hidden 64: CI on
-any CPU), ``full`` (real sizes that fit a 24 GB CPU machine in fp32) and ``large`` (real sizes for
-GPU runners). `MODELS` is the registry (`register_model`, `get_model`); `ZOO_SPECS` and `ZOO_NAMES`
-are the built-in entries as written.
+"""The built-in model zoo: config arguments of some 30 models in three tiers (`TIERS`; the quick
+tier has two layers of hidden 64), among them the predecessor's key model set (`KEY_MODELS`), and
+the zoo registry `MODELS` (`register_model`, `get_model`).
 """
 
 from __future__ import annotations
@@ -38,8 +35,8 @@ _LLAVA_ONNX_GAP = ("no dynamic-batch ONNX export of LLaVA: transformers' LlavaMo
                    "splits the image batch into a Python list, so the TorchScript exporter fixes the batch "
                    "at 2 (a Split node) and the dynamo exporter has no ONNX function for aten._is_all_true")
 #: backend -> why a LLaVA model cannot run there (model sets of model_type llava carry it too).
-LLAVA_GAPS: Mapping[str, str] = {"onnxruntime": _LLAVA_ONNX_GAP, "onnxruntime-trt": _LLAVA_ONNX_GAP,
-                                 "openvino": _LLAVA_ONNX_GAP, "onnxruntime-web": _LLAVA_ONNX_GAP}
+LLAVA_GAPS: Mapping[str, str] = dict.fromkeys(
+    ("onnxruntime", "onnxruntime-trt", "openvino", "onnxruntime-web"), _LLAVA_ONNX_GAP)
 #: DETR's ResNet-50 backbone built by transformers (not timm), without pretrained weights.
 _DETR = {"use_timm_backbone": False, "use_pretrained_backbone": False}
 

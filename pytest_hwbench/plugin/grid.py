@@ -16,7 +16,7 @@ from ..case import DEFAULT_NEW_TOKENS, BenchCase, parse_case_id
 from ..hardware import HardwareInfo, not_available
 from ..models import FAMILIES, MODELS, ModelSpec, get_model
 from ..scenarios import get_scenario, registered_modes
-from ..vocabulary import DEFAULT_MODE, PRECISIONS, takes_new_tokens
+from ..vocabulary import DEFAULT_MODE, PRECISIONS, TOKEN_MODES
 
 DEFAULT_BATCH_SIZES: tuple[int, ...] = (1, 8, 32)
 #: Modalities whose main input is a token sequence, which ``input_lengths`` sets.
@@ -163,7 +163,7 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
     points = []
     for mode in modes:
         scenario = get_scenario(mode)
-        tokens_per_case = new_tokens if takes_new_tokens(mode) else (None,)
+        tokens_per_case = new_tokens if mode in TOKEN_MODES else (None,)
         for name in models:
             spec: ModelSpec = get_model(name)
             if families is not None and spec.family not in families:

@@ -8,7 +8,7 @@ from __future__ import annotations
 from typing import TYPE_CHECKING, Any, ClassVar, Protocol, runtime_checkable
 
 from .._plugins import SCENARIOS_GROUP, Registry, implementing
-from ..vocabulary import DEFAULT_MODE, register_token_mode
+from ..vocabulary import DEFAULT_MODE, TOKEN_MODES
 
 if TYPE_CHECKING:
     from ..backends.base import LoadedModel
@@ -62,7 +62,7 @@ def register_scenario(scenario: Scenario) -> Scenario:
     """Add a mode (called by each scenario module at import; a third party's too)."""
     implementing(scenario, Scenario, "pytest_hwbench.Scenario")
     if "new_tokens" in scenario.options:
-        register_token_mode(scenario.mode)
+        TOKEN_MODES.add(scenario.mode)
     return SCENARIOS.register(scenario.mode, scenario)
 
 

@@ -1,18 +1,11 @@
 """The ``generate`` scenario: one fixed-length greedy ``generate()`` call per iteration (KV cache,
 ``min_new_tokens == max_new_tokens == N``), on torch eager and, with the decode step compiled
-(static KV cache and a ``CompileConfig``, as transformers documents), on the torch.compile backends.
+(static KV cache and a ``CompileConfig``), on the torch.compile backends.
 
-What is measured (medians, over the batch):
-
-- ``latency_ms_*``: the whole call of N tokens; ``throughput_items_per_s`` is sequences per second;
-- ``ttft_ms``: time to first token, the same call with one new token (the eager prefill, with
-  the encoder of encoder-decoder models);
-- ``decode_ms_per_token``: ``(full - ttft) / (N - 1)`` (absent when N is 1, or when the full
-  call's median is not above the prefill's);
-- ``tokens_per_s``: ``batch * N / full``.
-
-Which models generate is read from the transformers config (`generation_class`); the first call
-checks that each sequence got exactly N tokens.
+Measured (medians, over the batch): ``latency_ms_*``, the whole call (``throughput_items_per_s``:
+sequences per second); ``ttft_ms``, the call with one new token (the eager prefill, encoder
+included); ``decode_ms_per_token``, ``(full - ttft) / (N - 1)``; ``tokens_per_s``, ``batch * N /
+full``. The first call checks that each sequence got exactly N tokens.
 """
 
 from __future__ import annotations
@@ -90,19 +83,17 @@ def generation_class(spec: ModelSpec) -> str | None:
     return None
 
 
-#: Starts of the warning "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been set"
-#: and its min_ twin, which Whisper's generate() gives on every call (transformers 5.23,
-#: ``GenerationMixin._prepare_generated_length``).
-_LENGTH_CLASH = ("Both `max_new_tokens`", "Both `min_new_tokens`")
-
-
 def _not_length_clash(record: logging.LogRecord) -> bool:
-    return not (isinstance(record.msg, str) and record.msg.startswith(_LENGTH_CLASH))
+    """False for the warning "Both `max_new_tokens` (=N) and `max_length`(=20) seem to have been
+    set" and its min_ twin, which Whisper's generate() gives on every call (transformers 5.23,
+    ``GenerationMixin._prepare_generated_length``)."""
+    starts = ("Both `max_new_tokens`", "Both `min_new_tokens`")
+    return not (isinstance(record.msg, str) and record.msg.startswith(starts))
 
 
 @contextlib.contextmanager
 def _without_length_clash_warnings() -> Iterator[None]:
-    """Filters `_not_length_clash`'s messages out of generate()'s logger for one call only."""
+    """`_not_length_clash` filters generate()'s logger for one call only."""
     logger = logging.getLogger("transformers.generation.utils")
     logger.addFilter(_not_length_clash)
     try:
@@ -140,8 +131,9 @@ def _token_ids(value: Any) -> tuple[int, ...]:
     return tuple(int(v) for v in value) if isinstance(value, list | tuple) else (int(value),)
 
 
-def _first_id(value: Any) -> int | None:
-    return next(iter(_token_ids(value)), None)
+def _first_id(*values: Any) -> int | None:
+    """The first token id of the first of `values` (config values, as `_token_ids`) that has one."""
+    return next((token for value in values for token in _token_ids(value)), None)
 
 
 def _set_special_tokens(model: Any) -> None:
@@ -150,15 +142,12 @@ def _set_special_tokens(model: Any) -> None:
     config has none; generate() raises without it). T5 starts decoding from its pad token."""
     gen = model.generation_config
     text = model.config.get_text_config(decoder=True)
-    eos = _first_id(gen.eos_token_id if gen.eos_token_id is not None else getattr(text, "eos_token_id", None))
     if gen.pad_token_id is None:
-        pad = _first_id(getattr(text, "pad_token_id", None))
-        gen.pad_token_id = pad if pad is not None else (eos if eos is not None else 0)
+        eos = _first_id(gen.eos_token_id, getattr(text, "eos_token_id", None))
+        gen.pad_token_id = _first_id(getattr(text, "pad_token_id", None), eos, 0)
     if model.config.is_encoder_decoder and gen.decoder_start_token_id is None:
-        start = _first_id(getattr(model.config, "decoder_start_token_id", None))
-        if start is None:
-            start = _first_id(gen.bos_token_id)
-        gen.decoder_start_token_id = start if start is not None else gen.pad_token_id
+        gen.decoder_start_token_id = _first_id(getattr(model.config, "decoder_start_token_id", None),
+                                               gen.bos_token_id, gen.pad_token_id)
 
 
 def _position_limit(model: Any) -> int | None:
@@ -297,30 +286,23 @@ class GenerateScenario(Scenario):
                     "static KV cache (transformers' _can_compile_fullgraph is False); use torch")
         return None
 
-    def _compiler(self, spec: ModelSpec, backend: str, hardware: str, new_tokens: int) -> CompileMode | None:
-        """The torch.compile mode that compiles the decode step (None: eager); raises
-        `UnsupportedCase` where it cannot."""
-        if backend == EAGER:
-            return None
-        compiler = COMPILE_MODES[backend]  # `backends` holds every case's backend
-        reason = compiler.missing(hardware) or self._compile_reason(spec, backend)
-        if reason:
-            raise UnsupportedCase(reason)
-        if new_tokens < 2:
-            raise UnsupportedCase(f"generate on {backend}: compiles the decode steps, and 1 new token has none "
-                                  "(generate() makes it in the eager prefill); use torch or --hwbench-new-tokens >= 2")
-        return compiler
-
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
              backend: str = EAGER, **options: Any) -> LoadedModel:
         """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
         (required) is the number of tokens each sequence generates. `backend` ``torch`` decodes
         eagerly; a torch.compile backend compiles the decode step in ``prepare()``."""
         new_tokens = options["new_tokens"]  # checked by `BenchCase`
+        # the torch.compile mode that compiles the decode step (`backends` holds every case's backend)
+        compiler = None if backend == EAGER else COMPILE_MODES[backend]
         reason = self._reason(spec, precision)
+        if compiler is not None and not reason:
+            reason = compiler.missing(hardware) or self._compile_reason(spec, backend)
+            if not reason and new_tokens < 2:
+                reason = (f"generate on {backend}: compiles the decode steps, and 1 new token has none "
+                          "(generate() makes it in the eager prefill); use torch or "
+                          "--hwbench-new-tokens >= 2")
         if reason:
             raise UnsupportedCase(reason)
-        compiler = self._compiler(spec, backend, hardware, new_tokens)
         import torch
 
         model = load_model(spec, hardware, precision, device_index, auto_class=generation_class(spec))

@@ -1,7 +1,5 @@
-"""The ``inference`` scenario: one forward pass per iteration, through any registered backend.
-
-The backend does all the work (build, convert, load, one forward); this scenario only makes
-inference a mode like the others, so the runner and the grid treat every mode alike.
+"""The ``inference`` scenario: one forward pass per iteration, through any registered backend,
+which does all the work; the scenario makes inference a mode like the others.
 """
 
 from __future__ import annotations

@@ -1,9 +1,7 @@
 """The ``train`` scenario: one optimizer step (forward, loss, backward, AdamW step) per iteration.
 
 Mixed precision is automatic mixed precision: fp32 master weights, the forward and the loss under
-``torch.autocast`` at fp16 (with a ``GradScaler``) or bf16. The record's precision is the autocast
-dtype; ``extra`` says ``amp``, ``grad_scaler``, the optimizer and its kernel, and the loss
-(`loss_kind`).
+``torch.autocast`` at fp16 (with a ``GradScaler``) or bf16, the record's precision.
 """
 
 from __future__ import annotations
@@ -189,12 +187,9 @@ class TrainScenario(Scenario):
 
     def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
                     hw: HardwareInfo) -> str | None:
-        """Why this training case cannot run here (None when it can).
-
-        Covers what the torch backend's own check does not: precisions training has no recipe
-        for, autocast on the device, and the batch-independent training memory (fp32 weights,
-        gradients and AdamW moments, `TRAIN_BYTES_PER_PARAM`) for models beyond the quick tier.
-        """
+        """Why this training case cannot run here beyond the torch backend's reasons (None when it
+        can): its precision, autocast on the device, and beyond the quick tier the training memory
+        (`TRAIN_BYTES_PER_PARAM`)."""
         if precision not in self.precisions:
             return _precision_reason(precision)
         if precision != "fp32":
@@ -203,9 +198,6 @@ class TrainScenario(Scenario):
             device_type = torch.device(device_string(hardware)).type
             if not torch.amp.is_autocast_available(device_type):
                 return f"{precision}: torch {torch.__version__} has no autocast for {device_type}"
-        return self._memory_shortfall(spec, hardware, precision, hw)
-
-    def _memory_shortfall(self, spec: ModelSpec, hardware: str, precision: str, hw: HardwareInfo) -> str | None:
         from ..device_memory import MEMORY_USABLE_SHARE, device_memory_mb
 
         if spec.tier == "quick":  # tiny by contract, and not built at collection
