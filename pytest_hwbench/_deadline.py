@@ -22,13 +22,10 @@ def call_with_deadline(
     on_wait: Callable[[float], None],
     on_deadline: Callable[[], TimeoutError],
 ) -> _T:
-    """`fn()`, waiting at most `budget_s` seconds.
-
-    When `fn` has not answered after `NOTICE_FRACTION` of `budget_s`, `on_wait` gets the seconds
-    left, once. At the deadline, raises what `on_deadline()` builds. Else returns what
-    `fn` returned, or raises what it raised, with the seconds spent in the exception's
-    ``hwbench_elapsed_s`` attribute. `name` names the thread (seen in a stack dump).
-    """
+    """`fn()`, waiting at most `budget_s` seconds: `on_wait` gets the seconds left, once, when `fn`
+    has not answered after `NOTICE_FRACTION` of them; at the deadline, raises what `on_deadline()`
+    builds. Else returns what `fn` returned, or raises what it raised, with the seconds spent in
+    its ``hwbench_elapsed_s``. `name` names the thread (seen in a stack dump)."""
     box: dict[str, Any] = {}
 
     def run() -> None:

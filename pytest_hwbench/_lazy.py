@@ -10,8 +10,8 @@ from typing import Any
 
 def lazy_exports(package: str, exports: Mapping[str, str],
                  public: Iterable[str]) -> tuple[Callable[[str], Any], Callable[[], list[str]]]:
-    """``(__getattr__, __dir__)`` for `package`: name -> the submodule (relative to `package`)
-    that defines it, imported when the name is first used and then kept in the package."""
+    """``(__getattr__, __dir__)`` for `package`, whose `exports` map a name to the submodule that
+    defines it (imported on the name's first use, then kept in the package)."""
     names = sorted(public)
 
     def __getattr__(name: str) -> Any:

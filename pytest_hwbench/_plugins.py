@@ -36,9 +36,8 @@ def _ours(module: str) -> bool:
 
 
 def load_group(group: str, *, kind: str) -> None:
-    """Import every module of entry-point `group`: ours first (in the order the installed
-    metadata lists them), then third-party ones. Ours must import; a third-party one that fails is
-    skipped with an `HwbenchWarning` naming it, so it cannot stop the rest."""
+    """Import every module of entry-point `group`: ours first, which must import, then third-party
+    ones; one of these that fails is skipped with an `HwbenchWarning` naming it."""
     found = list(_installed_entry_points().select(group=group))
     ours = [ep for ep in found if _ours(ep.module)]
     if not ours:
@@ -97,9 +96,8 @@ class Registry(Generic[T]):
                 or any(not _ours(type(item).__module__) for item in self.items.values()))
 
     def loaded(self) -> dict[str, T]:
-        """Every registered plugin, after the group's modules were imported (once). Marked loaded
-        only once all imported: a failed import raises again on the next call rather than
-        leaving a registry that silently lacks plugins."""
+        """Every registered plugin, after the group's modules were imported (once; a failed import
+        raises again on the next call rather than leave a registry that silently lacks plugins)."""
         if not self._loaded:
             load_group(self.group, kind=self.kind)
             self._loaded = True

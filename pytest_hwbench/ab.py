@@ -37,8 +37,7 @@ SIDE_OPTIONS: dict[str, tuple[str, type]] = {
     "--hwbench-min-time": ("min_time_s", float),
     "--hwbench-noise-retries": ("noise_retries", int),
 }
-#: Rounds unless the command says (the change that counts and the paired test's significance:
-#: `verdict.DEFAULT_THRESHOLD`, `verdict.DEFAULT_ALPHA`).
+#: Rounds unless the command says (with `verdict.DEFAULT_THRESHOLD` and `verdict.DEFAULT_ALPHA`).
 DEFAULT_ROUNDS = 18
 
 
@@ -85,8 +84,7 @@ class SideFailed(RuntimeError):
 
 @dataclass(frozen=True)
 class AbResult:
-    """What one `run_ab` measured: the pair id, each side's session, environment and records, the
-    verdicts."""
+    """What one `run_ab` measured: the pair id, each side's session, environment and records, verdicts."""
 
     pair: str
     sessions: dict[str, str]
@@ -208,9 +206,8 @@ def record_pair(result: AbResult, a: Side, b: Side, sinks: Sequence[Callable[[],
 
 
 def format_versions(environments: Mapping[str, SideEnvironment]) -> str:
-    """One line naming what differs between side A's and side B's python and package versions,
-    e.g. ``A: onnxruntime 1.32.0 | B: onnxruntime 1.22.1`` (``not installed`` where a side lacks
-    one), or ``same package versions on both sides``."""
+    """One line naming what differs between side A's and side B's python and package versions, e.g.
+    ``A: onnxruntime 1.32.0 | B: onnxruntime 1.22.1``, or ``same package versions on both sides``."""
     a, b = ({"python": e.python_version, **e.package_versions} for e in (environments["A"], environments["B"]))
     names = sorted(a.keys() | b.keys(), key=lambda name: (name != "python", name))  # python first
     differ = [name for name in names if a.get(name) != b.get(name)]

@@ -2,11 +2,9 @@
 measures its cases (an execnet gateway running `_worker`, as pytest-xdist starts its workers) and
 the controller's handle on it (`SideWorker`).
 
-The protocol on the channel: the controller sends the setup (environment additions, its
-`sys.path`, the measurement settings, the cases as dicts, the pair, the side's label, session id
-and threads); the worker answers a hello (`SideEnvironment`: its python, package versions and
-hardware summary); then each ``(round, case number)`` is answered with that case's record as JSON,
-and ``None`` ends the worker.
+On the channel: the controller sends the setup (environment, `sys.path`, settings, cases as dicts,
+pair, label, session id, threads); the worker answers with its `SideEnvironment`, then each
+``(round, case number)`` with that case's record as JSON; ``None`` ends the worker.
 """
 
 from __future__ import annotations
@@ -19,9 +17,8 @@ from typing import Any
 
 from .record import BenchmarkRecord
 
-#: Defaults of a side: a short timed loop per round, since every round measures each case again.
-#: Many short rounds beat few long ones for the same time: the two sides of a round run closer
-#: together, so more of the host's drift cancels, and the paired test gets more pairs
+#: Defaults of a side: a short timed loop per round. Many short rounds beat few long ones for the
+#: same time: more of the host's drift cancels, and the paired test gets more pairs
 #: (`benchmarks/gate_quality.py` measures it).
 DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, "noise_retries": 0}
 #: Seconds a side's worker may take to start (its python, imports and hardware detection) and to

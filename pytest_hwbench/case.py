@@ -22,12 +22,9 @@ DEFAULT_NEW_TOKENS = 32
 
 @dataclass(frozen=True)
 class BenchCase:
-    """One point of the benchmark grid.
-
-    `new_tokens` (generate mode only, default `DEFAULT_NEW_TOKENS`) is the number of tokens each
-    sequence generates; `input_length` replaces the model's sequence length (the prompt length
-    in generate mode) for text inputs.
-    """
+    """One point of the benchmark grid. `new_tokens` (token modes only, default `DEFAULT_NEW_TOKENS`):
+    the tokens each sequence generates; `input_length` replaces the model's sequence length (the
+    prompt length in generate mode) for text inputs."""
 
     model: str
     backend: str
@@ -71,8 +68,7 @@ class BenchCase:
 
     @property
     def load_key(self) -> tuple[str, ...]:
-        """Cases with the same key share one loaded model (a generate model is loaded for its
-        number of new tokens, so that number is part of the key)."""
+        """Cases with the same key share one loaded model (a token mode's new tokens are part of it)."""
         key = (self.model, self.backend, self.hardware, self.precision, self.mode)
         return key if self.new_tokens is None else (*key, f"out{self.new_tokens}")
 

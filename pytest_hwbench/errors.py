@@ -12,10 +12,8 @@ class HwbenchError(Exception):
 
 
 class UnsupportedCase(HwbenchError):
-    """A backend cannot run this combination here (missing runtime, device or precision).
-
-    The message names what is missing; the plugin turns it into a skip reason.
-    """
+    """A backend cannot run this combination here (missing runtime, device or precision); the
+    message names what is missing, and the plugin turns it into a skip reason."""
 
 
 class PrecisionMismatch(HwbenchError):
@@ -23,8 +21,7 @@ class PrecisionMismatch(HwbenchError):
 
 
 class OutOfMemory(HwbenchError):
-    """A case ran out of device or host memory. Its memory has been freed; the case is recorded
-    as failed (data for the compatibility matrix) and the next case runs."""
+    """A case ran out of device or host memory (freed); it is recorded as failed, the next runs."""
 
 
 __all__ = ["HwbenchError", "HwbenchWarning", "OutOfMemory", "PrecisionMismatch", "UnsupportedCase"]

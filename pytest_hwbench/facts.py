@@ -16,18 +16,13 @@ TARGET_KINDS: tuple[str, ...] = ("cpu", "accelerator", "web", "remote")
 @dataclass(frozen=True)
 class TargetFacts:
     """One hardware target: what it is, how the harness marks and times it, what hwsel assumes.
-
-    `host_cpu`: its device is the host CPU (None: whether `kind` is ``cpu``). `marker_doc`: the
-    doc of its pytest marker (the marker is `name`); None leaves the doc to the backends that run
-    it. `torch_module`: the ``torch`` submodule that drives it (``cuda`` for rocm), None where
-    torch does not. `timer`: the timer kind timing its calls (``wall`` or a torch module with
-    device events). `fallback_rank`: its place in a predictor's default fallback order (lower
-    first; None: considered only when asked for by name or backend). `default_backend`: the
-    backend a question about it means when it names none. `launch_cost_ms`: one operator launch of
-    an eager forward there, in milliseconds. `precisions`: the precisions it runs. `trains`: whether
-    it can train (inference runtimes cannot). `memory_gb`: the memory of a common device of its
-    kind, hwsel's default for what fits (None: the host's or unknown).
-    """
+    `host_cpu`: its device is the host CPU (None: whether `kind` is ``cpu``). `marker_doc`: its
+    pytest marker's doc (None: the backends' doc). `torch_module`: the ``torch`` submodule that
+    drives it (``cuda`` for rocm). `timer`: ``wall`` or a torch module with device events.
+    `fallback_rank`: its place in a predictor's default fallback order (None: considered only when
+    asked for). `default_backend`: the backend a question about it means when it names none.
+    `launch_cost_ms`: one operator launch of an eager forward there. `trains`: whether it can train.
+    `memory_gb`: a common device's memory, hwsel's default for what fits (None: the host's)."""
 
     name: str
     kind: str

@@ -32,9 +32,8 @@ def pytest_hwbench_record(config: pytest.Config, record: BenchmarkRecord) -> Non
 
 @pytest.hookspec
 def pytest_hwbench_timing_starts(config: pytest.Config, case: BenchCase) -> None:
-    """The process that measures, just before each timed window of `case` (cold call, warm-up and
-    timed loop; once per try): a plug-in whose own work must not overlap the timing (a sink
-    writer) finishes or pauses it here."""
+    """The process that measures, just before each timed window of `case` (once per try): a
+    plug-in whose own work must not overlap the timing (a sink writer) finishes or pauses it here."""
 
 
 @pytest.hookspec
@@ -55,7 +54,6 @@ def pytest_hwbench_terminal_summary(config: pytest.Config, terminalreporter: Any
 
 @pytest.hookspec
 def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
-    """Controller or serial process, once: distribution -> version for the session's info. Every
-    answer is merged into one mapping (a conftest adds to ours; for a distribution several answer,
-    ours win). Ours: the core packages and each registered backend's `Backend.distributions`; a
-    plug-in adds its own (e.g. the libraries of the sinks it writes to)."""
+    """Controller or serial process, once: distribution -> version for the session's info. The
+    answers are merged into one mapping, ours winning where several name one distribution (ours:
+    the core packages and each backend's `Backend.distributions`)."""

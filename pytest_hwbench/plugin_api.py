@@ -72,9 +72,8 @@ def case_of(item: pytest.Item) -> BenchCase | None:
 
 
 def terminal_line(config: pytest.Config, line: str, **markup: bool) -> None:
-    """Write `line` on the terminal now, on a line of its own after pytest's progress dots, also
-    from inside a test, whose output pytest captures (capture is suspended while it is written);
-    on stderr where pytest has no terminal (``-p no:terminal``)."""
+    """Write `line` on the terminal now, on a line of its own after pytest's progress dots, also from
+    inside a test (capture suspended); on stderr where pytest has no terminal (``-p no:terminal``)."""
     capman = config.pluginmanager.getplugin("capturemanager")
     with capman.global_and_fixture_disabled() if capman is not None else contextlib.nullcontext():
         reporter = config.pluginmanager.get_plugin("terminalreporter")

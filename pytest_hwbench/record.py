@@ -27,12 +27,9 @@ STATUSES: tuple[str, ...] = get_args(Status)
 
 @dataclass(frozen=True)
 class BenchmarkRecord:
-    """One benchmark case's parameters, measurements and context.
-
-    `precision` is the precision that ran, read back from the runtime, not only the one asked for.
-    Failed cases (out of memory, export error, ...) are records too: `status="failed"` and `error`;
-    a case whose process died is `status="crashed"`.
-    """
+    """One benchmark case's parameters, measurements and context. `precision` is the one that ran,
+    read back from the runtime; a failed case (out of memory, export error...) is a record too, with
+    `status="failed"` and `error`, and a case whose process died is `status="crashed"`."""
 
     # identity
     case_id: str
@@ -121,17 +118,15 @@ class BenchmarkRecord:
     @property
     def host_speed(self) -> float | None:
         """How fast the host ran during this case against its own recent baseline: the reference
-        kernel's baseline time over its time beside the case (1.0: the host at its recent best;
-        0.75: a third slower, e.g. a neighbour on the same physical cores). None: unknown (not
-        measured, or a record older than schema 4)."""
+        kernel's baseline time over its time beside the case (1.0: at its recent best; 0.75: a
+        third slower). None: unknown (not measured, or a record older than schema 4)."""
         value = self.interference.get("host_speed")
         return float(value) if isinstance(value, (int, float)) and value > 0 else None
 
     @property
     def host_bound(self) -> bool:
-        """Whether the case computed on the host's CPU (a target row `on_host_cpu`): only then does `host_speed`,
-        a CPU kernel's, speak for its latency, and only then do `hwbench compare` and hwsel
-        correct for it. An accelerator's record carries the reading as a fact about its host."""
+        """Whether the case computed on the host's CPU (a target row `on_host_cpu`): only then does
+        `host_speed`, a CPU kernel's, speak for its latency (`hwbench compare` and hwsel correct for it)."""
         return self.hardware in target_set(host_cpu=True)
 
     @property
@@ -260,13 +255,9 @@ def _number(value: Any) -> float | None:
 
 def measurement_problem(record: BenchmarkRecord | Mapping[str, Any]) -> str | None:
     """Why `record` (a `BenchmarkRecord` or a mapping of its fields, e.g. a frame row) cannot be
-    a measurement, or None when it can; only ``passed`` records are judged.
-
-    The answer starts with a reason that is the same for every record with that fault (e.g.
-    ``"latency_ms_median not finite"``), then the value in parentheses, so callers can count
-    records by reason. A NaN in an optional field reads as missing (a frame's empty cell); an
-    infinity does not.
-    """
+    a measurement, or None when it can; only ``passed`` records are judged. The answer is a reason
+    the same for every record with that fault (e.g. ``"latency_ms_median not finite"``), then the
+    value in parentheses. A NaN in an optional field reads as missing (a frame's empty cell)."""
     data: Mapping[str, Any] = record.to_dict() if isinstance(record, BenchmarkRecord) else record
     if data.get("status", "passed") != "passed":
         return None

@@ -84,8 +84,7 @@ class CaseResult:
 
 def _case_fields(case: BenchCase, spec: ModelSpec | None, session_id: str, nodeid: str, worker: str,
                  cpu_affinity: tuple[int, ...]) -> dict[str, Any]:
-    """Record fields that describe the case and where it ran; model numbers are None when the
-    model cannot be built."""
+    """Record fields that describe the case and where it ran (model numbers None if unbuildable)."""
     try:
         arch = spec.architecture if spec is not None else None
         shape = spec.input_shape() if spec is not None else {}

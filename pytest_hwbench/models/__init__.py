@@ -1,9 +1,6 @@
 """The model zoo and model sets: models built from transformers config classes, never downloaded.
-
-`spec` (`ModelSpec`, the words models are described in), `inputs` (input builders per modality),
-`trace` (the meta-device trace: parameters, FLOPs, activations, launches), `zoo` (the built-in
-models and the registry), `sets` (user models from a model-set file or a `config.json`). Importing
-the package imports neither torch nor transformers.
+`spec` (`ModelSpec`), `inputs` (per modality), `trace` (the meta-device trace), `zoo` (the built-in
+models, the registry), `sets` (user models). Importing it imports neither torch nor transformers.
 """
 
 from __future__ import annotations

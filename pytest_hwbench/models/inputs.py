@@ -4,7 +4,6 @@ of one item, the longest text. torch is imported inside `make_inputs`.
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 #: Samples of one waveform item: one second at 16 kHz.
@@ -18,11 +17,6 @@ def position_limit(config: Any) -> int | None:
     cfg = getattr(config, "text_config", config)
     limit = getattr(cfg, "max_position_embeddings", None) or getattr(cfg, "n_positions", None)
     return int(limit) if limit else None
-
-
-def _text_len(length: int, config: Any) -> int:
-    limit = position_limit(config)
-    return min(length, limit) if limit else length
 
 
 def _image_size(config: Any) -> int:
@@ -55,11 +49,6 @@ def _image_tokens(config: Any) -> int:
     return patches + (1 if config.vision_feature_select_strategy == "full" else 0)
 
 
-def _tokens_text_len(length: int, config: Any) -> int:
-    limit = int(config.text_config.max_position_embeddings) - _image_tokens(config)
-    return max(1, min(length, limit))
-
-
 def make_inputs(modality: str, length: int, config: Any, batch: int, gen: Any) -> dict[str, Any]:
     """Forward() kwargs on the CPU for `batch` items of `modality` (`length`: the sequence length),
     drawn from the torch generator `gen`."""
@@ -85,20 +74,20 @@ def make_inputs(modality: str, length: int, config: Any, batch: int, gen: Any) -
         return {"pixel_values": pixels()}
     if modality == "audio_features":
         return {"input_features": randn(batch, int(config.num_mel_bins), _audio_frames(config)),
-                "decoder_input_ids": ids(min(length, int(config.max_target_positions)))}
+                "decoder_input_ids": ids(_text_len(modality, length, config))}
     if modality == "audio_waveform":
         return {"input_values": randn(batch, AUDIO_SAMPLES)}
     if modality == "image_text_tokens":
         # LLaVA-style prompt: the image's placeholder tokens, then `length` text tokens
         # (random ids that never collide with the image token).
         image_token = int(config.image_token_index)
-        prompt = ids(_tokens_text_len(length, config))
+        prompt = ids(_text_len(modality, length, config))
         prompt = torch.where(prompt == image_token, torch.zeros_like(prompt), prompt)
         image = torch.full((batch, _image_tokens(config)), image_token, dtype=prompt.dtype)
         return {**text(torch.cat([image, prompt], dim=1)), "pixel_values": pixels()}
-    inputs = text(ids(_text_len(length, config)))
+    inputs = text(ids(_text_len(modality, length, config)))
     if modality == "text2text":
-        inputs["decoder_input_ids"] = ids(_text_len(length, config))
+        inputs["decoder_input_ids"] = ids(_text_len(modality, length, config))
     elif modality == "image_text":
         inputs["pixel_values"] = pixels()
     elif modality == "audio_text":
@@ -111,41 +100,35 @@ def make_inputs(modality: str, length: int, config: Any, batch: int, gen: Any) -
     return inputs
 
 
-def _shape(sequence_length: int | None = None, image_size: int | None = None,
-           audio_samples: int | None = None) -> dict[str, int | None]:
-    return {"sequence_length": sequence_length, "image_size": image_size, "audio_samples": audio_samples}
+def max_length(modality: str, config: Any) -> int | None:
+    """The longest text a model of `modality` takes (None: no limit, or no text)."""
+    if modality in ("image", "audio_waveform"):
+        return None
+    if modality == "audio_features":
+        return int(config.max_target_positions)
+    if modality == "image_text_tokens":  # the text after the image's placeholders
+        return max(1, int(config.text_config.max_position_embeddings) - _image_tokens(config))
+    return position_limit(config)
 
 
-#: modality -> the longest text a model of that modality takes (None: no limit or no text).
-MAX_LENGTH: dict[str, Callable[[Any], int | None]] = {
-    "text": position_limit,
-    "text2text": position_limit,
-    "image": lambda c: None,
-    "audio_features": lambda c: int(c.max_target_positions),
-    "audio_waveform": lambda c: None,
-    "image_text": position_limit,
-    "audio_text": position_limit,
-    "video_text": position_limit,
-    "image_text_tokens": lambda c: max(1, int(c.text_config.max_position_embeddings) - _image_tokens(c)),
-}
+def _text_len(modality: str, length: int, config: Any) -> int:
+    limit = max_length(modality, config)
+    return min(length, limit) if limit else length
 
-#: modality -> the size of one item, from (sequence_length, config). Keys are `BenchmarkRecord`
-#: fields: video frames have none, so a video item reports its frame size only (the frame count
-#: is in the config).
-SHAPES: dict[str, Callable[[int, Any], dict[str, int | None]]] = {
-    "text": lambda n, c: _shape(_text_len(n, c)),
-    "text2text": lambda n, c: _shape(_text_len(n, c)),
-    "image": lambda n, c: _shape(image_size=_image_size(c)),
-    "audio_features": lambda n, c: _shape(
-        min(n, int(c.max_target_positions)),
-        audio_samples=_audio_frames(c) * int(getattr(c, "hop_length", 160) or 160),
-    ),
-    "audio_waveform": lambda n, c: _shape(audio_samples=AUDIO_SAMPLES),
-    "image_text": lambda n, c: _shape(_text_len(n, c), _image_size(c)),
-    "audio_text": lambda n, c: _shape(_text_len(n, c), audio_samples=_clap_frames(c) * CLAP_HOP),
-    "video_text": lambda n, c: _shape(_text_len(n, c), _image_size(c)),
-    # the tokens the language model sees: the image's placeholders plus the text
-    "image_text_tokens": lambda n, c: _shape(_image_tokens(c) + _tokens_text_len(n, c), _image_size(c)),
-}
 
-__all__ = ["AUDIO_SAMPLES", "CLAP_HOP", "MAX_LENGTH", "SHAPES", "make_inputs", "position_limit"]
+def input_shape(modality: str, length: int, config: Any) -> dict[str, int | None]:
+    """The size of one item of `modality` as `BenchmarkRecord` fields: the tokens the (language)
+    model sees, the image size (a video's frame size; its frame count is in the config) and the
+    audio samples."""
+    placeholders = _image_tokens(config) if modality == "image_text_tokens" else 0
+    text = modality not in ("image", "audio_waveform")
+    tokens = placeholders + _text_len(modality, length, config) if text else None
+    hop = int(getattr(config, "hop_length", 160) or 160)  # Whisper's feature extractor
+    samples = {"audio_features": lambda: _audio_frames(config) * hop, "audio_waveform": lambda: AUDIO_SAMPLES,
+               "audio_text": lambda: _clap_frames(config) * CLAP_HOP}.get(modality)
+    image = modality in ("image", "image_text", "video_text", "image_text_tokens")
+    return {"sequence_length": tokens, "image_size": _image_size(config) if image else None,
+            "audio_samples": samples() if samples else None}
+
+
+__all__ = ["AUDIO_SAMPLES", "CLAP_HOP", "input_shape", "make_inputs", "max_length", "position_limit"]

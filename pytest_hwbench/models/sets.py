@@ -70,13 +70,10 @@ _CONFIG_METADATA = ("model_type", "architectures", "_name_or_path", "transformer
 
 
 def spec_from_config(config: Mapping[str, Any], name: str | None = None, *, where: str = "config") -> ModelSpec:
-    """A checked `ModelSpec` from the contents of a Hugging Face ``config.json``.
-
-    The config class comes from its ``model_type`` (e.g. ``bert`` -> ``BertConfig``), the other
-    keys become its keyword arguments; family, modality and auto class are those of the model
-    type (`_model_types`). `name` defaults to the config's ``_name_or_path`` (last part), else
-    ``<model_type>-custom``. Raises ValueError naming `where` and the field.
-    """
+    """A checked `ModelSpec` from the contents of a Hugging Face ``config.json``: the config class of
+    its ``model_type`` (family, modality and auto class: `_model_types`), the other keys its keyword
+    arguments. `name` defaults to the last part of ``_name_or_path``, else ``<model_type>-custom``.
+    Raises ValueError naming `where` and the field."""
     if not isinstance(config, Mapping):
         raise ValueError(f"{where}: expected a JSON object (the contents of a config.json), got "
                          f"{type(config).__name__}")
@@ -161,9 +158,8 @@ def _entry_spec(entry: Mapping[str, Any], where: str) -> ModelSpec:
 
 def _stray_sub_config(config: Any, prefix: str = "config_kwargs.",
                       names: frozenset[str] | None = None) -> tuple[str, str] | None:
-    """(dotted field, config class) of the first sub-config name of `config`'s class (e.g. a
-    llava's ``text_config``) found again, as a plain mapping, in a sub-config whose class does not
-    build it into a config; None if there is none."""
+    """(dotted field, config class) of the first sub-config name of `config`'s class (a llava's
+    ``text_config``) found again as a plain mapping in a sub-config that does not build it, or None."""
     import transformers
 
     names = frozenset(getattr(config, "sub_configs", None) or ()) if names is None else names

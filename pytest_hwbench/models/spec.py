@@ -1,7 +1,5 @@
-"""What a model is: `ModelSpec` (how to build and feed it) and the words it is described in.
-
-A spec's `architecture` comes from the meta-device trace (`trace`); transformers and torch are
-imported only when a config, a model or inputs are built.
+"""What a model is: `ModelSpec` (how to build and feed it) and the words it is described in;
+transformers and torch are imported only when a config, a model or inputs are built.
 """
 
 from __future__ import annotations
@@ -13,8 +11,8 @@ from dataclasses import dataclass, field
 from types import MappingProxyType
 from typing import Any
 
-from ..vocabulary import BYTES_PER_PRECISION, cache_dir
-from .inputs import MAX_LENGTH, SHAPES, make_inputs
+from ..vocabulary import BYTES_PER_PRECISION, cache_dir, check_precision
+from .inputs import input_shape, make_inputs, max_length
 from .trace import ModelArchitecture, stored_architecture, trace_architecture
 
 FAMILIES: tuple[str, ...] = ("embedding", "text_generation", "vision", "audio", "multimodal")
@@ -90,16 +88,13 @@ class ModelSpec:
 
     def input_shape(self) -> dict[str, int | None]:
         """The size of one item: sequence length, image size or audio samples."""
-        return SHAPES[self.modality](self.sequence_length, self._config())
+        return input_shape(self.modality, self.sequence_length, self._config())
 
     @property
     def max_sequence_length(self) -> int | None:
-        """The longest token sequence the model takes, from its config's position limit.
-
-        None where its input is no token sequence (images, waveforms) or the config sets no
-        limit (T5's relative positions). Builds the config, not the model.
-        """
-        return MAX_LENGTH[self.modality](self._config())
+        """The longest token sequence the model takes, from its config's position limit (None where
+        its input is no token sequence or the config sets no limit, as T5's relative positions)."""
+        return max_length(self.modality, self._config())
 
     def make_inputs(self, batch_size: int, device: Any = "cpu", seed: int = 0) -> dict[str, Any]:
         """Deterministic random inputs for `batch_size` items, as forward() kwargs."""
@@ -121,39 +116,29 @@ class ModelSpec:
         """Parameter count, FLOPs per item and shape numbers, from a meta-device build (traced
         once per config, input and library versions on this machine: `stored_architecture`)."""
 
-        def trace() -> ModelArchitecture:
-            # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
-            # which the meta-device trace answers.
-            return trace_architecture(self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
-                                      tokens=self.input_shape().get("sequence_length") or 1)
-
         key = {"config": self._config().to_dict(), "config_class": self.config_class, "auto_class": self.auto_class,
                "modality": self.modality, "sequence_length": self.sequence_length}
-        return stored_architecture(cache_dir("architecture"), key, trace)
+        # All-ones attention masks stay: transformers reads booleans out of them (`mask.all()`),
+        # which the meta-device trace answers.
+        return stored_architecture(cache_dir("architecture"), key, lambda: trace_architecture(
+            self.build_model("meta"), self.make_inputs(1, device="meta"), self._config(),
+            tokens=self.input_shape().get("sequence_length") or 1))
 
     def weights_memory_mb(self, precision: str = "fp32") -> float:
         """MiB the weights take at `precision` (`BYTES_PER_PRECISION` per parameter; a floor at
         int8, whose embeddings and norms stay fp32)."""
-        return self.architecture.param_count * _bytes(BYTES_PER_PRECISION, precision) / 2**20
+        return self.architecture.param_count * BYTES_PER_PRECISION[check_precision(precision)] / 2**20
 
     def activation_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
         """MiB of activations alive at the peak of one forward over `batch_size` items: the
-        meta-device peak at batch 1 in fp32 (outputs included, weights and inputs excluded),
-        scaled by the batch and by `ACTIVATION_BYTES` / 4; runtime overhead is not in it. 0 when
-        the forward cannot run on the meta device."""
+        meta-device peak at batch 1 in fp32 (outputs in, weights, inputs and runtime overhead out),
+        scaled by the batch and `ACTIVATION_BYTES` / 4; 0 when the forward cannot run on meta."""
         per_item = self.architecture.activation_bytes_per_item or 0.0
-        return per_item * _bytes(ACTIVATION_BYTES, precision) / 4 * batch_size / 2**20
+        return per_item * ACTIVATION_BYTES[check_precision(precision)] / 4 * batch_size / 2**20
 
     def estimated_memory_mb(self, precision: str = "fp32", batch_size: int = 1) -> float:
         """MiB one forward needs at `precision` and `batch_size`: weights plus peak activations."""
         return self.weights_memory_mb(precision) + self.activation_memory_mb(precision, batch_size)
-
-
-def _bytes(table: Mapping[str, int], precision: str) -> int:
-    try:
-        return table[precision]
-    except KeyError:
-        raise ValueError(f"precision {precision!r} is not one of {', '.join(table)}") from None
 
 
 def achieved_tflops(flops_item: float | None, batch_size: int, latency_s: float) -> float | None:

@@ -1,8 +1,6 @@
-"""The shape-only trace: one forward on the meta device, no weights allocated.
-
-It gives a `ModelArchitecture`: FLOPs per item (`FlopCounterMode`, else `dense_flops_estimate`),
-peak activation bytes, operators launched per forward and shape numbers. `stored_architecture`
-keeps each answer on disk, keyed by the config, the input, the library versions and this code.
+"""The shape-only trace: one forward on the meta device, no weights allocated, gives a
+`ModelArchitecture` (FLOPs per item, peak activations, launches, shape numbers), which
+`stored_architecture` keeps on disk.
 """
 
 from __future__ import annotations
@@ -54,10 +52,9 @@ def _first_attr(config: Any, names: Iterable[str]) -> int | None:
 
 @functools.cache
 def _meta_run_mode() -> type:
-    """A dispatch mode for a meta-device forward: records peak activation bytes (each new
-    storage live until freed) and launches (each op that computes), and answers True to a boolean
-    scalar read, which a meta tensor cannot give: transformers reads checks out of tensors
-    (`padding_mask.all()`, LLaVA's image-token count), and the zoo's inputs pass them."""
+    """A dispatch mode for a meta-device forward: records peak activation bytes and launches (ops
+    that compute), and answers True to a boolean scalar read, which a meta tensor cannot give:
+    transformers reads checks out of tensors (`mask.all()`), and the zoo's inputs pass them."""
     import weakref
 
     import torch
@@ -104,14 +101,10 @@ def _meta_run_mode() -> type:
 
 
 def dense_flops_estimate(model: Any, tokens: int, num_layers: int | None, hidden_size: int | None) -> float:
-    """Forward FLOPs of a dense transformer for one item of `tokens` tokens, from its weights.
-
-    2 FLOPs per weight per token (Kaplan et al. 2020, C_forward ~ 2N) over the weights a token
-    passes through: all parameters but the embedding tables (lookups), plus an output head tied
-    to an embedding (Qwen2-0.5B: a matmul however it is stored); then 4 * layers * tokens^2 *
-    hidden for the attention scores and their weighted sum. Within 0.1% of FlopCounterMode for
-    the LLaMA and Qwen2 sizes of the zoo at 128 tokens.
-    """
+    """Forward FLOPs of a dense transformer for one item of `tokens` tokens, from its weights: 2 per
+    weight per token (Kaplan et al. 2020) over all but the embedding tables, an output head tied to
+    one included (Qwen2-0.5B), plus 4 * layers * tokens^2 * hidden for attention. Within 0.1% of
+    FlopCounterMode for the zoo's LLaMA and Qwen2 sizes at 128 tokens."""
     import torch
 
     embeddings = [m for m in model.modules() if isinstance(m, torch.nn.Embedding)]
@@ -147,9 +140,8 @@ def trace_architecture(model: Any, inputs: dict[str, Any], config: Any, *, token
             model(**inputs)
         flops = float(counter.get_total_flops())
     except _META_ERRORS:
-        # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and
-        # a model may not run on meta at all: estimate from the weights instead, and measure
-        # the activations without the counter where the forward itself runs.
+        # FlopCounterMode rejects grouped-query attention shapes on CUDA kernels (FACTS.md), and a
+        # model may not run on meta at all: estimate from the weights, measure without the counter.
         flops = dense_flops_estimate(model, tokens, num_layers, hidden_size)
         live = _meta_run_mode()()
         try:

@@ -21,10 +21,8 @@ SCENARIOS: Registry[Scenario] = Registry(SCENARIOS_GROUP, "scenario", key="mode"
 
 @runtime_checkable
 class Scenario(Protocol):
-    """What a mode provides (``inference``, ``generate``, ``train``, or a third party's).
-
-    The members with a default are optional: a scenario that subclasses `Scenario` inherits them.
-    """
+    """What a mode provides (``inference``, ``generate``, ``train``, or a third party's); a scenario
+    that subclasses `Scenario` inherits the members with a default."""
 
     #: The mode's name: the `BenchCase.mode` and the pytest marker.
     mode: str
@@ -51,9 +49,8 @@ class Scenario(Protocol):
 
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
              backend: str = "torch", **options: Any) -> LoadedModel:
-        """Build the model for this mode. `backend` is the case's, one of `backends` (e.g.
-        generate compiles its decode step on ``torch-compile``); `options` are the case's mode
-        options (e.g. ``new_tokens``). ``LoadedModel.prepare(inputs)`` returns the call that one
+        """Build the model for this mode on the case's `backend` (one of `backends`) with the case's
+        mode `options` (e.g. ``new_tokens``); ``LoadedModel.prepare(inputs)`` returns the call one
         timed iteration runs, which may be `MeasuresMore` (e.g. time to first token)."""
         ...
 

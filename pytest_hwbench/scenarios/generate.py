@@ -2,10 +2,9 @@
 ``min_new_tokens == max_new_tokens == N``), on torch eager and, with the decode step compiled
 (static KV cache and a ``CompileConfig``), on the torch.compile backends.
 
-Measured (medians, over the batch): ``latency_ms_*``, the whole call (``throughput_items_per_s``:
-sequences per second); ``ttft_ms``, the call with one new token (the eager prefill, encoder
-included); ``decode_ms_per_token``, ``(full - ttft) / (N - 1)``; ``tokens_per_s``, ``batch * N /
-full``. The first call checks that each sequence got exactly N tokens.
+Measured (medians, over the batch): ``latency_ms_*``, the whole call; ``ttft_ms``, the call with
+one new token (the eager prefill); ``decode_ms_per_token``, ``(full - ttft) / (N - 1)``;
+``tokens_per_s``, ``batch * N / full``. The first call checks that each sequence got N tokens.
 """
 
 from __future__ import annotations
@@ -59,10 +58,9 @@ _DECODER_INPUTS = ("decoder_input_ids", "decoder_attention_mask")
 
 
 def generation_class(spec: ModelSpec) -> str | None:
-    """The transformers auto class that builds `spec` with a generation head: a seq2seq head
-    (Whisper, T5, BART), an image-text-to-text head (LLaVA) or a causal-LM head (GPT-2, LLaMA);
-    None when the model does not generate tokens, encoders with a causal-LM head on their
-    masked-LM pretraining (BERT) included, or when its config cannot be built."""
+    """The transformers auto class that builds `spec` with a generation head: seq2seq (Whisper, T5),
+    image-text-to-text (LLaVA) or causal-LM (GPT-2, LLaMA); None when the model does not generate
+    tokens (BERT's masked-LM causal head included) or its config cannot be built."""
     if spec.modality not in GENERATE_MODALITIES:
         return None
     try:
@@ -104,8 +102,7 @@ def _without_length_clash_warnings() -> Iterator[None]:
 
 @functools.cache
 def _step_counter_class() -> type:
-    """A stopping criterion that never stops and counts decoding steps (transformers is imported
-    lazily, so the class is defined on first use)."""
+    """A stopping criterion that never stops and counts decoding steps (defined on first use)."""
     import torch
     from transformers import StoppingCriteria
 
@@ -229,10 +226,9 @@ class GenerateCall:
         return self.generate(1)
 
     def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:
-        """Time to first token (the prefill call timed like the full one: a cold call first,
-        then warm-up and the timed loop), per-token decode latency and generated tokens per
-        second, from medians; `latency` is the full call's. Decode latency is left out where the
-        full call's median is not above the prefill's (too few iterations to tell them apart)."""
+        """Time to first token (the prefill call timed like the full one), per-token decode latency
+        (left out where the full call's median `latency` is not above the prefill's) and generated
+        tokens per second, from medians."""
         self.prefill()  # its cold call, untimed, as the full call had one before its loop
         prefill = tracker.run(self.prefill, timing)
         full_ms = latency.median
@@ -262,10 +258,9 @@ class GenerateScenario(Scenario):
     def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
                     hw: HardwareInfo) -> str | None:
         """A reason for int8, for models that do not generate and, on a compiled backend, for
-        models whose decode step does not compile in one graph; the backend's own reasons
-        (hardware, fp16/bf16 support, compiler toolchain, CUDA graphs) come from the backend."""
-        return self._reason(spec, precision) or (self._compile_reason(spec, backend)
-                                                 if backend != EAGER else None)
+        models whose decode step does not compile in one graph (the rest is the backend's)."""
+        compiled = backend != EAGER
+        return self._reason(spec, precision) or (self._compile_reason(spec, backend) if compiled else None)
 
     def _reason(self, spec: ModelSpec, precision: str) -> str | None:
         if precision not in self.precisions:
@@ -289,8 +284,8 @@ class GenerateScenario(Scenario):
     def load(self, spec: ModelSpec, hardware: str, precision: str, device_index: int = 0, *,
              backend: str = EAGER, **options: Any) -> LoadedModel:
         """Build `spec` with its generation head at `precision` on the device; ``new_tokens``
-        (required) is the number of tokens each sequence generates. `backend` ``torch`` decodes
-        eagerly; a torch.compile backend compiles the decode step in ``prepare()``."""
+        (required): the tokens each sequence generates; a torch.compile `backend` compiles the
+        decode step in ``prepare()``."""
         new_tokens = options["new_tokens"]  # checked by `BenchCase`
         # the torch.compile mode that compiles the decode step (`backends` holds every case's backend)
         compiler = None if backend == EAGER else COMPILE_MODES[backend]

@@ -80,10 +80,7 @@ def _loss_inputs(kind: str, model: Any, inputs: dict[str, Any]) -> dict[str, Any
 
 def synthetic_loss(outputs: Any) -> Any:
     """The sum of the means of the top-level floating tensors of `outputs` that carry a gradient
-    (every output, not the first: the backward then reaches every head, as a real fine-tune).
-
-    Raises `UnsupportedCase` when there is none: nothing to train on.
-    """
+    (every one, so the backward reaches every head); `UnsupportedCase` when there is none."""
     import torch
 
     values = outputs.values() if hasattr(outputs, "values") else outputs
@@ -181,8 +178,7 @@ class TrainScenario(Scenario):
     precisions = ("fp32", "fp16", "bf16")
 
     def supports(self, spec: ModelSpec) -> bool:
-        """Every zoo model: each has a floating output to build a loss from (a model whose
-        forward turns out to have none skips at its first step with the reason)."""
+        """Every zoo model (one without a floating output skips at its first step)."""
         return True
 
     def unavailable(self, spec: ModelSpec, backend: str, hardware: str, precision: str,
