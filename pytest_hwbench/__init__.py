@@ -31,8 +31,7 @@ if TYPE_CHECKING:
         TimingConfig,
     )
 
-#: module -> the public names it defines. Each is imported on first use (PEP 562), so importing
-#: a light module (``pytest_hwbench.record``) loads no backend, runner, tracker or torch.
+#: module -> the public names it defines, each imported on first use (PEP 562): cheap imports.
 _MODULES: dict[str, tuple[str, ...]] = {
     "backends": ("Backend", "LoadedModel", "get_backend", "register_backend", "registered_backends"),
     "backends.base": ("MeasuredElsewhere", "RemoteMeasurement", "WrappedModel"),

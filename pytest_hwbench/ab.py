@@ -74,8 +74,8 @@ def parse_env(items: Sequence[str]) -> dict[str, str]:
 
 
 class SideFailed(RuntimeError):
-    """A side's worker did not start, did not answer a case within its time, or died: `label`
-    names the side, `result` holds the complete rounds measured before (None if none ran)."""
+    """Side `label`'s worker did not start, answer a case in time, or died; `result` holds the
+    complete rounds measured before (None if none ran)."""
 
     def __init__(self, label: str, side: Side, what: str, result: AbResult | None = None) -> None:
         self.label, self.side, self.result = label, side, result

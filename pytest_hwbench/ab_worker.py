@@ -21,8 +21,7 @@ from .record import BenchmarkRecord
 #: same time: more of the host's drift cancels, and the paired test gets more pairs
 #: (`benchmarks/gate_quality.py` measures it).
 DEFAULT_SIDE = {"warmup_iterations": 2, "min_iterations": 5, "min_time_s": 0.1, "noise_retries": 0}
-#: Seconds a side's worker may take to start (its python, imports and hardware detection) and to
-#: measure one case (the first loads the model): `--side-timeout`.
+#: Seconds a side's worker may take to start, and to measure one case (`--side-timeout`).
 DEFAULT_SIDE_TIMEOUT_S = 600.0
 
 

@@ -101,11 +101,9 @@ def build_parser() -> argparse.ArgumentParser:
 
 def main(argv: Sequence[str] | None = None) -> int:
     """Entry point of the `hwbench` console script."""
-    parser = build_parser()
-    args = parser.parse_args(argv)
-    run = _COMMANDS[args.command][0]
+    args = build_parser().parse_args(argv)
     try:
-        return run(args)
+        return _COMMANDS[args.command][0](args)
     except (ValueError, KeyError, FileNotFoundError, ConnectionError) as exc:
         message = exc.args[0] if isinstance(exc, KeyError) and exc.args else str(exc)
         print(f"hwbench {args.command}: error: {redact_uri(message)}", file=sys.stderr)

@@ -46,6 +46,11 @@ class CaseResult:
     #: left out, the case's scenario says (`Scenario.forwards_per_iteration`)
     forwards_per_iteration: float | None = FROM_SCENARIO
 
+    @property
+    def throughput(self) -> float:
+        """Items per second at the median latency."""
+        return self.latency.throughput(self.case.batch_size)
+
     def to_record(self, session_id: str, *, nodeid: str = "", worker: str = "main",
                   cpu_affinity: tuple[int, ...] = (), extra: dict[str, Any] | None = None) -> BenchmarkRecord:
         """A passed `BenchmarkRecord` of this result."""
@@ -64,7 +69,7 @@ class CaseResult:
             threads=self.threads,
             **{f"latency_ms_{stat}": getattr(lat, stat) for stat in _LATENCY_STATS},
             iterations=lat.iterations,
-            throughput_items_per_s=lat.throughput(self.case.batch_size),
+            throughput_items_per_s=self.throughput,
             load_time_s=self.load_time_s,
             cold_latency_ms=self.cold_latency_ms,
             peak_host_rss_mb=self.memory.peak_host_rss_mb,

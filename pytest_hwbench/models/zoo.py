@@ -149,8 +149,8 @@ ZOO_SPECS: tuple[ModelSpec, ...] = (
               backend_gaps=LLAVA_GAPS),
 )
 
-#: The predecessor's key model set (model-benchmarking-guide): architecture -> its zoo variants,
-#: smallest first. LLaVA-Next is left out: it is LLaVA with image tiling.
+#: The predecessor's key model set (model-benchmarking-guide, but LLaVA-Next, which is LLaVA with
+#: image tiling): architecture -> its zoo variants, smallest first.
 KEY_MODELS: dict[str, tuple[str, ...]] = {
     "BERT": ("bert-tiny", "bert-base"),
     "CLAP": ("clap-tiny", "clap-htsat-unfused"),

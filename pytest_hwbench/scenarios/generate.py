@@ -222,7 +222,7 @@ class GenerateCall:
                 )
 
     def prefill(self) -> Any:
-        """The call with one new token: time to first token."""
+        """The call with one new token (time to first token)."""
         return self.generate(1)
 
     def measure_more(self, tracker: LatencyTracker, timing: TimingConfig, latency: Latency) -> dict[str, float]:

@@ -96,8 +96,7 @@ def synthetic_loss(outputs: Any) -> Any:
 
 @dataclass
 class _Trainer:
-    """What a loaded training case holds: the model (fp32 master weights), AdamW and the
-    ``torch.amp.GradScaler`` (fp16 only, else None)."""
+    """A loaded training case: the model (fp32 master weights), AdamW, the GradScaler (fp16, else None)."""
 
     model: Any
     optimizer: Any
