@@ -14,7 +14,7 @@ from pytest_hwbench.vocabulary import TRAIN_MODE, bytes_per_element
 from ..memory import memory_breakdown
 from ..query import Prediction, Query
 from .base import prediction, query_features
-from .rules import TRAIN_FLOPS, launch_overhead_ms, overhead_12_layers_ms, runtime_mb
+from .rules import TRAIN_FLOPS, overhead_12_layers_ms, runtime_mb
 
 
 def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
@@ -39,19 +39,30 @@ def roofline_arrays(queries: Sequence[Query]) -> dict[str, Any]:
     )
 
 
-def layer_log_ms(features: Any) -> Any:
-    """Log latency the roofline layer answers for rows of `hwsel.features.feature_frame` (its
-    ``log_roofline_ms``, ``mode``, ``hardware``, ``num_layers``): the roofline, three forwards for
-    a training step, plus the launch overhead, as `RooflineLayer.answer` computes it."""
+def _step_ms(forward_ms: Any, modes: Any, layers: Any, hardware: Any) -> tuple[Any, Any]:
+    """(latency, launch overhead) arrays of the roofline layer's answer: the roofline's `forward_ms`,
+    three forwards for a training step, plus a fixed cost per forward (twice per training step)
+    that no FLOP count shows, scaled by depth (`layers`, 12 where unknown) from a 12-layer model."""
+    # A roofline alone would call a GPU 1000x faster than a CPU for a tiny model at batch 1 (eager
+    # GPUs are launch bound there, FACTS.md).
     import numpy as np
 
-    train = (features["mode"].astype(str) == TRAIN_MODE).to_numpy()
-    layers = features["num_layers"].to_numpy(dtype=float)
+    train = np.asarray(modes, dtype=object) == TRAIN_MODE
+    layers = np.asarray(layers, dtype=float)
     layers = np.where(np.isfinite(layers) & (layers > 0), layers, 12.0)
-    per = np.array([overhead_12_layers_ms(str(h)) for h in features["hardware"]], dtype=float)
+    per = np.array([overhead_12_layers_ms(str(h)) for h in hardware], dtype=float)
     overhead = per * layers / 12 * np.where(train, 2.0, 1.0)
-    roof = np.exp(features["log_roofline_ms"].to_numpy(dtype=float)) * np.where(train, TRAIN_FLOPS, 1.0)
-    return np.log(roof + overhead)
+    return np.asarray(forward_ms, dtype=float) * np.where(train, TRAIN_FLOPS, 1.0) + overhead, overhead
+
+
+def layer_log_ms(features: Any) -> Any:
+    """Log latency the roofline layer answers (`_step_ms`) for rows of
+    `hwsel.features.feature_frame` (its ``log_roofline_ms``, ``mode``, ``hardware``, ``num_layers``)."""
+    import numpy as np
+
+    latency, _ = _step_ms(np.exp(features["log_roofline_ms"].to_numpy(dtype=float)),
+                         features["mode"].astype(str), features["num_layers"], features["hardware"])
+    return np.log(latency)
 
 
 def calibrated_offsets(intervals: Any, layer: str, queries: Sequence[Query],
@@ -78,27 +89,23 @@ class RooflineLayer:
         f = self.interval_factor
         band = calibrated_offsets(self.intervals, "roofline", queries)
         est = roofline_arrays(queries)
-        lat, mem, comp, bw = est["latency_ms"], est["memory_mb"], est["compute_ms"], est["memory_ms"]
+        comp, bw = est["compute_ms"], est["memory_ms"]
+        steps, overheads = _step_ms(est["latency_ms"], [q.mode for q in queries],
+                                   [q.model.num_layers for q in queries], [q.hardware for q in queries])
         out: list[Prediction | None] = []
         for j, q in enumerate(queries):
-            latency, memory = float(lat[j]), float(mem[j])
-            if not (math.isfinite(latency) and latency > 0 and math.isfinite(memory)):
+            forward, memory = float(est["latency_ms"][j]), float(est["memory_mb"][j])
+            if not (math.isfinite(forward) and forward > 0 and math.isfinite(memory)):
                 out.append(None)
                 continue
-            bound = "compute" if comp[j] >= bw[j] else "memory"
-            if q.mode == TRAIN_MODE:
-                # The roofline models a forward; a training step is about three (forward + backward),
-                # and it also holds gradients and optimizer states.
-                latency *= TRAIN_FLOPS
+            latency, overhead = float(steps[j]), float(overheads[j])
+            if q.mode == TRAIN_MODE:  # a training step also holds gradients and optimizer states
                 bd = memory_breakdown(q.model, batch_size=q.batch_size, precision=q.precision, mode=TRAIN_MODE)
                 memory += bd.gradients_mb + bd.optimizer_mb + bd.activations_mb
-            # A roofline alone ignores launch overhead, and would then call a GPU 1000x faster than a
-            # CPU for a tiny model at batch 1 (eager GPUs are launch bound there, FACTS.md).
-            overhead = launch_overhead_ms(q)
-            latency += overhead
             memory += runtime_mb(q.hardware)  # the roofline counts the model only
             interval = (latency / f, latency * f) if band is None else \
                 (latency * math.exp(float(band[0][j])), latency * math.exp(float(band[1][j])))
+            bound = "compute" if comp[j] >= bw[j] else "memory"
             out.append(prediction(q, "roofline", latency, memory, interval,
                                   f"{bound} bound ({comp[j]:.3g} ms compute, {bw[j]:.3g} ms memory traffic) "
                                   f"+ {overhead:.3g} ms launch overhead"))
