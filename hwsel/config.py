@@ -218,9 +218,9 @@ class Thresholds:
         return next((cat for cat in ("large", "medium") if batch_size >= self.batch_size[cat]), "small")
 
 
-def _default_weights() -> Mapping[str, Weights]:
-    return {"inference": Weights(latency=0.4, throughput=0.3, memory=0.2, compatibility=0.1),
-            TRAIN_MODE: Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1)}
+_WEIGHTS: Mapping[str, Weights] = MappingProxyType({
+    "inference": Weights(latency=0.4, throughput=0.3, memory=0.2, compatibility=0.1),
+    TRAIN_MODE: Weights(latency=0.1, throughput=0.5, memory=0.3, compatibility=0.1)})
 
 
 def _default_hardware() -> Mapping[str, HardwarePreference]:
@@ -230,39 +230,36 @@ def _default_hardware() -> Mapping[str, HardwarePreference]:
                              for hw in facts.fallback_order()})
 
 
-def _default_compatibility() -> Mapping[str, Mapping[str, str]]:
-    table = {
-        "embedding": {"openvino": "high", "qnn": "medium", "mps": "high", "wasm": "high", "webgpu": "high"},
-        "text_generation": {"openvino": "medium", "qnn": "low", "mps": "medium", "wasm": "low"},
-        "vision": {"openvino": "high", "qnn": "high", "mps": "high", "wasm": "high", "webgpu": "high"},
-        "audio": {"openvino": "medium", "qnn": "medium", "mps": "medium"},
-        "multimodal": {"openvino": "low", "qnn": "low", "mps": "medium", "wasm": "low"},
-    }
-    # Web: the ONNX export runs in onnxruntime-web (wasm: up to 4 GiB, CPU speed; WebNN: few browsers).
-    base = {"cuda": "high", "rocm": "high", "xpu": "medium", "cpu": "medium", "wasm": "medium", "webgpu": "medium",
-            "webnn": "low"}
-    return MappingProxyType({fam: MappingProxyType(base | row) for fam, row in table.items()})
-
-
-def _default_tasks() -> Mapping[str, TaskProfile]:
-    return MappingProxyType({
-        "classification": TaskProfile("inference", Weights(0.5, 0.2, 0.2, 0.1)),
-        "generation": TaskProfile("inference", Weights(0.6, 0.1, 0.2, 0.1)),
-        "embedding": TaskProfile("inference", Weights(0.2, 0.5, 0.2, 0.1)),
-        "speech_recognition": TaskProfile("inference", Weights(0.5, 0.2, 0.2, 0.1)),
-        "fine_tuning": TaskProfile(TRAIN_MODE, Weights(0.1, 0.4, 0.4, 0.1)),
-        "training": TaskProfile(TRAIN_MODE, Weights(0.1, 0.5, 0.3, 0.1)),
-    })
+# Web: the ONNX export runs in onnxruntime-web (wasm: up to 4 GiB, CPU speed; WebNN: few browsers).
+_BASE_COMPATIBILITY = {"cuda": "high", "rocm": "high", "xpu": "medium", "cpu": "medium", "wasm": "medium",
+                       "webgpu": "medium", "webnn": "low"}
+_COMPATIBILITY_ROWS = {
+    "embedding": {"openvino": "high", "qnn": "medium", "mps": "high", "wasm": "high", "webgpu": "high"},
+    "text_generation": {"openvino": "medium", "qnn": "low", "mps": "medium", "wasm": "low"},
+    "vision": {"openvino": "high", "qnn": "high", "mps": "high", "wasm": "high", "webgpu": "high"},
+    "audio": {"openvino": "medium", "qnn": "medium", "mps": "medium"},
+    "multimodal": {"openvino": "low", "qnn": "low", "mps": "medium", "wasm": "low"},
+}
+_COMPATIBILITY: Mapping[str, Mapping[str, str]] = MappingProxyType(
+    {fam: MappingProxyType(_BASE_COMPATIBILITY | row) for fam, row in _COMPATIBILITY_ROWS.items()})
+_TASKS: Mapping[str, TaskProfile] = MappingProxyType({
+    "classification": TaskProfile("inference", Weights(0.5, 0.2, 0.2, 0.1)),
+    "generation": TaskProfile("inference", Weights(0.6, 0.1, 0.2, 0.1)),
+    "embedding": TaskProfile("inference", Weights(0.2, 0.5, 0.2, 0.1)),
+    "speech_recognition": TaskProfile("inference", Weights(0.5, 0.2, 0.2, 0.1)),
+    "fine_tuning": TaskProfile(TRAIN_MODE, Weights(0.1, 0.4, 0.4, 0.1)),
+    "training": TaskProfile(TRAIN_MODE, Weights(0.1, 0.5, 0.3, 0.1)),
+})
 
 
 @dataclass(frozen=True)
 class SelectionConfig:
     """All selection settings. Build with `load_config`; every field is validated."""
 
-    weights: Mapping[str, Weights] = field(default_factory=_default_weights)
+    weights: Mapping[str, Weights] = field(default_factory=lambda: _WEIGHTS)
     hardware: Mapping[str, HardwarePreference] = field(default_factory=_default_hardware)
-    compatibility: Mapping[str, Mapping[str, str]] = field(default_factory=_default_compatibility)
-    tasks: Mapping[str, TaskProfile] = field(default_factory=_default_tasks)
+    compatibility: Mapping[str, Mapping[str, str]] = field(default_factory=lambda: _COMPATIBILITY)
+    tasks: Mapping[str, TaskProfile] = field(default_factory=lambda: _TASKS)
     thresholds: Thresholds = field(default_factory=Thresholds)
     #: hardware -> precisions it runs (the facts table's; a hardware missing here runs all of them).
     precision_support: Mapping[str, tuple[str, ...]] = field(
