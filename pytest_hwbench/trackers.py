@@ -1,7 +1,5 @@
-"""Trackers and measurement strategies: latency and memory measurement as context managers that
-yield value objects, and the two ways a prepared call is measured (`LocalCall`, `RemoteCall`),
-both giving a `Sample`. Device synchronisation lives here, never in a benchmark body.
-"""
+"""Latency and memory trackers, and the two ways a prepared call is measured (`LocalCall`,
+`RemoteCall`), both giving a `Sample`. Device synchronisation lives here, never in a benchmark body."""
 
 from __future__ import annotations
 
@@ -79,9 +77,8 @@ class Latency:
 
     @property
     def rounds_trend(self) -> float | None:
-        """How the loop's speed moved from its start to its end: the median of its last round
-        (`round_medians`) over that of its first (above 1: it ended slower); None for fewer than
-        `ROUNDS` iterations."""
+        """The median of the loop's last round (`round_medians`) over that of its first (above 1:
+        it ended slower); None for fewer than `ROUNDS` iterations."""
         if len(self.values_ms) < ROUNDS:
             return None
         rounds = round_medians(self.values_ms)
@@ -134,11 +131,10 @@ def event_timer_unavailable(kind: str) -> str | None:
 class LatencyTracker:
     """Times calls of a zero-argument function on one device.
 
-    `kind` is ``"wall"`` (perf_counter around call + sync), ``"cuda"`` (CUDA events, also HIP
-    events on ROCm builds), ``"xpu"`` (XPU events) or ``"mps"`` (MPS events); the event kinds
-    sync once at the end of the timed loop, on the current stream of device `device_index`.
-    Where a kind's events cannot run (`event_timer_unavailable`), or they return impossible
-    intervals, the tracker times with the wall clock instead, warns, and says so in `timer_used`.
+    `kind` is ``"wall"`` (perf_counter around call + sync) or a device's events (``"cuda"``, also
+    HIP on ROCm, ``"xpu"``, ``"mps"``), which sync once after the timed loop, on the current
+    stream of device `device_index`. Where the events cannot run (`event_timer_unavailable`) or
+    give impossible intervals, it warns and times with the wall clock (see `timer_used`).
     """
 
     kind: str = "wall"
@@ -151,67 +147,53 @@ class LatencyTracker:
         if self.kind not in timer_kinds():
             raise ValueError(f"timer kind {self.kind!r} is not one of {timer_kinds()}")
 
-    def time_once(self, fn: Callable[[], Any]) -> float:
-        """One synchronised call, in milliseconds (for cold-start latency)."""
-        self.sync()
+    def _call_ms(self, fn: Callable[[], Any]) -> float:
         start = time.perf_counter()
         fn()
         self.sync()
         return (time.perf_counter() - start) * 1e3
+
+    def time_once(self, fn: Callable[[], Any]) -> float:
+        """One synchronised call, in milliseconds (for cold-start latency)."""
+        self.sync()
+        return self._call_ms(fn)
 
     def run(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
         """Warm up, then time iterations until both `min_iterations` and `min_time_s` are met."""
         for _ in range(config.warmup_iterations):
             fn()
         self.sync()
-        reason = None if self.kind == "wall" else event_timer_unavailable(self.kind)
-        if self.kind != "wall" and reason is None:
-            values = self._run_events(fn, config)
-            if all(math.isfinite(v) and v >= 0 for v in values):
-                self.timer_used = self.kind
-                return Latency.from_values(values)
-            # MPS events stamped host-side could come back reversed for short intervals
-            # (pytorch/pytorch#196395); a wrong figure is worse than a slower, honest one.
-            reason = f"{self.kind} events returned impossible intervals (min {min(values):.4g} ms)"
-        if reason is not None:
+        if self.kind != "wall":
+            reason = event_timer_unavailable(self.kind)
+            if reason is None:
+                values = self._run_events(fn, config)
+                if all(math.isfinite(v) and v >= 0 for v in values):
+                    self.timer_used = self.kind
+                    return Latency.from_values(values)
+                # MPS events stamped host-side could come back reversed for short intervals
+                # (pytorch/pytorch#196395); a wrong figure is worse than a slower, honest one.
+                reason = f"{self.kind} events returned impossible intervals (min {min(values):.4g} ms)"
             warnings.warn(f"{self.kind} timer: {reason}; timing with the wall clock around call + sync",
                           HwbenchWarning, stacklevel=2)
         self.timer_used = "wall"
-        return self._run_wall(fn, config)
-
-    def _run_wall(self, fn: Callable[[], Any], config: TimingConfig) -> Latency:
-        sync, clock = self.sync, time.perf_counter
-        values: list[float] = []
-        deadline = clock() + config.min_time_s
-        while len(values) < config.max_iterations:
-            start = clock()
-            fn()
-            sync()
-            end = clock()
-            values.append((end - start) * 1e3)
-            if len(values) >= config.min_iterations and end >= deadline:
-                break
-        return Latency.from_values(values)
+        return Latency.from_values(_repeat(config, lambda: self._call_ms(fn)))
 
     def _run_events(self, fn: Callable[[], Any], config: TimingConfig) -> list[float]:
         module = device_module(self.kind)
         # Events go on the stream the work goes to: the current stream of the measured device,
         # not of whichever device is current. MPS has one device and one stream.
         record_args = () if self.kind == "mps" else (module.current_stream(self.device_index),)
-        pairs: list[tuple[Any, Any]] = []
-        clock = time.perf_counter
-        deadline = clock() + config.min_time_s
-        # The host only enqueues work here; the deadline check uses host time, which runs ahead
-        # of the device by at most the queue depth, so the loop may end slightly early. The
-        # iteration count stays exact.
-        while len(pairs) < config.max_iterations:
+
+        def timed() -> tuple[Any, Any]:
             start, end = module.Event(enable_timing=True), module.Event(enable_timing=True)
             start.record(*record_args)
             fn()
             end.record(*record_args)
-            pairs.append((start, end))
-            if len(pairs) >= config.min_iterations and clock() >= deadline:
-                break
+            return start, end
+
+        # The host only enqueues work: its deadline may pass before the device's work is done,
+        # ending the loop slightly early; the iteration count stays exact.
+        pairs = _repeat(config, timed)
         self.sync()
         if self.kind == "mps":
             # Device-wide sync, not Event.synchronize(): elapsed_time() after the latter could
@@ -220,6 +202,18 @@ class LatencyTracker:
         else:
             pairs[-1][1].synchronize()
         return [float(s.elapsed_time(e)) for s, e in pairs]
+
+
+def _repeat(config: TimingConfig, once: Callable[[], Any]) -> list[Any]:
+    """What `once()` gives, called until both `min_iterations` and `min_time_s` are met (at
+    most `max_iterations` times)."""
+    results = []
+    deadline = time.perf_counter() + config.min_time_s
+    while len(results) < config.max_iterations:
+        results.append(once())
+        if len(results) >= config.min_iterations and time.perf_counter() >= deadline:
+            break
+    return results
 
 
 # --- memory ----------------------------------------------------------------------------------
@@ -246,10 +240,8 @@ def _reset_hwm() -> None:
 class Memory:
     """Peak host RSS and peak device memory during a tracked block, in MiB.
 
-    `peak_device_mb` is the block's own peak: device memory that was already in use by others
-    when the block started (`device_in_use_at_start_mb`) is not counted. It is None where the
-    device has no readable counter, or where the counter fell below that starting figure (the
-    others freed memory meanwhile, so no figure can be told apart as the block's own).
+    `peak_device_mb` is the block's own peak (`own_peak_mb`, less `device_in_use_at_start_mb`);
+    None where the device has no readable counter or its figure cannot be the block's own.
     """
 
     peak_host_rss_mb: float | None
@@ -265,6 +257,7 @@ def own_peak_mb(peak_mb: float | None, in_use_at_start_mb: float | None) -> floa
     return peak_mb - in_use_at_start_mb if peak_mb >= in_use_at_start_mb else None
 
 
+@dataclass
 class MemoryTracker:
     """Tracks peak host RSS (process high-water mark) and peak device memory of one device.
 
@@ -272,11 +265,10 @@ class MemoryTracker:
     failed case's leftovers, another model): it is reported apart and not counted in the peak.
     """
 
-    def __init__(self, device_kind: str = "cpu", device_index: int = 0, foreign_mb: float | None = None) -> None:
-        self.device_kind = device_kind
-        self.device_index = device_index
-        self.foreign_mb = foreign_mb
-        self.result: Memory | None = None
+    device_kind: str = "cpu"
+    device_index: int = 0
+    foreign_mb: float | None = None
+    result: Memory | None = field(default=None, init=False)
 
     @contextmanager
     def track(self) -> Iterator[MemoryTracker]:
@@ -367,27 +359,26 @@ class Measurement(Protocol):
         ...
 
 
+@dataclass
 class LocalCall:
     """A call timed in this process: the cold call (first try), the timed loop under a
     `LatencyTracker` of `timer`, memory under a `MemoryTracker`, then `more` (the call's
     `MeasuresMore.measure_more`, if given) with the same tracker.
 
-    `foreign_mb` is device memory in use at the start that the case does not own; it is kept
-    out of the peak and reported in the sample's details, as is a timer that fell back to the
-    wall clock.
+    `foreign_mb` (see `MemoryTracker`) and a timer that fell back to the wall clock are reported
+    in the sample's details.
     """
 
-    def __init__(self, call: Callable[[], Any], sync: Callable[[], None], timer: str = "wall",
-                 device_kind: str = "cpu", device_index: int = 0, foreign_mb: float | None = None,
-                 more: Callable[[LatencyTracker, TimingConfig, Latency], Mapping[str, float]] | None = None) -> None:
-        self.call = call
-        self.sync = sync
-        self.timer = timer
-        self.device_kind = device_kind
-        self.device_index = device_index
-        self.foreign_mb = foreign_mb
-        self.more = more
-        self.tracker = LatencyTracker(timer, sync, device_index)
+    call: Callable[[], Any]
+    sync: Callable[[], None]
+    timer: str = "wall"
+    device_kind: str = "cpu"
+    device_index: int = 0
+    foreign_mb: float | None = None
+    more: Callable[[LatencyTracker, TimingConfig, Latency], Mapping[str, float]] | None = None
+
+    def __post_init__(self) -> None:
+        self.tracker = LatencyTracker(self.timer, self.sync, self.device_index)
 
     def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
         memory = MemoryTracker(self.device_kind, self.device_index, foreign_mb=self.foreign_mb)
@@ -420,12 +411,12 @@ class LocalCall:
         return {"energy_j_per_item": energy.joules_per_item, "avg_power_w": energy.avg_power_w}
 
 
+@dataclass
 class RemoteCall:
     """A call that another process or machine times (`MeasuredElsewhere`): each try asks it for
     its `RemoteMeasurement`. No energy is measured here."""
 
-    def __init__(self, call: MeasuredElsewhere) -> None:
-        self.call = call
+    call: MeasuredElsewhere
 
     def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
         with window:
