@@ -33,14 +33,19 @@ def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
 
-def _names(option: str, what: str) -> Any:
-    """A parser of a comma-separated list of names that refuses an empty one: an empty value
-    would otherwise mean the whole default grid."""
+def _names(option: str, what: str, allowed: Iterable[str] | Callable[[], Iterable[str]] | None = None) -> Any:
+    """A parser of a comma-separated list of `what`, from `allowed` where given (a callable: asked
+    when a value is parsed, so that a registry loads only when the option is given). An empty
+    list is refused: it would otherwise mean the whole default grid."""
 
     def parse(value: str) -> tuple[str, ...]:
         items = _split(value)
         if not items:
             raise pytest.UsageError(f"{option}: empty list; name one or more {what}, comma-separated")
+        accepted = tuple(allowed() if callable(allowed) else allowed) if allowed is not None else items
+        bad = ", ".join(repr(v) for v in items if v not in accepted)
+        if bad:
+            raise pytest.UsageError(f"{option}: {bad} not accepted; accepted: {', '.join(accepted)}")
         return tuple(dict.fromkeys(items))
 
     return parse
@@ -50,40 +55,19 @@ def _positive_ints(option: str, what: str, example: str) -> Any:
     """A parser of a comma-separated list of positive integers; errors name `option`."""
 
     def parse(value: str) -> tuple[int, ...]:
+        hint = f"give positive integers, e.g. {example}"
         numbers = []
         for item in _split(value):
             try:
                 number = int(item)
             except ValueError:
-                raise pytest.UsageError(
-                    f"{option}: {item!r} is not an integer; give positive integers, e.g. {example}"
-                ) from None
+                raise pytest.UsageError(f"{option}: {item!r} is not an integer; {hint}") from None
             if number < 1:
-                raise pytest.UsageError(
-                    f"{option}: {number} is not a valid {what}; give positive integers, e.g. {example}"
-                )
+                raise pytest.UsageError(f"{option}: {number} is not a valid {what}; {hint}")
             numbers.append(number)
         if not numbers:
-            raise pytest.UsageError(f"{option}: empty list; give positive integers, e.g. {example}")
+            raise pytest.UsageError(f"{option}: empty list; {hint}")
         return tuple(dict.fromkeys(numbers))
-
-    return parse
-
-
-def _choices(option: str, allowed: Iterable[str] | Callable[[], Iterable[str]]) -> Any:
-    """A parser of a comma-separated list of names from `allowed` (a callable: asked when a value
-    is parsed, so that a registry loads only when the option is given)."""
-    fixed = None if callable(allowed) else tuple(allowed)
-
-    def parse(value: str) -> tuple[str, ...]:
-        accepted = fixed if fixed is not None else tuple(allowed())  # type: ignore[operator]
-        items = _split(value)
-        bad = [v for v in items if v not in accepted]
-        if bad or not items:
-            raise pytest.UsageError(
-                f"{option}: {', '.join(map(repr, bad)) or 'empty list'} not accepted; accepted: {', '.join(accepted)}"
-            )
-        return tuple(dict.fromkeys(items))
 
     return parse
 
@@ -106,17 +90,20 @@ def pytest_addoption(parser: pytest.Parser) -> None:
     group = parser.getgroup("hwbench", "hardware benchmarks (pytest-hwbench)")
     group.addoption("--hwbench-models", dest="hwbench_models", type=_names("--hwbench-models", "zoo models"),
                     metavar="NAMES", help="comma-separated zoo models to run (default: all; see `hwbench models`)")
-    group.addoption("--hwbench-families", dest="hwbench_families", type=_choices("--hwbench-families", FAMILIES),
-                    metavar="NAMES", help=f"model families to run: {', '.join(FAMILIES)}")
+    group.addoption("--hwbench-families", dest="hwbench_families", metavar="NAMES",
+                    type=_names("--hwbench-families", "families", FAMILIES),
+                    help=f"model families to run: {', '.join(FAMILIES)}")
     group.addoption("--hwbench-batch-sizes", dest="hwbench_batch_sizes", metavar="N,..",
                     type=_positive_ints("--hwbench-batch-sizes", "batch size", "1,8,32"), help="batch sizes (default: 1,8,32)")
     group.addoption("--hwbench-hardware", dest="hwbench_hardware", type=_names("--hwbench-hardware", "hardware"),
                     metavar="NAMES", help="hardware targets to run, e.g. cpu or cuda (default: every target the backends address)")
-    group.addoption("--hwbench-precisions", dest="hwbench_precisions", type=_choices("--hwbench-precisions", PRECISIONS),
-                    metavar="P,..", help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
-    group.addoption("--hwbench-modes", dest="hwbench_modes", type=_choices("--hwbench-modes", registered_modes),
-                    metavar="M,..", help=f"modes: {', '.join(MODES)} or a plug-in's (default: {DEFAULT_MODE}, or what the "
-                                         "test's hwbench marker names)")
+    group.addoption("--hwbench-precisions", dest="hwbench_precisions", metavar="P,..",
+                    type=_names("--hwbench-precisions", "precisions", PRECISIONS),
+                    help=f"precisions: {', '.join(PRECISIONS)} (default: fp32 plus what the hardware runs natively)")
+    group.addoption("--hwbench-modes", dest="hwbench_modes", metavar="M,..",
+                    type=_names("--hwbench-modes", "modes", registered_modes),
+                    help=f"modes: {', '.join(MODES)} or a plug-in's (default: {DEFAULT_MODE}, or what the test's "
+                         "hwbench marker names)")
     group.addoption("--hwbench-new-tokens", dest="hwbench_new_tokens", metavar="N,..",
                     type=_positive_ints("--hwbench-new-tokens", "number of new tokens", "32,128"),
                     help=f"generate mode: tokens generated per sequence (default {DEFAULT_NEW_TOKENS})")
