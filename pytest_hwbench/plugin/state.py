@@ -48,12 +48,10 @@ def _case_of_nodeid(nodeid: str) -> BenchCase | None:
 
 
 def _freeze_gc() -> bool:
-    """Move what the heap holds at the session's end out of the cyclic collector's sight
-    (`gc.freeze`), until the state's `pytest_unconfigure` moves it back; True when it froze.
+    """`gc.freeze` the heap until the state's `pytest_unconfigure` unfreezes it; True when it froze.
 
-    Why: pytest's unraisable-exception check collects twice at the end, and each full collection
-    walks torch's and transformers' millions of objects; the first pass now skips them, the
-    second, after the heap is back, collects whatever the first skipped."""
+    Why: pytest's unraisable-exception check collects twice at the end, each time walking torch's
+    millions of objects; now the first pass skips them and the second collects what it skipped."""
     if gc.get_freeze_count():  # someone else froze it: theirs to undo
         return False
     gc.freeze()
@@ -138,11 +136,10 @@ class HwbenchState:
     def pytest_configure_node(self, node: Any) -> None:
         node.workerinput["hwbench_session_id"] = self.session_id
 
-    def _collected(self, total: int, cases: dict[str, BenchCase | None]) -> None:
-        """The controller or the serial process collected `total` tests, `cases` (nodeid -> its case,
-        None for a plain test): fire `pytest_hwbench_session_start` once, when they hold hwbench cases, and
-        start the progress count. A run without cases (the project's own tests) and ``--co``
-        never probe hardware, import torch or open a store."""
+    def _collected(self, cases: dict[str, BenchCase | None]) -> None:
+        """The controller or the serial process collected `cases` (nodeid -> its case, None for a
+        plain test): fire `pytest_hwbench_session_start` once, when they hold hwbench cases, and
+        start the progress count. A run without cases and ``--co`` probe and open nothing."""
         if self.config.option.collectonly:
             return
         found = [case for case in cases.values() if case is not None]
@@ -150,27 +147,23 @@ class HwbenchState:
             self.session_info = describe_session(self.config, self.session_id, (case.hardware for case in found))
             self.config.hook.pytest_hwbench_session_start(config=self.config, session=self.session_info)
         if self.progress.total is None:  # every xdist worker collects the same tests: count them once
-            self.progress.start(total, has_cases=bool(found), plan={i: planned(c) for i, c in cases.items()})
+            self.progress.start(len(cases), has_cases=bool(found), plan={i: planned(c) for i, c in cases.items()})
 
     def pytest_collection_finish(self, session: pytest.Session) -> None:
         if session.items and not self.is_worker:
-            self._collected(len(session.items), {item.nodeid: case_of(item) for item in session.items})
+            self._collected({item.nodeid: case_of(item) for item in session.items})
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_xdist_node_collection_finished(self, node: Any, ids: list[str]) -> None:
-        self._collected(len(ids), {i: _case_of_nodeid(i) for i in ids})
-
-    def _show_progress(self, report: pytest.TestReport) -> None:
-        """Count a finished test; print the progress line of a benchmark run when one is due."""
-        line = self.progress.done_one(report.nodeid, *self.measured.pop(report.nodeid, (None, None)))
-        if line and self.config.pluginmanager.has_plugin("terminalreporter"):
-            terminal_line(self.config, line)
+        self._collected({i: _case_of_nodeid(i) for i in ids})
 
     def pytest_runtest_logreport(self, report: pytest.TestReport) -> None:
-        if not self.is_worker and report.when == "teardown":  # every test ends with one, skipped ones too
-            self._show_progress(report)
         if self.is_worker:
             return
+        if report.when == "teardown":  # every test ends with one, skipped ones too: count it
+            line = self.progress.done_one(report.nodeid, *self.measured.pop(report.nodeid, (None, None)))
+            if line and self.config.pluginmanager.has_plugin("terminalreporter"):
+                terminal_line(self.config, line)
         data = getattr(report, RECORD_ATTR, None)  # from this process, an xdist worker, or its crash
         if data is None:
             return
