@@ -1,10 +1,8 @@
 """What else the machine was doing while a case was timed, and one verdict: ``clean`` or ``noisy``.
 
-`InterferenceMonitor` brackets a timed loop and reads, on the cores this process may use: other
-processes' CPU time, stolen time, this process's own load, a reference kernel before and after
-(``host_speed`` against this host's recent baseline), and NVML clocks and processes on NVIDIA GPUs.
-`judge` turns the readings into a verdict with the reason in words; a steadily slow host is
-measured (``host_speed``), not noisy. `free_cores` is what a retry sizes its threads to.
+`InterferenceMonitor` brackets a timed loop and reads other processes' CPU time on our cores,
+stolen time, our own load, a reference kernel before and after (``host_speed``), and NVML clocks
+and processes on NVIDIA GPUs; `judge` gives the verdict and its reason in words.
 """
 
 from __future__ import annotations
@@ -39,23 +37,20 @@ GPU_SLOWDOWN_REASONS: dict[int, str] = {
     0x80: "power brake slowdown",
 }
 
-#: A record is noisy when the reference kernel timed after the loop and the one timed before
-#: disagree by more than this factor, and the loop itself moved the same way by more than
-#: `MAX_TREND`: the host changed speed while the case ran.
+#: A record is noisy when the reference kernel before and after the loop disagree by more than
+#: this factor and the loop itself moved the same way by more than `MAX_TREND`.
 MAX_REFERENCE_CHANGE = 1.2
-#: The loop's trend (``readings["rounds_trend"]``: its last round's median over its first) within
-#: this factor, or against the kernel's direction, shows that a change of host speed did not reach
-#: the timed loop (it came during the kernel's readings, the cold call or the warm-up): the case's
-#: figure stands, and no retry is spent on it. 1.1 is the smallest change `hwbench compare` counts.
+#: The loop's trend (``readings["rounds_trend"]``) within this factor, or against the kernel's
+#: direction: the change of host speed did not reach the timed loop, and its figure stands.
+#: 1.1 is the smallest change `hwbench compare` counts.
 MAX_TREND = 1.1
 #: Reference readings kept per host in the baseline file (the most recent ones).
 RECENT_READINGS = 64
 #: Percentile of the recent reference times that is the host's baseline: its fast end, robust to a
-#: single lucky reading (one fast outlier among 64 moves it by nothing).
+#: single lucky reading.
 BASELINE_PERCENTILE = 10.0
-#: Side of the float32 matrix the reference kernel multiplies, and products per sample: torch's
-#: intra-op threads share each product, so the kernel feels what multi-threaded model kernels feel
-#: (about 0.45 ms per sample on the project's 2-core AMD EPYC runner).
+#: Side of the float32 matrix the reference kernel multiplies, and products per sample, shared by
+#: torch's intra-op threads as a model's kernels are (about 0.45 ms per sample on a 2-core EPYC).
 REFERENCE_SIZE = 128
 REFERENCE_PRODUCTS = 20
 
@@ -100,15 +95,15 @@ def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
     return total
 
 
-def busiest_processes(seconds: float = 0.1, *, limit: int = 5, exclude: tuple[int, ...] = ()) -> list[str]:
-    """The processes other than this one (and `exclude`) that used the most CPU over `seconds`,
-    as ``"python3 (pid 1234) 0.98 cores"``; only those above a tenth of a core."""
+def busiest_processes(exclude: tuple[int, ...] = ()) -> list[str]:
+    """The five processes other than this one (and `exclude`) that used the most CPU over a tenth
+    of a second, as ``"python3 (pid 1234) 0.98 cores"``; only those above a tenth of a core."""
     skip = {os.getpid(), *exclude}
     procs = [p for p in psutil.process_iter(["name"]) if p.pid not in skip]
     for proc in procs:
         with suppress(psutil.Error):
             proc.cpu_percent()  # the first call starts each process's window
-    time.sleep(seconds)
+    time.sleep(0.1)
     used = []
     for proc in procs:
         try:
@@ -117,7 +112,7 @@ def busiest_processes(seconds: float = 0.1, *, limit: int = 5, exclude: tuple[in
             continue
         if cores >= 0.1:
             used.append((cores, f"{proc.info.get('name') or '?'} (pid {proc.pid}) {cores:.2f} cores"))
-    return [text for _, text in sorted(used, reverse=True)[:limit]]
+    return [text for _, text in sorted(used, reverse=True)[:5]]
 
 
 def _cpu_mhz(cores: tuple[int, ...]) -> float | None:
@@ -140,12 +135,8 @@ def _reference_matrix() -> Any:
 
 def reference_us(repeats: int = 7) -> float:
     """Median microseconds of `REFERENCE_PRODUCTS` fixed float32 matrix products on torch's
-    intra-op threads (the CPU), now.
-
-    Why: on a virtual machine, a neighbour on the same physical cores slows multi-threaded code
-    without showing in ``/proc/stat`` or steal time, and a single-threaded kernel does not feel
-    it. A known multi-threaded kernel timed beside the case shows it.
-    """
+    intra-op threads (the CPU), now. Why: on a virtual machine, a neighbour on the same physical
+    cores slows multi-threaded code without showing in ``/proc/stat`` or steal time."""
     import torch
 
     matrix = _reference_matrix()
@@ -172,18 +163,14 @@ def _host_key() -> str:
 class ReferenceBaseline:
     """This host's recent reference-kernel times and the baseline drawn from them.
 
-    The readings live in this process and, across runs, in `path` (one list per host key: node,
-    CPU, cores allowed and torch's thread count), the last `keep` of them; `path` None keeps
-    them in memory only. The baseline is their `BASELINE_PERCENTILE` percentile: the fast end of
-    how this host has run lately, not the fastest it ever ran.
+    The last `RECENT_READINGS` readings live in this process and, across runs, in `path` (one list
+    per `_host_key`; None: in memory only). The baseline is their `BASELINE_PERCENTILE` percentile:
+    the fast end of how this host has run lately, not the fastest it ever ran.
     """
 
-    def __init__(self, path: Path | None = None, keep: int = RECENT_READINGS) -> None:
-        if keep < 1:
-            raise ValueError(f"keep must be >= 1 reading, got {keep!r}")
+    def __init__(self, path: Path | None = None) -> None:
         self.path = path
-        self.keep = keep
-        self.recent = _host_readings(_stored(path))[-keep:] if path is not None else []
+        self.recent = _stored(path)[1][-RECENT_READINGS:] if path is not None else []
 
     @classmethod
     def default(cls) -> ReferenceBaseline:
@@ -207,7 +194,7 @@ class ReferenceBaseline:
         if not measured_us > 0:
             raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
         if remember:
-            self.recent = [*self.recent, float(measured_us)][-self.keep:]
+            self.recent = [*self.recent, float(measured_us)][-RECENT_READINGS:]
             self._save()
         baseline = self.baseline_us
         return None if baseline is None else baseline / measured_us
@@ -215,10 +202,10 @@ class ReferenceBaseline:
     def _save(self) -> None:
         if self.path is None:
             return
-        known = _stored(self.path)
+        known, stored = _stored(self.path)
         # other processes (xdist workers) append too: keep theirs, then this process's newest
-        merged = [v for v in _host_readings(known) if v not in self.recent] + self.recent
-        known[_host_key()] = {"recent": merged[-self.keep:]}
+        merged = [v for v in stored if v not in self.recent] + self.recent
+        known[_host_key()] = {"recent": merged[-RECENT_READINGS:]}
         tmp = self.path.with_suffix(f".{os.getpid()}.tmp")
         with suppress(OSError):  # a read-only home: the in-process readings still work
             self.path.parent.mkdir(parents=True, exist_ok=True)
@@ -226,20 +213,19 @@ class ReferenceBaseline:
             tmp.replace(self.path)  # atomic: concurrent workers never read half a file
 
 
-def _stored(path: Path) -> dict[str, Any]:
-    """A baseline file's content: host key -> that host's readings ({} where there is none to read)."""
+def _stored(path: Path) -> tuple[dict[str, Any], list[float]]:
+    """A baseline file's content (host key -> that host's readings; {} where there is none to read)
+    and this host's readings in it (none where they are not a list)."""
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
-        return {}
-    return known if isinstance(known, dict) else {}
-
-
-def _host_readings(known: Mapping[str, Any]) -> list[float]:
-    """This host's readings in a baseline file's content (none where they are not a list)."""
+        known = {}
+    known = known if isinstance(known, dict) else {}
     mine = known.get(_host_key())
     recent = mine.get("recent") if isinstance(mine, dict) else None
-    return [float(v) for v in recent if isinstance(v, (int, float)) and v > 0] if isinstance(recent, list) else []
+    if not isinstance(recent, list):
+        return known, []
+    return known, [float(v) for v in recent if isinstance(v, (int, float)) and v > 0]
 
 
 @dataclass(frozen=True)
@@ -377,13 +363,10 @@ def host_changed(readings: Mapping[str, Any]) -> str:
 def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None,
           threads: int | None = None) -> tuple[Noise, str]:
     """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
-    `gpu_readings`): other work on what the case needed (`crowded`), the host changing speed
-    during the case (`host_changed`), or a GPU slowed by heat or power. Other processes on cores
-    the case left free (a 1-thread case on 2 cores beside one busy process) are no reason: no
-    thread of the case waited for a core, and what they cost the case through shared caches and
-    memory is host speed, measured by the reference kernel. Host speed alone (a steadily slow
-    host, ``host_speed`` < 1) is no reason: it is measured and carried, not refused. Several
-    reasons are joined with ``; ``."""
+    `gpu_readings`): other work on what the case needed (`crowded`, so not on cores its `threads`
+    left free), the host changing speed during the case (`host_changed`), or a GPU slowed by heat
+    or power. A steadily slow host (``host_speed`` < 1) is measured, not noisy. Several reasons
+    are joined with ``; ``."""
     reasons = crowded(readings, threads, own_pids)
     changed = host_changed(readings)
     if changed:
@@ -409,10 +392,8 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
     """How much the case was disturbed, in cores; orders the tries of a case (least is kept).
 
     On the CPU it is oversubscription: our `threads` (else the cores we kept busy) plus the other
-    processes' load plus stolen time, beyond the cores we may use. A try whose threads each had a
-    core to themselves scores 0 even with others busy on the remaining cores. A host that changed
-    speed during the try adds a little (it orders tries the counters cannot tell apart); a slowed
-    or shared GPU adds one core's worth.
+    processes' load and stolen time, beyond the cores we may use. A host that changed speed adds a
+    little (it orders tries the counters cannot tell apart); a slowed or shared GPU adds one core.
     """
     cores = float(readings.get("cores_allowed") or 1)
     demand = float(threads) if threads else float(readings.get("own_cores") or 0.0)
@@ -476,13 +457,7 @@ class InterferenceMonitor:
 
 
 __all__ = [
-    "GPU_SLOWDOWN_REASONS",
-    "BASELINE_PERCENTILE",
     "MAX_OTHER_CORES",
-    "MAX_REFERENCE_CHANGE",
-    "MAX_TREND",
-    "MAX_STEAL_SHARE",
-    "RECENT_READINGS",
     "HostSnapshot",
     "InterferenceMonitor",
     "ReferenceBaseline",
