@@ -8,6 +8,7 @@ on the same GPU adds its energy. A torch device is found in NVML by its UUID, el
 from __future__ import annotations
 
 import atexit
+import contextlib
 import functools
 import itertools
 import math
@@ -135,10 +136,8 @@ def _nvml() -> tuple[Any | None, str | None]:
 
 
 def _shutdown(pynvml: Any) -> None:
-    try:
+    with contextlib.suppress(pynvml.NVMLError):
         pynvml.nvmlShutdown()
-    except pynvml.NVMLError:
-        pass
 
 
 @functools.cache
@@ -179,30 +178,36 @@ def nvml_handle(device_index: int) -> tuple[Any | None, Any | None]:
     return _nvml()[0], _handle(device_index)[0]
 
 
-def _method(pynvml: Any, handle: Any) -> tuple[str | None, str | None]:
-    """``"counter"`` or ``"power"`` where the device supports it, else None and why not."""
+def _meter(device_kind: str, device_index: int) -> tuple[Any, Any, str]:
+    """(pynvml, the device's handle, ``"counter"`` or ``"power"``: how it is measured) where NVML
+    can measure the energy of this device; `EnergyUnavailable` with the reason otherwise."""
+    if device_kind != "cuda":
+        raise EnergyUnavailable(f"energy: measured through NVML on NVIDIA GPUs only; {device_kind} is not a "
+                                "cuda device")
+    handle, reason = _handle(device_index)
+    if handle is None:
+        raise EnergyUnavailable(reason)
+    pynvml = _nvml()[0]
     try:
         pynvml.nvmlDeviceGetTotalEnergyConsumption(handle)
-        return "counter", None
+        return pynvml, handle, "counter"
     except pynvml.NVMLError as exc:
         counter_error = exc
     try:
         pynvml.nvmlDeviceGetPowerUsage(handle)
-        return "power", None
+        return pynvml, handle, "power"
     except pynvml.NVMLError as exc:
-        return None, (f"energy: this device supports neither the total-energy counter ({counter_error}; "
-                      f"Volta and newer) nor power readings ({exc})")
+        raise EnergyUnavailable(f"energy: this device supports neither the total-energy counter "
+                                f"({counter_error}; Volta and newer) nor power readings ({exc})") from None
 
 
 def energy_unavailable(device_kind: str, device_index: int) -> str | None:
     """None when NVML can measure the energy of this device, else the reason it cannot."""
-    if device_kind != "cuda":
-        return f"energy: measured through NVML on NVIDIA GPUs only; {device_kind} is not a cuda device"
-    handle, reason = _handle(device_index)
-    if handle is None:
-        return reason
-    pynvml, _ = _nvml()
-    return _method(pynvml, handle)[1]
+    try:
+        _meter(device_kind, device_index)
+    except EnergyUnavailable as exc:
+        return str(exc)
+    return None
 
 
 class _PowerSampler:
@@ -249,11 +254,7 @@ def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_s
     if batch_size < 1 or min_calls < 1 or not min_time_s >= 0:
         raise ValueError(f"need batch_size >= 1, min_calls >= 1, min_time_s >= 0; got {batch_size}, "
                          f"{min_calls}, {min_time_s}")
-    reason = energy_unavailable(device_kind, device_index)
-    if reason is not None:
-        raise EnergyUnavailable(reason)
-    pynvml, handle = nvml_handle(device_index)
-    method, _ = _method(pynvml, handle)
+    pynvml, handle, method = _meter(device_kind, device_index)
     sync()
     sampler = _PowerSampler(lambda: pynvml.nvmlDeviceGetPowerUsage(handle)) if method == "power" else None
     try:
