@@ -154,7 +154,9 @@ class Runner:
                     # Busy: wait, then measure again on the cores the others left free (the fewer
                     # of what the timed window and the wait saw). A host that changed speed, or a
                     # slowed GPU, is measured again at once: a wait frees nothing there.
-                    free = min(free_cores(attempt.readings), free_cores(self._wait(self.noise_wait_s)))
+                    with InterferenceMonitor() as waited:
+                        time.sleep(self.noise_wait_s)
+                    free = min(free_cores(attempt.readings), free_cores(waited.readings))
                     now = loaded.set_threads(min(free, loaded.threads or free))
                     threads = threads if now is None else now
         finally:
@@ -219,13 +221,6 @@ class Runner:
         collection there costs time per process and frees memory nobody would use)."""
         while self._cache:
             self._evict(collect)
-
-    @staticmethod
-    def _wait(seconds: float) -> dict[str, Any]:
-        """Sleep `seconds`, reading what the other processes do meanwhile."""
-        with InterferenceMonitor() as monitor:
-            time.sleep(seconds)
-        return monitor.readings
 
 
 __all__ = ["AGREE_SHARE", "DEFAULT_NOISE_WAIT_S", "Runner", "is_out_of_memory"]

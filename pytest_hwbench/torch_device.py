@@ -65,16 +65,19 @@ def empty_cache(hardware: str) -> None:
         module.empty_cache()
 
 
+def _counter_mb(hardware: str, index: int, per_device: str, mps: str) -> float | None:
+    """The counter `per_device` of device `index` (`mps`, of MPS's one device), in MiB."""
+    module = device_module(hardware)
+    if module is not None and hasattr(module, per_device):
+        return float(getattr(module, per_device)(index)) / 2**20
+    if module is not None and hasattr(module, mps):
+        return float(getattr(module, mps)()) / 2**20
+    return None
+
+
 def allocated_mb(hardware: str, index: int = 0) -> float | None:
     """Device memory allocated by tensors now, in MiB; None on the CPU or without a counter."""
-    module = device_module(hardware)
-    if module is None:
-        return None
-    if hasattr(module, "memory_allocated"):
-        return float(module.memory_allocated(index)) / 2**20
-    if hasattr(module, "current_allocated_memory"):  # MPS
-        return float(module.current_allocated_memory()) / 2**20
-    return None
+    return _counter_mb(hardware, index, "memory_allocated", "current_allocated_memory")
 
 
 def reset_peak_mb(hardware: str, index: int = 0) -> None:
@@ -87,14 +90,7 @@ def reset_peak_mb(hardware: str, index: int = 0) -> None:
 def peak_mb(hardware: str, index: int = 0) -> float | None:
     """Peak device memory allocated since `reset_peak_mb`, in MiB; None on the CPU or without a
     counter. MPS has no peak counter: the driver's current allocation is the best bound there."""
-    module = device_module(hardware)
-    if module is None:
-        return None
-    if hasattr(module, "max_memory_allocated"):
-        return float(module.max_memory_allocated(index)) / 2**20
-    if hasattr(module, "driver_allocated_memory"):
-        return float(module.driver_allocated_memory()) / 2**20
-    return None
+    return _counter_mb(hardware, index, "max_memory_allocated", "driver_allocated_memory")
 
 
 def timer_for(hardware: str) -> str:
