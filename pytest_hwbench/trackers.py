@@ -62,18 +62,9 @@ class Latency:
 
         arr = np.asarray(values_ms, dtype=float)
         q1, median, q3, p90, p95, p99 = np.percentile(arr, [25, 50, 75, 90, 95, 99])
-        return cls(
-            values_ms=tuple(float(v) for v in arr),
-            mean=float(arr.mean()),
-            median=float(median),
-            min=float(arr.min()),
-            max=float(arr.max()),
-            stddev=float(arr.std(ddof=1)) if arr.size > 1 else 0.0,
-            iqr=float(q3 - q1),
-            p90=float(p90),
-            p95=float(p95),
-            p99=float(p99),
-        )
+        stddev = arr.std(ddof=1) if arr.size > 1 else 0.0
+        stats = (arr.mean(), median, arr.min(), arr.max(), stddev, q3 - q1, p90, p95, p99)  # the fields' order
+        return cls(tuple(arr.tolist()), *(float(v) for v in stats))
 
     @property
     def rounds_trend(self) -> float | None:
@@ -291,8 +282,7 @@ class RemoteMeasurement:
 
     `cold_latency_ms` defaults to the first timing; `details` go into the record's extra;
     `on_this_host` says whether the measuring process shares this machine (a browser page: its
-    interference is judged as the case's) or not (a cloud device: this machine's load says
-    nothing of it, and the record carries no noise verdict).
+    interference is judged) or not (a cloud device: the record carries no noise verdict).
     """
 
     timings_ms: tuple[float, ...]

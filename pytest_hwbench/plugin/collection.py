@@ -17,15 +17,6 @@ from .grid import case_marks, generate_cases, marker_values
 from .state import STATE
 
 
-def _marker_filter(metafunc: pytest.Metafunc) -> dict[str, Any]:
-    nodeid = metafunc.definition.nodeid
-    marks = ((mark.args, mark.kwargs) for mark in metafunc.definition.iter_markers("hwbench"))
-    try:
-        return marker_values(nodeid, marks)
-    except ValueError as exc:
-        raise pytest.UsageError(str(exc)) from None
-
-
 def _param(case: BenchCase) -> Any:
     backend = registered_backends()[case.backend]
     marks = [getattr(pytest.mark, m) for m in case_marks(backend, case.hardware, case.mode, get_model(case.model))]
@@ -62,11 +53,14 @@ def _mark_selection(config: pytest.Config, metafunc: pytest.Metafunc) -> Callabl
 def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
     if "hwbench_case" not in metafunc.fixturenames:
         return
-    config, state = metafunc.config, metafunc.config.stash[STATE]
-    narrowed = _marker_filter(metafunc)
+    config, state, test = metafunc.config, metafunc.config.stash[STATE], metafunc.definition
+    try:
+        narrowed = marker_values(test.nodeid, ((m.args, m.kwargs) for m in test.iter_markers("hwbench")))
+    except ValueError as exc:
+        raise pytest.UsageError(str(exc)) from None
     # Only the targets the kept cases read are probed.
-    grid = generate_cases(state.selection, detect_hardware, narrowed, metafunc.definition.nodeid,
-                          keeps=_mark_selection(config, metafunc))
+    keeps = _mark_selection(config, metafunc)
+    grid = generate_cases(state.selection, detect_hardware, narrowed, test.nodeid, keeps=keeps)
     cases = grid.cases
     config.hook.pytest_hwbench_modify_cases(config=config, cases=cases)
     state.notes.extend(grid.notes)

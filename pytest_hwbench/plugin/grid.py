@@ -113,12 +113,6 @@ def marker_values(nodeid: str, marks: Iterable[tuple[tuple[Any, ...], Mapping[st
     return narrowed
 
 
-def _unprobed(targets: Iterable[str]) -> HardwareInfo:
-    """The hardware of cases that the run's marker selection drops: each target not probed."""
-    return HardwareInfo({name: not_available(name, "not probed: the run's -m selection keeps no case on it")
-                         for name in targets})
-
-
 def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], HardwareInfo],
                    narrowed: Mapping[str, Any] | None = None, test: str = "",
                    keeps: Callable[[Iterable[str]], bool] | None = None) -> Grid:
@@ -186,7 +180,9 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
     hw = detect(tuple(wanted)) if wanted else HardwareInfo({})
     cases = []
     for mode, scenario, tokens_per_case, name, lengths, backend_name, backend, hardware, kept in points:
-        defaults = backend.default_precisions(hardware, hw if kept else _unprobed(backend.detects(hardware)))
+        unprobed = "not probed: the run's -m selection keeps no case on it"
+        seen = hw if kept else HardwareInfo({t: not_available(t, unprobed) for t in backend.detects(hardware)})
+        defaults = backend.default_precisions(hardware, seen)
         # asked-for precisions the mode lacks skip with its reason
         defaults = tuple(p for p in defaults if p in scenario.precisions)
         chosen = precisions if precisions is not None else defaults

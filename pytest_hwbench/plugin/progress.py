@@ -92,12 +92,6 @@ class Progress:
         """The mean time of the first of `kinds` seen, None where none is."""
         return next((fmean(seen[kind]) for kind in kinds if seen.get(kind)), None)
 
-    def _price(self, case: BenchCase | None, fallback: float) -> float:
-        price = self._first_mean(self._seen, self._kinds(case))
-        if price is not None:
-            return price
-        return fallback * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
-
     @staticmethod
     def _use(cached: list[tuple[str, ...]], key: tuple[str, ...], size: int) -> bool:
         """Whether `key` is in the cache (moved to its end); otherwise it is added (the oldest
@@ -130,7 +124,10 @@ class Progress:
                 backends.add(case.backend)
                 priced += fmean(self._firsts)  # a backend's first case: its start included
             else:
-                priced += self._price(case, typical) * (tries if case is not None else 1.0)
+                price = self._first_mean(self._seen, self._kinds(case))
+                if price is None:  # nothing like it ran yet: a share of a typical case
+                    price = typical * (self.MODE_COST.get(case.mode, 1.0) if case is not None else 0.1)
+                priced += price * (tries if case is not None else 1.0)
             if case is not None and not self._use(cached, case.load_key, self.cache_size):
                 priced += self._first_mean(self._loads, self._load_kinds(case)) or 0.0
         unplanned = max(0, remaining - len(self._left))

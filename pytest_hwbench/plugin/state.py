@@ -248,9 +248,8 @@ class HwbenchState:
         elif not session.testscollected and self._explain_empty_run():
             session.exitstatus = pytest.ExitCode.USAGE_ERROR  # as serial pytest ends on a missing path
         if not self.is_worker and self.session_info is not None:
-            self.config.hook.pytest_hwbench_session_finish(
-                config=self.config, session=self.session_info, exitstatus=int(exitstatus)
-            )
+            self.config.hook.pytest_hwbench_session_finish(config=self.config, session=self.session_info,
+                                                           exitstatus=int(exitstatus))
 
     @pytest.hookimpl(trylast=True)
     def pytest_unconfigure(self, config: pytest.Config) -> None:
