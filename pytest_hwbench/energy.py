@@ -1,8 +1,7 @@
 """Energy per item on NVIDIA GPUs through NVML, where the driver allows; a reason elsewhere.
 
-`measure_energy` reads the GPU's total-energy counter before and after a loop of calls, or
-integrates sampled power where the counter is missing. Both read the whole board: another process
-on the same GPU adds its energy. A torch device is found in NVML by its UUID, else its PCI address.
+`measure_energy` reads the GPU's total-energy counter around a loop of calls, or integrates sampled
+power where the counter is missing; both read the whole board, other processes on it included.
 """
 
 from __future__ import annotations
@@ -33,11 +32,8 @@ class EnergyUnavailable(HwbenchError):
 
 @dataclass(frozen=True)
 class Energy:
-    """Energy a device used over `calls` calls processing `items` items in `seconds`.
-
-    `method` is ``"counter"`` (NVML total-energy counter) or ``"power"`` (integrated power
-    samples).
-    """
+    """Energy a device used over `calls` calls processing `items` items in `seconds`, measured by
+    `method`: ``"counter"`` (NVML total-energy counter) or ``"power"`` (integrated power samples)."""
 
     joules: float
     seconds: float
@@ -67,10 +63,8 @@ def energy_from_counter(start_mj: int, end_mj: int) -> float:
 
 
 def integrate_power(samples: Sequence[tuple[float, float]]) -> float:
-    """Joules from ``(seconds, milliwatts)`` power samples, by the trapezoid rule.
-
-    Samples must be in time order; at least two are needed to span an interval.
-    """
+    """Joules from ``(seconds, milliwatts)`` power samples (at least two, in time order), by the
+    trapezoid rule."""
     if len(samples) < 2:
         raise ValueError(f"need at least 2 power samples to integrate, got {len(samples)}")
     joules = 0.0
@@ -88,12 +82,11 @@ def nvml_pci_bus_id(domain: int, bus: int, device: int) -> str:
 
 def nvml_lookup_keys(properties: Mapping[str, Any], device_index: int, env: Mapping[str, str],
                      nvml_count: int, torch_count: int) -> list[tuple[str, Any]]:
-    """Ways to find a torch CUDA device in NVML, most reliable first.
+    """Ways to find a torch CUDA device in NVML, most reliable first: ``("uuid", str)``,
+    ``("pci", str)`` (a bus id) or ``("index", int)``, for NVML's ``nvmlDeviceGetHandleBy*``.
 
     `properties` holds `torch.cuda.get_device_properties(i)` fields by torch's names (``uuid``
-    as its string, ``pci_domain_id``/``pci_bus_id``/``pci_device_id`` from torch 2.8). Each key
-    is ``("uuid", str)`` for ``nvmlDeviceGetHandleByUUID``, ``("pci", str)`` for
-    ``nvmlDeviceGetHandleByPciBusId`` or ``("index", int)`` for ``nvmlDeviceGetHandleByIndex``.
+    as its string, ``pci_domain_id``/``pci_bus_id``/``pci_device_id`` from torch 2.8).
     """
     keys: list[tuple[str, Any]] = []
     uuid = str(properties.get("uuid") or "")
@@ -246,10 +239,10 @@ def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_s
                    device_index: int, min_time_s: float = 1.0, min_calls: int = 10) -> Energy:
     """Run `call()` for at least `min_time_s` seconds and `min_calls` calls; the energy it used.
 
-    `sync` waits for the device; it runs before the window opens and after the last call, so
-    the window holds exactly the calls counted. Raises `EnergyUnavailable` (with the reason)
-    where NVML cannot measure; exceptions from `call` propagate unchanged. The counter ticks
-    about every 10 ms (gpuopenanalytics/pynvml#18): a second's window keeps that near 1%.
+    `sync` (waiting for the device) runs before the window opens and after the last call. Raises
+    `EnergyUnavailable` (with the reason) where NVML cannot measure; exceptions from `call`
+    propagate. The counter ticks about every 10 ms (gpuopenanalytics/pynvml#18): a second's
+    window keeps that near 1%.
     """
     if batch_size < 1 or min_calls < 1 or not min_time_s >= 0:
         raise ValueError(f"need batch_size >= 1, min_calls >= 1, min_time_s >= 0; got {batch_size}, "

@@ -15,7 +15,7 @@ import statistics
 import time
 from collections.abc import Mapping
 from contextlib import suppress
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -28,8 +28,8 @@ Noise = Literal["clean", "noisy"]
 MAX_OTHER_CORES = 0.25
 #: Share of the window the hypervisor may steal before a record is noisy.
 MAX_STEAL_SHARE = 0.05
-#: NVML clock-event reasons that mean the GPU was slowed by something other than the case itself
-#: (nvmlClocksEventReasons): hardware slowdown, software and hardware thermal slowdown, power brake.
+#: NVML clock-event reasons (nvmlClocksEventReasons) that mean the GPU was slowed by something
+#: other than the case itself.
 GPU_SLOWDOWN_REASONS: dict[int, str] = {
     0x8: "hardware slowdown",
     0x20: "software thermal slowdown",
@@ -189,8 +189,7 @@ class ReferenceBaseline:
     def host_speed(self, measured_us: float, *, remember: bool = True) -> float | None:
         """The baseline over `measured_us`: 1.0 at the host's recent best, below 1 when the host
         runs slower than it has lately (0.75: a third slower); None before any reading is remembered.
-        `remember` adds `measured_us` to the recent readings first (`InterferenceMonitor` passes
-        False for a reading taken while other processes held the kernel's cores)."""
+        `remember` adds `measured_us` to the recent readings first (not for a crowded reading)."""
         if not measured_us > 0:
             raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
         if remember:
@@ -290,9 +289,8 @@ def gpu_readings(device_index: int) -> dict[str, Any]:
 
 
 def tick_error(readings: Mapping[str, Any]) -> float:
-    """How far `other_cores` may be off from the counters' granularity alone: ``/proc/stat``
-    counts whole clock ticks (10 ms), so each core's share can be off by two ticks per window.
-    A window of a few milliseconds (``--hwbench-min-time 0``) can therefore show no interference."""
+    """How far `other_cores` may be off from the counters' granularity alone: two clock ticks
+    (of 10 ms) per core and window, so a window of a few milliseconds shows no interference."""
     window = float(readings.get("window_s") or 0.0)
     cores = int(readings.get("cores_allowed") or 1)
     return 2.0 * cores / (_CLOCK_TICKS * window) if window > 0 else float("inf")
@@ -326,8 +324,7 @@ def cpu_crowded(readings: Mapping[str, Any], threads: int | None = None) -> list
 
 def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: set[int] | None = None) -> list[str]:
     """What other work held what the case needed, each in words: the CPU (`cpu_crowded`), other
-    processes on its GPU. Empty when nothing did. This is the interference a wait before a retry
-    can clear (`pytest_hwbench.runner`)."""
+    processes on its GPU; empty when nothing did. A wait before a retry can clear this."""
     reasons = cpu_crowded(readings, threads)
     pids = readings.get("gpu_process_pids")
     if pids:
@@ -408,6 +405,7 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
     return value
 
 
+@dataclass
 class InterferenceMonitor:
     """Brackets a timed loop: ``with InterferenceMonitor() as monitor: ...`` then
     `monitor.readings` (the host's, plus the GPU's on NVIDIA devices when `gpu_index` is given).
@@ -417,12 +415,10 @@ class InterferenceMonitor:
     looked up (a tenth of a second more) and named in ``readings["busiest"]``.
     """
 
-    def __init__(self, gpu_index: int | None = None, own_pids: tuple[int, ...] = (),
-                 reference: ReferenceBaseline | None = None) -> None:
-        self.gpu_index = gpu_index
-        self.own_pids = tuple(own_pids)
-        self.reference = reference
-        self.readings: dict[str, Any] = {}
+    gpu_index: int | None = None
+    own_pids: tuple[int, ...] = ()
+    reference: ReferenceBaseline | None = None
+    readings: dict[str, Any] = field(default_factory=dict, init=False)
 
     def __enter__(self) -> InterferenceMonitor:
         self._reference_before = reference_us() if self.reference is not None else None
