@@ -1,8 +1,5 @@
-"""The runner: one case's loop. Load (cached), prepare inputs, measure, judge, free.
-
-Works without pytest: `Runner().run(BenchCase(...))` gives a `CaseResult`; the caller asks
-`pytest_hwbench.availability` first whether the case can run here.
-"""
+"""The runner: one case's loop. Load (cached), prepare inputs, measure, judge, free. Works without
+pytest: `Runner().run(BenchCase(...))` gives a `CaseResult`."""
 
 from __future__ import annotations
 
@@ -75,11 +72,11 @@ class Runner:
 
     `energy_min_time_s` > 0 measures energy per item on devices with a readable energy counter
     (NVML on NVIDIA GPUs) in a loop of that length after the timed one; 0 turns it off.
-    A case whose measurement was interfered with (`pytest_hwbench.interference.judge`) is
-    measured again after `noise_wait_s`, up to `noise_retries` more times, on the cores left
-    free, until a try is clean or agrees with the one before (`_Try.agrees_with`); the cleanest
-    try is kept. Host speed alone is never retried: it is recorded (`reference`, the host's
-    recent baseline). Each try's timed window runs inside `timed_window(case)`.
+    A noisy case (`pytest_hwbench.interference.judge`) is measured again after `noise_wait_s`,
+    up to `noise_retries` more times, on the cores left free, until a try is clean or agrees with
+    the one before (`_Try.agrees_with`); the cleanest try is kept. Host speed (against
+    `reference`) is recorded, never retried. Each timed window runs inside `timed_window(case)`
+    (what must not overlap the timing waits on entry, e.g. the pytest plugin's sink writer).
     """
 
     def __init__(self, timing: TimingConfig | None = None, cache_size: int = 1,
@@ -97,10 +94,7 @@ class Runner:
             raise ValueError(f"noise_wait_s must be between 0 and 60 seconds, got {noise_wait_s!r}")
         self.noise_retries = noise_retries
         self.noise_wait_s = float(noise_wait_s)
-        #: the fastest this host has run the reference kernel (`pytest_hwbench.interference`)
         self.reference = reference if reference is not None else ReferenceBaseline.default()
-        #: the context each timed window of a case runs in (what must not overlap the timing
-        #: waits on entry: the pytest plugin's sink writer); none by default
         self.timed_window = timed_window or (lambda case: nullcontext())
         #: load key -> (model, load time in s, device MiB its load allocated)
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()
@@ -119,10 +113,9 @@ class Runner:
             detail = f"{type(exc).__name__}: {str(exc)[:1000]}"
             # The frames the error passed through hold the case's tensors in their locals.
             traceback.clear_frames(exc.__traceback__)
-        # Freed only here, outside the handler: while an `except` block runs, the interpreter
-        # itself holds the exception being handled (sys.exc_info), its traceback and so every
-        # frame it passed through, and memory freed there stays allocated. The error is raised
-        # here too, so it has no __context__ chaining the original one.
+        # Freed only here, outside the handler: while an `except` block runs, the interpreter holds
+        # the exception (sys.exc_info), its traceback and so every frame it passed through. Raised
+        # here, the error has no __context__ chaining the original one either.
         self.close()
         gc.collect()
         torch_device.empty_cache(case.hardware)
