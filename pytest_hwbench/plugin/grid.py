@@ -1,7 +1,5 @@
 """The case grid, without pytest: what a run asks for (`Selection`), narrowed per test by its
-hwbench markers (`marker_values`), expanded into cases (`generate_cases`) in an order that reuses
-loaded models. Errors are ValueErrors; the plugin's collection hooks turn them into usage errors.
-"""
+hwbench markers (`marker_values`), expanded into cases (`generate_cases`). Errors are ValueErrors."""
 
 from __future__ import annotations
 
@@ -30,11 +28,8 @@ def hardware_targets() -> tuple[str, ...]:
 
 @dataclass(frozen=True)
 class Selection:
-    """What the command line asks for; None where it narrows nothing (the default grid).
-
-    Each field is the ``--hwbench-<field>`` option (``batch_sizes``: ``--hwbench-batch-sizes``),
-    already parsed and checked by the option parsers.
-    """
+    """What the command line asks for, each field its ``--hwbench-<field>`` option parsed
+    (``batch_sizes``: ``--hwbench-batch-sizes``); None where it narrows nothing (the default grid)."""
 
     models: tuple[str, ...] | None = None
     families: tuple[str, ...] | None = None
@@ -118,13 +113,11 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
                    keeps: Callable[[Iterable[str]], bool] | None = None) -> Grid:
     """The grid of cases `selection` asks for, in an order that reuses loaded models.
 
-    `detect(targets)` gives the hardware those targets are (``detect_hardware``, or a fixed
-    `HardwareInfo` in a test); it is called once, with the targets the kept cases' backends read
-    (`Backend.detects`). `narrowed` holds the hwbench marker's keywords of `test`
-    (`marker_values`); a marker value that the selection narrows to nothing gives a note for the
-    run's summary. `keeps(marks)` says whether a case with these marks survives the run's marker
-    selection (``-m``): the cases it drops are still generated (pytest deselects them) but their
-    targets are not probed.
+    `detect(targets)` (``detect_hardware``, or a fixed `HardwareInfo` in a test) is called once,
+    with the targets the kept cases' backends read (`Backend.detects`). `narrowed` holds the hwbench
+    marker's keywords of `test` (`marker_values`); one that the selection narrows to nothing gives a
+    note. `keeps(marks)` says whether a case with these marks survives ``-m``: the cases it drops
+    are still generated (pytest deselects them), their targets not probed.
     """
     narrowed = narrowed or {}
     notes: list[str] = []

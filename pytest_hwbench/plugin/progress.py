@@ -1,5 +1,4 @@
-"""Progress of a benchmark run: case k of n, elapsed time and an estimate of what remains, as
-lines for the controller's terminal (`Progress`), and how a collected case enters the estimate's
+"""Progress lines of a benchmark run (`Progress`) and how a collected case enters their estimate's
 plan (`planned`)."""
 
 from __future__ import annotations
@@ -42,15 +41,13 @@ class Progress:
     test costs the average so far; the end of the run (`END_COST_S`) is added to every estimate.
     """
 
-    #: Relative cost of one measurement by mode before one of its mode has run (inference = 1).
-    #: Every timed loop lasts at least the minimum time, so a mode costs more only by what its
-    #: loop does beyond it: a whole generate() call per iteration, train's backward warm-up.
+    #: Relative cost of one measurement by mode before one of its mode has run (inference = 1): what
+    #: its loop does beyond the minimum time (a whole generate() call per iteration, train's warm-up).
     MODE_COST: dict[str, float] = {"inference": 1.0, "train": 1.2, "generate": 4.0}
     #: Cases counted as measured once before any has run: a few early retries (the first cases
     #: warm the host) do not price every remaining case as retried.
     TRIES_PRIOR = 10
-    #: Seconds from the last case to the process's exit: the sinks closed, the summary, the
-    #: interpreter's teardown.
+    #: Seconds from the last case to the process's exit (the sinks closed, the summary, teardown).
     END_COST_S = 5.0
 
     def __init__(self, interval_s: float, clock: Any = time.monotonic, cache_size: int = 1,

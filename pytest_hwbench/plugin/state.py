@@ -1,7 +1,6 @@
-"""The per-process state of a run (`HwbenchState`, registered at `pytest_configure`): it fires
-the session and record hooks, writes a ``crashed`` record for a case whose xdist worker died,
-prints progress lines and the run's hwbench summary, and says why a run ran nothing.
-"""
+"""The per-process state of a run (`HwbenchState`, registered at `pytest_configure`): it fires the
+session and record hooks, records a case whose xdist worker died, prints progress lines and the
+run's summary, and says why a run ran nothing."""
 
 from __future__ import annotations
 
@@ -60,11 +59,10 @@ def _freeze_gc() -> bool:
 
 def _exit_reason(gateway: Any) -> str:
     """How a worker's process ended, e.g. ``killed by signal 9 (SIGKILL)``, from its exit status."""
-    popen = getattr(getattr(gateway, "_io", None), "popen", None)  # execnet's popen gateway
-    code = None
-    if popen is not None:
-        with contextlib.suppress(Exception):  # still running or not a process: say what is known
-            code = popen.wait(timeout=5)
+    try:
+        code = gateway._io.popen.wait(timeout=5)  # execnet's popen gateway
+    except Exception:  # still running, or not a process: say what is known
+        code = None
     if code is None:
         return "exit status unknown"
     if code < 0:
@@ -259,9 +257,8 @@ class HwbenchState:
 
     @pytest.hookimpl(wrapper=True, tryfirst=True)
     def pytest_terminal_summary(self, terminalreporter: Any) -> Any:
-        """The hwbench section comes last, after every other plugin's summary and pytest's short
-        test summary; it prints also when another plug-in's summary raises (pytest-benchmark's
-        ``--benchmark-compare-fail``), naming what it raised, which then goes on."""
+        """The hwbench section, last; also when another plug-in's summary raises (pytest-benchmark's
+        ``--benchmark-compare-fail``), naming what it raised."""
         try:
             result = yield
         except BaseException as exc:
