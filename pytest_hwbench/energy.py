@@ -52,9 +52,6 @@ class Energy:
         return self.joules / self.seconds if self.seconds > 0 else math.nan
 
 
-# --- pure conversions -------------------------------------------------------------------------
-
-
 def energy_from_counter(start_mj: int, end_mj: int) -> float:
     """Joules between two readings of the total-energy counter (millijoules since driver load)."""
     if end_mj < start_mj:
@@ -106,9 +103,6 @@ def nvml_lookup_keys(properties: Mapping[str, Any], device_index: int, env: Mapp
     if same_order or nvml_count == torch_count == 1:
         keys.append(("index", device_index))
     return keys
-
-
-# --- NVML session -----------------------------------------------------------------------------
 
 
 @functools.cache
@@ -283,15 +277,5 @@ def measure_energy(call: Callable[[], Any], sync: Callable[[], None], *, batch_s
     return Energy(joules, seconds, calls, calls * batch_size, method)
 
 
-__all__ = [
-    "NVML_INSTALL_HINT",
-    "Energy",
-    "EnergyUnavailable",
-    "energy_from_counter",
-    "energy_unavailable",
-    "integrate_power",
-    "measure_energy",
-    "nvml_handle",
-    "nvml_lookup_keys",
-    "nvml_pci_bus_id",
-]
+__all__ = ["NVML_INSTALL_HINT", "Energy", "EnergyUnavailable", "energy_from_counter", "energy_unavailable",
+           "integrate_power", "measure_energy", "nvml_handle", "nvml_lookup_keys", "nvml_pci_bus_id"]

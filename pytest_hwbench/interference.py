@@ -452,19 +452,6 @@ class InterferenceMonitor:
                 self.readings["busiest"] = busiest_processes(exclude=self.own_pids)
 
 
-__all__ = [
-    "MAX_OTHER_CORES",
-    "HostSnapshot",
-    "InterferenceMonitor",
-    "ReferenceBaseline",
-    "Noise",
-    "cpu_crowded",
-    "crowded",
-    "free_cores",
-    "gpu_readings",
-    "host_readings",
-    "judge",
-    "reference_us",
-    "tick_error",
-    "severity",
-]
+__all__ = ["MAX_OTHER_CORES", "HostSnapshot", "InterferenceMonitor", "ReferenceBaseline", "Noise",
+           "cpu_crowded", "crowded", "free_cores", "gpu_readings", "host_readings", "judge", "reference_us",
+           "tick_error", "severity"]

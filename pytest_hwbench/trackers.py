@@ -207,8 +207,6 @@ def _repeat(config: TimingConfig, once: Callable[[], Any]) -> list[Any]:
     return results
 
 
-# --- memory ----------------------------------------------------------------------------------
-
 def _read_hwm_mb() -> float | None:
     with suppress(OSError):
         for line in Path("/proc/self/status").read_text().splitlines():
@@ -271,9 +269,6 @@ class MemoryTracker:
         finally:
             device_mb = torch_device.peak_mb(self.device_kind, self.device_index)
             self.result = Memory(_read_hwm_mb(), own_peak_mb(device_mb, self.foreign_mb), self.foreign_mb)
-
-
-# --- measurement strategies ------------------------------------------------------------------
 
 
 @dataclass(frozen=True)
@@ -420,21 +415,6 @@ class RemoteCall:
         return {}
 
 
-__all__ = [
-    "ROUNDS",
-    "Latency",
-    "LatencyTracker",
-    "LocalCall",
-    "MeasuredElsewhere",
-    "Measurement",
-    "MeasuresMore",
-    "Memory",
-    "MemoryTracker",
-    "RemoteCall",
-    "RemoteMeasurement",
-    "Sample",
-    "TimingConfig",
-    "event_timer_unavailable",
-    "own_peak_mb",
-    "round_medians",
-]
+__all__ = ["ROUNDS", "Latency", "LatencyTracker", "LocalCall", "MeasuredElsewhere", "Measurement",
+           "MeasuresMore", "Memory", "MemoryTracker", "RemoteCall", "RemoteMeasurement", "Sample",
+           "TimingConfig", "event_timer_unavailable", "own_peak_mb", "round_medians"]

@@ -11,15 +11,6 @@ from .options import pytest_addhooks, pytest_addoption
 from .session import pytest_hwbench_package_versions
 from .state import pytest_configure
 
-__all__ = [
-    "count_matched_cases",
-    "hwbench",
-    "hwbench_case",
-    "pytest_addhooks",
-    "pytest_addoption",
-    "pytest_collection_modifyitems",
-    "pytest_configure",
-    "pytest_generate_tests",
-    "pytest_hwbench_package_versions",
-    "pytest_runtest_makereport",
-]
+__all__ = ["count_matched_cases", "hwbench", "hwbench_case", "pytest_addhooks", "pytest_addoption",
+           "pytest_collection_modifyitems", "pytest_configure", "pytest_generate_tests",
+           "pytest_hwbench_package_versions", "pytest_runtest_makereport"]

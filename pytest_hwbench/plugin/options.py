@@ -27,8 +27,6 @@ OTHER_MARKERS: dict[str, str] = {
 }
 
 
-# --- option parsing ---------------------------------------------------------------------------
-
 def _split(value: str) -> list[str]:
     return [v.strip() for v in value.split(",") if v.strip()]
 
@@ -79,8 +77,6 @@ MAX_PROGRESS_SECONDS = 86400.0
 MAX_CACHED_MODELS = 64
 MAX_NOISE_RETRIES = 10
 
-
-# --- hooks ------------------------------------------------------------------------------------
 
 def pytest_addhooks(pluginmanager: pytest.PytestPluginManager) -> None:
     pluginmanager.add_hookspecs(hookspecs)
@@ -137,8 +133,6 @@ def pytest_addoption(parser: pytest.Parser) -> None:
                     type=positive_option("--hwbench-progress-interval", float, MAX_PROGRESS_SECONDS),
                     help="print 'case k of n, elapsed, about T left' at most once per SECONDS (default 60; 0: after every case)")
 
-
-# --- at pytest_configure ----------------------------------------------------------------------
 
 def register_markers(config: pytest.Config) -> None:
     """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist).
