@@ -63,7 +63,7 @@ class Latency:
         arr = np.asarray(values_ms, dtype=float)
         q1, median, q3, p90, p95, p99 = np.percentile(arr, [25, 50, 75, 90, 95, 99])
         stddev = arr.std(ddof=1) if arr.size > 1 else 0.0
-        stats = (arr.mean(), median, arr.min(), arr.max(), stddev, q3 - q1, p90, p95, p99)  # the fields' order
+        stats = (arr.mean(), median, arr.min(), arr.max(), stddev, q3 - q1, p90, p95, p99)  # field order
         return cls(tuple(arr.tolist()), *(float(v) for v in stats))
 
     @property
@@ -227,11 +227,8 @@ def _reset_hwm() -> None:
 
 @dataclass(frozen=True)
 class Memory:
-    """Peak host RSS and peak device memory during a tracked block, in MiB.
-
-    `peak_device_mb` is the block's own peak (`own_peak_mb`, less `device_in_use_at_start_mb`);
-    None where the device has no readable counter or its figure cannot be the block's own.
-    """
+    """Peak host RSS and peak device memory during a tracked block, in MiB; `peak_device_mb` is the
+    block's own (`own_peak_mb`: less `device_in_use_at_start_mb`), None where it cannot be told."""
 
     peak_host_rss_mb: float | None
     peak_device_mb: float | None
@@ -248,11 +245,9 @@ def own_peak_mb(peak_mb: float | None, in_use_at_start_mb: float | None) -> floa
 
 @dataclass
 class MemoryTracker:
-    """Tracks peak host RSS (process high-water mark) and peak device memory of one device.
-
-    `foreign_mb` is device memory in use at the start that the tracked work does not own (a
-    failed case's leftovers, another model): it is reported apart and not counted in the peak.
-    """
+    """Tracks peak host RSS (process high-water mark) and peak device memory of one device;
+    `foreign_mb`, device memory in use at the start that the tracked work does not own (a failed
+    case's leftovers, another model), is reported apart and not counted in the peak."""
 
     device_kind: str = "cpu"
     device_index: int = 0
@@ -273,12 +268,10 @@ class MemoryTracker:
 
 @dataclass(frozen=True)
 class RemoteMeasurement:
-    """What a call timed outside this process's loop measured (`MeasuredElsewhere`).
-
-    `cold_latency_ms` defaults to the first timing; `details` go into the record's extra;
+    """What a call timed outside this process's loop measured (`MeasuredElsewhere`):
+    `cold_latency_ms` defaults to the first timing, `details` go into the record's extra;
     `on_this_host` says whether the measuring process shares this machine (a browser page: its
-    interference is judged) or not (a cloud device: the record carries no noise verdict).
-    """
+    interference is judged) or not (a cloud device: the record carries no noise verdict)."""
 
     timings_ms: tuple[float, ...]
     cold_latency_ms: float | None = None
@@ -312,12 +305,9 @@ class MeasuresMore(Protocol):
 
 @dataclass(frozen=True)
 class Sample:
-    """One measurement of a prepared call.
-
-    `cold_ms` is the first call's latency (NaN where no cold call was made); `metrics` are
-    further record fields, `details` go into the record's extra; `judged` says whether this
-    machine's load bears on the figures (False for a call measured on another machine).
-    """
+    """One measurement of a prepared call: `cold_ms` is the first call's latency (NaN where none
+    was made), `metrics` further record fields, `details` the record's extra; `judged` says whether
+    this machine's load bears on the figures (False for a call measured on another machine)."""
 
     latency: Latency
     memory: Memory
@@ -328,10 +318,8 @@ class Sample:
 
 
 class Measurement(Protocol):
-    """How one prepared call is measured: `LocalCall` or `RemoteCall`, or a third party's.
-
-    The runner calls `measure` once per try, then `energy` once, after the try it keeps.
-    """
+    """How one prepared call is measured (`LocalCall`, `RemoteCall` or a third party's): the runner
+    calls `measure` once per try, then `energy` once, after the try it keeps."""
 
     def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
         """One measurement under `timing`. `window` (the interference monitor) is entered around
@@ -348,10 +336,8 @@ class Measurement(Protocol):
 class LocalCall:
     """A call timed in this process: the cold call (first try), the timed loop under a
     `LatencyTracker` of `timer`, memory under a `MemoryTracker`, then `more` (the call's
-    `MeasuresMore.measure_more`, if given) with the same tracker.
-
-    `foreign_mb` (see `MemoryTracker`) and a timer that fell back to the wall clock are reported
-    in the sample's details.
+    `MeasuresMore.measure_more`, if given) with the same tracker. `foreign_mb` (see
+    `MemoryTracker`) and a timer that fell back to the wall clock go into the sample's details.
     """
 
     call: Callable[[], Any]

@@ -1,6 +1,5 @@
 """The fixtures: ``hwbench_case`` (the case a test measures) and ``hwbench`` (measures it); the
-record rides on the test report, so under pytest-xdist it reaches the controller with it.
-"""
+record rides on the test report, so under pytest-xdist it reaches the controller with it."""
 
 from __future__ import annotations
 

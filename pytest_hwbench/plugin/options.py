@@ -1,7 +1,5 @@
-"""The ``--hwbench-*`` options, their strict parsers (a `pytest.UsageError` naming the option,
-the value and what is accepted; an empty list is refused), the markers, and the checks that need
-the model zoo and the registries once the options are parsed.
-"""
+"""The ``--hwbench-*`` options and their strict parsers (a `pytest.UsageError` naming the option,
+the value and what is accepted), the markers, and the checks that need the zoo and the registries."""
 
 from __future__ import annotations
 
@@ -70,9 +68,8 @@ def _positive_ints(option: str, what: str, example: str) -> Any:
     return parse
 
 
-#: Upper bounds of the numeric options (besides `plugin_api.MAX_CASE_SECONDS`), refused beyond at
-#: start: past them a run would end in an INTERNALERROR (more timed iterations than the timer
-#: keeps, `MAX_ITERATIONS`) or take days while saying nothing.
+#: Upper bounds of the other numeric options (besides `MAX_CASE_SECONDS` and `MAX_ITERATIONS`, the
+#: most iterations a timer keeps): beyond them a run would take days while saying nothing.
 MAX_PROGRESS_SECONDS = 86400.0
 MAX_CACHED_MODELS = 64
 MAX_NOISE_RETRIES = 10
@@ -135,11 +132,9 @@ def pytest_addoption(parser: pytest.Parser) -> None:
 
 
 def register_markers(config: pytest.Config) -> None:
-    """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist).
-
-    Our backends and scenarios bring no marker beyond the target table's (`facts.marker_docs`) and
-    `MODE_DOCS`, so their registries load here only when someone else's backend or scenario is
-    installed or registered, for the markers it brings: a session without hwbench cases loads none."""
+    """Hardware, mode, ``quick`` and ``hwbench`` markers (and ``xdist_group`` without xdist). The
+    backend and scenario registries load only when someone else's are there, for their markers:
+    ours bring none beyond the target table's (`facts.marker_docs`) and `MODE_DOCS`."""
     foreign = BACKENDS.has_foreign() or SCENARIOS.has_foreign()
     modes = {mode: scenario.description for mode, scenario in registered_scenarios().items()} if foreign else MODE_DOCS
     markers = {**marker_docs(), **modes, **OTHER_MARKERS}
@@ -155,9 +150,8 @@ def register_markers(config: pytest.Config) -> None:
 
 
 def apply_options(config: pytest.Config) -> None:
-    """Check the options the parsers cannot (the zoo and the registries are known only now)
-    and apply those with effects: the model sets. The environment's settings
-    (`pytest_hwbench.env_settings`) are checked here too, as options are."""
+    """Check what the parsers cannot (the zoo and the registries are known only now) and the
+    environment's settings (`pytest_hwbench.env_settings`); register the model sets."""
     from ..env_settings import check_env_settings
 
     try:
@@ -181,5 +175,4 @@ def apply_options(config: pytest.Config) -> None:
                 raise pytest.UsageError(f"--hwbench-{key}: unknown {word} {name!r}; accepted: {', '.join(known())}")
 
 
-__all__ = ["OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption",
-           "register_markers"]
+__all__ = ["OTHER_MARKERS", "apply_options", "pytest_addhooks", "pytest_addoption", "register_markers"]

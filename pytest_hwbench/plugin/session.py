@@ -1,6 +1,5 @@
 """What a session is and where this process runs in it: its `SessionInfo`, the command line's
-paths that name nothing, and each xdist worker's placement (its GPU and a slice of the cores).
-"""
+paths that name nothing, and each xdist worker's placement (its GPU and a slice of the cores)."""
 
 from __future__ import annotations
 
@@ -73,11 +72,9 @@ def describe_session(config: pytest.Config, session_id: str, hardware: Iterable[
 
 
 def missing_paths(config: pytest.Config) -> list[str]:
-    """The test paths and node ids on the command line that name nothing. Serial pytest
-    refuses them (``file or directory not found``, ``not found: FILE::NAME``); an xdist
-    controller collects nothing itself and its workers reported an empty collection instead.
-    A node id is missing when its file exists but defines no class or
-    function of each ``::`` name (parameter ids in brackets left out)."""
+    """The test paths and node ids on the command line that name nothing, as serial pytest refuses
+    them (an xdist controller only hears of empty collections): a missing file, or one that defines
+    no class or function of each ``::`` name (parameter ids in brackets left out)."""
     if config.option.pyargs:  # arguments may be module names, not paths
         return []
     here = Path(config.invocation_params.dir)
