@@ -139,9 +139,8 @@ class Runner:
                 with self.timed_window(case):
                     attempt = self._measure(loaded, measurement, threads, not tries)
                 tries.append(attempt)
-                if attempt.verdict in (None, "clean") or len(tries) > self.noise_retries:
-                    break
-                if len(tries) >= 2 and tries[-2].agrees_with(attempt):
+                if (attempt.verdict in (None, "clean") or len(tries) > self.noise_retries
+                        or (len(tries) >= 2 and tries[-2].agrees_with(attempt))):
                     break
                 if crowded(attempt.readings, threads):
                     # Busy: wait, then measure again on the cores the others left free (the fewer

@@ -84,11 +84,10 @@ class HwbenchState:
         self.records: list[BenchmarkRecord] = []
         #: lines for the run's summary (e.g. a marker value the command line narrowed to nothing)
         self.notes: list[str] = []
-        self.progress = Progress(config.getoption("hwbench_progress_interval"),
-                                 cache_size=config.getoption("hwbench_cache_size"),
-                                 min_time_s=config.getoption("hwbench_min_time"))
-        #: nodeid -> (seconds its case spent loading its model, 0 from the cache; the measurements it
-        #: took), for the progress estimate at its teardown
+        option = config.getoption
+        self.progress = Progress(option("hwbench_progress_interval"), cache_size=option("hwbench_cache_size"),
+                                 min_time_s=option("hwbench_min_time"))
+        #: nodeid -> (its model's load seconds, 0 from the cache; its tries), for the progress estimate
         self.measured: dict[str, tuple[float | None, int | None]] = {}
         #: cases this process generated and kept after -m/-k deselection (per xdist worker)
         self.collection: dict[str, int] = {"generated": 0, "matched": 0, "selected": 0}
@@ -110,13 +109,11 @@ class HwbenchState:
         from ..runner import Runner
         from ..trackers import TimingConfig
 
-        timing = TimingConfig(
-            warmup_iterations=self.config.getoption("hwbench_warmup"),
-            min_iterations=max(1, self.config.getoption("hwbench_min_iterations")),
-            min_time_s=self.config.getoption("hwbench_min_time"),
-        )
-        return Runner(timing, self.config.getoption("hwbench_cache_size"), self.config.getoption("hwbench_energy_time"),
-                      noise_retries=self.config.getoption("hwbench_noise_retries"), timed_window=self._timed_window)
+        option = self.config.getoption
+        timing = TimingConfig(option("hwbench_warmup"), max(1, option("hwbench_min_iterations")),
+                              option("hwbench_min_time"))
+        return Runner(timing, option("hwbench_cache_size"), option("hwbench_energy_time"),
+                      noise_retries=option("hwbench_noise_retries"), timed_window=self._timed_window)
 
     @contextlib.contextmanager
     def _timed_window(self, case: BenchCase) -> Iterator[None]:
@@ -208,12 +205,9 @@ class HwbenchState:
             # every process generated cases and no node id matched one: a parameter id names no case
             missing = [arg for arg in map(str, self.config.args) if "::" in arg and "[" in arg]
         if missing:
-            files = [arg for arg in missing if "::" not in arg]
-            nodes = [arg for arg in missing if "::" in arg]
-            if files:
-                self.notes.append(f"no test ran: file or directory not found: {', '.join(files)}")
-            if nodes:
-                self.notes.append(f"no test ran: not found: {', '.join(nodes)}")
+            for what, node_ids in (("file or directory not found", False), ("not found", True)):
+                if args := [arg for arg in missing if ("::" in arg) == node_ids]:
+                    self.notes.append(f"no test ran: {what}: {', '.join(args)}")
             return True
         for who, account in accounts.items():
             if "error" in account:
