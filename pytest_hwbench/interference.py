@@ -30,12 +30,8 @@ MAX_OTHER_CORES = 0.25
 MAX_STEAL_SHARE = 0.05
 #: NVML clock-event reasons (nvmlClocksEventReasons) that mean the GPU was slowed by something
 #: other than the case itself.
-GPU_SLOWDOWN_REASONS: dict[int, str] = {
-    0x8: "hardware slowdown",
-    0x20: "software thermal slowdown",
-    0x40: "hardware thermal slowdown",
-    0x80: "power brake slowdown",
-}
+GPU_SLOWDOWN_REASONS: dict[int, str] = {0x8: "hardware slowdown", 0x20: "software thermal slowdown",
+                                         0x40: "hardware thermal slowdown", 0x80: "power brake slowdown"}
 
 #: A record is noisy when the reference kernel before and after the loop disagree by more than
 #: this factor and the loop itself moved the same way by more than `MAX_TREND`.
@@ -85,8 +81,7 @@ def _per_core_seconds(stat: str | None = None) -> dict[int, tuple[float, float]]
 
 
 def _cpu_seconds(pids: tuple[int, ...] = ()) -> float:
-    """CPU seconds used by this process and by `pids` (processes that do the case's work, such as
-    a browser; a process that is gone counts as nothing)."""
+    """CPU seconds used by this process and by `pids` (processes doing the case's work; one gone counts 0)."""
     total = 0.0
     for pid in (os.getpid(), *pids):
         with suppress(psutil.NoSuchProcess, psutil.AccessDenied):

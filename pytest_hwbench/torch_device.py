@@ -1,6 +1,5 @@
 """torch's view of a hardware target: device strings, the device module, sync, TF32, memory.
-``rocm`` maps to ``torch.cuda`` here and nowhere else; torch is imported only when called.
-"""
+``rocm`` maps to ``torch.cuda`` here and nowhere else; torch is imported only when called."""
 
 from __future__ import annotations
 

@@ -34,10 +34,7 @@ class Hwbench:
 
     def measure(self, case: BenchCase) -> CaseResult:
         """Measure `case`; skip when the backend cannot run it here; a crash is a failed record.
-
-        Running out of memory is an outcome, not a bug: the failed record keeps the error (data
-        for the compatibility matrix), the memory is freed and the test is reported xfailed.
-        """
+        Running out of memory is an outcome: its failed record keeps the error, the test is xfailed."""
         from ..result import failed_record  # the measuring side (numpy, trackers): only when a case runs
 
         state, node = self._state, self._request.node
@@ -48,14 +45,12 @@ class Hwbench:
         except UnsupportedCase as exc:
             pytest.skip(str(exc))
         except Exception as exc:
-            self.record = failed_record(case, state.session_id, exc, **common)
-            node.stash[_RECORD] = self.record
+            self.record = node.stash[_RECORD] = failed_record(case, state.session_id, exc, **common)
             if isinstance(exc, OutOfMemory):
                 pytest.xfail(f"{case.id}: {exc} (recorded as a failed case)")
             raise
         self.result = result
-        self.record = result.to_record(state.session_id, **common)
-        node.stash[_RECORD] = self.record
+        self.record = node.stash[_RECORD] = result.to_record(state.session_id, **common)
         self._feed_pytest_benchmark(result, self.record)
         return result
 
@@ -69,9 +64,8 @@ class Hwbench:
         bench._mode = "hwbench"
         if bench.disabled:  # pytest-benchmark turns itself off under xdist (FACTS.md)
             return
-        # pytest-benchmark has no public way to take timings measured elsewhere; pedantic() would
-        # time the call itself with perf_counter and a sync per round. _make_stats is what
-        # pedantic uses internally (pinned to pytest-benchmark 5.x in pyproject.toml).
+        # pytest-benchmark has no public way to take timings measured elsewhere (pedantic() times
+        # the call itself); _make_stats is what pedantic uses (pinned to 5.x in pyproject.toml).
         stats = bench._make_stats(1)
         for value in result.latency.values_ms:
             stats.update(value / 1e3)

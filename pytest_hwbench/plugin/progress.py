@@ -29,16 +29,14 @@ def _duration(seconds: float) -> str:
 
 
 class Progress:
-    """Progress of a benchmark run, as lines for the controller's terminal: case k of n,
-    elapsed time and an estimate of what remains, at most one line per `interval_s` (0: every
-    case). Runs without benchmark cases (`has_cases` False) print none.
+    """Lines for the controller's terminal: case k of n, elapsed time and an estimate of what
+    remains, at most one per `interval_s` (0: every case); none without benchmark cases.
 
     The estimate prices each remaining test of the `plan` (nodeid -> its `BenchCase`, None for
-    a plain test, in run order) by the finished tests most like it: its model's load where the
-    runner's cache of `cache_size` models will not hold it, one measurement times the mean
-    measurements per case so far, and a backend's first case (its runtime's start) apart; a mode
-    not seen yet costs an inference case's worth times its `MODE_COST`. Without a plan every
-    test costs the average so far; the end of the run (`END_COST_S`) is added to every estimate.
+    a plain test, in run order) by the finished tests most like it: its model's load where a
+    cache of `cache_size` models will not hold it, one measurement times the mean measurements
+    per case so far, a backend's first case (its runtime's start) apart; an unseen mode costs an
+    inference case times its `MODE_COST`. Without a plan every test costs the average so far.
     """
 
     #: Relative cost of one measurement by mode before one of its mode has run (inference = 1): what
