@@ -167,13 +167,6 @@ class ReferenceBaseline:
         self.path = path
         self.recent = _stored(path)[1][-RECENT_READINGS:] if path is not None else []
 
-    @classmethod
-    def default(cls) -> ReferenceBaseline:
-        """The baseline kept in hwbench's cache folder."""
-        from .vocabulary import cache_dir
-
-        return cls(cache_dir("reference") / "baseline.json")
-
     @property
     def baseline_us(self) -> float | None:
         """The `BASELINE_PERCENTILE` percentile of the recent readings (None before the first)."""
@@ -331,10 +324,9 @@ def crowded(readings: Mapping[str, Any], threads: int | None = None, own_pids: s
 
 
 def host_changed(readings: Mapping[str, Any]) -> str:
-    """Why the host changed speed during the case, in words, or "" where it did not: the
-    reference kernel before and after the loop disagree by more than `MAX_REFERENCE_CHANGE` and,
-    where the readings hold ``rounds_trend``, the loop moved the same way by more than `MAX_TREND`
-    (a kernel slower after the case, and a loop that ended slower than it began)."""
+    """Why the host changed speed during the case, in words, or "" where it did not: the reference
+    kernel before and after the loop disagree by more than `MAX_REFERENCE_CHANGE` and the loop's
+    ``rounds_trend``, where read, moved the same way by more than `MAX_TREND`."""
     change = reference_change(readings)
     if change <= MAX_REFERENCE_CHANGE:
         return ""
@@ -424,9 +416,7 @@ class InterferenceMonitor:
         self.readings = host_readings(self._start, HostSnapshot.take(self.own_pids))
         if self.reference is not None and self._reference_before is not None:
             before, after = self._reference_before, reference_us()
-            # the geometric mean of the two stands for the window; their disagreement says
-            # whether the host changed speed during it (`judge`)
-            middle = math.sqrt(before * after)
+            middle = math.sqrt(before * after)  # stands for the window; their disagreement: `judge`
             self.readings["reference_before_us"] = round(before, 2)
             self.readings["reference_after_us"] = round(after, 2)
             self.readings["reference_us"] = round(middle, 2)

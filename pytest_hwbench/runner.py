@@ -22,7 +22,7 @@ from .record import METRIC_FIELDS
 from .result import CaseResult
 from .scenarios import get_scenario
 from .trackers import Measurement, Sample, TimingConfig
-from .vocabulary import DEFAULT_NOISE_RETRIES
+from .vocabulary import DEFAULT_NOISE_RETRIES, cache_dir
 
 
 def is_out_of_memory(exc: BaseException) -> bool:
@@ -94,7 +94,7 @@ class Runner:
             raise ValueError(f"noise_wait_s must be between 0 and 60 seconds, got {noise_wait_s!r}")
         self.noise_retries = noise_retries
         self.noise_wait_s = float(noise_wait_s)
-        self.reference = reference if reference is not None else ReferenceBaseline.default()
+        self.reference = reference or ReferenceBaseline(cache_dir("reference") / "baseline.json")
         self.timed_window = timed_window or (lambda case: nullcontext())
         #: load key -> (model, load time in s, device MiB its load allocated)
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()

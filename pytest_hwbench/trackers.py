@@ -182,9 +182,7 @@ class LatencyTracker:
             end.record(*record_args)
             return start, end
 
-        # The host only enqueues work: its deadline may pass before the device's work is done,
-        # ending the loop slightly early; the iteration count stays exact.
-        pairs = _repeat(config, timed)
+        pairs = _repeat(config, timed)  # host time: may end slightly early, the count stays exact
         self.sync()
         if self.kind == "mps":
             # Device-wide sync, not Event.synchronize(): elapsed_time() after the latter could

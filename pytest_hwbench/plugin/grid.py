@@ -185,8 +185,7 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
 
 
 def case_marks(backend: Backend, hardware: str, mode: str, spec: ModelSpec) -> list[str]:
-    """The names of the marks a case carries: its backend's markers on `hardware`, its mode, and
-    ``quick`` for a model of the quick tier."""
+    """The marks a case carries: its backend's markers on `hardware`, its mode, ``quick`` (quick tier)."""
     return [*backend.markers(hardware), mode, *(("quick",) if spec.tier == "quick" else ())]
 
 
