@@ -26,9 +26,8 @@ def _param(case: BenchCase) -> Any:
 
 
 def _mark_selection(config: pytest.Config, metafunc: pytest.Metafunc) -> Callable[[Iterable[str]], bool] | None:
-    """Whether a case of this test with the given marks survives the run's ``-m`` expression, or
-    None (everything may survive) without one. Evaluated with pytest's own expression grammar on
-    the test's marks plus the case's; an expression on mark arguments is not judged here."""
+    """Whether a case of this test with the given marks (and the test's) survives the run's ``-m``
+    expression, by pytest's own grammar; None (all may) without one or for one on mark arguments."""
     text = config.option.markexpr
     if not text or "(" in text:
         return None
@@ -70,15 +69,13 @@ def pytest_generate_tests(metafunc: pytest.Metafunc) -> None:
 
 @pytest.hookimpl(tryfirst=True, specname="pytest_collection_modifyitems")  # before `-m`/`-k` deselect
 def count_matched_cases(config: pytest.Config, items: list[pytest.Item]) -> None:
-    """Count the cases the command line's paths and node ids matched (``matched``), before any
-    deselection: none of a run that generated cases means a node id named no case."""
+    """Count the cases the command line's paths and node ids matched, before any deselection."""
     config.stash[STATE].collection["matched"] += sum(1 for item in items if case_of(item) is not None)
 
 
 @pytest.hookimpl(trylast=True)  # after `-m`/`-k` deselection: check only the cases that will run
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    # Skip by capability at collection, so absent hardware costs no fixture set-up; only the
-    # targets the kept cases read are probed.
+    # Skip by capability at collection: absent hardware costs no fixture set-up.
     kept = [(item, case) for item in items if (case := case_of(item)) is not None]
     config.stash[STATE].collection["selected"] += len(kept)
     if not kept:

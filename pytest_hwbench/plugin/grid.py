@@ -43,8 +43,7 @@ class Selection:
 
     @classmethod
     def from_options(cls, getoption: Callable[[str], Any]) -> Selection:
-        """The selection from option values looked up by dest (``hwbench_models``...), e.g.
-        with ``config.getoption``; an empty value narrows nothing."""
+        """The selection from ``getoption(dest)`` (``hwbench_models``...); an empty value narrows nothing."""
         values = {f.name: getoption(f"hwbench_{f.name}") for f in fields(cls)}
         return cls(**{name: tuple(value) if value else None for name, value in values.items()})
 
@@ -55,8 +54,7 @@ MARKER_KEYWORDS = frozenset(f.name for f in fields(Selection))
 
 @dataclass(frozen=True)
 class Grid:
-    """The cases of one test, and lines for the run's summary (e.g. a marker value that the
-    command line narrowed to nothing)."""
+    """The cases of one test, and lines for the run's summary."""
 
     cases: list[BenchCase]
     notes: tuple[str, ...] = ()
@@ -71,8 +69,7 @@ def _marker_choices(key: str) -> tuple[str, ...] | None:
 
 
 def _check_marker_values(nodeid: str, key: str, value: Any) -> tuple[Any, ...]:
-    """`value` of marker keyword `key` as a tuple, or ValueError naming the test, the value
-    and what is accepted."""
+    """`value` of marker keyword `key` as a tuple, or ValueError naming the test, value and choices."""
     values = tuple(value) if isinstance(value, (list, tuple, set, frozenset)) else (value,)
     where = f"{nodeid}: @pytest.mark.hwbench({key}=...)"
     if not values:
@@ -173,8 +170,8 @@ def generate_cases(selection: Selection, detect: Callable[[Sequence[str]], Hardw
     hw = detect(tuple(wanted)) if wanted else HardwareInfo({})
     cases = []
     for mode, scenario, tokens_per_case, name, lengths, backend_name, backend, hardware, kept in points:
-        unprobed = "not probed: the run's -m selection keeps no case on it"
-        seen = hw if kept else HardwareInfo({t: not_available(t, unprobed) for t in backend.detects(hardware)})
+        why = "not probed: the run's -m selection keeps no case on it"
+        seen = hw if kept else HardwareInfo({t: not_available(t, why) for t in backend.detects(hardware)})
         defaults = backend.default_precisions(hardware, seen)
         # asked-for precisions the mode lacks skip with its reason
         defaults = tuple(p for p in defaults if p in scenario.precisions)
