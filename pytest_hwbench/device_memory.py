@@ -11,9 +11,8 @@ MEMORY_USABLE_SHARE = 0.9
 
 
 def device_memory_mb(hardware: str, hw: HardwareInfo) -> float | None:
-    """Memory of the device a case on `hardware` runs on: host RAM for the CPU, the smallest
-    device of an accelerator target; None where detection gives no figure (mps, OpenVINO
-    devices, ...), and then only the host check applies."""
+    """Memory of the device a case on `hardware` runs on: host RAM for the CPU, the smallest device
+    of an accelerator target; None where detection gives no figure (mps, OpenVINO devices, ...)."""
     if hardware == "cpu":
         return host_memory_mb(hw)
     target = hw.get(hardware)

@@ -160,8 +160,7 @@ def _handle(device_index: int) -> tuple[Any | None, str | None]:
 
 
 def nvml_handle(device_index: int) -> tuple[Any | None, Any | None]:
-    """(pynvml, the NVML handle of torch's cuda:`device_index`), or (pynvml or None, None) where
-    NVML or that device cannot be read (no driver, not an NVIDIA device)."""
+    """(pynvml, the NVML handle of torch's cuda:`device_index`); None for what cannot be read."""
     return _nvml()[0], _handle(device_index)[0]
 
 

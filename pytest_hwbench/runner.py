@@ -100,11 +100,8 @@ class Runner:
         self._cache: OrderedDict[tuple[Any, ...], tuple[LoadedModel, float, float]] = OrderedDict()
 
     def run(self, case: BenchCase, device_index: int = 0) -> CaseResult:
-        """Measure one case (the caller checks `case.unavailable()` first).
-
-        Running out of memory raises `OutOfMemory` after every cached model is released and the
-        device's cache emptied, so the next case starts with the memory free.
-        """
+        """Measure one case (the caller checks `case.unavailable()` first). Running out of memory
+        raises `OutOfMemory` after every cached model and the device's cache are released."""
         try:
             return self._run(case, device_index)
         except Exception as exc:
@@ -168,8 +165,7 @@ class Runner:
         )
 
     def _measure(self, loaded: LoadedModel, measurement: Measurement, threads: int | None, first: bool) -> _Try:
-        """One measurement (the cold call too when `first`), bracketed by the interference
-        monitor, and judged where this machine's load bears on it."""
+        """One measurement (the cold call too when `first`) in the interference monitor, judged."""
         gpu = loaded.device_index if loaded.device_kind == "cuda" else None
         monitor = InterferenceMonitor(gpu, loaded.own_pids(), self.reference)
         sample = measurement.measure(self.timing, monitor, first)
@@ -187,8 +183,7 @@ class Runner:
         key = (*case.load_key, device_index)
         if key in self._cache:
             self._cache.move_to_end(key)
-            loaded, load_time, resident = self._cache[key]
-            return loaded, load_time, resident, True
+            return (*self._cache[key], True)
         while len(self._cache) >= self.cache_size:
             self._evict()
         before = torch_device.allocated_mb(case.hardware, device_index) or 0.0

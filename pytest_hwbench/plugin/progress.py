@@ -148,9 +148,8 @@ class Progress:
 
     def done_one(self, nodeid: str | None = None, load_s: float | None = None,
                  tries: int | None = None) -> str | None:
-        """Count one finished test (`nodeid`, when the plan names it; `load_s`: the seconds its
-        case spent loading its model, 0 when the model came from the cache; `tries`: the
-        measurements its case took); the progress line when one is due, else None."""
+        """Count one finished test (`nodeid`, when the plan names it; `load_s`: its case's model
+        load in seconds, 0 from the cache; `tries`: its measurements); the line when one is due."""
         if self.total is None:
             return None
         self.done += 1

@@ -54,9 +54,8 @@ def _what_runs(config: pytest.Config) -> dict[str, str]:
 
 
 def describe_session(config: pytest.Config, session_id: str, hardware: Iterable[str]) -> SessionInfo:
-    """The `SessionInfo` of session `session_id`, which holds cases on `hardware`: this host, its
-    git commit and branch, the runner label, the hardware (the CPU and `hardware` probed), the
-    package versions the plug-ins report and what the session runs."""
+    """The `SessionInfo` of session `session_id`, which holds cases on `hardware`: host, git commit
+    and branch, runner label, hardware (the CPU and `hardware`), package versions, what it runs."""
     return SessionInfo(
         session_id=session_id,
         started_at=_dt.datetime.now(_dt.timezone.utc).isoformat(),
@@ -108,9 +107,8 @@ class Placement:
 
 
 def place_worker(config: pytest.Config) -> Placement:
-    """Give this process, xdist worker `index` of `count` (xdist's workerinput), its own GPU and a
-    disjoint slice of the usable cores. A lone process uses device 0 and all its cores, and probes
-    nothing; several workers probe the torch GPU runtimes to share their devices out."""
+    """Give this process, one of several xdist workers, its own GPU and a disjoint slice of the
+    usable cores (probing torch's GPU runtimes); a lone process uses device 0 and all its cores."""
     cores: tuple[int, ...] = tuple(sorted(os.sched_getaffinity(0))) if hasattr(os, "sched_getaffinity") else ()
     workerinput = getattr(config, "workerinput", None)
     if workerinput is None:

@@ -170,8 +170,7 @@ class HwbenchState:
 
     @pytest.hookimpl(optionalhook=True)
     def pytest_handlecrashitem(self, crashitem: str, report: pytest.TestReport, sched: Any) -> None:
-        """An xdist worker died running `crashitem`: the controller writes the case's record
-        (status ``crashed``), attached to the report xdist makes for it and logs next."""
+        """An xdist worker died running `crashitem`: its case's ``crashed`` record rides on the report."""
         case = _case_of_nodeid(crashitem)
         if case is None:
             return  # not a benchmark case
