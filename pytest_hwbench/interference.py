@@ -156,12 +156,9 @@ def _host_key() -> str:
 
 
 class ReferenceBaseline:
-    """This host's recent reference-kernel times and the baseline drawn from them.
-
-    The last `RECENT_READINGS` readings live in this process and, across runs, in `path` (one list
-    per `_host_key`; None: in memory only). The baseline is their `BASELINE_PERCENTILE` percentile:
-    the fast end of how this host has run lately, not the fastest it ever ran.
-    """
+    """This host's last `RECENT_READINGS` reference-kernel times, kept across runs in `path` (one
+    list per `_host_key`; None: in memory only), and their `BASELINE_PERCENTILE` percentile, the
+    baseline: the fast end of how this host has run lately, not the fastest it ever ran."""
 
     def __init__(self, path: Path | None = None) -> None:
         self.path = path
@@ -347,10 +344,9 @@ def host_changed(readings: Mapping[str, Any]) -> str:
 def judge(readings: Mapping[str, Any], *, own_pids: set[int] | None = None,
           threads: int | None = None) -> tuple[Noise, str]:
     """``("clean", "")`` or ``("noisy", reason)`` for one record's readings (see `host_readings`,
-    `gpu_readings`): other work on what the case needed (`crowded`, so not on cores its `threads`
-    left free), the host changing speed during the case (`host_changed`), or a GPU slowed by heat
-    or power. A steadily slow host (``host_speed`` < 1) is measured, not noisy. Several reasons
-    are joined with ``; ``."""
+    `gpu_readings`), reasons joined with ``; ``: other work on what the case needed (`crowded`, not
+    on cores its `threads` left free), the host changing speed during the case (`host_changed`), or
+    a GPU slowed by heat or power. A steadily slow host (``host_speed`` < 1) is not noisy."""
     reasons = crowded(readings, threads, own_pids)
     changed = host_changed(readings)
     if changed:
@@ -373,12 +369,9 @@ def free_cores(readings: Mapping[str, Any]) -> int:
 
 
 def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
-    """How much the case was disturbed, in cores; orders the tries of a case (least is kept).
-
-    On the CPU it is oversubscription: our `threads` (else the cores we kept busy) plus the other
-    processes' load and stolen time, beyond the cores we may use. A host that changed speed adds a
-    little (it orders tries the counters cannot tell apart); a slowed or shared GPU adds one core.
-    """
+    """How much the case was disturbed, in cores; orders the tries of a case (least is kept): our
+    `threads` (else the cores we kept busy) plus others' load and stolen time beyond the cores we
+    may use, a little for a host that changed speed, one core for a slowed or shared GPU."""
     cores = float(readings.get("cores_allowed") or 1)
     demand = float(threads) if threads else float(readings.get("own_cores") or 0.0)
     other = float(readings.get("other_cores") or 0.0) + float(readings.get("steal_cores") or 0.0)
@@ -396,10 +389,8 @@ def severity(readings: Mapping[str, Any], threads: int | None = None) -> float:
 class InterferenceMonitor:
     """Brackets a timed loop: ``with InterferenceMonitor() as monitor: ...`` then
     `monitor.readings` (the host's, plus the GPU's on NVIDIA devices when `gpu_index` is given).
-
-    `own_pids` are processes doing the measured work besides this one (their CPU time is not
-    "other"). When other processes held more than `MAX_OTHER_CORES`, the busiest of them are
-    looked up (a tenth of a second more) and named in ``readings["busiest"]``.
+    `own_pids` do the measured work besides this process (their CPU time is not "other"); when
+    others held more than `MAX_OTHER_CORES`, the busiest are named in ``readings["busiest"]``.
     """
 
     gpu_index: int | None = None

@@ -120,13 +120,10 @@ def event_timer_unavailable(kind: str) -> str | None:
 
 @dataclass
 class LatencyTracker:
-    """Times calls of a zero-argument function on one device.
-
-    `kind` is ``"wall"`` (perf_counter around call + sync) or a device's events (``"cuda"``, also
-    HIP on ROCm, ``"xpu"``, ``"mps"``), which sync once after the timed loop, on the current
-    stream of device `device_index`. Where the events cannot run (`event_timer_unavailable`) or
-    give impossible intervals, it warns and times with the wall clock (see `timer_used`).
-    """
+    """Times calls of a zero-argument function on one device: `kind` is ``"wall"`` (perf_counter
+    around call + sync) or a device's events (``"cuda"``, also HIP, ``"xpu"``, ``"mps"``) on the
+    current stream of device `device_index`. Where the events cannot run or give impossible
+    intervals, it warns and times with the wall clock (see `timer_used`)."""
 
     kind: str = "wall"
     sync: Callable[[], None] = lambda: None
@@ -194,8 +191,7 @@ class LatencyTracker:
 
 
 def _repeat(config: TimingConfig, once: Callable[[], Any]) -> list[Any]:
-    """What `once()` gives, called until both `min_iterations` and `min_time_s` are met (at
-    most `max_iterations` times)."""
+    """`once()`'s results, called until `min_iterations` and `min_time_s` are met (or `max_iterations`)."""
     results = []
     deadline = time.perf_counter() + config.min_time_s
     while len(results) < config.max_iterations:
@@ -234,8 +230,7 @@ class Memory:
 
 
 def own_peak_mb(peak_mb: float | None, in_use_at_start_mb: float | None) -> float | None:
-    """The part of a device peak that is a block's own: `peak_mb` less what others held at its
-    start; None when the peak is below that figure (it cannot be the block's own)."""
+    """`peak_mb` less what others held at the block's start; None when below it (not the block's own)."""
     if peak_mb is None or not in_use_at_start_mb:
         return peak_mb
     return peak_mb - in_use_at_start_mb if peak_mb >= in_use_at_start_mb else None
@@ -280,8 +275,7 @@ class RemoteMeasurement:
 
 @runtime_checkable
 class MeasuredElsewhere(Protocol):
-    """A prepared call that another process or machine times: a browser page, a cloud device.
-    Its loaded model measures it with a `RemoteCall`."""
+    """A prepared call that another process or machine times (a browser page, a cloud device)."""
 
     def __call__(self) -> Any: ...
 
@@ -364,8 +358,7 @@ class LocalCall:
         return Sample(latency, memory.result, cold, dict(more), details)
 
     def energy(self, batch_size: int, min_time_s: float, details: dict[str, Any]) -> dict[str, float]:
-        """Energy per item where the device has a readable counter (NVML); on accelerators that
-        cannot, ``details["energy"]`` says why. Measured in a loop of its own."""
+        """Energy per item, in a loop of its own, on accelerators with a readable counter (NVML)."""
         if self.device_kind == "cpu" or min_time_s == 0:
             return {}
         from .energy import EnergyUnavailable, measure_energy
@@ -382,8 +375,7 @@ class LocalCall:
 
 @dataclass
 class RemoteCall:
-    """A call that another process or machine times (`MeasuredElsewhere`): each try asks it for
-    its `RemoteMeasurement`. No energy is measured here."""
+    """A call that another process or machine times (`MeasuredElsewhere`); no energy is measured."""
 
     call: MeasuredElsewhere
 

@@ -89,8 +89,7 @@ class Progress:
 
     @staticmethod
     def _use(cached: list[tuple[str, ...]], key: tuple[str, ...], size: int) -> bool:
-        """Whether `key` is in the cache (moved to its end); otherwise it is added (the oldest
-        evicted beyond `size`)."""
+        """Whether `key` is in the cache of `size` keys, which it then ends (least recent first)."""
         if key in cached:
             cached.remove(key)
             cached.append(key)

@@ -117,8 +117,7 @@ class HwbenchState:
 
     @contextlib.contextmanager
     def _timed_window(self, case: BenchCase) -> Iterator[None]:
-        """Announces each timed window of `case` to the plug-ins (`pytest_hwbench_timing_starts`
-        and `_ends`), so their own work stays out of it."""
+        """Each timed window of `case`, announced to the plug-ins so their own work stays out of it."""
         hook = self.config.hook
         hook.pytest_hwbench_timing_starts(config=self.config, case=case)
         try:
