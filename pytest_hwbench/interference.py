@@ -172,9 +172,8 @@ class ReferenceBaseline:
         return float(np.percentile(self.recent, BASELINE_PERCENTILE)) if self.recent else None
 
     def host_speed(self, measured_us: float, *, remember: bool = True) -> float | None:
-        """The baseline over `measured_us`: 1.0 at the host's recent best, below 1 when the host
-        runs slower than it has lately (0.75: a third slower); None before any reading is remembered.
-        `remember` adds `measured_us` to the recent readings first (not for a crowded reading)."""
+        """The baseline over `measured_us` (below 1: slower than lately; None before any reading),
+        after adding `measured_us` to the recent readings if `remember` (not for a crowded one)."""
         if not measured_us > 0:
             raise ValueError(f"measured_us must be > 0 microseconds, got {measured_us!r}")
         if remember:
@@ -198,8 +197,7 @@ class ReferenceBaseline:
 
 
 def _stored(path: Path) -> tuple[dict[str, Any], list[float]]:
-    """A baseline file's content (host key -> that host's readings; {} where there is none to read)
-    and this host's readings in it (none where they are not a list)."""
+    """A baseline file's content (host key -> its readings; {} unreadable) and this host's readings."""
     try:
         known = json.loads(path.read_text())
     except (OSError, ValueError):
@@ -251,8 +249,7 @@ def host_readings(start: HostSnapshot, end: HostSnapshot) -> dict[str, Any]:
 
 
 def gpu_readings(device_index: int) -> dict[str, Any]:
-    """NVML readings of torch's cuda:`device_index` now: SM clock and its maximum, clock-event
-    reasons, other processes on the device; {} where NVML cannot be read (no driver, not NVIDIA)."""
+    """NVML readings of cuda:`device_index` now (SM clocks, clock-event reasons, processes); {} unreadable."""
     from .energy import nvml_handle
 
     pynvml, handle = nvml_handle(device_index)
@@ -282,8 +279,7 @@ def tick_error(readings: Mapping[str, Any]) -> float:
 
 
 def reference_change(readings: Mapping[str, Any]) -> float:
-    """How far the reference kernel before and after the loop disagree, as a factor >= 1 (1.0 where
-    either was not read)."""
+    """How far the reference kernel before and after the loop disagree, a factor >= 1 (1.0 unread)."""
     before, after = readings.get("reference_before_us"), readings.get("reference_after_us")
     if not (isinstance(before, (int, float)) and isinstance(after, (int, float)) and before > 0 and after > 0):
         return 1.0

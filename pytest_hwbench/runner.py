@@ -30,11 +30,8 @@ def is_out_of_memory(exc: BaseException) -> bool:
     # torch.OutOfMemoryError is known by its name: no torch import for a case that never used it
     if isinstance(exc, (MemoryError, OutOfMemory)) or type(exc).__name__ == "OutOfMemoryError":
         return True
-    text = str(exc).lower()
-    return isinstance(exc, RuntimeError) and any(
-        marker in text for marker in ("out of memory", "can't allocate memory", "not enough memory",
-                                      "failed to allocate memory")
-    )
+    markers = ("out of memory", "can't allocate memory", "not enough memory", "failed to allocate memory")
+    return isinstance(exc, RuntimeError) and any(marker in str(exc).lower() for marker in markers)
 
 
 #: `noise_wait_s` between the tries of a noisy case.

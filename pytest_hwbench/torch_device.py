@@ -26,8 +26,7 @@ def device_string(hardware: str, index: int = 0) -> str:
 
 
 def device_module(hardware: str) -> Any | None:
-    """The ``torch`` submodule driving `hardware` (``torch.cuda`` for rocm); None on the CPU,
-    for targets torch does not address, or where this torch build lacks the module."""
+    """The ``torch`` submodule driving `hardware` (``torch.cuda`` for rocm), None where there is none."""
     name = torch_modules().get(hardware)
     if name is None:
         return None

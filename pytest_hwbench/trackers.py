@@ -23,8 +23,7 @@ ROUNDS = 5
 
 
 def round_medians(timings_ms: Sequence[float], rounds: int = ROUNDS) -> list[float]:
-    """Medians of `rounds` consecutive, nearly equal blocks of `timings_ms` (one per iteration
-    when there are fewer iterations than rounds); non-finite values are left out."""
+    """Medians of `rounds` consecutive, nearly equal blocks of the finite `timings_ms` (fewer: one each)."""
     import numpy as np
 
     values = np.asarray([t for t in timings_ms if math.isfinite(t)], dtype=float)
@@ -314,13 +313,12 @@ class Measurement(Protocol):
     calls `measure` once per try, then `energy` once, after the try it keeps."""
 
     def measure(self, timing: TimingConfig, window: AbstractContextManager[Any], first: bool) -> Sample:
-        """One measurement under `timing`. `window` (the interference monitor) is entered around
-        what is measured; `first` asks for the cold call too."""
+        """One measurement under `timing` in `window` (the interference monitor); `first`: cold call too."""
         ...
 
     def energy(self, batch_size: int, min_time_s: float, details: dict[str, Any]) -> dict[str, float]:
-        """Energy metrics of the call where its device has a readable counter (`min_time_s` > 0);
-        a reason why not goes into ``details["energy"]``. Empty where nothing is measured."""
+        """Energy metrics where the device has a readable counter (`min_time_s` > 0), else the reason in
+        ``details["energy"]`` (or nothing)."""
         ...
 
 

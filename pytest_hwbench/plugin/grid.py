@@ -89,9 +89,8 @@ def _check_marker_values(nodeid: str, key: str, value: Any) -> tuple[Any, ...]:
 
 
 def marker_values(nodeid: str, marks: Iterable[tuple[tuple[Any, ...], Mapping[str, Any]]]) -> dict[str, Any]:
-    """What the hwbench markers of test `nodeid` narrow, keyword -> tuple of values, from each
-    mark's ``(args, kwargs)``, closest mark first (the first mark naming a keyword wins);
-    ValueError on an unknown keyword, a positional argument or a value not accepted."""
+    """Keyword -> values the hwbench marks of test `nodeid` narrow (``(args, kwargs)`` each, closest
+    first, which wins); ValueError on an unknown keyword, a positional argument or a bad value."""
     narrowed: dict[str, Any] = {}
     for args, kwargs in marks:
         unknown = set(kwargs) - MARKER_KEYWORDS

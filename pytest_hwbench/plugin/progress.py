@@ -11,8 +11,7 @@ from ..case import BenchCase
 
 
 def planned(case: BenchCase | None) -> BenchCase | None:
-    """`case` for the progress plan, or None (priced as a plain test) when its model has a known
-    gap on its backend, so that its run is a skip (`pytest_hwbench.availability.unavailable`)."""
+    """`case` for the progress plan, or None (a plain test) when its model's backend gap will skip it."""
     if case is None:
         return None
     try:

@@ -37,8 +37,8 @@ def pytest_hwbench_package_versions(config: pytest.Config) -> dict[str, str]:
 
 
 def _what_runs(config: pytest.Config) -> dict[str, str]:
-    """What the session runs, for names people read (the MLflow parent run): ``suite``, the test
-    paths asked for relative to the rootdir, and ``markers``, the ``-m`` expression."""
+    """What the session runs, for names people read: ``suite`` (the test paths, from the rootdir)
+    and ``markers`` (the ``-m`` expression)."""
     paths = []
     for arg in config.args:
         path, sep, rest = str(arg).partition("::")

@@ -48,7 +48,6 @@ def _case_of_nodeid(nodeid: str) -> BenchCase | None:
 
 def _freeze_gc() -> bool:
     """`gc.freeze` the heap until the state's `pytest_unconfigure` unfreezes it; True when it froze.
-
     Why: pytest's unraisable-exception check collects twice at the end, each time walking torch's
     millions of objects; now the first pass skips them and the second collects what it skipped."""
     if gc.get_freeze_count():  # someone else froze it: theirs to undo
@@ -193,9 +192,8 @@ class HwbenchState:
             self.worker_collections[worker] = {"error": str(error)}  # type: ignore[dict-item]
 
     def _explain_empty_run(self) -> bool:
-        """A run that collected no test says why: test paths or node ids that name nothing (True
-        is returned then), else per process: no case generated (the grid options and markers),
-        every case deselected (-m/-k), or a worker that never reported."""
+        """Note why a run collected no test: paths or node ids that name nothing (then True), else per
+        process: no case generated, every case deselected (-m/-k), or a worker that never reported."""
         missing = missing_paths(self.config)
         accounts = self.worker_collections or ({"this process": self.collection} if self.collection["generated"]
                                                else {})
