@@ -320,7 +320,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     from the records of the sessions asked for."""
     from .compare_sides import side_of_summary, sides_of
     from .sinks._duckdb_read import case_summaries
-    from .sinks.mlflow_calls import MlflowStoreError
+    from .sinks.mlflow_sink import MlflowStoreError
     from .sinks.readers import is_local_path, read_chosen, source_kind
 
     parts = [part.strip() for part in str(wanted).split(",")]
@@ -446,8 +446,7 @@ def _import_mlflow_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _import_mlflow(args: argparse.Namespace) -> int:
-    from .sinks.mlflow_calls import MlflowStoreError
-    from .sinks.mlflow_sink import MlflowSink
+    from .sinks.mlflow_sink import MlflowSink, MlflowStoreError
     from .sinks.mlflow_uri import sqlite_path
 
     cfg = tracking(args)

@@ -120,9 +120,11 @@ def quoted(value: str, what: str) -> str:
     return value
 
 
-def records_filter(session_id: str) -> str:
-    """The search filter for the child runs of one session."""
-    return f"tags.`{SESSION_TAG}` = '{quoted(session_id, 'session_id')}' AND tags.`{KIND_TAG}` = 'record'"
+def runs_filter(kind: str, session_id: str | None = None) -> str:
+    """The search filter for the runs of `kind` (``session``: parent runs, ``record``: child
+    runs), of one session where `session_id` is given."""
+    runs = f"tags.`{KIND_TAG}` = '{kind}'"
+    return runs if session_id is None else f"tags.`{SESSION_TAG}` = '{quoted(session_id, 'session_id')}' AND {runs}"
 
 
 
@@ -178,7 +180,7 @@ __all__ = [
     "quoted",
     "record_data",
     "record_tags",
-    "records_filter",
+    "runs_filter",
     "run_duration_ms",
     "session_from_tags",
     "session_run_name",
