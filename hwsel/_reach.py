@@ -31,10 +31,10 @@ _INSTEAD = {"--source": "or pass --source a .duckdb, .parquet or .jsonl file",
 
 def require_reachable(stores: Iterable[tuple[Any, str]], timeout: float) -> None:
     """Raise `HwselUnreachable` naming the option of the first store among `stores` (``(uri,
-    option)`` pairs) that does not answer (`pytest_hwbench.sinks.reach.require_answer`, an
+    option)`` pairs) that does not answer (`pytest_hwbench.sinks.mlflow_uri.require_answer`, an
     ``http(s)://`` server within ``min(2, timeout)`` seconds); ValueError where it refuses the
     credentials or is no database."""
-    from pytest_hwbench.sinks.reach import require_answer
+    from pytest_hwbench.sinks.mlflow_uri import require_answer
 
     for uri, option in stores:
         try:

@@ -24,7 +24,7 @@ from .sinks._duckdb_read import check_readable
 from .sinks._recorder import DEFAULT_DEADLINE_S, replay_each
 from .sinks.base import SessionSource, registered_sinks, resolve_sink
 from .sinks.duckdb_sink import export_records
-from .sinks.reach import require_answer
+from .sinks.mlflow_uri import require_answer
 from .sinks.redact import redact_uri
 from .sinks.transfer import copy_sessions
 from .vocabulary import DEFAULT_EXPERIMENT
