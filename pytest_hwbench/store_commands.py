@@ -23,7 +23,7 @@ from .sinks._duckdb_file import DuckDBFileError
 from .sinks._duckdb_read import check_readable
 from .sinks._recorder import DEFAULT_DEADLINE_S, replay_each
 from .sinks.base import SessionSource, registered_sinks, resolve_sink
-from .sinks.duckdb_sink import export_records
+from .sinks.duckdb_sink import DuckDBSink
 from .sinks.mlflow_uri import require_answer
 from .sinks.redact import redact_uri
 from .sinks.transfer import copy_sessions
@@ -422,7 +422,7 @@ def _export(args: argparse.Namespace) -> int:
     failed = []
     for target in targets:
         try:
-            written = export_records(db, target.open())
+            written = copy_sessions(DuckDBSink(db), target.open(), full=True).records
         except (ValueError, FileNotFoundError):
             raise
         except Exception as exc:  # noqa: BLE001 - a sink that fails is reported, the others still run

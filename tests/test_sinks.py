@@ -33,7 +33,7 @@ from pytest_hwbench.sinks import (
     Sink,
     Spool,
     export_parquet,
-    import_mlflow,
+    import_mlflow_sessions,
     list_sessions,
     load_records,
     load_results,
@@ -381,8 +381,8 @@ def test_mlflow_and_duckdb_agree_on_medians(tmp_path: Path, mlflow_uri: str) -> 
 
     # MLflow -> DuckDB import rebuilds the same records; importing twice adds nothing.
     imported = tmp_path / "imported.duckdb"
-    assert import_mlflow(mlflow_uri, "hwbench", imported) == 8
-    assert import_mlflow(mlflow_uri, "hwbench", imported) == 0
+    assert import_mlflow_sessions(mlflow_uri, "hwbench", imported).records == 8
+    assert import_mlflow_sessions(mlflow_uri, "hwbench", imported).records == 0
     by_id = {r.record_id: r for r in load_records(imported)}
     assert all(same_except_error(record, by_id[record.record_id]) for record in records)
     assert list_sessions(imported)["status"].tolist() == ["finished"]

@@ -23,7 +23,7 @@ _MODULES: dict[str, tuple[str, ...]] = {
                   "replay_each", "SinkReplay", "SinkTimeout"),
     "base": ("SESSION_STATUSES", "SINKS", "Sink", "SessionSource", "SinkFactory", "normalize_status",
              "open_sink", "read_sink", "register_sink", "registered_sinks", "resolve_sink"),
-    "duckdb_sink": ("DuckDBSink", "export_records", "import_mlflow", "import_mlflow_sessions"),
+    "duckdb_sink": ("DuckDBSink", "import_mlflow_sessions"),
     "_duckdb_file": ("DuckDBFileError", "read_connection"),
     "_duckdb_read": ("export_parquet", "list_sessions", "load_records", "load_results", "load_timings",
                      "records_from_results", "typed_results"),

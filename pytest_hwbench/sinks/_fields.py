@@ -12,7 +12,7 @@ import typing
 from collections.abc import Mapping
 from typing import Any, Literal
 
-from pytest_hwbench.record import BenchmarkRecord
+from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 
 Kind = Literal["str", "int", "float", "int_tuple", "float_tuple", "mapping"]
 
@@ -54,6 +54,8 @@ def _kind_of(name: str, hint: Any) -> FieldKind:
 _HINTS = typing.get_type_hints(BenchmarkRecord)
 #: Every record field, in dataclass order.
 FIELDS: dict[str, FieldKind] = {f.name: _kind_of(f.name, _HINTS[f.name]) for f in dataclasses.fields(BenchmarkRecord)}
+#: `SessionInfo`'s text fields (its id first), in dataclass order.
+SESSION_TEXT = tuple(name for name, hint in typing.get_type_hints(SessionInfo).items() if hint is str)
 
 
 def to_text(name: str, value: Any) -> str:
@@ -133,5 +135,5 @@ def truncate(text: str, limit: int) -> str:
     return text[: max(0, limit - len(marker))] + marker
 
 
-__all__ = ["FIELDS", "NONE_TEXT", "FieldKind", "epoch_ms", "from_text", "parse_json", "to_text", "truncate",
+__all__ = ["FIELDS", "NONE_TEXT", "SESSION_TEXT", "FieldKind", "epoch_ms", "from_text", "parse_json", "to_text", "truncate",
            "utc_stamp"]

@@ -15,7 +15,7 @@ from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._duckdb_file import checked
 from pytest_hwbench.sinks._duckdb_read import is_missing, list_sessions, load_records
 from pytest_hwbench.sinks._duckdb_schema import RESULT_COLUMNS, SESSION_COLUMNS, rollback, rounds_of, upgrade
-from pytest_hwbench.sinks._fields import FIELDS, to_text
+from pytest_hwbench.sinks._fields import FIELDS, SESSION_TEXT, to_text
 from pytest_hwbench.sinks.base import SessionSource, Sink, normalize_status, open_sink, register_sink
 from pytest_hwbench.sinks.transfer import ImportResult, copy_sessions
 from pytest_hwbench.vocabulary import DEFAULT_STORE_DIR
@@ -25,8 +25,6 @@ if TYPE_CHECKING:
     import pandas as pd
 
 DEFAULT_PATH = Path(DEFAULT_STORE_DIR) / "hwbench.duckdb"
-#: The sessions columns that hold `SessionInfo`'s text fields.
-_SESSION_TEXT = ("session_id", "started_at", "host", "git_commit", "git_branch", "runner_label", "hardware_summary")
 
 
 def _cast_list(columns: tuple[tuple[str, str], ...]) -> str:
@@ -167,7 +165,7 @@ class DuckDBSink(Sink):
             text = {name: ("" if is_missing(row[name]) else row[name]) for name, _ in SESSION_COLUMNS}
             started = text["started_at"]
             text["started_at"] = started.isoformat() if hasattr(started, "isoformat") else str(started)
-            fields = {name: str(text[name]) for name in _SESSION_TEXT}
+            fields = {name: str(text[name]) for name in SESSION_TEXT}
             out.append((SessionInfo(**fields, package_versions=dict(row["package_versions"] or {}),
                                     extra=dict(row["extra"] or {})), str(text["status"]) or "running"))
         return out
@@ -228,19 +226,4 @@ def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: s
                          names=("MLflow", Path(db_path).name))
 
 
-def import_mlflow(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
-                  full: bool = False) -> int:
-    """Records added to `db_path` from an MLflow experiment (`import_mlflow_sessions`)."""
-    return import_mlflow_sessions(tracking_uri, experiment, db_path, full=full).records
-
-
-def export_records(db_path: str | os.PathLike[str], sink: Sink) -> int:
-    """Write every record of the DuckDB file at `db_path` that `sink` lacks to it, session by
-    session (`copy_sessions` of every session), and return how many were written. Exporting twice
-    writes nothing new. The sink's errors propagate."""
-    source = open_sink(f"duckdb:{os.fspath(db_path)}")
-    assert isinstance(source, SessionSource)
-    return copy_sessions(source, sink, full=True).records
-
-
-__all__ = ["DEFAULT_PATH", "DuckDBSink", "export_records", "import_mlflow", "import_mlflow_sessions"]
+__all__ = ["DEFAULT_PATH", "DuckDBSink", "import_mlflow_sessions"]

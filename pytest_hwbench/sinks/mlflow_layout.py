@@ -27,6 +27,7 @@ from collections.abc import Mapping
 from typing import Any
 
 from pytest_hwbench.record import METRIC_FIELDS, PARAM_FIELDS, BenchmarkRecord, SessionInfo
+from pytest_hwbench.sinks import _fields
 from pytest_hwbench.sinks._fields import FIELDS, from_text, parse_json, to_text, truncate, utc_stamp
 
 KIND_TAG = "hwbench.kind"
@@ -53,8 +54,6 @@ SESSION_STATUS = {v: k for k, v in RUN_STATUS.items()}
 CASE_RUN_STATUS = {"passed": "FINISHED", "failed": "FAILED", "crashed": "KILLED"}
 CASE_STATUS = {run: case for case, run in CASE_RUN_STATUS.items()}
 TERMINAL = frozenset({"FINISHED", "FAILED", "KILLED"})
-#: The session's text fields, each a parent run tag ``hwbench.<field>``.
-_SESSION_TEXT = ("started_at", "host", "git_commit", "git_branch", "runner_label", "hardware_summary")
 
 
 def session_run_name(session: SessionInfo) -> str:
@@ -79,8 +78,8 @@ def run_duration_ms(record: BenchmarkRecord) -> int:
 
 def session_tags(session: SessionInfo) -> dict[str, str]:
     """A parent run's tags: its kind, the session's id and fields, package versions, git source."""
-    tags: dict[str, str] = {KIND_TAG: "session", SESSION_TAG: session.session_id}
-    for key in _SESSION_TEXT:
+    tags: dict[str, str] = {KIND_TAG: "session"}
+    for key in _fields.SESSION_TEXT:  # the session's id is SESSION_TAG
         value = getattr(session, key)
         if value:
             tags[f"hwbench.{key}"] = truncate(str(value), TAG_VALUE_LIMIT)
@@ -130,8 +129,7 @@ def runs_filter(kind: str, session_id: str | None = None) -> str:
 
 def session_from_tags(tags: Mapping[str, str]) -> SessionInfo:
     return SessionInfo(
-        session_id=tags.get(SESSION_TAG, ""),
-        **{key: tags.get(f"hwbench.{key}", "") for key in _SESSION_TEXT},
+        **{key: tags.get(f"hwbench.{key}", "") for key in _fields.SESSION_TEXT},
         package_versions=parse_json(tags.get("hwbench.package_versions")),
         extra=parse_json(tags.get("hwbench.extra")),
     )

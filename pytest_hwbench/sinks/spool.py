@@ -22,22 +22,17 @@ def _append_line(path: Path, line: str) -> None:
     """Append `line` and a newline to `path`, durably (fsync) and as one write."""
     path.parent.mkdir(parents=True, exist_ok=True)
     data = line.encode("utf-8") + b"\n"
-    fd = os.open(path, os.O_RDWR | os.O_APPEND | os.O_CREAT, 0o644)
-    try:
-        size = os.fstat(fd).st_size
-        if size:
-            os.lseek(fd, size - 1, os.SEEK_SET)
-            if os.read(fd, 1) != b"\n":
+    with path.open("a+b", buffering=0) as handle:  # O_APPEND, unbuffered: one write per line
+        if handle.seek(0, os.SEEK_END):
+            handle.seek(-1, os.SEEK_END)
+            if handle.read(1) != b"\n":
                 # A crash mid-write left a partial last line: end it, or this record would be
                 # glued onto it and lost with it.
                 data = b"\n" + data
         view = memoryview(data)
-        while view:
-            written = os.write(fd, view)
-            view = view[written:]
-        os.fsync(fd)
-    finally:
-        os.close(fd)
+        while view:  # a full disk may take part of it, then raise
+            view = view[os.write(handle.fileno(), view) :]
+        os.fsync(handle.fileno())
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
@@ -92,19 +87,12 @@ class Spool:
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
+        #: the records journal and the sessions journal
+        self.records_path = self.directory / "records.jsonl"
+        self.sessions_path = self.directory / "sessions.jsonl"
 
     def __repr__(self) -> str:
         return f"Spool({str(self.directory)!r})"
-
-    @property
-    def records_path(self) -> Path:
-        """The records journal, ``<directory>/records.jsonl``."""
-        return self.directory / "records.jsonl"
-
-    @property
-    def sessions_path(self) -> Path:
-        """The sessions journal, ``<directory>/sessions.jsonl``."""
-        return self.directory / "sessions.jsonl"
 
     def append(self, record: BenchmarkRecord) -> None:
         """Write `record` as one line; durable (fsynced) when this returns.
