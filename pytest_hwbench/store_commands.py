@@ -321,7 +321,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     from .compare_sides import side_of_summary, sides_of
     from .sinks._duckdb_read import case_summaries
     from .sinks.mlflow_sink import MlflowStoreError
-    from .sinks.readers import is_local_path, read_chosen, source_kind
+    from .sinks.readers import is_local_path, read_records, source_kind
 
     parts = [part.strip() for part in str(wanted).split(",")]
     if not all(parts):
@@ -339,8 +339,8 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     experiment = args.experiment or os.environ.get("HWBENCH_EXPERIMENT") or DEFAULT_EXPERIMENT
     where = f"{shown} (experiment {experiment!r})" if remote else shown
     try:
-        records = read_chosen(source, lambda ids: _chosen(ids, wanted, where), experiment=args.experiment,
-                              with_timings=True)
+        records = read_records(source, choose=lambda ids: _chosen(ids, wanted, where), experiment=args.experiment,
+                               with_timings=True)
     except (ValueError, FileNotFoundError):
         raise
     except (OSError, MlflowStoreError) as exc:

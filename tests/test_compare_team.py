@@ -13,7 +13,7 @@ from test_team_server import hwbench
 
 from pytest_hwbench.record import BenchmarkRecord
 from pytest_hwbench.sinks import MlflowSink
-from pytest_hwbench.sinks.readers import read_chosen
+from pytest_hwbench.sinks.readers import read_records
 
 pytestmark = pytest.mark.e2e
 
@@ -59,7 +59,7 @@ def test_a_filtered_read_returns_exactly_the_sessions_asked_for(
         offered.append(list(ids))
         return ids[:2]
 
-    records = read_chosen(team_server.uri, newest_two, experiment=team_experiment, with_timings=True)
+    records = read_records(team_server.uri, choose=newest_two, experiment=team_experiment, with_timings=True)
     assert offered == [[latest[0].session_id, prev[0].session_id, oldest[0].session_id]]
     assert sorted(r.record_id for r in records) == sorted(r.record_id for r in [*prev, *latest])
     passed = [r for r in records if r.status == "passed"]

@@ -112,10 +112,4 @@ def read_connection(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyCon
     )
 
 
-__all__ = [
-    "LOCK_WAIT_S",
-    "DuckDBFileError",
-    "checked",
-    "classify_error",
-    "read_connection",
-]
+__all__ = ["LOCK_WAIT_S", "DuckDBFileError", "checked", "classify_error", "read_connection"]

@@ -342,15 +342,5 @@ def export_parquet(path: str | os.PathLike[str], out_dir: str | os.PathLike[str]
     return written
 
 
-__all__ = [
-    "REFERENCE_WINDOW",
-    "case_summaries",
-    "check_readable",
-    "export_parquet",
-    "is_missing",
-    "list_sessions",
-    "load_records",
-    "load_results",
-    "load_timings",
-    "session_ids",
-]
+__all__ = ["REFERENCE_WINDOW", "case_summaries", "check_readable", "export_parquet", "is_missing",
+           "list_sessions", "load_records", "load_results", "load_timings", "session_ids"]

@@ -155,14 +155,5 @@ def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<con
     return SCHEMA_VERSION
 
 
-__all__ = [
-    "RESULT_COLUMNS",
-    "ROUNDS",
-    "SCHEMA_VERSION",
-    "SESSION_COLUMNS",
-    "UPGRADES",
-    "rollback",
-    "rounds_of",
-    "schema_version",
-    "upgrade",
-]
+__all__ = ["RESULT_COLUMNS", "ROUNDS", "SCHEMA_VERSION", "SESSION_COLUMNS", "UPGRADES", "rollback",
+           "rounds_of", "schema_version", "upgrade"]

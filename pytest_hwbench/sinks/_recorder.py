@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import collections
 import sys
 import threading
 import time
@@ -59,35 +60,28 @@ def _describe(exc: BaseException) -> str:
     return truncate(redact_uri(f"{type(exc).__name__}: {exc}"), 1000)
 
 
+def unique_names(sinks: Iterable[Sink]) -> list[str]:
+    """Sink names, with ``#2``, ``#3`` appended where two sinks share one."""
+    seen: collections.Counter[str] = collections.Counter()
+    names: list[str] = []
+    for sink in sinks:
+        seen[sink.name] += 1
+        names.append(sink.name if seen[sink.name] == 1 else f"{sink.name}#{seen[sink.name]}")
+    return names
+
+
 def _where(name: str, sink: Sink) -> str:
     target = sink.where()
     return f"sink {name!r}" + (f" ({redact_uri(target)})" if target else "")
 
 
-def unique_names(sinks: Iterable[Sink]) -> list[str]:
-    """Sink names, with ``#2``, ``#3`` appended where two sinks share one."""
-    seen: dict[str, int] = {}
-    names: list[str] = []
-    for sink in sinks:
-        base = sink.name
-        seen[base] = seen.get(base, 0) + 1
-        names.append(base if seen[base] == 1 else f"{base}#{seen[base]}")
-    return names
-
-
 @dataclass(frozen=True)
 class RecorderReport:
-    """What a recording session achieved.
-
-    Attributes:
-        records: records emitted (each spooled first).
-        written: records each sink stored during the session.
-        pending: records each sink does not have yet (they are in the spool; replay them).
-        errors: the first error of each sink that failed at any point (also if it recovered).
-        spool_dir: where the spool is.
-        spool_error: the error if the spool itself could not be written (records may be lost
-            for sinks that also failed).
-    """
+    """What a recording session achieved: records emitted (each spooled first), records each sink
+    `written` and still `pending` (in the spool; replay them), the first error of each sink that
+    failed at any point (also if it recovered), where the spool is, its error if it could not be
+    written (records may be lost for sinks that also failed), and records `refused` as no
+    measurement (`refusal`: neither spooled nor sent)."""
 
     records: int
     written: Mapping[str, int]
@@ -95,14 +89,12 @@ class RecorderReport:
     errors: Mapping[str, str]
     spool_dir: str
     spool_error: str | None = None
+    refused: int = 0
 
     @property
     def complete(self) -> bool:
         """True when every sink has every record and the spool had no error."""
         return not any(self.pending.values()) and self.spool_error is None
-
-    #: records refused as no measurement (`refusal`): neither spooled nor sent
-    refused: int = 0
 
 
 @dataclass
@@ -134,15 +126,8 @@ class Recorder:
     one thread per sink. Call `start` once, `emit` per record, `finish` once.
     """
 
-    def __init__(
-        self,
-        spool: Spool,
-        sinks: Sequence[Sink],
-        *,
-        retry_every: int = DEFAULT_RETRY_EVERY,
-        deadline_s: float | None = None,
-        notify: Callable[[str], None] | None = None,
-    ) -> None:
+    def __init__(self, spool: Spool, sinks: Sequence[Sink], *, retry_every: int = DEFAULT_RETRY_EVERY,
+                 deadline_s: float | None = None, notify: Callable[[str], None] | None = None) -> None:
         if retry_every < 0:
             raise ValueError(f"retry_every must be >= 0 (0 = never retry), got {retry_every}")
         if deadline_s is not None and not deadline_s > 0:
@@ -158,9 +143,7 @@ class Recorder:
         self._refused = 0
         self.spool = spool
         self.retry_every = retry_every
-        self._states = [
-            _SinkState(name, sink) for name, sink in zip(unique_names(sinks), sinks, strict=True)
-        ]
+        self._states = [_SinkState(name, sink) for name, sink in zip(unique_names(sinks), sinks, strict=True)]
         #: the session given to `start`, if any
         self.session: SessionInfo | None = None
         self._records = 0
@@ -192,9 +175,8 @@ class Recorder:
         self._each(open_one)
 
     def _each(self, work: Callable[[_SinkState], None]) -> None:
-        """`work(state)` for every sink's state, side by side (one thread each where there are several),
-        returning once all are done. `work` handles its sink's errors; anything else it raises is
-        raised here, after the others finished."""
+        """`work(state)` for every sink's state, side by side (a thread each where there are
+        several); what `work` raises is raised here once all are done."""
         if len(self._states) <= 1:
             for state in self._states:
                 work(state)
@@ -223,10 +205,8 @@ class Recorder:
         if self.session is None or self._finished:
             raise RuntimeError("Recorder.emit needs start() first and no finish() yet")
         if record.session_id != self.session.session_id:
-            raise ValueError(
-                f"record {record.record_id} has session_id {record.session_id!r}, "
-                f"the recorder's session is {self.session.session_id!r}"
-            )
+            raise ValueError(f"record {record.record_id} has session_id {record.session_id!r}, "
+                             f"the recorder's session is {self.session.session_id!r}")
         problem = refusal(record)
         if problem is not None:
             self._refused += 1
@@ -282,25 +262,19 @@ class Recorder:
                 self._spool_failed(exc)
             pending = {s.name: len(s.pending) for s in self._states if s.pending}
             if pending:
-                warnings.warn(
-                    f"hwbench: records not yet in every sink: {pending}; they are in the spool "
-                    f"{self.spool.directory}; run `hwbench replay` to send them",
-                    HwbenchWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(f"hwbench: records not yet in every sink: {pending}; they are in the spool "
+                              f"{self.spool.directory}; run `hwbench replay` to send them", HwbenchWarning,
+                              stacklevel=2)
         return self.report()
 
     def report(self) -> RecorderReport:
         """The state so far (what `finish` returns)."""
-        return RecorderReport(
-            records=self._records,
-            written={s.name: s.written for s in self._states},
-            pending={s.name: len(s.pending) for s in self._states},
-            errors={s.name: s.error for s in self._states if s.error is not None},
-            spool_dir=str(self.spool.directory),
-            spool_error=self._spool_error,
-            refused=self._refused,
-        )
+        states = self._states
+        return RecorderReport(records=self._records, written={s.name: s.written for s in states},
+                              pending={s.name: len(s.pending) for s in states},
+                              errors={s.name: s.error for s in states if s.error is not None},
+                              spool_dir=str(self.spool.directory), spool_error=self._spool_error,
+                              refused=self._refused)
 
     # -- internals ----------------------------------------------------------------------------
     def _call(self, state: _SinkState, during: str, fn: Callable[..., Any], *args: Any) -> Any:
@@ -327,19 +301,12 @@ class Recorder:
         state.since_failure = 0
         if state.error is None:  # the first error, which is usually the cause
             state.error = f"{during}: {_describe(exc)}"
-            later = (
-                "given up for this session (its time, --hwbench-sink-timeout, is spent)"
-                if state.given_up
-                else f"retrying every {self.retry_every} records"
-                if self.retry_every
-                else "not retrying during this session"
-            )
-            warnings.warn(
-                f"hwbench: sink {state.name!r} failed in {during}: {_describe(exc)}. Records stay in "
-                f"the spool {self.spool.directory}; {later}; `hwbench replay` sends what is pending",
-                HwbenchWarning,
-                stacklevel=3,
-            )
+            later = ("given up for this session (its time, --hwbench-sink-timeout, is spent)" if state.given_up
+                     else f"retrying every {self.retry_every} records" if self.retry_every
+                     else "not retrying during this session")
+            warnings.warn(f"hwbench: sink {state.name!r} failed in {during}: {_describe(exc)}. Records stay in "
+                          f"the spool {self.spool.directory}; {later}; `hwbench replay` sends what is pending",
+                          HwbenchWarning, stacklevel=3)
 
     def _recover(self, state: _SinkState) -> None:
         """One attempt to reopen the sink and write its pending records (one at a time)."""
@@ -362,12 +329,8 @@ class Recorder:
     def _spool_failed(self, exc: OSError) -> None:
         if self._spool_error is None:
             self._spool_error = _describe(exc)
-            warnings.warn(
-                f"hwbench: cannot write the spool {self.spool.directory}: {_describe(exc)}; "
-                "records reach only the sinks that work",
-                HwbenchWarning,
-                stacklevel=3,
-            )
+            warnings.warn(f"hwbench: cannot write the spool {self.spool.directory}: {_describe(exc)}; "
+                          "records reach only the sinks that work", HwbenchWarning, stacklevel=3)
 
 
 @dataclass(frozen=True)
@@ -385,14 +348,9 @@ class SinkReplay:
         return self.error is None
 
 
-def replay_each(
-    spool: Spool,
-    sinks: Sequence[Sink],
-    *,
-    deadline_s: float | None = None,
-    notify: Callable[[str], None] | None = None,
-    progress: Callable[[str], None] | None = None,
-) -> list[SinkReplay]:
+def replay_each(spool: Spool, sinks: Sequence[Sink], *, deadline_s: float | None = None,
+                notify: Callable[[str], None] | None = None,
+                progress: Callable[[str], None] | None = None) -> list[SinkReplay]:
     """Push every spooled record each sink does not hold yet, each sink on its own.
 
     A sink that fails, or leaves a call unanswered for `deadline_s` seconds (None: no limit), gets
@@ -414,9 +372,7 @@ def replay_each(
                           stacklevel=2)
             continue
         records.setdefault(record.record_id, record)
-    sessions: dict[str, SessionInfo] = {}
-    for info in spool.sessions():
-        sessions.setdefault(info.session_id, info)
+    sessions = {info.session_id: info for info in reversed(list(spool.sessions()))}  # the first start wins
     statuses = spool.session_statuses()
 
     def replay_one(name: str, sink: Sink) -> SinkReplay:
@@ -439,9 +395,7 @@ def replay_each(
                 if record.record_id not in have:
                     by_session.setdefault(record.session_id, []).append(record)
             for session_id, missing in by_session.items():
-                info = sessions.get(session_id) or SessionInfo(
-                    session_id=session_id, started_at=missing[0].created_at, host=missing[0].host
-                )
+                info = sessions.get(session_id) or SessionInfo(session_id, missing[0].created_at, missing[0].host)
                 call("open_session", sink.open_session, info)
                 for start in range(0, len(missing), _CHUNK):
                     batch = missing[start : start + _CHUNK]

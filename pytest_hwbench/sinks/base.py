@@ -207,17 +207,5 @@ def read_sink(uri_or_name: str, **options: Any) -> list[BenchmarkRecord]:
     return reader(target, **options)
 
 
-__all__ = [
-    "SESSION_STATUSES",
-    "SINKS",
-    "SessionSource",
-    "Sink",
-    "SinkFactory",
-    "check_sink",
-    "normalize_status",
-    "open_sink",
-    "read_sink",
-    "register_sink",
-    "registered_sinks",
-    "resolve_sink",
-]
+__all__ = ["SESSION_STATUSES", "SINKS", "SessionSource", "Sink", "SinkFactory", "check_sink",
+           "normalize_status", "open_sink", "read_sink", "register_sink", "registered_sinks", "resolve_sink"]

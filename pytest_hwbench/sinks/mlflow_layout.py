@@ -160,27 +160,7 @@ def record_data(params: Mapping[str, str], metrics: Mapping[str, float], tags: M
     return data
 
 
-__all__ = [
-    "CASE_RUN_STATUS",
-    "CASE_STATUS",
-    "CONTEXT_FIELDS",
-    "EXPERIMENT_KIND",
-    "EXPERIMENT_KIND_TAG",
-    "KIND_TAG",
-    "PARENT_TAG",
-    "RECORDS_ARTIFACT_DIR",
-    "RECORD_TAG",
-    "RUN_STATUS",
-    "SESSION_STATUS",
-    "SESSION_TAG",
-    "TAG_VALUE_LIMIT",
-    "TERMINAL",
-    "quoted",
-    "record_data",
-    "record_tags",
-    "runs_filter",
-    "run_duration_ms",
-    "session_from_tags",
-    "session_run_name",
-    "session_tags",
-]
+__all__ = ["CASE_RUN_STATUS", "CASE_STATUS", "CONTEXT_FIELDS", "EXPERIMENT_KIND", "EXPERIMENT_KIND_TAG",
+           "KIND_TAG", "PARENT_TAG", "RECORDS_ARTIFACT_DIR", "RECORD_TAG", "RUN_STATUS", "SESSION_STATUS",
+           "SESSION_TAG", "TAG_VALUE_LIMIT", "TERMINAL", "quoted", "record_data", "record_tags",
+           "runs_filter", "run_duration_ms", "session_from_tags", "session_run_name", "session_tags"]

@@ -270,15 +270,5 @@ def sql_problem(uri: str, what: str) -> str | None:
     return None
 
 
-__all__ = [
-    "ACCEPTED_FORMS",
-    "PING_TIMEOUT_S",
-    "REFUSED_CREDENTIALS",
-    "is_http",
-    "ping",
-    "require_answer",
-    "require_existing",
-    "resolve_tracking_uri",
-    "sqlite_path",
-    "validate_tracking_uri",
-]
+__all__ = ["ACCEPTED_FORMS", "PING_TIMEOUT_S", "REFUSED_CREDENTIALS", "is_http", "ping", "require_answer",
+           "require_existing", "resolve_tracking_uri", "sqlite_path", "validate_tracking_uri"]

@@ -48,54 +48,44 @@ def is_local_path(text: str) -> bool:
     return not sep or len(prefix) == 1  # a Windows drive letter is a path
 
 
-def read_records(source: str | os.PathLike[str], *, experiment: str | None = None,
-                 with_timings: bool = False) -> list[BenchmarkRecord]:
+def read_records(source: str | os.PathLike[str], *, experiment: str | None = None, with_timings: bool = False,
+                 choose: Callable[[Sequence[str]], Sequence[str] | None] | None = None) -> list[BenchmarkRecord]:
     """Every record `source` holds (see `source_kind`); `experiment` names the MLflow experiment
     (default: the harness's), `with_timings` also fetches raw timings MLflow keeps apart.
+
+    With `choose`, only the sessions it picks of the source's session ids (newest first; it
+    returns None for every session): a sink whose reader takes `choose` lists its sessions and
+    reads only the chosen ones (MLflow's: its session runs, then the chosen sessions' runs and
+    raw timings); other sources are read whole and filtered.
 
     Raises:
         FileNotFoundError: a file or directory that does not exist.
         ValueError: a source of no known kind.
+        what `choose` raises.
     """
+    import inspect
+
     text = os.fspath(source)
     path = Path(text)
     if is_local_path(text) and not path.exists():
         raise FileNotFoundError(f"{path} does not exist")
     kind = source_kind(source)
     if kind == "jsonl":
-        return list(read_records_file(path))
-    if kind == "spool":
-        return list(Spool(path).records())
-    return read_sink(text, experiment=experiment, with_timings=with_timings)
-
-
-def read_chosen(source: str | os.PathLike[str], choose: Callable[[Sequence[str]], Sequence[str] | None], *,
-                experiment: str | None = None, with_timings: bool = False) -> list[BenchmarkRecord]:
-    """The records of the sessions that `choose` picks of `source`'s session ids (newest first;
-    it returns None for every session). A sink whose reader takes `choose` lists its sessions and
-    reads only the chosen ones (MLflow's: its session runs, then the chosen sessions' runs and raw
-    timings); other sources are read whole and filtered.
-
-    Raises what `read_records` raises, and what `choose` raises.
-    """
-    import inspect
-
-    text = os.fspath(source)
-    if is_local_path(text) and not Path(text).exists():
-        raise FileNotFoundError(f"{text} does not exist")
-    kind = source_kind(source)
-    reader = READERS.get(kind)
-    if reader is not None and "choose" in inspect.signature(reader).parameters:
+        records = list(read_records_file(path))
+    elif kind == "spool":
+        records = list(Spool(path).records())
+    elif choose is not None and "choose" in inspect.signature(READERS.get(kind, read_sink)).parameters:
         return read_sink(text, experiment=experiment, with_timings=with_timings, choose=choose)
-    records = read_records(source, experiment=experiment, with_timings=with_timings)
+    else:
+        records = read_sink(text, experiment=experiment, with_timings=with_timings)
+    if choose is None:
+        return records
     newest: dict[str, str] = {}
     for record in records:
         newest[record.session_id] = max(newest.get(record.session_id, ""), record.created_at)
     chosen = choose(sorted(newest, key=newest.__getitem__, reverse=True))
-    if chosen is None:
-        return records
-    wanted = set(chosen)
-    return [r for r in records if r.session_id in wanted]
+    wanted = None if chosen is None else set(chosen)
+    return records if wanted is None else [r for r in records if r.session_id in wanted]
 
 
 def read_all(sources: Iterable[str | os.PathLike[str]], *, experiment: str | None = None) -> list[BenchmarkRecord]:
@@ -117,4 +107,4 @@ def records_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
     return frame
 
 
-__all__ = ["is_local_path", "read_all", "read_chosen", "read_records", "records_frame", "source_kind"]
+__all__ = ["is_local_path", "read_all", "read_records", "records_frame", "source_kind"]

@@ -4,10 +4,9 @@ the stores.
 
 The pytest process spools every record before handing it over, so a writer that fails, hangs or
 dies loses nothing: what it did not acknowledge is pending, for ``hwbench replay``. The writer is
-idle, blocked on its input, whenever a case is timed (`SinkWriter.wait_idle`); it applies
-`Recorder`'s failure policy and deadlines; it runs in its own session, so a Ctrl-C reaches pytest
-only, and it closes the session as ``killed`` when its input ends without ``finish``. Only sinks
-whose class lives in a package module travel (`shippable`); the others are written in pytest.
+idle whenever a case is timed (`SinkWriter.wait_idle`), applies `Recorder`'s failure policy and
+deadlines, runs in its own session (a Ctrl-C reaches pytest only) and closes the session as
+``killed`` when its input ends without ``finish``. Only `shippable` sinks travel.
 
 Messages are pickled objects on two pipes (`multiprocessing.connection`): ``("hello", sinks,
 deadline, spool)``, ``("open", session)``, ``("record", record)`` per case and ``("finish",
@@ -83,8 +82,7 @@ class SinkWriter:
         self._final: RecorderReport | None = None
         #: where a person sees each sink's runs (`Sink.browse`), in sink order, None where none
         self.links: list[str | None] = [None] * len(self.names)
-        #: (begin, end) monotonic seconds of each message the writer handled (comparable across
-        #: processes on Linux), as it reported them
+        #: (begin, end) monotonic seconds of each message the writer handled, as it reported them
         self.busy: list[tuple[float, float]] = []
         #: seconds `wait_idle` kept the pytest process waiting, in all
         self.waited_s = 0.0
@@ -234,14 +232,18 @@ class _NoSpool:
     def __init__(self, directory: Path) -> None:
         self.directory = directory
 
-    def append_session(self, session: SessionInfo) -> None:
-        pass
+    def append_session(self, session: SessionInfo) -> None: ...
 
-    def append(self, record: BenchmarkRecord) -> None:
-        pass
+    def append(self, record: BenchmarkRecord) -> None: ...
 
-    def append_session_end(self, session_id: str, status: str) -> None:
-        pass
+    def append_session_end(self, session_id: str, status: str) -> None: ...
+
+
+def _browse(sink: Sink) -> str | None:
+    try:
+        return sink.browse()
+    except Exception:  # noqa: BLE001 - a link is a courtesy
+        return None
 
 
 def serve(messages: Connection, answers: Connection) -> int:
@@ -283,14 +285,8 @@ def serve(messages: Connection, answers: Connection) -> int:
                 recorder.emit(*args)
             elif op == "finish":
                 report = recorder.finish(*args)
-                links = []
-                for sink in recorder.sinks:
-                    try:
-                        links.append(sink.browse())
-                    except Exception:  # noqa: BLE001 - a link is a courtesy
-                        links.append(None)
                 send({"ack": seq, "written": dict(report.written), "busy": (began, time.monotonic()),
-                      "report": report, "links": links})
+                      "report": report, "links": [_browse(sink) for sink in recorder.sinks]})
                 return 0
             else:
                 raise ValueError(f"unknown message {op!r}")
