@@ -189,11 +189,8 @@ class TrackingConfig:
 
 
 def _check_creatable(option: str, directory: Path, shown: Path) -> None:
-    """Raise ValueError unless `directory` exists writable or can be made.
-
-    Probes with a real temporary directory in the nearest existing ancestor (removed again):
-    `os.access` says yes to root even on /proc.
-    """
+    """Raise ValueError unless `directory` exists writable or can be made (probed with a temporary
+    directory in the nearest existing ancestor: `os.access` says yes to root even on /proc)."""
     probe = directory
     while not probe.exists():
         probe = probe.parent
@@ -202,17 +199,13 @@ def _check_creatable(option: str, directory: Path, shown: Path) -> None:
     try:
         os.rmdir(tempfile.mkdtemp(prefix=".hwbench-probe-", dir=probe))
     except OSError as exc:
-        raise ValueError(
-            f"{option} {shown}: cannot be created in {probe} ({exc.strerror}); choose another path"
-        ) from None
+        raise ValueError(f"{option} {shown}: cannot be created in {probe} ({exc.strerror}); "
+                         "choose another path") from None
 
 
-def _status(exitstatus: int) -> str:
-    if exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
-        return "finished"
-    if exitstatus == pytest.ExitCode.INTERRUPTED:
-        return "killed"
-    return "failed"
+#: pytest's exit status -> the session's status (any other: ``failed``)
+_STATUS = {pytest.ExitCode.OK: "finished", pytest.ExitCode.NO_TESTS_COLLECTED: "finished",
+           pytest.ExitCode.INTERRUPTED: "killed"}
 
 
 class Tracker:
@@ -336,7 +329,7 @@ class Tracker:
         writer does that while pytest prints its summaries, and `report` waits for its answer."""
         if self.recorder is None or not self._opened:
             return
-        status = _status(exitstatus)
+        status = _STATUS.get(exitstatus, "failed")
         self._report = self.recorder.finish(status)
         self._links = [sink.browse() for sink in self.recorder.sinks]
         if self.writer is not None:

@@ -21,13 +21,13 @@ from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, re
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
 from .sinks._duckdb_file import DuckDBFileError
 from .sinks._duckdb_read import check_readable
-from .sinks._recorder import DEFAULT_DEADLINE_S, replay_each
+from .sinks._recorder import replay_each
 from .sinks.base import SessionSource, registered_sinks, resolve_sink
 from .sinks.duckdb_sink import DuckDBSink
 from .sinks.mlflow_uri import require_answer
 from .sinks.redact import redact_uri
 from .sinks.transfer import copy_sessions
-from .vocabulary import DEFAULT_EXPERIMENT
+from .vocabulary import DEFAULT_DEADLINE_S, DEFAULT_EXPERIMENT
 
 if TYPE_CHECKING:
     from collections.abc import Sequence
@@ -97,13 +97,11 @@ def _request_timeout(seconds: float | None) -> Iterator[None]:
     """MLflow's requests wait at most `seconds` each (``--timeout``; None: as they would) while the
     command runs, through MLflow's own ``MLFLOW_HTTP_REQUEST_TIMEOUT``; ValueError for a value
     out of range."""
-    if seconds is None:
-        yield
-        return
-    if not 1 <= seconds <= 3600:
+    if seconds is not None and not 1 <= seconds <= 3600:
         raise ValueError(f"--timeout: {seconds:g} is out of range; accepted: 1 to 3600 seconds")
     before = os.environ.get("MLFLOW_HTTP_REQUEST_TIMEOUT")
-    os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(math.ceil(seconds))
+    if seconds is not None:
+        os.environ["MLFLOW_HTTP_REQUEST_TIMEOUT"] = str(math.ceil(seconds))
     try:
         yield
     finally:

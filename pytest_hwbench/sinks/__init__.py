@@ -19,8 +19,7 @@ from pytest_hwbench._lazy import lazy_exports
 #: imported when its names are used or when the registry loads the entry-point group, never by
 #: importing this package.
 _MODULES: dict[str, tuple[str, ...]] = {
-    "_recorder": ("DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "replay",
-                  "replay_each", "SinkReplay", "SinkTimeout"),
+    "_recorder": ("Recorder", "RecorderReport", "replay", "replay_each", "SinkReplay", "SinkTimeout"),
     "base": ("SESSION_STATUSES", "SINKS", "Sink", "SessionSource", "SinkFactory", "normalize_status",
              "open_sink", "read_sink", "register_sink", "registered_sinks", "resolve_sink"),
     "duckdb_sink": ("DuckDBSink", "import_mlflow_sessions"),

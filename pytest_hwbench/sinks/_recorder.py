@@ -18,7 +18,7 @@ from pytest_hwbench.sinks._fields import truncate
 from pytest_hwbench.sinks.base import Sink, normalize_status
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.sinks.spool import Spool, refusal
-from pytest_hwbench.vocabulary import DEFAULT_DEADLINE_S, DEFAULT_RETRY_EVERY
+from pytest_hwbench.vocabulary import DEFAULT_RETRY_EVERY
 
 #: Records per sink call when replaying: small enough that one call stays well inside the
 #: deadline, large enough that DuckDB inserts frames, not rows.
@@ -424,5 +424,4 @@ def replay(spool: Spool, sinks: Sequence[Sink]) -> dict[str, int]:
     return {r.name: r.written for r in results}
 
 
-__all__ = ["DEFAULT_DEADLINE_S", "DEFAULT_RETRY_EVERY", "Recorder", "RecorderReport", "SinkReplay", "SinkTimeout",
-           "refusal", "replay", "replay_each", "unique_names"]
+__all__ = ["Recorder", "RecorderReport", "SinkReplay", "SinkTimeout", "replay", "replay_each", "unique_names"]

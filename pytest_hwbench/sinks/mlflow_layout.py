@@ -1,23 +1,17 @@
-"""How hwbench's sessions and records lie in an MLflow experiment: run names, tags, params and
-statuses, written from `SessionInfo` and `BenchmarkRecord` and read back into them.
+"""How hwbench's sessions and records lie in an MLflow experiment (default ``hwbench``), written
+from `SessionInfo` and `BenchmarkRecord` and read back into them; imports no ``mlflow``:
 
-Layout in the experiment (default ``hwbench``):
-
-- the experiment carries ``mlflow.experimentKind=custom_model_development``, so MLflow's UI
-  opens it as a model-development experiment (the runs table), not a GenAI one (traces);
-- parent run named for what it holds (`session_run_name`: suite and marker expression, host,
-  commit, start time): tags ``hwbench.kind=session``, ``hwbench.session_id``,
-  git commit/branch (also as ``mlflow.source.git.*``), host, runner label, hardware summary,
-  package versions; on close, an artifact ``hwbench_records/part-*.json`` holding the full
-  records written (with their raw timings, which child runs do not carry);
-- child run ``record.run_name``: tag ``mlflow.parentRunId``, ``hwbench.kind=record``,
-  ``hwbench.record_id``, ``hwbench.session_id`` and every other context field as
-  ``hwbench.<field>``; params = `record.params()` (every name always present, None spelled
-  ``none``, each field always the same type); metrics = `record.metrics()` minus the Nones;
-  status FINISHED for passed records, FAILED (with ``hwbench.error``) for failed ones, KILLED
-  for crashed ones.
-
-Plain values in and out: imports no ``mlflow``.
+- the experiment carries ``mlflow.experimentKind=custom_model_development`` (MLflow's UI then
+  opens its runs table, not a GenAI overview);
+- a parent run per session, named by `session_run_name`: tags ``hwbench.kind=session``, the
+  session's fields as ``hwbench.<field>`` (git also as ``mlflow.source.git.*``), package
+  versions; on close, an artifact ``hwbench_records/part-*.json`` with the full records written
+  (their raw timings included, which child runs do not carry);
+- a child run per record, named ``record.run_name``: tags ``mlflow.parentRunId``,
+  ``hwbench.kind=record`` and every context field as ``hwbench.<field>``; params
+  `record.params()` (every name always present, None spelled ``none``, one type per field);
+  metrics `record.metrics()` minus the Nones; status FINISHED (passed), FAILED (failed, with
+  ``hwbench.error``) or KILLED (crashed).
 """
 
 from __future__ import annotations
@@ -35,9 +29,7 @@ SESSION_TAG = "hwbench.session_id"
 RECORD_TAG = "hwbench.record_id"
 PARENT_TAG = "mlflow.parentRunId"
 RECORDS_ARTIFACT_DIR = "hwbench_records"
-#: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values:
-#: ``genai_development``, ``custom_model_development``, ...); without it the UI opens the
-#: ``hwbench`` experiment on its GenAI overview ("Traces 0", "No data").
+#: The experiment tag MLflow 3's UI reads for an experiment's kind (its `ExperimentKind` values).
 EXPERIMENT_KIND_TAG = "mlflow.experimentKind"
 EXPERIMENT_KIND = "custom_model_development"
 #: MLflow allows 8000 characters per tag value; stay clear of it (the spool keeps the full text).
@@ -111,7 +103,6 @@ def record_tags(record: BenchmarkRecord, parent_run_id: str) -> dict[str, str]:
     return tags
 
 
-
 def quoted(value: str, what: str) -> str:
     """`value` for a search filter's quoted string; ValueError for one holding a quote."""
     if "'" in value or "`" in value or "\\" in value:
@@ -123,8 +114,9 @@ def runs_filter(kind: str, session_id: str | None = None) -> str:
     """The search filter for the runs of `kind` (``session``: parent runs, ``record``: child
     runs), of one session where `session_id` is given."""
     runs = f"tags.`{KIND_TAG}` = '{kind}'"
-    return runs if session_id is None else f"tags.`{SESSION_TAG}` = '{quoted(session_id, 'session_id')}' AND {runs}"
-
+    if session_id is None:
+        return runs
+    return f"tags.`{SESSION_TAG}` = '{quoted(session_id, 'session_id')}' AND {runs}"
 
 
 def session_from_tags(tags: Mapping[str, str]) -> SessionInfo:

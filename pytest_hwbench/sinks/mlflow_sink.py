@@ -58,7 +58,6 @@ class MlflowSink(Sink):
         experiment: experiment name, created on first use.
         artifact_location: artifact root for a newly created experiment. For SQLite stores it
             defaults to ``<directory of the .db>/artifacts``; for servers the server decides.
-        store_dir: directory of the local default store (``mlruns/`` in the current directory).
         http_max_retries: retries per HTTP request (MLflow's 7 block about 4 minutes per call on a
             server that is down; the spool is our retry). ``$MLFLOW_HTTP_REQUEST_MAX_RETRIES`` wins.
         http_timeout_s: seconds per HTTP request (``$MLFLOW_HTTP_REQUEST_TIMEOUT`` wins if set).
@@ -66,17 +65,10 @@ class MlflowSink(Sink):
 
     name = "mlflow"
 
-    def __init__(
-        self,
-        tracking_uri: str | None = None,
-        experiment: str = DEFAULT_EXPERIMENT,
-        artifact_location: str | None = None,
-        *,
-        store_dir: str | os.PathLike[str] | None = None,
-        http_max_retries: int = 2,
-        http_timeout_s: int = 30,
-    ) -> None:
-        self.tracking_uri = validate_tracking_uri(resolve_tracking_uri(tracking_uri, store_dir))
+    def __init__(self, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
+                 artifact_location: str | None = None, *, http_max_retries: int = 2,
+                 http_timeout_s: int = 30) -> None:
+        self.tracking_uri = validate_tracking_uri(resolve_tracking_uri(tracking_uri))
         #: the tracking URI with its credentials masked: the only form to print or log
         self.shown_uri = redact_uri(self.tracking_uri)
         if not experiment:
