@@ -16,7 +16,8 @@ from pytest_hwbench.sinks._duckdb_schema import SCHEMA_VERSION, schema_version, 
 if TYPE_CHECKING:
     import duckdb
 
-#: How long opening a file another process holds is retried before giving up (two runs starting together collide on locks held for milliseconds; a real holder outlasts it).
+#: Seconds opening a file another process holds is retried (two runs starting together collide on
+#: locks held for milliseconds; a real holder outlasts it).
 LOCK_WAIT_S = 2.0
 _CORRUPT_SIGNS = ("not a valid duckdb database file", "corrupt", "checksum", "serialization error",
                   "failed to load metadata", "internal error",
@@ -92,24 +93,21 @@ def read_connection(path: str | os.PathLike[str]) -> Iterator[duckdb.DuckDBPyCon
     upgraded in place first), closed on exit; a locked or corrupt file raises `DuckDBFileError`."""
     file = Path(path).expanduser()
     if not file.exists():
-        raise FileNotFoundError(
-            f"no hwbench DuckDB file at {file}; run benchmarks with --hwbench-db {file} first"
-        )
+        raise FileNotFoundError(f"no hwbench DuckDB file at {file}; run benchmarks with --hwbench-db {file} "
+                                "first")
     with checked(file, read_only=True) as con:
         version = schema_version(con)
         if version == SCHEMA_VERSION:
             yield con
             return
-    if 0 < version < SCHEMA_VERSION:  # an older file: upgrade it in place (adds columns only), then read it
-        with checked(file) as writer:
-            upgrade(writer, file)
-        with checked(file, read_only=True) as con:
-            yield con
-            return
-    raise RuntimeError(
-        f"{file} has hwbench DuckDB schema version {version}, this hwbench reads {SCHEMA_VERSION}; "
-        "open it once with DuckDBSink (which upgrades it) or use a matching pytest-hwbench"
-    )
+    if not 0 < version < SCHEMA_VERSION:
+        raise RuntimeError(f"{file} has hwbench DuckDB schema version {version}, this hwbench reads "
+                           f"{SCHEMA_VERSION}; open it once with DuckDBSink (which upgrades it) or use a "
+                           "matching pytest-hwbench")
+    with checked(file) as writer:  # an older file: upgrade it in place (adds columns only), then read it
+        upgrade(writer, file)
+    with checked(file, read_only=True) as con:
+        yield con
 
 
 __all__ = ["LOCK_WAIT_S", "DuckDBFileError", "checked", "classify_error", "read_connection"]

@@ -26,16 +26,12 @@ _STATUS_ALIASES: dict[str, str] = {
 
 
 def normalize_status(status: str) -> str:
-    """The canonical session status (``finished``, ``failed`` or ``killed``) for `status`.
-
-    Accepts pytest-ish words too (``passed``, ``interrupted``); raises ValueError otherwise.
-    """
+    """The canonical session status (``finished``, ``failed`` or ``killed``) for `status`, which
+    may be a pytest-ish word too (``passed``, ``interrupted``); raises ValueError otherwise."""
     canonical = _STATUS_ALIASES.get(str(status).strip().lower())
     if canonical is None:
-        raise ValueError(
-            f"session status {status!r} is not one of {SESSION_STATUSES} "
-            f"(aliases: {sorted(k for k in _STATUS_ALIASES if k not in SESSION_STATUSES)})"
-        )
+        raise ValueError(f"session status {status!r} is not one of {SESSION_STATUSES} "
+                         f"(aliases: {sorted(k for k in _STATUS_ALIASES if k not in SESSION_STATUSES)})")
     return canonical
 
 
@@ -116,14 +112,8 @@ SinkReader = Callable[..., "list[BenchmarkRecord]"]
 READERS: dict[str, SinkReader] = {}
 
 
-def register_sink(
-    name: str,
-    factory: SinkFactory,
-    *,
-    schemes: Iterable[str] = (),
-    suffixes: Iterable[str] = (),
-    reader: SinkReader | None = None,
-) -> None:
+def register_sink(name: str, factory: SinkFactory, *, schemes: Iterable[str] = (),
+                  suffixes: Iterable[str] = (), reader: SinkReader | None = None) -> None:
     """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`;
     a sink that can be read back gives its `reader`, which `read_sink` calls.
 
@@ -153,17 +143,11 @@ def accepted_forms() -> str:
 
 
 def resolve_sink(uri_or_name: str) -> tuple[str, str | None]:
-    """(sink name, its target or None for its default) for `uri_or_name`.
-
-    Accepted forms, tried in this order:
-
-    - a registered name alone (``"mlflow"``, ``"duckdb"``): that sink with its default target;
-    - ``NAME:TARGET`` (``"duckdb:results/bench.duckdb"``, ``"mlflow:sqlite:///m.db"``);
-    - a URI whose scheme a sink registered (``"sqlite:///mlruns/mlflow.db"``, ``"http://host:5000"``);
-    - a path whose suffix a sink registered (``"bench.duckdb"``).
-
-    Raises ValueError naming the value and the accepted forms.
-    """
+    """(sink name, its target or None for its default) for `uri_or_name`, the first of: a
+    registered name alone (``"duckdb"``: its default target); ``NAME:TARGET``
+    (``"mlflow:sqlite:///m.db"``); a URI whose scheme a sink registered (``"http://host:5000"``);
+    a path whose suffix a sink registered (``"bench.duckdb"``). Raises ValueError naming the
+    value and the accepted forms."""
     _SINKS.loaded()
     text = str(uri_or_name).strip()
     if text in SINKS:

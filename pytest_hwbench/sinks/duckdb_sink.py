@@ -67,14 +67,9 @@ def _timings_frame(records: Sequence[BenchmarkRecord]) -> pd.DataFrame:
 def _sessions_frame(session: SessionInfo) -> pd.DataFrame:
     import pandas as pd
 
-    row = {
-        **session.to_dict(),
-        "started_at": session.started_at or None,
-        "package_versions": json.dumps(dict(session.package_versions), sort_keys=True),
-        "extra": json.dumps(dict(session.extra), sort_keys=True, default=str),
-        "status": None,
-        "ended_at": None,
-    }
+    row = {**session.to_dict(), "started_at": session.started_at or None,
+           "package_versions": json.dumps(dict(session.package_versions), sort_keys=True),
+           "extra": json.dumps(dict(session.extra), sort_keys=True, default=str), "status": None, "ended_at": None}
     return pd.DataFrame({key: pd.array([value], dtype=object) for key, value in row.items()})
 
 
@@ -85,11 +80,9 @@ def _default_path(path: str | os.PathLike[str] | None) -> Path:
 
 
 class DuckDBSink(Sink):
-    """Writes sessions, results and timings to the DuckDB file at `path`.
-
-    The file (and its directory) is created on first use, at the current schema version; an
-    older file is upgraded. No connection is held between calls.
-    """
+    """Writes sessions, results and timings to the DuckDB file at `path`, created (with its folder)
+    on first use at the current schema version; an older file is upgraded. No connection is held
+    between calls."""
 
     name = "duckdb"
 
@@ -122,9 +115,8 @@ class DuckDBSink(Sink):
         names = ", ".join(name for name, _ in SESSION_COLUMNS)
         with self._connect() as con:
             con.register("hwbench_sessions_df", frame)
-            con.execute(
-                f"INSERT OR IGNORE INTO sessions ({names}) SELECT {_cast_list(SESSION_COLUMNS)} FROM hwbench_sessions_df"
-            )
+            con.execute(f"INSERT OR IGNORE INTO sessions ({names}) SELECT {_cast_list(SESSION_COLUMNS)} "
+                        "FROM hwbench_sessions_df")
         self._session_id = session.session_id
 
     def write(self, records: Sequence[BenchmarkRecord]) -> None:
@@ -141,16 +133,13 @@ class DuckDBSink(Sink):
             try:
                 # Timings first, filtered by what results already hold, so a repeated write
                 # neither duplicates timings nor trips the primary key.
-                con.execute(
-                    "INSERT INTO timings SELECT CAST(record_id AS VARCHAR), CAST(iteration AS INTEGER), "
-                    "CAST(ms AS DOUBLE) FROM hwbench_timings_df "
-                    "WHERE record_id NOT IN (SELECT record_id FROM results)"
-                )
+                con.execute("INSERT INTO timings SELECT CAST(record_id AS VARCHAR), CAST(iteration AS INTEGER), "
+                            "CAST(ms AS DOUBLE) FROM hwbench_timings_df WHERE record_id NOT IN "
+                            "(SELECT record_id FROM results)")
                 con.execute("INSERT INTO rounds " + rounds_of(
                     "hwbench_timings_df", "CAST(record_id AS VARCHAR) NOT IN (SELECT record_id FROM results)"))
-                con.execute(
-                    f"INSERT OR IGNORE INTO results ({names}) SELECT {_cast_list(RESULT_COLUMNS)} FROM hwbench_results_df"
-                )
+                con.execute(f"INSERT OR IGNORE INTO results ({names}) SELECT {_cast_list(RESULT_COLUMNS)} "
+                            "FROM hwbench_results_df")
                 con.execute("COMMIT")
             except BaseException:
                 rollback(con)
@@ -196,10 +185,8 @@ class DuckDBSink(Sink):
         canonical = normalize_status(status)
         session_id, self._session_id = self._session_id, None
         with self._connect() as con:
-            con.execute(
-                "UPDATE sessions SET status = ?, ended_at = now() WHERE session_id = ?",
-                [canonical, session_id],
-            )
+            con.execute("UPDATE sessions SET status = ?, ended_at = now() WHERE session_id = ?",
+                        [canonical, session_id])
 
 
 def _reader(target: str | None, /, **options: Any) -> list[BenchmarkRecord]:

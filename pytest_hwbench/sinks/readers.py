@@ -51,18 +51,11 @@ def is_local_path(text: str) -> bool:
 def read_records(source: str | os.PathLike[str], *, experiment: str | None = None, with_timings: bool = False,
                  choose: Callable[[Sequence[str]], Sequence[str] | None] | None = None) -> list[BenchmarkRecord]:
     """Every record `source` holds (see `source_kind`); `experiment` names the MLflow experiment
-    (default: the harness's), `with_timings` also fetches raw timings MLflow keeps apart.
-
-    With `choose`, only the sessions it picks of the source's session ids (newest first; it
-    returns None for every session): a sink whose reader takes `choose` lists its sessions and
-    reads only the chosen ones (MLflow's: its session runs, then the chosen sessions' runs and
-    raw timings); other sources are read whole and filtered.
-
-    Raises:
-        FileNotFoundError: a file or directory that does not exist.
-        ValueError: a source of no known kind.
-        what `choose` raises.
-    """
+    (default: the harness's), `with_timings` also fetches raw timings MLflow keeps apart. With
+    `choose`, only the sessions it picks of the source's session ids (newest first; None: every
+    session): a sink whose reader takes `choose` reads only those (MLflow's), other sources are
+    read whole and filtered. Raises FileNotFoundError for a path that does not exist, ValueError
+    for a source of no known kind, and what `choose` raises."""
     import inspect
 
     text = os.fspath(source)

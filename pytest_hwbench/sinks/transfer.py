@@ -36,16 +36,14 @@ def copy_sessions(source: SessionSource, target: Sink, *, full: bool = False,
     say = notify or (lambda line: None)
     shown_source, shown_target = names or (source.name, target.name)
     sessions = source.read_sessions()
-    held = {info.session_id: status for info, status in target.read_sessions()} \
-        if isinstance(target, SessionSource) else {}
+    listed = isinstance(target, SessionSource)
+    held = {info.session_id: status for info, status in target.read_sessions()} if listed else {}
     todo = [(info, status) for info, status in sessions
             if full or held.get(info.session_id) in (None, "running") or held[info.session_id] != status]
     say(f"{len(sessions)} sessions in {shown_source}, {len(sessions) - len(todo)} already in {shown_target}; "
         f"fetching {len(todo)}")
-    if full:
-        records = source.read_records()
-    elif todo:
-        records = source.read_records(session_ids=[info.session_id for info, _ in todo])
+    if full or todo:
+        records = source.read_records(session_ids=None if full else [info.session_id for info, _ in todo])
     else:
         records = []
     have = target.existing_ids([r.record_id for r in records]) if records else set()
@@ -58,8 +56,7 @@ def copy_sessions(source: SessionSource, target: Sink, *, full: bool = False,
     for session_id in dict.fromkeys([*known, *by_session]):
         info, status = known.get(session_id, (None, "finished"))
         new = by_session.get(session_id, [])
-        if not new and (session_id not in held and not isinstance(target, SessionSource)
-                        or held.get(session_id) == status):
+        if not new and (session_id not in held and not listed or held.get(session_id) == status):
             continue
         if info is None:
             first = new[0]
