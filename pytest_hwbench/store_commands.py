@@ -1,6 +1,5 @@
 """The store's ``hwbench`` subcommands (entry point ``store`` of ``pytest_hwbench.commands``):
-``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow`` (over 500 lines because
-the six commands, each with its arguments and its errors, are one plug-in).
+``replay``, ``sessions``, ``report``, ``compare``, ``export`` and ``import-mlflow``.
 
 Sinks are built through the registry (`open_sink`), so a third party's registered sink is replayed
 and exported to like ours. A DuckDB file that is locked exits 3, one that is corrupt exits 2.
@@ -19,8 +18,8 @@ from typing import TYPE_CHECKING
 
 from .cli import EXIT_CHECK_FAILED, EXIT_OK, EXIT_STORE, EXIT_USAGE, Command, register_command, table
 from .recording import STORE_SINK_NAMES, StoreSink, TrackingConfig
+from .sinks import _duckdb_read
 from .sinks._duckdb_file import DuckDBFileError
-from .sinks._duckdb_read import check_readable
 from .sinks._recorder import replay_each
 from .sinks.base import SessionSource, registered_sinks, resolve_sink
 from .sinks.duckdb_sink import DuckDBSink
@@ -74,9 +73,7 @@ def _match(ids: Sequence[str], wanted: str, where: str) -> str:
 
 def _session_id(db: str, wanted: str) -> str:
     """Resolve 'latest', a full id or a unique prefix against the sessions in `db`."""
-    from .sinks._duckdb_read import session_ids
-
-    ids = session_ids(db)
+    ids = _duckdb_read.session_ids(db)
     if not ids:
         raise ValueError(f"{db} holds no sessions; run the benchmarks first")
     if not wanted.strip():
@@ -169,7 +166,7 @@ def _move_aside_if_corrupt(path: Path) -> Path | None:
     if not path.exists():
         return None
     try:
-        check_readable(path)
+        _duckdb_read.check_readable(path)
     except DuckDBFileError as exc:
         if exc.kind == "corrupt":
             aside = path.with_name(f"{path.name}.corrupt-{time.strftime('%Y%m%dT%H%M%S')}")
@@ -230,9 +227,7 @@ def _replay(args: argparse.Namespace) -> int:
 
 
 def _sessions(args: argparse.Namespace) -> int:
-    from .sinks._duckdb_read import list_sessions
-
-    frame = list_sessions(_db(args))
+    frame = _duckdb_read.list_sessions(_db(args))
     rows = [[str(r.session_id), str(r.started_at)[:19], str(r.host), str(r.runner_label), str(r.records),
              str(r.git_commit)[:10]] for r in frame.itertuples()]
     print(table(rows, ["session", "started", "host", "runner", "records", "commit"]))
@@ -262,12 +257,11 @@ def _report(args: argparse.Namespace) -> int:
 
     from .hardware import detect_hardware
     from .report import REPORT_COLUMNS, write_report
-    from .sinks._duckdb_read import load_results
 
     out = _output_dir("--out", args.out) if args.out is not None else Path(args.store) / "report"
     db = _db(args)
     session = None if args.session == "all" else _session_id(db, args.session)
-    results = load_results(db, session, columns=REPORT_COLUMNS, categorical=True)
+    results = _duckdb_read.load_results(db, session, columns=REPORT_COLUMNS, categorical=True)
     system = {"host": platform.node(), "python": platform.python_version(), "platform": platform.platform()}
     paths = write_report(results, out, system_info=system, hardware=detect_hardware().to_dict(),
                          session_id=session)
@@ -317,7 +311,6 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     store's, or a source that is a DuckDB file's path; only the sessions asked for), else built
     from the records of the sessions asked for."""
     from .compare_sides import side_of_summary, sides_of
-    from .sinks._duckdb_read import case_summaries
     from .sinks.mlflow_sink import MlflowStoreError
     from .sinks.readers import is_local_path, read_records, source_kind
 
@@ -328,7 +321,7 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
     if source is None or (is_local_path(source) and Path(source).exists() and source_kind(source) == "duckdb"):
         db = _db(args) if source is None else source
         ids = None if wanted == "all" else [_session_id(db, part) for part in parts]
-        return {s["case_id"]: side_of_summary(s) for s in case_summaries(db, ids)}
+        return {s["case_id"]: side_of_summary(s) for s in _duckdb_read.case_summaries(db, ids)}
     assert source is not None
     shown = redact_uri(source)
     remote = source_kind(source) == "mlflow"
@@ -351,44 +344,36 @@ def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> 
 
 
 def _compare(args: argparse.Namespace) -> int:
-    from .compare import (
-        compare_cases,
-        compare_pairs,
-        exit_code,
-        format_table,
-        host_model_of,
-        to_json,
-    )
+    from . import compare
     from .compare_sides import sides_of
 
     of_pair = args.session_a.startswith("pair:")  # its sides ran interleaved: no advice to do so
     if of_pair:
-        from .sinks._duckdb_read import list_sessions, load_records
-
         pair = args.session_a[len("pair:"):]
         db = _db(args)
-        frame = list_sessions(db)
+        frame = _duckdb_read.list_sessions(db)
         sides = {(e or {}).get("ab_side"): sid for sid, e in zip(frame["session_id"], frame["extra"], strict=True)
                  if (e or {}).get("ab_pair") == pair}
         if set(sides) != {"A", "B"}:
             raise ValueError(f"pair {pair!r} has sessions {sorted(k for k in sides if k)} in the DuckDB file, not A "
                              "and B; `hwbench sessions` lists them")
-        a, b = load_records(db, sides["A"]), load_records(db, sides["B"])
-        comparisons = compare_pairs(a, b, threshold=args.threshold, alpha=args.alpha)  # judged round by round
-        host = host_model_of(sides_of(a), sides_of(b))
+        a, b = _duckdb_read.load_records(db, sides["A"]), _duckdb_read.load_records(db, sides["B"])
+        # judged round by round
+        comparisons = compare.compare_pairs(a, b, threshold=args.threshold, alpha=args.alpha)
+        host = compare.host_model_of(sides_of(a), sides_of(b))
     elif args.session_b is None:
         raise ValueError("SESSION_B is missing: give two sessions, or one 'pair:ID' of `hwbench ab`")
     else:
         sides_a = _compare_side(args, args.source_a, args.session_a)
         sides_b = _compare_side(args, args.source_b or args.source_a, args.session_b)
-        comparisons = compare_cases(sides_a, sides_b, threshold=args.threshold, alpha=args.alpha)
-        host = host_model_of(sides_a, sides_b)
+        comparisons = compare.compare_cases(sides_a, sides_b, threshold=args.threshold, alpha=args.alpha)
+        host = compare.host_model_of(sides_a, sides_b)
     if args.json:
-        print(to_json(comparisons, host, advise=not of_pair))
+        print(compare.to_json(comparisons, host, advise=not of_pair))
     else:
-        print(format_table(comparisons, show_missing=args.show_missing, verbose=args.verbose, host=host,
-                           advise=not of_pair))
-    return EXIT_CHECK_FAILED if exit_code(comparisons) else EXIT_OK
+        print(compare.format_table(comparisons, show_missing=args.show_missing, verbose=args.verbose,
+                                   host=host, advise=not of_pair))
+    return EXIT_CHECK_FAILED if compare.exit_code(comparisons) else EXIT_OK
 
 
 def _export_args(parser: argparse.ArgumentParser) -> None:
@@ -402,8 +387,6 @@ def _export_args(parser: argparse.ArgumentParser) -> None:
 
 
 def _export(args: argparse.Namespace) -> int:
-    from .sinks._duckdb_read import export_parquet
-
     if args.parquet is None and not args.to:
         raise ValueError("give --parquet DIR, --to SINK, or both")
     try:  # every sink checked before anything is written
@@ -415,7 +398,7 @@ def _export(args: argparse.Namespace) -> int:
     parquet = _output_dir("--parquet", args.parquet) if args.parquet is not None else None
     db = _db(args)
     if parquet is not None:
-        for path in export_parquet(db, parquet):
+        for path in _duckdb_read.export_parquet(db, parquet):
             print(path)
     failed = []
     for target in targets:

@@ -56,14 +56,10 @@ def _frame(con: duckdb.DuckDBPyConnection, sql: str, args: Sequence[Any] = ()) -
 
 def load_results(path: str | os.PathLike[str], session_id: str | None = None, *,
                  columns: Sequence[str] | None = None, categorical: bool = False) -> pd.DataFrame:
-    """The ``results`` table (optionally one session's rows), ordered by created_at; with
-    `columns`, only those (what a reader shows; the file reads no other column).
-
-    Columns are named as the record fields; ``extra`` is parsed back into dicts and
-    ``cpu_affinity`` into tuples. `categorical`: text columns as pandas categoricals and integer
-    columns as nullable ``Int64`` (a year of nights repeats a few hundred texts, which a
-    categorical holds once: the frame a report over many sessions reads).
-    """
+    """The ``results`` table (optionally one session's rows) ordered by created_at, its columns
+    (only `columns` where given) read as the record fields (`typed_results`). `categorical`: text
+    columns as pandas categoricals (a year of nights repeats a few hundred texts, which a
+    categorical holds once) and integer columns as nullable ``Int64``."""
     known = [name for name, _ in RESULT_COLUMNS]
     if columns is not None:
         unknown = [name for name in columns if name not in known]
@@ -129,16 +125,13 @@ def records_from_results(frame: pd.DataFrame,
     `typed_results` reads them; other columns are ignored), with its timings from `timings`."""
     import pandas as pd
 
+    casts: dict[str, Any] = {"int": int, "float": float}
     records: list[BenchmarkRecord] = []
     for row in frame.to_dict("records"):
-        data = {key: (None if is_missing(value) else value) for key, value in row.items() if key in FIELDS}
+        data = {key: None if is_missing(value) else casts.get(FIELDS[key].kind, lambda v: v)(value)
+                for key, value in row.items() if key in FIELDS}
         stamp = data.get("created_at")
         data["created_at"] = stamp.isoformat() if isinstance(stamp, pd.Timestamp) else (stamp or "")
-        for name, value in list(data.items()):
-            if value is not None and FIELDS[name].kind == "int":
-                data[name] = int(value)
-            elif value is not None and FIELDS[name].kind == "float":
-                data[name] = float(value)
         data["timings_ms"] = (timings or {}).get(data["record_id"], [])
         records.append(BenchmarkRecord.from_dict(data))
     return records

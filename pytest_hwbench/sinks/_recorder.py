@@ -116,14 +116,12 @@ class _SinkState:
 class Recorder:
     """Spools every record, then hands it to each healthy sink; sink failures never raise.
 
-    A sink whose call raises is marked failed (its first error kept, one `HwbenchWarning`); the
-    records it misses stay in the spool and count as pending. After every `retry_every` further
-    records (0: never during the session) and at `finish`, a failed sink gets one attempt to
-    reopen and write its pending records one at a time. With `deadline_s`, each sink may spend
-    that many seconds per session on calls that fail or hang (calls that succeed spend nothing),
-    then it is given up for the session. A passed record without a finite median (`refusal`) is
-    neither spooled nor sent. Used from one thread; each call works on the sinks side by side,
-    one thread per sink. Call `start` once, `emit` per record, `finish` once.
+    A sink whose call raises is marked failed (its first error kept, one `HwbenchWarning`); what
+    it misses stays in the spool, pending. After every `retry_every` further records (0: never)
+    and at `finish`, a failed sink gets one attempt to reopen and write its pending records. With
+    `deadline_s`, each sink may spend that many seconds per session on calls that fail or hang,
+    then it is given up for the session. A `refusal` is neither spooled nor sent. Used from one
+    thread (each call works on the sinks side by side); `start` once, `emit` per record, `finish`.
     """
 
     def __init__(self, spool: Spool, sinks: Sequence[Sink], *, retry_every: int = DEFAULT_RETRY_EVERY,
@@ -351,16 +349,12 @@ class SinkReplay:
 def replay_each(spool: Spool, sinks: Sequence[Sink], *, deadline_s: float | None = None,
                 notify: Callable[[str], None] | None = None,
                 progress: Callable[[str], None] | None = None) -> list[SinkReplay]:
-    """Push every spooled record each sink does not hold yet, each sink on its own.
-
-    A sink that fails, or leaves a call unanswered for `deadline_s` seconds (None: no limit), gets
-    its error in its `SinkReplay`; the others go on. What a sink holds (by record id) is skipped: a
-    second replay writes nothing. Each session is opened (resumed where it exists), given its
-    missing records and closed with its spooled final status (``killed`` without one). Records
-    `refusal` rejects go to no sink (counted in each result). `progress` gets each sink's records
-    to write, then those written and the rate, at most every `PROGRESS_EVERY_S` seconds and once
-    at the end.
-    """
+    """Push every spooled record each sink does not hold yet (by record id: a second replay writes
+    nothing), each sink on its own: one that fails, or leaves a call unanswered for `deadline_s`
+    seconds (None: no limit), gets its error in its `SinkReplay`. Each session is opened, given
+    its missing records and closed with its spooled final status (``killed`` without one); a
+    `refusal` goes to no sink. `progress` gets each sink's count to write, then those written and
+    the rate, at most every `PROGRESS_EVERY_S` seconds and at the end."""
     say = progress or (lambda line: None)
     records: dict[str, BenchmarkRecord] = {}
     refused = 0

@@ -49,9 +49,8 @@ class MlflowStoreError(RuntimeError):
 
 
 class MlflowSink(Sink):
-    """Writes records to an MLflow tracking store, in the layout of `mlflow_layout`.
-
-    Construction only resolves and validates the URI; the client is made on first use.
+    """Writes records to an MLflow tracking store, in the layout of `mlflow_layout`. Construction
+    only resolves and validates the URI; the client is made on first use.
 
     Args:
         tracking_uri: store URI; None means ``$MLFLOW_TRACKING_URI`` or the local SQLite default.

@@ -29,11 +29,8 @@ _HTTP_SCHEMES = frozenset({"http", "https"})
 def resolve_tracking_uri(
     tracking_uri: str | None = None, store_dir: str | os.PathLike[str] | None = None
 ) -> str:
-    """The tracking URI to use: `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else the local default.
-
-    The local default is ``sqlite:///<store_dir>/mlflow.db`` with `store_dir` defaulting to
-    ``mlruns/`` in the current directory (made absolute here, so a later chdir does not move it).
-    """
+    """The tracking URI to use: `tracking_uri`, else ``$MLFLOW_TRACKING_URI``, else
+    ``sqlite:///<store_dir>/mlflow.db`` (`store_dir` default ``mlruns/`` here, made absolute)."""
     if tracking_uri:
         return tracking_uri
     env = os.environ.get("MLFLOW_TRACKING_URI", "").strip()
@@ -70,12 +67,10 @@ _SQLITE_HEADER = b"SQLite format 3\x00"
 
 
 def validate_tracking_uri(uri: str) -> str:
-    """Check that MLflow 3 can use `uri` as a tracking store; return it stripped.
-
-    Side-effect free: nothing is created or contacted (an existing SQLite file's first bytes are
-    read). Raises ValueError naming the URI and the accepted forms. Plain paths and ``file:`` URIs are refused: MLflow 3 raises on the file store
-    unless ``MLFLOW_ALLOW_FILE_STORE=true`` (see FACTS.md), so we say so up front.
-    """
+    """Check that MLflow 3 can use `uri` as a tracking store; return it stripped. Nothing is
+    created or contacted (an existing SQLite file's first bytes are read). Raises ValueError
+    naming the URI and the accepted forms; plain paths and ``file:`` URIs too (MLflow 3 refuses
+    the file store unless ``MLFLOW_ALLOW_FILE_STORE=true``, see FACTS.md)."""
     text = str(uri).strip()
     shown = redact_uri(text)  # for the messages: a password in the URI must not reach a terminal
     hint = f"accepted forms: {ACCEPTED_FORMS}"
@@ -130,15 +125,12 @@ REFUSED_CREDENTIALS = "refuses these credentials"
 
 
 def ping(uri: str, timeout: float = 2.0) -> str | None:
-    """Why `uri` is not usable right now, or None if it looks fine.
+    """Why `uri` is not usable right now, or None if it looks fine; never raises.
 
-    For ``http(s)://`` asks the server's ``/health`` endpoint, then its tracking API (a search
-    for one experiment, so that a server whose ``/health`` answers while its store hangs, or
-    that refuses the credentials, is caught here), each within `timeout` seconds. A refusal of
-    the credentials says `REFUSED_CREDENTIALS`. Other stores have nothing to reach over the
-    network: None. Never raises; the caller decides whether an unreachable server is fatal (the
-    recorder spools either way).
-    """
+    For ``http(s)://`` asks the server's ``/health``, then its tracking API (a search for one
+    experiment: a server whose store hangs, or that refuses the credentials, is caught too),
+    each within `timeout` seconds; a refusal of the credentials says `REFUSED_CREDENTIALS`.
+    Other stores have nothing to reach over the network: None."""
     try:
         text = validate_tracking_uri(uri)
     except ValueError as exc:

@@ -24,15 +24,12 @@ class ImportResult:
 def copy_sessions(source: SessionSource, target: Sink, *, full: bool = False,
                   notify: Callable[[str], None] | None = None,
                   names: tuple[str, str] | None = None) -> ImportResult:
-    """Bring `target` up to date with `source`, session by session, through the sink protocol.
-
-    Only sessions the target lacks, holds as running, or holds with another final status are
-    fetched (a target that cannot list its sessions holds none); `full` fetches every record of
-    the source instead (also records whose session is gone). Records the target already holds
-    (`Sink.existing_ids`) are skipped, so copying twice adds nothing; a session with nothing new
-    that the target cannot list is left alone. `notify` gets one line per step, naming source and
-    target as `names` gives them (default: their sink names).
-    """
+    """Bring `target` up to date with `source`, session by session, through the sink protocol:
+    only sessions the target lacks, holds as running or holds with another final status are
+    fetched (a target that cannot list its sessions holds none), or with `full` every record
+    (also those whose session is gone). Records the target holds (`Sink.existing_ids`) are
+    skipped: copying twice adds nothing. `notify` gets one line per step, naming source and
+    target as `names` gives them (default: their sink names)."""
     say = notify or (lambda line: None)
     shown_source, shown_target = names or (source.name, target.name)
     sessions = source.read_sessions()

@@ -52,13 +52,10 @@ def shippable(sink: Sink) -> bool:
 
 
 class SinkWriter:
-    """The pytest side: starts the writer process and talks to it.
-
-    `start` spawns it and hands over the sinks; `open`, `record`, `send_finish` and `finish`
-    follow the recorder's life; `wait_idle` blocks until the writer has answered everything sent.
-    A writer that dies or stops answering is stopped; `failed` then says why, and the records it
-    did not acknowledge are pending in `finish`'s report.
-    """
+    """The pytest side: `start` spawns the writer and hands over the sinks; `open`, `record`,
+    `send_finish` and `finish` follow the recorder's life; `wait_idle` blocks until the writer has
+    answered everything sent. A writer that dies or stops answering is stopped; `failed` says why,
+    and what it did not acknowledge is pending in `finish`'s report."""
 
     def __init__(self, sinks: Sequence[Sink], names: Sequence[str], *, deadline_s: float | None,
                  spool_dir: Path, log_path: Path, notify: Callable[[str], None] | None = None) -> None:
