@@ -130,11 +130,8 @@ class StoreSink:
 
 @dataclass(frozen=True)
 class TrackingConfig:
-    """Resolved store locations for one session.
-
-    `mlflow_uri` is the real URI, credentials included, for connecting; show
-    `redact_uri(mlflow_uri)` (what `__repr__` does) wherever it is printed or logged.
-    """
+    """Resolved store locations for one session. `mlflow_uri` is the real URI, credentials
+    included, for connecting; show `redact_uri(mlflow_uri)` (as `__repr__` does) anywhere else."""
 
     store_dir: Path
     mlflow_uri: str
@@ -373,14 +370,11 @@ class Tracker:
         store folder's own default is repeated, so following it never fills another store."""
         from .sinks.spool import replay_command
 
-        config, store = self.config, self.config.store_dir
+        cfg, store = self.config, self.config.store_dir
         default_uri = f"sqlite:///{store.resolve() / 'mlflow.db'}"
-        return replay_command(
-            store,
-            db_path=None if config.db_path == store / "hwbench.duckdb" else config.db_path,
-            mlflow_uri=None if config.mlflow_uri == default_uri else config.mlflow_uri,
-            experiment=None if config.experiment == DEFAULT_EXPERIMENT else config.experiment,
-        )
+        return replay_command(store, db_path=None if cfg.db_path == store / "hwbench.duckdb" else cfg.db_path,
+                              mlflow_uri=None if cfg.mlflow_uri == default_uri else cfg.mlflow_uri,
+                              experiment=None if cfg.experiment == DEFAULT_EXPERIMENT else cfg.experiment)
 
     @pytest.hookimpl(optionalhook=True)  # under the run's hwbench summary, the last lines on the console
     def pytest_hwbench_terminal_summary(self, config: pytest.Config, terminalreporter: Any) -> None:
@@ -396,20 +390,17 @@ class Tracker:
         if self.writer is not None and terminalreporter.config.option.verbose > 0:
             write(f"hwbench: {self.writer_summary()}")
         if report.refused:
-            terminalreporter.write_line(
-                f"hwbench: WARNING {report.refused} records refused, not stored: not measurements (the warnings "
-                "above say why)", yellow=True, bold=True)
+            write(f"hwbench: WARNING {report.refused} records refused, not stored: not measurements "
+                  "(the warnings above say why)", yellow=True, bold=True)
         pending = {name: n for name, n in report.pending.items() if n}
         if pending:
             counts = ", ".join(f"{n} for {name}" for name, n in pending.items())
-            terminalreporter.write_line(
-                f"hwbench: WARNING {max(pending.values())} records spooled, not yet delivered ({counts}); "
-                f"run `{self._replay_hint()}` once the store is back",
-                yellow=True, bold=True,
-            )
+            write(f"hwbench: WARNING {max(pending.values())} records spooled, not yet delivered ({counts}); "
+                  f"run `{self._replay_hint()}` once the store is back", yellow=True, bold=True)
             for name, error in report.errors.items():
                 write(f"hwbench:   {name}: {redact_uri(error)}")
 
 
-__all__ = ["STORE_SINK_NAMES", "RecordingHooks", "StoreSink", "Tracker", "TrackingConfig", "pytest_addhooks", "pytest_addoption",
-           "pytest_configure", "pytest_hwbench_default_sinks", "pytest_hwbench_package_versions"]
+__all__ = ["STORE_SINK_NAMES", "RecordingHooks", "StoreSink", "Tracker", "TrackingConfig", "pytest_addhooks",
+           "pytest_addoption", "pytest_configure", "pytest_hwbench_default_sinks",
+           "pytest_hwbench_package_versions"]

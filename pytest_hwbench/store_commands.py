@@ -129,8 +129,7 @@ def _accepted() -> list[str]:
 
 
 def _sink_of(spec: str, store: dict[str, StoreSink]) -> StoreSink:
-    """The sink `spec` names: one of the store's by name, any registered sink by name (its
-    default target), or what `open_sink` takes (``NAME:TARGET``, a URI, a file). ValueError
+    """The sink `spec` names: one of `store`'s by name, else what `open_sink` takes; ValueError
     for anything else."""
     if spec in store:
         return store[spec]
@@ -140,8 +139,7 @@ def _sink_of(spec: str, store: dict[str, StoreSink]) -> StoreSink:
 
 def chosen_sinks(option: str, text: str | None, cfg: TrackingConfig) -> list[tuple[str, StoreSink]]:
     """(how `text` names it, the sink) for each sink a comma-separated `text` names (`_sink_of`),
-    each once; None: the store's sinks. ValueError naming `option`, what it did not accept and
-    what it accepts."""
+    each once (None: the store's sinks); ValueError naming `option`, what it refused and accepts."""
     store = {sink.name: sink for sink in cfg.store_sinks()}
     if text is None:
         return [(name, sink) for name, sink in store.items()]
@@ -307,9 +305,8 @@ def _chosen(ids: Sequence[str], wanted: str, where: str) -> list[str] | None:
 
 
 def _compare_side(args: argparse.Namespace, source: str | None, wanted: str) -> dict[str, Side]:
-    """What the side holds of each case: computed in the DuckDB file for a DuckDB side (the
-    store's, or a source that is a DuckDB file's path; only the sessions asked for), else built
-    from the records of the sessions asked for."""
+    """What the side holds of each case of the sessions asked for: computed in the file for a
+    DuckDB side (the store's, or a DuckDB file's path), else built from their records."""
     from .compare_sides import side_of_summary, sides_of
     from .sinks.mlflow_sink import MlflowStoreError
     from .sinks.readers import is_local_path, read_records, source_kind
@@ -466,9 +463,8 @@ def _import_mlflow(args: argparse.Namespace) -> int:
 
 
 def _register(name: str, help: str, add_args: Callable[[argparse.ArgumentParser], None], run: Command) -> None:
-    """Register `run` under its ``--timeout`` per MLflow request (where it has one), with a DuckDB
-    file that cannot be used turned into its exit code: locked (the store is unreachable for now)
-    3, corrupt (bad input) 2, the message saying what to do."""
+    """Register `run` under its ``--timeout`` per MLflow request (where it has one), a DuckDB file
+    that cannot be used turned into its exit code: locked 3 (unreachable for now), corrupt 2."""
 
     def guarded(args: argparse.Namespace) -> int:
         try:

@@ -22,8 +22,7 @@ if TYPE_CHECKING:
 
 def check_readable(path: str | os.PathLike[str]) -> None:
     """Read every row of every table of the DuckDB file at `path`, so that a corrupt block
-    anywhere raises `DuckDBFileError` (kind ``corrupt``); a listing of the sessions reads only
-    the blocks it needs."""
+    anywhere raises `DuckDBFileError` (kind ``corrupt``)."""
     with read_connection(path) as con:
         for (table,) in con.execute("SELECT table_name FROM duckdb_tables()").fetchall():
             cursor = con.execute(f'SELECT * FROM "{table}"')
@@ -81,10 +80,9 @@ _RESULTS_ORDER: tuple[str, ...] = ("created_at", "record_id")
 
 def _categorical_frame(con: duckdb.DuckDBPyConnection, columns: list[str], where: str,
                        args: Sequence[Any]) -> pd.DataFrame:
-    """`columns` of the ``results`` rows that `where` keeps, in `_RESULTS_ORDER`, as a DataFrame
-    whose text columns are categoricals: read from DuckDB as Arrow `FRAME_VECTORS` vectors at a
-    time, each text column dictionary-encoded as it arrives and sorted in Arrow (a sort in the
-    file would hold every text of every row)."""
+    """`columns` of the ``results`` rows that `where` keeps, in `_RESULTS_ORDER`, text columns as
+    categoricals: read as Arrow `FRAME_VECTORS` vectors at a time, each text column dictionary-
+    encoded as it arrives, then sorted in Arrow (a sort in the file holds every text of every row)."""
     import pandas as pd
     import pyarrow as pa
     import pyarrow.compute as pc
@@ -138,8 +136,8 @@ def records_from_results(frame: pd.DataFrame,
 
 
 def load_timings(path: str | os.PathLike[str], record_ids: Iterable[str]) -> dict[str, list[float]]:
-    """record_id -> raw timings in iteration order (NaN where the file holds NULL, as the sink
-    writes a non-finite timing), for each of `record_ids` that has any."""
+    """record_id -> raw timings in iteration order (NaN for NULL, a non-finite timing), for each of
+    `record_ids` that has any."""
     wanted = list(dict.fromkeys(record_ids))
     if not wanted:
         return {}

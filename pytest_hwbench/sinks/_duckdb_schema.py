@@ -108,9 +108,8 @@ SESSION_COLUMNS: tuple[tuple[str, str], ...] = _SESSIONS_V1
 
 def schema_version(con: duckdb.DuckDBPyConnection) -> int:
     # fetchall, not fetchone: DuckDB 2 refuses register() while a result is unfinished.
-    exists = con.execute(
-        "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_info'"
-    ).fetchall()
+    sql = "SELECT count(*) FROM information_schema.tables WHERE table_name = 'schema_info'"
+    exists = con.execute(sql).fetchall()
     if not exists[0][0]:
         return 0
     rows = con.execute("SELECT max(version) FROM schema_info").fetchall()
@@ -128,22 +127,18 @@ def rollback(con: duckdb.DuckDBPyConnection) -> None:
 
 def upgrade(con: duckdb.DuckDBPyConnection, path: str | os.PathLike[str] = "<connection>") -> int:
     """Bring the database on `con` to `SCHEMA_VERSION` (in one transaction); return the version.
-
-    Raises RuntimeError if the file was written by a newer hwbench (its version is higher).
-    """
+    Raises RuntimeError if the file was written by a newer hwbench (its version is higher)."""
     current = schema_version(con)
     if current > SCHEMA_VERSION:
-        raise RuntimeError(
-            f"{path} has hwbench DuckDB schema version {current}, newer than this hwbench "
-            f"understands ({SCHEMA_VERSION}); upgrade pytest-hwbench or use another --hwbench-db"
-        )
+        raise RuntimeError(f"{path} has hwbench DuckDB schema version {current}, newer than this hwbench "
+                           f"understands ({SCHEMA_VERSION}); upgrade pytest-hwbench or use another "
+                           "--hwbench-db")
     if current == SCHEMA_VERSION:
         return current
     con.execute("BEGIN TRANSACTION")
     try:
-        con.execute(
-            "CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL, applied_at TIMESTAMPTZ)"
-        )
+        con.execute("CREATE TABLE IF NOT EXISTS schema_info (version INTEGER NOT NULL, "
+                    "applied_at TIMESTAMPTZ)")
         for version in range(current + 1, SCHEMA_VERSION + 1):
             for statement in UPGRADES[version]:
                 con.execute(statement)

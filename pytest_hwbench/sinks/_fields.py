@@ -75,10 +75,8 @@ def to_text(name: str, value: Any) -> str:
 
 
 def from_text(name: str, text: str | None) -> Any:
-    """Inverse of `to_text`: cast a stored string back to the field's type.
-
-    Raises ValueError (naming the field and the text) when the text does not parse.
-    """
+    """Inverse of `to_text`: a stored string cast back to the field's type; ValueError (naming the
+    field and the text) when it does not parse."""
     field = FIELDS[name]
     if text is None or (text == NONE_TEXT and (field.optional or field.kind != "str")):
         return None

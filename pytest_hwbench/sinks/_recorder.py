@@ -39,9 +39,8 @@ def _stderr_line(line: str) -> None:
 
 def sink_call(fn: Callable[[], _T], budget_s: float, waiting: str,
               notify: Callable[[str], None] | None = None) -> _T:
-    """`fn()` within `budget_s` seconds (`pytest_hwbench._deadline.call_with_deadline`): `notify`
-    (stderr by default) gets a line saying what is awaited (`waiting`) once the wait is long;
-    raises `SinkTimeout` at the deadline."""
+    """`fn()` within `budget_s` seconds (`call_with_deadline`), `notify` (stderr by default) told
+    what is awaited (`waiting`) once the wait is long; `SinkTimeout` at the deadline."""
     def waited(left: float) -> None:
         (notify or _stderr_line)(
             f"hwbench: waiting for {waiting} (at most {left:.0f} s more; then its records stay in the "

@@ -37,13 +37,10 @@ def normalize_status(status: str) -> str:
 
 @runtime_checkable
 class Sink(Protocol):
-    """Somewhere records are stored. Called from one thread of one process (the controller).
-
-    Order of calls: `open_session` once, `write` any number of times, `close` once. `existing_ids`
-    may be called at any time, also without a session (replay asks before it opens one).
-    A sink raises on failure; the `Recorder` decides what to do (spool and retry later).
-    The members with a default are optional: a sink that subclasses `Sink` inherits them.
-    """
+    """Somewhere records are stored, called from one thread of one process (the controller):
+    `open_session` once, `write` any number of times, `close` once; `existing_ids` at any time,
+    also without a session. A sink raises on failure (the `Recorder` spools and retries later).
+    The members with a default are optional: a sink that subclasses `Sink` inherits them."""
 
     #: Short stable name, used as the key in reports and replay results (``mlflow``, ``duckdb``).
     name: str
@@ -114,11 +111,8 @@ READERS: dict[str, SinkReader] = {}
 
 def register_sink(name: str, factory: SinkFactory, *, schemes: Iterable[str] = (),
                   suffixes: Iterable[str] = (), reader: SinkReader | None = None) -> None:
-    """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`;
-    a sink that can be read back gives its `reader`, which `read_sink` calls.
-
-    Registering the same name again replaces the earlier factory (a user's sink may override ours).
-    """
+    """Make a sink available to `open_sink` as `name`, by URI `schemes` and by file `suffixes`
+    (again: it replaces the earlier one); a sink that can be read back gives `read_sink` its `reader`."""
     if not re.fullmatch(r"[a-z][a-z0-9_+.-]*", name):
         raise ValueError(f"sink name {name!r} must be lowercase letters, digits, '_', '+', '.', '-'")
     _SINKS.register(name, factory)

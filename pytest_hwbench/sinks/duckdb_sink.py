@@ -199,13 +199,9 @@ register_sink("duckdb", DuckDBSink, suffixes=(".duckdb", ".ddb"), reader=_reader
 def import_mlflow_sessions(tracking_uri: str | None, experiment: str, db_path: str | os.PathLike[str], *,
                            full: bool = False,
                            notify: Callable[[str], None] | None = None) -> ImportResult:
-    """Bring the DuckDB file at `db_path` up to date with an MLflow experiment (what
-    `hwbench import-mlflow` does: `copy_sessions` between the registered ``mlflow`` and ``duckdb``
-    sinks).
-
-    Parent runs give the sessions; child runs give the results (params cast back from text,
-    metrics, context tags); raw timings come from the parents' records artifacts where present.
-    """
+    """Bring the DuckDB file at `db_path` up to date with an MLflow experiment: `copy_sessions`
+    between the registered ``mlflow`` and ``duckdb`` sinks (raw timings from the parent runs'
+    records artifacts where present)."""
     source = open_sink(f"mlflow:{tracking_uri}" if tracking_uri else "mlflow", experiment=experiment)
     if not isinstance(source, SessionSource):
         raise TypeError(f"the registered mlflow sink ({type(source).__name__}) cannot list its sessions")

@@ -33,10 +33,8 @@ def store_init_lock(directory: Path) -> Iterator[None]:
                 break
             except BlockingIOError:
                 if time.monotonic() > deadline:
-                    raise TimeoutError(
-                        f"another process has been creating the MLflow store in {directory} for over "
-                        f"{STORE_INIT_WAIT_S:.0f} s"
-                    ) from None
+                    raise TimeoutError(f"another process has been creating the MLflow store in {directory} "
+                                       f"for over {STORE_INIT_WAIT_S:.0f} s") from None
                 time.sleep(0.1)
         yield
     finally:

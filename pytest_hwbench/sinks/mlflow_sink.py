@@ -23,16 +23,10 @@ from typing import TYPE_CHECKING, Any
 from pytest_hwbench.errors import HwbenchWarning
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks import mlflow_layout as layout
+from pytest_hwbench.sinks import mlflow_uri
 from pytest_hwbench.sinks._fields import epoch_ms, to_text
 from pytest_hwbench.sinks.base import Sink, normalize_status, register_sink
 from pytest_hwbench.sinks.mlflow_migration import retry_migration, store_init_lock
-from pytest_hwbench.sinks.mlflow_uri import (
-    is_http,
-    require_existing,
-    resolve_tracking_uri,
-    sqlite_path,
-    validate_tracking_uri,
-)
 from pytest_hwbench.sinks.redact import redact_uri
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
@@ -67,17 +61,18 @@ class MlflowSink(Sink):
     def __init__(self, tracking_uri: str | None = None, experiment: str = DEFAULT_EXPERIMENT,
                  artifact_location: str | None = None, *, http_max_retries: int = 2,
                  http_timeout_s: int = 30) -> None:
-        self.tracking_uri = validate_tracking_uri(resolve_tracking_uri(tracking_uri))
+        self.tracking_uri = mlflow_uri.validate_tracking_uri(mlflow_uri.resolve_tracking_uri(tracking_uri))
         #: the tracking URI with its credentials masked: the only form to print or log
         self.shown_uri = redact_uri(self.tracking_uri)
         if not experiment:
             raise ValueError("MLflow experiment name is empty")
         self.experiment = experiment
         self._is_sqlite = self.tracking_uri.lower().startswith("sqlite:")
-        self._is_http = is_http(self.tracking_uri)
+        self._is_http = mlflow_uri.is_http(self.tracking_uri)
         if artifact_location is None and self._is_sqlite:
             # Without this MLflow puts artifacts in ./mlruns of whatever the cwd is.
-            artifact_location = (sqlite_path(self.tracking_uri).resolve().parent / "artifacts").as_uri()
+            artifact_location = (mlflow_uri.sqlite_path(self.tracking_uri).resolve().parent
+                                 / "artifacts").as_uri()
         self.artifact_location = artifact_location
         if http_max_retries < 0 or http_timeout_s < 1:
             raise ValueError(
@@ -116,7 +111,7 @@ class MlflowSink(Sink):
         """The store, credentials masked; a local store not created yet says so, so that the wait
         for its tables reads as a first use, not as a failing server."""
         if not self._is_http and self.tracking_uri.lower().startswith("sqlite:///"):
-            path = sqlite_path(self.tracking_uri)
+            path = mlflow_uri.sqlite_path(self.tracking_uri)
             if not path.exists():
                 return f"a new store at {path}, first use: creating its tables"
         return self.shown_uri
@@ -160,7 +155,7 @@ class MlflowSink(Sink):
             from mlflow.tracking import MlflowClient
 
             if self._is_sqlite:
-                path = sqlite_path(self.tracking_uri)
+                path = mlflow_uri.sqlite_path(self.tracking_uri)
                 path.parent.mkdir(parents=True, exist_ok=True)
                 # MlflowClient creates and migrates a new SQLite store, without a lock: two runs
                 # starting together raced ("duplicate column name: step"). One at a time.
@@ -470,7 +465,7 @@ def _reader(target: str | None, /, *, experiment: str | None = None, with_timing
     """The records of the store; with `choose`, of the sessions it picks among the session runs'
     ids (newest first; None: every session), searched session by session."""
     if target is not None:
-        require_existing(target)
+        mlflow_uri.require_existing(target)
     sink = MlflowSink(target, experiment or DEFAULT_EXPERIMENT, **options)
     chosen = None
     if choose is not None:

@@ -24,11 +24,9 @@ _QUERY_SECRET = re.compile(
 
 
 def redact_uri(text: object) -> str:
-    """`text` with the user-info of every URI in it, and secret query values, replaced by ``***``.
-
-    Works on a bare URI (``http://alice:pw@host:5000`` -> ``http://***@host:5000``) and on free
-    text holding URIs, such as an exception message. Text without credentials comes back as is.
-    """
+    """`text` (a URI, or free text holding URIs such as an error message) with the user-info of
+    every URI and secret query values replaced by ``***`` (``http://alice:pw@host`` ->
+    ``http://***@host``)."""
     value = str(text)
     if "@" not in value and "=" not in value:  # the common case: nothing to hide, no regex work
         return value
@@ -60,7 +58,6 @@ def split_credentials(uri: str) -> tuple[str, dict[str, str]]:
     elif os.environ.get("MLFLOW_TRACKING_TOKEN"):
         headers["Authorization"] = f"Bearer {os.environ['MLFLOW_TRACKING_TOKEN']}"
     return uri, headers
-
 
 
 __all__ = ["MASK", "redact_uri", "split_credentials"]

@@ -36,11 +36,8 @@ def _append_line(path: Path, line: str) -> None:
 
 
 def _read_lines(path: Path) -> Iterator[tuple[int, dict[str, Any]]]:
-    """(line number, parsed object) for each JSON line of `path`.
-
-    A last line that does not parse and has no newline is a write cut short by a crash: skipped
-    silently. Any other bad line is skipped with an `HwbenchWarning` naming file and line.
-    """
+    """(line number, parsed object) for each JSON line of `path`; a bad line is skipped with an
+    `HwbenchWarning` naming file and line, silently where it is a last line cut short by a crash."""
     if not path.exists():
         return
     with path.open("r", encoding="utf-8", errors="replace") as handle:
@@ -80,10 +77,7 @@ def refusal(record: BenchmarkRecord) -> str | None:
 
 
 class Spool:
-    """Append-only JSONL journal of records and sessions in `directory`.
-
-    Creating a `Spool` touches nothing; the directory is made on the first append.
-    """
+    """Append-only JSONL journal of records and sessions in `directory`, made on the first append."""
 
     def __init__(self, directory: str | os.PathLike[str]) -> None:
         self.directory = Path(directory)
@@ -95,11 +89,8 @@ class Spool:
         return f"Spool({str(self.directory)!r})"
 
     def append(self, record: BenchmarkRecord) -> None:
-        """Write `record` as one line; durable (fsynced) when this returns.
-
-        Raises ValueError for a record that cannot be a measurement (`refusal`): a journal that
-        is replayed into every store must not carry one.
-        """
+        """Write `record` as one line, durable (fsynced) when this returns; ValueError for a record
+        that cannot be a measurement (`refusal`): a journal replayed into every store carries none."""
         problem = refusal(record)
         if problem is not None:
             raise ValueError(f"hwbench spool: record refused: {problem}")
@@ -128,11 +119,8 @@ class Spool:
             try:
                 yield SessionInfo.from_dict(data["session"])
             except (KeyError, TypeError, ValueError) as exc:
-                warnings.warn(
-                    f"hwbench: line {number} of {self.sessions_path} is not a valid session: {exc!r}",
-                    HwbenchWarning,
-                    stacklevel=2,
-                )
+                warnings.warn(f"hwbench: line {number} of {self.sessions_path} is not a valid session: "
+                              f"{exc!r}", HwbenchWarning, stacklevel=2)
 
     def session_statuses(self) -> dict[str, str]:
         """session_id -> final status, for sessions whose end was spooled (the last end wins)."""

@@ -1,6 +1,5 @@
-"""Copying one store into another through the sink protocol (`hwbench import-mlflow`, `hwbench
-export --to`), incrementally: only the sessions the target lacks, or holds with another status, are
-fetched."""
+"""Copying one store into another through the sink protocol, incrementally (`hwbench import-mlflow`,
+`hwbench export --to`)."""
 
 from __future__ import annotations
 

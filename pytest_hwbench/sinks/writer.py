@@ -33,6 +33,7 @@ import psutil
 from pytest_hwbench.record import BenchmarkRecord, SessionInfo
 from pytest_hwbench.sinks._recorder import Recorder, RecorderReport, _stderr_line
 from pytest_hwbench.sinks.base import Sink
+from pytest_hwbench.sinks.spool import Spool
 
 #: Seconds added to the sinks' own time before the parent stops waiting for an answer.
 _SLACK_S = 60.0
@@ -223,11 +224,8 @@ class SinkWriter:
 
 # -- the writer process -------------------------------------------------------------------------
 
-class _NoSpool:
+class _NoSpool(Spool):
     """The writer's `Recorder` spools nothing: the pytest process has spooled every record."""
-
-    def __init__(self, directory: Path) -> None:
-        self.directory = directory
 
     def append_session(self, session: SessionInfo) -> None: ...
 
@@ -299,9 +297,8 @@ def serve(messages: Connection, answers: Connection) -> int:
 
 def main(messages_fd: int, answers_fd: int) -> None:
     """The writer process: `serve` on the two pipes it was given, then end without the
-    interpreter's teardown (logging and the standard streams flushed first)."""
-    # Once `serve` returns every sink has closed its session; the exit handlers its libraries
-    # registered (MLflow's telemetry, finalizers) hold nothing of ours and take about a second.
+    interpreter's teardown (logging and the standard streams flushed first): the exit handlers
+    the sinks' libraries registered (MLflow's telemetry) hold nothing of ours and take a second."""
     import logging
 
     code = serve(Connection(messages_fd, writable=False), Connection(answers_fd, readable=False))
