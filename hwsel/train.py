@@ -170,21 +170,6 @@ class TrainResult:
     #: seconds spent reading the records and building the training table (the mirror's copy included)
     read_s: float = 0.0
 
-    @property
-    def versions(self) -> dict[str, str]:
-        """target -> registered version."""
-        return {t: r.version for t, r in self.targets.items()}
-
-    @property
-    def alias_moved(self) -> dict[str, bool]:
-        """target -> whether @champion now points at the new version."""
-        return {t: r.alias_moved for t, r in self.targets.items()}
-
-    @property
-    def cv(self) -> dict[str, Mapping[str, Mapping[str, float]]]:
-        """target -> scheme -> metrics."""
-        return {t: r.cv for t, r in self.targets.items()}
-
 
 def train(
     source: str | os.PathLike[str] | Sequence[str | os.PathLike[str]] | None = None,

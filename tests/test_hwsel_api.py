@@ -112,7 +112,7 @@ def registry_uri(tmp_path_factory: pytest.TempPathFactory, parquet_file: Path) -
         warnings.simplefilter("ignore")
         result = train(str(parquet_file), tracking_uri=uri, trials=2, seed=0, progress=False,
                        snapshot_dir=root / "snapshots")
-    assert set(result.versions) == {"latency", "throughput", "memory"}
+    assert set(result.targets) == {"latency", "throughput", "memory"}
     return uri
 
 

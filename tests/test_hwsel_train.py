@@ -80,13 +80,13 @@ def test_load_runs_from_mlflow_matches_the_snapshot(store: str, snapshot_runs: p
 
 def test_train_registers_champions_and_keeps_them_on_a_rerun(store: str, tmp_path: Path) -> None:
     first = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
-    assert first.versions == {t: "1" for t in PREDICTED_METRICS}
-    assert all(first.alias_moved.values())
+    assert {t: r.version for t, r in first.targets.items()} == {t: "1" for t in PREDICTED_METRICS}
+    assert all(r.alias_moved for r in first.targets.values())
     assert first.snapshot_path.exists()
     assert pd.read_parquet(first.snapshot_path).shape[0] == first.n_rows
     for target in PREDICTED_METRICS:
-        assert set(first.cv[target]) == {"heldout_batch", "heldout_model"}
-        assert 0 < first.cv[target]["heldout_model"]["mape"] < 10
+        assert set(first.targets[target].cv) == {"heldout_batch", "heldout_model"}
+        assert 0 < first.targets[target].cv["heldout_model"]["mape"] < 10
 
     from mlflow.tracking import MlflowClient
 
@@ -98,10 +98,10 @@ def test_train_registers_champions_and_keeps_them_on_a_rerun(store: str, tmp_pat
         assert client.list_artifacts(first.run_id, "data")  # the snapshot travels with the run
 
     second = train(tracking_uri=store, trials=3, seed=0, progress=False, snapshot_dir=tmp_path)
-    assert second.versions == {t: "2" for t in PREDICTED_METRICS}
+    assert {t: r.version for t, r in second.targets.items()} == {t: "2" for t in PREDICTED_METRICS}
     assert second.data_digest == first.data_digest
     # Same data, same seed: the same recipe scores the same, so the champion stays.
-    assert not any(second.alias_moved.values()), {t: r.reason for t, r in second.targets.items()}
+    assert not any(r.alias_moved for r in second.targets.values()), {t: r.reason for t, r in second.targets.items()}
     for target in PREDICTED_METRICS:
         assert str(client.get_model_version_by_alias(MODEL_NAMES[target], "champion").version) == "1"
         assert second.targets[target].champion_score == pytest.approx(second.targets[target].score)

@@ -142,7 +142,7 @@ def test_poisoned_records_are_dropped_combined_by_median_and_never_promoted(
     uri = f"sqlite:///{tmp_path / 'mlflow.db'}"
     clean = pd.read_parquet(small_runs)
     first = train(str(small_runs), tracking_uri=uri, trials=2, seed=0, progress=False, snapshot_dir=tmp_path)
-    assert first.alias_moved["latency"] and not first.dropped
+    assert first.targets["latency"].alias_moved and not first.dropped
     client = MlflowClient(tracking_uri=uri)
     before = client.get_model_version_by_alias(MODEL_NAMES["latency"], "champion")
 

@@ -86,7 +86,7 @@ def registry(tmp_path_factory: pytest.TempPathFactory, store: Path) -> str:
     with warnings.catch_warnings():
         warnings.simplefilter("ignore")
         result = train(str(store), tracking_uri=uri, trials=2, seed=0, progress=False, snapshot_dir=root / "snap")
-    assert set(result.versions) == {"latency", "throughput", "memory"}
+    assert set(result.targets) == {"latency", "throughput", "memory"}
     return uri
 
 
