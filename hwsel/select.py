@@ -315,11 +315,8 @@ def _detected(cfg: SelectionConfig) -> tuple[str, ...]:
     return available_hardware(cfg)
 
 
-#: The zoo model each family's map rows start from.
-FAMILY_BASE_MODELS: Mapping[str, str] = MappingProxyType({
-    "embedding": "bert-base", "text_generation": "gpt2", "vision": "vit-base", "audio": "whisper-tiny",
-    "multimodal": "clip-vit-b32"})
-#: Other zoo models considered as a family's representative of a size category.
+#: Zoo models considered as a family's representative of a size category; the first is the
+#: family's base model, which its map rows start from.
 _FAMILY_MODELS: Mapping[str, tuple[str, ...]] = MappingProxyType({
     "embedding": ("bert-base",), "text_generation": ("gpt2", "t5-small"), "vision": ("vit-base", "resnet-50"),
     "audio": ("whisper-tiny", "wav2vec2-base"), "multimodal": ("clip-vit-b32",)})
@@ -389,7 +386,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
                 first = answers[str(batches[0])]
                 per_mode[mode] = {"primary": first["primary"], "fallbacks": first["fallbacks"], "batch_sizes": answers}
             sizes_out[cat] = per_mode
-        base = model_info(FAMILY_BASE_MODELS[fam])
+        base = model_info(_FAMILY_MODELS[fam][0])
         families_out[fam] = ModeKeyed({"model_sizes": sizes_out, "base_model": base.name,
                                        **{mode: {"batch_sizes": per_batch(base, mode)} for mode in mode_list}})
     return {

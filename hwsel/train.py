@@ -49,7 +49,7 @@ from hwsel.evaluation import (
 from hwsel.features import FEATURE_COLUMNS, feature_frame
 from hwsel.history import Window, history_table, mirror, mirror_path
 from hwsel.intervals import conformal_band
-from hwsel.promotion import promote
+from hwsel.promotion import Candidate, promote
 from hwsel.training_log import flatten, log_decision, log_intervals, log_roofline_baseline, log_study
 from pytest_hwbench.vocabulary import DEFAULT_EXPERIMENT
 
@@ -319,8 +319,9 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
         folds = cv_folds(table)
         now = int(time.time() * 1000)
 
-        fitted: dict[str, Any] = {}
-        intervals_uri: str | None = None
+        fitted: dict[str, tuple[Any, StudyResult, int, pd.DataFrame]] = {}  # target -> model, study, rows, X
+        candidates: dict[str, Candidate] = {}
+        intervals: dict[str, str] = {}
         for target, (column, offset_col) in LEARNED.items():
             y_all = np.log(table[column].to_numpy(dtype=float))
             rows = np.isfinite(y_all)
@@ -331,29 +332,27 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
                               progress=progress, name=f"hwsel-{target}")
             with one_thread():
                 model = build_estimator(study.params, offset_column=offset_col, seed=seed).fit(Xs, ys)
-            fitted[target] = (model, study, sub, Xs, ys, target_folds)
+            fitted[target] = (model, study, len(sub), Xs)
+            candidates[target] = (study.score, Xs, ys, target_folds)
             log_study(client, run_id, target, study.params, study.trials, study.oof, sub, now)
             if target == "latency":
-                log_items = ThroughputFromLatency.log_items(Xs)
-                at = log_items[study.oof["row"].to_numpy()]
+                at = ThroughputFromLatency.log_items(Xs)[study.oof["row"].to_numpy()]
                 tp_oof = study.oof.assign(y_true=at - study.oof["y_true"], y_pred=at - study.oof["y_pred"])
                 fitted["throughput"] = (ThroughputFromLatency.from_fitted(model), dataclasses.replace(study, oof=tp_oof),
-                                        sub, Xs, log_items - ys, target_folds)
+                                        len(sub), Xs)
                 log_roofline_baseline(client, run_id, Xs, study.oof, now)
-                intervals_uri = log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now,
-                                              INTERVAL_LEVEL)
+                found = log_intervals(client, run_id, study.params, offset_col, seed, sub, Xs, ys, now, INTERVAL_LEVEL)
+                intervals = {"hwsel.intervals": found} if found else {}
 
         versions: dict[str, str] = {}
-        cvs: dict[str, Mapping[str, Mapping[str, float]]] = {}
         for target in registry.PREDICTED_METRICS:
-            model, study, sub, Xs, ys, target_folds = fitted[target]
-            cv = cvs[target] = scheme_metrics(study.oof)
+            model, study, n_rows, Xs = fitted[target]
             # The fixed interval: a split-conformal band from the residuals on models the fold had
             # not seen (what a new model's answer risks), read by `hwsel.registry.ChampionModel`.
             held_out = study.oof[study.oof["scheme"] == "heldout_model"]
             held_out = held_out if len(held_out) else study.oof
             q10, q90 = conformal_band((held_out["y_true"] - held_out["y_pred"]).to_numpy(dtype=float), INTERVAL_LEVEL)
-            metrics = {**flatten(target, cv), f"{target}.score": study.score,
+            metrics = {**flatten(target, scheme_metrics(study.oof)), f"{target}.score": study.score,
                        f"{target}.residual_q10": q10, f"{target}.residual_q90": q90}
             client.log_batch(run_id, metrics=[Metric(k, v, now, 0) for k, v in metrics.items()])
             versions[target] = registry.register(
@@ -361,19 +360,15 @@ def _train_and_register(table: pd.DataFrame, digest: str, snap_path: Path, *, ur
                 tags={"hwsel.data_sha256": digest, "hwsel.snapshot": snapshot_uri,
                       "hwsel.training_run_id": run_id, "hwsel.score": repr(study.score),
                       "hwsel.residual_q10": repr(q10), "hwsel.residual_q90": repr(q90),
-                      "hwsel.params": json.dumps(study.params, sort_keys=True),
-                      "hwsel.n_rows": str(len(sub))}
-                | ({"hwsel.intervals": intervals_uri} if target == "latency" and intervals_uri else {}),
+                      "hwsel.params": json.dumps(study.params, sort_keys=True), "hwsel.n_rows": str(n_rows)}
+                | (intervals if target == "latency" else {}),
             )
 
-        decisions = promote(client, run_id, digest, versions,
-                            {target: (fitted[target][1].score, *fitted[target][3:6]) for target in LEARNED})
-
-        for target in registry.PREDICTED_METRICS:
-            study = fitted[target][1]
+        decisions = promote(client, run_id, digest, versions, candidates)
+        for target, (_, study, _, _) in fitted.items():
             log_decision(client, run_id, target, versions[target], decisions[target], now)
             results[target] = TargetResult(target, registry.MODEL_NAMES[target], versions[target], study.score,
-                                           cvs[target], dict(study.params), *decisions[target])
+                                           scheme_metrics(study.oof), dict(study.params), *decisions[target])
         status = "FINISHED"
     finally:
         client.set_terminated(run_id, status)
