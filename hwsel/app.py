@@ -57,8 +57,6 @@ log = logging.getLogger("hwsel.app")
 
 VERSION = "0.1.0"
 
-# --- request limits -----------------------------------------------------------------------------
-
 #: Largest request body in bytes, answered 413 beyond: a Hugging Face config.json is a few KB
 #: (about 40 KB with a 1,000-class label map).
 MAX_REQUEST_BYTES = 256 * 1024
@@ -71,8 +69,6 @@ MAX_CONFIG_PARAMS = 10**13
 _LAYER_KEYS = ("num_hidden_layers", "n_layer", "num_layers", "encoder_layers", "decoder_layers",
                "num_decoder_layers", "depths")
 
-
-# --- helpers --------------------------------------------------------------------------------------
 
 def _error(status: int, message: str, errors: list[dict[str, Any]] | None = None,
            headers: Mapping[str, str] | None = None) -> JSONResponse:
@@ -170,8 +166,6 @@ class _BodyLimit:
 
         await self.app(scope, limited, send)
 
-
-# --- the app ---------------------------------------------------------------------------------------
 
 def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[str] | None = None,
                tracking_uri: str | None = None,

@@ -57,8 +57,6 @@ def _devices(args: argparse.Namespace) -> str | dict[str, str] | None:
     return plain[0] if plain else named
 
 
-# --- commands -----------------------------------------------------------------------------------
-
 def _predictor(args: argparse.Namespace) -> Any:
     from .predict import Predictor
 

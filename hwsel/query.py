@@ -28,8 +28,6 @@ class HwselWarning(UserWarning):
     """Warnings from hwsel (filter with ``-W ignore::hwsel.HwselWarning``)."""
 
 
-# --- values ---------------------------------------------------------------------------------------
-
 @dataclass(frozen=True)
 class Prediction:
     """Predicted (or measured) performance of one case on one hardware target.
@@ -95,6 +93,8 @@ DEVICE_SOURCES: Mapping[str, str] = MappingProxyType({
 
 #: Backend a question means when it names none: eager PyTorch, except on targets that are a runtime.
 DEFAULT_BACKEND = "torch"
+
+
 def default_backend(hardware: str) -> str:
     """The backend a question about `hardware` means when it names none (its `pytest_hwbench.facts` row's)."""
     try:
@@ -110,8 +110,6 @@ def describe_device(hardware: str, device: str | None, source: str, spec: str = 
         return why
     return f"{device} ({why})" if not spec or spec.lower() == device.lower() else f"{device} ({why}; spec {spec})"
 
-
-# --- errors ---------------------------------------------------------------------------------------
 
 class QuestionError(ValueError):
     """A question that cannot be answered as asked: `field` names the input (``model``,
@@ -134,8 +132,6 @@ def error_text(exc: BaseException) -> str:
     """An exception's message as written (a KeyError's str() quotes its argument)."""
     return str(exc.args[0]) if isinstance(exc, KeyError) and exc.args else str(exc)
 
-
-# --- validation ------------------------------------------------------------------------------------
 
 def check_device(device: Any, name: str = "device") -> str:
     """A device name or spec name: a non-empty line of at most 200 characters; else QuestionError."""
@@ -209,8 +205,6 @@ def check_backend(backend: Any) -> str | None:
                             "backend")
     return backend
 
-
-# --- models ----------------------------------------------------------------------------------------
 
 #: How a question names its model: a zoo name or hub-style alias, a `ModelInfo`, or None when a
 #: config describes it.
@@ -308,8 +302,6 @@ def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | M
                             "model_family")
     return info
 
-
-# --- the question builder --------------------------------------------------------------------------
 
 def ask(config: SelectionConfig, model: ModelRef, hardware: str | Sequence[str] | None = None, *, batch_size: Any = 1,
         precision: Any = "fp32", mode: Any = "inference", backend: Any = None,
