@@ -51,40 +51,12 @@ if TYPE_CHECKING:
 #: Imported on first use: fitting needs scikit-learn, which the rules layer does not.
 _EXPORTS = {"Suggestion": "next", "suggest_measurements": "next"}
 
-__all__ = [
-    "DistributedConfig",
-    "HardwarePreference",
-    "HardwareScore",
-    "HwselWarning",
-    "MemoryEstimate",
-    "ModelInfo",
-    "ModelRef",
-    "PrecisionChoice",
-    "Prediction",
-    "Predictor",
-    "Query",
-    "QuestionError",
-    "Recommendation",
-    "SelectionConfig",
-    "Suggestion",
-    "TaskProfile",
-    "Thresholds",
-    "UnknownModelError",
-    "Weights",
-    "analyze_model",
-    "available_hardware",
-    "clear_predictors",
-    "detect_hardware",
-    "distributed_training_config",
-    "get_predictor",
-    "load_config",
-    "model_info",
-    "predict_performance",
-    "prediction_matrix",
-    "select_hardware",
-    "select_precision",
-    "selection_map",
-    "suggest_measurements",
-]
+__all__ = ["DistributedConfig", "HardwarePreference", "HardwareScore", "HwselWarning", "MemoryEstimate",
+           "ModelInfo", "ModelRef", "PrecisionChoice", "Prediction", "Predictor", "Query", "QuestionError",
+           "Recommendation", "SelectionConfig", "Suggestion", "TaskProfile", "Thresholds",
+           "UnknownModelError", "Weights", "analyze_model", "available_hardware", "clear_predictors",
+           "detect_hardware", "distributed_training_config", "get_predictor", "load_config", "model_info",
+           "predict_performance", "prediction_matrix", "select_hardware", "select_precision", "selection_map",
+           "suggest_measurements"]
 
 __getattr__, __dir__ = lazy_exports(__name__, _EXPORTS, __all__)

@@ -431,22 +431,6 @@ def snapshot(frame: pd.DataFrame, path: str | os.PathLike[str]) -> Path:
     return path
 
 
-__all__ = [
-    "CONFIG_KEYS",
-    "HOST_SPEED_BOUNDS",
-    "RUN_COLUMNS",
-    "describe_sources",
-    "drop_impossible",
-    "dropped_text",
-    "existing_store",
-    "NOISY",
-    "RecordCounts",
-    "left_out_reasons",
-    "load_runs",
-    "noise_kind",
-    "rows_text",
-    "snapshot",
-    "usable_rows_text",
-    "source_list",
-    "training_table",
-]
+__all__ = ["CONFIG_KEYS", "HOST_SPEED_BOUNDS", "RUN_COLUMNS", "describe_sources", "drop_impossible",
+           "dropped_text", "existing_store", "NOISY", "RecordCounts", "left_out_reasons", "load_runs",
+           "noise_kind", "rows_text", "snapshot", "usable_rows_text", "source_list", "training_table"]

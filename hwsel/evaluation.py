@@ -118,12 +118,4 @@ def scheme_metrics(oof: pd.DataFrame) -> dict[str, dict[str, float]]:
             for scheme, g in oof.groupby("scheme", sort=True)}
 
 
-__all__ = [
-    "Fold",
-    "cv_folds",
-    "error_metrics",
-    "lomo_folds",
-    "out_of_fold",
-    "scheme_metrics",
-    "score_oof",
-]
+__all__ = ["Fold", "cv_folds", "error_metrics", "lomo_folds", "out_of_fold", "scheme_metrics", "score_oof"]

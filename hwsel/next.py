@@ -413,16 +413,6 @@ def suggest_measurements(
     return out
 
 
-__all__ = [
-    "LATENCY_PARAMS",
-    "Suggestion",
-    "bench_command",
-    "candidate_grid",
-    "cold_start_table",
-    "ensemble_predictions",
-    "fit_latency",
-    "greedy_order",
-    "rank_candidates",
-    "records_table",
-    "suggest_measurements",
-]
+__all__ = ["LATENCY_PARAMS", "Suggestion", "bench_command", "candidate_grid", "cold_start_table",
+           "ensemble_predictions", "fit_latency", "greedy_order", "rank_candidates", "records_table",
+           "suggest_measurements"]

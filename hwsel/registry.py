@@ -309,18 +309,6 @@ def _load_intervals(tracking_uri: str, artifact_uri: str | None) -> Any:
         return None
 
 
-__all__ = [
-    "ALIAS",
-    "LOCK_MODEL",
-    "MODEL_NAMES",
-    "PREDICTED_METRICS",
-    "UNITS",
-    "ChampionModel",
-    "champion_version",
-    "ensure_experiment",
-    "load_champion",
-    "load_model",
-    "promotion_lock",
-    "read_artifact",
-    "register",
-]
+__all__ = ["ALIAS", "LOCK_MODEL", "MODEL_NAMES", "PREDICTED_METRICS", "UNITS", "ChampionModel",
+           "champion_version", "ensure_experiment", "load_champion", "load_model", "promotion_lock",
+           "read_artifact", "register"]
