@@ -154,11 +154,10 @@ def _tie_line(tie: Sequence[str]) -> str:
 def cmd_select(args: argparse.Namespace) -> int:
     from .select import select_hardware
 
-    predictor = _predictor(args)
     model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
     rec = select_hardware(model, batch_size=args.batch_size, mode=args.mode, precision=args.precision,
                           available_hardware=args.available_hardware, task_type=args.task_type, backend=args.backend,
-                          device=_devices(args), predictor=predictor)
+                          device=_devices(args), predictor=_predictor(args))
     absent = {hw: _absent_here(hw, s.prediction) for hw, s in rec.all_scores.items() if s.prediction is not None}
 
     def named(hw: str | None) -> str:
@@ -182,13 +181,12 @@ def cmd_select(args: argparse.Namespace) -> int:
 def cmd_precision(args: argparse.Namespace) -> int:
     from .select import select_precision
 
-    predictor = _predictor(args)
     model = describe_model(args.model, config=args.model_config, sequence_length=args.sequence_length)
     device = _devices(args)
     choice = select_precision(model, args.hardware, batch_size=args.batch_size, mode=args.mode,
                               precisions=args.precisions, backend=args.backend,
                               device=device.get(args.hardware) if isinstance(device, dict) else device,
-                              predictor=predictor)
+                              predictor=_predictor(args))
     absent = _absent_here(choice.hardware, next(iter(choice.predictions.values())))
     lines = [f"{choice.model_name} on {choice.hardware}" + (f" ({absent})" if absent else "")
              + f", batch {choice.batch_size}, {choice.mode}, backend {choice.backend}",

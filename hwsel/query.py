@@ -232,12 +232,9 @@ def _position_limit(info: ModelInfo) -> int | None:
     """The model's position limit where the zoo knows its config (None: unknown or unlimited)."""
     from pytest_hwbench.models import MODELS
 
-    spec = MODELS.get(info.name)
-    if spec is None:
-        return None
     try:
-        return spec.max_sequence_length
-    except Exception:  # a config that cannot say; the question's own bound still holds
+        return MODELS[info.name].max_sequence_length
+    except Exception:  # not a zoo model, or a config that cannot say; the question's own bound still holds
         return None
 
 
