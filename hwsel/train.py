@@ -39,13 +39,7 @@ from hwsel.estimators import (
     one_thread,
     suggest,
 )
-from hwsel.evaluation import (
-    Fold,
-    cv_folds,
-    out_of_fold,
-    scheme_metrics,
-    score_oof,
-)
+from hwsel.evaluation import Fold, cv_folds, out_of_fold, scheme_metrics, score_oof
 from hwsel.features import FEATURE_COLUMNS, feature_frame
 from hwsel.history import Window, history_table, mirror, mirror_path
 from hwsel.intervals import conformal_band
