@@ -206,10 +206,10 @@ def _explain(primary: str | None, ranked: Sequence[HardwareScore], scores: Mappi
     return " ".join(parts)
 
 
-def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query], *, weights: Weights,
-            task: str | None) -> Recommendation:
+def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query], *,
+            weights: Weights | None = None, task: str | None = None) -> Recommendation:
     """The recommendation among `queries`: one question (model, batch, precision, mode, backend)
-    asked of each hardware target."""
+    asked of each hardware target, scored by `weights` (default: the mode's)."""
     first = queries[0]
     info, batch_size, mode, precision, backend = first.model, first.batch_size, first.mode, first.precision, \
         first.backend
@@ -218,6 +218,7 @@ def _select(predictor: Predictor, cfg: SelectionConfig, queries: Sequence[Query]
     preds = dict(zip(hardware, predictor.predict_many(queries), strict=True))
     for hw, p in preds.items():
         reasons[hw] = reasons[hw] or too_big(cfg, hw, p)
+    weights = weights or cfg.weights[mode]
     scores = _score(cfg, weights, info.family, preds, reasons)
     order = {hw: i for i, hw in enumerate(cfg.hardware_names)}
     ranked = sorted((s for s in scores.values() if s.compatible), key=lambda s: (-s.score, order[s.hardware]))
@@ -288,7 +289,7 @@ def select_hardware(model: ModelRef, batch_size: int = 1, mode: str = "inference
     hardware = available_hardware if available_hardware is not None else _detected(cfg)
     queries = ask(cfg, model, hardware, batch_size=batch_size, precision=precision, mode=mode, backend=backend,
                   device=device)
-    return _select(p, cfg, queries, weights=weights or cfg.weights[queries[0].mode], task=task_type)
+    return _select(p, cfg, queries, weights=weights, task=task_type)
 
 
 def select_precision(model: ModelRef, hardware: str = "cpu", batch_size: int = 1, mode: str = "inference",
@@ -373,8 +374,7 @@ def selection_map(families: Sequence[str] | None = None, batch_sizes: Sequence[i
     reps = representative_models(cfg, fams)
 
     def per_batch(info: ModelInfo, mode: str) -> dict[str, Any]:
-        return {str(b): _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode],
-                                task=None).summary() for b in batches}
+        return {str(b): _select(p, cfg, grid.queries(info, b, mode, precision)).summary() for b in batches}
 
     families_out: dict[str, Any] = {}
     for fam in fams:
@@ -429,7 +429,7 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
         performance: dict[str, Any] = {}
         recommendations: dict[str, Any] = {}
         for b in batches:
-            rec = _select(p, cfg, grid.queries(info, b, mode, precision), weights=cfg.weights[mode], task=None)
+            rec = _select(p, cfg, grid.queries(info, b, mode, precision))
             performance[str(b)] = {
                 hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
                      "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
