@@ -108,7 +108,7 @@ def describe_sources(source: Source | Sequence[Source] | None) -> str:
 
 def _load_one(text: str, experiment: str) -> pd.DataFrame:
     """One source as a frame (an MLflow store's records of `experiment`)."""
-    from hwsel._quiet import quiet_mlflow
+    from hwsel._reach import quiet_mlflow
     from pytest_hwbench.sinks import read_records, records_frame, source_kind
 
     if text.lower().endswith(".parquet"):

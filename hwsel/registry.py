@@ -23,7 +23,7 @@ from typing import Any, TypeVar
 import numpy as np
 import pandas as pd
 
-from hwsel._quiet import quiet_mlflow
+from hwsel._reach import quiet_mlflow
 from pytest_hwbench.sinks import redact_uri
 from pytest_hwbench.sinks.mlflow_uri import ping, sqlite_path
 

@@ -19,7 +19,7 @@ from typing import Any
 import numpy as np
 import pandas as pd
 
-from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, require_reachable
+from hwsel._reach import DEFAULT_TIMEOUT_S, bounded, quiet_mlflow, require_reachable
 from hwsel.data import (
     NESTED_COLUMNS,
     RecordCounts,
@@ -207,7 +207,6 @@ def train(
         HwselTimeout: the records did not come within `timeout`.
     """
 
-    from hwsel._quiet import quiet_mlflow
     from hwsel.data import describe_sources, source_list
     from pytest_hwbench.sinks import resolve_sink, resolve_tracking_uri, source_kind
     from pytest_hwbench.sinks.mlflow_uri import sqlite_path, validate_tracking_uri

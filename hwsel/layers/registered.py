@@ -201,7 +201,7 @@ def load_champions(tracking_uri: str | None) -> tuple[dict[str, Any], str]:
     when there is one here); an unreadable champion is left out with the warning
     `hwsel.registry.load_champion` gives."""
     from .. import registry
-    from .._quiet import quiet_mlflow
+    from .._reach import quiet_mlflow
     from ..data import existing_store
 
     if existing_store(tracking_uri) is None:
