@@ -64,20 +64,6 @@ def _predictor(args: argparse.Namespace) -> Any:
                           include_noisy=args.include_noisy)
 
 
-def _write(data: Any, output: str) -> str:
-    text = _json(data)
-    if output == "-":
-        print(text)
-        return "stdout"
-    path = Path(output)
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(text + "\n")
-    except OSError as exc:
-        raise UsageError(f"cannot write {output}: {exc.strerror or exc}; pass another --output") from None
-    return str(path)
-
-
 #: What `hwsel train`'s score is (`hwsel.evaluation.score_oof`); lower is better.
 SCORE_METRIC = ("mean |log(predicted / measured)| over held-out folds (batch sizes, models, devices "
                 "averaged per scheme); lower is better")
@@ -225,10 +211,19 @@ def _devices_text(devices: dict[str, Any]) -> str:
 
 
 def _write_grid(data: dict[str, Any], args: argparse.Namespace, what: str) -> int:
-    """Write a map or matrix to --output; say `what` was written where, and to which devices it answers."""
-    where = _write(data, args.output)
-    if args.output != "-":
-        print(_json(data) if args.json else f"{what} written to {where}\n{_devices_text(data['devices'])}")
+    """Write a map or matrix to --output (``-``: stdout); say `what` was written where, and to which
+    devices it answers."""
+    text = _json(data)
+    if args.output == "-":
+        print(text)
+        return EXIT_OK
+    path = Path(args.output)
+    try:
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text(text + "\n")
+    except OSError as exc:
+        raise UsageError(f"cannot write {args.output}: {exc.strerror or exc}; pass another --output") from None
+    print(text if args.json else f"{what} written to {path}\n{_devices_text(data['devices'])}")
     return EXIT_OK
 
 

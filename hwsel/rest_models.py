@@ -21,7 +21,6 @@ from .questions import ANALYZE, BACKEND, DISTRIBUTED, MAP, MATRIX, NEXT, PREDICT
 from .questions import Field as QuestionField
 from .select import HardwareScore, Recommendation
 
-# --- request fields ---------------------------------------------------------------------------------
 # One definition per kind of field, shared by every request model, so that an endpoint cannot
 # accept what another refuses; what depends on the model or the configured hardware is the
 # question builder's to check (`hwsel.query.ask`).
