@@ -61,14 +61,13 @@ _PRECISION = Field("precision", "--precision", str, "fp32", "precision", choices
 _MODE = Field("mode", "--mode", str, "inference", "mode", choices=ACCEPTED_MODES)
 _MODES = Field("modes", "--modes", str, MODES, "modes", many=len(MODES), choices=ACCEPTED_MODES)
 
-_CASE = (Field("batch_size", "--batch-size", int, 1, "items per forward", ge=1, le=MAX_REQUEST_BATCH_SIZE),
-         Field("sequence_length", "--seq-length", int, None, "tokens per item, for text models; at most the model's "
-                                                          "position limit (default: the zoo model's)", ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH),
-         _PRECISION, _MODE)
 #: `hwsel predict` and ``POST /performance/predict`` (besides the model and hardware): one case.
-PREDICT = _CASE
+PREDICT = (Field("batch_size", "--batch-size", int, 1, "items per forward", ge=1, le=MAX_REQUEST_BATCH_SIZE),
+           Field("sequence_length", "--seq-length", int, None, "tokens per item, for text models; at most the "
+                 "model's position limit (default: the zoo model's)", ge=1, le=MAX_REQUEST_SEQUENCE_LENGTH),
+           _PRECISION, _MODE)
 #: `hwsel select` and ``POST /hardware/select`` (besides the model): the targets to choose among.
-SELECT = (*_CASE, Field("available_hardware", "--hardware", str, None, "targets to choose among (default: those "
+SELECT = (*PREDICT, Field("available_hardware", "--hardware", str, None, "targets to choose among (default: those "
                                                                       "detected here)", **_HARDWARE),
           Field("task_type", "--task", str, None, "task profile instead of mode: classification, generation, "
                                                   "embedding, speech_recognition, fine_tuning, training", max_length=64))
@@ -76,7 +75,7 @@ SELECT = (*_CASE, Field("available_hardware", "--hardware", str, None, "targets 
 PRECISION_CHOICE = (Field("hardware", "--hardware", str, "cpu", f"the target; known: {', '.join(facts.fallback_order())}"),
                     Field("precisions", "--precisions", str, DEFAULT_PRECISION_CHOICES, "precisions to choose among",
                           many=len(PRECISIONS), choices=PRECISIONS),
-                    *(f for f in _CASE if f.name != "precision"))
+                    *(f for f in PREDICT if f.name != "precision"))
 
 #: `hwsel map` and ``POST /hardware/map``: a selection map (family x batch size x mode).
 MAP = _grid(Field("model_families", "--families", str, None, "model families (default: all)", many=len(FAMILIES),
