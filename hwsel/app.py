@@ -175,9 +175,9 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     other arguments, now). ``/measure/next`` reads the records of `source` on its first request,
     within `timeout` seconds; a source that does not answer in time or holds no records answers 503.
     """
+    timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     pred = predictor.built() if predictor is not None else Predictor.load(
-        source, tracking_uri=tracking_uri, config=config, include_noisy=include_noisy,
-        **({} if timeout is None else {"timeout": timeout}))
+        source, tracking_uri=tracking_uri, config=config, include_noisy=include_noisy, timeout=timeout)
     app = FastAPI(title="hwsel", version=VERSION,
                   description="Hardware selection and performance prediction from hwbench runs.",
                   responses={404: {"model": ErrorResponse}, 422: {"model": ErrorResponse}})
@@ -185,12 +185,11 @@ def create_app(predictor: Predictor | None = None, *, source: str | os.PathLike[
     app.add_middleware(_BodyLimit, limit=MAX_REQUEST_BYTES)
     # a Predictor keeps an index, not the table: /measure/next reads the records once, on first use
     next_source = source if source is not None else resolve_tracking_uri()
-    next_timeout = DEFAULT_TIMEOUT_S if timeout is None else timeout
     next_lock = threading.Lock()
 
     @functools.cache  # a failed read is not cached: the next request reads again
     def next_table() -> Any:
-        return records_table(next_source, next_timeout, then="/measure/next answers 503")
+        return records_table(next_source, timeout, then="/measure/next answers 503")
 
     @functools.lru_cache(maxsize=64)
     def next_picks(asked: str) -> list[Suggestion]:

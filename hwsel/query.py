@@ -198,9 +198,7 @@ def check_train_precision(precision: str) -> str:
 
 def check_backend(backend: Any) -> str | None:
     """None (the hardware's default) or a short backend name; else QuestionError."""
-    if backend is None:
-        return None
-    if not isinstance(backend, str) or not backend or len(backend) > 64:
+    if backend is not None and (not isinstance(backend, str) or not backend or len(backend) > 64):
         raise QuestionError(f"backend must be a short name such as torch, onnxruntime or openvino, got {backend!r}",
                             "backend")
     return backend

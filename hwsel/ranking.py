@@ -1,8 +1,6 @@
 """Ranking options: what selecting among targets and among precisions on one target share (whether
-an option can run a question: `incompatibility`, `too_big`; which options tie for first:
-`tie_for_first`; whether a target is on this machine: `probed_target`; how a latency reads:
-`fmt_ms`), and the precision to run a model at on one target (`rank_precisions`, `PrecisionChoice`).
-"""
+an option can run a question, which options tie for first), and the precision to run a model at on
+one target (`rank_precisions`)."""
 
 from __future__ import annotations
 
