@@ -426,17 +426,14 @@ def analyze_model(model: ModelRef, batch_sizes: Sequence[int] = (1, 8, 32), hard
         "timestamp": _dt.datetime.now(_dt.timezone.utc).isoformat(),
     })
     for mode in mode_list:
-        performance: dict[str, Any] = {}
-        recommendations: dict[str, Any] = {}
-        for b in batches:
-            rec = _select(p, cfg, grid.queries(info, b, mode, precision))
-            performance[str(b)] = {
-                hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
-                     "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
-                     "interval": list(s.prediction.interval), "compatible": s.compatible, "reason": s.reason}
-                for hw, s in rec.all_scores.items() if s.prediction is not None}
-            recommendations[str(b)] = rec.summary()
-        out[mode] = {"performance": performance, "recommendations": recommendations}
+        recs = {str(b): _select(p, cfg, grid.queries(info, b, mode, precision)) for b in batches}
+        performance = {b: {hw: {"throughput": s.prediction.throughput, "latency": s.prediction.latency_ms,
+                                "memory_usage": s.prediction.memory_mb, "source": s.prediction.source,
+                                "interval": list(s.prediction.interval), "compatible": s.compatible,
+                                "reason": s.reason}
+                           for hw, s in rec.all_scores.items() if s.prediction is not None}
+                       for b, rec in recs.items()}
+        out[mode] = {"performance": performance, "recommendations": {b: rec.summary() for b, rec in recs.items()}}
     return out
 
 
