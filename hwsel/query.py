@@ -243,9 +243,8 @@ _SIZE_FIELDS: tuple[str, ...] = ("param_count", "flops_per_item", "num_layers", 
 
 def _check_sizes(info: ModelInfo) -> None:
     """QuestionError naming the first size of `info` that is not a positive number."""
-    sizes = info.to_dict()
     for name in _SIZE_FIELDS:
-        value = sizes[name]
+        value = getattr(info, name)
         if value is None and name not in ("param_count", "flops_per_item"):
             continue
         try:
@@ -253,8 +252,7 @@ def _check_sizes(info: ModelInfo) -> None:
         except (TypeError, ValueError):
             ok = False
         if not ok:
-            raise QuestionError(f"model {info.name!r}: {name} must be a number > 0, got {value!r}",
-                                "model")
+            raise QuestionError(f"model {info.name!r}: {name} must be a number > 0, got {value!r}", "model")
 
 
 def describe_model(model: ModelRef = None, *, config: str | os.PathLike[str] | Mapping[str, Any] | None = None,
