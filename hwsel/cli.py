@@ -121,8 +121,7 @@ def _fmt_pred(hw: str, p: Any, mark: str = "") -> str:
 
 
 def _absent_here(hardware: str, prediction: Any) -> str:
-    """``not on this machine: roofline for h100`` when this machine lacks `hardware`
-    (`hwsel.ranking.probed_target`), else ""."""
+    """``not on this machine: roofline for h100`` when this machine lacks `hardware`, else ""."""
     from .ranking import probed_target
 
     target = probed_target(hardware)
