@@ -55,7 +55,7 @@ def _durations(junit: Path) -> dict[str, tuple[float, str]]:
 
 def _run_tier(tier: str, workdir: Path, out: Path, coverage: bool) -> tuple[float, int, dict[str, tuple[float, str]]]:
     junit = out / f"{tier}.xml"
-    cmd = [sys.executable, "-m", "pytest", "tests", *TIERS[tier], "-q", "-rfE", "-p", "no:cacheprovider",
+    cmd = [sys.executable, "-m", "pytest", "tests", *TIERS[tier], "-q", "-p", "no:cacheprovider",
            f"--junitxml={junit}"]
     if coverage:
         cmd = [sys.executable, "-m", "coverage", "run", f"--rcfile={out / 'coveragerc'}", "-m", *cmd[2:]]
@@ -70,9 +70,12 @@ def _run_tier(tier: str, workdir: Path, out: Path, coverage: bool) -> tuple[floa
     wall = time.monotonic() - began
     last = [ln for ln in (proc.stdout or proc.stderr).splitlines() if ln.strip()][-1:] or ["(no output)"]
     print(f"  exit {proc.returncode} in {wall:.0f} s: {last[0]}", flush=True)
-    for line in proc.stdout.splitlines():  # pytest's short summary: which tests failed, and why
-        if line.startswith(("FAILED ", "ERROR ")):
-            print(f"  {line}", flush=True)
+    if junit.exists():  # which tests failed, and the first line of why
+        for case in ET.parse(junit).getroot().iter("testcase"):
+            for child in case:
+                if child.tag in ("failure", "error"):
+                    why = (child.get("message") or "").strip().splitlines()[:1] or ["(no message)"]
+                    print(f"  {child.tag}: {case.get('classname')}::{case.get('name')}: {why[0][:300]}", flush=True)
     return wall, proc.returncode, _durations(junit) if junit.exists() else {}
 
 
